@@ -1,0 +1,335 @@
+//! The command line: `console` (AutoGPT's CLI), `list`, `export`, `migrate` and `check`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{process_env, Config};
+use crate::core::event::Event;
+use crate::core::history::truncate_chars;
+use crate::core::state::{AgentSettings, AgentState, PauseReason, Phase, Profile};
+use crate::core::transcript::render_transcript;
+use crate::llm::openai::OpenAiChat;
+use crate::llm::tokens::TiktokenCounter;
+use crate::runtime::clock::{Clock, SystemClock};
+use crate::runtime::{self, Deps};
+use crate::store::Store;
+use crate::surface::console::ConsoleSurface;
+use crate::surface::Surface;
+use crate::tools::Registry;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "autothread",
+    version,
+    about = "AutoGPT-style autonomous agents, in a terminal and in Discord threads"
+)]
+pub struct Cli {
+    /// Config file (the same bot.toml the Discord bot reads); also AUTOTHREAD_CONFIG.
+    #[arg(long, global = true)]
+    pub config: Option<PathBuf>,
+    /// Where the store lives; also AUTOTHREAD_DATA_DIR. Default: the platform data directory.
+    #[arg(long, global = true)]
+    pub data_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: CliCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CliCommand {
+    /// Run an agent in this terminal.
+    Console(ConsoleArgs),
+    /// List saved agents.
+    List,
+    /// Write an agent's transcript (Markdown) and workspace files into a directory.
+    Export {
+        /// Agent id (or a unique prefix of it).
+        id: String,
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Apply store migrations and print the schema version.
+    Migrate,
+    /// Validate the configuration and print it with secrets redacted.
+    Check,
+}
+
+#[derive(Debug, Args)]
+pub struct ConsoleArgs {
+    /// What the agent should do (for --resume of a finished agent: the follow-up task).
+    #[arg(long)]
+    pub task: Option<String>,
+    /// OpenAI-compatible endpoint, including /v1; overrides config and OPENAI_BASE_URL.
+    #[arg(long)]
+    pub base_url: Option<String>,
+    /// Model name; overrides config and OPENAI_MODEL.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Give the profile directly instead of generating it (AutoGPT 0.2 style).
+    #[arg(long)]
+    pub name: Option<String>,
+    #[arg(long)]
+    pub role: Option<String>,
+    /// A goal (repeat up to 5 times).
+    #[arg(long = "goal")]
+    pub goals: Vec<String>,
+    /// Run automatic-class commands without asking.
+    #[arg(long)]
+    pub continuous: bool,
+    /// Stop after this many cycles.
+    #[arg(long)]
+    pub limit: Option<u64>,
+    /// Continue a saved agent.
+    #[arg(long)]
+    pub resume: Option<String>,
+}
+
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let mut config = Config::load(cli.config.as_deref(), &process_env)?;
+    if let Some(dir) = cli.data_dir {
+        config.store.data_dir = Some(dir);
+    }
+    if let CliCommand::Console(args) = &cli.command {
+        if let Some(url) = &args.base_url {
+            config.llm.base_url = url.clone();
+        }
+        if let Some(model) = &args.model {
+            config.llm.model = model.clone();
+        }
+        config.validate()?;
+    }
+    let open_store = |config: &Config| -> anyhow::Result<Store> {
+        let dir = config.data_dir()?;
+        Store::open(&dir).with_context(|| format!("cannot open the store in {}", dir.display()))
+    };
+    match cli.command {
+        CliCommand::Console(args) => {
+            let store = open_store(&config)?;
+            console(config, store, args).await
+        }
+        CliCommand::List => {
+            list(&open_store(&config)?)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        CliCommand::Export { id, out } => {
+            let store = open_store(&config)?;
+            export(&store, &id, &out)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        CliCommand::Migrate => {
+            let store = open_store(&config)?;
+            store.flush_blocking()?;
+            println!(
+                "store schema version {}",
+                store.schema_version()?.unwrap_or(0)
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        CliCommand::Check => {
+            println!("configuration is valid:\n{config:#?}");
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn task_with_goals(task: Option<&str>, goals: &[String]) -> anyhow::Result<String> {
+    if goals.len() > 5 {
+        bail!("at most 5 --goal options are allowed (got {})", goals.len());
+    }
+    let mut text = task.map(str::trim).unwrap_or("").to_string();
+    if !goals.is_empty() {
+        if !text.is_empty() {
+            text.push_str("\n\n");
+        }
+        text.push_str("Goals:");
+        for (i, goal) in goals.iter().enumerate() {
+            text.push_str(&format!("\n{}. {}", i + 1, goal.trim()));
+        }
+    }
+    if text.is_empty() {
+        bail!("give the agent something to do with --task \"…\" (or --goal)");
+    }
+    Ok(text)
+}
+
+async fn console(config: Config, store: Store, args: ConsoleArgs) -> anyhow::Result<ExitCode> {
+    TiktokenCounter::warm_up();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let surface = Arc::new(ConsoleSurface::stdin());
+    let (state, first) = match &args.resume {
+        Some(prefix) => {
+            let id = store.resolve_agent(prefix)?;
+            let mut state = store
+                .load_agent(&id)?
+                .with_context(|| format!("agent {id} vanished from the store"))?;
+            state.settings.continuous = args.continuous;
+            if let Some(limit) = args.limit {
+                state.settings.cycle_limit = limit;
+            }
+            let first = match &state.phase {
+                Phase::Finished { .. } => {
+                    let follow_up = match &args.task {
+                        Some(task) => task.clone(),
+                        None => {
+                            let prompt = format!(
+                                "{} has finished. Follow-up task (empty to quit): ",
+                                state.name()
+                            );
+                            surface.read_line(&prompt).await.unwrap_or_default()
+                        }
+                    };
+                    if follow_up.trim().is_empty() {
+                        println!("Nothing to do; the agent stays finished.");
+                        return Ok(ExitCode::SUCCESS);
+                    }
+                    Event::Resume {
+                        by: "console".into(),
+                        follow_up: Some(follow_up),
+                    }
+                }
+                Phase::Paused(_) => Event::Resume {
+                    by: "console".into(),
+                    follow_up: args.task.clone(),
+                },
+                _ => Event::Recovered {
+                    interrupted: runtime::was_interrupted(&store, &state)?,
+                },
+            };
+            println!(
+                "Resuming agent {} ({}), cycle {}, {} steps so far.",
+                state.id,
+                state.name(),
+                state.cycle,
+                state.episodes.len()
+            );
+            (state, first)
+        }
+        None => {
+            let task = task_with_goals(args.task.as_deref(), &args.goals)?;
+            let profile = (args.name.is_some() || args.role.is_some()).then(|| {
+                let fallback = Profile::fallback();
+                Profile {
+                    name: args.name.clone().unwrap_or(fallback.name),
+                    role: args.role.clone().unwrap_or(fallback.role),
+                    best_practices: Vec::new(),
+                    constraints: Vec::new(),
+                }
+            });
+            let id = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
+            let state = AgentState::new(
+                id,
+                task,
+                profile,
+                AgentSettings {
+                    model: config.llm.model.clone(),
+                    continuous: args.continuous,
+                    cycle_limit: args.limit.unwrap_or(config.agent.cycle_limit),
+                },
+                clock.now(),
+            );
+            store.commit(&crate::store::Commit {
+                state: Some(&state),
+                ..Default::default()
+            })?;
+            store.flush().await?;
+            if args.continuous {
+                println!("WARNING: continuous mode runs read, write and network commands without asking. Use at your own risk.");
+            }
+            println!(
+                "Created agent {} with model {}.",
+                state.id, state.settings.model
+            );
+            (state, Event::Start)
+        }
+    };
+    let counter = Arc::new(TiktokenCounter::for_model(&state.settings.model));
+    let model = Arc::new(OpenAiChat::new(&config.llm)?);
+    let deps = Deps {
+        store: store.clone(),
+        model,
+        tools: Arc::new(Registry::standard(&config.agent)),
+        surface: surface.clone() as Arc<dyn Surface>,
+        config: Arc::new(config),
+        counter,
+        clock,
+    };
+    let (handle, actor) = runtime::start(state, first, deps);
+    let mut actor = actor;
+    let finished = tokio::select! {
+        result = &mut actor => result,
+        _ = tokio::signal::ctrl_c() => {
+            println!("\nInterrupted: pausing the agent (it is saved).");
+            handle.send(Event::Pause { by: "Ctrl+C".into() });
+            actor.await
+        }
+    };
+    let state = finished.context("the agent task stopped unexpectedly")??;
+    store.flush().await?;
+    Ok(match &state.phase {
+        Phase::Finished { .. } => ExitCode::SUCCESS,
+        Phase::Paused(PauseReason::ModelError { .. } | PauseReason::InvalidReplies { .. }) => {
+            ExitCode::from(3)
+        }
+        _ => ExitCode::SUCCESS,
+    })
+}
+
+fn list(store: &Store) -> anyhow::Result<()> {
+    let agents = store.list_agents()?;
+    if agents.is_empty() {
+        println!("No saved agents.");
+        return Ok(());
+    }
+    println!(
+        "{:<12}  {:<24}  {:<18}  {:>5}  {:<16}  TASK",
+        "ID", "NAME", "STATE", "CYCLE", "UPDATED"
+    );
+    for agent in agents {
+        println!(
+            "{:<12}  {:<24}  {:<18}  {:>5}  {:<16}  {}",
+            agent.id,
+            truncate_chars(&agent.name, 24),
+            agent.phase,
+            agent.cycle,
+            agent.updated_at.format("%Y-%m-%d %H:%M"),
+            truncate_chars(&agent.task.replace('\n', " "), 60)
+        );
+    }
+    Ok(())
+}
+
+fn export(store: &Store, prefix: &str, out: &Path) -> anyhow::Result<()> {
+    let id = store.resolve_agent(prefix)?;
+    let state = store
+        .load_agent(&id)?
+        .with_context(|| format!("agent {id} vanished from the store"))?;
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let transcript = out.join("transcript.md");
+    std::fs::write(&transcript, render_transcript(&state))
+        .with_context(|| format!("cannot write {}", transcript.display()))?;
+    let workspace = out.join("workspace");
+    let files = store.list_files(&id)?;
+    for (path, _) in &files {
+        // Stored paths were normalised on write; checking again keeps a damaged store from
+        // writing outside the export directory.
+        let safe = crate::tools::workspace::normalize_path(path)
+            .map_err(|why| anyhow::anyhow!("stored path {path:?} is unsafe: {why}"))?;
+        let target = workspace.join(&safe);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let contents = store.read_file(&id, path)?.unwrap_or_default();
+        std::fs::write(&target, contents)
+            .with_context(|| format!("cannot write {}", target.display()))?;
+    }
+    println!(
+        "Exported agent {} to {}: transcript.md and {} workspace file(s).",
+        id,
+        out.display(),
+        files.len()
+    );
+    Ok(())
+}

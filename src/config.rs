@@ -1,0 +1,454 @@
+//! Configuration: `bot.toml` plus per-host environment overrides, typed and validated once at start-up.
+//!
+//! Secrets (the OpenAI key, the Discord token) are read only from the environment and are wrapped in
+//! [`Secret`], whose `Debug` never shows the value, so a config can be logged without leaking them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::core::commands::Risk;
+
+/// A value that must never reach a log line, an error message or `Debug` output.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    /// The only way to read the value; callers hand it straight to the HTTP client.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret([redacted])")
+    }
+}
+
+/// A configuration problem, always naming the field so the operator can fix it.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path} is not valid TOML: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("config field `{field}`: {problem}")]
+    Invalid { field: String, problem: String },
+}
+
+fn invalid(field: &str, problem: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.to_string(),
+        problem: problem.into(),
+    }
+}
+
+/// How structured output is requested from an endpoint; not every OpenAI-compatible server supports every mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResponseFormatMode {
+    JsonSchema,
+    JsonObject,
+    None,
+}
+
+/// Context size and reply reserve of one model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSpec {
+    pub context_tokens: u32,
+    pub max_tokens: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LlmConfig {
+    pub base_url: String,
+    pub model: String,
+    /// Used for the watchdog's rethink; empty means "use `model`".
+    pub smart_model: String,
+    pub response_format: ResponseFormatMode,
+    pub timeout_secs: u64,
+    pub max_attempts: u32,
+    pub retry_initial_ms: u64,
+    pub retry_max_ms: u64,
+    pub temperature: Option<f32>,
+    /// Per-model overrides of the built-in context table.
+    pub models: BTreeMap<String, ModelSpec>,
+    #[serde(skip)]
+    pub api_key: Option<Secret>,
+}
+
+impl Default for LlmConfig {
+    fn default() -> Self {
+        LlmConfig {
+            base_url: "https://api.openai.com/v1".into(),
+            model: "gpt-4o-mini".into(),
+            smart_model: String::new(),
+            response_format: ResponseFormatMode::JsonSchema,
+            timeout_secs: 120,
+            max_attempts: 6,
+            retry_initial_ms: 1000,
+            retry_max_ms: 30_000,
+            temperature: None,
+            models: BTreeMap::new(),
+            api_key: None,
+        }
+    }
+}
+
+/// Known context windows; anything else falls back to a conservative 4k window so an unknown local
+/// model is never sent more than it can take. Operators override per model in `[llm.models]`.
+const KNOWN_MODELS: &[(&str, u32, u32)] = &[
+    ("gpt-4o-mini", 128_000, 1_500),
+    ("gpt-4o", 128_000, 1_500),
+    ("gpt-4.1", 1_000_000, 2_000),
+    ("gpt-4.1-mini", 1_000_000, 2_000),
+    ("gpt-4.1-nano", 1_000_000, 2_000),
+    ("gpt-4-turbo", 128_000, 1_500),
+    ("gpt-4", 8_192, 1_000),
+    ("gpt-3.5-turbo", 16_385, 1_000),
+];
+
+const FALLBACK_MODEL: ModelSpec = ModelSpec {
+    context_tokens: 4_096,
+    max_tokens: 1_000,
+};
+
+impl LlmConfig {
+    pub fn model_spec(&self, model: &str) -> ModelSpec {
+        if let Some(spec) = self.models.get(model) {
+            return *spec;
+        }
+        KNOWN_MODELS
+            .iter()
+            .find(|(name, _, _)| *name == model)
+            .map(|&(_, context_tokens, max_tokens)| ModelSpec {
+                context_tokens,
+                max_tokens,
+            })
+            .unwrap_or(FALLBACK_MODEL)
+    }
+
+    pub fn smart_model(&self) -> Option<&str> {
+        (!self.smart_model.is_empty()).then_some(self.smart_model.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentConfig {
+    /// Stop asking the model after this many cycles; 0 means no limit.
+    pub cycle_limit: u64,
+    /// The N offered by Approve ×N when the user gives none.
+    pub approve_n_default: u32,
+    /// How many of the newest steps the Progress section shows in full before switching to summaries.
+    pub full_steps: usize,
+    /// Which risk classes Approve ×N and continuous mode may run without a card.
+    pub automatic: Vec<Risk>,
+    /// Commands switched off for every agent.
+    pub disabled_commands: Vec<String>,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            cycle_limit: 0,
+            approve_n_default: 5,
+            full_steps: 4,
+            automatic: vec![Risk::Read, Risk::Write, Risk::Network],
+            disabled_commands: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkspaceConfig {
+    pub max_file_bytes: u64,
+    pub max_agent_bytes: u64,
+    /// Tool output longer than this is cut (with a marker) before it reaches the history.
+    pub max_output_chars: usize,
+}
+
+impl Default for WorkspaceConfig {
+    fn default() -> Self {
+        WorkspaceConfig {
+            max_file_bytes: 1024 * 1024,
+            max_agent_bytes: 16 * 1024 * 1024,
+            max_output_chars: 20_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// Where the sled store lives; empty means the platform data directory.
+    pub data_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DiscordConfig {
+    /// Another Discord-compatible API (a proxy, the test fake); empty means Discord itself.
+    pub api_base: Option<String>,
+    /// Register slash commands in this guild only (instant updates while developing).
+    pub dev_guild: Option<u64>,
+    #[serde(skip)]
+    pub token: Option<Secret>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub llm: LlmConfig,
+    pub agent: AgentConfig,
+    pub workspace: WorkspaceConfig,
+    pub store: StoreConfig,
+    pub discord: DiscordConfig,
+}
+
+/// The environment as the config loader sees it; a trait-free closure keeps tests off the real process env.
+pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// Reads the real process environment, treating empty values as unset.
+pub fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+impl Config {
+    /// Loads `path` (or `AUTOTHREAD_CONFIG`, or built-in defaults), applies the environment, validates.
+    pub fn load(path: Option<&Path>, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
+        let env_path = env("AUTOTHREAD_CONFIG").map(PathBuf::from);
+        let path = path.map(Path::to_path_buf).or(env_path);
+        let mut config = match &path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.clone(),
+                    source,
+                })?;
+                Config::from_toml(&text, path)?
+            }
+            None => Config::default(),
+        };
+        config.apply_env(env);
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn from_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })
+    }
+
+    /// The variables deployments set per host win over the file.
+    pub fn apply_env(&mut self, env: EnvLookup<'_>) {
+        if let Some(v) = env("OPENAI_API_KEY") {
+            self.llm.api_key = Some(Secret::new(v));
+        }
+        if let Some(v) = env("OPENAI_BASE_URL") {
+            self.llm.base_url = v;
+        }
+        if let Some(v) = env("OPENAI_MODEL") {
+            self.llm.model = v;
+        }
+        if let Some(v) = env("AUTOTHREAD_DATA_DIR") {
+            self.store.data_dir = Some(PathBuf::from(v));
+        }
+        if let Some(v) = env("DISCORD_TOKEN") {
+            self.discord.token = Some(Secret::new(v));
+        }
+        if let Some(v) = env("DISCORD_API_BASE") {
+            self.discord.api_base = Some(v);
+        }
+        if let Some(v) = env("DISCORD_DEV_GUILD") {
+            // A malformed id is reported by validate() through this marker rather than silently ignored.
+            self.discord.dev_guild = Some(v.parse().unwrap_or(0));
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let llm = &self.llm;
+        let url = llm.base_url.trim();
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(invalid(
+                "llm.base_url",
+                format!("must start with http:// or https:// (got {url:?})"),
+            ));
+        }
+        if llm.model.trim().is_empty() {
+            return Err(invalid("llm.model", "must not be empty"));
+        }
+        if llm.timeout_secs == 0 {
+            return Err(invalid("llm.timeout_secs", "must be at least 1"));
+        }
+        if llm.max_attempts == 0 || llm.max_attempts > 20 {
+            return Err(invalid("llm.max_attempts", "must be between 1 and 20"));
+        }
+        if llm.retry_initial_ms > llm.retry_max_ms {
+            return Err(invalid(
+                "llm.retry_initial_ms",
+                "must not exceed llm.retry_max_ms",
+            ));
+        }
+        if let Some(t) = llm.temperature {
+            if !(0.0..=2.0).contains(&t) {
+                return Err(invalid("llm.temperature", "must be between 0 and 2"));
+            }
+        }
+        for (name, spec) in &llm.models {
+            let field = format!("llm.models.\"{name}\"");
+            if spec.context_tokens < 1024 {
+                return Err(invalid(&field, "context_tokens must be at least 1024"));
+            }
+            if spec.max_tokens == 0 || spec.max_tokens * 2 > spec.context_tokens {
+                return Err(invalid(
+                    &field,
+                    "max_tokens must be at least 1 and at most half of context_tokens",
+                ));
+            }
+        }
+        if self.agent.approve_n_default == 0 {
+            return Err(invalid("agent.approve_n_default", "must be at least 1"));
+        }
+        if self.agent.full_steps == 0 {
+            return Err(invalid("agent.full_steps", "must be at least 1"));
+        }
+        if self.workspace.max_file_bytes == 0
+            || self.workspace.max_file_bytes > self.workspace.max_agent_bytes
+        {
+            return Err(invalid(
+                "workspace.max_file_bytes",
+                "must be at least 1 and at most workspace.max_agent_bytes",
+            ));
+        }
+        if self.workspace.max_output_chars < 200 {
+            return Err(invalid(
+                "workspace.max_output_chars",
+                "must be at least 200",
+            ));
+        }
+        if self.discord.dev_guild == Some(0) {
+            return Err(invalid(
+                "discord.dev_guild",
+                "must be a guild id (a positive integer); check DISCORD_DEV_GUILD",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The directory of the sled store: configured, or the platform's data directory.
+    pub fn data_dir(&self) -> Result<PathBuf, ConfigError> {
+        if let Some(dir) = &self.store.data_dir {
+            return Ok(dir.clone());
+        }
+        directories::ProjectDirs::from("", "", "autothread")
+            .map(|dirs| dirs.data_dir().to_path_buf())
+            .ok_or_else(|| {
+                invalid(
+                    "store.data_dir",
+                    "no platform data directory found; set --data-dir or AUTOTHREAD_DATA_DIR",
+                )
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |name| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn example_config_parses_and_validates() {
+        let text = include_str!("../bot.toml.example");
+        let config = Config::from_toml(text, Path::new("bot.toml.example")).unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.agent.approve_n_default, 5);
+    }
+
+    #[test]
+    fn environment_overrides_file() {
+        let mut config = Config::from_toml(
+            "[llm]\nbase_url = \"http://file/v1\"\nmodel = \"file-model\"\n",
+            Path::new("t.toml"),
+        )
+        .unwrap();
+        config.apply_env(&env_of(&[
+            ("OPENAI_BASE_URL", "http://env/v1"),
+            ("OPENAI_MODEL", "env-model"),
+            ("OPENAI_API_KEY", "sk-very-secret"),
+            ("AUTOTHREAD_DATA_DIR", "/tmp/x"),
+            ("DISCORD_TOKEN", "discord-secret"),
+            ("DISCORD_DEV_GUILD", "42"),
+        ]));
+        assert_eq!(config.llm.base_url, "http://env/v1");
+        assert_eq!(config.llm.model, "env-model");
+        assert_eq!(config.store.data_dir, Some(PathBuf::from("/tmp/x")));
+        assert_eq!(config.discord.dev_guild, Some(42));
+        assert_eq!(
+            config.llm.api_key.as_ref().unwrap().expose(),
+            "sk-very-secret"
+        );
+        let debug = format!("{config:?}");
+        assert!(!debug.contains("sk-very-secret"), "{debug}");
+        assert!(!debug.contains("discord-secret"), "{debug}");
+        assert!(debug.contains("[redacted]"));
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases = [
+            ("[llm]\nbase_url = \"ftp://x\"\n", "llm.base_url"),
+            ("[llm]\nmax_attempts = 0\n", "llm.max_attempts"),
+            (
+                "[agent]\napprove_n_default = 0\n",
+                "agent.approve_n_default",
+            ),
+            (
+                "[llm.models.tiny]\ncontext_tokens = 2048\nmax_tokens = 2000\n",
+                "llm.models.\"tiny\"",
+            ),
+        ];
+        for (text, field) in cases {
+            let config = Config::from_toml(text, Path::new("t.toml")).unwrap();
+            let err = config.validate().unwrap_err().to_string();
+            assert!(err.contains(field), "{err} should name {field}");
+        }
+        let err = Config::from_toml("[llm]\nmodle = \"x\"\n", Path::new("t.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("modle"), "{err}");
+        let mut config = Config::default();
+        config.apply_env(&env_of(&[("DISCORD_DEV_GUILD", "not-a-number")]));
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("discord.dev_guild"), "{err}");
+    }
+
+    #[test]
+    fn model_specs_fall_back_conservatively() {
+        let config = Config::default();
+        assert_eq!(config.llm.model_spec("gpt-4o-mini").context_tokens, 128_000);
+        assert_eq!(config.llm.model_spec("smollm2"), FALLBACK_MODEL);
+    }
+}

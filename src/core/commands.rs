@@ -1,0 +1,361 @@
+//! Command descriptions as plain data: names, typed arguments, risk classes, aliases, and the check
+//! that turns a model's proposed call into a valid call (or an error text the model gets to read).
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+use super::reply::CommandCall;
+
+/// What a command can touch; the approval policy is expressed in these classes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Risk {
+    /// Looks at the agent's own workspace or memory.
+    Read,
+    /// Changes the agent's own workspace or memory.
+    Write,
+    /// Reads from the internet.
+    Network,
+    /// Steers the agent itself: finish, ask_user, sub-agents.
+    Control,
+    /// Has effects outside the bot.
+    External,
+}
+
+impl Risk {
+    pub fn label(self) -> &'static str {
+        match self {
+            Risk::Read => "read",
+            Risk::Write => "write",
+            Risk::Network => "network",
+            Risk::Control => "control",
+            Risk::External => "external",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ArgType {
+    String,
+    Integer,
+    Boolean,
+}
+
+impl ArgType {
+    fn json_name(self) -> &'static str {
+        match self {
+            ArgType::String => "string",
+            ArgType::Integer => "integer",
+            ArgType::Boolean => "boolean",
+        }
+    }
+
+    fn accepts(self, value: &Value) -> bool {
+        match self {
+            ArgType::String => value.is_string(),
+            ArgType::Integer => value.is_i64() || value.is_u64(),
+            ArgType::Boolean => value.is_boolean(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArgSpec {
+    pub name: String,
+    pub kind: ArgType,
+    pub description: String,
+    pub required: bool,
+}
+
+/// An older name for a command, with the argument names it used (old → new).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Alias {
+    pub name: String,
+    pub renames: Vec<(String, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandSpec {
+    pub name: String,
+    pub description: String,
+    pub args: Vec<ArgSpec>,
+    pub risk: Risk,
+    pub aliases: Vec<Alias>,
+}
+
+impl CommandSpec {
+    pub fn new(name: &str, description: &str, risk: Risk) -> Self {
+        CommandSpec {
+            name: name.into(),
+            description: description.into(),
+            args: Vec::new(),
+            risk,
+            aliases: Vec::new(),
+        }
+    }
+
+    pub fn arg(mut self, name: &str, kind: ArgType, description: &str) -> Self {
+        self.args.push(ArgSpec {
+            name: name.into(),
+            kind,
+            description: description.into(),
+            required: true,
+        });
+        self
+    }
+
+    pub fn optional_arg(self, name: &str, kind: ArgType, description: &str) -> Self {
+        self.arg(name, kind, description).make_last_optional()
+    }
+
+    fn make_last_optional(mut self) -> Self {
+        if let Some(last) = self.args.last_mut() {
+            last.required = false;
+        }
+        self
+    }
+
+    pub fn alias(mut self, name: &str, renames: &[(&str, &str)]) -> Self {
+        self.aliases.push(Alias {
+            name: name.into(),
+            renames: renames
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect(),
+        });
+        self
+    }
+
+    /// The one-line form used in the prompt: `name: description. Params: (arg: type, opt?: type)`.
+    pub fn prompt_line(&self) -> String {
+        let params: Vec<String> = self
+            .args
+            .iter()
+            .map(|a| {
+                format!(
+                    "{}{}: {}",
+                    a.name,
+                    if a.required { "" } else { "?" },
+                    a.kind.json_name()
+                )
+            })
+            .collect();
+        format!(
+            "{}: {}. Params: ({})",
+            self.name,
+            self.description.trim_end_matches('.'),
+            params.join(", ")
+        )
+    }
+
+    /// JSON schema of the arguments object.
+    pub fn args_schema(&self) -> Value {
+        let mut properties = Map::new();
+        for arg in &self.args {
+            properties.insert(
+                arg.name.clone(),
+                json!({"type": arg.kind.json_name(), "description": arg.description}),
+            );
+        }
+        let required: Vec<&str> = self
+            .args
+            .iter()
+            .filter(|a| a.required)
+            .map(|a| a.name.as_str())
+            .collect();
+        json!({"type": "object", "properties": properties, "required": required})
+    }
+}
+
+/// The commands an agent may use, in prompt order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandSet {
+    pub specs: Vec<CommandSpec>,
+}
+
+/// A call that names a known command with well-typed arguments, under its canonical name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidCall {
+    pub call: CommandCall,
+    pub risk: Risk,
+}
+
+impl CommandSet {
+    pub fn get(&self, name: &str) -> Option<&CommandSpec> {
+        self.specs.iter().find(|s| s.name == name)
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.specs.iter().map(|s| s.name.clone()).collect()
+    }
+
+    /// Maps aliases to canonical names and checks the arguments. The error text is written for the
+    /// model: it says what was wrong and what would be right.
+    pub fn validate(&self, proposed: &CommandCall) -> Result<ValidCall, String> {
+        let requested = proposed.name.trim();
+        let (spec, renames) = match self.get(requested) {
+            Some(spec) => (spec, &[][..]),
+            None => match self.specs.iter().find_map(|s| {
+                s.aliases
+                    .iter()
+                    .find(|a| a.name == requested)
+                    .map(|a| (s, a.renames.as_slice()))
+            }) {
+                Some(found) => found,
+                None => {
+                    return Err(format!(
+                        "Unknown command '{}'. Use one of: {}.",
+                        requested,
+                        self.names().join(", ")
+                    ))
+                }
+            },
+        };
+        let mut args = Map::new();
+        for (key, value) in &proposed.args {
+            let key = renames
+                .iter()
+                .find(|(old, _)| old == key)
+                .map(|(_, new)| new.clone())
+                .unwrap_or_else(|| key.clone());
+            args.insert(key, value.clone());
+        }
+        let mut problems = Vec::new();
+        for arg in &spec.args {
+            match args.get(&arg.name) {
+                None | Some(Value::Null) if arg.required => {
+                    problems.push(format!("missing required argument '{}'", arg.name))
+                }
+                None | Some(Value::Null) => {
+                    args.remove(&arg.name);
+                }
+                Some(value) if !arg.kind.accepts(value) => problems.push(format!(
+                    "argument '{}' must be a {}",
+                    arg.name,
+                    arg.kind.json_name()
+                )),
+                Some(_) => {}
+            }
+        }
+        for key in args.keys() {
+            if !spec.args.iter().any(|a| &a.name == key) {
+                problems.push(format!("unknown argument '{key}'"));
+            }
+        }
+        if !problems.is_empty() {
+            return Err(format!(
+                "Invalid arguments for command '{}': {}. Expected: {}",
+                spec.name,
+                problems.join("; "),
+                spec.prompt_line()
+            ));
+        }
+        Ok(ValidCall {
+            call: CommandCall {
+                name: spec.name.clone(),
+                args,
+            },
+            risk: spec.risk,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set() -> CommandSet {
+        CommandSet {
+            specs: vec![
+                CommandSpec::new("write_file", "Write a file", Risk::Write)
+                    .arg("filename", ArgType::String, "path")
+                    .arg("contents", ArgType::String, "text")
+                    .alias(
+                        "write_to_file",
+                        &[("file", "filename"), ("text", "contents")],
+                    ),
+                CommandSpec::new("list_folder", "List a folder", Risk::Read).optional_arg(
+                    "folder",
+                    ArgType::String,
+                    "path",
+                ),
+            ],
+        }
+    }
+
+    fn call(name: &str, args: Value) -> CommandCall {
+        CommandCall {
+            name: name.into(),
+            args: args.as_object().cloned().unwrap_or_default(),
+        }
+    }
+
+    #[test]
+    fn aliases_map_name_and_arguments() {
+        let valid = set()
+            .validate(&call(
+                "write_to_file",
+                json!({"file": "a.txt", "text": "hi"}),
+            ))
+            .unwrap();
+        assert_eq!(valid.call.name, "write_file");
+        assert_eq!(
+            valid.call.args,
+            *json!({"filename": "a.txt", "contents": "hi"})
+                .as_object()
+                .unwrap()
+        );
+        assert_eq!(valid.risk, Risk::Write);
+    }
+
+    #[test]
+    fn errors_are_written_for_the_model() {
+        let cases = [
+            (
+                call("rm_rf", json!({})),
+                "Unknown command 'rm_rf'. Use one of: write_file, list_folder.",
+            ),
+            (
+                call("write_file", json!({"filename": "a"})),
+                "missing required argument 'contents'",
+            ),
+            (
+                call("write_file", json!({"filename": 3, "contents": "x"})),
+                "argument 'filename' must be a string",
+            ),
+            (
+                call(
+                    "write_file",
+                    json!({"filename": "a", "contents": "x", "mode": "w"}),
+                ),
+                "unknown argument 'mode'",
+            ),
+        ];
+        for (proposed, expected) in cases {
+            let err = set().validate(&proposed).unwrap_err();
+            assert!(
+                err.contains(expected),
+                "{err:?} should contain {expected:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn optional_arguments_may_be_absent_or_null() {
+        assert!(set().validate(&call("list_folder", json!({}))).is_ok());
+        let valid = set()
+            .validate(&call("list_folder", json!({"folder": null})))
+            .unwrap();
+        assert!(valid.call.args.is_empty());
+    }
+
+    #[test]
+    fn prompt_line_marks_optional_params() {
+        let specs = set();
+        assert_eq!(
+            specs.specs[1].prompt_line(),
+            "list_folder: List a folder. Params: (folder?: string)"
+        );
+    }
+}

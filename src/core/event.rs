@@ -1,0 +1,124 @@
+//! The closed set of things that can happen to an agent, and the effects `step` asks the runtime to carry out.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::commands::Risk;
+use super::history::Outcome;
+use super::prompt::Message;
+use super::reply::CommandCall;
+use super::state::{PauseReason, Proposal};
+
+/// Why a model call was made; its reply is routed by this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CallPurpose {
+    Profile,
+    Think,
+    /// A second chance after an unusable reply, quoting the parse error.
+    Reask,
+    /// The watchdog's second look after a repeated command.
+    Rethink,
+    SelfCritique,
+    Summary {
+        cycle: u64,
+    },
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+/// A human's answer to a proposal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Decision {
+    Approve,
+    /// Run this command and the next N−1 automatic-class commands without asking.
+    ApproveN(u32),
+    /// Stop; the agent and its proposal are kept.
+    Deny,
+    /// Do not run the command; the text becomes the cycle's result.
+    Feedback(String),
+    SelfCritique,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A new agent begins (generating its profile first when it has none).
+    Start,
+    ModelReplied {
+        seq: u64,
+        purpose: CallPurpose,
+        text: String,
+        usage: Option<Usage>,
+    },
+    /// The call failed after the client's retries.
+    ModelFailed {
+        seq: u64,
+        purpose: CallPurpose,
+        error: String,
+    },
+    Decided {
+        cycle: u64,
+        decision: Decision,
+        by: String,
+    },
+    CommandFinished {
+        cycle: u64,
+        outcome: Outcome,
+    },
+    Pause {
+        by: String,
+    },
+    Resume {
+        by: String,
+        follow_up: Option<String>,
+    },
+    /// The agent was loaded after a restart; `interrupted` says the journal shows its command
+    /// started and never finished.
+    Recovered {
+        interrupted: bool,
+    },
+}
+
+/// A request for the model, fully prepared by the core.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelCall {
+    pub seq: u64,
+    pub purpose: CallPurpose,
+    pub messages: Vec<Message>,
+    pub max_tokens: u32,
+    /// Structured output wanted (when the endpoint supports it).
+    pub json_schema: Option<Value>,
+    /// Use the configured smarter model.
+    pub smart: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    CallModel(ModelCall),
+    ShowProfile,
+    ShowProposal {
+        proposal: Proposal,
+        auto_approved: bool,
+    },
+    /// Run the command (the runtime journals it first).
+    Execute {
+        cycle: u64,
+        call: CommandCall,
+        risk: Risk,
+    },
+    /// The episode of `cycle` was added or changed and must be stored.
+    EpisodeRecorded {
+        cycle: u64,
+    },
+    /// Something the humans should read (a command error, a fallback, a pause).
+    Notify(String),
+    Paused(PauseReason),
+    Finished {
+        reason: String,
+    },
+    /// The event could not be applied (a stale click, a resume of a running agent); the text says why.
+    Rejected(String),
+}

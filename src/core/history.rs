@@ -1,0 +1,190 @@
+//! Episodes (one per cycle: the action and its outcome), their rendering for the Progress section,
+//! and the prompt that condenses an episode into one line.
+
+use serde::{Deserialize, Serialize};
+
+use super::prompt::Message;
+use super::reply::CommandCall;
+
+/// What came of a cycle's proposed command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", content = "text", rename_all = "snake_case")]
+pub enum Outcome {
+    Success(String),
+    Error(String),
+    /// The human answered with feedback instead of running the command.
+    HumanFeedback(String),
+    /// The human asked for a self-critique instead of running the command.
+    SelfCritique(String),
+}
+
+impl Outcome {
+    pub fn status(&self) -> &'static str {
+        match self {
+            Outcome::Success(_) => "success",
+            Outcome::Error(_) => "error",
+            Outcome::HumanFeedback(_) => "interrupted_by_human",
+            Outcome::SelfCritique(_) => "self_critique",
+        }
+    }
+
+    pub fn text(&self) -> &str {
+        match self {
+            Outcome::Success(t)
+            | Outcome::Error(t)
+            | Outcome::HumanFeedback(t)
+            | Outcome::SelfCritique(t) => t,
+        }
+    }
+
+    /// Whether the command itself ran (feedback and critique replace it).
+    pub fn command_ran(&self) -> bool {
+        matches!(self, Outcome::Success(_) | Outcome::Error(_))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Episode {
+    pub cycle: u64,
+    pub command: CommandCall,
+    pub reasoning: String,
+    pub outcome: Outcome,
+    /// The model's one-line condensation, filled in off the critical path.
+    pub summary: Option<String>,
+    /// Who approved or answered, for the transcript.
+    pub decided_by: Option<String>,
+}
+
+/// `name(arg=value, …)` with values as compact JSON, cut to `max_chars` code points.
+pub fn format_call(call: &CommandCall, max_chars: usize) -> String {
+    let args: Vec<String> = call.args.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    truncate_chars(&format!("{}({})", call.name, args.join(", ")), max_chars)
+}
+
+/// Cuts to at most `max` code points, marking the cut, never splitting a character.
+pub fn truncate_chars(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let keep = max.saturating_sub(1);
+    let mut out: String = text.chars().take(keep).collect();
+    out.push('…');
+    out
+}
+
+impl Episode {
+    /// The full rendering used for the newest steps.
+    pub fn render_full(&self) -> String {
+        let mut out = format!(
+            "### Step {}: Executed `{}`\n- **Reasoning:** \"{}\"\n- **Status:** `{}`\n",
+            self.cycle,
+            format_call(&self.command, 400),
+            self.reasoning.trim(),
+            self.outcome.status()
+        );
+        let label = match self.outcome {
+            Outcome::Success(_) => "Output",
+            Outcome::Error(_) => "Reason",
+            Outcome::HumanFeedback(_) => "Feedback",
+            Outcome::SelfCritique(_) => "Critique",
+        };
+        // Output is fenced so that the model reads it as data rather than as instructions.
+        out.push_str(&format!(
+            "- **{label}:**\n```\n{}\n```",
+            self.outcome.text().replace("```", "'''")
+        ));
+        out
+    }
+
+    /// The one-line rendering used for older steps: the model's summary, or a mechanical one until it exists.
+    pub fn render_summary(&self) -> String {
+        match &self.summary {
+            Some(summary) => format!("- Step {}: {}", self.cycle, summary.trim()),
+            None => {
+                let first_line = self.outcome.text().lines().next().unwrap_or("");
+                format!(
+                    "- Step {}: `{}` → {}: {}",
+                    self.cycle,
+                    format_call(&self.command, 80),
+                    self.outcome.status(),
+                    truncate_chars(first_line, 100)
+                )
+            }
+        }
+    }
+}
+
+/// AutoGPT 0.5's compression instruction, verbatim, since users tune prompts against it.
+pub const COMPRESSION_PROMPT: &str = "The text represents an action, the reason for its execution, and its result.\n\nCondense the action taken and its result into one line.\n\nPreserve any specific factual information gathered by the action.";
+
+/// Messages asking the model to condense one episode, fitted to `max_chars` of input.
+pub fn summary_request(episode: &Episode, max_chars: usize) -> Vec<Message> {
+    vec![
+        Message::system(COMPRESSION_PROMPT),
+        Message::user(truncate_chars(&episode.render_full(), max_chars)),
+    ]
+}
+
+/// A model summary is one line; anything longer is cut rather than trusted.
+pub fn clean_summary(text: &str) -> Option<String> {
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())?
+        .trim_start_matches(['-', '*', ' '])
+        .to_string();
+    (!line.is_empty()).then(|| truncate_chars(&line, 300))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn episode(outcome: Outcome) -> Episode {
+        Episode {
+            cycle: 7,
+            command: CommandCall {
+                name: "read_file".into(),
+                args: json!({"filename": "a.txt"}).as_object().cloned().unwrap(),
+            },
+            reasoning: "need the data".into(),
+            outcome,
+            summary: None,
+            decided_by: None,
+        }
+    }
+
+    #[test]
+    fn full_rendering_shows_action_status_and_fenced_output() {
+        let text = episode(Outcome::Success("line ```x```".into())).render_full();
+        assert!(text.starts_with("### Step 7: Executed `read_file(filename=\"a.txt\")`"));
+        assert!(text.contains("**Status:** `success`"));
+        assert!(text.contains("```\nline '''x'''\n```"), "{text}");
+    }
+
+    #[test]
+    fn summary_rendering_prefers_model_summary() {
+        let mut ep = episode(Outcome::Error("no such file\nmore".into()));
+        assert_eq!(
+            ep.render_summary(),
+            "- Step 7: `read_file(filename=\"a.txt\")` → error: no such file"
+        );
+        ep.summary = Some("Read a.txt; it did not exist.".into());
+        assert_eq!(
+            ep.render_summary(),
+            "- Step 7: Read a.txt; it did not exist."
+        );
+    }
+
+    #[test]
+    fn truncation_counts_code_points() {
+        assert_eq!(truncate_chars("héllo wörld", 5), "héll…");
+        assert_eq!(truncate_chars("short", 5), "short");
+        assert_eq!(
+            clean_summary("\n\n - Wrote haiku.txt\nextra"),
+            Some("Wrote haiku.txt".into())
+        );
+        assert_eq!(clean_summary("   \n"), None);
+    }
+}

@@ -1,0 +1,15 @@
+//! The pure agent core: no I/O, no async, no clock reads, no randomness. Everything the loop decides
+//! is a function of the state and one event; the runtime carries out the returned effects.
+
+pub mod commands;
+pub mod event;
+pub mod history;
+pub mod prompt;
+pub mod reply;
+pub mod state;
+pub mod step;
+pub mod transcript;
+pub mod watchdog;
+
+#[cfg(test)]
+mod step_tests;

@@ -1,0 +1,444 @@
+//! The AutoGPT 0.5 prompt layout, assembled from state and fitted to the model's context window;
+//! also the smaller prompts (re-ask, rethink, self-critique, profile generation).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::commands::CommandSet;
+use super::history::{format_call, truncate_chars};
+use super::reply::{reply_format_instructions, CommandCall, Thoughts};
+use super::state::{AgentState, Profile};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    pub content: String,
+}
+
+impl Message {
+    pub fn system(content: impl Into<String>) -> Self {
+        Message {
+            role: Role::System,
+            content: content.into(),
+        }
+    }
+    pub fn user(content: impl Into<String>) -> Self {
+        Message {
+            role: Role::User,
+            content: content.into(),
+        }
+    }
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Message {
+            role: Role::Assistant,
+            content: content.into(),
+        }
+    }
+}
+
+/// Counts tokens the way the target model does (or estimates it); implemented outside the core.
+pub trait TokenCounter: Send + Sync {
+    fn count(&self, text: &str) -> usize;
+
+    /// Tokens of a whole chat request, with the per-message framing chat models add.
+    fn count_messages(&self, messages: &[Message]) -> usize {
+        messages
+            .iter()
+            .map(|m| self.count(&m.content) + MESSAGE_OVERHEAD)
+            .sum::<usize>()
+            + REPLY_PRIMING
+    }
+}
+
+/// Framing tokens per chat message (role and separators) and for priming the reply, as OpenAI documents them.
+pub const MESSAGE_OVERHEAD: usize = 4;
+pub const REPLY_PRIMING: usize = 3;
+
+/// The model's window and how much of it is kept for the reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContextLimits {
+    pub context_tokens: u32,
+    pub max_tokens: u32,
+}
+
+impl ContextLimits {
+    /// What the prompt may use: the window minus the reply reserve.
+    pub fn send_limit(&self) -> usize {
+        self.context_tokens.saturating_sub(self.max_tokens) as usize
+    }
+
+    /// A tool result larger than this cannot usefully enter the history (AutoGPT's "too much output").
+    pub fn max_result_tokens(&self) -> usize {
+        self.send_limit() / 3
+    }
+}
+
+/// Sections filled by later features (long-term memory, budgets); empty ones are left out.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PromptExtras {
+    pub memories: Vec<String>,
+    pub budget: Option<String>,
+}
+
+/// AutoGPT's trigger, verbatim, because prompts tuned for AutoGPT rely on it.
+pub const TRIGGER: &str = "Determine exactly one command to use next based on the given goals and the progress you have made so far, and respond using the JSON schema specified previously:";
+
+const GENERAL_CONSTRAINTS: &[&str] = &[
+    "Exclusively use the commands listed below.",
+    "You can only act proactively, and are unable to start background jobs or set up webhooks for yourself. Take this into account when planning your actions.",
+    "You are unable to interact with physical objects. If this is absolutely necessary to fulfill a task or objective or to complete a step, you must ask the user to do it for you. If the user refuses this, and there is no other way to achieve your goals, you must terminate to avoid wasting time and energy.",
+    "Your short-term memory is limited, so save important information to files in your workspace.",
+];
+
+const GENERAL_RESOURCES: &[&str] = &[
+    "The ability to read and write files in your own workspace.",
+    "You are a Large Language Model, trained on millions of pages of text, including a lot of factual knowledge. Make use of this factual knowledge to avoid unnecessary gathering of information.",
+];
+
+const GENERAL_BEST_PRACTICES: &[&str] = &[
+    "Continuously review and analyze your actions to ensure you are performing to the best of your abilities.",
+    "Constructively self-criticize your big-picture behavior constantly.",
+    "Reflect on past decisions and strategies to refine your approach.",
+    "Every command has a cost, so be smart and efficient. Aim to complete tasks in the least number of steps.",
+    "Only make use of your information gathering abilities to find information that you don't yet have knowledge of.",
+];
+
+fn numbered(items: impl IntoIterator<Item = impl AsRef<str>>) -> String {
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| format!("{}. {}", i + 1, item.as_ref()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The system prompt: profile, directives, commands, resources, best practices and the task framing.
+pub fn system_prompt(profile: &Profile, commands: &CommandSet) -> String {
+    let constraints = GENERAL_CONSTRAINTS
+        .iter()
+        .map(|s| s.to_string())
+        .chain(profile.constraints.iter().cloned());
+    let practices = GENERAL_BEST_PRACTICES
+        .iter()
+        .map(|s| s.to_string())
+        .chain(profile.best_practices.iter().cloned());
+    format!(
+        "You are {name}, {role}\n\n\
+         Your decisions must always be made independently without seeking user assistance. \
+         Play to your strengths as an LLM and pursue simple strategies with no legal complications.\n\n\
+         ## Constraints\nYou operate within the following constraints:\n{constraints}\n\n\
+         ## Resources\nYou can leverage access to the following resources:\n{resources}\n\n\
+         ## Commands\nThese are the ONLY commands you can use. Any action you perform must be possible through one of these commands:\n{commands}\n\n\
+         ## Best practices\n{practices}\n\n\
+         ## Your Task\nThe user will specify a task for you to execute, in triple quotes, in the next message. \
+         Your job is to complete the task while following your directives as given above, and terminate when your task is done.",
+        name = profile.name,
+        role = profile.role,
+        constraints = numbered(constraints),
+        resources = numbered(GENERAL_RESOURCES),
+        commands = numbered(commands.specs.iter().map(|s| s.prompt_line())),
+        practices = numbered(practices),
+    )
+}
+
+pub fn time_message(now: DateTime<Utc>) -> String {
+    format!(
+        "The current time and date is {}",
+        now.format("%a %b %e %H:%M:%S %Y UTC")
+    )
+}
+
+/// Everything needed to assemble one cycle's prompt.
+pub struct PromptInputs<'a> {
+    pub state: &'a AgentState,
+    pub commands: &'a CommandSet,
+    pub now: DateTime<Utc>,
+    pub limits: ContextLimits,
+    pub extras: &'a PromptExtras,
+    pub full_steps: usize,
+    pub counter: &'a dyn TokenCounter,
+}
+
+/// The assembled prompt and how the history was fitted, for tests, logs and benchmarks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuiltPrompt {
+    pub messages: Vec<Message>,
+    pub prompt_tokens: usize,
+    pub steps_in_full: usize,
+    pub steps_summarised: usize,
+    pub steps_omitted: usize,
+}
+
+const PROGRESS_HEADER: &str =
+    "## Progress\nThese are the steps you have taken so far, oldest first:";
+
+/// Builds the cycle prompt: fixed parts are counted first, then the history is added newest-first
+/// (the newest steps in full, older ones as one-line summaries) until the send limit would be crossed.
+pub fn build_cycle_prompt(inputs: &PromptInputs<'_>) -> BuiltPrompt {
+    let state = inputs.state;
+    let fallback_profile = Profile::fallback();
+    let profile = state.profile.as_ref().unwrap_or(&fallback_profile);
+    let counter = inputs.counter;
+
+    let system = Message::system(system_prompt(profile, inputs.commands));
+    let task = Message::user(format!("\"\"\"{}\"\"\"", state.full_task()));
+    let time = Message::system(time_message(inputs.now));
+    let memory = (!inputs.extras.memories.is_empty()).then(|| {
+        Message::system(format!(
+            "## Memories\nThis reminds you of these events from your past:\n{}",
+            inputs
+                .extras
+                .memories
+                .iter()
+                .map(|m| format!("- {m}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        ))
+    });
+    let budget = inputs.extras.budget.clone().map(Message::system);
+    let format = Message::system(reply_format_instructions());
+    let trigger = Message::user(TRIGGER);
+
+    let mut fixed: Vec<&Message> = vec![&system, &task, &time];
+    fixed.extend(memory.iter());
+    fixed.extend(budget.iter());
+    fixed.push(&format);
+    fixed.push(&trigger);
+    let fixed_tokens: usize = fixed
+        .iter()
+        .map(|m| counter.count(&m.content) + MESSAGE_OVERHEAD)
+        .sum::<usize>()
+        + REPLY_PRIMING;
+
+    let send_limit = inputs.limits.send_limit();
+    let header_tokens = counter.count(PROGRESS_HEADER) + MESSAGE_OVERHEAD;
+    let mut available = send_limit.saturating_sub(fixed_tokens + header_tokens);
+
+    let mut lines_newest_first: Vec<String> = Vec::new();
+    let mut in_full = 0;
+    let mut summarised = 0;
+    let mut full_mode = true;
+    for episode in state.episodes.iter().rev() {
+        if full_mode && in_full < inputs.full_steps {
+            let text = episode.render_full();
+            let cost = counter.count(&text) + 1;
+            if cost <= available {
+                available -= cost;
+                lines_newest_first.push(text);
+                in_full += 1;
+                continue;
+            }
+        }
+        full_mode = false;
+        let text = episode.render_summary();
+        let cost = counter.count(&text) + 1;
+        if cost > available {
+            break;
+        }
+        available -= cost;
+        lines_newest_first.push(text);
+        summarised += 1;
+    }
+    let omitted = state.episodes.len() - in_full - summarised;
+
+    let mut messages = vec![system, task, time];
+    if !lines_newest_first.is_empty() {
+        let mut body = PROGRESS_HEADER.to_string();
+        if omitted > 0 {
+            body.push_str(&format!(
+                "\n({omitted} earlier steps are not shown; what matters from them is in your files.)"
+            ));
+        }
+        for line in lines_newest_first.iter().rev() {
+            body.push('\n');
+            body.push_str(line);
+        }
+        messages.push(Message::system(body));
+    }
+    messages.extend(memory);
+    messages.extend(budget);
+    messages.push(format);
+    messages.push(trigger);
+    let prompt_tokens = counter.count_messages(&messages);
+    BuiltPrompt {
+        messages,
+        prompt_tokens,
+        steps_in_full: in_full,
+        steps_summarised: summarised,
+        steps_omitted: omitted,
+    }
+}
+
+/// After an unusable reply: show the model what it said and the exact parse error, once.
+pub fn reask_messages(mut prompt: Vec<Message>, bad_reply: &str, error: &str) -> Vec<Message> {
+    prompt.push(Message::assistant(truncate_chars(bad_reply, 2000)));
+    prompt.push(Message::user(format!(
+        "Your previous reply could not be used: {error}\nRespond again with exactly one JSON object in the Response format specified previously, with one command, and nothing else."
+    )));
+    prompt
+}
+
+/// The watchdog's rethink: the same prompt, plus a note that the proposal repeats the last step.
+pub fn rethink_messages(mut prompt: Vec<Message>, repeated: &CommandCall) -> Vec<Message> {
+    let at = prompt.len().saturating_sub(1);
+    prompt.insert(
+        at,
+        Message::system(format!(
+            "Watchdog: you just proposed `{}`, exactly the command and arguments of your previous step, whose result is in the Progress section. Repeating it will not make progress. Think again and choose a different command.",
+            format_call(repeated, 300)
+        )),
+    );
+    prompt
+}
+
+/// Self-critique: the thoughts alone, without context, sent to a fresh call asking for a critique.
+pub fn self_critique_messages(
+    profile: &Profile,
+    thoughts: &Thoughts,
+    command: &CommandCall,
+) -> Vec<Message> {
+    let plan = if thoughts.plan.is_empty() {
+        "(none)"
+    } else {
+        &thoughts.plan
+    };
+    vec![
+        Message::system(format!(
+            "You review the work of an AI agent acting as {}, {}. Evaluate its thought process, reasoning and plan below, \
+             keeping in mind the limitations of an AI agent, and answer with one concise paragraph of concrete improvements: \
+             ideas to add or drop and why, what to do first, and whether the proposed command is the best next step.",
+            profile.name, profile.role
+        )),
+        Message::user(format!(
+            "Thoughts: {}\nReasoning: {}\nPlan:\n{}\nCriticism: {}\nProposed command: {}",
+            thoughts.text,
+            thoughts.reasoning,
+            plan,
+            thoughts.self_criticism,
+            format_call(command, 500)
+        )),
+    ]
+}
+
+/// Profile generation, after AutoGPT 0.5's `create_agent`: the same instruction and worked example,
+/// asking for a JSON object instead of a function call so that any endpoint can answer it.
+pub fn profile_messages(task: &str) -> Vec<Message> {
+    let example = json!({
+        "name": "CMOGPT",
+        "description": "a professional digital marketer AI that helps solo founders grow their businesses with expert, practical marketing advice for SaaS, content products and agencies.",
+        "directives": {
+            "best_practices": [
+                "Plan, prioritise and support execution of the marketing work like a virtual Chief Marketing Officer.",
+                "Give specific, actionable and concise advice without platitudes.",
+                "Find quick wins and cheap campaigns that deliver results with little time and money."
+            ],
+            "constraints": [
+                "Do not suggest illegal or unethical plans or strategies.",
+                "Take reasonable budgetary limits into account."
+            ]
+        }
+    });
+    vec![
+        Message::system(format!(
+            "Your job is to respond to a user-defined task, given in triple quotes, by creating an autonomous agent to complete the task. \
+             Supply a role-based name for the agent (ending in _GPT), an informative description of what the agent does, \
+             and 1 to 5 directives in each of the categories best_practices and constraints, optimally aligned with the successful completion of its assigned task. \
+             Answer with one JSON object only.\n\nExample input:\n\"\"\"Help me with marketing my business\"\"\"\n\nExample answer:\n{}",
+            serde_json::to_string_pretty(&example).unwrap_or_default()
+        )),
+        Message::user(format!("\"\"\"{task}\"\"\"")),
+    ]
+}
+
+/// The JSON schema of a profile answer, for endpoints that support structured output.
+pub fn profile_schema() -> Value {
+    let list = json!({"type": "array", "items": {"type": "string"}});
+    json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "description": {"type": "string"},
+            "directives": {
+                "type": "object",
+                "properties": {"best_practices": list, "constraints": list},
+                "required": ["best_practices", "constraints"],
+                "additionalProperties": false
+            }
+        },
+        "required": ["name", "description", "directives"],
+        "additionalProperties": false
+    })
+}
+
+/// Reads a profile answer; `None` when it is unusable (the caller then uses the fallback profile).
+pub fn parse_profile(text: &str) -> Option<Profile> {
+    let value = super::reply::repair_json(text)?;
+    let name = value.get("name")?.as_str()?.trim();
+    let role = value
+        .get("description")
+        .or_else(|| value.get("role"))?
+        .as_str()?
+        .trim();
+    let valid_name = !name.is_empty()
+        && name.chars().count() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_alphanumeric() || c == '_' || c == '-');
+    if !valid_name || role.is_empty() {
+        return None;
+    }
+    let directives = value.get("directives");
+    let list = |key: &str| -> Vec<String> {
+        directives
+            .and_then(|d| d.get(key))
+            .or_else(|| value.get(key))
+            .and_then(Value::as_array)
+            .map(|items| {
+                items
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .take(5)
+                    .map(|s| truncate_chars(s, 300))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    Some(Profile {
+        name: name.to_string(),
+        role: truncate_chars(role.trim_end_matches('.'), 500),
+        best_practices: list("best_practices"),
+        constraints: list("constraints"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profile_answers_are_validated() {
+        let good = r#"{"name": "HaikuGPT", "description": "a poet.", "directives": {"best_practices": ["a","b","c","d","e","f"], "constraints": ["x"]}}"#;
+        let profile = parse_profile(good).unwrap();
+        assert_eq!(profile.name, "HaikuGPT");
+        assert_eq!(profile.role, "a poet");
+        assert_eq!(profile.best_practices.len(), 5);
+        assert_eq!(profile.constraints, vec!["x".to_string()]);
+        assert_eq!(parse_profile("I am not JSON at all"), None);
+        assert_eq!(parse_profile(r#"{"name": "", "description": "x"}"#), None);
+        assert_eq!(
+            parse_profile(r#"{"name": "rm -rf /; <@everyone>", "description": "x"}"#),
+            None
+        );
+    }
+}

@@ -1,0 +1,1701 @@
+//! The model's reply for one cycle: its schema, the prompt text describing it, and the tolerant
+//! parser that turns untrusted model output into an `AgentReply` or a message to quote back.
+//!
+//! Parsing happens in three layers. A strict `serde_json` parse comes first, because most
+//! replies are well formed and should not pay for repairs. When that fails, `repair_json`
+//! applies a fixed sequence of increasingly aggressive textual repairs, trying a parse after each
+//! one, so that a mild problem is never "fixed" by a heavier heuristic. Finally the JSON object is
+//! checked against the reply schema, where a few common shape mistakes (command nested in the
+//! thoughts, args as a string) are normalised instead of rejected.
+//!
+//! Everything here is pure: no I/O, no clocks, no randomness, and no input can make it panic.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+/// The model's thoughts for one cycle (AutoGPT 0.5 reply schema). Every field defaults to "" when missing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Thoughts {
+    pub observations: String,
+    pub text: String,
+    pub reasoning: String,
+    /// AutoGPT 0.2 called this field "criticism", so that key is accepted too.
+    #[serde(alias = "criticism")]
+    pub self_criticism: String,
+    /// When the model sends a JSON array of strings, the items are joined as "- item" lines.
+    pub plan: String,
+    pub speak: String,
+}
+
+/// One proposed command: name plus JSON object arguments.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandCall {
+    pub name: String,
+    #[serde(default)]
+    pub args: Map<String, Value>,
+}
+
+/// One complete, schema-checked reply from the model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentReply {
+    #[serde(default)]
+    pub thoughts: Thoughts,
+    pub command: CommandCall,
+}
+
+/// How the reply was obtained, for logging and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParseRoute {
+    /// The text parsed as JSON as it was, and its shape matched the schema without reshaping.
+    Strict,
+    /// The text needed textual repair, or the command had to be relocated or its args converted.
+    Repaired,
+}
+
+/// Why a reply could not be used. Both messages are written to be quoted back to the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplyError {
+    /// No JSON object could be found or repaired; the String is the parse error message to quote back to the model.
+    NotJson(String),
+    /// JSON was found but does not match the schema (e.g. no "command", command without "name", args not an object); the String says exactly what is wrong.
+    Schema(String),
+}
+
+impl fmt::Display for ReplyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReplyError::NotJson(message) => write!(f, "the reply is not valid JSON: {message}"),
+            ReplyError::Schema(message) => {
+                write!(f, "the reply does not match the response format: {message}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ReplyError {}
+
+/// The six thought fields in the order the prompt lists them.
+const THOUGHT_FIELDS: [&str; 6] = [
+    "observations",
+    "text",
+    "reasoning",
+    "self_criticism",
+    "plan",
+    "speak",
+];
+
+/// Parse a reply: strict serde_json parse first; then repair; then schema checks.
+///
+/// The route is `Strict` only when the text parsed unchanged and the command sat where the schema
+/// says. Filling in defaults (missing thoughts, missing args) and rendering non-string thought
+/// values as text are not counted as repairs, because they lose nothing the model said.
+pub fn parse_reply(text: &str) -> Result<(AgentReply, ParseRoute), ReplyError> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(map)) => {
+            let (reply, reshaped) = reply_from_object(&map)?;
+            let route = if reshaped {
+                ParseRoute::Repaired
+            } else {
+                ParseRoute::Strict
+            };
+            Ok((reply, route))
+        }
+        // Some models JSON-encode their whole answer a second time; unwrap it once.
+        Ok(Value::String(inner)) => match repair_json(&inner) {
+            Some(Value::Object(map)) => {
+                reply_from_object(&map).map(|(reply, _)| (reply, ParseRoute::Repaired))
+            }
+            _ => Err(ReplyError::Schema(format!(
+                "the reply is a JSON string, but it must be a single JSON object of the form {}",
+                SHAPE_HINT
+            ))),
+        },
+        Ok(other) => Err(ReplyError::Schema(format!(
+            "the reply is {}, but it must be a single JSON object of the form {}",
+            describe(&other),
+            SHAPE_HINT
+        ))),
+        Err(strict_error) => match repair_json(text) {
+            Some(Value::Object(map)) => {
+                reply_from_object(&map).map(|(reply, _)| (reply, ParseRoute::Repaired))
+            }
+            _ => Err(ReplyError::NotJson(not_json_message(text, &strict_error))),
+        },
+    }
+}
+
+/// A compact reminder of the expected shape, used inside error messages.
+const SHAPE_HINT: &str =
+    "{\"thoughts\": {...}, \"command\": {\"name\": \"<command name>\", \"args\": {...}}}";
+
+/// Builds the NotJson message. The line and column come from the strict parse of the model's
+/// own text, so they point at something the model can actually find in what it wrote.
+fn not_json_message(text: &str, strict_error: &serde_json::Error) -> String {
+    let trimmed = text.trim_start_matches('\u{feff}').trim();
+    if trimmed.is_empty() {
+        "the reply was empty; respond with a single JSON object".to_string()
+    } else if !trimmed.contains('{') {
+        format!(
+            "no JSON object found in the reply (it contains no '{{'); \
+             respond with a single JSON object of the form {SHAPE_HINT} ({strict_error})"
+        )
+    } else {
+        format!(
+            "the JSON object in the reply could not be parsed or repaired ({strict_error}); \
+             respond with only a single valid JSON object, with no text before or after it"
+        )
+    }
+}
+
+/// Names the JSON type of a value for error messages.
+fn describe(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Checks a parsed object against the reply schema. The flag is true when the command had to be
+/// relocated or its args converted, which makes the route `Repaired`.
+fn reply_from_object(map: &Map<String, Value>) -> Result<(AgentReply, bool), ReplyError> {
+    let thoughts_map = match map.get("thoughts") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(thoughts)) => Some(thoughts),
+        Some(other) => {
+            return Err(ReplyError::Schema(format!(
+                "\"thoughts\" must be an object with the string fields {}, but it is {}",
+                THOUGHT_FIELDS.join(", "),
+                describe(other)
+            )))
+        }
+    };
+
+    // The command normally sits at the top level; some models tuck it inside "thoughts". In both
+    // places a bare string command takes its args from a sibling "args" key.
+    let top_command = map.get("command").filter(|value| !value.is_null());
+    let nested_command = thoughts_map
+        .and_then(|thoughts| thoughts.get("command"))
+        .filter(|value| !value.is_null());
+    let (command_value, sibling_args, mut reshaped) = match (top_command, nested_command) {
+        (Some(command), _) => (command, map.get("args"), false),
+        (None, Some(command)) => (
+            command,
+            thoughts_map.and_then(|thoughts| thoughts.get("args")),
+            true,
+        ),
+        (None, None) => {
+            return Err(ReplyError::Schema(format!(
+                "the reply has no \"command\"; every reply must name exactly one command, as in {SHAPE_HINT}"
+            )))
+        }
+    };
+
+    let (name, args_value) = match command_value {
+        Value::Object(command) => {
+            let name = match command.get("name") {
+                Some(Value::String(name)) => name.trim().to_string(),
+                None | Some(Value::Null) => {
+                    return Err(ReplyError::Schema(
+                        "\"command\" has no \"name\"; it must be an object like \
+                         {\"name\": \"<command name>\", \"args\": {...}}"
+                            .to_string(),
+                    ))
+                }
+                Some(other) => {
+                    return Err(ReplyError::Schema(format!(
+                        "\"command.name\" must be a string naming one of the available commands, but it is {}",
+                        describe(other)
+                    )))
+                }
+            };
+            // "arguments" is the OpenAI function-calling spelling; a sibling "args" next to the
+            // command object is another common slip.
+            let args_value = match (command.get("args"), command.get("arguments")) {
+                (Some(args), _) => Some(args),
+                (None, Some(args)) => {
+                    reshaped = true;
+                    Some(args)
+                }
+                (None, None) => {
+                    if sibling_args.is_some() {
+                        reshaped = true;
+                    }
+                    sibling_args
+                }
+            };
+            (name, args_value)
+        }
+        Value::String(name) => {
+            reshaped = true;
+            (name.trim().to_string(), sibling_args)
+        }
+        other => {
+            return Err(ReplyError::Schema(format!(
+                "\"command\" must be an object like {{\"name\": \"<command name>\", \"args\": {{...}}}}, but it is {}",
+                describe(other)
+            )))
+        }
+    };
+    if name.is_empty() {
+        return Err(ReplyError::Schema(
+            "\"command.name\" is empty; it must be the name of one of the available commands"
+                .to_string(),
+        ));
+    }
+
+    let (args, converted) = args_from(args_value)?;
+    let thoughts = thoughts_map.map(thoughts_from).unwrap_or_default();
+    Ok((
+        AgentReply {
+            thoughts,
+            command: CommandCall { name, args },
+        },
+        reshaped || converted,
+    ))
+}
+
+/// Turns the args value into an object. The flag is true when a conversion was needed.
+fn args_from(value: Option<&Value>) -> Result<(Map<String, Value>, bool), ReplyError> {
+    match value {
+        None => Ok((Map::new(), false)),
+        Some(Value::Null) => Ok((Map::new(), true)),
+        Some(Value::Object(args)) => Ok((args.clone(), false)),
+        Some(Value::String(encoded)) => {
+            let trimmed = encoded.trim();
+            if trimmed.is_empty() {
+                return Ok((Map::new(), true));
+            }
+            // Only strings that look like an object are repaired, so that an ordinary sentence
+            // which happens to contain braces is not mistaken for arguments.
+            let parsed = match serde_json::from_str::<Value>(trimmed) {
+                Ok(value) => Some(value),
+                Err(_) if trimmed.starts_with('{') || trimmed.starts_with("```") => {
+                    repair_json(trimmed)
+                }
+                Err(_) => None,
+            };
+            match parsed {
+                Some(Value::Object(args)) => Ok((args, true)),
+                _ => Err(ReplyError::Schema(
+                    "\"command.args\" must be an object mapping argument names to values, \
+                     but it is a string that does not contain a JSON object"
+                        .to_string(),
+                )),
+            }
+        }
+        Some(other) => Err(ReplyError::Schema(format!(
+            "\"command.args\" must be an object mapping argument names to values, but it is {}",
+            describe(other)
+        ))),
+    }
+}
+
+/// Reads the thought fields leniently: any JSON value is rendered as text.
+fn thoughts_from(map: &Map<String, Value>) -> Thoughts {
+    let field = |names: &[&str], as_plan: bool| -> String {
+        names
+            .iter()
+            .find_map(|name| map.get(*name))
+            .map(|value| render_thought(value, as_plan))
+            .unwrap_or_default()
+    };
+    Thoughts {
+        observations: field(&["observations"], false),
+        text: field(&["text"], false),
+        reasoning: field(&["reasoning"], false),
+        self_criticism: field(&["self_criticism", "criticism", "self-criticism"], false),
+        plan: field(&["plan"], true),
+        speak: field(&["speak"], false),
+    }
+}
+
+/// Renders one thought value as text. Arrays become one line per item; for the plan each line
+/// gets a "- " bullet, without doubling a bullet the model already wrote.
+fn render_thought(value: &Value, as_plan: bool) -> String {
+    match value {
+        Value::Null => String::new(),
+        Value::String(text) => text.clone(),
+        Value::Bool(flag) => flag.to_string(),
+        Value::Number(number) => number.to_string(),
+        Value::Object(_) => value.to_string(),
+        Value::Array(items) => {
+            let lines: Vec<String> = items
+                .iter()
+                .map(|item| match item {
+                    Value::String(text) => text.trim().to_string(),
+                    Value::Null => String::new(),
+                    other => other.to_string(),
+                })
+                .filter(|line| !line.is_empty())
+                .map(|line| {
+                    if as_plan {
+                        let bare = line
+                            .strip_prefix("- ")
+                            .or_else(|| line.strip_prefix("* "))
+                            .unwrap_or(&line);
+                        format!("- {bare}")
+                    } else {
+                        line
+                    }
+                })
+                .collect();
+            lines.join("\n")
+        }
+    }
+}
+
+/// The repair pipeline alone: returns the parsed JSON object if the text can be turned into one.
+///
+/// The steps run in a fixed order and each runs only when everything before it failed: BOM and
+/// surrounding whitespace, a markdown code fence, the first balanced `{...}` in the text, and then
+/// cumulative textual fixes (trailing commas, control characters and bad escapes in strings,
+/// single quotes and stray inner quotes, unquoted keys, Python literals and comments, and finally
+/// truncation and missing separators).
+pub fn repair_json(text: &str) -> Option<Value> {
+    let cleaned = text.trim_start().trim_start_matches('\u{feff}').trim();
+    if let Some(object) = parse_object(cleaned) {
+        return Some(object);
+    }
+    if let Some(inner) = fenced_block(cleaned) {
+        if let Some(object) = parse_object(inner.trim()) {
+            return Some(object);
+        }
+    }
+
+    let chars: Vec<char> = cleaned.chars().collect();
+    let mut start = find_open_brace(&chars, 0);
+    let mut candidates = 0;
+    while let Some(begin) = start {
+        if candidates >= MAX_CANDIDATES {
+            break;
+        }
+        candidates += 1;
+        let mut next_from = begin + 1;
+        for (stage, fixes) in STAGES.iter().enumerate() {
+            let scan = normalize(&chars, begin, *fixes);
+            // The unrepaired scan decides where the next candidate starts: after a balanced
+            // object that failed, its insides are never tried on their own, because a nested
+            // object (say, the args) is not the reply.
+            if stage == 0 && scan.closed {
+                next_from = scan.end;
+            }
+            // A lone `{` closed by the truncation fix is a stray brace in prose, not a reply.
+            let stray_brace = !scan.closed && scan.text.trim_end() == "{}";
+            if let Some(object) = parse_object(&scan.text).filter(|_| !stray_brace) {
+                return Some(object);
+            }
+        }
+        start = find_open_brace(&chars, next_from);
+    }
+    None
+}
+
+/// How many `{` positions are tried before giving up, which bounds the work on hostile input.
+const MAX_CANDIDATES: usize = 16;
+
+fn parse_object(text: &str) -> Option<Value> {
+    serde_json::from_str::<Value>(text)
+        .ok()
+        .filter(Value::is_object)
+}
+
+fn find_open_brace(chars: &[char], from: usize) -> Option<usize> {
+    chars
+        .get(from..)?
+        .iter()
+        .position(|c| *c == '{')
+        .map(|offset| from + offset)
+}
+
+/// Returns the contents of the first markdown code fence, or everything after an opening fence
+/// that was never closed (a truncated reply). A language tag such as `json` is skipped.
+fn fenced_block(text: &str) -> Option<&str> {
+    let open = text.find("```")?;
+    let after_ticks = &text[open + 3..];
+    let tag_len = after_ticks
+        .find(|c: char| !c.is_ascii_alphanumeric())
+        .unwrap_or(after_ticks.len());
+    let body = &after_ticks[tag_len..];
+    match body.find("```") {
+        Some(close) => Some(&body[..close]),
+        None => Some(body),
+    }
+}
+
+/// Which textual fixes the normaliser applies. Stages enable them cumulatively.
+#[derive(Debug, Clone, Copy, Default)]
+struct Fixes {
+    trailing_commas: bool,
+    control_chars: bool,
+    quotes: bool,
+    unquoted_keys: bool,
+    python: bool,
+    truncation: bool,
+}
+
+/// The repair stages in order. Stage 0 applies no fix and only cuts out the first balanced
+/// object, so surrounding prose and a second object are dropped before anything is rewritten.
+const STAGES: [Fixes; 7] = [
+    Fixes {
+        trailing_commas: false,
+        control_chars: false,
+        quotes: false,
+        unquoted_keys: false,
+        python: false,
+        truncation: false,
+    },
+    Fixes {
+        trailing_commas: true,
+        control_chars: false,
+        quotes: false,
+        unquoted_keys: false,
+        python: false,
+        truncation: false,
+    },
+    Fixes {
+        trailing_commas: true,
+        control_chars: true,
+        quotes: false,
+        unquoted_keys: false,
+        python: false,
+        truncation: false,
+    },
+    Fixes {
+        trailing_commas: true,
+        control_chars: true,
+        quotes: true,
+        unquoted_keys: false,
+        python: false,
+        truncation: false,
+    },
+    Fixes {
+        trailing_commas: true,
+        control_chars: true,
+        quotes: true,
+        unquoted_keys: true,
+        python: false,
+        truncation: false,
+    },
+    Fixes {
+        trailing_commas: true,
+        control_chars: true,
+        quotes: true,
+        unquoted_keys: true,
+        python: true,
+        truncation: false,
+    },
+    Fixes {
+        trailing_commas: true,
+        control_chars: true,
+        quotes: true,
+        unquoted_keys: true,
+        python: true,
+        truncation: true,
+    },
+];
+
+/// What the parser expects next inside an open object or array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    /// A key (objects only), right after `{` or `,`.
+    Key,
+    /// The `:` after a key.
+    Colon,
+    /// A value, after `:` in an object or after `[` or `,` in an array.
+    Value,
+    /// A `,` or the closing bracket, after a complete member.
+    Next,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Frame {
+    is_object: bool,
+    expect: Expect,
+}
+
+impl Frame {
+    fn closer(self) -> char {
+        if self.is_object {
+            '}'
+        } else {
+            ']'
+        }
+    }
+}
+
+/// The result of normalising one candidate.
+struct Scan {
+    /// The rewritten text, ready for a strict parse.
+    text: String,
+    /// The index just past the last character consumed.
+    end: usize,
+    /// True when the top-level object closed in the original text (not by a truncation fix).
+    closed: bool,
+}
+
+/// The mutable state of one normalising pass. It tracks just enough JSON structure (open
+/// brackets and whether a key, colon, value or comma comes next) to know where a comma is
+/// trailing, what a bare word means, and how to close a truncated reply.
+struct Normaliser<'a> {
+    chars: &'a [char],
+    fixes: Fixes,
+    out: String,
+    stack: Vec<Frame>,
+    /// Byte position in `out` of a comma that nothing but whitespace has followed yet.
+    pending_comma: Option<usize>,
+}
+
+/// Rewrites the text starting at the `{` at `start` into (hopefully) valid JSON, stopping after
+/// the top-level object closes.
+fn normalize(chars: &[char], start: usize, fixes: Fixes) -> Scan {
+    let mut state = Normaliser {
+        chars,
+        fixes,
+        out: String::with_capacity(chars.len().saturating_sub(start) + 16),
+        stack: Vec::new(),
+        pending_comma: None,
+    };
+    let mut i = start;
+    while i < chars.len() {
+        match state.step(i) {
+            Step::Continue(next) => i = next,
+            Step::Closed(end) => {
+                return Scan {
+                    text: state.out,
+                    end,
+                    closed: true,
+                }
+            }
+            Step::Eof => {
+                i = chars.len();
+                break;
+            }
+        }
+    }
+    if fixes.truncation {
+        state.close_all();
+    }
+    Scan {
+        text: state.out,
+        end: i,
+        closed: false,
+    }
+}
+
+enum Step {
+    /// Keep scanning from this index.
+    Continue(usize),
+    /// The top-level object closed; the index is just past it.
+    Closed(usize),
+    /// The input ended inside a string.
+    Eof,
+}
+
+impl Normaliser<'_> {
+    fn step(&mut self, i: usize) -> Step {
+        let c = self.chars[i];
+        match c {
+            '{' | '[' => {
+                self.begin_value();
+                self.out.push(c);
+                self.stack.push(Frame {
+                    is_object: c == '{',
+                    expect: if c == '{' { Expect::Key } else { Expect::Value },
+                });
+                Step::Continue(i + 1)
+            }
+            '}' | ']' => self.close(c, i),
+            ',' => {
+                self.comma();
+                Step::Continue(i + 1)
+            }
+            ':' => {
+                if let Some(top) = self.stack.last_mut() {
+                    if top.is_object && top.expect == Expect::Colon {
+                        top.expect = Expect::Value;
+                    }
+                }
+                self.pending_comma = None;
+                self.out.push(':');
+                Step::Continue(i + 1)
+            }
+            '"' => self.string(i, '"'),
+            '\'' if self.fixes.quotes => self.string(i, '\''),
+            '/' if self.fixes.python && matches!(self.chars.get(i + 1), Some('/' | '*')) => {
+                Step::Continue(self.skip_comment(i))
+            }
+            c if is_word_char(c) => Step::Continue(self.word(i)),
+            c if c.is_ascii_whitespace() => {
+                self.out.push(c);
+                Step::Continue(i + 1)
+            }
+            c if self.fixes.control_chars && c.is_whitespace() => {
+                self.out.push(' ');
+                Step::Continue(i + 1)
+            }
+            c if self.fixes.control_chars && is_invisible(c) => Step::Continue(i + 1),
+            c => {
+                self.pending_comma = None;
+                self.out.push(c);
+                Step::Continue(i + 1)
+            }
+        }
+    }
+
+    /// Records that a value starts in the current container, inserting a missing comma or colon
+    /// when the truncation-and-separators stage is on.
+    fn begin_value(&mut self) {
+        self.pending_comma = None;
+        let fix = self.fixes.truncation;
+        if let Some(top) = self.stack.last_mut() {
+            if fix && top.expect == Expect::Next && !top.is_object {
+                self.out.push(',');
+            }
+            if fix && top.expect == Expect::Colon {
+                self.out.push(':');
+            }
+            top.expect = Expect::Next;
+        }
+    }
+
+    /// Records that a key starts in the current object.
+    fn begin_key(&mut self) {
+        self.pending_comma = None;
+        let fix = self.fixes.truncation;
+        if let Some(top) = self.stack.last_mut() {
+            if fix && top.expect == Expect::Next {
+                self.out.push(',');
+            }
+            top.expect = Expect::Colon;
+        }
+    }
+
+    /// True when a key (rather than a value) is expected at this point.
+    fn expects_key(&self) -> bool {
+        self.stack
+            .last()
+            .is_some_and(|top| top.is_object && matches!(top.expect, Expect::Key | Expect::Next))
+    }
+
+    fn comma(&mut self) {
+        let fix = self.fixes.trailing_commas;
+        match self.stack.last_mut() {
+            Some(top) if top.expect == Expect::Next => {
+                top.expect = if top.is_object {
+                    Expect::Key
+                } else {
+                    Expect::Value
+                };
+                self.pending_comma = Some(self.out.len());
+                self.out.push(',');
+            }
+            // A doubled or leading comma carries no meaning, so the trailing-comma fix drops it.
+            Some(_) if fix => {}
+            _ => {
+                self.pending_comma = None;
+                self.out.push(',');
+            }
+        }
+    }
+
+    fn close(&mut self, c: char, i: usize) -> Step {
+        let matches_top = self.stack.last().is_some_and(|top| top.closer() == c);
+        if !matches_top {
+            let can_unwind = self.fixes.truncation && self.stack.iter().any(|f| f.closer() == c);
+            if !can_unwind {
+                self.pending_comma = None;
+                self.out.push(c);
+                return Step::Continue(i + 1);
+            }
+            // A `}` that skips an open `[` (or the reverse) means the model forgot a closer;
+            // supply the missing ones before handling this one.
+            while let Some(top) = self.stack.last().copied() {
+                if top.closer() == c {
+                    break;
+                }
+                self.stack.pop();
+                self.finish_frame(top);
+            }
+        }
+        if self.fixes.trailing_commas {
+            self.drop_pending_comma();
+        }
+        self.pending_comma = None;
+        self.out.push(c);
+        self.stack.pop();
+        if self.stack.is_empty() {
+            Step::Closed(i + 1)
+        } else {
+            Step::Continue(i + 1)
+        }
+    }
+
+    fn drop_pending_comma(&mut self) {
+        if let Some(position) = self.pending_comma.take() {
+            if self.out.get(position..position + 1) == Some(",") {
+                self.out.remove(position);
+            }
+        }
+    }
+
+    /// Closes a container whose closer is missing, first completing a dangling key or colon.
+    fn finish_frame(&mut self, frame: Frame) {
+        match (frame.is_object, frame.expect) {
+            (true, Expect::Colon) => self.out.push_str(": null"),
+            (true, Expect::Value) => self.out.push_str(" null"),
+            (_, Expect::Key) | (false, Expect::Value) => self.drop_pending_comma(),
+            _ => {}
+        }
+        self.pending_comma = None;
+        self.out.push(frame.closer());
+    }
+
+    /// Closes everything still open at the end of a truncated reply.
+    fn close_all(&mut self) {
+        while let Some(frame) = self.stack.pop() {
+            self.finish_frame(frame);
+        }
+    }
+
+    fn skip_comment(&self, i: usize) -> usize {
+        let rest = self.chars.get(i + 2..).unwrap_or(&[]);
+        let block = self.chars.get(i + 1) == Some(&'*');
+        let mut j = 0;
+        while j < rest.len() {
+            if block && rest[j] == '*' && rest.get(j + 1) == Some(&'/') {
+                return i + 2 + j + 2;
+            }
+            if !block && rest[j] == '\n' {
+                return i + 2 + j;
+            }
+            j += 1;
+        }
+        self.chars.len()
+    }
+
+    /// Handles a bare word outside strings: a number, a literal, or an unquoted key.
+    fn word(&mut self, i: usize) -> usize {
+        let mut end = i;
+        while end < self.chars.len() && is_word_char(self.chars[end]) {
+            end += 1;
+        }
+        let word: String = self.chars[i..end].iter().collect();
+        let numeric = word
+            .chars()
+            .next()
+            .is_some_and(|first| first.is_ascii_digit() || matches!(first, '-' | '+' | '.'));
+        let is_key = !numeric
+            && self.expects_key()
+            && next_non_space(self.chars, end).map(|(_, c)| c) == Some(':');
+        if is_key {
+            self.begin_key();
+            if self.fixes.unquoted_keys {
+                self.out.push('"');
+                self.out.push_str(&word);
+                self.out.push('"');
+            } else {
+                self.out.push_str(&word);
+            }
+        } else {
+            self.begin_value();
+            let at_eof = end == self.chars.len();
+            self.out.push_str(&self.literal(&word, numeric, at_eof));
+        }
+        end
+    }
+
+    /// Maps a bare value word to JSON, applying the Python-literal and truncation fixes.
+    fn literal(&self, word: &str, numeric: bool, at_eof: bool) -> String {
+        if self.fixes.python {
+            match word {
+                "True" | "true" => return "true".to_string(),
+                "False" | "false" => return "false".to_string(),
+                "None" | "null" | "undefined" | "NaN" => return "null".to_string(),
+                _ => {}
+            }
+            // Python and JavaScript accept "1." and "+1"; JSON does not.
+            if numeric {
+                let trimmed = word.strip_prefix('+').unwrap_or(word);
+                let trimmed = trimmed.strip_suffix('.').unwrap_or(trimmed);
+                // A number cut off at the end of the reply is left to the truncation branch.
+                let cut_off = self.fixes.truncation && at_eof;
+                if !(cut_off || trimmed.is_empty()) {
+                    return trimmed.to_string();
+                }
+            }
+        }
+        if self.fixes.truncation && at_eof {
+            // A reply cut off inside a literal or number: finish the literal, or drop the
+            // dangling part of the number.
+            if numeric {
+                let kept = word.trim_end_matches(['.', 'e', 'E', '+', '-']);
+                return if kept.is_empty() {
+                    "null".to_string()
+                } else {
+                    kept.to_string()
+                };
+            }
+            let lower = word.to_ascii_lowercase();
+            for full in ["true", "false", "null", "none"] {
+                if full.starts_with(lower.as_str()) {
+                    return if full == "none" { "null" } else { full }.to_string();
+                }
+            }
+        }
+        if self.fixes.python && !numeric {
+            // A single bare word in value position (YAML habits, as in `name: web_search`) is
+            // most plausibly a string the model forgot to quote.
+            return format!("\"{word}\"");
+        }
+        word.to_string()
+    }
+
+    /// Copies one string literal opened at `open` with `quote`, always emitting double quotes.
+    fn string(&mut self, open: usize, quote: char) -> Step {
+        let as_key = self.expects_key();
+        if as_key {
+            self.begin_key();
+        } else {
+            self.begin_value();
+        }
+        self.out.push('"');
+        let chars = self.chars;
+        let fixes = self.fixes;
+        let mut i = open + 1;
+        while i < chars.len() {
+            let c = chars[i];
+            if c == '\\' {
+                i = self.escape(i, quote);
+                continue;
+            }
+            if c == quote {
+                // Strictly, the quote ends the string. With the quote fix, it ends the string only
+                // when what follows could follow a string in JSON; otherwise it is an apostrophe
+                // or an unescaped quotation inside the text.
+                if !fixes.quotes || ends_string(chars, i + 1, quote) {
+                    self.out.push('"');
+                    return Step::Continue(i + 1);
+                }
+                self.out.push_str(if quote == '"' { "\\\"" } else { "'" });
+                i += 1;
+                continue;
+            }
+            if c == '"' {
+                // Only reachable inside a single-quoted string, where a double quote is literal.
+                self.out.push_str("\\\"");
+            } else if fixes.control_chars && (c as u32) < 0x20 {
+                push_control_escape(&mut self.out, c);
+            } else {
+                self.out.push(c);
+            }
+            i += 1;
+        }
+        if fixes.truncation {
+            self.out.push('"');
+        }
+        Step::Eof
+    }
+
+    /// Copies the escape sequence starting with the backslash at `i` and returns the next index.
+    fn escape(&mut self, i: usize, quote: char) -> usize {
+        let fixes = self.fixes;
+        let Some(&next) = self.chars.get(i + 1) else {
+            // A reply cut off right after a backslash: the escape cannot be completed.
+            if !fixes.truncation {
+                self.out.push('\\');
+            }
+            return i + 1;
+        };
+        match next {
+            '"' | '\\' | '/' | 'b' | 'f' | 'n' | 'r' | 't' => {
+                self.out.push('\\');
+                self.out.push(next);
+                i + 2
+            }
+            'u' => {
+                let digits = self.chars.get(i + 2..i + 6);
+                if digits.is_some_and(|d| d.iter().all(char::is_ascii_hexdigit)) {
+                    self.out.push_str("\\u");
+                    self.out.extend(digits.unwrap_or(&[]).iter());
+                    return i + 6;
+                }
+                let rest = self.chars.get(i + 2..).unwrap_or(&[]);
+                if fixes.truncation && rest.len() < 4 && rest.iter().all(char::is_ascii_hexdigit) {
+                    return self.chars.len();
+                }
+                self.invalid_escape(i)
+            }
+            '\'' if fixes.control_chars || quote == '\'' => {
+                self.out.push('\'');
+                i + 2
+            }
+            _ => self.invalid_escape(i),
+        }
+    }
+
+    /// A backslash that starts no valid escape (as in a Windows path) is kept as a literal
+    /// backslash by the control-character fix.
+    fn invalid_escape(&mut self, i: usize) -> usize {
+        if self.fixes.control_chars {
+            self.out.push_str("\\\\");
+        } else {
+            self.out.push('\\');
+        }
+        i + 1
+    }
+}
+
+fn is_word_char(c: char) -> bool {
+    c.is_alphanumeric() || matches!(c, '_' | '$' | '-' | '+' | '.')
+}
+
+/// Characters that are invisible and meaningless outside strings (BOM, zero-width space, and
+/// control characters other than ordinary whitespace).
+fn is_invisible(c: char) -> bool {
+    matches!(c, '\u{feff}' | '\u{200b}' | '\u{200c}' | '\u{200d}') || c.is_control()
+}
+
+fn next_non_space(chars: &[char], from: usize) -> Option<(usize, char)> {
+    chars
+        .get(from..)?
+        .iter()
+        .enumerate()
+        .find(|(_, c)| !c.is_whitespace())
+        .map(|(offset, c)| (from + offset, *c))
+}
+
+/// Decides whether a quote at `from - 1` closes its string: only if the text after it is the end
+/// of input or something that can legally follow a string.
+fn ends_string(chars: &[char], from: usize, quote: char) -> bool {
+    match next_non_space(chars, from) {
+        None => true,
+        Some((_, c)) => matches!(c, ',' | ':' | '}' | ']') || c == quote,
+    }
+}
+
+fn push_control_escape(out: &mut String, c: char) {
+    match c {
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        '\t' => out.push_str("\\t"),
+        '\u{8}' => out.push_str("\\b"),
+        '\u{c}' => out.push_str("\\f"),
+        other => out.push_str(&format!("\\u{:04x}", other as u32)),
+    }
+}
+
+/// The JSON schema of the reply, for a `response_format` of type `json_schema`.
+///
+/// It is a draft 2020-12 schema in the subset OpenAI structured outputs accept: the reply, its
+/// thoughts and its command each have "type": "object", "properties", "required" listing every
+/// field, and "additionalProperties": false. When `command_names` is
+/// non-empty, `command.name` is restricted to those names (duplicates dropped, order kept).
+///
+/// `command.args` is an open object because each command takes different arguments, so this
+/// schema suits `"strict": false`; OpenAI's strict mode rejects open objects.
+pub fn reply_json_schema(command_names: &[String]) -> Value {
+    let mut thought_properties = Map::new();
+    for (field, description) in THOUGHT_FIELDS.iter().zip(THOUGHT_DESCRIPTIONS) {
+        thought_properties.insert(
+            (*field).to_string(),
+            json!({"type": "string", "description": description}),
+        );
+    }
+
+    let mut name_schema = json!({
+        "type": "string",
+        "description": "The name of exactly one of the available commands."
+    });
+    // Duplicate names would make the enum invalid JSON Schema, so keep the first of each.
+    let mut unique: Vec<&str> = Vec::new();
+    for name in command_names {
+        if !unique.contains(&name.as_str()) {
+            unique.push(name.as_str());
+        }
+    }
+    if !unique.is_empty() {
+        if let Value::Object(schema) = &mut name_schema {
+            schema.insert("enum".to_string(), json!(unique));
+        }
+    }
+
+    json!({
+        "type": "object",
+        "properties": {
+            "thoughts": {
+                "type": "object",
+                "properties": thought_properties,
+                "required": THOUGHT_FIELDS,
+                "additionalProperties": false
+            },
+            "command": {
+                "type": "object",
+                "properties": {
+                    "name": name_schema,
+                    "args": {
+                        "type": "object",
+                        "description": "The command's arguments, keyed by argument name."
+                    }
+                },
+                "required": ["name", "args"],
+                "additionalProperties": false
+            }
+        },
+        "required": ["thoughts", "command"],
+        "additionalProperties": false
+    })
+}
+
+/// Short descriptions of the thought fields, shared by the schema and the prompt text.
+const THOUGHT_DESCRIPTIONS: [&str; 6] = [
+    "What you noticed in the latest command result and the conversation so far.",
+    "Your current thought, in a sentence or two.",
+    "Why that thought leads to the command you chose.",
+    "An honest critique of your approach: what could go wrong or be done better.",
+    "A short bulleted list of your next steps, one \"- step\" per line.",
+    "A brief summary of your thought to say to the user.",
+];
+
+/// The prompt text describing the reply format: a TypeScript `Response` interface in a `ts`
+/// code fence, as AutoGPT 0.5 puts in its prompt, with a comment on every field and a lead-in
+/// sentence telling the model to answer with that JSON object alone.
+pub fn reply_format_instructions() -> String {
+    let mut text = String::from(
+        "Respond with a single JSON object, and nothing before or after it, \
+         that matches this TypeScript interface:\n```ts\ninterface Response {\n  thoughts: {\n",
+    );
+    for (field, description) in THOUGHT_FIELDS.iter().zip(THOUGHT_DESCRIPTIONS) {
+        text.push_str(&format!("    // {description}\n    {field}: string;\n"));
+    }
+    text.push_str(
+        "  };\n  command: {\n    // The name of exactly one of the available commands.\n    name: string;\n    // The command's arguments, keyed by argument name; use {} when it takes none.\n    args: Record<string, any>;\n  };\n}\n```",
+    );
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A well-formed reply used as the base for routes and mutations.
+    const VALID: &str = r#"{
+  "thoughts": {
+    "observations": "The task asks for Rust news.",
+    "text": "I should search the web.",
+    "reasoning": "A search finds recent articles.",
+    "self_criticism": "I may need several searches.",
+    "plan": "- search\n- read\n- summarise",
+    "speak": "Searching the web for Rust news."
+  },
+  "command": {"name": "web_search", "args": {"query": "rust news"}}
+}"#;
+
+    /// (name, input, expected command name, expected args).
+    fn corpus() -> Vec<(&'static str, String, &'static str, Value)> {
+        let s = |text: &str| text.to_string();
+        vec![
+            (
+                "prose before",
+                s(r#"Here is my response:
+{"thoughts": {"text": "search"}, "command": {"name": "web_search", "args": {"query": "rust"}}}"#),
+                "web_search",
+                json!({"query": "rust"}),
+            ),
+            (
+                "json followed by explanation",
+                s(r#"{"thoughts": {"text": "read"}, "command": {"name": "read_file", "args": {"filename": "notes.txt"}}}
+
+I chose read_file because the notes may contain the answer."#),
+                "read_file",
+                json!({"filename": "notes.txt"}),
+            ),
+            (
+                "prose on both sides",
+                s(r#"Sure! {"command": {"name": "list_files", "args": {"folder": "."}}} Hope this helps."#),
+                "list_files",
+                json!({"folder": "."}),
+            ),
+            (
+                "json code fence",
+                s("```json\n{\"thoughts\": {\"text\": \"t\"}, \"command\": {\"name\": \"web_search\", \"args\": {\"query\": \"q\"}}}\n```"),
+                "web_search",
+                json!({"query": "q"}),
+            ),
+            (
+                "plain code fence",
+                s("```\n{\"command\": {\"name\": \"do_nothing\", \"args\": {}}}\n```"),
+                "do_nothing",
+                json!({}),
+            ),
+            (
+                "fence with prose around it",
+                s("Here is my response:\n```json\n{\"command\": {\"name\": \"finish\", \"args\": {\"reason\": \"done\"}}}\n```\nLet me know if you need more."),
+                "finish",
+                json!({"reason": "done"}),
+            ),
+            (
+                "fence on one line",
+                s("```json {\"command\": {\"name\": \"finish\", \"args\": {\"reason\": \"ok\"}}}```"),
+                "finish",
+                json!({"reason": "ok"}),
+            ),
+            (
+                "braces inside strings and after the object",
+                s(r#"{"thoughts": {"text": "a set {x} and a lone } brace"}, "command": {"name": "write_file", "args": {"filename": "a.rs", "text": "fn main() { }"}}} trailing } text {"#),
+                "write_file",
+                json!({"filename": "a.rs", "text": "fn main() { }"}),
+            ),
+            (
+                "two objects take the first",
+                s(r#"{"command": {"name": "first", "args": {"n": 1}}}
+{"command": {"name": "second", "args": {"n": 2}}}"#),
+                "first",
+                json!({"n": 1}),
+            ),
+            (
+                "braces in prose before the object",
+                s(r#"I weighed the options {search, read} first. {"command": {"name": "web_search", "args": {"query": "x"}}}"#),
+                "web_search",
+                json!({"query": "x"}),
+            ),
+            (
+                "trailing comma in object",
+                s(r#"{"thoughts": {"text": "t", "speak": "s",}, "command": {"name": "web_search", "args": {"query": "q",},},}"#),
+                "web_search",
+                json!({"query": "q"}),
+            ),
+            (
+                "trailing comma in array",
+                s(r#"{"thoughts": {"plan": ["a", "b",]}, "command": {"name": "delete_file", "args": {"paths": ["x", "y", ]}}}"#),
+                "delete_file",
+                json!({"paths": ["x", "y"]}),
+            ),
+            (
+                "raw newlines in text",
+                s("{\"thoughts\": {\"text\": \"line one\nline two\"}, \"command\": {\"name\": \"write_file\", \"args\": {\"filename\": \"a.txt\", \"text\": \"hello\nworld\"}}}"),
+                "write_file",
+                json!({"filename": "a.txt", "text": "hello\nworld"}),
+            ),
+            (
+                "raw tab and control character",
+                s("{\"command\": {\"name\": \"write_file\", \"args\": {\"text\": \"a\tb\u{1}c\"}}}"),
+                "write_file",
+                json!({"text": "a\tb\u{1}c"}),
+            ),
+            (
+                "invalid backslash escape in a path",
+                s(r#"{"command": {"name": "read_file", "args": {"filename": "C:\Users\me\notes.txt"}}}"#),
+                "read_file",
+                // "\n" in the path is a valid escape, so it stays a newline; the rest are literal.
+                json!({"filename": "C:\\Users\\me\notes.txt"}),
+            ),
+            (
+                "escaped apostrophe in double quotes",
+                s(r#"{"command": {"name": "ask_user", "args": {"question": "Isn\'t it late?"}}}"#),
+                "ask_user",
+                json!({"question": "Isn't it late?"}),
+            ),
+            (
+                "single quotes python style",
+                s(r#"{'thoughts': {'text': 'read it'}, 'command': {'name': 'read_file', 'args': {'filename': 'a.txt'}}}"#),
+                "read_file",
+                json!({"filename": "a.txt"}),
+            ),
+            (
+                "single quotes with apostrophe and inner double quotes",
+                s(r#"{'thoughts': {'text': 'I can't wait'}, 'command': {'name': 'write_file', 'args': {'text': 'say "hi" now', 'filename': 'it's.txt'}}}"#),
+                "write_file",
+                json!({"text": "say \"hi\" now", "filename": "it's.txt"}),
+            ),
+            (
+                "mixed quotes keep apostrophe in double-quoted string",
+                s(r#"{'command': {'name': 'write_file', 'args': {"text": "don't stop", 'filename': 'b.txt'}}}"#),
+                "write_file",
+                json!({"text": "don't stop", "filename": "b.txt"}),
+            ),
+            (
+                "unescaped inner double quotes",
+                s(r#"{"command": {"name": "write_file", "args": {"text": "He said "hi" to me", "filename": "c.txt"}}}"#),
+                "write_file",
+                json!({"text": "He said \"hi\" to me", "filename": "c.txt"}),
+            ),
+            (
+                "unquoted keys",
+                s(r#"{thoughts: {text: "list"}, command: {name: "list_files", args: {folder: "docs", max_depth: 2}}}"#),
+                "list_files",
+                json!({"folder": "docs", "max_depth": 2}),
+            ),
+            (
+                "python literals",
+                s(r#"{'command': {'name': 'list_files', 'args': {'recursive': True, 'hidden': False, 'limit': None, 'note': 'True stays'}}}"#),
+                "list_files",
+                json!({"recursive": true, "hidden": false, "limit": null, "note": "True stays"}),
+            ),
+            (
+                "unquoted keys and bare word values",
+                s("{command: {name: web_search, args: {query: rust, limit: +5, ratio: 1.}}}"),
+                "web_search",
+                json!({"query": "rust", "limit": 5, "ratio": 1}),
+            ),
+            (
+                "comments",
+                s("{\n  // the command\n  \"command\": {\"name\": \"do_nothing\", /* none */ \"args\": {}}\n}"),
+                "do_nothing",
+                json!({}),
+            ),
+            (
+                "truncated inside args string",
+                s(r#"{"thoughts": {"text": "search"}, "command": {"name": "web_search", "args": {"query": "rust async"#),
+                "web_search",
+                json!({"query": "rust async"}),
+            ),
+            (
+                "truncated after a complete value",
+                s(r#"{"thoughts": {"text": "t"}, "command": {"name": "read_file", "args": {"filename": "a.txt"},"#),
+                "read_file",
+                json!({"filename": "a.txt"}),
+            ),
+            (
+                "truncated mid key",
+                s(r#"{"command": {"name": "web_search", "args": {"query": "q", "num_res"#),
+                "web_search",
+                json!({"query": "q", "num_res": null}),
+            ),
+            (
+                "truncated after colon",
+                s(r#"{"command": {"name": "web_search", "args": {"query": "q", "num": "#),
+                "web_search",
+                json!({"query": "q", "num": null}),
+            ),
+            (
+                "truncated inside a literal",
+                s(r#"{"command": {"name": "list_files", "args": {"recursive": tr"#),
+                "list_files",
+                json!({"recursive": true}),
+            ),
+            (
+                "truncated fenced reply",
+                s("```json\n{\"command\": {\"name\": \"web_search\", \"args\": {\"query\": \"cats\""),
+                "web_search",
+                json!({"query": "cats"}),
+            ),
+            (
+                "byte order mark",
+                s("\u{feff}{\"command\": {\"name\": \"finish\", \"args\": {\"reason\": \"bom\"}}}"),
+                "finish",
+                json!({"reason": "bom"}),
+            ),
+            (
+                "command nested in thoughts",
+                s(r#"{"thoughts": {"text": "t", "command": {"name": "web_search", "args": {"query": "nested"}}}}"#),
+                "web_search",
+                json!({"query": "nested"}),
+            ),
+            (
+                "command as a string with top-level args",
+                s(r#"{"thoughts": {"text": "t"}, "command": "read_file", "args": {"filename": "x.md"}}"#),
+                "read_file",
+                json!({"filename": "x.md"}),
+            ),
+            (
+                "args null",
+                s(r#"{"command": {"name": "do_nothing", "args": null}}"#),
+                "do_nothing",
+                json!({}),
+            ),
+            (
+                "args as json-encoded string",
+                s(r#"{"command": {"name": "web_search", "args": "{\"query\": \"encoded\"}"}}"#),
+                "web_search",
+                json!({"query": "encoded"}),
+            ),
+            (
+                "arguments alias",
+                s(r#"{"command": {"name": "web_search", "arguments": {"query": "alias"}}}"#),
+                "web_search",
+                json!({"query": "alias"}),
+            ),
+            (
+                "0.2 reply with criticism and plan list",
+                s(r#"{"thoughts": {"text": "t", "reasoning": "r", "plan": ["one", "two"], "criticism": "c", "speak": "s"}, "command": {"name": "google", "args": {"input": "rust"}}}"#),
+                "google",
+                json!({"input": "rust"}),
+            ),
+            (
+                "missing comma between members",
+                s("{\"command\": {\"name\": \"write_file\"\n \"args\": {\"filename\": \"a\" \"text\": \"b\"}}}"),
+                "write_file",
+                json!({"filename": "a", "text": "b"}),
+            ),
+            (
+                "mismatched closer",
+                s(r#"{"thoughts": {"plan": ["a", "b"}, "command": {"name": "finish", "args": {"reason": "r"}}}"#),
+                "finish",
+                json!({"reason": "r"}),
+            ),
+            (
+                "double-encoded reply",
+                s(r#""{\"command\": {\"name\": \"finish\", \"args\": {\"reason\": \"twice\"}}}""#),
+                "finish",
+                json!({"reason": "twice"}),
+            ),
+            (
+                "everything at once",
+                s("Here is my response:\n```json\n{'thoughts': {'text': 'it's\nlate',}, command: {'name': 'list_files', 'args': {'recursive': True, 'folder': 'src"),
+                "list_files",
+                json!({"recursive": true, "folder": "src"}),
+            ),
+        ]
+    }
+
+    #[test]
+    fn corpus_of_malformed_replies_is_repaired() {
+        let rows = corpus();
+        assert!(rows.len() >= 25, "corpus has only {} rows", rows.len());
+        for (name, input, expected_name, expected_args) in rows {
+            let result = parse_reply(&input);
+            let (reply, route) = match result {
+                Ok(parsed) => parsed,
+                Err(error) => panic!("case {name:?} failed: {error}"),
+            };
+            assert_eq!(reply.command.name, expected_name, "case {name:?}");
+            assert_eq!(
+                Value::Object(reply.command.args.clone()),
+                expected_args,
+                "case {name:?}"
+            );
+            // A 0.2-style reply is valid JSON in the right shape, so it needs no repair; the
+            // criticism alias and the plan list are read leniently rather than repaired.
+            let expected_route = if name.starts_with("0.2 ") {
+                ParseRoute::Strict
+            } else {
+                ParseRoute::Repaired
+            };
+            assert_eq!(route, expected_route, "case {name:?}");
+        }
+    }
+
+    #[test]
+    fn well_formed_reply_takes_the_strict_route() {
+        let (reply, route) = parse_reply(VALID).expect("valid reply parses");
+        assert_eq!(route, ParseRoute::Strict);
+        assert_eq!(reply.command.name, "web_search");
+        assert_eq!(
+            reply.thoughts.self_criticism,
+            "I may need several searches."
+        );
+        assert_eq!(reply.thoughts.plan, "- search\n- read\n- summarise");
+
+        // Missing thoughts and missing args are defaults, not repairs.
+        let (bare, route) =
+            parse_reply(r#"{"command": {"name": "do_nothing"}}"#).expect("bare reply parses");
+        assert_eq!(route, ParseRoute::Strict);
+        assert_eq!(bare.thoughts, Thoughts::default());
+        assert!(bare.command.args.is_empty());
+    }
+
+    #[test]
+    fn repaired_reply_takes_the_repaired_route() {
+        let fenced = format!("```json\n{VALID}\n```");
+        let (reply, route) = parse_reply(&fenced).expect("fenced reply parses");
+        assert_eq!(route, ParseRoute::Repaired);
+        assert_eq!(reply, parse_reply(VALID).expect("valid").0);
+
+        // Valid JSON whose command had to be relocated is also reported as repaired.
+        let (_, route) =
+            parse_reply(r#"{"command": "finish", "args": {"reason": "r"}}"#).expect("parses");
+        assert_eq!(route, ParseRoute::Repaired);
+    }
+
+    #[test]
+    fn thoughts_are_rendered_leniently() {
+        let (reply, _) = parse_reply(
+            r#"{"thoughts": {"observations": 3, "text": ["a", "b"], "reasoning": true,
+                "criticism": "old key", "plan": ["- first", "second", null, 4], "speak": {"k": 1}},
+                "command": {"name": "x", "args": {}}}"#,
+        )
+        .expect("parses");
+        assert_eq!(reply.thoughts.observations, "3");
+        assert_eq!(reply.thoughts.text, "a\nb");
+        assert_eq!(reply.thoughts.reasoning, "true");
+        assert_eq!(reply.thoughts.self_criticism, "old key");
+        assert_eq!(reply.thoughts.plan, "- first\n- second\n- 4");
+        assert_eq!(reply.thoughts.speak, r#"{"k":1}"#);
+    }
+
+    #[test]
+    fn repaired_thoughts_keep_their_text() {
+        let input =
+            "Here you go: {'thoughts': {'text': 'I can't stop', 'speak': \"don't\nworry\",}, \
+                     'command': {'name': 'finish', 'args': {}}}";
+        let (reply, _) = parse_reply(input).expect("parses");
+        assert_eq!(reply.thoughts.text, "I can't stop");
+        assert_eq!(reply.thoughts.speak, "don't\nworry");
+    }
+
+    fn expect_not_json(input: &str, needle: &str) {
+        match parse_reply(input) {
+            Err(ReplyError::NotJson(message)) => assert!(
+                message.contains(needle),
+                "message {message:?} should mention {needle:?}"
+            ),
+            other => panic!("expected NotJson for {input:?}, got {other:?}"),
+        }
+    }
+
+    fn expect_schema(input: &str, needles: &[&str]) {
+        match parse_reply(input) {
+            Err(ReplyError::Schema(message)) => {
+                for needle in needles {
+                    assert!(
+                        message.contains(needle),
+                        "message {message:?} should mention {needle:?}"
+                    );
+                }
+            }
+            other => panic!("expected Schema for {input:?}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn unusable_replies_are_rejected_with_helpful_messages() {
+        expect_not_json("", "empty");
+        expect_not_json("   \n ", "empty");
+        expect_not_json(
+            "I think I should search the web for this.",
+            "no JSON object",
+        );
+        expect_not_json("{{{{ ::: }}}} nope", "could not be parsed");
+        // A stray brace at the end of prose is not mistaken for an empty reply.
+        expect_not_json("I will now open a brace {", "could not be parsed");
+
+        expect_schema(r#"{"thoughts": {}}"#, &["no \"command\""]);
+        expect_schema(r#"{"command": {"args": {}}}"#, &["no \"name\""]);
+        expect_schema(r#"{"command": {"name": "", "args": {}}}"#, &["empty"]);
+        expect_schema(r#"{"command": {"name": 7, "args": {}}}"#, &["a number"]);
+        expect_schema(
+            r#"{"command": {"name": "x", "args": ["a", "b"]}}"#,
+            &["command.args", "an array"],
+        );
+        expect_schema(
+            r#"{"command": {"name": "x", "args": "not an object"}}"#,
+            &["command.args", "string"],
+        );
+        expect_schema(r#"[1, 2, 3]"#, &["an array", "single JSON object"]);
+        expect_schema(r#"[{"command": {"name": "x", "args": {}}}]"#, &["an array"]);
+        expect_schema(
+            r#"{"thoughts": "thinking", "command": {"name": "x"}}"#,
+            &["\"thoughts\" must be an object"],
+        );
+        expect_schema(r#"{"command": 5}"#, &["\"command\" must be an object"]);
+        expect_schema(r#"42"#, &["a number"]);
+        // A reply truncated before the command is repaired as JSON but still lacks a command.
+        expect_schema(r#"{"thoughts": {"text": "I will sea"#, &["no \"command\""]);
+    }
+
+    #[test]
+    fn error_display_quotes_the_problem() {
+        let error = ReplyError::Schema("no command".to_string());
+        assert_eq!(
+            error.to_string(),
+            "the reply does not match the response format: no command"
+        );
+        let error = ReplyError::NotJson("bad".to_string());
+        assert_eq!(error.to_string(), "the reply is not valid JSON: bad");
+    }
+
+    #[test]
+    fn repair_json_only_returns_objects() {
+        assert_eq!(repair_json(""), None);
+        assert_eq!(repair_json("just words"), None);
+        assert_eq!(repair_json("[1, 2]"), None);
+        assert_eq!(repair_json(r#"{"a": 1}"#), Some(json!({"a": 1})));
+        assert_eq!(repair_json("{a: 1,}"), Some(json!({"a": 1})));
+        // Truncation closes open strings, arrays and objects in order.
+        assert_eq!(
+            repair_json(r#"{"a": [1, {"b": "c"#),
+            Some(json!({"a": [1, {"b": "c"}]}))
+        );
+    }
+
+    #[test]
+    fn json_schema_lists_commands_and_required_fields() {
+        let names = vec![
+            "web_search".to_string(),
+            "finish".to_string(),
+            "web_search".to_string(),
+        ];
+        let schema = reply_json_schema(&names);
+        assert_eq!(schema["type"], "object");
+        assert_eq!(schema["additionalProperties"], false);
+        assert_eq!(schema["required"], json!(["thoughts", "command"]));
+        let command = &schema["properties"]["command"];
+        assert_eq!(command["required"], json!(["name", "args"]));
+        assert_eq!(command["additionalProperties"], false);
+        assert_eq!(
+            command["properties"]["name"]["enum"],
+            json!(["web_search", "finish"])
+        );
+        assert_eq!(command["properties"]["args"]["type"], "object");
+        let thoughts = &schema["properties"]["thoughts"];
+        assert_eq!(
+            thoughts["required"],
+            json!([
+                "observations",
+                "text",
+                "reasoning",
+                "self_criticism",
+                "plan",
+                "speak"
+            ])
+        );
+        assert_eq!(thoughts["additionalProperties"], false);
+        assert_eq!(thoughts["properties"]["plan"]["type"], "string");
+
+        let open = reply_json_schema(&[]);
+        assert!(open["properties"]["command"]["properties"]["name"]
+            .get("enum")
+            .is_none());
+    }
+
+    #[test]
+    fn format_instructions_describe_every_field() {
+        let text = reply_format_instructions();
+        assert!(text.contains("interface Response"));
+        for field in THOUGHT_FIELDS {
+            assert!(
+                text.contains(&format!("{field}: string;")),
+                "missing {field}"
+            );
+        }
+        assert!(text.contains("name: string;"));
+        assert!(text.contains("args: Record<string, any>;"));
+        // Every field line is preceded by a comment line.
+        let lines: Vec<&str> = text.lines().collect();
+        for (index, line) in lines.iter().enumerate() {
+            if line.trim_end().ends_with(": string;") || line.contains("Record<") {
+                assert!(index > 0 && lines[index - 1].trim_start().starts_with("//"));
+            }
+        }
+    }
+
+    #[test]
+    fn serde_round_trip_accepts_criticism_alias_and_defaults() {
+        let reply: AgentReply = serde_json::from_str(
+            r#"{"thoughts": {"criticism": "c"}, "command": {"name": "finish"}}"#,
+        )
+        .expect("deserialises");
+        assert_eq!(reply.thoughts.self_criticism, "c");
+        assert_eq!(reply.thoughts.text, "");
+        assert!(reply.command.args.is_empty());
+        let encoded = serde_json::to_string(&reply).expect("serialises");
+        let decoded: AgentReply = serde_json::from_str(&encoded).expect("round trip");
+        assert_eq!(decoded, reply);
+    }
+
+    /// A tiny linear congruential generator so the mutation test is deterministic without
+    /// pulling in a random-number crate.
+    struct Lcg(u64);
+
+    impl Lcg {
+        fn next(&mut self) -> u64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            self.0 >> 33
+        }
+
+        fn below(&mut self, bound: usize) -> usize {
+            if bound == 0 {
+                0
+            } else {
+                (self.next() % bound as u64) as usize
+            }
+        }
+    }
+
+    #[test]
+    fn mutated_replies_never_panic() {
+        const NASTY: [char; 22] = [
+            '{', '}', '[', ']', '"', '\'', ',', ':', '\\', '\n', '\t', '\u{0}', '\u{feff}', 'é',
+            '😀', 'T', 'N', '/', '*', 'u', '`', ' ',
+        ];
+        let mut rng = Lcg(0x5eed);
+        let base: Vec<char> = VALID.chars().collect();
+        for round in 0..200 {
+            let mut text = base.clone();
+            let edits = 1 + rng.below(6);
+            for _ in 0..edits {
+                let at = rng.below(text.len() + 1);
+                match rng.below(5) {
+                    0 if at < text.len() => {
+                        text.remove(at);
+                    }
+                    1 => text.insert(at, NASTY[rng.below(NASTY.len())]),
+                    2 if at < text.len() => text[at] = NASTY[rng.below(NASTY.len())],
+                    3 => text.truncate(at),
+                    _ => {
+                        let from = rng.below(text.len() + 1);
+                        let to = (from + rng.below(20)).min(text.len());
+                        let slice: Vec<char> = text[from..to].to_vec();
+                        let at = at.min(text.len());
+                        text.splice(at..at, slice);
+                    }
+                }
+            }
+            let mutated: String = text.into_iter().collect();
+            // Results vary; the property is only that nothing panics and errors carry a message.
+            match parse_reply(&mutated) {
+                Ok((reply, _)) => assert!(!reply.command.name.is_empty(), "round {round}"),
+                Err(ReplyError::NotJson(message)) | Err(ReplyError::Schema(message)) => {
+                    assert!(!message.is_empty(), "round {round}")
+                }
+            }
+            let _ = repair_json(&mutated);
+
+            // Byte-level damage as well, decoded lossily the way a transport layer would.
+            let mut bytes = mutated.into_bytes();
+            if !bytes.is_empty() {
+                let at = rng.below(bytes.len());
+                bytes[at] = (rng.next() & 0xff) as u8;
+            }
+            let lossy = String::from_utf8_lossy(&bytes);
+            let _ = parse_reply(&lossy);
+        }
+    }
+
+    #[test]
+    fn hostile_inputs_finish_without_panicking() {
+        let deep_open = "[".repeat(5000);
+        let deep_object = format!("{{\"a\": {}", deep_open);
+        let many_braces = "{".repeat(3000);
+        let inputs = [
+            deep_open.as_str(),
+            deep_object.as_str(),
+            many_braces.as_str(),
+            "{\"a\": \"\\u12",
+            "{\"a\": \"\\",
+            "{'",
+            "{\"",
+            "}{",
+            "```",
+            "```json",
+            "\u{feff}",
+            "{:}",
+            "{,,,}",
+        ];
+        for input in inputs {
+            let _ = parse_reply(input);
+            let _ = repair_json(input);
+        }
+    }
+}

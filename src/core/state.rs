@@ -1,0 +1,214 @@
+//! The agent's state as plain data: profile, phase, the pending proposal, counters and the episode history.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::commands::Risk;
+use super::history::Episode;
+use super::reply::{CommandCall, Thoughts};
+
+/// Who the agent is: AutoGPT 0.5's generated profile (or the 0.2-style one given by the user).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Profile {
+    pub name: String,
+    pub role: String,
+    pub best_practices: Vec<String>,
+    pub constraints: Vec<String>,
+}
+
+impl Profile {
+    /// Used when profile generation fails, so a task never stalls on an unusable answer.
+    pub fn fallback() -> Profile {
+        Profile {
+            name: "Autothread_GPT".into(),
+            role: "an autonomous assistant that completes the user's task step by step, using only the commands available to it".into(),
+            best_practices: Vec::new(),
+            constraints: Vec::new(),
+        }
+    }
+}
+
+/// Why an agent is not running.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum PauseReason {
+    /// A human paused it.
+    ByUser { by: String },
+    /// A human answered "n" / Deny; the proposal is kept and shown again on resume.
+    Denied { by: String },
+    /// The model gave three unusable replies in a row.
+    InvalidReplies { last_error: String },
+    /// The model endpoint kept failing after all retries.
+    ModelError { message: String },
+    /// The configured cycle limit was reached.
+    CycleLimit { limit: u64 },
+}
+
+impl PauseReason {
+    pub fn describe(&self) -> String {
+        match self {
+            PauseReason::ByUser { by } => format!("paused by {by}"),
+            PauseReason::Denied { by } => format!("stopped by {by}; the proposal is kept"),
+            PauseReason::InvalidReplies { last_error } => format!(
+                "paused after 3 invalid replies from the model in a row (last: {last_error})"
+            ),
+            PauseReason::ModelError { message } => {
+                format!("paused because the model endpoint failed: {message}")
+            }
+            PauseReason::CycleLimit { limit } => format!("paused at the cycle limit ({limit})"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "phase", rename_all = "snake_case")]
+pub enum Phase {
+    /// Waiting for the model to generate a profile from the task.
+    Creating,
+    /// Waiting for the model's next reply.
+    Thinking,
+    /// A proposal is shown; a human decides.
+    AwaitingDecision,
+    /// Waiting for the model's critique of the pending proposal.
+    Critiquing,
+    /// The approved command is running (the journal says so too).
+    Executing,
+    Paused(PauseReason),
+    Finished {
+        reason: String,
+    },
+}
+
+impl Phase {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Phase::Creating => "creating",
+            Phase::Thinking => "thinking",
+            Phase::AwaitingDecision => "awaiting decision",
+            Phase::Critiquing => "critiquing",
+            Phase::Executing => "executing",
+            Phase::Paused(_) => "paused",
+            Phase::Finished { .. } => "finished",
+        }
+    }
+
+    /// Phases in which the agent makes progress by itself and should be resumed after a restart.
+    pub fn is_live(&self) -> bool {
+        !matches!(self, Phase::Paused(_) | Phase::Finished { .. })
+    }
+}
+
+/// A command the model proposed for a cycle, as shown to the humans.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Proposal {
+    pub cycle: u64,
+    pub thoughts: Thoughts,
+    pub command: CommandCall,
+    pub risk: Risk,
+    /// Set when a restart found this command half-run: it is asked again, never re-run silently.
+    pub interrupted: bool,
+    /// Who approved (or asked for the critique); it goes into the episode for the transcript.
+    pub approved_by: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageTotals {
+    pub calls: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+/// Per-agent settings chosen at creation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentSettings {
+    pub model: String,
+    /// Run automatic-class commands without asking.
+    pub continuous: bool,
+    /// Stop after this many cycles (0: no limit).
+    pub cycle_limit: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentState {
+    pub id: String,
+    pub task: String,
+    /// Tasks given after the agent finished, oldest first.
+    pub follow_ups: Vec<String>,
+    pub profile: Option<Profile>,
+    pub settings: AgentSettings,
+    pub phase: Phase,
+    /// The cycle being worked on, starting at 1.
+    pub cycle: u64,
+    /// Cycles this agent has run since its cycle limit was last reset (by a resume).
+    pub cycles_since_resume: u64,
+    pub pending: Option<Proposal>,
+    pub auto_approvals_left: u32,
+    pub invalid_replies_in_row: u32,
+    /// The watchdog's one rethink for the current cycle has been used.
+    pub rethink_used: bool,
+    /// Identifies the model call the agent is waiting for; replies to older calls are ignored.
+    pub call_seq: u64,
+    /// Pause once the running command has finished.
+    pub pause_requested: Option<String>,
+    pub usage: UsageTotals,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// Stored in their own tree, one record per cycle; loaded back by the store.
+    #[serde(skip)]
+    pub episodes: Vec<Episode>,
+}
+
+impl AgentState {
+    pub fn new(
+        id: String,
+        task: String,
+        profile: Option<Profile>,
+        settings: AgentSettings,
+        now: DateTime<Utc>,
+    ) -> Self {
+        AgentState {
+            id,
+            task,
+            follow_ups: Vec::new(),
+            profile,
+            settings,
+            phase: Phase::Creating,
+            cycle: 1,
+            cycles_since_resume: 0,
+            pending: None,
+            auto_approvals_left: 0,
+            invalid_replies_in_row: 0,
+            rethink_used: false,
+            call_seq: 0,
+            pause_requested: None,
+            usage: UsageTotals::default(),
+            created_at: now,
+            updated_at: now,
+            episodes: Vec::new(),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        self.profile
+            .as_ref()
+            .map(|p| p.name.as_str())
+            .unwrap_or("(unnamed agent)")
+    }
+
+    /// The task as the model sees it, with any follow-ups.
+    pub fn full_task(&self) -> String {
+        let mut text = self.task.clone();
+        for (i, follow_up) in self.follow_ups.iter().enumerate() {
+            text.push_str(&format!("\n\nFollow-up task {}: {}", i + 1, follow_up));
+        }
+        text
+    }
+
+    pub fn episode(&self, cycle: u64) -> Option<&Episode> {
+        self.episodes.iter().find(|e| e.cycle == cycle)
+    }
+
+    pub fn last_episode(&self) -> Option<&Episode> {
+        self.episodes.last()
+    }
+}

@@ -1,0 +1,675 @@
+//! `step`: the whole decision logic of the agent loop as a pure function of state, event and context.
+
+use chrono::{DateTime, Utc};
+
+use super::commands::{CommandSet, Risk, ValidCall};
+use super::event::{CallPurpose, Decision, Effect, Event, ModelCall};
+use super::history::{summary_request, Episode, Outcome};
+use super::prompt::{
+    build_cycle_prompt, profile_messages, profile_schema, reask_messages, rethink_messages,
+    self_critique_messages, ContextLimits, Message, PromptExtras, PromptInputs, TokenCounter,
+};
+use super::reply::{parse_reply, reply_json_schema, CommandCall, Thoughts};
+use super::state::{AgentState, PauseReason, Phase, Profile, Proposal};
+use super::watchdog::{duplicate_refusal, repeats_last_step};
+
+/// Invalid replies in a row that pause the agent (AutoGPT 0.5 stops after three).
+pub const MAX_INVALID_REPLIES: u32 = 3;
+const SUMMARY_MAX_TOKENS: u32 = 200;
+const CRITIQUE_MAX_TOKENS: u32 = 600;
+const PROFILE_MAX_TOKENS: u32 = 800;
+
+/// Which risk classes may run without a human (Approve ×N, continuous mode).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    pub automatic: Vec<Risk>,
+}
+
+impl Policy {
+    pub fn is_automatic(&self, risk: Risk) -> bool {
+        self.automatic.contains(&risk)
+    }
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            automatic: vec![Risk::Read, Risk::Write, Risk::Network],
+        }
+    }
+}
+
+/// Everything `step` may consult besides the state; the clock is read by the caller.
+pub struct StepCtx<'a> {
+    pub now: DateTime<Utc>,
+    pub commands: &'a CommandSet,
+    pub policy: &'a Policy,
+    pub counter: &'a dyn TokenCounter,
+    pub limits: ContextLimits,
+    pub extras: &'a PromptExtras,
+    pub full_steps: usize,
+    pub smart_model_available: bool,
+}
+
+/// Applies one event. Effects are returned in the order the runtime must carry them out, after it
+/// has stored the new state.
+pub fn step(state: &mut AgentState, event: Event, ctx: &StepCtx<'_>) -> Vec<Effect> {
+    let mut fx = Vec::new();
+    state.updated_at = ctx.now;
+    match event {
+        Event::Start => on_start(state, ctx, &mut fx),
+        Event::ModelReplied {
+            seq,
+            purpose,
+            text,
+            usage,
+        } => {
+            if let Some(usage) = usage {
+                state.usage.calls += 1;
+                state.usage.prompt_tokens += usage.prompt_tokens;
+                state.usage.completion_tokens += usage.completion_tokens;
+            }
+            on_model_reply(state, ctx, seq, purpose, text, &mut fx)
+        }
+        Event::ModelFailed {
+            seq,
+            purpose,
+            error,
+        } => on_model_failure(state, ctx, seq, purpose, error, &mut fx),
+        Event::Decided {
+            cycle,
+            decision,
+            by,
+        } => on_decision(state, ctx, cycle, decision, by, &mut fx),
+        Event::CommandFinished { cycle, outcome } => {
+            on_command_finished(state, ctx, cycle, outcome, &mut fx)
+        }
+        Event::Pause { by } => on_pause(state, by, &mut fx),
+        Event::Resume { by: _, follow_up } => on_resume(state, ctx, follow_up, &mut fx),
+        Event::Recovered { interrupted } => on_recovered(state, ctx, interrupted, &mut fx),
+    }
+    fx
+}
+
+fn on_start(state: &mut AgentState, ctx: &StepCtx<'_>, fx: &mut Vec<Effect>) {
+    if state.phase != Phase::Creating {
+        fx.push(Effect::Rejected("the agent has already started".into()));
+        return;
+    }
+    if state.profile.is_none() {
+        request_profile(state, ctx, fx);
+    } else {
+        fx.push(Effect::ShowProfile);
+        begin_cycle(state, ctx, fx);
+    }
+}
+
+fn request_profile(state: &mut AgentState, ctx: &StepCtx<'_>, fx: &mut Vec<Effect>) {
+    let messages = profile_messages(&state.task);
+    call_model(
+        state,
+        fx,
+        CallPurpose::Profile,
+        messages,
+        PROFILE_MAX_TOKENS.min(ctx.limits.max_tokens),
+        Some(profile_schema()),
+        false,
+    );
+}
+
+fn call_model(
+    state: &mut AgentState,
+    fx: &mut Vec<Effect>,
+    purpose: CallPurpose,
+    messages: Vec<Message>,
+    max_tokens: u32,
+    json_schema: Option<serde_json::Value>,
+    smart: bool,
+) {
+    state.call_seq += 1;
+    fx.push(Effect::CallModel(ModelCall {
+        seq: state.call_seq,
+        purpose,
+        messages,
+        max_tokens,
+        json_schema,
+        smart,
+    }));
+}
+
+fn cycle_prompt(state: &AgentState, ctx: &StepCtx<'_>) -> Vec<Message> {
+    build_cycle_prompt(&PromptInputs {
+        state,
+        commands: ctx.commands,
+        now: ctx.now,
+        limits: ctx.limits,
+        extras: ctx.extras,
+        full_steps: ctx.full_steps,
+        counter: ctx.counter,
+    })
+    .messages
+}
+
+/// Starts a cycle: honours a requested pause and the cycle limit, asks for summaries of the
+/// episodes that lack one (the runtime runs them beside the main call), then asks the model.
+fn begin_cycle(state: &mut AgentState, ctx: &StepCtx<'_>, fx: &mut Vec<Effect>) {
+    if let Some(by) = state.pause_requested.take() {
+        pause(state, PauseReason::ByUser { by }, fx);
+        return;
+    }
+    let limit = state.settings.cycle_limit;
+    if limit > 0 && state.cycles_since_resume >= limit {
+        pause(state, PauseReason::CycleLimit { limit }, fx);
+        return;
+    }
+    state.phase = Phase::Thinking;
+    state.rethink_used = false;
+    let input_chars = (ctx.limits.send_limit() * 3).max(2000);
+    for episode in state.episodes.iter().filter(|e| e.summary.is_none()) {
+        fx.push(Effect::CallModel(ModelCall {
+            seq: 0,
+            purpose: CallPurpose::Summary {
+                cycle: episode.cycle,
+            },
+            messages: summary_request(episode, input_chars),
+            max_tokens: SUMMARY_MAX_TOKENS.min(ctx.limits.max_tokens),
+            json_schema: None,
+            smart: false,
+        }));
+    }
+    let messages = cycle_prompt(state, ctx);
+    call_model(
+        state,
+        fx,
+        CallPurpose::Think,
+        messages,
+        ctx.limits.max_tokens,
+        Some(reply_json_schema(&ctx.commands.names())),
+        false,
+    );
+}
+
+fn pause(state: &mut AgentState, reason: PauseReason, fx: &mut Vec<Effect>) {
+    // Replies to calls made before the pause must not be applied afterwards.
+    state.call_seq += 1;
+    state.phase = Phase::Paused(reason.clone());
+    fx.push(Effect::Paused(reason));
+}
+
+fn on_model_reply(
+    state: &mut AgentState,
+    ctx: &StepCtx<'_>,
+    seq: u64,
+    purpose: CallPurpose,
+    text: String,
+    fx: &mut Vec<Effect>,
+) {
+    if let CallPurpose::Summary { cycle } = purpose {
+        if let Some(episode) = state.episodes.iter_mut().find(|e| e.cycle == cycle) {
+            if episode.summary.is_none() {
+                if let Some(summary) = super::history::clean_summary(&text) {
+                    episode.summary = Some(summary);
+                    fx.push(Effect::EpisodeRecorded { cycle });
+                }
+            }
+        }
+        return;
+    }
+    if seq != state.call_seq {
+        // A reply to a call that a pause or restart has superseded.
+        return;
+    }
+    match (purpose, &state.phase) {
+        (CallPurpose::Profile, Phase::Creating) => {
+            let profile = super::prompt::parse_profile(&text).unwrap_or_else(|| {
+                fx.push(Effect::Notify(
+                    "The model's profile was unusable; using the default profile.".into(),
+                ));
+                Profile::fallback()
+            });
+            state.profile = Some(profile);
+            fx.push(Effect::ShowProfile);
+            begin_cycle(state, ctx, fx);
+        }
+        (CallPurpose::Think | CallPurpose::Reask | CallPurpose::Rethink, Phase::Thinking) => {
+            on_cycle_reply(state, ctx, purpose, text, fx)
+        }
+        (CallPurpose::SelfCritique, Phase::Critiquing) => {
+            let by = state.pending.as_ref().and_then(|p| p.approved_by.clone());
+            record_from_pending(
+                state,
+                Outcome::SelfCritique(text.trim().to_string()),
+                by,
+                fx,
+            );
+            begin_cycle(state, ctx, fx);
+        }
+        _ => {}
+    }
+}
+
+fn on_cycle_reply(
+    state: &mut AgentState,
+    ctx: &StepCtx<'_>,
+    purpose: CallPurpose,
+    text: String,
+    fx: &mut Vec<Effect>,
+) {
+    let reply = match parse_reply(&text) {
+        Ok((reply, _route)) => reply,
+        Err(error) => {
+            state.invalid_replies_in_row += 1;
+            let error = error.to_string();
+            if state.invalid_replies_in_row >= MAX_INVALID_REPLIES {
+                pause(state, PauseReason::InvalidReplies { last_error: error }, fx);
+            } else {
+                let messages = reask_messages(cycle_prompt(state, ctx), &text, &error);
+                call_model(
+                    state,
+                    fx,
+                    CallPurpose::Reask,
+                    messages,
+                    ctx.limits.max_tokens,
+                    Some(reply_json_schema(&ctx.commands.names())),
+                    false,
+                );
+            }
+            return;
+        }
+    };
+    state.invalid_replies_in_row = 0;
+    let valid = match ctx.commands.validate(&reply.command) {
+        Ok(valid) => valid,
+        Err(message) => {
+            fx.push(Effect::Notify(format!(
+                "Cycle {}: the model's command was not run: {message}",
+                state.cycle
+            )));
+            record_episode(
+                state,
+                reply.command,
+                reply.thoughts.reasoning,
+                Outcome::Error(message),
+                None,
+                fx,
+            );
+            begin_cycle(state, ctx, fx);
+            return;
+        }
+    };
+    if repeats_last_step(state.last_episode(), &valid.call) {
+        if !state.rethink_used && purpose != CallPurpose::Rethink {
+            state.rethink_used = true;
+            let messages = rethink_messages(cycle_prompt(state, ctx), &valid.call);
+            call_model(
+                state,
+                fx,
+                CallPurpose::Rethink,
+                messages,
+                ctx.limits.max_tokens,
+                Some(reply_json_schema(&ctx.commands.names())),
+                ctx.smart_model_available,
+            );
+        } else {
+            let refusal = duplicate_refusal(&valid.call);
+            fx.push(Effect::Notify(format!(
+                "Cycle {}: refused a duplicate of the command just executed.",
+                state.cycle
+            )));
+            record_episode(
+                state,
+                valid.call,
+                reply.thoughts.reasoning,
+                Outcome::Error(refusal),
+                None,
+                fx,
+            );
+            begin_cycle(state, ctx, fx);
+        }
+        return;
+    }
+    propose(state, ctx, valid, reply.thoughts, fx);
+}
+
+fn propose(
+    state: &mut AgentState,
+    ctx: &StepCtx<'_>,
+    valid: ValidCall,
+    thoughts: Thoughts,
+    fx: &mut Vec<Effect>,
+) {
+    let automatic = ctx.policy.is_automatic(valid.risk)
+        && (state.settings.continuous || state.auto_approvals_left > 0);
+    let proposal = Proposal {
+        cycle: state.cycle,
+        thoughts,
+        command: valid.call,
+        risk: valid.risk,
+        interrupted: false,
+        approved_by: None,
+    };
+    state.pending = Some(proposal.clone());
+    if automatic {
+        if !state.settings.continuous {
+            state.auto_approvals_left -= 1;
+        }
+        let by = if state.settings.continuous {
+            "continuous mode".to_string()
+        } else {
+            format!("Approve ×N ({} left)", state.auto_approvals_left)
+        };
+        fx.push(Effect::ShowProposal {
+            proposal,
+            auto_approved: true,
+        });
+        start_execution(state, by, fx);
+    } else {
+        state.phase = Phase::AwaitingDecision;
+        fx.push(Effect::ShowProposal {
+            proposal,
+            auto_approved: false,
+        });
+    }
+}
+
+fn start_execution(state: &mut AgentState, by: String, fx: &mut Vec<Effect>) {
+    let Some(pending) = state.pending.as_mut() else {
+        return;
+    };
+    pending.approved_by = Some(by);
+    state.phase = Phase::Executing;
+    fx.push(Effect::Execute {
+        cycle: pending.cycle,
+        call: pending.command.clone(),
+        risk: pending.risk,
+    });
+}
+
+fn on_model_failure(
+    state: &mut AgentState,
+    ctx: &StepCtx<'_>,
+    seq: u64,
+    purpose: CallPurpose,
+    error: String,
+    fx: &mut Vec<Effect>,
+) {
+    if matches!(purpose, CallPurpose::Summary { .. }) {
+        // Summaries are retried at the next cycle; until then the mechanical one-liner stands in.
+        return;
+    }
+    if seq != state.call_seq {
+        return;
+    }
+    match (purpose, &state.phase) {
+        (CallPurpose::Profile, Phase::Creating) => {
+            fx.push(Effect::Notify(format!(
+                "Profile generation failed ({error}); using the default profile."
+            )));
+            state.profile = Some(Profile::fallback());
+            fx.push(Effect::ShowProfile);
+            begin_cycle(state, ctx, fx);
+        }
+        (CallPurpose::SelfCritique, Phase::Critiquing) => {
+            fx.push(Effect::Notify(format!(
+                "The self-critique failed ({error}); the proposal is still waiting for a decision."
+            )));
+            show_pending_again(state, fx);
+        }
+        (_, Phase::Thinking) => pause(state, PauseReason::ModelError { message: error }, fx),
+        _ => {}
+    }
+}
+
+fn show_pending_again(state: &mut AgentState, fx: &mut Vec<Effect>) {
+    if let Some(pending) = &state.pending {
+        state.phase = Phase::AwaitingDecision;
+        fx.push(Effect::ShowProposal {
+            proposal: pending.clone(),
+            auto_approved: false,
+        });
+    }
+}
+
+fn on_decision(
+    state: &mut AgentState,
+    ctx: &StepCtx<'_>,
+    cycle: u64,
+    decision: Decision,
+    by: String,
+    fx: &mut Vec<Effect>,
+) {
+    let current = state.phase == Phase::AwaitingDecision
+        && state.pending.as_ref().map(|p| p.cycle) == Some(cycle);
+    if !current {
+        fx.push(Effect::Rejected(
+            "this proposal is no longer pending".to_string(),
+        ));
+        return;
+    }
+    match decision {
+        Decision::Approve => start_execution(state, by, fx),
+        Decision::ApproveN(n) => {
+            state.auto_approvals_left = n.saturating_sub(1);
+            start_execution(state, by, fx);
+        }
+        Decision::Deny => {
+            state.auto_approvals_left = 0;
+            pause(state, PauseReason::Denied { by }, fx);
+        }
+        Decision::Feedback(text) => {
+            state.auto_approvals_left = 0;
+            record_from_pending(state, Outcome::HumanFeedback(text), Some(by), fx);
+            begin_cycle(state, ctx, fx);
+        }
+        Decision::SelfCritique => {
+            let Some(pending) = state.pending.as_mut() else {
+                return;
+            };
+            pending.approved_by = Some(by);
+            let profile = state.profile.clone().unwrap_or_else(Profile::fallback);
+            let messages = self_critique_messages(&profile, &pending.thoughts, &pending.command);
+            state.phase = Phase::Critiquing;
+            call_model(
+                state,
+                fx,
+                CallPurpose::SelfCritique,
+                messages,
+                CRITIQUE_MAX_TOKENS.min(ctx.limits.max_tokens),
+                None,
+                false,
+            );
+        }
+    }
+}
+
+fn on_command_finished(
+    state: &mut AgentState,
+    ctx: &StepCtx<'_>,
+    cycle: u64,
+    outcome: Outcome,
+    fx: &mut Vec<Effect>,
+) {
+    let Some(pending) = state.pending.clone() else {
+        return;
+    };
+    if state.phase != Phase::Executing || pending.cycle != cycle {
+        return;
+    }
+    let outcome = if ctx.counter.count(outcome.text()) > ctx.limits.max_result_tokens() {
+        Outcome::Error(format!(
+            "Failure: command {} returned too much output. Do not execute this command again with the same arguments.",
+            pending.command.name
+        ))
+    } else {
+        outcome
+    };
+    let finished = pending.command.name == "finish" && matches!(outcome, Outcome::Success(_));
+    record_from_pending(state, outcome, pending.approved_by.clone(), fx);
+    if finished {
+        let reason = pending
+            .command
+            .args
+            .get("reason")
+            .and_then(|v| v.as_str())
+            .unwrap_or("")
+            .to_string();
+        state.auto_approvals_left = 0;
+        state.phase = Phase::Finished {
+            reason: reason.clone(),
+        };
+        fx.push(Effect::Finished { reason });
+    } else {
+        begin_cycle(state, ctx, fx);
+    }
+}
+
+fn record_from_pending(
+    state: &mut AgentState,
+    outcome: Outcome,
+    by: Option<String>,
+    fx: &mut Vec<Effect>,
+) {
+    if let Some(pending) = state.pending.take() {
+        record_episode(
+            state,
+            pending.command,
+            pending.thoughts.reasoning,
+            outcome,
+            by,
+            fx,
+        );
+    }
+}
+
+/// Closes the current cycle with an episode and moves to the next cycle number.
+fn record_episode(
+    state: &mut AgentState,
+    command: CommandCall,
+    reasoning: String,
+    outcome: Outcome,
+    decided_by: Option<String>,
+    fx: &mut Vec<Effect>,
+) {
+    let cycle = state.cycle;
+    state.episodes.push(Episode {
+        cycle,
+        command,
+        reasoning,
+        outcome,
+        summary: None,
+        decided_by,
+    });
+    state.pending = None;
+    state.cycle += 1;
+    state.cycles_since_resume += 1;
+    fx.push(Effect::EpisodeRecorded { cycle });
+}
+
+fn on_pause(state: &mut AgentState, by: String, fx: &mut Vec<Effect>) {
+    match state.phase {
+        Phase::Creating | Phase::Thinking | Phase::AwaitingDecision | Phase::Critiquing => {
+            if state.phase == Phase::Critiquing {
+                state.phase = Phase::AwaitingDecision;
+            }
+            state.auto_approvals_left = 0;
+            pause(state, PauseReason::ByUser { by }, fx);
+        }
+        Phase::Executing => {
+            // A running command is never cut short; the pause takes effect when it returns.
+            state.auto_approvals_left = 0;
+            state.pause_requested = Some(by);
+            fx.push(Effect::Notify(
+                "The agent will pause when the running command finishes.".into(),
+            ));
+        }
+        Phase::Paused(_) | Phase::Finished { .. } => fx.push(Effect::Rejected(format!(
+            "the agent is already {}",
+            state.phase.label()
+        ))),
+    }
+}
+
+fn on_resume(
+    state: &mut AgentState,
+    ctx: &StepCtx<'_>,
+    follow_up: Option<String>,
+    fx: &mut Vec<Effect>,
+) {
+    let follow_up = follow_up
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty());
+    match &state.phase {
+        Phase::Finished { .. } => match follow_up {
+            Some(task) => {
+                state.follow_ups.push(task);
+                state.cycles_since_resume = 0;
+                begin_cycle(state, ctx, fx);
+            }
+            None => fx.push(Effect::Rejected(
+                "the agent has finished; give it a follow-up task to continue".into(),
+            )),
+        },
+        Phase::Paused(_) => {
+            if let Some(task) = follow_up {
+                state.follow_ups.push(task);
+            }
+            state.invalid_replies_in_row = 0;
+            state.cycles_since_resume = 0;
+            if state.pending.is_some() {
+                show_pending_again(state, fx);
+            } else if state.profile.is_none() {
+                state.phase = Phase::Creating;
+                request_profile(state, ctx, fx);
+            } else {
+                begin_cycle(state, ctx, fx);
+            }
+        }
+        _ => fx.push(Effect::Rejected(format!(
+            "the agent is already running ({})",
+            state.phase.label()
+        ))),
+    }
+}
+
+fn on_recovered(
+    state: &mut AgentState,
+    ctx: &StepCtx<'_>,
+    interrupted: bool,
+    fx: &mut Vec<Effect>,
+) {
+    match state.phase {
+        Phase::Creating => {
+            if state.profile.is_none() {
+                request_profile(state, ctx, fx);
+            } else {
+                fx.push(Effect::ShowProfile);
+                begin_cycle(state, ctx, fx);
+            }
+        }
+        Phase::Thinking => begin_cycle(state, ctx, fx),
+        Phase::AwaitingDecision | Phase::Critiquing => show_pending_again(state, fx),
+        Phase::Executing => {
+            if interrupted {
+                if let Some(pending) = state.pending.as_mut() {
+                    pending.interrupted = true;
+                    pending.approved_by = None;
+                }
+                state.auto_approvals_left = 0;
+                fx.push(Effect::Notify(format!(
+                    "Cycle {} was interrupted while its command ran; it was not re-run. Decide again.",
+                    state.cycle
+                )));
+                show_pending_again(state, fx);
+            } else {
+                // The journal has no record of the command starting, so running it now is its first run.
+                let by = state
+                    .pending
+                    .as_ref()
+                    .and_then(|p| p.approved_by.clone())
+                    .unwrap_or_else(|| "recovery".into());
+                start_execution(state, by, fx);
+            }
+        }
+        Phase::Paused(_) | Phase::Finished { .. } => {}
+    }
+}

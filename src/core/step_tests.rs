@@ -1,0 +1,734 @@
+//! Unit tests of `step` and prompt fitting, driven with plain data.
+
+use chrono::{TimeZone, Utc};
+use serde_json::json;
+
+use super::commands::{ArgType, CommandSet, CommandSpec, Risk};
+use super::event::{CallPurpose, Decision, Effect, Event, ModelCall, Usage};
+use super::history::{Episode, Outcome};
+use super::prompt::{
+    build_cycle_prompt, ContextLimits, PromptExtras, PromptInputs, Role, TokenCounter,
+};
+use super::reply::CommandCall;
+use super::state::{AgentSettings, AgentState, PauseReason, Phase, Profile};
+use super::step::{step, Policy, StepCtx};
+
+/// Roughly one token per four bytes: deterministic and close enough for fitting tests.
+struct QuarterCounter;
+
+impl TokenCounter for QuarterCounter {
+    fn count(&self, text: &str) -> usize {
+        text.len().div_ceil(4)
+    }
+}
+
+fn commands() -> CommandSet {
+    CommandSet {
+        specs: vec![
+            CommandSpec::new("write_file", "Write a file", Risk::Write)
+                .arg("filename", ArgType::String, "path")
+                .arg("contents", ArgType::String, "text"),
+            CommandSpec::new("read_file", "Read a file", Risk::Read).arg(
+                "filename",
+                ArgType::String,
+                "path",
+            ),
+            CommandSpec::new("ask_user", "Ask the user", Risk::Control).arg(
+                "question",
+                ArgType::String,
+                "q",
+            ),
+            CommandSpec::new("finish", "Finish", Risk::Control).arg(
+                "reason",
+                ArgType::String,
+                "why",
+            ),
+        ],
+    }
+}
+
+struct Harness {
+    state: AgentState,
+    commands: CommandSet,
+    policy: Policy,
+    extras: PromptExtras,
+    limits: ContextLimits,
+    smart: bool,
+}
+
+impl Harness {
+    fn new(profile: Option<Profile>) -> Self {
+        let now = Utc.with_ymd_and_hms(2026, 11, 22, 8, 0, 0).unwrap();
+        Harness {
+            state: AgentState::new(
+                "agent1".into(),
+                "Write a haiku into haiku.txt".into(),
+                profile,
+                AgentSettings {
+                    model: "m".into(),
+                    continuous: false,
+                    cycle_limit: 0,
+                },
+                now,
+            ),
+            commands: commands(),
+            policy: Policy::default(),
+            extras: PromptExtras::default(),
+            limits: ContextLimits {
+                context_tokens: 4096,
+                max_tokens: 1000,
+            },
+            smart: true,
+        }
+    }
+
+    fn started() -> Self {
+        let mut h = Harness::new(Some(profile()));
+        let fx = h.step(Event::Start);
+        assert!(matches!(fx[0], Effect::ShowProfile));
+        assert_eq!(h.state.phase, Phase::Thinking);
+        h
+    }
+
+    fn step(&mut self, event: Event) -> Vec<Effect> {
+        let ctx = StepCtx {
+            now: Utc.with_ymd_and_hms(2026, 11, 22, 8, 0, 0).unwrap(),
+            commands: &self.commands,
+            policy: &self.policy,
+            counter: &QuarterCounter,
+            limits: self.limits,
+            extras: &self.extras,
+            full_steps: 4,
+            smart_model_available: self.smart,
+        };
+        step(&mut self.state, event, &ctx)
+    }
+
+    /// Answers the model call the agent is waiting for.
+    fn reply(&mut self, purpose: CallPurpose, text: &str) -> Vec<Effect> {
+        let seq = self.state.call_seq;
+        self.step(Event::ModelReplied {
+            seq,
+            purpose,
+            text: text.into(),
+            usage: Some(Usage {
+                prompt_tokens: 10,
+                completion_tokens: 5,
+            }),
+        })
+    }
+
+    fn think(&mut self, text: &str) -> Vec<Effect> {
+        self.reply(CallPurpose::Think, text)
+    }
+
+    fn decide(&mut self, decision: Decision) -> Vec<Effect> {
+        let cycle = self.state.cycle;
+        self.step(Event::Decided {
+            cycle,
+            decision,
+            by: "alice".into(),
+        })
+    }
+
+    fn finish_command(&mut self, outcome: Outcome) -> Vec<Effect> {
+        let cycle = self.state.cycle;
+        self.step(Event::CommandFinished { cycle, outcome })
+    }
+}
+
+fn profile() -> Profile {
+    Profile {
+        name: "HaikuGPT".into(),
+        role: "a poet".into(),
+        best_practices: vec!["be brief".into()],
+        constraints: vec![],
+    }
+}
+
+fn reply_json(command: &str, args: serde_json::Value) -> String {
+    json!({
+        "thoughts": {"text": "t", "reasoning": format!("because {command}"), "plan": "- a", "self_criticism": "c", "speak": "s", "observations": "o"},
+        "command": {"name": command, "args": args}
+    })
+    .to_string()
+}
+
+fn model_calls(fx: &[Effect]) -> Vec<&ModelCall> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::CallModel(call) => Some(call),
+            _ => None,
+        })
+        .collect()
+}
+
+fn main_call(fx: &[Effect]) -> &ModelCall {
+    model_calls(fx)
+        .into_iter()
+        .find(|c| !matches!(c.purpose, CallPurpose::Summary { .. }))
+        .expect("a model call")
+}
+
+fn executes(fx: &[Effect]) -> Option<&CommandCall> {
+    fx.iter().find_map(|e| match e {
+        Effect::Execute { call, .. } => Some(call),
+        _ => None,
+    })
+}
+
+#[test]
+fn profile_generation_then_fallback_on_garbage() {
+    let mut h = Harness::new(None);
+    let fx = h.step(Event::Start);
+    assert_eq!(main_call(&fx).purpose, CallPurpose::Profile);
+    assert!(main_call(&fx).json_schema.is_some());
+    let fx = h.reply(CallPurpose::Profile, "sorry, I cannot do that");
+    assert!(fx
+        .iter()
+        .any(|e| matches!(e, Effect::Notify(t) if t.contains("default profile"))));
+    assert_eq!(h.state.profile, Some(Profile::fallback()));
+    assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
+
+    let mut h = Harness::new(None);
+    h.step(Event::Start);
+    h.reply(
+        CallPurpose::Profile,
+        r#"{"name":"HaikuGPT","description":"a poet","directives":{"best_practices":["x"],"constraints":["y"]}}"#,
+    );
+    assert_eq!(h.state.profile.as_ref().unwrap().name, "HaikuGPT");
+    assert_eq!(h.state.usage.calls, 1);
+}
+
+#[test]
+fn a_full_cycle_approve_execute_record_next() {
+    let mut h = Harness::started();
+    let fx = h.think(&reply_json(
+        "write_file",
+        json!({"filename": "haiku.txt", "contents": "x"}),
+    ));
+    assert!(matches!(
+        fx.as_slice(),
+        [Effect::ShowProposal {
+            auto_approved: false,
+            ..
+        }]
+    ));
+    assert_eq!(h.state.phase, Phase::AwaitingDecision);
+    let fx = h.decide(Decision::Approve);
+    assert_eq!(executes(&fx).unwrap().name, "write_file");
+    assert_eq!(h.state.phase, Phase::Executing);
+    let fx = h.finish_command(Outcome::Success("written".into()));
+    assert!(fx.contains(&Effect::EpisodeRecorded { cycle: 1 }));
+    assert_eq!(h.state.cycle, 2);
+    assert_eq!(h.state.episodes[0].decided_by.as_deref(), Some("alice"));
+    let calls = model_calls(&fx);
+    assert!(calls
+        .iter()
+        .any(|c| c.purpose == CallPurpose::Summary { cycle: 1 }));
+    let think = main_call(&fx);
+    assert_eq!(think.purpose, CallPurpose::Think);
+    let progress = think
+        .messages
+        .iter()
+        .find(|m| m.content.starts_with("## Progress"))
+        .expect("a progress section");
+    assert!(progress
+        .content
+        .contains("### Step 1: Executed `write_file("));
+    // A summary arriving later is stored on the episode.
+    let fx = h.step(Event::ModelReplied {
+        seq: 0,
+        purpose: CallPurpose::Summary { cycle: 1 },
+        text: "Wrote the haiku to haiku.txt.".into(),
+        usage: None,
+    });
+    assert_eq!(fx, vec![Effect::EpisodeRecorded { cycle: 1 }]);
+    assert_eq!(
+        h.state.episodes[0].summary.as_deref(),
+        Some("Wrote the haiku to haiku.txt.")
+    );
+}
+
+#[test]
+fn three_invalid_replies_pause_with_reasks_between() {
+    let mut h = Harness::started();
+    let fx = h.think("I think I will write a file.");
+    let reask = main_call(&fx);
+    assert_eq!(reask.purpose, CallPurpose::Reask);
+    let last = reask.messages.last().unwrap();
+    assert_eq!(last.role, Role::User);
+    assert!(
+        last.content.contains("could not be used"),
+        "{}",
+        last.content
+    );
+    assert_eq!(
+        reask.messages[reask.messages.len() - 2].role,
+        Role::Assistant
+    );
+    let fx = h.reply(CallPurpose::Reask, "{\"thoughts\": {}}");
+    assert_eq!(main_call(&fx).purpose, CallPurpose::Reask);
+    let fx = h.reply(CallPurpose::Reask, "still not json");
+    assert!(matches!(
+        fx.as_slice(),
+        [Effect::Paused(PauseReason::InvalidReplies { .. })]
+    ));
+    assert!(matches!(
+        h.state.phase,
+        Phase::Paused(PauseReason::InvalidReplies { .. })
+    ));
+    // Resuming starts a fresh count and asks the model again.
+    let fx = h.step(Event::Resume {
+        by: "alice".into(),
+        follow_up: None,
+    });
+    assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
+    assert_eq!(h.state.invalid_replies_in_row, 0);
+}
+
+#[test]
+fn a_valid_reply_resets_the_invalid_count() {
+    let mut h = Harness::started();
+    h.think("nope");
+    h.reply(
+        CallPurpose::Reask,
+        &reply_json("read_file", json!({"filename": "a"})),
+    );
+    assert_eq!(h.state.invalid_replies_in_row, 0);
+    assert_eq!(h.state.phase, Phase::AwaitingDecision);
+}
+
+#[test]
+fn unknown_commands_and_bad_args_become_results_for_the_model() {
+    let mut h = Harness::started();
+    let fx = h.think(&reply_json("execute_shell", json!({"command": "rm -rf /"})));
+    assert!(executes(&fx).is_none());
+    let episode = &h.state.episodes[0];
+    assert!(
+        matches!(&episode.outcome, Outcome::Error(t) if t.contains("Unknown command 'execute_shell'"))
+    );
+    assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
+    let fx = h.think(&reply_json("write_file", json!({"filename": "a"})));
+    assert!(
+        matches!(&h.state.episodes[1].outcome, Outcome::Error(t) if t.contains("missing required argument 'contents'"))
+    );
+    assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
+    assert_eq!(h.state.phase, Phase::Thinking);
+}
+
+#[test]
+fn watchdog_rethinks_once_with_the_smart_model_then_refuses() {
+    let mut h = Harness::started();
+    let read = reply_json("read_file", json!({"filename": "a.txt"}));
+    h.think(&read);
+    h.decide(Decision::Approve);
+    h.finish_command(Outcome::Success("contents".into()));
+    let fx = h.think(&read);
+    let rethink = main_call(&fx);
+    assert_eq!(rethink.purpose, CallPurpose::Rethink);
+    assert!(rethink.smart);
+    assert!(rethink
+        .messages
+        .iter()
+        .any(|m| m.content.starts_with("Watchdog:")));
+    let fx = h.reply(CallPurpose::Rethink, &read);
+    assert!(executes(&fx).is_none());
+    assert!(matches!(&h.state.episodes[1].outcome, Outcome::Error(t) if t.starts_with("Refused")));
+    assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
+    // A different command after the rethink goes through normally.
+    let mut h2 = Harness::started();
+    h2.think(&read);
+    h2.decide(Decision::Approve);
+    h2.finish_command(Outcome::Success("contents".into()));
+    h2.think(&read);
+    h2.reply(
+        CallPurpose::Rethink,
+        &reply_json("finish", json!({"reason": "done"})),
+    );
+    assert_eq!(h2.state.phase, Phase::AwaitingDecision);
+}
+
+#[test]
+fn approve_n_runs_automatic_classes_and_stops_at_control() {
+    let mut h = Harness::started();
+    h.think(&reply_json(
+        "write_file",
+        json!({"filename": "1", "contents": "x"}),
+    ));
+    assert!(executes(&h.decide(Decision::ApproveN(3))).is_some());
+    assert_eq!(h.state.auto_approvals_left, 2);
+    h.finish_command(Outcome::Success("ok".into()));
+    let fx = h.think(&reply_json(
+        "write_file",
+        json!({"filename": "2", "contents": "x"}),
+    ));
+    assert!(matches!(
+        fx[0],
+        Effect::ShowProposal {
+            auto_approved: true,
+            ..
+        }
+    ));
+    assert!(executes(&fx).is_some());
+    assert_eq!(h.state.auto_approvals_left, 1);
+    h.finish_command(Outcome::Success("ok".into()));
+    // A control command always asks, even with approvals left.
+    let fx = h.think(&reply_json("ask_user", json!({"question": "ok?"})));
+    assert!(executes(&fx).is_none());
+    assert_eq!(h.state.phase, Phase::AwaitingDecision);
+    assert_eq!(h.state.auto_approvals_left, 1);
+    h.decide(Decision::Approve);
+    h.finish_command(Outcome::Success("yes".into()));
+    let fx = h.think(&reply_json("read_file", json!({"filename": "1"})));
+    assert!(executes(&fx).is_some());
+    assert_eq!(h.state.auto_approvals_left, 0);
+    h.finish_command(Outcome::Success("x".into()));
+    let fx = h.think(&reply_json("read_file", json!({"filename": "2"})));
+    assert!(executes(&fx).is_none(), "approvals are used up");
+}
+
+#[test]
+fn continuous_mode_still_asks_for_control_commands() {
+    let mut h = Harness::started();
+    h.state.settings.continuous = true;
+    let fx = h.think(&reply_json(
+        "write_file",
+        json!({"filename": "1", "contents": "x"}),
+    ));
+    assert!(executes(&fx).is_some());
+    h.finish_command(Outcome::Success("ok".into()));
+    let fx = h.think(&reply_json("finish", json!({"reason": "done"})));
+    assert!(executes(&fx).is_none());
+    assert_eq!(h.state.phase, Phase::AwaitingDecision);
+}
+
+#[test]
+fn feedback_replaces_the_command_and_self_critique_goes_to_history() {
+    let mut h = Harness::started();
+    h.think(&reply_json(
+        "write_file",
+        json!({"filename": "1", "contents": "x"}),
+    ));
+    let fx = h.decide(Decision::Feedback("use a title".into()));
+    assert!(executes(&fx).is_none());
+    assert_eq!(
+        h.state.episodes[0].outcome,
+        Outcome::HumanFeedback("use a title".into())
+    );
+    assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
+    h.think(&reply_json(
+        "write_file",
+        json!({"filename": "2", "contents": "x"}),
+    ));
+    let fx = h.decide(Decision::SelfCritique);
+    let critique = main_call(&fx);
+    assert_eq!(critique.purpose, CallPurpose::SelfCritique);
+    assert!(critique.messages[1].content.contains("because write_file"));
+    assert_eq!(h.state.phase, Phase::Critiquing);
+    let fx = h.reply(CallPurpose::SelfCritique, "Check the file first.");
+    assert_eq!(
+        h.state.episodes[1].outcome,
+        Outcome::SelfCritique("Check the file first.".into())
+    );
+    assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
+}
+
+#[test]
+fn deny_pauses_and_resume_shows_the_same_proposal() {
+    let mut h = Harness::started();
+    h.think(&reply_json(
+        "write_file",
+        json!({"filename": "1", "contents": "x"}),
+    ));
+    let fx = h.decide(Decision::Deny);
+    assert!(matches!(fx.as_slice(), [Effect::Paused(PauseReason::Denied { by })] if by == "alice"));
+    let fx = h.step(Event::Resume {
+        by: "alice".into(),
+        follow_up: None,
+    });
+    assert!(
+        matches!(&fx[..], [Effect::ShowProposal { proposal, auto_approved: false }] if proposal.cycle == 1)
+    );
+    assert_eq!(h.state.phase, Phase::AwaitingDecision);
+}
+
+#[test]
+fn stale_and_double_decisions_are_rejected() {
+    let mut h = Harness::started();
+    h.think(&reply_json(
+        "write_file",
+        json!({"filename": "1", "contents": "x"}),
+    ));
+    let fx = h.step(Event::Decided {
+        cycle: 7,
+        decision: Decision::Approve,
+        by: "bob".into(),
+    });
+    assert_eq!(
+        fx,
+        vec![Effect::Rejected(
+            "this proposal is no longer pending".into()
+        )]
+    );
+    h.decide(Decision::Approve);
+    let fx = h.step(Event::Decided {
+        cycle: 1,
+        decision: Decision::Deny,
+        by: "bob".into(),
+    });
+    assert!(matches!(&fx[..], [Effect::Rejected(_)]));
+    assert_eq!(h.state.phase, Phase::Executing);
+}
+
+#[test]
+fn finish_then_follow_up() {
+    let mut h = Harness::started();
+    h.think(&reply_json("finish", json!({"reason": "all done"})));
+    h.decide(Decision::Approve);
+    let fx = h.finish_command(Outcome::Success("all done".into()));
+    assert!(fx.contains(&Effect::Finished {
+        reason: "all done".into()
+    }));
+    assert!(matches!(h.state.phase, Phase::Finished { .. }));
+    let fx = h.step(Event::Resume {
+        by: "alice".into(),
+        follow_up: None,
+    });
+    assert!(matches!(&fx[..], [Effect::Rejected(t)] if t.contains("follow-up")));
+    let fx = h.step(Event::Resume {
+        by: "alice".into(),
+        follow_up: Some("Now a limerick".into()),
+    });
+    let think = main_call(&fx);
+    assert!(think.messages[1]
+        .content
+        .contains("Follow-up task 1: Now a limerick"));
+}
+
+#[test]
+fn too_much_output_is_replaced_by_autogpts_failure() {
+    let mut h = Harness::started();
+    h.think(&reply_json("read_file", json!({"filename": "big"})));
+    h.decide(Decision::Approve);
+    h.finish_command(Outcome::Success("x".repeat(4 * 4096)));
+    assert_eq!(
+        h.state.episodes[0].outcome,
+        Outcome::Error("Failure: command read_file returned too much output. Do not execute this command again with the same arguments.".into())
+    );
+}
+
+#[test]
+fn model_failure_pauses_without_losing_the_cycle() {
+    let mut h = Harness::started();
+    let seq = h.state.call_seq;
+    let fx = h.step(Event::ModelFailed {
+        seq,
+        purpose: CallPurpose::Think,
+        error: "HTTP 429".into(),
+    });
+    assert!(matches!(
+        &fx[..],
+        [Effect::Paused(PauseReason::ModelError { .. })]
+    ));
+    assert_eq!(h.state.cycle, 1);
+    assert!(h.state.episodes.is_empty());
+    let fx = h.step(Event::Resume {
+        by: "alice".into(),
+        follow_up: None,
+    });
+    assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
+    assert_eq!(h.state.cycle, 1);
+}
+
+#[test]
+fn replies_to_superseded_calls_are_ignored() {
+    let mut h = Harness::started();
+    let old_seq = h.state.call_seq;
+    h.step(Event::Pause { by: "alice".into() });
+    let fx = h.step(Event::ModelReplied {
+        seq: old_seq,
+        purpose: CallPurpose::Think,
+        text: reply_json("read_file", json!({"filename": "a"})),
+        usage: None,
+    });
+    assert!(fx.is_empty());
+    assert!(matches!(
+        h.state.phase,
+        Phase::Paused(PauseReason::ByUser { .. })
+    ));
+}
+
+#[test]
+fn pause_during_execution_waits_for_the_command() {
+    let mut h = Harness::started();
+    h.think(&reply_json("read_file", json!({"filename": "a"})));
+    h.decide(Decision::Approve);
+    h.step(Event::Pause { by: "alice".into() });
+    assert_eq!(h.state.phase, Phase::Executing);
+    let fx = h.finish_command(Outcome::Success("x".into()));
+    assert!(fx.contains(&Effect::EpisodeRecorded { cycle: 1 }));
+    assert!(matches!(
+        h.state.phase,
+        Phase::Paused(PauseReason::ByUser { .. })
+    ));
+}
+
+#[test]
+fn recovery_asks_again_for_an_interrupted_command() {
+    let mut h = Harness::started();
+    h.think(&reply_json(
+        "write_file",
+        json!({"filename": "1", "contents": "x"}),
+    ));
+    h.decide(Decision::Approve);
+    let fx = h.step(Event::Recovered { interrupted: true });
+    assert!(executes(&fx).is_none());
+    let shown = fx.iter().find_map(|e| match e {
+        Effect::ShowProposal { proposal, .. } => Some(proposal),
+        _ => None,
+    });
+    assert!(shown.unwrap().interrupted);
+    assert_eq!(h.state.phase, Phase::AwaitingDecision);
+    // Not interrupted (the journal never saw it start): running it now is its first run.
+    let mut h = Harness::started();
+    h.think(&reply_json(
+        "write_file",
+        json!({"filename": "1", "contents": "x"}),
+    ));
+    h.decide(Decision::Approve);
+    assert!(executes(&h.step(Event::Recovered { interrupted: false })).is_some());
+}
+
+#[test]
+fn cycle_limit_pauses_and_resume_resets_it() {
+    let mut h = Harness::started();
+    h.state.settings.cycle_limit = 1;
+    h.state.settings.continuous = true;
+    h.think(&reply_json("read_file", json!({"filename": "a"})));
+    let fx = h.finish_command(Outcome::Success("x".into()));
+    assert!(fx.contains(&Effect::Paused(PauseReason::CycleLimit { limit: 1 })));
+    let fx = h.step(Event::Resume {
+        by: "a".into(),
+        follow_up: None,
+    });
+    assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
+}
+
+fn episode(cycle: u64, output_len: usize) -> Episode {
+    Episode {
+        cycle,
+        command: CommandCall {
+            name: "write_file".into(),
+            args: json!({"filename": format!("notes/{cycle}.txt"), "contents": "some text"})
+                .as_object()
+                .cloned()
+                .unwrap(),
+        },
+        reasoning: format!("step {cycle} needs this file"),
+        outcome: Outcome::Success(format!(
+            "result of step {cycle}: {}",
+            "data ".repeat(output_len)
+        )),
+        summary: (cycle % 3 != 0).then(|| format!("Wrote notes/{cycle}.txt with some text.")),
+        decided_by: None,
+    }
+}
+
+#[test]
+fn a_200_episode_history_fits_a_4k_context_newest_in_full() {
+    let mut h = Harness::started();
+    h.state.episodes = (1..=200).map(|c| episode(c, 40)).collect();
+    let built = build_cycle_prompt(&PromptInputs {
+        state: &h.state,
+        commands: &h.commands,
+        now: Utc::now(),
+        limits: h.limits,
+        extras: &h.extras,
+        full_steps: 4,
+        counter: &QuarterCounter,
+    });
+    assert!(
+        built.prompt_tokens <= h.limits.send_limit(),
+        "{} > {}",
+        built.prompt_tokens,
+        h.limits.send_limit()
+    );
+    assert_eq!(built.steps_in_full, 4);
+    assert!(built.steps_summarised > 5);
+    assert_eq!(
+        built.steps_in_full + built.steps_summarised + built.steps_omitted,
+        200
+    );
+    let progress = &built
+        .messages
+        .iter()
+        .find(|m| m.content.starts_with("## Progress"))
+        .unwrap()
+        .content;
+    for cycle in 197..=200 {
+        assert!(progress.contains(&format!("### Step {cycle}: Executed")));
+    }
+    assert!(!progress.contains("### Step 196:"));
+    assert!(progress.contains("- Step 196: Wrote notes/196.txt"));
+    // Oldest first within the section, ending with the newest step.
+    let at_195 = progress.find("Step 195").unwrap();
+    let at_200 = progress.find("Step 200").unwrap();
+    assert!(at_195 < at_200);
+    assert!(progress.contains("earlier steps are not shown"));
+    // Layout: system, task, time, progress, format, trigger.
+    let roles: Vec<Role> = built.messages.iter().map(|m| m.role).collect();
+    assert_eq!(
+        roles,
+        vec![
+            Role::System,
+            Role::User,
+            Role::System,
+            Role::System,
+            Role::System,
+            Role::User
+        ]
+    );
+}
+
+#[test]
+fn huge_newest_step_falls_back_to_its_summary() {
+    let mut h = Harness::started();
+    h.state.episodes = vec![episode(1, 10), episode(2, 3000)];
+    let built = build_cycle_prompt(&PromptInputs {
+        state: &h.state,
+        commands: &h.commands,
+        now: Utc::now(),
+        limits: h.limits,
+        extras: &h.extras,
+        full_steps: 4,
+        counter: &QuarterCounter,
+    });
+    assert!(built.prompt_tokens <= h.limits.send_limit());
+    assert_eq!(built.steps_in_full, 0);
+    assert_eq!(built.steps_summarised, 2);
+}
+
+#[test]
+fn memory_and_budget_sections_appear_only_when_filled() {
+    let mut h = Harness::started();
+    h.extras = PromptExtras {
+        memories: vec!["the capital is Paris".into()],
+        budget: Some("Your remaining API budget is $0.50".into()),
+    };
+    let built = build_cycle_prompt(&PromptInputs {
+        state: &h.state,
+        commands: &h.commands,
+        now: Utc::now(),
+        limits: h.limits,
+        extras: &h.extras,
+        full_steps: 4,
+        counter: &QuarterCounter,
+    });
+    let texts: Vec<&str> = built.messages.iter().map(|m| m.content.as_str()).collect();
+    assert!(texts
+        .iter()
+        .any(|t| t
+            .contains("This reminds you of these events from your past:\n- the capital is Paris")));
+    assert!(texts.contains(&"Your remaining API budget is $0.50"));
+}

@@ -1,0 +1,67 @@
+//! The Markdown transcript of an agent: profile, task, and every cycle with its decision and outcome.
+
+use super::history::format_call;
+use super::state::AgentState;
+
+pub fn render_transcript(state: &AgentState) -> String {
+    let mut out = format!("# {} — transcript\n\n", state.name());
+    out.push_str(&format!(
+        "- **Agent id:** `{}`\n- **State:** {}\n- **Cycles:** {}\n- **Model:** {}\n- **Created:** {}\n- **Tokens:** {} prompt, {} completion in {} calls\n\n",
+        state.id,
+        state.phase.label(),
+        state.episodes.len(),
+        state.settings.model,
+        state.created_at.format("%Y-%m-%d %H:%M UTC"),
+        state.usage.prompt_tokens,
+        state.usage.completion_tokens,
+        state.usage.calls,
+    ));
+    if let Some(profile) = &state.profile {
+        out.push_str(&format!(
+            "## Profile\n\n**{}**, {}\n\n",
+            profile.name, profile.role
+        ));
+        for (title, items) in [
+            ("Best practices", &profile.best_practices),
+            ("Constraints", &profile.constraints),
+        ] {
+            if !items.is_empty() {
+                out.push_str(&format!("{title}:\n"));
+                for item in items {
+                    out.push_str(&format!("- {item}\n"));
+                }
+                out.push('\n');
+            }
+        }
+    }
+    out.push_str(&format!("## Task\n\n{}\n\n## Steps\n\n", state.full_task()));
+    for episode in &state.episodes {
+        out.push_str(&format!(
+            "### Cycle {}: `{}`\n\n",
+            episode.cycle,
+            format_call(&episode.command, 300)
+        ));
+        if !episode.reasoning.trim().is_empty() {
+            out.push_str(&format!("*Reasoning:* {}\n\n", episode.reasoning.trim()));
+        }
+        if let Some(by) = &episode.decided_by {
+            out.push_str(&format!("*Decided by:* {by}\n\n"));
+        }
+        out.push_str(&format!(
+            "*Status:* {}\n\n```\n{}\n```\n\n",
+            episode.outcome.status(),
+            episode.outcome.text().replace("```", "'''")
+        ));
+        if let Some(summary) = &episode.summary {
+            out.push_str(&format!("*Summary:* {summary}\n\n"));
+        }
+    }
+    if let Some(pending) = &state.pending {
+        out.push_str(&format!(
+            "### Cycle {} (pending): `{}`\n\n",
+            pending.cycle,
+            format_call(&pending.command, 300)
+        ));
+    }
+    out
+}

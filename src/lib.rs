@@ -1,0 +1,20 @@
+//! autothread: AutoGPT-style autonomous agents that live in Discord threads, and in a terminal.
+//!
+//! Code map (see ARCHITECTURE.md for the invariants):
+//! - [`core`]: the pure agent loop — state, events, `step`, prompt assembly, reply repair, watchdog.
+//! - [`llm`]: the `ChatModel` trait, its OpenAI-compatible client with retries, token counting.
+//! - [`tools`]: the `Command` trait, the registry and the commands (workspace files, control).
+//! - [`store`]: sled trees, versioned records, migrations, the command journal.
+//! - [`runtime`]: one actor per live agent; carries out the effects `step` returns.
+//! - [`surface`]: where humans see and decide: the console now, Discord next.
+//! - [`config`]: `bot.toml` plus environment, validated once; secrets redacted.
+//! - [`cli`]: the `autothread` command line.
+
+pub mod cli;
+pub mod config;
+pub mod core;
+pub mod llm;
+pub mod runtime;
+pub mod store;
+pub mod surface;
+pub mod tools;

@@ -1,0 +1,44 @@
+//! The model side: the `ChatModel` trait the runtime calls, its OpenAI-compatible implementation
+//! (async-openai with our own retrying transport), and token counting.
+
+pub mod openai;
+pub mod retry;
+pub mod tokens;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::core::event::Usage;
+use crate::core::prompt::Message;
+
+/// One chat completion request, independent of any provider's types.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatRequest {
+    pub model: String,
+    pub messages: Vec<Message>,
+    pub max_tokens: u32,
+    /// The reply schema when structured output is wanted; how it is sent depends on the endpoint.
+    pub json_schema: Option<Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatReply {
+    pub content: String,
+    pub usage: Option<Usage>,
+}
+
+/// Failures after the transport's retries, phrased for the person running the agent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LlmError {
+    #[error("the model endpoint did not answer after {attempts} attempts ({detail})")]
+    Unavailable { attempts: u32, detail: String },
+    #[error("the model endpoint refused the request (HTTP {status}): {message}")]
+    Rejected { status: u16, message: String },
+    #[error("the model endpoint sent an unusable response: {0}")]
+    BadResponse(String),
+}
+
+#[async_trait]
+pub trait ChatModel: Send + Sync {
+    async fn complete(&self, request: ChatRequest) -> Result<ChatReply, LlmError>;
+}

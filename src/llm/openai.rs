@@ -1,0 +1,164 @@
+//! The OpenAI-compatible `ChatModel`: async-openai against any base URL, with an HTTP timeout, the
+//! retrying transport, and the endpoint's structured-output mode.
+
+use std::time::Duration;
+
+use async_openai::config::OpenAIConfig;
+use async_openai::error::OpenAIError;
+use async_openai::Client;
+use async_trait::async_trait;
+use serde_json::{json, Value};
+
+use super::retry::{RetryPolicy, RetryingTransport, TransportError};
+use super::{ChatModel, ChatReply, ChatRequest, LlmError};
+use crate::config::{LlmConfig, ResponseFormatMode};
+use crate::core::event::Usage;
+use crate::core::prompt::Role;
+
+pub struct OpenAiChat {
+    client: Client<OpenAIConfig>,
+    response_format: ResponseFormatMode,
+    temperature: Option<f32>,
+}
+
+impl std::fmt::Debug for OpenAiChat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiChat")
+            .field("response_format", &self.response_format)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds the HTTP client shared by chat and embeddings: rustls, a whole-request timeout.
+pub fn http_client(timeout: Duration) -> Result<reqwest::Client, LlmError> {
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout.min(Duration::from_secs(10)))
+        .build()
+        .map_err(|e| LlmError::BadResponse(format!("cannot build the HTTP client: {e}")))
+}
+
+impl OpenAiChat {
+    pub fn new(config: &LlmConfig) -> Result<Self, LlmError> {
+        let mut openai = OpenAIConfig::new().with_api_base(config.base_url.trim_end_matches('/'));
+        // Local servers need no key; async-openai would otherwise send an empty bearer token.
+        if let Some(key) = &config.api_key {
+            openai = openai.with_api_key(key.expose());
+        }
+        let http = http_client(Duration::from_secs(config.timeout_secs))?;
+        let transport = RetryingTransport::new(
+            http.clone(),
+            RetryPolicy {
+                max_attempts: config.max_attempts,
+                initial: Duration::from_millis(config.retry_initial_ms),
+                max: Duration::from_millis(config.retry_max_ms),
+            },
+        );
+        let client = Client::with_config(openai)
+            .with_http_client(http)
+            .with_http_service(transport);
+        Ok(OpenAiChat {
+            client,
+            response_format: config.response_format,
+            temperature: config.temperature,
+        })
+    }
+
+    fn request_body(&self, request: &ChatRequest) -> Value {
+        let messages: Vec<Value> = request
+            .messages
+            .iter()
+            .map(|m| {
+                let role = match m.role {
+                    Role::System => "system",
+                    Role::User => "user",
+                    Role::Assistant => "assistant",
+                };
+                json!({"role": role, "content": m.content})
+            })
+            .collect();
+        let mut body = json!({
+            "model": request.model,
+            "messages": messages,
+            "max_tokens": request.max_tokens,
+            "stream": false,
+        });
+        if let Some(t) = self.temperature {
+            body["temperature"] = json!(t);
+        }
+        if let Some(schema) = &request.json_schema {
+            match self.response_format {
+                ResponseFormatMode::JsonSchema => {
+                    body["response_format"] = json!({
+                        "type": "json_schema",
+                        "json_schema": {"name": "reply", "schema": schema, "strict": false}
+                    });
+                }
+                ResponseFormatMode::JsonObject => {
+                    body["response_format"] = json!({"type": "json_object"});
+                }
+                ResponseFormatMode::None => {}
+            }
+        }
+        body
+    }
+}
+
+fn classify(error: OpenAIError) -> LlmError {
+    match error {
+        OpenAIError::Boxed(boxed) => match boxed.downcast::<TransportError>() {
+            Ok(transport) => LlmError::Unavailable {
+                attempts: transport.attempts(),
+                detail: transport.to_string(),
+            },
+            Err(other) => LlmError::BadResponse(other.to_string()),
+        },
+        OpenAIError::ApiError(api) => LlmError::Rejected {
+            status: api.status_code.as_u16(),
+            message: api.api_error.message.chars().take(300).collect(),
+        },
+        OpenAIError::Reqwest(e) if e.is_timeout() => LlmError::Unavailable {
+            attempts: 1,
+            detail: "timed out while reading the response".into(),
+        },
+        OpenAIError::JSONDeserialize(_, content) => LlmError::BadResponse(format!(
+            "not JSON: {}",
+            content.chars().take(200).collect::<String>()
+        )),
+        other => LlmError::BadResponse(other.to_string()),
+    }
+}
+
+/// Reads the first choice's text and the usage; tolerant of fields local servers leave out.
+pub fn parse_completion(body: &Value) -> Result<ChatReply, LlmError> {
+    let content = body
+        .pointer("/choices/0/message/content")
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            LlmError::BadResponse("the response has no choices[0].message.content".into())
+        })?;
+    let usage = body.get("usage").and_then(|u| {
+        Some(Usage {
+            prompt_tokens: u.get("prompt_tokens")?.as_u64()?,
+            completion_tokens: u.get("completion_tokens")?.as_u64()?,
+        })
+    });
+    Ok(ChatReply {
+        content: content.to_string(),
+        usage,
+    })
+}
+
+#[async_trait]
+impl ChatModel for OpenAiChat {
+    async fn complete(&self, request: ChatRequest) -> Result<ChatReply, LlmError> {
+        let body = self.request_body(&request);
+        let response: Value = self
+            .client
+            .chat()
+            .create_byot(body)
+            .await
+            .map_err(classify)?;
+        parse_completion(&response)
+    }
+}

@@ -1,0 +1,168 @@
+//! A retrying HTTP transport for async-openai: retries 429, 5xx, timeouts and connection errors
+//! with exponential backoff and jitter, whatever the response body looks like.
+//!
+//! async-openai's own retry only recognises a 429 whose body is an OpenAI error object and stops
+//! after three tries; a plain-text 429 from a proxy or a local server would fail at once. Installing
+//! this as the client's HTTP service makes the decision on the status code alone.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use async_openai::error::OpenAIError;
+use async_openai::middleware::HttpRequestFactory;
+use rand::Rng;
+use reqwest::{Response, StatusCode};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    pub max_attempts: u32,
+    pub initial: Duration,
+    pub max: Duration,
+}
+
+impl RetryPolicy {
+    /// Exponential backoff with "equal jitter": half the step is fixed, half random, so that many
+    /// agents hitting one rate limit do not retry in lockstep.
+    pub fn delay(&self, attempt: u32, unit_random: f64) -> Duration {
+        let exp = self
+            .initial
+            .saturating_mul(2u32.saturating_pow(attempt.saturating_sub(1)));
+        let capped = exp.min(self.max);
+        let half = capped / 2;
+        half + half.mul_f64(unit_random.clamp(0.0, 1.0))
+    }
+}
+
+/// Why the transport gave up; carried through async-openai as a boxed error.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    #[error("HTTP {status} {body}")]
+    Status {
+        status: StatusCode,
+        attempts: u32,
+        body: String,
+    },
+    #[error("{kind}")]
+    Network { attempts: u32, kind: String },
+}
+
+impl TransportError {
+    pub fn attempts(&self) -> u32 {
+        match self {
+            TransportError::Status { attempts, .. } | TransportError::Network { attempts, .. } => {
+                *attempts
+            }
+        }
+    }
+}
+
+fn retryable_status(status: StatusCode) -> bool {
+    status == StatusCode::TOO_MANY_REQUESTS
+        || status == StatusCode::REQUEST_TIMEOUT
+        || status.is_server_error()
+}
+
+fn retry_after(response: &Response) -> Option<Duration> {
+    let value = response.headers().get(reqwest::header::RETRY_AFTER)?;
+    let seconds: f64 = value.to_str().ok()?.trim().parse().ok()?;
+    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds))
+}
+
+fn network_kind(error: &reqwest::Error) -> Option<&'static str> {
+    if error.is_timeout() {
+        Some("timed out")
+    } else if error.is_connect() {
+        Some("connection failed")
+    } else if error.is_request() {
+        Some("request failed")
+    } else {
+        None
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct RetryingTransport {
+    client: reqwest::Client,
+    policy: RetryPolicy,
+}
+
+impl RetryingTransport {
+    pub fn new(client: reqwest::Client, policy: RetryPolicy) -> Self {
+        RetryingTransport { client, policy }
+    }
+}
+
+impl tower::Service<HttpRequestFactory> for RetryingTransport {
+    type Response = Response;
+    type Error = OpenAIError;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, OpenAIError>> + Send + 'static>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, factory: HttpRequestFactory) -> Self::Future {
+        let client = self.client.clone();
+        let policy = self.policy;
+        Box::pin(async move {
+            let mut attempt = 0;
+            loop {
+                attempt += 1;
+                let request = factory.build().await?;
+                let wait = match client.execute(request).await {
+                    Ok(response) if retryable_status(response.status()) => {
+                        let status = response.status();
+                        if attempt >= policy.max_attempts {
+                            let body = response.text().await.unwrap_or_default();
+                            let body: String = body.chars().take(200).collect();
+                            return Err(OpenAIError::Boxed(Box::new(TransportError::Status {
+                                status,
+                                attempts: attempt,
+                                body,
+                            })));
+                        }
+                        let hinted = retry_after(&response).map(|d| d.min(policy.max));
+                        tracing::warn!(%status, attempt, "model endpoint busy or failing; retrying");
+                        hinted.unwrap_or_else(|| policy.delay(attempt, rand::rng().random()))
+                    }
+                    Ok(response) => return Ok(response),
+                    Err(error) => match network_kind(&error) {
+                        Some(kind) if attempt < policy.max_attempts => {
+                            tracing::warn!(kind, attempt, "model endpoint unreachable; retrying");
+                            policy.delay(attempt, rand::rng().random())
+                        }
+                        Some(kind) => {
+                            return Err(OpenAIError::Boxed(Box::new(TransportError::Network {
+                                attempts: attempt,
+                                kind: kind.to_string(),
+                            })))
+                        }
+                        None => return Err(OpenAIError::Reqwest(error)),
+                    },
+                };
+                tokio::time::sleep(wait).await;
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_exponentially_with_bounded_jitter() {
+        let policy = RetryPolicy {
+            max_attempts: 6,
+            initial: Duration::from_millis(100),
+            max: Duration::from_millis(1000),
+        };
+        assert_eq!(policy.delay(1, 0.0), Duration::from_millis(50));
+        assert_eq!(policy.delay(1, 1.0), Duration::from_millis(100));
+        assert_eq!(policy.delay(3, 1.0), Duration::from_millis(400));
+        assert_eq!(policy.delay(10, 1.0), Duration::from_millis(1000));
+        assert_eq!(policy.delay(10, 0.0), Duration::from_millis(500));
+    }
+}

@@ -1,0 +1,457 @@
+//! The runtime: one actor task per live agent owns its state, feeds events through `core::step`,
+//! stores the result, then carries out the effects (model calls, commands, surface output).
+
+pub mod clock;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+
+use crate::config::Config;
+use crate::core::event::{CallPurpose, Decision, Effect, Event, ModelCall};
+use crate::core::history::{truncate_chars, Outcome};
+use crate::core::prompt::{ContextLimits, PromptExtras, TokenCounter};
+use crate::core::reply::CommandCall;
+use crate::core::state::{AgentState, Phase};
+use crate::core::step::{step, Policy, StepCtx};
+use crate::llm::{ChatModel, ChatRequest};
+use crate::store::{Commit, DecisionRecord, JournalEntry, Store, StoreError, WorkspaceOp};
+use crate::surface::Surface;
+use crate::tools::{Registry, ToolCtx};
+use clock::Clock;
+
+/// Messages an agent's actor receives.
+pub enum ActorMsg {
+    Event {
+        event: Event,
+        reply: Option<oneshot::Sender<Result<(), String>>>,
+    },
+    /// A command finished; its staged workspace changes travel with it.
+    Executed {
+        cycle: u64,
+        call: CommandCall,
+        outcome: Outcome,
+        ops: Vec<WorkspaceOp>,
+    },
+}
+
+/// The address of a live agent. Cloneable; everything outside the actor talks to it through this.
+#[derive(Clone)]
+pub struct AgentHandle {
+    pub id: String,
+    tx: mpsc::UnboundedSender<ActorMsg>,
+}
+
+impl AgentHandle {
+    pub fn send(&self, event: Event) {
+        let _ = self.tx.send(ActorMsg::Event { event, reply: None });
+    }
+
+    /// Delivers a decision; the answer says whether it was applied, or why not (stale, already decided).
+    pub async fn decide(&self, cycle: u64, decision: Decision, by: &str) -> Result<(), String> {
+        let (reply, answer) = oneshot::channel();
+        let event = Event::Decided {
+            cycle,
+            decision,
+            by: by.to_string(),
+        };
+        if self
+            .tx
+            .send(ActorMsg::Event {
+                event,
+                reply: Some(reply),
+            })
+            .is_err()
+        {
+            return Err("the agent is no longer running".into());
+        }
+        answer
+            .await
+            .unwrap_or_else(|_| Err("the agent stopped before deciding".into()))
+    }
+}
+
+/// The services an actor uses.
+#[derive(Clone)]
+pub struct Deps {
+    pub store: Store,
+    pub model: Arc<dyn ChatModel>,
+    pub tools: Arc<Registry>,
+    pub surface: Arc<dyn Surface>,
+    pub config: Arc<Config>,
+    pub counter: Arc<dyn TokenCounter>,
+    pub clock: Arc<dyn Clock>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Whether a restart found the agent's command half-run, per the journal.
+pub fn was_interrupted(store: &Store, state: &AgentState) -> Result<bool, StoreError> {
+    if state.phase != Phase::Executing {
+        return Ok(false);
+    }
+    Ok(matches!(
+        store.journal_entry(&state.id, state.cycle)?,
+        Some(JournalEntry::Executing { .. })
+    ))
+}
+
+struct Actor {
+    state: AgentState,
+    deps: Deps,
+    handle: AgentHandle,
+    policy: Policy,
+    summaries_in_flight: HashSet<u64>,
+    last_result_shown: u64,
+    tasks: JoinSet<()>,
+}
+
+/// Starts an agent's actor. It runs until the agent rests (paused or finished) with no work in
+/// flight, then yields the final state. The console runs one agent this way; Discord's supervisor
+/// starts a new actor whenever a resting agent is resumed.
+pub fn start(
+    state: AgentState,
+    first: Event,
+    deps: Deps,
+) -> (
+    AgentHandle,
+    tokio::task::JoinHandle<Result<AgentState, RuntimeError>>,
+) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let handle = AgentHandle {
+        id: state.id.clone(),
+        tx,
+    };
+    let actor = Actor {
+        last_result_shown: state.episodes.last().map(|e| e.cycle).unwrap_or(0),
+        policy: Policy {
+            automatic: deps.config.agent.automatic.clone(),
+        },
+        state,
+        deps,
+        handle: handle.clone(),
+        summaries_in_flight: HashSet::new(),
+        tasks: JoinSet::new(),
+    };
+    (handle, tokio::spawn(actor.run(first, rx)))
+}
+
+type Executed = (u64, CommandCall, Outcome, Vec<WorkspaceOp>);
+
+impl Actor {
+    async fn run(
+        mut self,
+        first: Event,
+        mut rx: mpsc::UnboundedReceiver<ActorMsg>,
+    ) -> Result<AgentState, RuntimeError> {
+        self.apply(first, None, None).await?;
+        loop {
+            if !self.state.phase.is_live() && self.tasks.is_empty() {
+                break;
+            }
+            tokio::select! {
+                Some(msg) = rx.recv() => self.receive(msg).await?,
+                Some(joined) = self.tasks.join_next(), if !self.tasks.is_empty() => {
+                    if let Err(e) = joined {
+                        tracing::error!(agent = %self.state.id, error = %e, "an agent task failed");
+                    }
+                }
+            }
+        }
+        // Messages already queued (the last summaries, a late click) are applied before returning.
+        while let Ok(msg) = rx.try_recv() {
+            self.receive(msg).await?;
+        }
+        Ok(self.state)
+    }
+
+    async fn receive(&mut self, msg: ActorMsg) -> Result<(), RuntimeError> {
+        match msg {
+            ActorMsg::Event { event, reply } => self.apply(event, reply, None).await,
+            ActorMsg::Executed {
+                cycle,
+                call,
+                outcome,
+                ops,
+            } => {
+                let event = Event::CommandFinished {
+                    cycle,
+                    outcome: outcome.clone(),
+                };
+                self.apply(event, None, Some((cycle, call, outcome, ops)))
+                    .await
+            }
+        }
+    }
+
+    fn limits(&self) -> ContextLimits {
+        let spec = self.deps.config.llm.model_spec(&self.state.settings.model);
+        ContextLimits {
+            context_tokens: spec.context_tokens,
+            max_tokens: spec.max_tokens,
+        }
+    }
+
+    async fn apply(
+        &mut self,
+        event: Event,
+        reply: Option<oneshot::Sender<Result<(), String>>>,
+        executed: Option<Executed>,
+    ) -> Result<(), RuntimeError> {
+        if let Event::Decided {
+            cycle,
+            decision,
+            by,
+        } = &event
+        {
+            if let Err(why) = self.claim_decision(*cycle, decision, by) {
+                if let Some(reply) = reply {
+                    let _ = reply.send(Err(why));
+                }
+                return Ok(());
+            }
+        }
+        if let Event::ModelReplied {
+            purpose: CallPurpose::Summary { cycle },
+            ..
+        }
+        | Event::ModelFailed {
+            purpose: CallPurpose::Summary { cycle },
+            ..
+        } = &event
+        {
+            self.summaries_in_flight.remove(cycle);
+        }
+        let extras = PromptExtras::default();
+        let limits = self.limits();
+        let effects = {
+            let deps = &self.deps;
+            let ctx = StepCtx {
+                now: deps.clock.now(),
+                commands: deps.tools.command_set(),
+                policy: &self.policy,
+                counter: deps.counter.as_ref(),
+                limits,
+                extras: &extras,
+                full_steps: deps.config.agent.full_steps,
+                smart_model_available: deps.config.llm.smart_model().is_some(),
+            };
+            step(&mut self.state, event, &ctx)
+        };
+        self.persist(&effects, executed).await?;
+        let mut rejection = None;
+        for effect in effects {
+            if let Effect::Rejected(why) = effect {
+                rejection = Some(why);
+            } else {
+                self.carry_out(effect).await?;
+            }
+        }
+        if let Some(reply) = reply {
+            let _ = reply.send(rejection.map_or(Ok(()), Err));
+        } else if let Some(why) = rejection {
+            self.deps.surface.notify(&self.state, &why).await;
+        }
+        Ok(())
+    }
+
+    /// The compare-and-swap on (agent, cycle): only the first decision for a cycle is applied.
+    fn claim_decision(&self, cycle: u64, decision: &Decision, by: &str) -> Result<(), String> {
+        let pending = self.state.phase == Phase::AwaitingDecision
+            && self.state.pending.as_ref().map(|p| p.cycle) == Some(cycle);
+        if !pending {
+            return Err("this proposal is no longer pending".into());
+        }
+        let record = DecisionRecord {
+            decision: decision.clone(),
+            by: by.to_string(),
+            at: self.deps.clock.now(),
+        };
+        match self
+            .deps
+            .store
+            .record_decision(&self.state.id, cycle, &record)
+        {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(winner)) => Err(format!("already decided by {}", winner.by)),
+            Err(e) => {
+                tracing::error!(agent = %self.state.id, error = %e, "cannot record a decision");
+                Err("the decision could not be stored; try again".into())
+            }
+        }
+    }
+
+    /// Stores what the step changed before any effect becomes visible (persist before you post).
+    async fn persist(
+        &self,
+        effects: &[Effect],
+        executed: Option<Executed>,
+    ) -> Result<(), RuntimeError> {
+        let episodes = effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::EpisodeRecorded { cycle } => self.state.episode(*cycle),
+                _ => None,
+            })
+            .collect::<Vec<_>>();
+        let proposal = effects.iter().find_map(|e| match e {
+            Effect::ShowProposal { proposal, .. } => Some(proposal),
+            _ => None,
+        });
+        let (journal_done, workspace) = match &executed {
+            Some((cycle, call, outcome, ops)) => {
+                (Some((*cycle, call.clone(), outcome)), ops.clone())
+            }
+            None => (None, Vec::new()),
+        };
+        let durable = !episodes.is_empty() || proposal.is_some() || executed.is_some();
+        self.deps.store.commit(&Commit {
+            state: Some(&self.state),
+            episodes,
+            proposal,
+            journal_done,
+            workspace,
+        })?;
+        if durable {
+            self.deps.store.flush().await?;
+        }
+        Ok(())
+    }
+
+    async fn carry_out(&mut self, effect: Effect) -> Result<(), RuntimeError> {
+        let surface = self.deps.surface.clone();
+        match effect {
+            Effect::CallModel(call) => self.call_model(call),
+            Effect::ShowProfile => surface.show_profile(&self.state).await,
+            Effect::ShowProposal {
+                proposal,
+                auto_approved,
+            } => {
+                if proposal.interrupted {
+                    // The old decision belonged to the interrupted run; the new one is taken afresh.
+                    self.deps
+                        .store
+                        .clear_decision(&self.state.id, proposal.cycle)?;
+                }
+                surface
+                    .show_proposal(&self.state, &proposal, auto_approved)
+                    .await;
+                if !auto_approved {
+                    surface
+                        .request_decision(&self.state, &proposal, self.handle.clone())
+                        .await;
+                }
+            }
+            Effect::Execute { cycle, call, .. } => {
+                self.deps
+                    .store
+                    .journal_executing(&self.state.id, cycle, &call)
+                    .await?;
+                self.execute(cycle, call);
+            }
+            Effect::EpisodeRecorded { cycle } => {
+                if cycle > self.last_result_shown {
+                    self.last_result_shown = cycle;
+                    if let Some(episode) = self.state.episode(cycle) {
+                        surface.show_result(&self.state, episode).await;
+                    }
+                }
+            }
+            Effect::Notify(text) => surface.notify(&self.state, &text).await,
+            Effect::Paused(reason) => surface.paused(&self.state, &reason).await,
+            Effect::Finished { reason } => surface.finished(&self.state, &reason).await,
+            Effect::Rejected(why) => surface.notify(&self.state, &why).await,
+        }
+        Ok(())
+    }
+
+    fn call_model(&mut self, call: ModelCall) {
+        if let CallPurpose::Summary { cycle } = call.purpose {
+            if !self.summaries_in_flight.insert(cycle) {
+                return;
+            }
+        }
+        let llm = &self.deps.config.llm;
+        let model_name = match (call.smart, llm.smart_model()) {
+            (true, Some(smart)) => smart.to_string(),
+            _ => self.state.settings.model.clone(),
+        };
+        let request = ChatRequest {
+            model: model_name,
+            messages: call.messages,
+            max_tokens: call.max_tokens,
+            json_schema: call.json_schema,
+        };
+        let model = self.deps.model.clone();
+        let handle = self.handle.clone();
+        let (seq, purpose) = (call.seq, call.purpose);
+        self.tasks.spawn(async move {
+            let event = match model.complete(request).await {
+                Ok(reply) => Event::ModelReplied {
+                    seq,
+                    purpose,
+                    text: reply.content,
+                    usage: reply.usage,
+                },
+                Err(error) => {
+                    tracing::warn!(?purpose, %error, "model call failed");
+                    Event::ModelFailed {
+                        seq,
+                        purpose,
+                        error: error.to_string(),
+                    }
+                }
+            };
+            handle.send(event);
+        });
+    }
+
+    fn execute(&mut self, cycle: u64, call: CommandCall) {
+        let deps = self.deps.clone();
+        let agent = self.state.clone();
+        let handle = self.handle.clone();
+        self.tasks.spawn(async move {
+            let ctx = ToolCtx {
+                agent: &agent,
+                store: &deps.store,
+                surface: deps.surface.as_ref(),
+                limits: &deps.config.workspace,
+            };
+            let output = deps.tools.run(&call, &ctx).await;
+            let outcome = cap_output(output.outcome, deps.config.workspace.max_output_chars);
+            let _ = handle.tx.send(ActorMsg::Executed {
+                cycle,
+                call,
+                outcome,
+                ops: output.ops,
+            });
+        });
+    }
+}
+
+/// Keeps tool output to a bounded size before it reaches the history, saying how much was cut.
+fn cap_output(outcome: Outcome, max_chars: usize) -> Outcome {
+    let cap = |text: String| {
+        let total = text.chars().count();
+        if total <= max_chars {
+            text
+        } else {
+            format!(
+                "{}\n[output cut: {} more characters]",
+                truncate_chars(&text, max_chars),
+                total - max_chars
+            )
+        }
+    };
+    match outcome {
+        Outcome::Success(t) => Outcome::Success(cap(t)),
+        Outcome::Error(t) => Outcome::Error(cap(t)),
+        other => other,
+    }
+}

@@ -1,0 +1,452 @@
+//! The sled store: agents, episodes, proposals, decisions, the command journal and the agents'
+//! workspaces, as versioned JSON records, written in transactions and flushed at durability points.
+
+pub mod migrate;
+
+use std::path::Path;
+
+use chrono::{DateTime, Utc};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
+
+use crate::core::event::Decision;
+use crate::core::history::{Episode, Outcome};
+use crate::core::reply::CommandCall;
+use crate::core::state::{AgentState, Proposal};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("storage error: {0}")]
+    Sled(#[from] sled::Error),
+    #[error("the store was written by a newer autothread (schema {found}; this build reads up to {supported}); upgrade autothread to open it")]
+    TooNew { found: u32, supported: u32 },
+    #[error("store migration failed: {0}")]
+    Migration(String),
+    #[error("the store holds an unreadable record: {0}")]
+    Corrupt(String),
+    #[error("record encoding failed: {0}")]
+    Encode(#[from] serde_json::Error),
+    #[error("no agent matches {0:?}")]
+    UnknownAgent(String),
+    #[error("{0:?} matches several agents; give more of the id")]
+    AmbiguousAgent(String),
+}
+
+impl From<TransactionError<StoreError>> for StoreError {
+    fn from(e: TransactionError<StoreError>) -> Self {
+        match e {
+            TransactionError::Abort(inner) => inner,
+            TransactionError::Storage(inner) => StoreError::Sled(inner),
+        }
+    }
+}
+
+/// Every record carries the record layout version it was written with.
+#[derive(Serialize, Deserialize)]
+struct Record<T> {
+    v: u32,
+    data: T,
+}
+
+const RECORD_VERSION: u32 = 1;
+
+fn encode<T: Serialize>(data: &T) -> Result<Vec<u8>, StoreError> {
+    Ok(serde_json::to_vec(&Record {
+        v: RECORD_VERSION,
+        data,
+    })?)
+}
+
+fn decode<T: DeserializeOwned>(key: &[u8], raw: &[u8]) -> Result<T, StoreError> {
+    let record: Record<T> = serde_json::from_slice(raw)
+        .map_err(|e| StoreError::Corrupt(format!("{}: {e}", String::from_utf8_lossy(key))))?;
+    Ok(record.data)
+}
+
+fn cycle_key(agent: &str, cycle: u64) -> Vec<u8> {
+    format!("{agent}/{cycle:016x}").into_bytes()
+}
+
+fn agent_prefix(agent: &str) -> Vec<u8> {
+    format!("{agent}/").into_bytes()
+}
+
+fn file_key(agent: &str, path: &str) -> Vec<u8> {
+    format!("{agent}/{path}").into_bytes()
+}
+
+/// What the journal knows about a cycle's command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum JournalEntry {
+    Executing {
+        call: CommandCall,
+        started_at: DateTime<Utc>,
+    },
+    Done {
+        call: CommandCall,
+        status: String,
+        finished_at: DateTime<Utc>,
+    },
+}
+
+/// A change to an agent's files, staged by a command and committed with its journal entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkspaceOp {
+    Put { path: String, contents: Vec<u8> },
+    Delete { path: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DecisionRecord {
+    pub decision: Decision,
+    pub by: String,
+    pub at: DateTime<Utc>,
+}
+
+/// Everything one step changes, written in a single transaction.
+#[derive(Debug, Default)]
+pub struct Commit<'a> {
+    pub state: Option<&'a AgentState>,
+    pub episodes: Vec<&'a Episode>,
+    pub proposal: Option<&'a Proposal>,
+    pub journal_done: Option<(u64, CommandCall, &'a Outcome)>,
+    pub workspace: Vec<WorkspaceOp>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentSummary {
+    pub id: String,
+    pub name: String,
+    pub phase: String,
+    pub cycle: u64,
+    pub task: String,
+    pub updated_at: DateTime<Utc>,
+}
+
+#[derive(Clone)]
+pub struct Store {
+    db: sled::Db,
+    agents: sled::Tree,
+    episodes: sled::Tree,
+    proposals: sled::Tree,
+    decisions: sled::Tree,
+    journal: sled::Tree,
+    workspace: sled::Tree,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens (or creates) the store and brings it to the current schema.
+    pub fn open(dir: &Path) -> Result<Store, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            StoreError::Sled(sled::Error::Io(std::io::Error::new(
+                e.kind(),
+                format!("cannot create {}: {e}", dir.display()),
+            )))
+        })?;
+        let db = sled::Config::new().path(dir).open()?;
+        migrate::run(&db)?;
+        Ok(Store {
+            agents: db.open_tree("agents")?,
+            episodes: db.open_tree("episodes")?,
+            proposals: db.open_tree("proposals")?,
+            decisions: db.open_tree("decisions")?,
+            journal: db.open_tree("journal")?,
+            workspace: db.open_tree("workspace")?,
+            db,
+        })
+    }
+
+    pub fn schema_version(&self) -> Result<Option<u32>, StoreError> {
+        migrate::schema_version(&self.db)
+    }
+
+    /// Waits until everything written so far is on disk (a durability point).
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        self.db.flush_async().await?;
+        Ok(())
+    }
+
+    pub fn flush_blocking(&self) -> Result<(), StoreError> {
+        self.db.flush()?;
+        Ok(())
+    }
+
+    pub fn commit(&self, commit: &Commit<'_>) -> Result<(), StoreError> {
+        let now = Utc::now();
+        (
+            &self.agents,
+            &self.episodes,
+            &self.proposals,
+            &self.journal,
+            &self.workspace,
+        )
+            .transaction(|(agents, episodes, proposals, journal, workspace)| {
+                let abort = |e: StoreError| ConflictableTransactionError::Abort(e);
+                if let Some(state) = commit.state {
+                    agents.insert(state.id.as_bytes(), encode(state).map_err(abort)?)?;
+                    for episode in &commit.episodes {
+                        episodes.insert(
+                            cycle_key(&state.id, episode.cycle),
+                            encode(*episode).map_err(abort)?,
+                        )?;
+                    }
+                    if let Some(proposal) = commit.proposal {
+                        proposals.insert(
+                            cycle_key(&state.id, proposal.cycle),
+                            encode(proposal).map_err(abort)?,
+                        )?;
+                    }
+                    if let Some((cycle, call, outcome)) = &commit.journal_done {
+                        let entry = JournalEntry::Done {
+                            call: call.clone(),
+                            status: outcome.status().to_string(),
+                            finished_at: now,
+                        };
+                        journal
+                            .insert(cycle_key(&state.id, *cycle), encode(&entry).map_err(abort)?)?;
+                    }
+                    for op in &commit.workspace {
+                        match op {
+                            WorkspaceOp::Put { path, contents } => {
+                                workspace.insert(file_key(&state.id, path), contents.as_slice())?;
+                            }
+                            WorkspaceOp::Delete { path } => {
+                                workspace.remove(file_key(&state.id, path))?;
+                            }
+                        }
+                    }
+                }
+                Ok(())
+            })?;
+        Ok(())
+    }
+
+    /// Records that a command is about to run; must be on disk before the command starts.
+    pub async fn journal_executing(
+        &self,
+        agent: &str,
+        cycle: u64,
+        call: &CommandCall,
+    ) -> Result<(), StoreError> {
+        let entry = JournalEntry::Executing {
+            call: call.clone(),
+            started_at: Utc::now(),
+        };
+        self.journal
+            .insert(cycle_key(agent, cycle), encode(&entry)?)?;
+        self.flush().await
+    }
+
+    pub fn journal_entry(
+        &self,
+        agent: &str,
+        cycle: u64,
+    ) -> Result<Option<JournalEntry>, StoreError> {
+        let key = cycle_key(agent, cycle);
+        self.journal
+            .get(&key)?
+            .map(|raw| decode(&key, &raw))
+            .transpose()
+    }
+
+    /// The first decision on (agent, cycle) wins; a later one gets the winner back.
+    pub fn record_decision(
+        &self,
+        agent: &str,
+        cycle: u64,
+        record: &DecisionRecord,
+    ) -> Result<Result<(), DecisionRecord>, StoreError> {
+        let key = cycle_key(agent, cycle);
+        match self
+            .decisions
+            .compare_and_swap(&key, None as Option<&[u8]>, Some(encode(record)?))?
+        {
+            Ok(()) => Ok(Ok(())),
+            Err(conflict) => {
+                let existing = conflict
+                    .current
+                    .ok_or_else(|| StoreError::Corrupt("decision vanished during CAS".into()))?;
+                Ok(Err(decode(&key, &existing)?))
+            }
+        }
+    }
+
+    /// Forgets the decision for a cycle, so an interrupted command can be decided again.
+    pub fn clear_decision(&self, agent: &str, cycle: u64) -> Result<(), StoreError> {
+        self.decisions.remove(cycle_key(agent, cycle))?;
+        Ok(())
+    }
+
+    pub fn load_agent(&self, id: &str) -> Result<Option<AgentState>, StoreError> {
+        let Some(raw) = self.agents.get(id.as_bytes())? else {
+            return Ok(None);
+        };
+        let mut state: AgentState = decode(id.as_bytes(), &raw)?;
+        for item in self.episodes.scan_prefix(agent_prefix(id)) {
+            let (key, raw) = item?;
+            state.episodes.push(decode(&key, &raw)?);
+        }
+        Ok(Some(state))
+    }
+
+    pub fn list_agents(&self) -> Result<Vec<AgentSummary>, StoreError> {
+        let mut list = Vec::new();
+        for item in self.agents.iter() {
+            let (key, raw) = item?;
+            let state: AgentState = decode(&key, &raw)?;
+            list.push(AgentSummary {
+                name: state.name().to_string(),
+                phase: state.phase.label().to_string(),
+                cycle: state.cycle,
+                task: state.task.clone(),
+                updated_at: state.updated_at,
+                id: state.id,
+            });
+        }
+        list.sort_by_key(|a| std::cmp::Reverse(a.updated_at));
+        Ok(list)
+    }
+
+    /// Accepts a full id or a unique prefix of one, as users type them.
+    pub fn resolve_agent(&self, prefix: &str) -> Result<String, StoreError> {
+        let mut matches = self
+            .agents
+            .scan_prefix(prefix.as_bytes())
+            .keys()
+            .collect::<Result<Vec<_>, _>>()?;
+        match matches.len() {
+            0 => Err(StoreError::UnknownAgent(prefix.to_string())),
+            1 => Ok(String::from_utf8_lossy(&matches.remove(0)).into_owned()),
+            _ => {
+                if matches.iter().any(|k| k.as_ref() == prefix.as_bytes()) {
+                    Ok(prefix.to_string())
+                } else {
+                    Err(StoreError::AmbiguousAgent(prefix.to_string()))
+                }
+            }
+        }
+    }
+
+    pub fn read_file(&self, agent: &str, path: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self
+            .workspace
+            .get(file_key(agent, path))?
+            .map(|v| v.to_vec()))
+    }
+
+    /// All files of an agent with their sizes, sorted by path.
+    pub fn list_files(&self, agent: &str) -> Result<Vec<(String, u64)>, StoreError> {
+        let prefix = agent_prefix(agent);
+        let mut files = Vec::new();
+        for item in self.workspace.scan_prefix(&prefix) {
+            let (key, value) = item?;
+            let path = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
+            files.push((path, value.len() as u64));
+        }
+        Ok(files)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::state::AgentSettings;
+
+    fn state(id: &str) -> AgentState {
+        AgentState::new(
+            id.into(),
+            "task".into(),
+            None,
+            AgentSettings {
+                model: "m".into(),
+                continuous: false,
+                cycle_limit: 0,
+            },
+            Utc::now(),
+        )
+    }
+
+    #[test]
+    fn commit_and_reload_with_episodes_and_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut agent = state("abc123");
+        agent.episodes.push(Episode {
+            cycle: 1,
+            command: CommandCall::default(),
+            reasoning: "r".into(),
+            outcome: Outcome::Success("ok".into()),
+            summary: None,
+            decided_by: Some("me".into()),
+        });
+        store
+            .commit(&Commit {
+                state: Some(&agent),
+                episodes: agent.episodes.iter().collect(),
+                workspace: vec![WorkspaceOp::Put {
+                    path: "a/b.txt".into(),
+                    contents: b"hello".to_vec(),
+                }],
+                ..Default::default()
+            })
+            .unwrap();
+        drop(store);
+        let store = Store::open(dir.path()).unwrap();
+        let loaded = store.load_agent("abc123").unwrap().unwrap();
+        assert_eq!(loaded.episodes, agent.episodes);
+        assert_eq!(
+            store.read_file("abc123", "a/b.txt").unwrap().unwrap(),
+            b"hello"
+        );
+        assert_eq!(
+            store.list_files("abc123").unwrap(),
+            vec![("a/b.txt".to_string(), 5)]
+        );
+        assert_eq!(store.resolve_agent("abc").unwrap(), "abc123");
+        assert!(matches!(
+            store.resolve_agent("zzz"),
+            Err(StoreError::UnknownAgent(_))
+        ));
+    }
+
+    #[test]
+    fn first_decision_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let first = DecisionRecord {
+            decision: Decision::Approve,
+            by: "alice".into(),
+            at: Utc::now(),
+        };
+        let second = DecisionRecord {
+            decision: Decision::Deny,
+            by: "bob".into(),
+            at: Utc::now(),
+        };
+        assert_eq!(store.record_decision("a", 3, &first).unwrap(), Ok(()));
+        let lost = store.record_decision("a", 3, &second).unwrap().unwrap_err();
+        assert_eq!(lost.by, "alice");
+        assert_eq!(store.record_decision("a", 4, &second).unwrap(), Ok(()));
+    }
+
+    #[test]
+    fn newer_schema_refuses_to_open() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = sled::open(dir.path()).unwrap();
+            migrate::set_schema_version(&db, migrate::SCHEMA_VERSION + 1).unwrap();
+            db.flush().unwrap();
+        }
+        let err = Store::open(dir.path()).unwrap_err();
+        assert!(matches!(err, StoreError::TooNew { .. }));
+        assert!(err.to_string().contains("newer autothread"), "{err}");
+    }
+}

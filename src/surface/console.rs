@@ -1,0 +1,267 @@
+//! The terminal surface: AutoGPT's original CLI. Prints profiles, thoughts and results, and reads
+//! `y`, `y -N`, `n`, `s` or feedback text from standard input.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader, Lines};
+use tokio::sync::Mutex;
+
+use super::Surface;
+use crate::core::event::Decision;
+use crate::core::history::{Episode, Outcome};
+use crate::core::state::{AgentState, PauseReason, Proposal};
+use crate::runtime::AgentHandle;
+
+type LineSource = Lines<BufReader<Box<dyn AsyncRead + Send + Unpin>>>;
+
+/// What a line typed at the decision prompt means.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConsoleInput {
+    Decision(Decision),
+    /// Not understood; the text says how to type it.
+    Invalid(String),
+    Empty,
+}
+
+/// Parses AutoGPT's console answers: `y`, `y -N`, `n`, `s`, anything else is feedback.
+pub fn parse_input(line: &str) -> ConsoleInput {
+    let text = line.trim();
+    if text.is_empty() {
+        return ConsoleInput::Empty;
+    }
+    let lower = text.to_lowercase();
+    match lower.as_str() {
+        "y" | "yes" => return ConsoleInput::Decision(Decision::Approve),
+        "n" | "no" | "q" | "exit" => return ConsoleInput::Decision(Decision::Deny),
+        "s" => return ConsoleInput::Decision(Decision::SelfCritique),
+        _ => {}
+    }
+    if let Some(rest) = lower.strip_prefix("y -") {
+        return match rest.trim().parse::<u32>() {
+            Ok(n) if (1..=1000).contains(&n) => ConsoleInput::Decision(Decision::ApproveN(n)),
+            _ => ConsoleInput::Invalid(
+                "Use 'y -N' with N a number from 1 to 1000, e.g. 'y -3'.".into(),
+            ),
+        };
+    }
+    ConsoleInput::Decision(Decision::Feedback(text.to_string()))
+}
+
+pub struct ConsoleSurface {
+    input: Arc<Mutex<LineSource>>,
+    user: String,
+}
+
+impl ConsoleSurface {
+    pub fn new(input: Box<dyn AsyncRead + Send + Unpin>) -> Self {
+        let user = std::env::var("USER").unwrap_or_else(|_| "console user".into());
+        ConsoleSurface {
+            input: Arc::new(Mutex::new(BufReader::new(input).lines())),
+            user,
+        }
+    }
+
+    pub fn stdin() -> Self {
+        ConsoleSurface::new(Box::new(tokio::io::stdin()))
+    }
+
+    /// Reads one line, after printing `prompt`; `None` at the end of input.
+    pub async fn read_line(&self, prompt: &str) -> Option<String> {
+        print_flush(prompt);
+        let mut input = self.input.lock().await;
+        match input.next_line().await {
+            Ok(line) => line,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read from standard input");
+                None
+            }
+        }
+    }
+}
+
+fn print_flush(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+}
+
+fn section(label: &str, text: &str) -> String {
+    if text.trim().is_empty() {
+        String::new()
+    } else {
+        format!("{label}: {}\n", text.trim())
+    }
+}
+
+fn bullet_list(items: &[String]) -> String {
+    items
+        .iter()
+        .map(|i| format!("  - {i}\n"))
+        .collect::<String>()
+}
+
+#[async_trait]
+impl Surface for ConsoleSurface {
+    async fn show_profile(&self, agent: &AgentState) {
+        let Some(profile) = &agent.profile else {
+            return;
+        };
+        let mut out = format!(
+            "\nAGENT {}\nNAME: {}\nROLE: {}\n",
+            agent.id, profile.name, profile.role
+        );
+        if !profile.best_practices.is_empty() {
+            out.push_str("BEST PRACTICES:\n");
+            out.push_str(&bullet_list(&profile.best_practices));
+        }
+        if !profile.constraints.is_empty() {
+            out.push_str("CONSTRAINTS:\n");
+            out.push_str(&bullet_list(&profile.constraints));
+        }
+        print_flush(&out);
+    }
+
+    async fn show_proposal(&self, agent: &AgentState, proposal: &Proposal, auto_approved: bool) {
+        let t = &proposal.thoughts;
+        let mut out = format!("\n=== {} · cycle {} ===\n", agent.name(), proposal.cycle);
+        if proposal.interrupted {
+            out.push_str("NOTE: this step was interrupted before it finished and was not re-run. Decide again.\n");
+        }
+        out.push_str(&section("SPEAK", &t.speak));
+        out.push_str(&section("OBSERVATIONS", &t.observations));
+        out.push_str(&section("THOUGHTS", &t.text));
+        out.push_str(&section("REASONING", &t.reasoning));
+        if !t.plan.trim().is_empty() {
+            out.push_str("PLAN:\n");
+            for line in t.plan.lines().filter(|l| !l.trim().is_empty()) {
+                out.push_str(&format!("  {}\n", line.trim()));
+            }
+        }
+        out.push_str(&section("CRITICISM", &t.self_criticism));
+        let args = serde_json::to_string(&proposal.command.args).unwrap_or_default();
+        out.push_str(&format!(
+            "NEXT ACTION: COMMAND = {}  ARGUMENTS = {}  [{}]\n",
+            proposal.command.name,
+            args,
+            proposal.risk.label()
+        ));
+        if auto_approved {
+            let left = agent.auto_approvals_left;
+            if agent.settings.continuous {
+                out.push_str("(approved automatically: continuous mode)\n");
+            } else {
+                out.push_str(&format!(
+                    "(approved automatically: {left} more without asking)\n"
+                ));
+            }
+        }
+        print_flush(&out);
+    }
+
+    async fn request_decision(&self, agent: &AgentState, proposal: &Proposal, handle: AgentHandle) {
+        let prompt = format!(
+            "Enter 'y' to authorise the command, 'y -N' to run N commands without asking, 's' for a self-critique, 'n' to stop (the agent is saved), or type feedback for {}:\nInput: ",
+            agent.name()
+        );
+        let cycle = proposal.cycle;
+        let input = ConsoleSurface {
+            input: self.input.clone(),
+            user: self.user.clone(),
+        };
+        tokio::spawn(async move {
+            loop {
+                let decision = match input.read_line(&prompt).await {
+                    None => {
+                        print_flush("\n(end of input: stopping)\n");
+                        Decision::Deny
+                    }
+                    Some(line) => match parse_input(&line) {
+                        ConsoleInput::Decision(d) => d,
+                        ConsoleInput::Empty => continue,
+                        ConsoleInput::Invalid(help) => {
+                            print_flush(&format!("{help}\n"));
+                            continue;
+                        }
+                    },
+                };
+                if let Err(why) = handle.decide(cycle, decision, &input.user).await {
+                    print_flush(&format!("Not applied: {why}\n"));
+                }
+                break;
+            }
+        });
+    }
+
+    async fn show_result(&self, _agent: &AgentState, episode: &Episode) {
+        let text = episode.outcome.text();
+        let line = match &episode.outcome {
+            Outcome::Success(_) => format!(
+                "SYSTEM: Command {} returned: {text}\n",
+                episode.command.name
+            ),
+            Outcome::Error(_) => {
+                format!("SYSTEM: Command {} failed: {text}\n", episode.command.name)
+            }
+            Outcome::HumanFeedback(_) => format!("SYSTEM: Human feedback: {text}\n"),
+            Outcome::SelfCritique(_) => format!("SELF-CRITIQUE: {text}\n"),
+        };
+        print_flush(&line);
+    }
+
+    async fn notify(&self, _agent: &AgentState, text: &str) {
+        print_flush(&format!("NOTE: {text}\n"));
+    }
+
+    async fn paused(&self, agent: &AgentState, reason: &PauseReason) {
+        print_flush(&format!(
+            "\nAgent {} {}.\nResume with: autothread console --resume {}\n",
+            agent.name(),
+            reason.describe(),
+            agent.id
+        ));
+    }
+
+    async fn finished(&self, agent: &AgentState, reason: &str) {
+        print_flush(&format!(
+            "\nAgent {} finished: {reason}\nGive it a follow-up task with: autothread console --resume {} --task \"…\"\n",
+            agent.name(),
+            agent.id
+        ));
+    }
+
+    async fn ask_user(&self, agent: &AgentState, question: &str) -> Result<String, String> {
+        let prompt = format!("\nQUESTION from {}: {question}\nAnswer: ", agent.name());
+        match self.read_line(&prompt).await {
+            Some(answer) => Ok(answer.trim().to_string()),
+            None => Err("no answer (end of input)".into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_autogpt_console_answers() {
+        let cases = [
+            ("y", ConsoleInput::Decision(Decision::Approve)),
+            (" Y ", ConsoleInput::Decision(Decision::Approve)),
+            ("y -3", ConsoleInput::Decision(Decision::ApproveN(3))),
+            ("n", ConsoleInput::Decision(Decision::Deny)),
+            ("s", ConsoleInput::Decision(Decision::SelfCritique)),
+            ("", ConsoleInput::Empty),
+            (
+                "use a shorter title",
+                ConsoleInput::Decision(Decision::Feedback("use a shorter title".into())),
+            ),
+        ];
+        for (line, expected) in cases {
+            assert_eq!(parse_input(line), expected, "{line:?}");
+        }
+        assert!(matches!(parse_input("y -0"), ConsoleInput::Invalid(_)));
+        assert!(matches!(parse_input("y -x"), ConsoleInput::Invalid(_)));
+    }
+}

@@ -1,0 +1,107 @@
+//! Commands the agent can run: the `Command` trait, the registry that builds the agent's command
+//! set from config, and one file per family (files, control).
+
+pub mod control;
+pub mod files;
+pub mod workspace;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::config::{AgentConfig, WorkspaceConfig};
+use crate::core::commands::{CommandSet, CommandSpec};
+use crate::core::history::Outcome;
+use crate::core::reply::CommandCall;
+use crate::core::state::AgentState;
+use crate::store::{Store, WorkspaceOp};
+use crate::surface::Surface;
+
+/// What a command may use while it runs.
+pub struct ToolCtx<'a> {
+    pub agent: &'a AgentState,
+    pub store: &'a Store,
+    pub surface: &'a dyn Surface,
+    pub limits: &'a WorkspaceConfig,
+}
+
+/// A command's result plus the workspace changes it wants; the runtime commits the changes in the
+/// same transaction as the journal's `done` record, so a crash cannot leave one without the other.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolOutput {
+    pub outcome: Outcome,
+    pub ops: Vec<WorkspaceOp>,
+}
+
+impl ToolOutput {
+    pub fn success(text: impl Into<String>) -> Self {
+        ToolOutput {
+            outcome: Outcome::Success(text.into()),
+            ops: Vec::new(),
+        }
+    }
+
+    pub fn error(text: impl Into<String>) -> Self {
+        ToolOutput {
+            outcome: Outcome::Error(text.into()),
+            ops: Vec::new(),
+        }
+    }
+}
+
+#[async_trait]
+pub trait Command: Send + Sync {
+    fn spec(&self) -> CommandSpec;
+    /// Runs a call whose name and arguments the core has already validated against `spec`.
+    async fn run(&self, call: &CommandCall, ctx: &ToolCtx<'_>) -> ToolOutput;
+}
+
+/// The enabled commands, in prompt order.
+#[derive(Clone)]
+pub struct Registry {
+    commands: Vec<Arc<dyn Command>>,
+    set: CommandSet,
+}
+
+impl Registry {
+    pub fn new(commands: Vec<Arc<dyn Command>>, disabled: &[String]) -> Self {
+        let commands: Vec<Arc<dyn Command>> = commands
+            .into_iter()
+            .filter(|c| !disabled.contains(&c.spec().name))
+            .collect();
+        let set = CommandSet {
+            specs: commands.iter().map(|c| c.spec()).collect(),
+        };
+        Registry { commands, set }
+    }
+
+    /// The standard commands, minus those the config disables. `finish` is always kept: without it
+    /// an agent could never end.
+    pub fn standard(config: &AgentConfig) -> Self {
+        let disabled: Vec<String> = config
+            .disabled_commands
+            .iter()
+            .filter(|name| name.as_str() != "finish")
+            .cloned()
+            .collect();
+        let mut commands: Vec<Arc<dyn Command>> = files::commands();
+        commands.extend(control::commands());
+        Registry::new(commands, &disabled)
+    }
+
+    pub fn command_set(&self) -> &CommandSet {
+        &self.set
+    }
+
+    pub async fn run(&self, call: &CommandCall, ctx: &ToolCtx<'_>) -> ToolOutput {
+        match self.commands.iter().find(|c| c.spec().name == call.name) {
+            Some(command) => command.run(call, ctx).await,
+            None => ToolOutput::error(format!("Unknown command '{}'.", call.name)),
+        }
+    }
+}
+
+/// A string argument the core has validated as present.
+pub(crate) fn str_arg<'a>(call: &'a CommandCall, name: &str) -> &'a str {
+    call.args.get(name).and_then(|v| v.as_str()).unwrap_or("")
+}

@@ -1,0 +1,152 @@
+//! The OpenAI-compatible client against the fake server: retries on 429 (plain-text body), 5xx and
+//! slow replies; immediate, clear errors on refusals; structured-output modes; usage.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use autothread::config::{LlmConfig, ResponseFormatMode, Secret};
+use autothread::core::prompt::Message;
+use autothread::llm::openai::OpenAiChat;
+use autothread::llm::{ChatModel, ChatRequest, LlmError};
+use serde_json::json;
+use support::fake_openai::{agent_reply, Expect, FakeOpenAi, Kind, Reply};
+
+fn config(base_url: &str, format: ResponseFormatMode) -> LlmConfig {
+    LlmConfig {
+        base_url: base_url.to_string(),
+        model: "test-model".into(),
+        response_format: format,
+        timeout_secs: 1,
+        max_attempts: 3,
+        retry_initial_ms: 10,
+        retry_max_ms: 40,
+        ..LlmConfig::default()
+    }
+}
+
+fn request(schema: bool) -> ChatRequest {
+    ChatRequest {
+        model: "test-model".into(),
+        messages: vec![
+            Message::system("You are X_GPT, a tester\n## Constraints\n## Resources\n## Commands\n## Best practices\n## Your Task"),
+            Message::user("\"\"\"task\"\"\""),
+            Message::system("The current time and date is now"),
+            Message::user("Determine exactly one command"),
+        ],
+        max_tokens: 300,
+        json_schema: schema.then(|| json!({"type": "object", "properties": {"command": {"type": "object"}}})),
+    }
+}
+
+async fn fake() -> FakeOpenAi {
+    FakeOpenAi::start(Expect {
+        max_tokens: Some(300),
+        response_format: Some("json_schema"),
+        context_tokens: Some(4096),
+    })
+    .await
+}
+
+#[tokio::test]
+async fn plain_text_429_and_500_are_retried_then_succeed() {
+    let fake = fake().await;
+    fake.push(Reply::Status(429, "text/plain", "slow down".into()));
+    fake.push(Reply::Status(500, "text/html", "<html>oops</html>".into()));
+    fake.push(Reply::Content(agent_reply("finish", json!({"reason": "ok"}))));
+    let chat = OpenAiChat::new(&config(&fake.base_url, ResponseFormatMode::JsonSchema)).unwrap();
+    let reply = chat.complete(request(true)).await.unwrap();
+    assert!(reply.content.contains("\"finish\""));
+    assert_eq!(reply.usage.unwrap().prompt_tokens, 100);
+    assert_eq!(fake.requests(Kind::Cycle).len(), 3);
+    fake.assert_clean();
+}
+
+#[tokio::test]
+async fn persistent_failures_end_in_a_clear_error_after_the_bounded_attempts() {
+    let fake = fake().await;
+    for _ in 0..3 {
+        fake.push(Reply::Status(429, "text/plain", "rate limited, plain text".into()));
+    }
+    let chat = OpenAiChat::new(&config(&fake.base_url, ResponseFormatMode::JsonSchema)).unwrap();
+    let err = chat.complete(request(true)).await.unwrap_err();
+    assert!(matches!(err, LlmError::Unavailable { attempts: 3, .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("429") && text.contains("3 attempts"), "{text}");
+    assert_eq!(fake.requests(Kind::Cycle).len(), 3);
+}
+
+#[tokio::test]
+async fn a_reply_slower_than_the_timeout_is_retried() {
+    let fake = fake().await;
+    fake.push(Reply::Delay(
+        Duration::from_millis(2500),
+        Box::new(Reply::Content("late".into())),
+    ));
+    fake.push(Reply::Content(agent_reply("do_nothing", json!({}))));
+    let chat = OpenAiChat::new(&config(&fake.base_url, ResponseFormatMode::JsonSchema)).unwrap();
+    let started = Instant::now();
+    let reply = chat.complete(request(true)).await.unwrap();
+    assert!(reply.content.contains("do_nothing"));
+    assert!(started.elapsed() < Duration::from_millis(2400), "the timeout cut the slow reply short");
+    assert_eq!(fake.requests(Kind::Cycle).len(), 2);
+}
+
+#[tokio::test]
+async fn refusals_are_not_retried_and_say_why() {
+    let fake = fake().await;
+    fake.push(Reply::Status(
+        401,
+        "application/json",
+        json!({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}}).to_string(),
+    ));
+    let mut cfg = config(&fake.base_url, ResponseFormatMode::JsonSchema);
+    cfg.api_key = Some(Secret::new("sk-test-secret-value"));
+    let chat = OpenAiChat::new(&cfg).unwrap();
+    let err = chat.complete(request(true)).await.unwrap_err();
+    assert_eq!(
+        err,
+        LlmError::Rejected {
+            status: 401,
+            message: "Incorrect API key provided".into()
+        }
+    );
+    assert!(!err.to_string().contains("sk-test-secret-value"));
+    assert!(!format!("{chat:?}").contains("sk-test"));
+    assert_eq!(fake.requests(Kind::Cycle).len(), 1);
+}
+
+#[tokio::test]
+async fn a_body_that_is_not_a_completion_is_a_clear_error() {
+    let fake = fake().await;
+    fake.push(Reply::RawBody("{\"choices\": []}".into()));
+    fake.push(Reply::RawBody("<html>proxy error</html>".into()));
+    let chat = OpenAiChat::new(&config(&fake.base_url, ResponseFormatMode::JsonSchema)).unwrap();
+    let err = chat.complete(request(true)).await.unwrap_err();
+    assert!(matches!(err, LlmError::BadResponse(ref t) if t.contains("choices[0]")), "{err:?}");
+    let err = chat.complete(request(true)).await.unwrap_err();
+    assert!(matches!(err, LlmError::BadResponse(ref t) if t.contains("proxy error")), "{err:?}");
+}
+
+#[tokio::test]
+async fn response_format_follows_the_endpoint_mode() {
+    for (mode, expected) in [
+        (ResponseFormatMode::JsonSchema, Some("json_schema")),
+        (ResponseFormatMode::JsonObject, Some("json_object")),
+        (ResponseFormatMode::None, None),
+    ] {
+        let fake = FakeOpenAi::start(Expect {
+            max_tokens: Some(300),
+            response_format: expected,
+            context_tokens: None,
+        })
+        .await;
+        fake.push(Reply::Content("{}".into()));
+        let chat = OpenAiChat::new(&config(&fake.base_url, mode)).unwrap();
+        chat.complete(request(true)).await.unwrap();
+        fake.assert_clean();
+        let body = &fake.requests(Kind::Cycle)[0];
+        assert_eq!(body["model"], "test-model");
+        assert_eq!(body["stream"], false);
+    }
+}

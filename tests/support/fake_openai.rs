@@ -1,0 +1,328 @@
+//! A scripted OpenAI-compatible server on 127.0.0.1 for tests: plays queued replies to the agent's
+//! cycle calls, answers summaries, profiles and critiques, records every request and checks it.
+//! Anything it did not expect is recorded as an error that the test asserts is absent.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+/// What the fake answers to one request.
+#[derive(Clone, Debug)]
+pub enum Reply {
+    /// A normal completion whose message content is this text.
+    Content(String),
+    /// An error status with a body of the given content type.
+    Status(u16, &'static str, String),
+    /// A 200 whose body is not a completion at all.
+    RawBody(String),
+    /// Waits, then answers.
+    Delay(Duration, Box<Reply>),
+}
+
+/// Checks a cycle request; returns a description of what is wrong.
+pub type Check = Box<dyn Fn(&Value) -> Result<(), String> + Send + Sync>;
+
+pub struct Step {
+    pub reply: Reply,
+    pub check: Option<Check>,
+}
+
+/// The kinds of request the agent makes, told apart by their system prompts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Cycle,
+    Summary,
+    Profile,
+    Critique,
+}
+
+pub fn kind_of(body: &Value) -> Kind {
+    let first = body
+        .pointer("/messages/0/content")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if first.contains("Condense the action taken") {
+        Kind::Summary
+    } else if first.contains("by creating an autonomous agent") {
+        Kind::Profile
+    } else if first.starts_with("You review the work") {
+        Kind::Critique
+    } else {
+        Kind::Cycle
+    }
+}
+
+/// Expectations applied to every cycle request.
+#[derive(Clone, Debug, Default)]
+pub struct Expect {
+    pub max_tokens: Option<u64>,
+    /// "json_schema", "json_object", or None for no response_format.
+    pub response_format: Option<&'static str>,
+    /// Context window: the prompt must fit in it with max_tokens to spare.
+    pub context_tokens: Option<usize>,
+}
+
+#[derive(Default)]
+struct Inner {
+    cycle_steps: VecDeque<Step>,
+    profiles: VecDeque<String>,
+    critiques: VecDeque<String>,
+    requests: Vec<(Kind, Value)>,
+    errors: Vec<String>,
+    expect: Expect,
+}
+
+#[derive(Clone)]
+pub struct FakeOpenAi {
+    inner: Arc<Mutex<Inner>>,
+    pub base_url: String,
+}
+
+impl FakeOpenAi {
+    pub async fn start(expect: Expect) -> FakeOpenAi {
+        let inner = Arc::new(Mutex::new(Inner {
+            expect,
+            ..Default::default()
+        }));
+        let app = Router::new()
+            .route("/v1/chat/completions", post(completions))
+            .with_state(inner.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        FakeOpenAi {
+            inner,
+            base_url: format!("http://{addr}/v1"),
+        }
+    }
+
+    pub fn push(&self, reply: Reply) {
+        self.push_checked(reply, None);
+    }
+
+    pub fn push_content(&self, text: impl Into<String>) {
+        self.push(Reply::Content(text.into()));
+    }
+
+    pub fn push_checked(&self, reply: Reply, check: Option<Check>) {
+        self.inner
+            .lock()
+            .unwrap()
+            .cycle_steps
+            .push_back(Step { reply, check });
+    }
+
+    pub fn push_profile(&self, text: impl Into<String>) {
+        self.inner.lock().unwrap().profiles.push_back(text.into());
+    }
+
+    pub fn push_critique(&self, text: impl Into<String>) {
+        self.inner.lock().unwrap().critiques.push_back(text.into());
+    }
+
+    pub fn requests(&self, kind: Kind) -> Vec<Value> {
+        self.inner
+            .lock()
+            .unwrap()
+            .requests
+            .iter()
+            .filter(|(k, _)| *k == kind)
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
+    pub fn remaining_cycle_steps(&self) -> usize {
+        self.inner.lock().unwrap().cycle_steps.len()
+    }
+
+    pub fn errors(&self) -> Vec<String> {
+        self.inner.lock().unwrap().errors.clone()
+    }
+
+    /// Fails the test if the fake saw anything wrong or unexpected.
+    pub fn assert_clean(&self) {
+        let errors = self.errors();
+        assert!(errors.is_empty(), "the fake OpenAI server saw problems:\n{}", errors.join("\n"));
+    }
+}
+
+fn completion(content: &str) -> Value {
+    json!({
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": "fake",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}
+    })
+}
+
+fn check_cycle_request(body: &Value, expect: &Expect) -> Vec<String> {
+    let mut problems = Vec::new();
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let roles: Vec<&str> = messages.iter().filter_map(|m| m["role"].as_str()).collect();
+    if roles.first() != Some(&"system") {
+        problems.push(format!("first message must be the system prompt, roles were {roles:?}"));
+    }
+    if roles.get(1) != Some(&"user") {
+        problems.push(format!("second message must be the task, roles were {roles:?}"));
+    }
+    let task = messages.get(1).and_then(|m| m["content"].as_str()).unwrap_or("");
+    if !task.starts_with("\"\"\"") {
+        problems.push("the task must be in triple quotes".into());
+    }
+    if roles.last() != Some(&"user") {
+        problems.push(format!("the last message must be a user message, roles were {roles:?}"));
+    }
+    let system = messages.first().and_then(|m| m["content"].as_str()).unwrap_or("");
+    for heading in ["## Constraints", "## Resources", "## Commands", "## Best practices", "## Your Task"] {
+        if !system.contains(heading) {
+            problems.push(format!("the system prompt lacks {heading}"));
+        }
+    }
+    if !messages
+        .iter()
+        .any(|m| m["content"].as_str().unwrap_or("").starts_with("The current time and date is"))
+    {
+        problems.push("no time message".into());
+    }
+    if let Some(max) = expect.max_tokens {
+        if body["max_tokens"].as_u64() != Some(max) {
+            problems.push(format!("max_tokens should be {max}, was {}", body["max_tokens"]));
+        }
+    }
+    match (expect.response_format, body.get("response_format")) {
+        (Some("json_schema"), Some(rf)) => {
+            if rf["type"] != "json_schema" || rf.pointer("/json_schema/schema/properties/command").is_none() {
+                problems.push(format!("response_format should carry the reply schema, was {rf}"));
+            }
+        }
+        (Some(kind), Some(rf)) if rf["type"] == kind => {}
+        (None, None) => {}
+        (want, got) => problems.push(format!("response_format should be {want:?}, was {got:?}")),
+    }
+    if let (Some(context), Some(max)) = (expect.context_tokens, body["max_tokens"].as_u64()) {
+        let counter = tiktoken_rs::cl100k_base_singleton();
+        let tokens: usize = messages
+            .iter()
+            .map(|m| counter.encode_ordinary(m["content"].as_str().unwrap_or("")).len() + 4)
+            .sum::<usize>()
+            + 3;
+        if tokens + max as usize > context {
+            problems.push(format!("prompt of {tokens} tokens + max_tokens {max} exceeds the context of {context}"));
+        }
+    }
+    problems
+}
+
+async fn completions(State(inner): State<Arc<Mutex<Inner>>>, Json(body): Json<Value>) -> Response {
+    let kind = kind_of(&body);
+    let reply = {
+        let mut inner = inner.lock().unwrap();
+        inner.requests.push((kind, body.clone()));
+        match kind {
+            Kind::Summary => Reply::Content(format!(
+                "Summary: {}",
+                body.pointer("/messages/1/content")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .trim_start_matches("### ")
+            )),
+            Kind::Profile => match inner.profiles.pop_front() {
+                Some(text) => Reply::Content(text),
+                None => {
+                    inner.errors.push("unexpected profile request".into());
+                    Reply::Status(418, "text/plain", "unexpected profile request".into())
+                }
+            },
+            Kind::Critique => match inner.critiques.pop_front() {
+                Some(text) => Reply::Content(text),
+                None => {
+                    inner.errors.push("unexpected critique request".into());
+                    Reply::Status(418, "text/plain", "unexpected critique request".into())
+                }
+            },
+            Kind::Cycle => {
+                let problems = check_cycle_request(&body, &inner.expect);
+                let n = inner.requests.iter().filter(|(k, _)| *k == Kind::Cycle).count();
+                for p in problems {
+                    inner.errors.push(format!("cycle request {n}: {p}"));
+                }
+                match inner.cycle_steps.pop_front() {
+                    Some(step) => {
+                        if let Some(check) = &step.check {
+                            if let Err(p) = check(&body) {
+                                inner.errors.push(format!("cycle request {n}: {p}"));
+                            }
+                        }
+                        step.reply
+                    }
+                    None => {
+                        inner.errors.push(format!("unexpected cycle request {n}"));
+                        Reply::Status(418, "text/plain", "no scripted reply left".into())
+                    }
+                }
+            }
+        }
+    };
+    respond(reply).await
+}
+
+fn respond(reply: Reply) -> std::pin::Pin<Box<dyn std::future::Future<Output = Response> + Send>> {
+    Box::pin(async move {
+        match reply {
+            Reply::Content(text) => Json(completion(&text)).into_response(),
+            Reply::Status(code, content_type, body) => (
+                StatusCode::from_u16(code).unwrap(),
+                [(header::CONTENT_TYPE, content_type)],
+                body,
+            )
+                .into_response(),
+            Reply::RawBody(body) => (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response(),
+            Reply::Delay(wait, inner) => {
+                tokio::time::sleep(wait).await;
+                respond(*inner).await
+            }
+        }
+    })
+}
+
+/// A reply in the agent's JSON format.
+pub fn agent_reply(command: &str, args: Value) -> String {
+    json!({
+        "thoughts": {
+            "observations": "what I saw",
+            "text": format!("I will use {command}"),
+            "reasoning": format!("{command} moves the task forward"),
+            "self_criticism": "keep it short",
+            "plan": "- do it\n- check it",
+            "speak": format!("Running {command}")
+        },
+        "command": {"name": command, "args": args}
+    })
+    .to_string()
+}
+
+/// The content of the "## Progress" message of a cycle request, or "" when absent.
+pub fn progress_of(body: &Value) -> String {
+    body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["content"].as_str())
+        .find(|c| c.starts_with("## Progress"))
+        .unwrap_or("")
+        .to_string()
+}

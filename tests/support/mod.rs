@@ -1,0 +1,173 @@
+//! Shared test support: the fake OpenAI server and a driver for the `autothread` binary.
+#![allow(dead_code)]
+
+pub mod fake_openai;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, ChildStdin, Command};
+
+/// A temporary home for one test: config file, store, export directory.
+pub struct TestEnv {
+    pub dir: tempfile::TempDir,
+    pub base_url: String,
+}
+
+impl TestEnv {
+    /// A config pointing at `base_url` with fast retries and a 4k-context test model.
+    pub fn new(base_url: &str, extra_llm: &str) -> TestEnv {
+        let dir = tempfile::tempdir().unwrap();
+        let config = format!(
+            "[llm]\nbase_url = \"{base_url}\"\nmodel = \"test-model\"\ntimeout_secs = 2\nmax_attempts = 3\nretry_initial_ms = 20\nretry_max_ms = 100\n{extra_llm}\n\n[llm.models.\"test-model\"]\ncontext_tokens = 4096\nmax_tokens = 500\n"
+        );
+        std::fs::write(dir.path().join("bot.toml"), config).unwrap();
+        TestEnv {
+            dir,
+            base_url: base_url.to_string(),
+        }
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_autothread"));
+        cmd.arg("--config")
+            .arg(self.dir.path().join("bot.toml"))
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .args(args)
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENAI_BASE_URL")
+            .env_remove("OPENAI_MODEL")
+            .env_remove("AUTOTHREAD_CONFIG")
+            .env_remove("AUTOTHREAD_DATA_DIR")
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        cmd
+    }
+
+    pub fn spawn(&self, args: &[&str]) -> Running {
+        Running::new(self.command(args).spawn().expect("the autothread binary starts"))
+    }
+
+    /// Runs a short command to completion and returns (success, stdout, stderr).
+    pub async fn run(&self, args: &[&str]) -> (bool, String, String) {
+        let mut running = self.spawn(args);
+        running.close_stdin();
+        let (status, out, err) = running.finish(Duration::from_secs(30)).await;
+        (status, out, err)
+    }
+}
+
+/// A running `autothread` process with its output collected as it arrives.
+pub struct Running {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: Arc<Mutex<String>>,
+    stderr: Arc<Mutex<String>>,
+}
+
+fn collect(mut source: impl tokio::io::AsyncRead + Unpin + Send + 'static, into: Arc<Mutex<String>>) {
+    tokio::spawn(async move {
+        let mut buf = [0u8; 4096];
+        loop {
+            match source.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => into.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n])),
+            }
+        }
+    });
+}
+
+impl Running {
+    fn new(mut child: Child) -> Running {
+        let stdout = Arc::new(Mutex::new(String::new()));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        collect(child.stdout.take().unwrap(), stdout.clone());
+        collect(child.stderr.take().unwrap(), stderr.clone());
+        Running {
+            stdin: child.stdin.take(),
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    pub async fn type_lines(&mut self, lines: &[&str]) {
+        let stdin = self.stdin.as_mut().expect("stdin is open");
+        for line in lines {
+            stdin.write_all(line.as_bytes()).await.unwrap();
+            stdin.write_all(b"\n").await.unwrap();
+        }
+        stdin.flush().await.unwrap();
+    }
+
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    pub fn stdout(&self) -> String {
+        self.stdout.lock().unwrap().clone()
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits (bounded) until stdout contains `needle` `times` times.
+    pub async fn wait_for(&self, needle: &str, times: usize, timeout: Duration) {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while self.stdout().matches(needle).count() < times {
+            if tokio::time::Instant::now() > deadline {
+                panic!(
+                    "timed out waiting for {needle:?} ×{times}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+                    self.stdout(),
+                    self.stderr()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// SIGKILL: no chance to flush or clean up, like a power cut.
+    pub async fn kill(mut self) {
+        self.child.kill().await.unwrap();
+    }
+
+    pub async fn finish(mut self, timeout: Duration) -> (bool, String, String) {
+        self.stdin = None;
+        let status = match tokio::time::timeout(timeout, self.child.wait()).await {
+            Ok(status) => status.unwrap(),
+            Err(_) => {
+                let _ = self.child.kill().await;
+                panic!(
+                    "autothread did not exit in time\n--- stdout ---\n{}\n--- stderr ---\n{}",
+                    self.stdout(),
+                    self.stderr()
+                );
+            }
+        };
+        // Give the output collectors a moment to drain the pipes.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        (status.success(), self.stdout(), self.stderr())
+    }
+}
+
+/// The agent id the console printed when it created the agent.
+pub fn created_agent_id(stdout: &str) -> String {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("Created agent "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .map(|id| id.trim_end_matches('.').to_string())
+        .expect("the console prints the new agent's id")
+}

@@ -53,7 +53,10 @@ async fn plain_text_429_and_500_are_retried_then_succeed() {
     let fake = fake().await;
     fake.push(Reply::Status(429, "text/plain", "slow down".into()));
     fake.push(Reply::Status(500, "text/html", "<html>oops</html>".into()));
-    fake.push(Reply::Content(agent_reply("finish", json!({"reason": "ok"}))));
+    fake.push(Reply::Content(agent_reply(
+        "finish",
+        json!({"reason": "ok"}),
+    )));
     let chat = OpenAiChat::new(&config(&fake.base_url, ResponseFormatMode::JsonSchema)).unwrap();
     let reply = chat.complete(request(true)).await.unwrap();
     assert!(reply.content.contains("\"finish\""));
@@ -66,13 +69,23 @@ async fn plain_text_429_and_500_are_retried_then_succeed() {
 async fn persistent_failures_end_in_a_clear_error_after_the_bounded_attempts() {
     let fake = fake().await;
     for _ in 0..3 {
-        fake.push(Reply::Status(429, "text/plain", "rate limited, plain text".into()));
+        fake.push(Reply::Status(
+            429,
+            "text/plain",
+            "rate limited, plain text".into(),
+        ));
     }
     let chat = OpenAiChat::new(&config(&fake.base_url, ResponseFormatMode::JsonSchema)).unwrap();
     let err = chat.complete(request(true)).await.unwrap_err();
-    assert!(matches!(err, LlmError::Unavailable { attempts: 3, .. }), "{err:?}");
+    assert!(
+        matches!(err, LlmError::Unavailable { attempts: 3, .. }),
+        "{err:?}"
+    );
     let text = err.to_string();
-    assert!(text.contains("429") && text.contains("3 attempts"), "{text}");
+    assert!(
+        text.contains("429") && text.contains("3 attempts"),
+        "{text}"
+    );
     assert_eq!(fake.requests(Kind::Cycle).len(), 3);
 }
 
@@ -88,7 +101,10 @@ async fn a_reply_slower_than_the_timeout_is_retried() {
     let started = Instant::now();
     let reply = chat.complete(request(true)).await.unwrap();
     assert!(reply.content.contains("do_nothing"));
-    assert!(started.elapsed() < Duration::from_millis(2400), "the timeout cut the slow reply short");
+    assert!(
+        started.elapsed() < Duration::from_millis(2400),
+        "the timeout cut the slow reply short"
+    );
     assert_eq!(fake.requests(Kind::Cycle).len(), 2);
 }
 
@@ -123,9 +139,15 @@ async fn a_body_that_is_not_a_completion_is_a_clear_error() {
     fake.push(Reply::RawBody("<html>proxy error</html>".into()));
     let chat = OpenAiChat::new(&config(&fake.base_url, ResponseFormatMode::JsonSchema)).unwrap();
     let err = chat.complete(request(true)).await.unwrap_err();
-    assert!(matches!(err, LlmError::BadResponse(ref t) if t.contains("choices[0]")), "{err:?}");
+    assert!(
+        matches!(err, LlmError::BadResponse(ref t) if t.contains("choices[0]")),
+        "{err:?}"
+    );
     let err = chat.complete(request(true)).await.unwrap_err();
-    assert!(matches!(err, LlmError::BadResponse(ref t) if t.contains("proxy error")), "{err:?}");
+    assert!(
+        matches!(err, LlmError::BadResponse(ref t) if t.contains("proxy error")),
+        "{err:?}"
+    );
 }
 
 #[tokio::test]

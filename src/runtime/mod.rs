@@ -333,8 +333,10 @@ impl Actor {
                 proposal,
                 auto_approved,
             } => {
-                if proposal.interrupted {
-                    // The old decision belonged to the interrupted run; the new one is taken afresh.
+                if !auto_approved {
+                    // The proposal now waits for a decision, so any decision stored for this cycle
+                    // belongs to an earlier showing (a Deny before a resume, or a run interrupted by
+                    // a crash) and must not block the new one.
                     self.deps
                         .store
                         .clear_decision(&self.state.id, proposal.cycle)?;

@@ -186,10 +186,17 @@ impl Surface for ConsoleSurface {
                         }
                     },
                 };
-                if let Err(why) = handle.decide(cycle, decision, &input.user).await {
-                    print_flush(&format!("Not applied: {why}\n"));
+                match handle.decide(cycle, decision, &input.user).await {
+                    Ok(()) => break,
+                    Err(why) => {
+                        print_flush(&format!("Not applied: {why}\n"));
+                        // Only this prompt decides this cycle, so a refusal that is not about a
+                        // stale proposal (a storage hiccup) is worth another try.
+                        if why.contains("no longer") || why.contains("stopped") {
+                            break;
+                        }
+                    }
                 }
-                break;
             }
         });
     }

@@ -151,7 +151,11 @@ impl FakeOpenAi {
     /// Fails the test if the fake saw anything wrong or unexpected.
     pub fn assert_clean(&self) {
         let errors = self.errors();
-        assert!(errors.is_empty(), "the fake OpenAI server saw problems:\n{}", errors.join("\n"));
+        assert!(
+            errors.is_empty(),
+            "the fake OpenAI server saw problems:\n{}",
+            errors.join("\n")
+        );
     }
 }
 
@@ -171,39 +175,68 @@ fn check_cycle_request(body: &Value, expect: &Expect) -> Vec<String> {
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
     let roles: Vec<&str> = messages.iter().filter_map(|m| m["role"].as_str()).collect();
     if roles.first() != Some(&"system") {
-        problems.push(format!("first message must be the system prompt, roles were {roles:?}"));
+        problems.push(format!(
+            "first message must be the system prompt, roles were {roles:?}"
+        ));
     }
     if roles.get(1) != Some(&"user") {
-        problems.push(format!("second message must be the task, roles were {roles:?}"));
+        problems.push(format!(
+            "second message must be the task, roles were {roles:?}"
+        ));
     }
-    let task = messages.get(1).and_then(|m| m["content"].as_str()).unwrap_or("");
+    let task = messages
+        .get(1)
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or("");
     if !task.starts_with("\"\"\"") {
         problems.push("the task must be in triple quotes".into());
     }
     if roles.last() != Some(&"user") {
-        problems.push(format!("the last message must be a user message, roles were {roles:?}"));
+        problems.push(format!(
+            "the last message must be a user message, roles were {roles:?}"
+        ));
     }
-    let system = messages.first().and_then(|m| m["content"].as_str()).unwrap_or("");
-    for heading in ["## Constraints", "## Resources", "## Commands", "## Best practices", "## Your Task"] {
+    let system = messages
+        .first()
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or("");
+    for heading in [
+        "## Constraints",
+        "## Resources",
+        "## Commands",
+        "## Best practices",
+        "## Your Task",
+    ] {
         if !system.contains(heading) {
             problems.push(format!("the system prompt lacks {heading}"));
         }
     }
-    if !messages
-        .iter()
-        .any(|m| m["content"].as_str().unwrap_or("").starts_with("The current time and date is"))
-    {
+    if !messages.iter().any(|m| {
+        m["content"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("The current time and date is")
+    }) {
         problems.push("no time message".into());
     }
     if let Some(max) = expect.max_tokens {
         if body["max_tokens"].as_u64() != Some(max) {
-            problems.push(format!("max_tokens should be {max}, was {}", body["max_tokens"]));
+            problems.push(format!(
+                "max_tokens should be {max}, was {}",
+                body["max_tokens"]
+            ));
         }
     }
     match (expect.response_format, body.get("response_format")) {
         (Some("json_schema"), Some(rf)) => {
-            if rf["type"] != "json_schema" || rf.pointer("/json_schema/schema/properties/command").is_none() {
-                problems.push(format!("response_format should carry the reply schema, was {rf}"));
+            if rf["type"] != "json_schema"
+                || rf
+                    .pointer("/json_schema/schema/properties/command")
+                    .is_none()
+            {
+                problems.push(format!(
+                    "response_format should carry the reply schema, was {rf}"
+                ));
             }
         }
         (Some(kind), Some(rf)) if rf["type"] == kind => {}
@@ -214,11 +247,18 @@ fn check_cycle_request(body: &Value, expect: &Expect) -> Vec<String> {
         let counter = tiktoken_rs::cl100k_base_singleton();
         let tokens: usize = messages
             .iter()
-            .map(|m| counter.encode_ordinary(m["content"].as_str().unwrap_or("")).len() + 4)
+            .map(|m| {
+                counter
+                    .encode_ordinary(m["content"].as_str().unwrap_or(""))
+                    .len()
+                    + 4
+            })
             .sum::<usize>()
             + 3;
         if tokens + max as usize > context {
-            problems.push(format!("prompt of {tokens} tokens + max_tokens {max} exceeds the context of {context}"));
+            problems.push(format!(
+                "prompt of {tokens} tokens + max_tokens {max} exceeds the context of {context}"
+            ));
         }
     }
     problems
@@ -256,7 +296,11 @@ async fn completions(State(inner): State<Arc<Mutex<Inner>>>, Json(body): Json<Va
             },
             Kind::Cycle => {
                 let problems = check_cycle_request(&body, &inner.expect);
-                let n = inner.requests.iter().filter(|(k, _)| *k == Kind::Cycle).count();
+                let n = inner
+                    .requests
+                    .iter()
+                    .filter(|(k, _)| *k == Kind::Cycle)
+                    .count();
                 for p in problems {
                     inner.errors.push(format!("cycle request {n}: {p}"));
                 }
@@ -290,7 +334,12 @@ fn respond(reply: Reply) -> std::pin::Pin<Box<dyn std::future::Future<Output = R
                 body,
             )
                 .into_response(),
-            Reply::RawBody(body) => (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response(),
+            Reply::RawBody(body) => (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                body,
+            )
+                .into_response(),
             Reply::Delay(wait, inner) => {
                 tokio::time::sleep(wait).await;
                 respond(*inner).await

@@ -56,7 +56,11 @@ impl TestEnv {
     }
 
     pub fn spawn(&self, args: &[&str]) -> Running {
-        Running::new(self.command(args).spawn().expect("the autothread binary starts"))
+        Running::new(
+            self.command(args)
+                .spawn()
+                .expect("the autothread binary starts"),
+        )
     }
 
     /// Runs a short command to completion and returns (success, stdout, stderr).
@@ -76,13 +80,19 @@ pub struct Running {
     stderr: Arc<Mutex<String>>,
 }
 
-fn collect(mut source: impl tokio::io::AsyncRead + Unpin + Send + 'static, into: Arc<Mutex<String>>) {
+fn collect(
+    mut source: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+    into: Arc<Mutex<String>>,
+) {
     tokio::spawn(async move {
         let mut buf = [0u8; 4096];
         loop {
             match source.read(&mut buf).await {
                 Ok(0) | Err(_) => break,
-                Ok(n) => into.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n])),
+                Ok(n) => into
+                    .lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n])),
             }
         }
     });

@@ -1,0 +1,474 @@
+//! End to end: the real `autothread console` binary, driven through stdin, against the scripted
+//! fake OpenAI server. Covers a 10-cycle task, every console answer, resume, follow-ups, crashes.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::fake_openai::{agent_reply, progress_of, Check, Expect, FakeOpenAi, Kind, Reply};
+use support::{created_agent_id, TestEnv};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+async fn fake() -> FakeOpenAi {
+    FakeOpenAi::start(Expect {
+        max_tokens: Some(500),
+        response_format: Some("json_schema"),
+        context_tokens: Some(4096),
+    })
+    .await
+}
+
+fn expect_progress(needles: &'static [&'static str]) -> Option<Check> {
+    Some(Box::new(move |body: &Value| {
+        let progress = progress_of(body);
+        for needle in needles {
+            if !progress.contains(needle) {
+                return Err(format!("Progress lacks {needle:?}:\n{progress}"));
+            }
+        }
+        Ok(())
+    }))
+}
+
+fn step(fake: &FakeOpenAi, command: &str, args: Value) {
+    fake.push_content(agent_reply(command, args));
+}
+
+fn step_checked(fake: &FakeOpenAi, command: &str, args: Value, check: Option<Check>) {
+    fake.push_checked(Reply::Content(agent_reply(command, args)), check);
+}
+
+async fn export(env: &TestEnv, id: &str) -> std::path::PathBuf {
+    let out = env.dir.path().join("export");
+    let (ok, stdout, stderr) = env
+        .run(&["export", id, "--out", out.to_str().unwrap()])
+        .await;
+    assert!(ok, "export failed: {stdout}{stderr}");
+    out
+}
+
+fn read(path: std::path::PathBuf) -> String {
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scripted_ten_cycle_task_with_every_console_answer() {
+    let fake = fake().await;
+    fake.push_profile(
+        json!({"name": "HaikuGPT", "description": "a poet who writes haiku into files.",
+               "directives": {"best_practices": ["Count syllables."], "constraints": ["Write only haiku.txt and notes.txt."]}})
+        .to_string(),
+    );
+    let haiku = "Ferris scuttles on\nborrowed memory returns\nno data races";
+    // 1: approved with y.
+    step(
+        &fake,
+        "write_file",
+        json!({"filename": "haiku.txt", "contents": haiku}),
+    );
+    // 2: a fenced reply (repaired), approved with y -3.
+    fake.push_checked(
+        Reply::Content(format!(
+            "Here is my answer:\n```json\n{}\n```",
+            agent_reply("read_file", json!({"filename": "haiku.txt"}))
+        )),
+        expect_progress(&["### Step 1: Executed `write_file("]),
+    );
+    // 3: a plain-text 429 first (retried), then the reply; runs automatically.
+    fake.push(Reply::Status(429, "text/plain", "Too Many Requests".into()));
+    step_checked(
+        &fake,
+        "append_to_file",
+        json!({"filename": "haiku.txt", "text": "\n(by HaikuGPT)"}),
+        expect_progress(&["Ferris scuttles on"]),
+    );
+    // 4: malformed, then re-asked with the parse error; the answer runs automatically.
+    fake.push(Reply::Content("I will now list the folder.".into()));
+    fake.push_checked(
+        Reply::Content(agent_reply("list_folder", json!({}))),
+        Some(Box::new(|body: &Value| {
+            let last = body["messages"].as_array().unwrap().last().unwrap()["content"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            if last.contains("could not be used") {
+                Ok(())
+            } else {
+                Err(format!("the re-ask does not quote the error: {last}"))
+            }
+        })),
+    );
+    // 5: answered with feedback instead.
+    step(
+        &fake,
+        "write_file",
+        json!({"filename": "notes.txt", "contents": "draft"}),
+    );
+    // 6: self-critique.
+    step_checked(
+        &fake,
+        "write_file",
+        json!({"filename": "notes.txt", "contents": "a longer draft"}),
+        expect_progress(&["interrupted_by_human", "make the notes longer"]),
+    );
+    fake.push_critique("Write the notes in one go and check the haiku's syllables first.");
+    // 7, 8, 9, 10: approved one by one (9 asks the user a question).
+    step_checked(
+        &fake,
+        "write_file",
+        json!({"filename": "notes.txt", "contents": "long notes"}),
+        expect_progress(&["self_critique", "syllables"]),
+    );
+    step(&fake, "read_file", json!({"filename": "notes.txt"}));
+    step(
+        &fake,
+        "ask_user",
+        json!({"question": "What title should the haiku have?"}),
+    );
+    step_checked(
+        &fake,
+        "finish",
+        json!({"reason": "The haiku is in haiku.txt."}),
+        expect_progress(&["The user's answer: Crab"]),
+    );
+
+    let env = TestEnv::new(&fake.base_url, "");
+    let mut run = env.spawn(&[
+        "console",
+        "--task",
+        "Write a haiku about Rust into haiku.txt, then finish",
+    ]);
+    run.type_lines(&[
+        "y",
+        "y -3",
+        "make the notes longer",
+        "s",
+        "y",
+        "y",
+        "y",
+        "Crab",
+        "y",
+    ])
+    .await;
+    let (ok, stdout, stderr) = run.finish(WAIT).await;
+    assert!(ok, "console failed\n{stdout}\n{stderr}");
+    fake.assert_clean();
+    assert_eq!(fake.remaining_cycle_steps(), 0);
+
+    for needle in [
+        "NAME: HaikuGPT",
+        "ROLE: a poet who writes haiku into files",
+        "BEST PRACTICES:",
+        "CONSTRAINTS:",
+        "THOUGHTS: I will use write_file",
+        "REASONING: write_file moves the task forward",
+        "PLAN:",
+        "CRITICISM: keep it short",
+        "SPEAK: Running write_file",
+        "OBSERVATIONS: what I saw",
+        "NEXT ACTION: COMMAND = write_file  ARGUMENTS = {\"contents\"",
+        "approved automatically: 1 more without asking",
+        "approved automatically: 0 more without asking",
+        "SYSTEM: Human feedback: make the notes longer",
+        "SELF-CRITIQUE: Write the notes in one go",
+        "QUESTION from HaikuGPT: What title should the haiku have?",
+        "finished: The haiku is in haiku.txt.",
+    ] {
+        assert!(stdout.contains(needle), "stdout lacks {needle:?}\n{stdout}");
+    }
+    assert_eq!(stdout.matches("Input: ").count(), 8, "{stdout}");
+    // Ten cycles, plus one retried 429 and one re-ask.
+    assert_eq!(fake.requests(Kind::Cycle).len(), 12);
+    assert!(!fake.requests(Kind::Summary).is_empty());
+
+    let id = created_agent_id(&stdout);
+    let out = export(&env, &id).await;
+    assert_eq!(
+        read(out.join("workspace/haiku.txt")),
+        format!("{haiku}\n(by HaikuGPT)")
+    );
+    assert_eq!(read(out.join("workspace/notes.txt")), "long notes");
+    let transcript = read(out.join("transcript.md"));
+    assert!(
+        transcript.contains("### Cycle 10: `finish("),
+        "{transcript}"
+    );
+    assert!(transcript.contains("*Status:* interrupted_by_human"));
+    assert!(transcript.contains("*Decided by:*"));
+    let (ok, list, _) = env.run(&["list"]).await;
+    assert!(ok);
+    assert!(
+        list.contains(&id) && list.contains("finished") && list.contains("HaikuGPT"),
+        "{list}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn n_stops_and_resume_continues_with_history_then_a_follow_up() {
+    let fake = fake().await;
+    let env = TestEnv::new(&fake.base_url, "");
+    step(
+        &fake,
+        "write_file",
+        json!({"filename": "a.txt", "contents": "alpha"}),
+    );
+    step(&fake, "read_file", json!({"filename": "a.txt"}));
+    let mut run = env.spawn(&[
+        "console",
+        "--task",
+        "Write a.txt",
+        "--name",
+        "FileGPT",
+        "--role",
+        "a careful file clerk",
+    ]);
+    run.type_lines(&["y", "n"]).await;
+    let (ok, stdout, stderr) = run.finish(WAIT).await;
+    assert!(ok, "{stdout}{stderr}");
+    assert!(stdout.contains("stopped by"), "{stdout}");
+    assert!(stdout.contains("NAME: FileGPT"));
+    assert!(
+        fake.requests(Kind::Profile).is_empty(),
+        "a given profile is not generated"
+    );
+    let id = created_agent_id(&stdout);
+
+    // Resume: the denied proposal comes back without a new model call, and history is intact.
+    step_checked(
+        &fake,
+        "finish",
+        json!({"reason": "done"}),
+        expect_progress(&[
+            "### Step 1: Executed `write_file(",
+            "### Step 2: Executed `read_file(",
+            "alpha",
+        ]),
+    );
+    let mut run = env.spawn(&["console", "--resume", &id[..6]]);
+    run.type_lines(&["y", "y"]).await;
+    let (ok, stdout, stderr) = run.finish(WAIT).await;
+    assert!(ok, "{stdout}{stderr}");
+    assert!(
+        stdout.contains(&format!(
+            "Resuming agent {id} (FileGPT), cycle 2, 1 steps so far."
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("SYSTEM: Command read_file returned: alpha"),
+        "{stdout}"
+    );
+    assert_eq!(fake.requests(Kind::Cycle).len(), 3);
+
+    // A finished agent takes a follow-up task.
+    fake.push_checked(
+        Reply::Content(agent_reply(
+            "write_file",
+            json!({"filename": "b.txt", "contents": "beta"}),
+        )),
+        Some(Box::new(|body: &Value| {
+            let task = body
+                .pointer("/messages/1/content")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            if task.contains("Follow-up task 1: Also write b.txt") {
+                Ok(())
+            } else {
+                Err(format!("the task lacks the follow-up: {task}"))
+            }
+        })),
+    );
+    step(&fake, "finish", json!({"reason": "both written"}));
+    let mut run = env.spawn(&["console", "--resume", &id, "--task", "Also write b.txt"]);
+    run.type_lines(&["y", "y"]).await;
+    let (ok, stdout, stderr) = run.finish(WAIT).await;
+    assert!(ok, "{stdout}{stderr}");
+    fake.assert_clean();
+    let out = export(&env, &id).await;
+    assert_eq!(read(out.join("workspace/b.txt")), "beta");
+    assert_eq!(read(out.join("workspace/a.txt")), "alpha");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_while_thinking_keeps_acknowledged_steps_and_runs_nothing_twice() {
+    let fake = fake().await;
+    let env = TestEnv::new(&fake.base_url, "");
+    step(
+        &fake,
+        "append_to_file",
+        json!({"filename": "log.txt", "text": "a\n"}),
+    );
+    // The next reply never comes in time: the process is killed while it waits.
+    fake.push(Reply::Delay(
+        Duration::from_secs(30),
+        Box::new(Reply::Content(agent_reply("do_nothing", json!({})))),
+    ));
+    let mut run = env.spawn(&[
+        "console",
+        "--continuous",
+        "--task",
+        "Log a line",
+        "--name",
+        "LogGPT",
+    ]);
+    run.type_lines(&[]).await;
+    run.wait_for("SYSTEM: Command append_to_file returned", 1, WAIT)
+        .await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while fake.requests(Kind::Cycle).len() < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the second cycle never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let id = created_agent_id(&run.stdout());
+    run.kill().await;
+
+    step_checked(
+        &fake,
+        "read_file",
+        json!({"filename": "log.txt"}),
+        expect_progress(&["### Step 1: Executed `append_to_file("]),
+    );
+    step(&fake, "finish", json!({"reason": "logged"}));
+    let mut run = env.spawn(&["console", "--resume", &id, "--continuous"]);
+    run.type_lines(&["y"]).await;
+    let (ok, stdout, stderr) = run.finish(WAIT).await;
+    assert!(ok, "{stdout}{stderr}");
+    assert!(stdout.contains("cycle 2, 1 steps so far"), "{stdout}");
+    assert!(
+        stdout.contains("SYSTEM: Command read_file returned: a\n"),
+        "{stdout}"
+    );
+    let out = export(&env, &id).await;
+    assert_eq!(
+        read(out.join("workspace/log.txt")),
+        "a\n",
+        "the append ran exactly once"
+    );
+    let transcript = read(out.join("transcript.md"));
+    assert_eq!(
+        transcript.matches("### Cycle 1: `append_to_file(").count(),
+        1,
+        "{transcript}"
+    );
+    assert!(
+        !transcript.contains("### Cycle 2: `append_to_file("),
+        "{transcript}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_a_command_asks_again_instead_of_rerunning() {
+    let fake = fake().await;
+    let env = TestEnv::new(&fake.base_url, "");
+    step(&fake, "ask_user", json!({"question": "Which colour?"}));
+    let mut run = env.spawn(&["console", "--task", "Pick a colour", "--name", "ColourGPT"]);
+    run.type_lines(&["y"]).await;
+    run.wait_for("QUESTION from ColourGPT: Which colour?", 1, WAIT)
+        .await;
+    let id = created_agent_id(&run.stdout());
+    run.kill().await;
+
+    step_checked(
+        &fake,
+        "finish",
+        json!({"reason": "blue it is"}),
+        expect_progress(&["The user's answer: blue"]),
+    );
+    let mut run = env.spawn(&["console", "--resume", &id]);
+    run.type_lines(&["y", "blue", "y"]).await;
+    let (ok, stdout, stderr) = run.finish(WAIT).await;
+    assert!(ok, "{stdout}{stderr}");
+    let note = stdout
+        .find("interrupted before it finished and was not re-run")
+        .unwrap_or_else(|| panic!("no interruption note\n{stdout}"));
+    let question = stdout.find("QUESTION from ColourGPT").unwrap();
+    let first_prompt = stdout.find("Input: ").unwrap();
+    assert!(
+        note < first_prompt && first_prompt < question,
+        "asked before re-running\n{stdout}"
+    );
+    assert_eq!(stdout.matches("QUESTION from").count(), 1);
+    assert_eq!(
+        fake.requests(Kind::Cycle).len(),
+        2,
+        "the interrupted cycle needed no new model call"
+    );
+    fake.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_replies_and_a_dead_endpoint_pause_with_a_clear_message_and_resume() {
+    let fake = fake().await;
+    let env = TestEnv::new(&fake.base_url, "");
+    for garbage in [
+        "no json here",
+        "{\"thoughts\": {\"text\": \"hm\"}}",
+        "still nothing",
+    ] {
+        fake.push(Reply::Content(garbage.into()));
+    }
+    let run = env.spawn(&["console", "--task", "Do it", "--name", "BadGPT"]);
+    let (ok, stdout, _) = run.finish(WAIT).await;
+    assert!(!ok, "a paused-by-error agent exits non-zero");
+    assert!(
+        stdout.contains("paused after 3 invalid replies from the model in a row"),
+        "{stdout}"
+    );
+    let id = created_agent_id(&stdout);
+
+    // The endpoint now fails every attempt: the agent pauses, the cycle is kept.
+    for _ in 0..3 {
+        fake.push(Reply::Status(503, "text/plain", "upstream down".into()));
+    }
+    let run = env.spawn(&["console", "--resume", &id]);
+    let (ok, stdout, _) = run.finish(WAIT).await;
+    assert!(!ok);
+    assert!(
+        stdout.contains("paused because the model endpoint failed"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("503"), "{stdout}");
+
+    // Back up: a path outside the workspace is refused with a clear result, then it finishes.
+    step(
+        &fake,
+        "write_file",
+        json!({"filename": "../../etc/passwd", "contents": "x"}),
+    );
+    step_checked(
+        &fake,
+        "finish",
+        json!({"reason": "done"}),
+        expect_progress(&["leaves the workspace"]),
+    );
+    let mut run = env.spawn(&["console", "--resume", &id]);
+    run.type_lines(&["y", "y"]).await;
+    let (ok, stdout, stderr) = run.finish(WAIT).await;
+    assert!(ok, "{stdout}{stderr}");
+    assert!(stdout.contains("cycle 1, 0 steps so far"), "{stdout}");
+    assert!(
+        stdout.contains("failed: Invalid path: '../../etc/passwd' leaves the workspace"),
+        "{stdout}"
+    );
+    fake.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_config_and_unknown_agents_are_clear_errors() {
+    let env = TestEnv::new("ftp://nowhere", "");
+    let (ok, _, stderr) = env.run(&["console", "--task", "x"]).await;
+    assert!(!ok);
+    assert!(stderr.contains("config field `llm.base_url`"), "{stderr}");
+    let env = TestEnv::new("http://127.0.0.1:9/v1", "");
+    let (ok, _, stderr) = env.run(&["console", "--resume", "nope"]).await;
+    assert!(!ok);
+    assert!(stderr.contains("no agent matches \"nope\""), "{stderr}");
+    let (ok, stdout, _) = env.run(&["list"]).await;
+    assert!(ok);
+    assert!(stdout.contains("No saved agents."));
+}

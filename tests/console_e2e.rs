@@ -168,7 +168,7 @@ async fn a_scripted_ten_cycle_task_with_every_console_answer() {
         "CRITICISM: keep it short",
         "SPEAK: Running write_file",
         "OBSERVATIONS: what I saw",
-        "NEXT ACTION: COMMAND = write_file  ARGUMENTS = {\"contents\"",
+        "NEXT ACTION: COMMAND = write_file  ARGUMENTS = {\"filename\":\"haiku.txt\",\"contents\"",
         "approved automatically: 1 more without asking",
         "approved automatically: 0 more without asking",
         "SYSTEM: Human feedback: make the notes longer",

@@ -4,7 +4,10 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use super::reply::CommandCall;
+use super::reply::{reply_json_schema, CommandCall};
+
+/// Longest thought field a constrained decoder may produce.
+const MAX_THOUGHT_CHARS: usize = 500;
 
 /// What a command can touch; the approval policy is expressed in these classes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -164,7 +167,12 @@ impl CommandSpec {
             .filter(|a| a.required)
             .map(|a| a.name.as_str())
             .collect();
-        json!({"type": "object", "properties": properties, "required": required})
+        json!({
+            "type": "object",
+            "properties": properties,
+            "required": required,
+            "additionalProperties": false
+        })
     }
 }
 
@@ -188,6 +196,39 @@ impl CommandSet {
 
     pub fn names(&self) -> Vec<String> {
         self.specs.iter().map(|s| s.name.clone()).collect()
+    }
+
+    /// The reply schema for structured output, with `command` as one variant per command so that a
+    /// constrained decoder (llama.cpp's grammar, OpenAI's structured output) can only produce a
+    /// known name with that command's arguments. Thought fields are bounded in length so that a
+    /// small model cannot ramble until `max_tokens` cuts the reply short.
+    pub fn reply_schema(&self) -> Value {
+        let mut schema = reply_json_schema(&self.names());
+        if let Some(Value::Object(thoughts)) = schema.pointer_mut("/properties/thoughts/properties")
+        {
+            for field in thoughts.values_mut() {
+                field["maxLength"] = json!(MAX_THOUGHT_CHARS);
+            }
+        }
+        if !self.specs.is_empty() {
+            let variants: Vec<Value> = self
+                .specs
+                .iter()
+                .map(|spec| {
+                    json!({
+                        "type": "object",
+                        "properties": {
+                            "name": {"type": "string", "const": spec.name},
+                            "args": spec.args_schema()
+                        },
+                        "required": ["name", "args"],
+                        "additionalProperties": false
+                    })
+                })
+                .collect();
+            schema["properties"]["command"] = json!({"anyOf": variants});
+        }
+        schema
     }
 
     /// Maps aliases to canonical names and checks the arguments. The error text is written for the
@@ -348,6 +389,36 @@ mod tests {
             .validate(&call("list_folder", json!({"folder": null})))
             .unwrap();
         assert!(valid.call.args.is_empty());
+    }
+
+    #[test]
+    fn reply_schema_has_one_variant_per_command_with_typed_args() {
+        let schema = set().reply_schema();
+        let variants = schema
+            .pointer("/properties/command/anyOf")
+            .and_then(Value::as_array)
+            .unwrap();
+        assert_eq!(variants.len(), 2);
+        assert_eq!(variants[0]["properties"]["name"]["const"], "write_file");
+        assert_eq!(
+            variants[0]["properties"]["args"]["required"],
+            json!(["filename", "contents"])
+        );
+        assert_eq!(variants[1]["properties"]["args"]["required"], json!([]));
+        assert_eq!(
+            schema.pointer("/properties/thoughts/properties/plan/maxLength"),
+            Some(&json!(MAX_THOUGHT_CHARS))
+        );
+        // Thoughts come before the command, and a command's name before its arguments, so a
+        // decoder that follows property order reasons first and names the command early.
+        let keys: Vec<&String> = schema["properties"].as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["thoughts", "command"]);
+        let keys: Vec<&String> = variants[0]["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect();
+        assert_eq!(keys, ["name", "args"]);
     }
 
     #[test]

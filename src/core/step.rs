@@ -9,7 +9,7 @@ use super::prompt::{
     build_cycle_prompt, profile_messages, profile_schema, reask_messages, rethink_messages,
     self_critique_messages, ContextLimits, Message, PromptExtras, PromptInputs, TokenCounter,
 };
-use super::reply::{parse_reply, reply_json_schema, CommandCall, Thoughts};
+use super::reply::{parse_reply, CommandCall, Thoughts};
 use super::state::{AgentState, PauseReason, Phase, Profile, Proposal};
 use super::watchdog::{duplicate_refusal, repeats_last_step};
 
@@ -184,7 +184,7 @@ fn begin_cycle(state: &mut AgentState, ctx: &StepCtx<'_>, fx: &mut Vec<Effect>) 
         CallPurpose::Think,
         messages,
         ctx.limits.max_tokens,
-        Some(reply_json_schema(&ctx.commands.names())),
+        Some(ctx.commands.reply_schema()),
         false,
     );
 }
@@ -270,7 +270,7 @@ fn on_cycle_reply(
                     CallPurpose::Reask,
                     messages,
                     ctx.limits.max_tokens,
-                    Some(reply_json_schema(&ctx.commands.names())),
+                    Some(ctx.commands.reply_schema()),
                     false,
                 );
             }
@@ -307,7 +307,7 @@ fn on_cycle_reply(
                 CallPurpose::Rethink,
                 messages,
                 ctx.limits.max_tokens,
-                Some(reply_json_schema(&ctx.commands.names())),
+                Some(ctx.commands.reply_schema()),
                 ctx.smart_model_available,
             );
         } else {

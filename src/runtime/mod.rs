@@ -395,12 +395,15 @@ impl Actor {
         let (seq, purpose) = (call.seq, call.purpose);
         self.tasks.spawn(async move {
             let event = match model.complete(request).await {
-                Ok(reply) => Event::ModelReplied {
-                    seq,
-                    purpose,
-                    text: reply.content,
-                    usage: reply.usage,
-                },
+                Ok(reply) => {
+                    tracing::debug!(?purpose, content = %reply.content, "model reply");
+                    Event::ModelReplied {
+                        seq,
+                        purpose,
+                        text: reply.content,
+                        usage: reply.usage,
+                    }
+                }
                 Err(error) => {
                     tracing::warn!(?purpose, %error, "model call failed");
                     Event::ModelFailed {

@@ -21,8 +21,13 @@ impl TestEnv {
     /// A config pointing at `base_url` with fast retries and a 4k-context test model.
     pub fn new(base_url: &str, extra_llm: &str) -> TestEnv {
         let dir = tempfile::tempdir().unwrap();
+        let timeout = if extra_llm.contains("timeout_secs") {
+            ""
+        } else {
+            "timeout_secs = 2\n"
+        };
         let config = format!(
-            "[llm]\nbase_url = \"{base_url}\"\nmodel = \"test-model\"\ntimeout_secs = 2\nmax_attempts = 3\nretry_initial_ms = 20\nretry_max_ms = 100\n{extra_llm}\n\n[llm.models.\"test-model\"]\ncontext_tokens = 4096\nmax_tokens = 500\n"
+            "[llm]\nbase_url = \"{base_url}\"\nmodel = \"test-model\"\n{timeout}max_attempts = 3\nretry_initial_ms = 20\nretry_max_ms = 100\n{extra_llm}\n\n[llm.models.\"test-model\"]\ncontext_tokens = 4096\nmax_tokens = 500\n"
         );
         std::fs::write(dir.path().join("bot.toml"), config).unwrap();
         TestEnv {

@@ -1,0 +1,103 @@
+//! Against a real OpenAI-compatible server (llama.cpp with SmolLM2-135M, started by
+//! shared/tools/offline-ai-peers.sh): the protocol, json_schema output and a 3-cycle console run.
+//! The model is tiny, so these tests judge the plumbing, never the quality of its answers.
+//! They run when OPENAI_CHAT_BASE is set and print why they skip otherwise.
+
+mod support;
+
+use std::time::Duration;
+
+use autothread::config::{LlmConfig, ResponseFormatMode};
+use autothread::core::prompt::Message;
+use autothread::core::reply::{parse_reply, reply_json_schema};
+use autothread::llm::openai::OpenAiChat;
+use autothread::llm::{ChatModel, ChatRequest};
+
+fn chat_base() -> Option<String> {
+    match std::env::var("OPENAI_CHAT_BASE") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            eprintln!("skipped: OPENAI_CHAT_BASE is not set (start ../shared/tools/offline-ai-peers.sh to run this test)");
+            None
+        }
+    }
+}
+
+#[tokio::test]
+async fn json_schema_output_from_a_real_server_parses_as_an_agent_reply() {
+    let Some(base) = chat_base() else { return };
+    let chat = OpenAiChat::new(&LlmConfig {
+        base_url: base,
+        model: "smollm2".into(),
+        response_format: ResponseFormatMode::JsonSchema,
+        timeout_secs: 120,
+        max_attempts: 3,
+        retry_initial_ms: 200,
+        retry_max_ms: 2000,
+        ..LlmConfig::default()
+    })
+    .unwrap();
+    let names = vec!["write_file".to_string(), "finish".to_string()];
+    let reply = chat
+        .complete(ChatRequest {
+            model: "smollm2".into(),
+            messages: vec![
+                Message::system("You are an agent. Reply with JSON: thoughts and one command (write_file or finish)."),
+                Message::user("Write hello into a.txt."),
+            ],
+            max_tokens: 400,
+            json_schema: Some(reply_json_schema(&names)),
+        })
+        .await
+        .unwrap();
+    let (parsed, _) = parse_reply(&reply.content).unwrap_or_else(|e| {
+        panic!(
+            "schema-constrained output did not parse: {e}\n{}",
+            reply.content
+        )
+    });
+    assert!(names.contains(&parsed.command.name), "{}", reply.content);
+    let usage = reply.usage.expect("llama.cpp reports usage");
+    assert!(usage.prompt_tokens > 10 && usage.completion_tokens > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_console_cycles_against_the_real_server() {
+    let Some(base) = chat_base() else { return };
+    let env = support::TestEnv::new(
+        &base,
+        "timeout_secs = 180\n[llm.models.\"smollm2\"]\ncontext_tokens = 4096\nmax_tokens = 900",
+    );
+    let mut run = env.spawn(&[
+        "console",
+        "--model",
+        "smollm2",
+        "--name",
+        "TinyGPT",
+        "--role",
+        "a small test agent",
+        "--task",
+        "Write the word hello into hello.txt, then finish.",
+        "--continuous",
+        "--limit",
+        "3",
+    ]);
+    // Control commands (finish, ask_user, do_nothing) still ask: answer yes to everything.
+    run.type_lines(&["y"; 12]).await;
+    let (ok, stdout, stderr) = run.finish(Duration::from_secs(900)).await;
+    assert!(ok, "the console run failed\n{stdout}\n{stderr}");
+    // Three cycles ran: each left a result line (a proposal run, or a refused duplicate), and the
+    // cycle limit paused the agent; a model that finishes earlier is fine too.
+    let results = stdout.matches("SYSTEM: Command").count();
+    let finished = stdout.contains("finished:");
+    assert!(
+        (results == 3 && stdout.contains("paused at the cycle limit (3)")) || finished,
+        "expected 3 cycles (or an earlier finish)\n{stdout}"
+    );
+    assert!(
+        !stdout.contains("invalid replies"),
+        "json_schema output should always parse\n{stdout}"
+    );
+    let (ok, list, _) = env.run(&["list"]).await;
+    assert!(ok && list.contains("TinyGPT"), "{list}");
+}

@@ -1,0 +1,82 @@
+//! Opens a store written by the previous schema (from a fixture) and checks that the migrations
+//! runner brings it to the current schema without losing anything.
+
+mod support;
+
+use autothread::core::state::{PauseReason, Phase};
+use autothread::store::migrate::SCHEMA_VERSION;
+use autothread::store::Store;
+use serde_json::Value;
+
+/// Writes the fixture's trees into a real sled store, as schema-1 code would have left them.
+fn write_v1_store(dir: &std::path::Path) {
+    let fixture: Value = serde_json::from_str(include_str!("fixtures/store_v1.json")).unwrap();
+    let db = sled::open(dir).unwrap();
+    let version = fixture["schema_version"].as_u64().unwrap() as u32;
+    db.insert("schema_version", &version.to_be_bytes()).unwrap();
+    for (tree_name, records) in fixture["trees"].as_object().unwrap() {
+        let tree = db.open_tree(tree_name).unwrap();
+        for (key, value) in records.as_object().unwrap() {
+            let bytes = match value {
+                Value::String(raw) => raw.as_bytes().to_vec(),
+                other => serde_json::to_vec(other).unwrap(),
+            };
+            tree.insert(key.as_bytes(), bytes).unwrap();
+        }
+    }
+    db.flush().unwrap();
+}
+
+#[test]
+fn a_schema_1_store_is_migrated_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    write_v1_store(dir.path());
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.schema_version().unwrap(), Some(SCHEMA_VERSION));
+    let agent = store.load_agent("0f1e2d3c4b5a").unwrap().unwrap();
+    assert_eq!(agent.name(), "PoetGPT");
+    assert_eq!(
+        agent.phase,
+        Phase::Paused(PauseReason::Denied { by: "alice".into() })
+    );
+    assert_eq!(agent.usage.calls, 0);
+    assert_eq!(agent.cycles_since_resume, 0);
+    assert_eq!(agent.episodes.len(), 1);
+    assert_eq!(
+        agent.episodes[0].summary.as_deref(),
+        Some("Wrote the poem to poem.txt.")
+    );
+    assert_eq!(agent.pending.as_ref().unwrap().command.name, "read_file");
+    assert_eq!(
+        store
+            .read_file("0f1e2d3c4b5a", "poem.txt")
+            .unwrap()
+            .as_deref(),
+        Some(&b"roses are red"[..])
+    );
+    drop(store);
+    // Opening again is a no-op: the migration is recorded.
+    let db = sled::open(dir.path()).unwrap();
+    assert!(!db.tree_names().iter().any(|n| n.as_ref() == b"files"));
+    drop(db);
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.list_agents().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn the_migrate_command_reports_the_schema_and_list_shows_the_migrated_agent() {
+    let env = support::TestEnv::new("http://127.0.0.1:9/v1", "");
+    write_v1_store(&env.data_dir());
+    let (ok, stdout, stderr) = env.run(&["migrate"]).await;
+    assert!(ok, "{stderr}");
+    assert_eq!(
+        stdout.trim(),
+        format!("store schema version {SCHEMA_VERSION}")
+    );
+    let (ok, stdout, _) = env.run(&["list"]).await;
+    assert!(ok);
+    assert!(
+        stdout.contains("0f1e2d3c4b5a") && stdout.contains("PoetGPT") && stdout.contains("paused"),
+        "{stdout}"
+    );
+}

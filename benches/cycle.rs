@@ -1,1 +1,305 @@
-fn main() {}
+//! Benchmark (prints figures; not a test): the per-cycle overhead of the agent loop outside the
+//! model's latency — prompt assembly with token counting, reply parsing, the store commit and its
+//! flush — at 10, 100 and 500 episodes; then the peak RSS of a real console run of 30 cycles
+//! against the scripted fake server.
+//!
+//! Run with `cargo bench --bench cycle`.
+
+#[path = "../tests/support/fake_openai.rs"]
+#[allow(dead_code)]
+mod fake_openai;
+
+use std::time::{Duration, Instant};
+
+use autothread::core::commands::CommandSet;
+use autothread::core::event::{CallPurpose, Decision, Effect, Event};
+use autothread::core::history::{Episode, Outcome};
+use autothread::core::prompt::{ContextLimits, PromptExtras, TokenCounter};
+use autothread::core::reply::CommandCall;
+use autothread::core::state::{AgentSettings, AgentState, Phase, Profile};
+use autothread::core::step::{step, Policy, StepCtx};
+use autothread::llm::tokens::TiktokenCounter;
+use autothread::store::{Commit, Store};
+use autothread::tools::Registry;
+use chrono::Utc;
+use fake_openai::{agent_reply, Expect, FakeOpenAi};
+use serde_json::json;
+
+fn episode(cycle: u64) -> Episode {
+    let text = format!(
+        "Step {cycle} wrote a paragraph about the topic, with a few facts: the crate compiles in 3.2 s, uses 14 dependencies, and its README has 120 lines. "
+    )
+    .repeat(4);
+    Episode {
+        cycle,
+        command: CommandCall {
+            name: "write_file".into(),
+            args: json!({"filename": format!("notes/{cycle}.md"), "contents": text.clone()})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+        },
+        reasoning: "Saving what I found so far keeps it out of my short-term memory.".into(),
+        outcome: Outcome::Success(format!("File notes/{cycle}.md has been written successfully.")),
+        summary: Some(format!(
+            "Wrote notes/{cycle}.md with facts about build time (3.2 s), dependencies (14) and README length (120 lines)."
+        )),
+        decided_by: Some("bench".into()),
+    }
+}
+
+fn agent_with(episodes: u64, model: &str) -> AgentState {
+    let mut state = AgentState::new(
+        "bench0000001".into(),
+        "Research the crate and write a report into report.md".into(),
+        Some(Profile {
+            name: "ResearchGPT".into(),
+            role: "a careful researcher".into(),
+            best_practices: vec!["Cite numbers.".into()],
+            constraints: vec!["Stay within the workspace.".into()],
+        }),
+        AgentSettings {
+            model: model.into(),
+            continuous: false,
+            cycle_limit: 0,
+        },
+        Utc::now(),
+    );
+    state.episodes = (1..=episodes).map(episode).collect();
+    state.cycle = episodes + 1;
+    state.phase = Phase::Thinking;
+    state
+}
+
+struct Stats {
+    samples: Vec<Duration>,
+}
+
+impl Stats {
+    fn percentile(&self, p: f64) -> Duration {
+        let mut sorted = self.samples.clone();
+        sorted.sort();
+        let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+        sorted[index]
+    }
+    fn mean(&self) -> Duration {
+        self.samples.iter().sum::<Duration>() / self.samples.len() as u32
+    }
+}
+
+fn micros(d: Duration) -> String {
+    format!("{:>9.1}", d.as_secs_f64() * 1e6)
+}
+
+fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = Store::open(dir.path()).expect("store");
+    let registry = Registry::standard(&autothread::config::AgentConfig::default());
+    let commands: &CommandSet = registry.command_set();
+    let counter = TiktokenCounter::for_model(model);
+    let policy = Policy::default();
+    let extras = PromptExtras::default();
+    let base = agent_with(episodes, model);
+    let reply = agent_reply(
+        "read_file",
+        json!({"filename": format!("notes/{episodes}.md")}),
+    );
+    let (mut prompt_t, mut parse_t, mut commit_t, mut flush_t, mut total_t) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    let mut prompt_tokens = 0;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    for _ in 0..iterations {
+        let mut state = base.clone();
+        let ctx = StepCtx {
+            now: Utc::now(),
+            commands,
+            policy: &policy,
+            counter: &counter,
+            limits,
+            extras: &extras,
+            full_steps: 4,
+            smart_model_available: false,
+        };
+        // 1. A command finished: record the episode and assemble (and count) the next prompt.
+        state.phase = Phase::Executing;
+        state.pending = Some(autothread::core::state::Proposal {
+            cycle: state.cycle,
+            thoughts: Default::default(),
+            command: CommandCall {
+                name: "list_folder".into(),
+                args: Default::default(),
+            },
+            risk: autothread::core::commands::Risk::Read,
+            interrupted: false,
+            approved_by: Some("bench".into()),
+        });
+        let cycle = state.cycle;
+        let start = Instant::now();
+        let fx = step(
+            &mut state,
+            Event::CommandFinished {
+                cycle,
+                outcome: Outcome::Success("notes/ (3 files)".into()),
+            },
+            &ctx,
+        );
+        let t_prompt = start.elapsed();
+        if let Some(Effect::CallModel(call)) = fx
+            .iter()
+            .find(|e| matches!(e, Effect::CallModel(c) if c.purpose == CallPurpose::Think))
+        {
+            prompt_tokens = counter.count_messages(&call.messages);
+        }
+        // 2. The model replied: parse, repair if needed, validate, propose.
+        let seq = state.call_seq;
+        let start = Instant::now();
+        let fx2 = step(
+            &mut state,
+            Event::ModelReplied {
+                seq,
+                purpose: CallPurpose::Think,
+                text: reply.clone(),
+                usage: None,
+            },
+            &ctx,
+        );
+        let t_parse = start.elapsed();
+        assert!(fx2.iter().any(|e| matches!(e, Effect::ShowProposal { .. })));
+        // 3. Persist the state, the new episode and the proposal; 4. flush (a durability point).
+        let start = Instant::now();
+        let new_episode = state.episode(cycle).cloned();
+        store
+            .commit(&Commit {
+                state: Some(&state),
+                episodes: new_episode.iter().collect(),
+                proposal: state.pending.as_ref(),
+                ..Default::default()
+            })
+            .expect("commit");
+        let t_commit = start.elapsed();
+        let start = Instant::now();
+        runtime.block_on(store.flush()).expect("flush");
+        let t_flush = start.elapsed();
+        prompt_t.push(t_prompt);
+        parse_t.push(t_parse);
+        commit_t.push(t_commit);
+        flush_t.push(t_flush);
+        total_t.push(t_prompt + t_parse + t_commit + t_flush);
+        let _ = Decision::Approve;
+    }
+    let row = |name: &str, samples: Vec<Duration>| {
+        let stats = Stats { samples };
+        println!(
+            "  {name:<22} mean {} µs   p50 {} µs   p99 {} µs",
+            micros(stats.mean()),
+            micros(stats.percentile(0.5)),
+            micros(stats.percentile(0.99))
+        );
+    };
+    println!(
+        "{episodes} episodes, {model} ({} context, {} reply reserve), {iterations} cycles, prompt {prompt_tokens} tokens:",
+        limits.context_tokens, limits.max_tokens
+    );
+    row("prompt + token count", prompt_t);
+    row("parse + validate", parse_t);
+    row("store commit", commit_t);
+    row("store flush (fsync)", flush_t);
+    row("total", total_t);
+}
+
+fn peak_rss_of_console_run(cycles: usize) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let fake = FakeOpenAi::start(Expect::default()).await;
+        for i in 0..cycles {
+            fake.push_content(agent_reply(
+                "write_file",
+                json!({"filename": format!("f{i}.txt"), "contents": "x".repeat(2000)}),
+            ));
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(
+            dir.path().join("bot.toml"),
+            format!(
+                "[llm]\nbase_url = \"{}\"\nmodel = \"gpt-4o-mini\"\n",
+                fake.base_url
+            ),
+        )
+        .expect("config");
+        let started = Instant::now();
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_autothread"))
+            .arg("--config")
+            .arg(dir.path().join("bot.toml"))
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args([
+                "console",
+                "--continuous",
+                "--limit",
+                &cycles.to_string(),
+                "--name",
+                "BenchGPT",
+                "--task",
+                "write files",
+            ])
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENAI_BASE_URL")
+            .env_remove("OPENAI_MODEL")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn autothread");
+        let pid = child.id().expect("pid");
+        let mut peak_kib = 0u64;
+        loop {
+            if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+                if let Some(kib) = status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("VmHWM:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                {
+                    peak_kib = peak_kib.max(kib);
+                }
+            }
+            match tokio::time::timeout(Duration::from_millis(5), child.wait()).await {
+                Ok(_) => break,
+                Err(_) => continue,
+            }
+        }
+        println!(
+            "console run: {cycles} cycles in {:.2} s wall (fake model answers at once), peak RSS {:.1} MiB",
+            started.elapsed().as_secs_f64(),
+            peak_kib as f64 / 1024.0
+        );
+    });
+}
+
+fn main() {
+    // `cargo test --benches` passes --bench-free flags; only run when asked for a benchmark.
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    TiktokenCounter::for_model("gpt-4o-mini").warm_up();
+    TiktokenCounter::for_model("smollm2").warm_up();
+    let big = ContextLimits {
+        context_tokens: 128_000,
+        max_tokens: 1_500,
+    };
+    let small = ContextLimits {
+        context_tokens: 4_096,
+        max_tokens: 1_000,
+    };
+    for (episodes, iterations) in [(10u64, 200usize), (100, 100), (500, 50)] {
+        overhead(episodes, "gpt-4o-mini", big, iterations);
+        overhead(episodes, "smollm2", small, iterations);
+    }
+    peak_rss_of_console_run(30);
+}

@@ -156,7 +156,6 @@ fn task_with_goals(task: Option<&str>, goals: &[String]) -> anyhow::Result<Strin
 }
 
 async fn console(config: Config, store: Store, args: ConsoleArgs) -> anyhow::Result<ExitCode> {
-    TiktokenCounter::warm_up();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let surface = Arc::new(ConsoleSurface::stdin());
     let (state, first) = match &args.resume {
@@ -245,7 +244,9 @@ async fn console(config: Config, store: Store, args: ConsoleArgs) -> anyhow::Res
             (state, Event::Start)
         }
     };
-    let counter = Arc::new(TiktokenCounter::for_model(&state.settings.model));
+    let counter = TiktokenCounter::for_model(&state.settings.model);
+    counter.warm_up();
+    let counter = Arc::new(counter);
     let model = Arc::new(OpenAiChat::new(&config.llm)?);
     let deps = Deps {
         store: store.clone(),

@@ -16,6 +16,7 @@ use super::watchdog::{duplicate_refusal, repeats_last_step};
 /// Invalid replies in a row that pause the agent (AutoGPT 0.5 stops after three).
 pub const MAX_INVALID_REPLIES: u32 = 3;
 const SUMMARY_MAX_TOKENS: u32 = 200;
+const MAX_SUMMARIES_PER_CYCLE: usize = 4;
 const CRITIQUE_MAX_TOKENS: u32 = 600;
 const PROFILE_MAX_TOKENS: u32 = 800;
 
@@ -137,8 +138,8 @@ fn call_model(
     }));
 }
 
-fn cycle_prompt(state: &AgentState, ctx: &StepCtx<'_>) -> Vec<Message> {
-    build_cycle_prompt(&PromptInputs {
+fn prompt_inputs<'a>(state: &'a AgentState, ctx: &StepCtx<'a>) -> PromptInputs<'a> {
+    PromptInputs {
         state,
         commands: ctx.commands,
         now: ctx.now,
@@ -146,8 +147,11 @@ fn cycle_prompt(state: &AgentState, ctx: &StepCtx<'_>) -> Vec<Message> {
         extras: ctx.extras,
         full_steps: ctx.full_steps,
         counter: ctx.counter,
-    })
-    .messages
+    }
+}
+
+fn cycle_prompt(state: &AgentState, ctx: &StepCtx<'_>) -> Vec<Message> {
+    build_cycle_prompt(&prompt_inputs(state, ctx)).messages
 }
 
 /// Starts a cycle: honours a requested pause and the cycle limit, asks for summaries of the
@@ -165,7 +169,10 @@ fn begin_cycle(state: &mut AgentState, ctx: &StepCtx<'_>, fx: &mut Vec<Effect>) 
     state.phase = Phase::Thinking;
     state.rethink_used = false;
     let input_chars = (ctx.limits.send_limit() * 3).max(2000);
-    for episode in state.episodes.iter().filter(|e| e.summary.is_none()) {
+    // Newest first and bounded, so that resuming an old agent does not fire hundreds of calls at once;
+    // the rest are condensed over the next cycles.
+    let unsummarised = state.episodes.iter().rev().filter(|e| e.summary.is_none());
+    for episode in unsummarised.take(MAX_SUMMARIES_PER_CYCLE) {
         fx.push(Effect::CallModel(ModelCall {
             seq: 0,
             purpose: CallPurpose::Summary {
@@ -177,7 +184,15 @@ fn begin_cycle(state: &mut AgentState, ctx: &StepCtx<'_>, fx: &mut Vec<Effect>) 
             smart: false,
         }));
     }
-    let messages = cycle_prompt(state, ctx);
+    let built = build_cycle_prompt(&prompt_inputs(state, ctx));
+    if built.prompt_tokens > ctx.limits.send_limit() {
+        fx.push(Effect::Notify(format!(
+            "The prompt needs {} tokens but the model's context leaves {} after the reply reserve; raise context_tokens or lower max_tokens for this model.",
+            built.prompt_tokens,
+            ctx.limits.send_limit()
+        )));
+    }
+    let messages = built.messages;
     call_model(
         state,
         fx,

@@ -732,3 +732,39 @@ fn memory_and_budget_sections_appear_only_when_filled() {
             .contains("This reminds you of these events from your past:\n- the capital is Paris")));
     assert!(texts.contains(&"Your remaining API budget is $0.50"));
 }
+
+#[test]
+fn summaries_are_requested_newest_first_and_bounded() {
+    let mut h = Harness::started();
+    h.state.episodes = (1..=10).map(|c| episode(c, 1)).collect();
+    for e in h.state.episodes.iter_mut() {
+        e.summary = None;
+    }
+    h.state.phase = Phase::Paused(PauseReason::ByUser { by: "a".into() });
+    let fx = h.step(Event::Resume {
+        by: "a".into(),
+        follow_up: None,
+    });
+    let cycles: Vec<u64> = model_calls(&fx)
+        .iter()
+        .filter_map(|c| match c.purpose {
+            CallPurpose::Summary { cycle } => Some(cycle),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(cycles, vec![10, 9, 8, 7]);
+}
+
+#[test]
+fn a_context_too_small_for_the_fixed_prompt_is_reported() {
+    let mut h = Harness::new(Some(profile()));
+    h.limits = ContextLimits {
+        context_tokens: 1024,
+        max_tokens: 512,
+    };
+    let fx = h.step(Event::Start);
+    assert!(fx
+        .iter()
+        .any(|e| matches!(e, Effect::Notify(t) if t.contains("raise context_tokens"))));
+    assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
+}

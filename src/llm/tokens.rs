@@ -43,10 +43,10 @@ impl TiktokenCounter {
         self.exact
     }
 
-    /// Builds the shared encodings now (0.1–0.2 s each) rather than inside the first cycle.
-    pub fn warm_up() {
-        let _ = tiktoken_rs::o200k_base_singleton().encode_ordinary("warm");
-        let _ = tiktoken_rs::cl100k_base_singleton().encode_ordinary("warm");
+    /// Builds this counter's shared encoding now (0.1–0.2 s) rather than inside the first cycle.
+    /// Only the encoding the model needs is built: each one holds tens of megabytes.
+    pub fn warm_up(&self) {
+        let _ = self.bpe.encode_ordinary("warm");
     }
 }
 

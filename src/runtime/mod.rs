@@ -460,3 +460,26 @@ fn cap_output(outcome: Outcome, max_chars: usize) -> Outcome {
         other => other,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_output_is_capped_with_a_marker() {
+        let long = "é".repeat(1000);
+        let capped = cap_output(Outcome::Success(long), 300);
+        let text = capped.text();
+        assert!(text.starts_with(&"é".repeat(299)));
+        assert!(
+            text.ends_with("[output cut: 700 more characters]"),
+            "{text}"
+        );
+        assert_eq!(
+            cap_output(Outcome::Error("short".into()), 300),
+            Outcome::Error("short".into())
+        );
+        let feedback = Outcome::HumanFeedback("x".repeat(500));
+        assert_eq!(cap_output(feedback.clone(), 300), feedback);
+    }
+}

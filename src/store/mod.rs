@@ -27,6 +27,8 @@ pub enum StoreError {
     Corrupt(String),
     #[error("record encoding failed: {0}")]
     Encode(#[from] serde_json::Error),
+    #[error("the store in {0} is in use by another autothread process; stop it or choose another --data-dir")]
+    Locked(std::path::PathBuf),
     #[error("no agent matches {0:?}")]
     UnknownAgent(String),
     #[error("{0:?} matches several agents; give more of the id")]
@@ -125,6 +127,27 @@ pub struct AgentSummary {
     pub updated_at: DateTime<Utc>,
 }
 
+/// How long `Store::open` waits for another handle on the same directory to go away.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Opens sled, waiting briefly when the directory is still locked: a process that just exited (or
+/// a handle just dropped) can hold sled's file lock for a moment while its flusher thread stops.
+fn open_waiting_for_lock(dir: &Path) -> Result<sled::Db, StoreError> {
+    let started = std::time::Instant::now();
+    loop {
+        match sled::Config::new().path(dir).open() {
+            Ok(db) => return Ok(db),
+            Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
+                if started.elapsed() >= LOCK_WAIT {
+                    return Err(StoreError::Locked(dir.to_path_buf()));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct Store {
     db: sled::Db,
@@ -151,7 +174,7 @@ impl Store {
                 format!("cannot create {}: {e}", dir.display()),
             )))
         })?;
-        let db = sled::Config::new().path(dir).open()?;
+        let db = open_waiting_for_lock(dir)?;
         migrate::run(&db)?;
         Ok(Store {
             agents: db.open_tree("agents")?,
@@ -418,6 +441,19 @@ mod tests {
     }
 
     #[test]
+    fn a_store_in_use_is_reported_after_a_bounded_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let _held = Store::open(dir.path()).unwrap();
+        let started = std::time::Instant::now();
+        let err = Store::open(dir.path()).unwrap_err();
+        assert!(matches!(err, StoreError::Locked(_)), "{err}");
+        assert!(err
+            .to_string()
+            .contains("in use by another autothread process"));
+        assert!(started.elapsed() >= LOCK_WAIT);
+    }
+
+    #[test]
     fn first_decision_wins() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
@@ -435,6 +471,47 @@ mod tests {
         let lost = store.record_decision("a", 3, &second).unwrap().unwrap_err();
         assert_eq!(lost.by, "alice");
         assert_eq!(store.record_decision("a", 4, &second).unwrap(), Ok(()));
+    }
+
+    #[tokio::test]
+    async fn the_journal_records_start_then_done_with_the_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let agent = state("j1");
+        let call = CommandCall {
+            name: "write_file".into(),
+            ..Default::default()
+        };
+        assert_eq!(store.journal_entry("j1", 1).unwrap(), None);
+        store.journal_executing("j1", 1, &call).await.unwrap();
+        assert!(matches!(
+            store.journal_entry("j1", 1).unwrap(),
+            Some(JournalEntry::Executing { .. })
+        ));
+        // A crash here leaves "executing": reopening the store still says so.
+        drop(store);
+        let store = Store::open(dir.path()).unwrap();
+        assert!(matches!(
+            store.journal_entry("j1", 1).unwrap(),
+            Some(JournalEntry::Executing { .. })
+        ));
+        let outcome = Outcome::Success("ok".into());
+        store
+            .commit(&Commit {
+                state: Some(&agent),
+                journal_done: Some((1, call.clone(), &outcome)),
+                workspace: vec![WorkspaceOp::Put {
+                    path: "f.txt".into(),
+                    contents: b"x".to_vec(),
+                }],
+                ..Default::default()
+            })
+            .unwrap();
+        assert!(matches!(
+            store.journal_entry("j1", 1).unwrap(),
+            Some(JournalEntry::Done { status, .. }) if status == "success"
+        ));
+        assert_eq!(store.read_file("j1", "f.txt").unwrap().unwrap(), b"x");
     }
 
     #[test]

@@ -192,16 +192,44 @@ fn begin_cycle(state: &mut AgentState, ctx: &StepCtx<'_>, fx: &mut Vec<Effect>) 
             ctx.limits.send_limit()
         )));
     }
-    let messages = built.messages;
+    ask_for_reply(state, ctx, fx, CallPurpose::Think, built.messages, false);
+}
+
+/// A call whose answer must be an agent reply (thoughts and one command), in the reply schema.
+fn ask_for_reply(
+    state: &mut AgentState,
+    ctx: &StepCtx<'_>,
+    fx: &mut Vec<Effect>,
+    purpose: CallPurpose,
+    messages: Vec<Message>,
+    smart: bool,
+) {
+    let schema = Some(ctx.commands.reply_schema());
     call_model(
         state,
         fx,
-        CallPurpose::Think,
+        purpose,
         messages,
         ctx.limits.max_tokens,
-        Some(ctx.commands.reply_schema()),
-        false,
+        schema,
+        smart,
     );
+}
+
+/// Closes the cycle without running the proposed command: the model reads `message` as the
+/// result, the humans read `notice`, and the next cycle begins.
+fn refuse_command(
+    state: &mut AgentState,
+    ctx: &StepCtx<'_>,
+    fx: &mut Vec<Effect>,
+    command: CommandCall,
+    reasoning: String,
+    message: String,
+    notice: String,
+) {
+    fx.push(Effect::Notify(notice));
+    record_episode(state, command, reasoning, Outcome::Error(message), None, fx);
+    begin_cycle(state, ctx, fx);
 }
 
 fn pause(state: &mut AgentState, reason: PauseReason, fx: &mut Vec<Effect>) {
@@ -279,15 +307,7 @@ fn on_cycle_reply(
                 pause(state, PauseReason::InvalidReplies { last_error: error }, fx);
             } else {
                 let messages = reask_messages(cycle_prompt(state, ctx), &text, &error);
-                call_model(
-                    state,
-                    fx,
-                    CallPurpose::Reask,
-                    messages,
-                    ctx.limits.max_tokens,
-                    Some(ctx.commands.reply_schema()),
-                    false,
-                );
+                ask_for_reply(state, ctx, fx, CallPurpose::Reask, messages, false);
             }
             return;
         }
@@ -296,19 +316,12 @@ fn on_cycle_reply(
     let valid = match ctx.commands.validate(&reply.command) {
         Ok(valid) => valid,
         Err(message) => {
-            fx.push(Effect::Notify(format!(
+            let notice = format!(
                 "Cycle {}: the model's command was not run: {message}",
                 state.cycle
-            )));
-            record_episode(
-                state,
-                reply.command,
-                reply.thoughts.reasoning,
-                Outcome::Error(message),
-                None,
-                fx,
             );
-            begin_cycle(state, ctx, fx);
+            let (command, reasoning) = (reply.command, reply.thoughts.reasoning);
+            refuse_command(state, ctx, fx, command, reasoning, message, notice);
             return;
         }
     };
@@ -316,30 +329,16 @@ fn on_cycle_reply(
         if !state.rethink_used && purpose != CallPurpose::Rethink {
             state.rethink_used = true;
             let messages = rethink_messages(cycle_prompt(state, ctx), &valid.call);
-            call_model(
-                state,
-                fx,
-                CallPurpose::Rethink,
-                messages,
-                ctx.limits.max_tokens,
-                Some(ctx.commands.reply_schema()),
-                ctx.smart_model_available,
-            );
+            let smart = ctx.smart_model_available;
+            ask_for_reply(state, ctx, fx, CallPurpose::Rethink, messages, smart);
         } else {
             let refusal = duplicate_refusal(&valid.call);
-            fx.push(Effect::Notify(format!(
+            let notice = format!(
                 "Cycle {}: refused a duplicate of the command just executed.",
                 state.cycle
-            )));
-            record_episode(
-                state,
-                valid.call,
-                reply.thoughts.reasoning,
-                Outcome::Error(refusal),
-                None,
-                fx,
             );
-            begin_cycle(state, ctx, fx);
+            let reasoning = reply.thoughts.reasoning;
+            refuse_command(state, ctx, fx, valid.call, reasoning, refusal, notice);
         }
         return;
     }

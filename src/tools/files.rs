@@ -67,6 +67,15 @@ fn path_arg(call: &CommandCall, name: &str) -> Result<String, ToolOutput> {
         .map_err(|why| ToolOutput::error(format!("Invalid path: {why}")))
 }
 
+/// The normalised `filename` argument and the file's contents, or the result to report instead.
+fn existing_file(call: &CommandCall, ctx: &ToolCtx<'_>) -> Result<(String, Vec<u8>), ToolOutput> {
+    let path = path_arg(call, "filename")?;
+    match existing(ctx, &path)? {
+        Some(bytes) => Ok((path, bytes)),
+        None => Err(ToolOutput::error(format!("File '{path}' does not exist."))),
+    }
+}
+
 struct ReadFile;
 
 #[async_trait]
@@ -80,20 +89,16 @@ impl Command for ReadFile {
     }
 
     async fn run(&self, call: &CommandCall, ctx: &ToolCtx<'_>) -> ToolOutput {
-        let path = match path_arg(call, "filename") {
-            Ok(p) => p,
+        let (path, bytes) = match existing_file(call, ctx) {
+            Ok(found) => found,
             Err(out) => return out,
         };
-        match existing(ctx, &path) {
-            Err(out) => out,
-            Ok(None) => ToolOutput::error(format!("File '{path}' does not exist.")),
-            Ok(Some(bytes)) => match String::from_utf8(bytes) {
-                Ok(text) => ToolOutput::success(text),
-                Err(e) => ToolOutput::error(format!(
-                    "File '{path}' is binary ({} bytes) and cannot be shown as text.",
-                    e.as_bytes().len()
-                )),
-            },
+        match String::from_utf8(bytes) {
+            Ok(text) => ToolOutput::success(text),
+            Err(e) => ToolOutput::error(format!(
+                "File '{path}' is binary ({} bytes) and cannot be shown as text.",
+                e.as_bytes().len()
+            )),
         }
     }
 }
@@ -187,14 +192,9 @@ impl Command for DeleteFile {
     }
 
     async fn run(&self, call: &CommandCall, ctx: &ToolCtx<'_>) -> ToolOutput {
-        let path = match path_arg(call, "filename") {
-            Ok(p) => p,
-            Err(out) => return out,
-        };
-        match existing(ctx, &path) {
+        match existing_file(call, ctx) {
             Err(out) => out,
-            Ok(None) => ToolOutput::error(format!("File '{path}' does not exist.")),
-            Ok(Some(_)) => ToolOutput {
+            Ok((path, _)) => ToolOutput {
                 ops: vec![WorkspaceOp::Delete { path: path.clone() }],
                 ..ToolOutput::success(format!("File {path} has been deleted."))
             },
@@ -249,5 +249,249 @@ impl Command for ListFolder {
         } else {
             ToolOutput::success(listed.join("\n"))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::WorkspaceConfig;
+    use crate::core::history::Outcome;
+    use crate::core::state::{AgentSettings, AgentState, PauseReason, Proposal};
+    use crate::runtime::AgentHandle;
+    use crate::store::{Commit, Store};
+    use crate::surface::Surface;
+    use serde_json::json;
+
+    /// File commands never talk to the humans; any call here is a bug.
+    struct NoSurface;
+
+    #[async_trait]
+    impl Surface for NoSurface {
+        async fn show_profile(&self, _: &AgentState) {
+            unreachable!("file commands do not use the surface")
+        }
+        async fn show_proposal(&self, _: &AgentState, _: &Proposal, _: bool) {
+            unreachable!("file commands do not use the surface")
+        }
+        async fn request_decision(&self, _: &AgentState, _: &Proposal, _: AgentHandle) {
+            unreachable!("file commands do not use the surface")
+        }
+        async fn show_result(&self, _: &AgentState, _: &crate::core::history::Episode) {
+            unreachable!("file commands do not use the surface")
+        }
+        async fn notify(&self, _: &AgentState, _: &str) {
+            unreachable!("file commands do not use the surface")
+        }
+        async fn paused(&self, _: &AgentState, _: &PauseReason) {
+            unreachable!("file commands do not use the surface")
+        }
+        async fn finished(&self, _: &AgentState, _: &str) {
+            unreachable!("file commands do not use the surface")
+        }
+        async fn ask_user(&self, _: &AgentState, _: &str) -> Result<String, String> {
+            unreachable!("file commands do not use the surface")
+        }
+    }
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        store: Store,
+        agent: AgentState,
+        limits: WorkspaceConfig,
+    }
+
+    impl Fixture {
+        fn new() -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let store = Store::open(dir.path()).unwrap();
+            let agent = AgentState::new(
+                "files1".into(),
+                "t".into(),
+                None,
+                AgentSettings {
+                    model: "m".into(),
+                    continuous: false,
+                    cycle_limit: 0,
+                },
+                chrono::Utc::now(),
+            );
+            Fixture {
+                _dir: dir,
+                store,
+                agent,
+                limits: WorkspaceConfig {
+                    max_file_bytes: 100,
+                    max_agent_bytes: 150,
+                    max_output_chars: 1000,
+                },
+            }
+        }
+
+        /// Runs a command and commits its staged changes, as the runtime does.
+        async fn run(&self, name: &str, args: serde_json::Value) -> Outcome {
+            let call = CommandCall {
+                name: name.into(),
+                args: args.as_object().cloned().unwrap(),
+            };
+            let ctx = ToolCtx {
+                agent: &self.agent,
+                store: &self.store,
+                surface: &NoSurface,
+                limits: &self.limits,
+            };
+            let command = commands()
+                .into_iter()
+                .find(|c| c.spec().name == name)
+                .unwrap();
+            let output = command.run(&call, &ctx).await;
+            self.store
+                .commit(&Commit {
+                    state: Some(&self.agent),
+                    workspace: output.ops,
+                    ..Default::default()
+                })
+                .unwrap();
+            output.outcome
+        }
+    }
+
+    fn ok(text: &str) -> Outcome {
+        Outcome::Success(text.into())
+    }
+
+    #[tokio::test]
+    async fn write_read_append_list_delete() {
+        let f = Fixture::new();
+        assert_eq!(
+            f.run(
+                "write_file",
+                json!({"filename": "./docs/a.txt", "contents": "one"})
+            )
+            .await,
+            ok("File docs/a.txt has been written successfully.")
+        );
+        assert_eq!(
+            f.run(
+                "append_to_file",
+                json!({"filename": "docs/a.txt", "text": " two"})
+            )
+            .await,
+            ok("Text appended to docs/a.txt successfully.")
+        );
+        assert_eq!(
+            f.run("read_file", json!({"filename": "docs/a.txt"})).await,
+            ok("one two")
+        );
+        f.run("write_file", json!({"filename": "b.txt", "contents": "b"}))
+            .await;
+        assert_eq!(
+            f.run("list_folder", json!({})).await,
+            ok("b.txt (1 bytes)\ndocs/a.txt (7 bytes)")
+        );
+        assert_eq!(
+            f.run("list_folder", json!({"folder": "docs"})).await,
+            ok("docs/a.txt (7 bytes)")
+        );
+        assert_eq!(
+            f.run("delete_file", json!({"filename": "docs/a.txt"}))
+                .await,
+            ok("File docs/a.txt has been deleted.")
+        );
+        assert_eq!(
+            f.run("read_file", json!({"filename": "docs/a.txt"})).await,
+            Outcome::Error("File 'docs/a.txt' does not exist.".into())
+        );
+        assert_eq!(
+            f.run("delete_file", json!({"filename": "nope"})).await,
+            Outcome::Error("File 'nope' does not exist.".into())
+        );
+        assert_eq!(
+            f.run("list_folder", json!({"folder": "docs"})).await,
+            ok("Folder 'docs' contains no files.")
+        );
+    }
+
+    #[tokio::test]
+    async fn size_caps_and_confinement_are_enforced_without_writing() {
+        let f = Fixture::new();
+        let too_big = "x".repeat(101);
+        let out = f
+            .run(
+                "write_file",
+                json!({"filename": "big", "contents": too_big}),
+            )
+            .await;
+        assert!(
+            matches!(&out, Outcome::Error(t) if t.contains("limited to 100 bytes")),
+            "{out:?}"
+        );
+        f.run(
+            "write_file",
+            json!({"filename": "a", "contents": "x".repeat(100)}),
+        )
+        .await;
+        let out = f
+            .run(
+                "write_file",
+                json!({"filename": "b", "contents": "x".repeat(60)}),
+            )
+            .await;
+        assert!(
+            matches!(&out, Outcome::Error(t) if t.contains("limited to 150 bytes")),
+            "{out:?}"
+        );
+        // Replacing a file counts its new size, not both.
+        let out = f
+            .run(
+                "write_file",
+                json!({"filename": "a", "contents": "x".repeat(90)}),
+            )
+            .await;
+        assert!(matches!(out, Outcome::Success(_)));
+        let out = f
+            .run(
+                "append_to_file",
+                json!({"filename": "a", "text": "y".repeat(20)}),
+            )
+            .await;
+        assert!(
+            matches!(&out, Outcome::Error(t) if t.contains("limited to 100 bytes")),
+            "{out:?}"
+        );
+        for path in ["../x", "/etc/passwd", "a/../../x"] {
+            let out = f
+                .run("write_file", json!({"filename": path, "contents": "x"}))
+                .await;
+            assert!(
+                matches!(&out, Outcome::Error(t) if t.starts_with("Invalid path")),
+                "{path}: {out:?}"
+            );
+        }
+        assert_eq!(
+            f.store.list_files("files1").unwrap(),
+            vec![("a".to_string(), 90)]
+        );
+    }
+
+    #[tokio::test]
+    async fn binary_files_are_reported_not_dumped() {
+        let f = Fixture::new();
+        f.store
+            .commit(&Commit {
+                state: Some(&f.agent),
+                workspace: vec![WorkspaceOp::Put {
+                    path: "img.bin".into(),
+                    contents: vec![0xff, 0xfe, 0x00],
+                }],
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(
+            f.run("read_file", json!({"filename": "img.bin"})).await,
+            Outcome::Error(
+                "File 'img.bin' is binary (3 bytes) and cannot be shown as text.".into()
+            )
+        );
     }
 }

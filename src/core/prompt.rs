@@ -329,11 +329,15 @@ pub fn self_critique_messages(
     ]
 }
 
+/// The worked example's agent name: a model that answers with it copied the example instead of
+/// answering the task, so such an answer is treated as unusable.
+pub const EXAMPLE_PROFILE_NAME: &str = "CMOGPT";
+
 /// Profile generation, after AutoGPT 0.5's `create_agent`: the same instruction and worked example,
 /// asking for a JSON object instead of a function call so that any endpoint can answer it.
 pub fn profile_messages(task: &str) -> Vec<Message> {
     let example = json!({
-        "name": "CMOGPT",
+        "name": EXAMPLE_PROFILE_NAME,
         "description": "a professional digital marketer AI that helps solo founders grow their businesses with expert, practical marketing advice for SaaS, content products and agencies.",
         "directives": {
             "best_practices": [
@@ -393,7 +397,7 @@ pub fn parse_profile(text: &str) -> Option<Profile> {
         && name
             .chars()
             .all(|c| c.is_alphanumeric() || c == '_' || c == '-');
-    if !valid_name || role.is_empty() {
+    if !valid_name || role.is_empty() || name == EXAMPLE_PROFILE_NAME {
         return None;
     }
     let directives = value.get("directives");
@@ -435,6 +439,12 @@ mod tests {
         assert_eq!(profile.best_practices.len(), 5);
         assert_eq!(profile.constraints, vec!["x".to_string()]);
         assert_eq!(parse_profile("I am not JSON at all"), None);
+        let copied = r#"{"name": "CMOGPT", "description": "a marketer", "directives": {"best_practices": [], "constraints": []}}"#;
+        assert_eq!(
+            parse_profile(copied),
+            None,
+            "a copy of the example is not a profile"
+        );
         assert_eq!(parse_profile(r#"{"name": "", "description": "x"}"#), None);
         assert_eq!(
             parse_profile(r#"{"name": "rm -rf /; <@everyone>", "description": "x"}"#),

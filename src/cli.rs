@@ -40,6 +40,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum CliCommand {
+    /// Run the Discord bot (token from DISCORD_TOKEN).
+    Run,
     /// Run an agent in this terminal.
     Console(ConsoleArgs),
     /// List saved agents.
@@ -109,6 +111,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         CliCommand::Console(args) => {
             let store = open_store(&config)?;
             console(config, store, args).await
+        }
+        CliCommand::Run => {
+            let store = open_store(&config)?;
+            crate::surface::discord::bot::run(config, store).await?;
+            Ok(ExitCode::SUCCESS)
         }
         CliCommand::List => {
             list(&open_store(&config)?)?;

@@ -198,15 +198,36 @@ pub struct StoreConfig {
     pub data_dir: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DiscordConfig {
     /// Another Discord-compatible API (a proxy, the test fake); empty means Discord itself.
     pub api_base: Option<String>,
     /// Register slash commands in this guild only (instant updates while developing).
     pub dev_guild: Option<u64>,
+    /// Only members with this role (or Manage Threads) may start agents; unset: everyone.
+    pub start_role: Option<u64>,
+    /// Agents that are not finished, per person and per server; 0: no limit.
+    pub max_agents_per_user: usize,
+    pub max_agents_per_guild: usize,
+    /// A plain message in the thread, from someone who may decide, is feedback while a card waits.
+    pub messages_as_feedback: bool,
     #[serde(skip)]
     pub token: Option<Secret>,
+}
+
+impl Default for DiscordConfig {
+    fn default() -> Self {
+        DiscordConfig {
+            api_base: None,
+            dev_guild: None,
+            start_role: None,
+            max_agents_per_user: 3,
+            max_agents_per_guild: 25,
+            messages_as_feedback: true,
+            token: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

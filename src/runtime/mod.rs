@@ -2,6 +2,7 @@
 //! stores the result, then carries out the effects (model calls, commands, surface output).
 
 pub mod clock;
+pub mod supervisor;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -47,6 +48,11 @@ pub struct AgentHandle {
 impl AgentHandle {
     pub fn send(&self, event: Event) {
         let _ = self.tx.send(ActorMsg::Event { event, reply: None });
+    }
+
+    /// Like `send`, but says whether the actor was still there to receive it.
+    pub fn try_send(&self, event: Event) -> bool {
+        self.tx.send(ActorMsg::Event { event, reply: None }).is_ok()
     }
 
     /// Delivers a decision; the answer says whether it was applied, or why not (stale, already decided).
@@ -216,6 +222,10 @@ impl Actor {
                 }
                 return Ok(());
             }
+            self.deps
+                .surface
+                .decided(&self.state, *cycle, decision, by)
+                .await;
         }
         if let Event::ModelReplied {
             purpose: CallPurpose::Summary { cycle },

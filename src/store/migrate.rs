@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::StoreError;
 
 /// The schema this code reads and writes.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 const SCHEMA_KEY: &[u8] = b"schema_version";
 
@@ -19,6 +19,10 @@ const MIGRATION_FILES: &[(&str, &str)] = &[
     (
         "0002_workspace_and_usage.toml",
         include_str!("../../migrations/0002_workspace_and_usage.toml"),
+    ),
+    (
+        "0003_discord_threads.toml",
+        include_str!("../../migrations/0003_discord_threads.toml"),
     ),
 ];
 

@@ -148,6 +148,27 @@ fn open_waiting_for_lock(dir: &Path) -> Result<sled::Db, StoreError> {
     }
 }
 
+/// The card currently shown for an agent, so it can be edited after a decision and re-posted
+/// after a restart only when it is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CardRef {
+    pub cycle: u64,
+    pub message_id: u64,
+}
+
+/// An agent's home in Discord: its thread, its owner and who it is shared with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadBinding {
+    pub agent_id: String,
+    pub guild_id: u64,
+    pub parent_channel_id: u64,
+    pub thread_id: u64,
+    pub owner_id: u64,
+    pub shared_users: Vec<u64>,
+    pub shared_roles: Vec<u64>,
+    pub card: Option<CardRef>,
+}
+
 #[derive(Clone)]
 pub struct Store {
     db: sled::Db,
@@ -157,6 +178,7 @@ pub struct Store {
     decisions: sled::Tree,
     journal: sled::Tree,
     workspace: sled::Tree,
+    discord: sled::Tree,
 }
 
 impl std::fmt::Debug for Store {
@@ -183,6 +205,7 @@ impl Store {
             decisions: db.open_tree("decisions")?,
             journal: db.open_tree("journal")?,
             workspace: db.open_tree("workspace")?,
+            discord: db.open_tree("discord")?,
             db,
         })
     }
@@ -320,6 +343,14 @@ impl Store {
         Ok(Some(state))
     }
 
+    /// The agent's record without its episodes: cheap, for checks on every click.
+    pub fn load_agent_record(&self, id: &str) -> Result<Option<AgentState>, StoreError> {
+        self.agents
+            .get(id.as_bytes())?
+            .map(|raw| decode(id.as_bytes(), &raw))
+            .transpose()
+    }
+
     pub fn list_agents(&self) -> Result<Vec<AgentSummary>, StoreError> {
         let mut list = Vec::new();
         for item in self.agents.iter() {
@@ -356,6 +387,45 @@ impl Store {
                 }
             }
         }
+    }
+
+    /// Stores a binding under the agent and under its thread, in one transaction.
+    pub fn save_binding(&self, binding: &ThreadBinding) -> Result<(), StoreError> {
+        let record = encode(binding)?;
+        let agent_key = format!("agent/{}", binding.agent_id);
+        let thread_key = format!("thread/{}", binding.thread_id);
+        self.discord
+            .transaction(|tree| {
+                tree.insert(agent_key.as_bytes(), record.as_slice())?;
+                tree.insert(thread_key.as_bytes(), binding.agent_id.as_bytes())?;
+                Ok::<(), ConflictableTransactionError<StoreError>>(())
+            })
+            .map_err(StoreError::from)
+    }
+
+    pub fn binding(&self, agent: &str) -> Result<Option<ThreadBinding>, StoreError> {
+        let key = format!("agent/{agent}");
+        self.discord
+            .get(key.as_bytes())?
+            .map(|raw| decode(key.as_bytes(), &raw))
+            .transpose()
+    }
+
+    pub fn agent_for_thread(&self, thread_id: u64) -> Result<Option<String>, StoreError> {
+        let key = format!("thread/{thread_id}");
+        Ok(self
+            .discord
+            .get(key.as_bytes())?
+            .map(|raw| String::from_utf8_lossy(&raw).into_owned()))
+    }
+
+    pub fn bindings(&self) -> Result<Vec<ThreadBinding>, StoreError> {
+        let mut list = Vec::new();
+        for item in self.discord.scan_prefix(b"agent/") {
+            let (key, raw) = item?;
+            list.push(decode(&key, &raw)?);
+        }
+        Ok(list)
     }
 
     pub fn read_file(&self, agent: &str, path: &str) -> Result<Option<Vec<u8>>, StoreError> {

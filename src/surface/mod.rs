@@ -2,9 +2,11 @@
 //! implemented by the console now and by Discord next.
 
 pub mod console;
+pub mod discord;
 
 use async_trait::async_trait;
 
+use crate::core::event::Decision;
 use crate::core::history::Episode;
 use crate::core::state::{AgentState, PauseReason, Proposal};
 use crate::runtime::AgentHandle;
@@ -21,6 +23,8 @@ pub trait Surface: Send + Sync {
     async fn notify(&self, agent: &AgentState, text: &str);
     async fn paused(&self, agent: &AgentState, reason: &PauseReason);
     async fn finished(&self, agent: &AgentState, reason: &str);
+    /// A decision was taken on the proposal of `cycle` (the card can show who decided, and when).
+    async fn decided(&self, _agent: &AgentState, _cycle: u64, _decision: &Decision, _by: &str) {}
     /// The `ask_user` command: a question to the humans, answered in text.
     async fn ask_user(&self, agent: &AgentState, question: &str) -> Result<String, String>;
 }

@@ -1,0 +1,796 @@
+//! The Discord bot: connects through serenity (optionally via another Discord-compatible API),
+//! registers `/agent …` with poise, and routes every button click, modal and thread message.
+//! Interactions are acknowledged first; the slow work runs in spawned tasks, never in the handler.
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use poise::serenity_prelude as serenity;
+use serenity::{
+    ActionRowComponent, AutoArchiveDuration, ChannelType, ComponentInteraction, CreateActionRow,
+    CreateInputText, CreateInteractionResponse, CreateInteractionResponseFollowup,
+    CreateInteractionResponseMessage, CreateModal, CreateThread, FullEvent, GatewayIntents,
+    HttpBuilder, InputTextStyle, Interaction, ModalInteraction, RoleId, UserId,
+};
+
+use super::cards::thread_name;
+use super::ids::{CardAction, CardId};
+use super::perms::{may_decide, may_share, Clicker};
+use super::{no_mentions, DiscordSurface};
+use crate::config::Config;
+use crate::core::event::{Decision, Event};
+use crate::core::state::{AgentSettings, AgentState, Phase, Profile};
+use crate::llm::openai::OpenAiChat;
+use crate::llm::tokens::TiktokenCounter;
+use crate::runtime::clock::{Clock, SystemClock};
+use crate::runtime::supervisor::Supervisor;
+use crate::runtime::Deps;
+use crate::store::{Store, ThreadBinding};
+use crate::surface::Surface;
+use crate::tools::Registry;
+
+pub struct Data {
+    pub supervisor: Supervisor,
+    pub store: Store,
+    pub surface: Arc<DiscordSurface>,
+    pub config: Arc<Config>,
+}
+
+type Error = anyhow::Error;
+type Ctx<'a> = poise::Context<'a, Data, Error>;
+
+/// Connects and serves until the gateway connection ends.
+pub async fn run(config: Config, store: Store) -> anyhow::Result<()> {
+    let token = config
+        .discord
+        .token
+        .clone()
+        .context("DISCORD_TOKEN is not set; the bot needs its token in the environment")?;
+    let mut http = HttpBuilder::new(token.expose());
+    if let Some(base) = &config.discord.api_base {
+        // serenity ignores a proxy unless its own rate limiter is off; the proxy (or Discord
+        // behind it) then answers 429s, which serenity reports as errors we retry at our level.
+        http = http
+            .proxy(base.trim_end_matches('/'))
+            .ratelimiter_disabled(true);
+    }
+    let http = http.build();
+    let config = Arc::new(config);
+    let counter = TiktokenCounter::for_model(&config.llm.model);
+    counter.warm_up();
+    let model: Arc<dyn crate::llm::ChatModel> = Arc::new(OpenAiChat::new(&config.llm)?);
+    let tools = Arc::new(Registry::standard(&config.agent));
+    let counter = Arc::new(counter);
+    let setup_config = config.clone();
+    let dev_guild = config.discord.dev_guild;
+    let framework = poise::Framework::builder()
+        .options(poise::FrameworkOptions {
+            commands: vec![agent()],
+            event_handler: |ctx, event| Box::pin(on_event(ctx, event)),
+            on_error: |error| Box::pin(on_error(error)),
+            ..Default::default()
+        })
+        .initialize_owners(false)
+        // setup must not fail: an Err here would leave every later event waiting forever.
+        .setup(move |ctx, _ready, framework| {
+            Box::pin(async move {
+                let config = setup_config;
+                let surface = Arc::new(DiscordSurface::new(
+                    ctx.http.clone(),
+                    store.clone(),
+                    config.agent.approve_n_default,
+                ));
+                let deps = Deps {
+                    store: store.clone(),
+                    model,
+                    tools,
+                    surface: surface.clone() as Arc<dyn Surface>,
+                    config: config.clone(),
+                    counter,
+                    clock: Arc::new(SystemClock),
+                };
+                let data = Data {
+                    supervisor: Supervisor::new(deps),
+                    store,
+                    surface,
+                    config,
+                };
+                let commands = &framework.options().commands;
+                let registered = match dev_guild {
+                    Some(guild) => {
+                        poise::builtins::register_in_guild(ctx, commands, guild.into()).await
+                    }
+                    None => poise::builtins::register_globally(ctx, commands).await,
+                };
+                if let Err(e) = registered {
+                    tracing::error!(error = %e, "cannot register the slash commands");
+                }
+                match data.supervisor.resume_all() {
+                    Ok(n) if n > 0 => tracing::info!(agents = n, "resumed agents after a restart"),
+                    Ok(_) => {}
+                    Err(e) => tracing::error!(error = %e, "cannot resume agents"),
+                }
+                Ok(data)
+            })
+        })
+        .build();
+    let intents =
+        GatewayIntents::GUILDS | GatewayIntents::GUILD_MESSAGES | GatewayIntents::MESSAGE_CONTENT;
+    let mut client = serenity::ClientBuilder::new_with_http(http, intents)
+        .framework(framework)
+        .await
+        .context("cannot connect to Discord")?;
+    client
+        .start()
+        .await
+        .context("the gateway connection ended")?;
+    Ok(())
+}
+
+/// A short reference that ties what a user sees to the log line with the details.
+fn error_ref() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..8].to_string()
+}
+
+async fn on_error(error: poise::FrameworkError<'_, Data, Error>) {
+    match error {
+        poise::FrameworkError::Command { error, ctx, .. } => {
+            let reference = error_ref();
+            tracing::error!(%reference, command = %ctx.command().qualified_name, error = ?error, "command failed");
+            let _ = ctx
+                .send(
+                    poise::CreateReply::default()
+                        .content(format!("Something went wrong (ref {reference})."))
+                        .ephemeral(true),
+                )
+                .await;
+        }
+        other => {
+            if let Err(e) = poise::builtins::on_error(other).await {
+                tracing::error!(error = %e, "cannot report a framework error");
+            }
+        }
+    }
+}
+
+async fn on_event(
+    ctx: poise::FrameworkContext<'_, Data, Error>,
+    event: &FullEvent,
+) -> Result<(), Error> {
+    let http = ctx.serenity_context.http.clone();
+    let data = ctx.user_data;
+    match event {
+        FullEvent::InteractionCreate { interaction } => match interaction {
+            Interaction::Component(click) => {
+                let (click, data) = (click.clone(), data_handle(data));
+                tokio::spawn(async move { on_click(&http, &data, click).await });
+            }
+            Interaction::Modal(submit) => {
+                let (submit, data) = (submit.clone(), data_handle(data));
+                tokio::spawn(async move { on_modal(&http, &data, submit).await });
+            }
+            _ => {}
+        },
+        FullEvent::Message { new_message } if !new_message.author.bot => {
+            let (message, data) = (new_message.clone(), data_handle(data));
+            tokio::spawn(async move { on_thread_message(&data, message).await });
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// What the spawned handlers need, cloned out of the framework's data.
+#[derive(Clone)]
+struct Handle {
+    supervisor: Supervisor,
+    store: Store,
+    surface: Arc<DiscordSurface>,
+    config: Arc<Config>,
+}
+
+fn data_handle(data: &Data) -> Handle {
+    Handle {
+        supervisor: data.supervisor.clone(),
+        store: data.store.clone(),
+        surface: data.surface.clone(),
+        config: data.config.clone(),
+    }
+}
+
+fn clicker_of(user: UserId, member: Option<&serenity::Member>) -> Clicker {
+    Clicker {
+        user_id: user.get(),
+        role_ids: member
+            .map(|m| m.roles.iter().map(|r| r.get()).collect())
+            .unwrap_or_default(),
+        manage_threads: member
+            .and_then(|m| m.permissions)
+            .map(|p| p.manage_threads())
+            .unwrap_or(false),
+    }
+}
+
+fn ephemeral(text: impl Into<String>) -> CreateInteractionResponse {
+    CreateInteractionResponse::Message(
+        CreateInteractionResponseMessage::new()
+            .content(text)
+            .ephemeral(true)
+            .allowed_mentions(no_mentions()),
+    )
+}
+
+fn followup(text: impl Into<String>) -> CreateInteractionResponseFollowup {
+    CreateInteractionResponseFollowup::new()
+        .content(text)
+        .ephemeral(true)
+        .allowed_mentions(no_mentions())
+}
+
+const NOT_ALLOWED: &str = "Only the agent's owner, the people and roles it is shared with, and members who can manage threads can decide for it.";
+const NOT_PENDING: &str = "This proposal is no longer pending.";
+
+/// Checks that the click is for the agent's current proposal and that the clicker may decide.
+/// Returns the refusal to show otherwise.
+fn check_click(handle: &Handle, id: &CardId, clicker: &Clicker) -> Result<(), String> {
+    let binding = match handle.store.binding(&id.agent) {
+        Ok(Some(binding)) => binding,
+        Ok(None) => return Err("This agent no longer exists.".into()),
+        Err(e) => {
+            let reference = error_ref();
+            tracing::error!(%reference, error = %e, "cannot read a binding");
+            return Err(format!("Something went wrong (ref {reference})."));
+        }
+    };
+    if !may_decide(&binding, clicker) {
+        return Err(NOT_ALLOWED.into());
+    }
+    let pending = handle
+        .store
+        .load_agent_record(&id.agent)
+        .ok()
+        .flatten()
+        .is_some_and(|state| {
+            matches!(state.phase, Phase::AwaitingDecision)
+                && state.pending.as_ref().map(|p| p.cycle) == Some(id.cycle)
+        });
+    if !pending {
+        return Err(NOT_PENDING.into());
+    }
+    Ok(())
+}
+
+async fn decide_and_report(
+    http: &serenity::Http,
+    handle: &Handle,
+    token_owner: Either<'_>,
+    id: &CardId,
+    decision: Decision,
+    by: &str,
+) {
+    if let Err(why) = handle
+        .supervisor
+        .decide(&id.agent, id.cycle, decision, by)
+        .await
+    {
+        let text = if why.starts_with("already decided by") {
+            format!("This proposal was {why}.")
+        } else if why.contains("no longer pending") {
+            NOT_PENDING.to_string()
+        } else {
+            why
+        };
+        let sent = match token_owner {
+            Either::Click(c) => c.create_followup(http, followup(text)).await,
+            Either::Modal(m) => m.create_followup(http, followup(text)).await,
+        };
+        if let Err(e) = sent {
+            tracing::warn!(error = %e, "cannot send a follow-up");
+        }
+    }
+}
+
+enum Either<'a> {
+    Click(&'a ComponentInteraction),
+    Modal(&'a ModalInteraction),
+}
+
+async fn on_click(http: &serenity::Http, handle: &Handle, click: ComponentInteraction) {
+    let Some(id) = CardId::parse(&click.data.custom_id) else {
+        let _ = click
+            .create_response(
+                http,
+                ephemeral("This button is not from this version of the bot."),
+            )
+            .await;
+        return;
+    };
+    let clicker = clicker_of(click.user.id, click.member.as_ref());
+    if let Err(refusal) = check_click(handle, &id, &clicker) {
+        let _ = click.create_response(http, ephemeral(refusal)).await;
+        return;
+    }
+    let by = click.user.name.clone();
+    let (decision, response) = match id.action {
+        CardAction::Approve => (Decision::Approve, CreateInteractionResponse::Acknowledge),
+        CardAction::Deny => (Decision::Deny, CreateInteractionResponse::Acknowledge),
+        CardAction::SelfCritique => (
+            Decision::SelfCritique,
+            CreateInteractionResponse::Acknowledge,
+        ),
+        CardAction::ApproveN => {
+            let n = handle.config.agent.approve_n_default;
+            let modal = CreateModal::new(
+                CardId::new(CardAction::ApproveNSubmit, &id.agent, id.cycle).encode(),
+                "Approve several commands",
+            )
+            .components(vec![CreateActionRow::InputText(
+                CreateInputText::new(InputTextStyle::Short, "How many commands (1–100)?", "n")
+                    .value(n.to_string())
+                    .min_length(1)
+                    .max_length(3),
+            )]);
+            let _ = click
+                .create_response(http, CreateInteractionResponse::Modal(modal))
+                .await;
+            return;
+        }
+        CardAction::Feedback => {
+            let modal = CreateModal::new(
+                CardId::new(CardAction::FeedbackSubmit, &id.agent, id.cycle).encode(),
+                "Feedback instead of running",
+            )
+            .components(vec![CreateActionRow::InputText(
+                CreateInputText::new(InputTextStyle::Paragraph, "Your feedback", "text")
+                    .min_length(1)
+                    .max_length(4000),
+            )]);
+            let _ = click
+                .create_response(http, CreateInteractionResponse::Modal(modal))
+                .await;
+            return;
+        }
+        CardAction::ApproveNSubmit | CardAction::FeedbackSubmit => {
+            let _ = click
+                .create_response(
+                    http,
+                    ephemeral("This button is not from this version of the bot."),
+                )
+                .await;
+            return;
+        }
+    };
+    if let Err(e) = click.create_response(http, response).await {
+        tracing::warn!(error = %e, "cannot acknowledge a click");
+        return;
+    }
+    decide_and_report(http, handle, Either::Click(&click), &id, decision, &by).await;
+}
+
+fn modal_value(submit: &ModalInteraction) -> String {
+    submit
+        .data
+        .components
+        .iter()
+        .flat_map(|row| row.components.iter())
+        .find_map(|c| match c {
+            ActionRowComponent::InputText(input) => input.value.clone(),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+async fn on_modal(http: &serenity::Http, handle: &Handle, submit: ModalInteraction) {
+    let Some(id) = CardId::parse(&submit.data.custom_id) else {
+        return;
+    };
+    let clicker = clicker_of(submit.user.id, submit.member.as_ref());
+    if let Err(refusal) = check_click(handle, &id, &clicker) {
+        let _ = submit.create_response(http, ephemeral(refusal)).await;
+        return;
+    }
+    let value = modal_value(&submit);
+    let decision = match id.action {
+        CardAction::ApproveNSubmit => match value.trim().parse::<u32>() {
+            Ok(n) if (1..=100).contains(&n) => Decision::ApproveN(n),
+            _ => {
+                let _ = submit
+                    .create_response(http, ephemeral("Give a number from 1 to 100."))
+                    .await;
+                return;
+            }
+        },
+        CardAction::FeedbackSubmit if !value.trim().is_empty() => {
+            Decision::Feedback(value.trim().to_string())
+        }
+        _ => {
+            let _ = submit
+                .create_response(http, ephemeral("Nothing to do with an empty form."))
+                .await;
+            return;
+        }
+    };
+    if let Err(e) = submit
+        .create_response(http, CreateInteractionResponse::Acknowledge)
+        .await
+    {
+        tracing::warn!(error = %e, "cannot acknowledge a modal");
+        return;
+    }
+    let by = submit.user.name.clone();
+    decide_and_report(http, handle, Either::Modal(&submit), &id, decision, &by).await;
+}
+
+/// A message in an agent's thread answers a waiting `ask_user`, or, while a card waits, is taken
+/// as feedback from someone allowed to decide.
+async fn on_thread_message(handle: &Handle, message: serenity::Message) {
+    let Ok(Some(agent)) = handle.store.agent_for_thread(message.channel_id.get()) else {
+        return;
+    };
+    let Ok(Some(binding)) = handle.store.binding(&agent) else {
+        return;
+    };
+    let clicker = Clicker {
+        user_id: message.author.id.get(),
+        role_ids: message
+            .member
+            .as_ref()
+            .map(|m| m.roles.iter().map(|r| r.get()).collect())
+            .unwrap_or_default(),
+        manage_threads: false,
+    };
+    if !may_decide(&binding, &clicker) || message.content.trim().is_empty() {
+        return;
+    }
+    if handle
+        .surface
+        .answer_question(binding.thread_id, message.content.trim())
+        .await
+    {
+        return;
+    }
+    if !handle.config.discord.messages_as_feedback {
+        return;
+    }
+    let Ok(Some(state)) = handle.store.load_agent_record(&agent) else {
+        return;
+    };
+    if let (Phase::AwaitingDecision, Some(pending)) = (&state.phase, &state.pending) {
+        let feedback = Decision::Feedback(message.content.trim().to_string());
+        let _ = handle
+            .supervisor
+            .decide(&agent, pending.cycle, feedback, &message.author.name)
+            .await;
+    }
+}
+
+/// Agent commands. Use them in a channel to start an agent, and in its thread for the rest.
+#[poise::command(
+    slash_command,
+    guild_only,
+    subcommands(
+        "start", "status", "pause", "resume", "stop", "list", "share", "unshare"
+    )
+)]
+async fn agent(_ctx: Ctx<'_>) -> Result<(), Error> {
+    Ok(())
+}
+
+async fn reply(ctx: Ctx<'_>, text: impl Into<String>, private: bool) -> Result<(), Error> {
+    ctx.send(
+        poise::CreateReply::default()
+            .content(super::cards::message_text(&text.into()))
+            .ephemeral(private)
+            .allowed_mentions(no_mentions()),
+    )
+    .await?;
+    Ok(())
+}
+
+fn author_clicker(ctx: Ctx<'_>) -> Clicker {
+    match ctx {
+        poise::Context::Application(app) => {
+            clicker_of(app.interaction.user.id, app.interaction.member.as_deref())
+        }
+        poise::Context::Prefix(_) => Clicker {
+            user_id: ctx.author().id.get(),
+            role_ids: Vec::new(),
+            manage_threads: false,
+        },
+    }
+}
+
+/// Start an agent on a task, in a new thread.
+#[poise::command(slash_command, guild_only)]
+async fn start(
+    ctx: Ctx<'_>,
+    #[description = "What the agent should do"]
+    #[max_length = 4000]
+    task: String,
+    #[description = "The agent's name (otherwise generated from the task)"]
+    #[max_length = 64]
+    name: Option<String>,
+    #[description = "Model to use"] model: Option<String>,
+    #[description = "Share the agent with this user"] share_user: Option<UserId>,
+    #[description = "Share the agent with this role"] share_role: Option<RoleId>,
+    #[description = "Approve this many commands without asking"]
+    #[min = 1]
+    #[max = 100]
+    continuous: Option<u32>,
+) -> Result<(), Error> {
+    ctx.defer().await?;
+    let data = ctx.data();
+    let guild_id = ctx.guild_id().context("guild only")?.get();
+    let clicker = author_clicker(ctx);
+    let discord = &data.config.discord;
+    if let Some(role) = discord.start_role {
+        if !clicker.role_ids.contains(&role) && !clicker.manage_threads {
+            return reply(
+                ctx,
+                format!("You need the <@&{role}> role to start agents."),
+                true,
+            )
+            .await;
+        }
+    }
+    let bindings = data.store.bindings()?;
+    let running = |b: &&ThreadBinding| {
+        data.store
+            .load_agent_record(&b.agent_id)
+            .ok()
+            .flatten()
+            .is_some_and(|s| !matches!(s.phase, Phase::Finished { .. }))
+    };
+    let in_guild: Vec<&ThreadBinding> = bindings
+        .iter()
+        .filter(|b| b.guild_id == guild_id)
+        .filter(running)
+        .collect();
+    if discord.max_agents_per_guild > 0 && in_guild.len() >= discord.max_agents_per_guild {
+        return reply(
+            ctx,
+            format!(
+                "This server already runs {} agents, the limit.",
+                in_guild.len()
+            ),
+            true,
+        )
+        .await;
+    }
+    let mine = in_guild
+        .iter()
+        .filter(|b| b.owner_id == clicker.user_id)
+        .count();
+    if discord.max_agents_per_user > 0 && mine >= discord.max_agents_per_user {
+        return reply(
+            ctx,
+            format!("You already run {mine} agents, the limit per person."),
+            true,
+        )
+        .await;
+    }
+    let id = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
+    let title = name.clone().unwrap_or_else(|| format!("agent {id}"));
+    let thread = ctx
+        .channel_id()
+        .create_thread(
+            ctx.http(),
+            CreateThread::new(thread_name(&title))
+                .kind(ChannelType::PublicThread)
+                .auto_archive_duration(AutoArchiveDuration::OneDay),
+        )
+        .await
+        .context("cannot create the agent's thread")?;
+    data.store.save_binding(&ThreadBinding {
+        agent_id: id.clone(),
+        guild_id,
+        parent_channel_id: ctx.channel_id().get(),
+        thread_id: thread.id.get(),
+        owner_id: clicker.user_id,
+        shared_users: share_user.map(|u| vec![u.get()]).unwrap_or_default(),
+        shared_roles: share_role.map(|r| vec![r.get()]).unwrap_or_default(),
+        card: None,
+    })?;
+    let profile = name.map(|name| Profile {
+        name,
+        ..Profile::fallback()
+    });
+    let mut state = AgentState::new(
+        id.clone(),
+        task,
+        profile,
+        AgentSettings {
+            model: model.unwrap_or_else(|| data.config.llm.model.clone()),
+            continuous: false,
+            cycle_limit: data.config.agent.cycle_limit,
+        },
+        SystemClock.now(),
+    );
+    state.auto_approvals_left = continuous.unwrap_or(0);
+    data.supervisor.start_new(state).await?;
+    reply(
+        ctx,
+        format!("Started agent `{id}` in <#{}>.", thread.id.get()),
+        false,
+    )
+    .await
+}
+
+/// The agent of the thread this command is used in, or a reply saying there is none.
+async fn thread_agent(ctx: Ctx<'_>) -> Result<Option<(ThreadBinding, AgentState)>, Error> {
+    let data = ctx.data();
+    let Some(agent) = data.store.agent_for_thread(ctx.channel_id().get())? else {
+        reply(ctx, "Use this in an agent's thread.", true).await?;
+        return Ok(None);
+    };
+    let binding = data.store.binding(&agent)?.context("binding vanished")?;
+    let state = data.store.load_agent(&agent)?.context("agent vanished")?;
+    Ok(Some((binding, state)))
+}
+
+/// Show the agent's state, cycle, last action and approvals left.
+#[poise::command(slash_command, guild_only)]
+async fn status(ctx: Ctx<'_>) -> Result<(), Error> {
+    let Some((_, state)) = thread_agent(ctx).await? else {
+        return Ok(());
+    };
+    let last = state
+        .last_episode()
+        .map(|e| format!("`{}` ({})", e.command.name, e.outcome.status()))
+        .unwrap_or_else(|| "none yet".into());
+    let text = format!(
+        "**{}** — {} — cycle {}\nLast action: {last}\nApprovals left: {}\nTokens: {} prompt + {} completion in {} calls",
+        state.name(),
+        match &state.phase {
+            Phase::Paused(reason) => reason.describe(),
+            other => other.label().to_string(),
+        },
+        state.cycle,
+        state.auto_approvals_left,
+        state.usage.prompt_tokens,
+        state.usage.completion_tokens,
+        state.usage.calls
+    );
+    reply(ctx, text, true).await
+}
+
+async fn control(
+    ctx: Ctx<'_>,
+    event: impl FnOnce(String) -> Event,
+    done: &str,
+) -> Result<(), Error> {
+    ctx.defer_ephemeral().await?;
+    let Some((binding, state)) = thread_agent(ctx).await? else {
+        return Ok(());
+    };
+    if !may_decide(&binding, &author_clicker(ctx)) {
+        return reply(ctx, NOT_ALLOWED, true).await;
+    }
+    let by = ctx.author().name.clone();
+    ctx.data()
+        .supervisor
+        .send(&state.id, event(by))
+        .map_err(anyhow::Error::msg)?;
+    reply(ctx, done, true).await
+}
+
+/// Pause the agent (a running command finishes first).
+#[poise::command(slash_command, guild_only)]
+async fn pause(ctx: Ctx<'_>) -> Result<(), Error> {
+    control(ctx, |by| Event::Pause { by }, "Pausing.").await
+}
+
+/// Stop the agent; it is kept and can be resumed.
+#[poise::command(slash_command, guild_only)]
+async fn stop(ctx: Ctx<'_>) -> Result<(), Error> {
+    control(
+        ctx,
+        |by| Event::Pause { by },
+        "Stopped; `/agent resume` continues.",
+    )
+    .await
+}
+
+/// Resume a paused agent, or give a finished one a follow-up task.
+#[poise::command(slash_command, guild_only)]
+async fn resume(
+    ctx: Ctx<'_>,
+    #[description = "A follow-up task (for a finished agent)"]
+    #[max_length = 4000]
+    follow_up: Option<String>,
+) -> Result<(), Error> {
+    control(ctx, |by| Event::Resume { by, follow_up }, "Resuming.").await
+}
+
+/// List this server's agents with links to their threads.
+#[poise::command(slash_command, guild_only)]
+async fn list(ctx: Ctx<'_>) -> Result<(), Error> {
+    let data = ctx.data();
+    let guild_id = ctx.guild_id().context("guild only")?.get();
+    let mut lines = Vec::new();
+    for binding in data
+        .store
+        .bindings()?
+        .into_iter()
+        .filter(|b| b.guild_id == guild_id)
+    {
+        if let Some(state) = data.store.load_agent_record(&binding.agent_id)? {
+            lines.push(format!(
+                "**{}** `{}` — {} — cycle {} — <#{}>",
+                state.name(),
+                state.id,
+                state.phase.label(),
+                state.cycle,
+                binding.thread_id
+            ));
+        }
+    }
+    let text = if lines.is_empty() {
+        "No agents in this server yet. Start one with `/agent start`.".to_string()
+    } else {
+        lines.join("\n")
+    };
+    reply(ctx, text, true).await
+}
+
+async fn change_share(
+    ctx: Ctx<'_>,
+    user: Option<UserId>,
+    role: Option<RoleId>,
+    add: bool,
+) -> Result<(), Error> {
+    let Some((mut binding, _)) = thread_agent(ctx).await? else {
+        return Ok(());
+    };
+    if !may_share(&binding, &author_clicker(ctx)) {
+        return reply(ctx, "Only the agent's owner and members who can manage threads can change who it is shared with.", true).await;
+    }
+    if user.is_none() && role.is_none() {
+        return reply(ctx, "Name a user or a role.", true).await;
+    }
+    fn apply(list: &mut Vec<u64>, id: Option<u64>, add: bool) {
+        if let Some(id) = id {
+            list.retain(|x| *x != id);
+            if add {
+                list.push(id);
+            }
+        }
+    }
+    apply(&mut binding.shared_users, user.map(|u| u.get()), add);
+    apply(&mut binding.shared_roles, role.map(|r| r.get()), add);
+    ctx.data().store.save_binding(&binding)?;
+    let who = [
+        user.map(|u| format!("<@{}>", u.get())),
+        role.map(|r| format!("<@&{}>", r.get())),
+    ]
+    .into_iter()
+    .flatten()
+    .collect::<Vec<_>>()
+    .join(" and ");
+    let verb = if add {
+        "now shared with"
+    } else {
+        "no longer shared with"
+    };
+    reply(ctx, format!("The agent is {verb} {who}."), true).await
+}
+
+/// Let a user or a role approve, give feedback and stop this agent.
+#[poise::command(slash_command, guild_only)]
+async fn share(
+    ctx: Ctx<'_>,
+    #[description = "User"] user: Option<UserId>,
+    #[description = "Role"] role: Option<RoleId>,
+) -> Result<(), Error> {
+    change_share(ctx, user, role, true).await
+}
+
+/// Take back a share.
+#[poise::command(slash_command, guild_only)]
+async fn unshare(
+    ctx: Ctx<'_>,
+    #[description = "User"] user: Option<UserId>,
+    #[description = "Role"] role: Option<RoleId>,
+) -> Result<(), Error> {
+    change_share(ctx, user, role, false).await
+}

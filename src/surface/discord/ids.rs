@@ -1,0 +1,124 @@
+//! Versioned component ids: `at1:<action>:<agent>:<cycle>`, routed by the global interaction
+//! handler so that a card keeps working after a restart.
+
+/// Discord's limit on a component's custom_id.
+pub const MAX_CUSTOM_ID: usize = 100;
+const PREFIX: &str = "at1";
+
+/// What a button or modal on a card asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CardAction {
+    Approve,
+    /// Opens the modal that asks for N.
+    ApproveN,
+    Deny,
+    /// Opens the feedback modal.
+    Feedback,
+    SelfCritique,
+    /// The submitted Approve ×N modal.
+    ApproveNSubmit,
+    /// The submitted feedback modal.
+    FeedbackSubmit,
+}
+
+impl CardAction {
+    fn code(self) -> &'static str {
+        match self {
+            CardAction::Approve => "ok",
+            CardAction::ApproveN => "okn",
+            CardAction::Deny => "no",
+            CardAction::Feedback => "fb",
+            CardAction::SelfCritique => "sc",
+            CardAction::ApproveNSubmit => "okn-m",
+            CardAction::FeedbackSubmit => "fb-m",
+        }
+    }
+
+    fn from_code(code: &str) -> Option<Self> {
+        Some(match code {
+            "ok" => CardAction::Approve,
+            "okn" => CardAction::ApproveN,
+            "no" => CardAction::Deny,
+            "fb" => CardAction::Feedback,
+            "sc" => CardAction::SelfCritique,
+            "okn-m" => CardAction::ApproveNSubmit,
+            "fb-m" => CardAction::FeedbackSubmit,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CardId {
+    pub action: CardAction,
+    pub agent: String,
+    pub cycle: u64,
+}
+
+impl CardId {
+    pub fn new(action: CardAction, agent: &str, cycle: u64) -> Self {
+        CardId {
+            action,
+            agent: agent.to_string(),
+            cycle,
+        }
+    }
+
+    pub fn encode(&self) -> String {
+        format!(
+            "{PREFIX}:{}:{}:{}",
+            self.action.code(),
+            self.agent,
+            self.cycle
+        )
+    }
+
+    /// Reads an id; `None` for ids of other versions or other bots' components.
+    pub fn parse(raw: &str) -> Option<CardId> {
+        let mut parts = raw.split(':');
+        if parts.next()? != PREFIX {
+            return None;
+        }
+        let action = CardAction::from_code(parts.next()?)?;
+        let agent = parts.next()?;
+        let cycle = parts.next()?.parse().ok()?;
+        if parts.next().is_some() || agent.is_empty() || agent.len() > 40 {
+            return None;
+        }
+        Some(CardId::new(action, agent, cycle))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_round_trip_and_fit_discord_limits() {
+        for action in [
+            CardAction::Approve,
+            CardAction::ApproveN,
+            CardAction::Deny,
+            CardAction::Feedback,
+            CardAction::SelfCritique,
+            CardAction::ApproveNSubmit,
+            CardAction::FeedbackSubmit,
+        ] {
+            let id = CardId::new(action, "0123456789ab", u64::MAX);
+            let raw = id.encode();
+            assert!(raw.chars().count() <= MAX_CUSTOM_ID, "{raw}");
+            assert_eq!(CardId::parse(&raw), Some(id));
+        }
+        assert_eq!(CardId::parse("at1:ok:abc:7").unwrap().cycle, 7);
+        for bad in [
+            "at2:ok:abc:7",
+            "at1:zz:abc:7",
+            "at1:ok::7",
+            "at1:ok:abc:x",
+            "at1:ok:abc:7:8",
+            "hello",
+        ] {
+            assert_eq!(CardId::parse(bad), None, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,311 @@
+//! The Discord surface: every agent lives in its own thread; proposals are cards with buttons,
+//! results and notices are messages, and `ask_user` waits for an answer typed in the thread.
+
+pub mod bot;
+pub mod cards;
+pub mod ids;
+pub mod perms;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serenity::all::{
+    ButtonStyle, ChannelId, CreateActionRow, CreateAllowedMentions, CreateAttachment, CreateButton,
+    CreateEmbed, CreateEmbedFooter, CreateMessage, EditMessage, Http, MessageId,
+};
+use tokio::sync::{oneshot, Mutex};
+
+use super::Surface;
+use crate::core::event::Decision;
+use crate::core::history::Episode;
+use crate::core::state::{AgentState, PauseReason, Proposal};
+use crate::runtime::AgentHandle;
+use crate::store::{CardRef, Store, ThreadBinding};
+use cards::EmbedText;
+use ids::{CardAction, CardId};
+
+/// How long `ask_user` waits for an answer in the thread before reporting that nobody answered.
+const ASK_USER_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
+pub struct DiscordSurface {
+    http: Arc<Http>,
+    store: Store,
+    /// Questions from `ask_user` waiting for an answer, by thread.
+    questions: Mutex<HashMap<u64, oneshot::Sender<String>>>,
+    approve_n_default: u32,
+}
+
+/// Every message the bot sends mentions nobody, whatever the model wrote.
+pub fn no_mentions() -> CreateAllowedMentions {
+    CreateAllowedMentions::new()
+}
+
+pub fn to_embed(text: EmbedText) -> CreateEmbed {
+    let mut embed = CreateEmbed::new()
+        .title(text.title)
+        .description(text.description);
+    for (name, value) in text.fields {
+        embed = embed.field(name, value, false);
+    }
+    if !text.footer.is_empty() {
+        embed = embed.footer(CreateEmbedFooter::new(text.footer));
+    }
+    embed
+}
+
+/// The five decision buttons of a card, in one row.
+pub fn card_buttons(agent: &str, cycle: u64, approve_n: u32) -> Vec<CreateActionRow> {
+    let button = |action, label: String, style| {
+        CreateButton::new(CardId::new(action, agent, cycle).encode())
+            .label(label)
+            .style(style)
+    };
+    vec![CreateActionRow::Buttons(vec![
+        button(CardAction::Approve, "Approve".into(), ButtonStyle::Success),
+        button(
+            CardAction::ApproveN,
+            format!("Approve ×{approve_n}…"),
+            ButtonStyle::Primary,
+        ),
+        button(
+            CardAction::Feedback,
+            "Feedback…".into(),
+            ButtonStyle::Secondary,
+        ),
+        button(
+            CardAction::SelfCritique,
+            "Self-critique".into(),
+            ButtonStyle::Secondary,
+        ),
+        button(CardAction::Deny, "Deny".into(), ButtonStyle::Danger),
+    ])]
+}
+
+impl DiscordSurface {
+    pub fn new(http: Arc<Http>, store: Store, approve_n_default: u32) -> Self {
+        DiscordSurface {
+            http,
+            store,
+            questions: Mutex::new(HashMap::new()),
+            approve_n_default,
+        }
+    }
+
+    fn binding(&self, agent: &AgentState) -> Option<ThreadBinding> {
+        match self.store.binding(&agent.id) {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::error!(agent = %agent.id, error = %e, "cannot read the thread binding");
+                None
+            }
+        }
+    }
+
+    async fn send(&self, agent: &AgentState, message: CreateMessage) -> Option<u64> {
+        let binding = self.binding(agent)?;
+        match ChannelId::new(binding.thread_id)
+            .send_message(&self.http, message.allowed_mentions(no_mentions()))
+            .await
+        {
+            Ok(sent) => Some(sent.id.get()),
+            Err(e) => {
+                tracing::error!(agent = %agent.id, error = %e, "cannot post to the agent's thread");
+                None
+            }
+        }
+    }
+
+    async fn say(&self, agent: &AgentState, text: &str) {
+        self.send(
+            agent,
+            CreateMessage::new().content(cards::message_text(text)),
+        )
+        .await;
+    }
+
+    /// Hands a message typed in a thread to a waiting `ask_user`; false when nothing waits.
+    pub async fn answer_question(&self, thread_id: u64, text: &str) -> bool {
+        match self.questions.lock().await.remove(&thread_id) {
+            Some(waiting) => waiting.send(text.to_string()).is_ok(),
+            None => false,
+        }
+    }
+
+    pub async fn has_question(&self, thread_id: u64) -> bool {
+        self.questions.lock().await.contains_key(&thread_id)
+    }
+
+    /// Whether the card message still exists (it may have been deleted while the bot was down).
+    async fn card_exists(&self, binding: &ThreadBinding, card: &CardRef) -> bool {
+        ChannelId::new(binding.thread_id)
+            .message(&self.http, MessageId::new(card.message_id))
+            .await
+            .is_ok()
+    }
+}
+
+#[async_trait]
+impl Surface for DiscordSurface {
+    async fn show_profile(&self, agent: &AgentState) {
+        if let Some(profile) = &agent.profile {
+            let embed = to_embed(cards::profile_card(profile, &agent.full_task()));
+            self.send(agent, CreateMessage::new().embed(embed)).await;
+        }
+    }
+
+    async fn show_proposal(&self, agent: &AgentState, proposal: &Proposal, auto_approved: bool) {
+        let Some(mut binding) = self.binding(agent) else {
+            return;
+        };
+        let status = if auto_approved {
+            if agent.settings.continuous {
+                "Approved automatically (continuous mode)".to_string()
+            } else {
+                format!(
+                    "Approved automatically ({} more without asking)",
+                    agent.auto_approvals_left
+                )
+            }
+        } else {
+            "Waiting for a decision".to_string()
+        };
+        let embed = to_embed(cards::proposal_card(agent.name(), proposal, &status, ""));
+        let components = if auto_approved {
+            Vec::new()
+        } else {
+            card_buttons(&agent.id, proposal.cycle, self.approve_n_default)
+        };
+        // After a restart the same proposal is shown again: edit the card that is still there
+        // instead of posting a second one.
+        if let Some(card) = binding.card.filter(|c| c.cycle == proposal.cycle) {
+            if self.card_exists(&binding, &card).await {
+                let edit = EditMessage::new()
+                    .embed(embed.clone())
+                    .components(components.clone())
+                    .allowed_mentions(no_mentions());
+                if ChannelId::new(binding.thread_id)
+                    .edit_message(&self.http, MessageId::new(card.message_id), edit)
+                    .await
+                    .is_ok()
+                {
+                    return;
+                }
+            }
+        }
+        let message = CreateMessage::new().embed(embed).components(components);
+        if let Some(message_id) = self.send(agent, message).await {
+            binding.card = Some(CardRef {
+                cycle: proposal.cycle,
+                message_id,
+            });
+            if let Err(e) = self.store.save_binding(&binding) {
+                tracing::error!(agent = %agent.id, error = %e, "cannot remember the card");
+            }
+        }
+    }
+
+    async fn request_decision(
+        &self,
+        _agent: &AgentState,
+        _proposal: &Proposal,
+        _handle: AgentHandle,
+    ) {
+        // The card's buttons are the request; clicks reach the agent through the interaction router.
+    }
+
+    async fn decided(&self, agent: &AgentState, cycle: u64, decision: &Decision, by: &str) {
+        let Some(binding) = self.binding(agent) else {
+            return;
+        };
+        let Some(card) = binding.card.filter(|c| c.cycle == cycle) else {
+            return;
+        };
+        let Some(proposal) = agent.pending.as_ref().filter(|p| p.cycle == cycle) else {
+            return;
+        };
+        let status = cards::decision_line(decision, by, chrono::Utc::now());
+        let embed = to_embed(cards::proposal_card(agent.name(), proposal, &status, ""));
+        let edit = EditMessage::new()
+            .embed(embed)
+            .components(Vec::new())
+            .allowed_mentions(no_mentions());
+        if let Err(e) = ChannelId::new(binding.thread_id)
+            .edit_message(&self.http, MessageId::new(card.message_id), edit)
+            .await
+        {
+            tracing::warn!(agent = %agent.id, error = %e, "cannot edit the decided card");
+        }
+    }
+
+    async fn show_result(&self, agent: &AgentState, episode: &Episode) {
+        let (text, file) = cards::result_message(episode);
+        let mut message = CreateMessage::new().content(text);
+        if let Some(body) = file {
+            message = message.add_file(CreateAttachment::bytes(
+                body.into_bytes(),
+                format!("cycle-{}-output.txt", episode.cycle),
+            ));
+        }
+        self.send(agent, message).await;
+    }
+
+    async fn notify(&self, agent: &AgentState, text: &str) {
+        self.say(agent, &format!("ℹ️ {text}")).await;
+    }
+
+    async fn paused(&self, agent: &AgentState, reason: &PauseReason) {
+        self.say(
+            agent,
+            &format!(
+                "⏸️ {} {}. Use `/agent resume` to continue.",
+                agent.name(),
+                reason.describe()
+            ),
+        )
+        .await;
+    }
+
+    async fn finished(&self, agent: &AgentState, reason: &str) {
+        let text = EmbedText {
+            title: format!("{} finished", agent.name()),
+            description: reason.to_string(),
+            fields: vec![(
+                "Steps".into(),
+                format!(
+                    "{} cycles · {} model calls · {} prompt + {} completion tokens",
+                    agent.episodes.len(),
+                    agent.usage.calls,
+                    agent.usage.prompt_tokens,
+                    agent.usage.completion_tokens
+                ),
+            )],
+            footer: "Give it a follow-up task with /agent resume".into(),
+        }
+        .fitted();
+        self.send(agent, CreateMessage::new().embed(to_embed(text)))
+            .await;
+    }
+
+    async fn ask_user(&self, agent: &AgentState, question: &str) -> Result<String, String> {
+        let binding = self
+            .binding(agent)
+            .ok_or_else(|| "the agent has no thread".to_string())?;
+        let (tx, rx) = oneshot::channel();
+        self.questions.lock().await.insert(binding.thread_id, tx);
+        let text = format!(
+            "❓ **{}** asks: {question}\nAnswer with a message in this thread.",
+            agent.name()
+        );
+        self.say(agent, &cards::message_text(&text)).await;
+        match tokio::time::timeout(ASK_USER_TIMEOUT, rx).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(_)) => Err("the question was withdrawn".into()),
+            Err(_) => {
+                self.questions.lock().await.remove(&binding.thread_id);
+                Err("nobody answered within a day".into())
+            }
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! Who may decide for an agent: its owner, the users and roles it is shared with, and members
+//! with Manage Threads. Checked on every click, from the interaction's own member data.
+
+use crate::store::ThreadBinding;
+
+/// The clicking member, as the interaction describes them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Clicker {
+    pub user_id: u64,
+    pub role_ids: Vec<u64>,
+    pub manage_threads: bool,
+}
+
+pub fn may_decide(binding: &ThreadBinding, clicker: &Clicker) -> bool {
+    clicker.user_id == binding.owner_id
+        || clicker.manage_threads
+        || binding.shared_users.contains(&clicker.user_id)
+        || clicker
+            .role_ids
+            .iter()
+            .any(|role| binding.shared_roles.contains(role))
+}
+
+/// Only the owner and moderators may change who an agent is shared with.
+pub fn may_share(binding: &ThreadBinding, clicker: &Clicker) -> bool {
+    clicker.user_id == binding.owner_id || clicker.manage_threads
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn binding() -> ThreadBinding {
+        ThreadBinding {
+            agent_id: "a".into(),
+            guild_id: 1,
+            parent_channel_id: 2,
+            thread_id: 3,
+            owner_id: 10,
+            shared_users: vec![11],
+            shared_roles: vec![500],
+            card: None,
+        }
+    }
+
+    fn clicker(user_id: u64, role_ids: &[u64], manage_threads: bool) -> Clicker {
+        Clicker {
+            user_id,
+            role_ids: role_ids.to_vec(),
+            manage_threads,
+        }
+    }
+
+    #[test]
+    fn decision_rights_matrix() {
+        let b = binding();
+        let cases = [
+            (clicker(10, &[], false), true, true),
+            (clicker(11, &[], false), true, false),
+            (clicker(12, &[500], false), true, false),
+            (clicker(13, &[501], false), false, false),
+            (clicker(14, &[], true), true, true),
+        ];
+        for (who, decide, share) in cases {
+            assert_eq!(may_decide(&b, &who), decide, "{who:?}");
+            assert_eq!(may_share(&b, &who), share, "{who:?}");
+        }
+    }
+}

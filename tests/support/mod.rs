@@ -1,6 +1,7 @@
 //! Shared test support: the fake OpenAI server and a driver for the `autothread` binary.
 #![allow(dead_code)]
 
+pub mod fake_discord;
 pub mod fake_openai;
 
 use std::path::PathBuf;
@@ -104,6 +105,11 @@ fn collect(
 }
 
 impl Running {
+    /// Wraps a process a test spawned itself (with extra environment, say).
+    pub fn new_public(child: Child) -> Running {
+        Running::new(child)
+    }
+
     fn new(mut child: Child) -> Running {
         let stdout = Arc::new(Mutex::new(String::new()));
         let stderr = Arc::new(Mutex::new(String::new()));

@@ -1,0 +1,892 @@
+//! A fake Discord on 127.0.0.1 that the real serenity/poise stack talks to unmodified: the REST
+//! routes the bot uses under /api/v10 and a WebSocket gateway (HELLO, IDENTIFY, READY,
+//! GUILD_CREATE, heartbeats, numbered dispatches). It stores threads and messages, applies
+//! Discord's validation rules and records every violation, and lets a test act as users:
+//! slash commands, button clicks, modal submits and messages.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::ws::{Message as WsMessage, WebSocket, WebSocketUpgrade};
+use axum::extract::{Multipart, Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, patch, post, put};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+pub const APP: u64 = 1_000_000_000_000_000_001;
+pub const GUILD: u64 = 2_000_000_000_000_000_001;
+pub const CHANNEL: u64 = 3_000_000_000_000_000_001;
+pub const ALICE: u64 = 4_000_000_000_000_000_001;
+pub const BOB: u64 = 4_000_000_000_000_000_002;
+pub const CAROL: u64 = 4_000_000_000_000_000_003;
+pub const ROLE_TEAM: u64 = 5_000_000_000_000_000_001;
+/// Permissions of an ordinary member (no Manage Threads).
+pub const MEMBER_PERMS: &str = "2147483648";
+const ACK_DEADLINE: Duration = Duration::from_secs(3);
+
+#[derive(Clone, Debug)]
+pub struct Callback {
+    pub kind: u64,
+    pub data: Value,
+    pub latency: Duration,
+}
+
+#[derive(Default)]
+struct Inner {
+    next_id: u64,
+    seq: u64,
+    gateway: Option<mpsc::UnboundedSender<Value>>,
+    identified: bool,
+    queued: Vec<Value>,
+    messages: Vec<Value>,
+    threads: Vec<Value>,
+    commands: Vec<Value>,
+    /// Interactions injected: id → (token, when).
+    interactions: HashMap<u64, (String, Instant)>,
+    callbacks: HashMap<u64, Vec<Callback>>,
+    followups: Vec<(String, Value)>,
+    errors: Vec<String>,
+    sent_payloads: Vec<Value>,
+    identifies: usize,
+}
+
+#[derive(Clone)]
+pub struct FakeDiscord {
+    inner: Arc<Mutex<Inner>>,
+    pub base_url: String,
+}
+
+type Shared = Arc<Mutex<Inner>>;
+
+fn user(id: u64, name: &str, bot: bool) -> Value {
+    json!({"id": id.to_string(), "username": name, "discriminator": "0", "global_name": name, "avatar": null, "bot": bot, "flags": 0})
+}
+
+fn name_of(id: u64) -> &'static str {
+    match id {
+        ALICE => "alice",
+        BOB => "bob",
+        CAROL => "carol",
+        APP => "fakebot",
+        _ => "someone",
+    }
+}
+
+pub fn role(id: u64, name: &str) -> Value {
+    json!({"id": id.to_string(), "name": name, "color": 0, "colors": {"primary_color": 0, "secondary_color": null, "tertiary_color": null},
+           "hoist": false, "managed": false, "mentionable": true, "permissions": "0", "position": 1, "icon": null, "unicode_emoji": null, "flags": 0})
+}
+
+pub fn member(id: u64, roles: &[u64], permissions: &str) -> Value {
+    json!({"user": user(id, name_of(id), false), "nick": null,
+           "roles": roles.iter().map(|r| r.to_string()).collect::<Vec<_>>(),
+           "joined_at": "2024-01-01T00:00:00.000000+00:00", "deaf": false, "mute": false, "flags": 0,
+           "pending": false, "permissions": permissions})
+}
+
+pub fn ready_payload(port: u16) -> Value {
+    json!({"v": 10, "user": user(APP, "fakebot", true), "guilds": [{"id": GUILD.to_string(), "unavailable": true}],
+           "session_id": "fake-session", "resume_gateway_url": format!("ws://127.0.0.1:{port}/ws"), "shard": [0, 1],
+           "application": {"id": APP.to_string(), "flags": 0}})
+}
+
+pub fn guild_payload() -> Value {
+    let everyone = {
+        let mut r = role(GUILD, "@everyone");
+        r["permissions"] = json!("1071698660929");
+        r["position"] = json!(0);
+        r
+    };
+    json!({"id": GUILD.to_string(), "name": "Fake Guild", "icon": null, "owner_id": ALICE.to_string(),
+        "verification_level": 0, "default_message_notifications": 0, "explicit_content_filter": 0, "mfa_level": 0,
+        "premium_tier": 0, "nsfw_level": 0, "system_channel_flags": 0, "preferred_locale": "en-US",
+        "premium_progress_bar_enabled": false, "features": [], "emojis": [], "stickers": [],
+        "roles": [everyone, role(ROLE_TEAM, "team")],
+        "joined_at": "2024-01-01T00:00:00.000000+00:00", "large": false, "unavailable": false, "member_count": 3,
+        "voice_states": [], "presences": [], "stage_instances": [], "guild_scheduled_events": [], "threads": [],
+        "members": [member(ALICE, &[], MEMBER_PERMS)],
+        "channels": [{"id": CHANNEL.to_string(), "type": 0, "name": "general", "guild_id": GUILD.to_string(),
+                      "position": 0, "permission_overwrites": [], "parent_id": null, "topic": null, "nsfw": false}]})
+}
+
+fn now_stamp() -> String {
+    chrono::Utc::now().to_rfc3339()
+}
+
+fn chars(v: &Value) -> usize {
+    v.as_str().map(|s| s.chars().count()).unwrap_or(0)
+}
+
+/// Discord's validation of a message body; each problem is a violation the test will see.
+pub fn validate_message(body: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    if chars(&body["content"]) > 2000 {
+        problems.push(format!(
+            "content is {} characters (max 2000)",
+            chars(&body["content"])
+        ));
+    }
+    let embeds = body["embeds"].as_array().cloned().unwrap_or_default();
+    if embeds.len() > 10 {
+        problems.push("more than 10 embeds".into());
+    }
+    let mut total = 0;
+    for embed in &embeds {
+        let limits = [("title", 256), ("description", 4096)];
+        for (key, max) in limits {
+            if chars(&embed[key]) > max {
+                problems.push(format!(
+                    "embed {key} is {} characters (max {max})",
+                    chars(&embed[key])
+                ));
+            }
+            total += chars(&embed[key]);
+        }
+        if chars(&embed["footer"]["text"]) > 2048 {
+            problems.push("embed footer over 2048".into());
+        }
+        total += chars(&embed["footer"]["text"]);
+        let fields = embed["fields"].as_array().cloned().unwrap_or_default();
+        if fields.len() > 25 {
+            problems.push("more than 25 fields".into());
+        }
+        for field in &fields {
+            if chars(&field["name"]) > 256 || chars(&field["name"]) == 0 {
+                problems.push(format!(
+                    "field name of {} characters",
+                    chars(&field["name"])
+                ));
+            }
+            if chars(&field["value"]) > 1024 || chars(&field["value"]) == 0 {
+                problems.push(format!(
+                    "field value of {} characters",
+                    chars(&field["value"])
+                ));
+            }
+            total += chars(&field["name"]) + chars(&field["value"]);
+        }
+    }
+    if total > 6000 {
+        problems.push(format!("embeds hold {total} characters (max 6000)"));
+    }
+    let rows = body["components"].as_array().cloned().unwrap_or_default();
+    if rows.len() > 5 {
+        problems.push("more than 5 component rows".into());
+    }
+    let mut ids = Vec::new();
+    for row in &rows {
+        let items = row["components"].as_array().cloned().unwrap_or_default();
+        if items.len() > 5 {
+            problems.push("more than 5 buttons in a row".into());
+        }
+        for item in items {
+            if let Some(id) = item["custom_id"].as_str() {
+                if id.chars().count() > 100 {
+                    problems.push(format!("custom_id longer than 100: {id}"));
+                }
+                if ids.contains(&id.to_string()) {
+                    problems.push(format!("duplicate custom_id {id}"));
+                }
+                ids.push(id.to_string());
+            }
+            if chars(&item["label"]) > 80 {
+                problems.push("button label over 80".into());
+            }
+        }
+    }
+    problems
+}
+
+/// The bot promises to mention nobody: every message must say so explicitly.
+fn check_mentions(body: &Value) -> Option<String> {
+    let parse = body.pointer("/allowed_mentions/parse");
+    match parse.and_then(Value::as_array) {
+        Some(list) if list.is_empty() => None,
+        _ => Some(format!(
+            "message sent without mentions disabled: allowed_mentions = {}",
+            body["allowed_mentions"]
+        )),
+    }
+}
+
+impl FakeDiscord {
+    pub async fn start() -> FakeDiscord {
+        let inner: Shared = Arc::new(Mutex::new(Inner {
+            next_id: 9_000_000_000_000_000_000,
+            ..Default::default()
+        }));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let app =
+            Router::new()
+                .route(
+                    "/api/v10/gateway",
+                    get(move || async move {
+                        Json(json!({"url": format!("ws://127.0.0.1:{port}/ws")}))
+                    }),
+                )
+                .route(
+                    "/ws",
+                    get(
+                        move |ws: WebSocketUpgrade, State(state): State<Shared>| async move {
+                            ws.on_upgrade(move |socket| gateway(socket, state, port))
+                        },
+                    ),
+                )
+                .route(
+                    "/api/v10/applications/{app}/guilds/{guild}/commands",
+                    put(put_commands),
+                )
+                .route("/api/v10/applications/{app}/commands", put(put_commands))
+                .route("/api/v10/channels/{channel}/threads", post(create_thread))
+                .route("/api/v10/channels/{channel}/messages", post(create_message))
+                .route(
+                    "/api/v10/channels/{channel}/messages/{message}",
+                    patch(edit_message).get(get_message),
+                )
+                .route(
+                    "/api/v10/channels/{channel}/typing",
+                    post(|| async { StatusCode::NO_CONTENT }),
+                )
+                .route(
+                    "/api/v10/interactions/{id}/{token}/callback",
+                    post(callback),
+                )
+                .route("/api/v10/webhooks/{app}/{token}", post(followup))
+                .route(
+                    "/api/v10/webhooks/{app}/{token}/messages/{message}",
+                    patch(edit_followup),
+                )
+                .with_state(inner.clone());
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        FakeDiscord {
+            inner,
+            base_url: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap()
+    }
+
+    /// Sends a dispatch to the bot (queued until it has identified).
+    pub fn dispatch(&self, t: &str, d: Value) {
+        let mut inner = self.lock();
+        let payload = json!({"op": 0, "t": t, "d": d});
+        if inner.identified {
+            send_dispatch(&mut inner, payload);
+        } else {
+            inner.queued.push(payload);
+        }
+    }
+
+    fn new_id(&self) -> u64 {
+        let mut inner = self.lock();
+        inner.next_id += 1;
+        inner.next_id
+    }
+
+    fn interaction_base(
+        &self,
+        kind: u64,
+        user_id: u64,
+        roles: &[u64],
+        perms: &str,
+        channel: u64,
+    ) -> (u64, Value) {
+        let id = self.new_id();
+        let token = format!("itok{id}");
+        self.lock()
+            .interactions
+            .insert(id, (token.clone(), Instant::now()));
+        let value = json!({"id": id.to_string(), "application_id": APP.to_string(), "type": kind, "token": token,
+            "version": 1, "locale": "en-US", "guild_locale": "en-US", "entitlements": [], "attachment_size_limit": 26214400,
+            "app_permissions": "2199023255551", "context": 0, "authorizing_integration_owners": {"0": GUILD.to_string()},
+            "guild_id": GUILD.to_string(), "channel_id": channel.to_string(),
+            "member": member(user_id, roles, perms)});
+        (id, value)
+    }
+
+    /// `/agent <sub> …` typed by `user` in `channel`; returns the interaction id.
+    pub fn slash(
+        &self,
+        user_id: u64,
+        roles: &[u64],
+        channel: u64,
+        sub: &str,
+        options: Value,
+        resolved: Value,
+    ) -> u64 {
+        let (id, mut payload) = self.interaction_base(2, user_id, roles, MEMBER_PERMS, channel);
+        payload["data"] = json!({"id": "7000000000000000001", "name": "agent", "type": 1, "guild_id": GUILD.to_string(),
+            "options": [{"name": sub, "type": 1, "options": options}], "resolved": resolved});
+        self.dispatch("INTERACTION_CREATE", payload);
+        id
+    }
+
+    /// A click on a button of a message the bot posted.
+    pub fn click(&self, user_id: u64, roles: &[u64], message: &Value, custom_id: &str) -> u64 {
+        let channel: u64 = message["channel_id"].as_str().unwrap().parse().unwrap();
+        let (id, mut payload) = self.interaction_base(3, user_id, roles, MEMBER_PERMS, channel);
+        payload["data"] = json!({"custom_id": custom_id, "component_type": 2});
+        payload["message"] = message.clone();
+        self.dispatch("INTERACTION_CREATE", payload);
+        id
+    }
+
+    /// Submits the modal the bot opened in answer to `opened_by`, filling its one text input.
+    pub fn submit_modal(
+        &self,
+        user_id: u64,
+        roles: &[u64],
+        channel: u64,
+        opened_by: u64,
+        value: &str,
+    ) -> u64 {
+        let modal = self
+            .callbacks(opened_by)
+            .into_iter()
+            .find(|c| c.kind == 9)
+            .expect("a modal was opened");
+        let custom_id = modal.data["custom_id"].as_str().unwrap().to_string();
+        let input_id = modal
+            .data
+            .pointer("/components/0/components/0/custom_id")
+            .and_then(Value::as_str)
+            .unwrap_or("x")
+            .to_string();
+        let (id, mut payload) = self.interaction_base(5, user_id, roles, MEMBER_PERMS, channel);
+        payload["data"] = json!({"custom_id": custom_id, "components": [{"type": 1, "components": [{"type": 4, "custom_id": input_id, "value": value}]}]});
+        self.dispatch("INTERACTION_CREATE", payload);
+        id
+    }
+
+    /// A plain message typed by a user.
+    pub fn say(&self, user_id: u64, roles: &[u64], channel: u64, content: &str) {
+        let id = self.new_id();
+        self.dispatch("MESSAGE_CREATE", json!({"id": id.to_string(), "channel_id": channel.to_string(), "guild_id": GUILD.to_string(),
+            "author": user(user_id, name_of(user_id), false),
+            "member": {"roles": roles.iter().map(|r| r.to_string()).collect::<Vec<_>>(), "joined_at": "2024-01-01T00:00:00.000000+00:00", "deaf": false, "mute": false, "flags": 0},
+            "content": content, "timestamp": now_stamp(), "edited_timestamp": null, "tts": false, "mention_everyone": false,
+            "mentions": [], "mention_roles": [], "attachments": [], "embeds": [], "pinned": false, "type": 0}));
+    }
+
+    pub fn callbacks(&self, interaction: u64) -> Vec<Callback> {
+        self.lock()
+            .callbacks
+            .get(&interaction)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    pub fn followups_for(&self, interaction: u64) -> Vec<Value> {
+        let inner = self.lock();
+        let Some((token, _)) = inner.interactions.get(&interaction) else {
+            return Vec::new();
+        };
+        inner
+            .followups
+            .iter()
+            .filter(|(t, _)| t == token)
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
+    pub fn messages_in(&self, channel: u64) -> Vec<Value> {
+        let channel = channel.to_string();
+        self.lock()
+            .messages
+            .iter()
+            .filter(|m| m["channel_id"] == channel.as_str())
+            .cloned()
+            .collect()
+    }
+
+    pub fn threads(&self) -> Vec<Value> {
+        self.lock().threads.clone()
+    }
+
+    pub fn commands(&self) -> Vec<Value> {
+        self.lock().commands.clone()
+    }
+
+    pub fn identifies(&self) -> usize {
+        self.lock().identifies
+    }
+
+    pub fn sent_payloads(&self) -> Vec<Value> {
+        self.lock().sent_payloads.clone()
+    }
+
+    pub fn errors(&self) -> Vec<String> {
+        self.lock().errors.clone()
+    }
+
+    pub fn assert_clean(&self) {
+        let errors = self.errors();
+        assert!(
+            errors.is_empty(),
+            "the fake Discord saw violations:\n{}",
+            errors.join("\n")
+        );
+    }
+
+    /// Closes the gateway as Discord does for a bad token, which ends the bot's client.
+    pub fn disconnect(&self) {
+        let mut inner = self.lock();
+        if let Some(tx) = inner.gateway.take() {
+            let _ = tx.send(json!({"close": 4004}));
+        }
+        inner.identified = false;
+    }
+
+    /// Waits (bounded) until `probe` returns something.
+    pub async fn wait_for<T>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut probe: impl FnMut(&FakeDiscord) -> Option<T>,
+    ) -> T {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(found) = probe(self) {
+                return found;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "timed out waiting for {what}; violations: {:?}",
+                    self.errors()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+fn send_dispatch(inner: &mut Inner, mut payload: Value) {
+    inner.seq += 1;
+    payload["s"] = json!(inner.seq);
+    inner.sent_payloads.push(payload.clone());
+    if let Some(tx) = &inner.gateway {
+        let _ = tx.send(payload);
+    }
+}
+
+async fn gateway(mut socket: WebSocket, state: Shared, port: u16) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
+    {
+        let mut inner = state.lock().unwrap();
+        inner.gateway = Some(tx);
+        inner.identified = false;
+    }
+    let hello = json!({"op": 10, "d": {"heartbeat_interval": 5000}});
+    if socket
+        .send(WsMessage::Text(hello.to_string().into()))
+        .await
+        .is_err()
+    {
+        return;
+    }
+    // Bounded: the connection ends when the bot goes away or the test drops the fake.
+    loop {
+        tokio::select! {
+            outgoing = rx.recv() => match outgoing {
+                Some(payload) if payload.get("close").is_some() => {
+                    let frame = axum::extract::ws::CloseFrame { code: 4004, reason: "Authentication failed".into() };
+                    let _ = socket.send(WsMessage::Close(Some(frame))).await;
+                    return;
+                }
+                Some(payload) => {
+                    if socket.send(WsMessage::Text(payload.to_string().into())).await.is_err() { return; }
+                }
+                None => return,
+            },
+            incoming = socket.recv() => {
+                let Some(Ok(message)) = incoming else { return };
+                let WsMessage::Text(text) = message else { continue };
+                let Ok(frame) = serde_json::from_str::<Value>(&text) else { continue };
+                match frame["op"].as_u64() {
+                    Some(1) => {
+                        if socket.send(WsMessage::Text(json!({"op": 11}).to_string().into())).await.is_err() { return; }
+                    }
+                    Some(2) => {
+                        let mut inner = state.lock().unwrap();
+                        inner.identifies += 1;
+                        inner.identified = true;
+                        send_dispatch(&mut inner, json!({"op": 0, "t": "READY", "d": ready_payload(port)}));
+                        send_dispatch(&mut inner, json!({"op": 0, "t": "GUILD_CREATE", "d": guild_payload()}));
+                        let queued = std::mem::take(&mut inner.queued);
+                        for payload in queued {
+                            send_dispatch(&mut inner, payload);
+                        }
+                    }
+                    Some(6) => {
+                        // No resume support: ask for a fresh IDENTIFY.
+                        let _ = socket.send(WsMessage::Text(json!({"op": 9, "d": false}).to_string().into())).await;
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+async fn put_commands(State(state): State<Shared>, Json(body): Json<Value>) -> Json<Value> {
+    let mut inner = state.lock().unwrap();
+    let mut out = Vec::new();
+    for (i, mut command) in body
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+    {
+        command["id"] = json!((7_000_000_000_000_000_001u64 + i as u64).to_string());
+        command["application_id"] = json!(APP.to_string());
+        command["version"] = json!("1");
+        if command.get("type").is_none() {
+            command["type"] = json!(1);
+        }
+        if command.get("description").is_none() {
+            command["description"] = json!("");
+        }
+        out.push(command);
+    }
+    inner.commands = out.clone();
+    Json(Value::Array(out))
+}
+
+async fn create_thread(
+    State(state): State<Shared>,
+    Path(channel): Path<u64>,
+    Json(body): Json<Value>,
+) -> Response {
+    let mut inner = state.lock().unwrap();
+    let name_len = chars(&body["name"]);
+    if name_len == 0 || name_len > 100 {
+        inner
+            .errors
+            .push(format!("thread name of {name_len} characters"));
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"code": 50035, "message": "Invalid Form Body"})),
+        )
+            .into_response();
+    }
+    if body["type"] != 11 {
+        inner.errors.push(format!(
+            "thread created with type {} (a public thread is 11)",
+            body["type"]
+        ));
+    }
+    inner.next_id += 1;
+    let thread = json!({"id": inner.next_id.to_string(), "type": 11, "guild_id": GUILD.to_string(), "parent_id": channel.to_string(),
+        "name": body["name"], "owner_id": APP.to_string(), "rate_limit_per_user": 0, "flags": 0, "message_count": 0, "member_count": 1,
+        "thread_metadata": {"archived": false, "auto_archive_duration": 1440, "archive_timestamp": now_stamp(), "locked": false}});
+    inner.threads.push(thread.clone());
+    Json(thread).into_response()
+}
+
+/// Reads a JSON body or a multipart one (`payload_json` plus `files[n]`), returning the payload
+/// and the attached files as (name, bytes).
+async fn read_body(
+    headers: &HeaderMap,
+    body: axum::body::Bytes,
+) -> (Value, Vec<(String, Vec<u8>)>) {
+    let content_type = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if !content_type.starts_with("multipart/form-data") {
+        return (
+            serde_json::from_slice(&body).unwrap_or(Value::Null),
+            Vec::new(),
+        );
+    }
+    let boundary = content_type
+        .split("boundary=")
+        .nth(1)
+        .unwrap_or("")
+        .trim_matches('"')
+        .to_string();
+    let stream = futures_stream(body);
+    let mut multipart = multer_like(stream, boundary);
+    let mut payload = Value::Null;
+    let mut files = Vec::new();
+    while let Ok(Some(field)) = multipart.next_field().await {
+        let name = field.name().unwrap_or("").to_string();
+        let file_name = field.file_name().map(str::to_string);
+        let data = field.bytes().await.unwrap_or_default().to_vec();
+        if name == "payload_json" {
+            payload = serde_json::from_slice(&data).unwrap_or(Value::Null);
+        } else {
+            files.push((file_name.unwrap_or(name), data));
+        }
+    }
+    (payload, files)
+}
+
+fn futures_stream(body: axum::body::Bytes) -> axum::body::Body {
+    axum::body::Body::from(body)
+}
+
+fn multer_like(body: axum::body::Body, boundary: String) -> Multipart {
+    // axum's Multipart extractor needs a request; build one around the buffered body.
+    let request = axum::http::Request::builder()
+        .header(
+            "content-type",
+            format!("multipart/form-data; boundary={boundary}"),
+        )
+        .body(body)
+        .unwrap();
+    futures_block_on_multipart(request)
+}
+
+fn futures_block_on_multipart(request: axum::http::Request<axum::body::Body>) -> Multipart {
+    use axum::extract::FromRequest;
+    let future = Multipart::from_request(request, &());
+    // The extractor only inspects headers, so it is ready at once.
+    match futures_now(future) {
+        Some(Ok(multipart)) => multipart,
+        _ => panic!("a multipart body without a valid boundary"),
+    }
+}
+
+fn futures_now<F: std::future::Future>(future: F) -> Option<F::Output> {
+    let waker = std::task::Waker::noop();
+    let mut context = std::task::Context::from_waker(waker);
+    let mut future = std::pin::pin!(future);
+    match future.as_mut().poll(&mut context) {
+        std::task::Poll::Ready(output) => Some(output),
+        std::task::Poll::Pending => None,
+    }
+}
+
+fn stored_message(
+    inner: &mut Inner,
+    channel: u64,
+    body: &Value,
+    files: &[(String, Vec<u8>)],
+    port_hint: &str,
+) -> Value {
+    inner.next_id += 1;
+    let id = inner.next_id;
+    let attachments: Vec<Value> = files
+        .iter()
+        .enumerate()
+        .map(|(i, (name, data))| json!({"id": (id * 10 + i as u64).to_string(), "filename": name, "size": data.len(),
+            "url": format!("{port_hint}/att/{id}/{i}"), "proxy_url": format!("{port_hint}/att/{id}/{i}"),
+            "content_type": "text/plain", "text": String::from_utf8_lossy(data)}))
+        .collect();
+    json!({"id": id.to_string(), "channel_id": channel.to_string(), "guild_id": GUILD.to_string(),
+        "author": user(APP, "fakebot", true), "content": body["content"].as_str().unwrap_or(""),
+        "timestamp": now_stamp(), "edited_timestamp": null, "tts": false, "mention_everyone": false,
+        "mentions": [], "mention_roles": [], "attachments": attachments, "embeds": body["embeds"].as_array().cloned().unwrap_or_default(),
+        "components": body["components"].as_array().cloned().unwrap_or_default(),
+        "pinned": false, "type": 0, "flags": body["flags"].as_u64().unwrap_or(0)})
+}
+
+fn reject(inner: &mut Inner, what: &str, problems: Vec<String>) -> Option<Response> {
+    if problems.is_empty() {
+        return None;
+    }
+    for p in &problems {
+        inner.errors.push(format!("{what}: {p}"));
+    }
+    Some(
+        (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"code": 50035, "message": problems.join("; ")})),
+        )
+            .into_response(),
+    )
+}
+
+async fn create_message(
+    State(state): State<Shared>,
+    Path(channel): Path<u64>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let (payload, files) = read_body(&headers, body).await;
+    let mut inner = state.lock().unwrap();
+    let mut problems = validate_message(&payload);
+    problems.extend(check_mentions(&payload));
+    let known = channel == CHANNEL
+        || inner
+            .threads
+            .iter()
+            .any(|t| t["id"] == channel.to_string().as_str());
+    if !known {
+        problems.push(format!("message to unknown channel {channel}"));
+    }
+    if let Some(rejected) = reject(&mut inner, "create message", problems) {
+        return rejected;
+    }
+    let message = stored_message(&mut inner, channel, &payload, &files, "http://127.0.0.1");
+    inner.messages.push(message.clone());
+    Json(message).into_response()
+}
+
+async fn edit_message(
+    State(state): State<Shared>,
+    Path((channel, message)): Path<(u64, u64)>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let (payload, _) = read_body(&headers, body).await;
+    let mut inner = state.lock().unwrap();
+    let mut problems = validate_message(&payload);
+    problems.extend(check_mentions(&payload));
+    if let Some(rejected) = reject(&mut inner, "edit message", problems) {
+        return rejected;
+    }
+    let id = message.to_string();
+    let Some(stored) = inner
+        .messages
+        .iter_mut()
+        .find(|m| m["id"] == id.as_str() && m["channel_id"] == channel.to_string().as_str())
+    else {
+        return (
+            StatusCode::NOT_FOUND,
+            Json(json!({"code": 10008, "message": "Unknown Message"})),
+        )
+            .into_response();
+    };
+    for key in ["content", "embeds", "components"] {
+        if let Some(v) = payload.get(key) {
+            stored[key] = v.clone();
+        }
+    }
+    stored["edited_timestamp"] = json!(now_stamp());
+    Json(stored.clone()).into_response()
+}
+
+async fn get_message(
+    State(state): State<Shared>,
+    Path((channel, message)): Path<(u64, u64)>,
+) -> Response {
+    let inner = state.lock().unwrap();
+    match inner.messages.iter().find(|m| {
+        m["id"] == message.to_string().as_str() && m["channel_id"] == channel.to_string().as_str()
+    }) {
+        Some(m) => Json(m.clone()).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            Json(json!({"code": 10008, "message": "Unknown Message"})),
+        )
+            .into_response(),
+    }
+}
+
+async fn callback(
+    State(state): State<Shared>,
+    Path((id, token)): Path<(u64, String)>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let (payload, _) = read_body(&headers, body).await;
+    let mut inner = state.lock().unwrap();
+    let Some((known_token, injected)) = inner.interactions.get(&id).cloned() else {
+        inner
+            .errors
+            .push(format!("callback for unknown interaction {id}"));
+        return (
+            StatusCode::NOT_FOUND,
+            Json(json!({"code": 10062, "message": "Unknown interaction"})),
+        )
+            .into_response();
+    };
+    if known_token != token {
+        inner
+            .errors
+            .push(format!("callback for {id} with the wrong token"));
+        return (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({"code": 50027, "message": "Invalid Webhook Token"})),
+        )
+            .into_response();
+    }
+    let latency = injected.elapsed();
+    if latency > ACK_DEADLINE {
+        inner.errors.push(format!(
+            "interaction {id} acknowledged after {latency:?} (deadline 3 s)"
+        ));
+        return (
+            StatusCode::NOT_FOUND,
+            Json(json!({"code": 10062, "message": "Unknown interaction"})),
+        )
+            .into_response();
+    }
+    if inner.callbacks.get(&id).is_some_and(|c| !c.is_empty()) {
+        // A second acknowledgement is a client bug Discord reports with 40060.
+        inner
+            .errors
+            .push(format!("interaction {id} acknowledged twice"));
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"code": 40060, "message": "Interaction has already been acknowledged."})),
+        )
+            .into_response();
+    }
+    let kind = payload["type"].as_u64().unwrap_or(0);
+    let data = payload["data"].clone();
+    if kind == 9 {
+        let title = chars(&data["title"]);
+        let inputs = data["components"].as_array().map(Vec::len).unwrap_or(0);
+        if title == 0 || title > 45 || !(1..=5).contains(&inputs) {
+            inner.errors.push(format!(
+                "invalid modal: title {title} characters, {inputs} inputs"
+            ));
+        }
+    } else if kind == 4 || kind == 7 {
+        let mut problems = validate_message(&data);
+        problems.extend(check_mentions(&data));
+        if let Some(rejected) = reject(&mut inner, "interaction response", problems) {
+            return rejected;
+        }
+    }
+    inner.callbacks.entry(id).or_default().push(Callback {
+        kind,
+        data,
+        latency,
+    });
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn followup(
+    State(state): State<Shared>,
+    Path((_app, token)): Path<(u64, String)>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let (payload, files) = read_body(&headers, body).await;
+    let mut inner = state.lock().unwrap();
+    let mut problems = validate_message(&payload);
+    problems.extend(check_mentions(&payload));
+    if let Some(rejected) = reject(&mut inner, "follow-up", problems) {
+        return rejected;
+    }
+    let message = stored_message(&mut inner, CHANNEL, &payload, &files, "http://127.0.0.1");
+    inner.followups.push((token, message.clone()));
+    Json(message).into_response()
+}
+
+async fn edit_followup(
+    State(state): State<Shared>,
+    Path((_app, token, _message)): Path<(u64, String, String)>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let (payload, files) = read_body(&headers, body).await;
+    let mut inner = state.lock().unwrap();
+    let message = stored_message(&mut inner, CHANNEL, &payload, &files, "http://127.0.0.1");
+    inner.followups.push((token, message.clone()));
+    Json(message).into_response()
+}

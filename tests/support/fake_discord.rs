@@ -513,7 +513,8 @@ async fn gateway(mut socket: WebSocket, state: Shared, port: u16) {
                 let Ok(frame) = serde_json::from_str::<Value>(&text) else { continue };
                 match frame["op"].as_u64() {
                     Some(1) => {
-                        if socket.send(WsMessage::Text(json!({"op": 11}).to_string().into())).await.is_err() { return; }
+                        let ack = json!({"op": 11}).to_string();
+                        if socket.send(WsMessage::Text(ack.into())).await.is_err() { return; }
                     }
                     Some(2) => {
                         let mut inner = state.lock().unwrap();

@@ -12,6 +12,14 @@ use support::{Running, TestEnv};
 
 const WAIT: Duration = Duration::from_secs(30);
 
+fn expect() -> Expect {
+    Expect {
+        max_tokens: Some(500),
+        response_format: Some("json_schema"),
+        context_tokens: Some(4096),
+    }
+}
+
 async fn start_bot(env: &TestEnv, discord: &FakeDiscord) -> Running {
     let mut cmd = env.command(&["run"]);
     cmd.env("DISCORD_TOKEN", "fake-token")
@@ -176,7 +184,10 @@ async fn start_card_approve_refuse_stale_feedback_deny() {
     // A click on the old card is stale.
     let stale = discord.click(ALICE, &[], &first, &approve);
     let text = ephemeral_text(&discord, stale).await;
-    assert_eq!(text, "This proposal is no longer pending.");
+    assert_eq!(
+        text,
+        "This proposal is no longer pending: already decided by alice."
+    );
 
     // Feedback through the modal.
     let opened = discord.click(ALICE, &[], &second, &button(&second, "Feedback"));
@@ -206,6 +217,252 @@ async fn start_card_approve_refuse_stale_feedback_deny() {
         })
         .await;
 
+    discord.assert_clean();
+    openai.assert_clean();
+    bot.kill().await;
+}
+
+fn hostile_reply(cycle: usize) -> String {
+    let noise = format!(
+        "@everyone <@&{}> <@{}> ",
+        support::fake_discord::ROLE_TEAM,
+        BOB
+    )
+    .repeat(300);
+    json!({
+        "thoughts": {"observations": noise, "text": noise, "reasoning": noise, "self_criticism": noise, "plan": noise, "speak": noise},
+        "command": {"name": "write_file", "args": {"filename": format!("h{cycle}.txt"), "contents": noise}}
+    })
+    .to_string()
+}
+
+fn status_of(message: &Value) -> String {
+    message["embeds"][0]["fields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|f| f["name"] == "Status")
+        .and_then(|f| f["value"].as_str())
+        .unwrap_or("")
+        .to_string()
+}
+
+async fn start_agent(discord: &FakeDiscord, options: Value, resolved: Value) -> u64 {
+    let start = discord.slash(ALICE, &[], CHANNEL, "start", options, resolved);
+    discord
+        .wait_for("the start reply", WAIT, |d| {
+            d.followups_for(start).first().cloned()
+        })
+        .await;
+    discord.threads().last().unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approve_n_runs_three_cycles_then_a_role_member_denies() {
+    use support::fake_discord::{CAROL, ROLE_TEAM};
+    let openai = FakeOpenAi::start(expect()).await;
+    openai.push_content(agent_reply(
+        "write_file",
+        json!({"filename": "1.txt", "contents": "one"}),
+    ));
+    // A hostile reply: 10,000+ characters with @everyone and role mentions, run automatically.
+    openai.push_content(hostile_reply(2));
+    openai.push_content(agent_reply(
+        "write_file",
+        json!({"filename": "3.txt", "contents": "three"}),
+    ));
+    openai.push_content(agent_reply(
+        "write_file",
+        json!({"filename": "4.txt", "contents": "four"}),
+    ));
+    let discord = FakeDiscord::start().await;
+    let env = TestEnv::new(&openai.base_url, "");
+    let bot = start_bot(&env, &discord).await;
+    let thread = start_agent(
+        &discord,
+        json!([{"name": "task", "type": 3, "value": "Write files"}, {"name": "name", "type": 3, "value": "FileGPT"}]),
+        json!({}),
+    )
+    .await;
+
+    let first = card(&discord, thread, "FileGPT · cycle 1").await;
+    let opened = discord.click(ALICE, &[], &first, &button(&first, "Approve ×"));
+    let modal = discord
+        .wait_for("the Approve ×N modal", WAIT, |d| {
+            d.callbacks(opened).into_iter().find(|c| c.kind == 9)
+        })
+        .await;
+    assert_eq!(
+        modal.data.pointer("/components/0/components/0/value"),
+        Some(&json!("5")),
+        "the default N comes from config"
+    );
+    discord.submit_modal(ALICE, &[], thread, opened, "3");
+    let fourth = card(&discord, thread, "FileGPT · cycle 4").await;
+    for cycle in [2, 3] {
+        let shown = card(&discord, thread, &format!("FileGPT · cycle {cycle}")).await;
+        assert_eq!(
+            shown["components"],
+            json!([]),
+            "cycle {cycle} ran without buttons"
+        );
+        assert!(
+            status_of(&shown).starts_with("Approved automatically"),
+            "{}",
+            status_of(&shown)
+        );
+    }
+    assert!(
+        !fourth["components"].as_array().unwrap().is_empty(),
+        "the fourth asks again"
+    );
+
+    // Carol is not shared yet; after `/agent share role:team` her role lets her decide.
+    let deny = button(&fourth, "Deny");
+    let refused = discord.click(CAROL, &[ROLE_TEAM], &fourth, &deny);
+    assert!(ephemeral_text(&discord, refused)
+        .await
+        .starts_with("Only the agent's owner"));
+    let share = discord.slash(
+        ALICE,
+        &[],
+        thread,
+        "share",
+        json!([{"name": "role", "type": 8, "value": ROLE_TEAM.to_string()}]),
+        json!({"roles": {ROLE_TEAM.to_string(): support::fake_discord::role(ROLE_TEAM, "team")}}),
+    );
+    let shared = ephemeral_text(&discord, share).await;
+    assert!(shared.contains("now shared with"), "{shared}");
+    discord.click(CAROL, &[ROLE_TEAM], &fourth, &deny);
+    discord
+        .wait_for("the stop notice", WAIT, |d| {
+            d.messages_in(thread).into_iter().find(|m| {
+                m["content"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("stopped by carol")
+            })
+        })
+        .await;
+    discord.assert_clean();
+    openai.assert_clean();
+    bot.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_concurrent_approvals_yield_exactly_one_decision_100_times() {
+    const ROUNDS: usize = 100;
+    let openai = FakeOpenAi::start(expect()).await;
+    for i in 0..=ROUNDS {
+        openai.push_content(agent_reply(
+            "write_file",
+            json!({"filename": format!("{i}.txt"), "contents": "x"}),
+        ));
+    }
+    let discord = FakeDiscord::start().await;
+    let env = TestEnv::new(&openai.base_url, "");
+    let bot = start_bot(&env, &discord).await;
+    let thread = start_agent(
+        &discord,
+        json!([{"name": "task", "type": 3, "value": "Race"}, {"name": "name", "type": 3, "value": "RaceGPT"},
+               {"name": "share_user", "type": 6, "value": BOB.to_string()}]),
+        json!({"users": {BOB.to_string(): {"id": BOB.to_string(), "username": "bob", "discriminator": "0", "avatar": null, "global_name": "bob"}}}),
+    )
+    .await;
+    for round in 1..=ROUNDS {
+        let shown = card(&discord, thread, &format!("RaceGPT · cycle {round}")).await;
+        let approve = button(&shown, "Approve");
+        let a = discord.click(ALICE, &[], &shown, &approve);
+        let b = discord.click(BOB, &[], &shown, &approve);
+        card(&discord, thread, &format!("RaceGPT · cycle {}", round + 1)).await;
+        // Exactly one result for this cycle, and the loser is told who decided.
+        let results = discord
+            .messages_in(thread)
+            .iter()
+            .filter(|m| {
+                m["content"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains(&format!("File {}.txt has been written", round - 1))
+            })
+            .count();
+        assert_eq!(results, 1, "round {round}");
+        // The edited card names the winner; the other clicker is told who decided.
+        let edited = discord
+            .messages_in(thread)
+            .into_iter()
+            .find(|m| m["id"] == shown["id"])
+            .unwrap();
+        let status = status_of(&edited);
+        let (winner, loser, loser_click) = if status.contains("by alice") {
+            ("alice", "bob", b)
+        } else if status.contains("by bob") {
+            ("bob", "alice", a)
+        } else {
+            panic!("round {round}: the card does not name a decider: {status}")
+        };
+        let told = ephemeral_text(&discord, loser_click).await;
+        assert_eq!(
+            told,
+            format!("This proposal is no longer pending: already decided by {winner}."),
+            "round {round}: what {loser} was told"
+        );
+        let winner_click = if loser_click == a { b } else { a };
+        assert!(
+            discord.followups_for(winner_click).is_empty()
+                && discord.callbacks(winner_click).iter().all(|c| c.kind == 6),
+            "round {round}: the winner gets no refusal"
+        );
+    }
+    discord.assert_clean();
+    bot.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_card_waiting_across_a_restart_still_works() {
+    let openai = FakeOpenAi::start(expect()).await;
+    openai.push_content(agent_reply(
+        "write_file",
+        json!({"filename": "a.txt", "contents": "a"}),
+    ));
+    openai.push_content(agent_reply("read_file", json!({"filename": "a.txt"})));
+    let discord = FakeDiscord::start().await;
+    let env = TestEnv::new(&openai.base_url, "");
+    let bot = start_bot(&env, &discord).await;
+    let thread = start_agent(
+        &discord,
+        json!([{"name": "task", "type": 3, "value": "Survive"}, {"name": "name", "type": 3, "value": "PhoenixGPT"}]),
+        json!({}),
+    )
+    .await;
+    let first = card(&discord, thread, "PhoenixGPT · cycle 1").await;
+    // The card reference is flushed right after the post; give that a moment before the kill.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    bot.kill().await;
+
+    let bot = start_bot(&env, &discord).await;
+    discord
+        .wait_for("a second IDENTIFY", WAIT, |d| {
+            (d.identifies() >= 2).then_some(())
+        })
+        .await;
+    // The same card, still there, is clicked after the restart.
+    let clicked = discord.click(ALICE, &[], &first, &button(&first, "Approve"));
+    card(&discord, thread, "PhoenixGPT · cycle 2").await;
+    assert_eq!(discord.callbacks(clicked)[0].kind, 6);
+    let cards_for_cycle_1 = discord
+        .messages_in(thread)
+        .iter()
+        .filter(|m| title(m) == "PhoenixGPT · cycle 1")
+        .count();
+    assert_eq!(
+        cards_for_cycle_1, 1,
+        "the old card was reused, not posted again"
+    );
     discord.assert_clean();
     openai.assert_clean();
     bot.kill().await;

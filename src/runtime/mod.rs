@@ -276,7 +276,11 @@ impl Actor {
         let pending = self.state.phase == Phase::AwaitingDecision
             && self.state.pending.as_ref().map(|p| p.cycle) == Some(cycle);
         if !pending {
-            return Err("this proposal is no longer pending".into());
+            // Tell a late clicker who won, when the card they clicked was decided by someone else.
+            return Err(match self.deps.store.decision(&self.state.id, cycle) {
+                Ok(Some(winner)) => format!("already decided by {}", winner.by),
+                _ => "this proposal is no longer pending".into(),
+            });
         }
         let record = DecisionRecord {
             decision: decision.clone(),

@@ -325,6 +325,15 @@ impl Store {
         }
     }
 
+    /// The decision taken on (agent, cycle), if any.
+    pub fn decision(&self, agent: &str, cycle: u64) -> Result<Option<DecisionRecord>, StoreError> {
+        let key = cycle_key(agent, cycle);
+        self.decisions
+            .get(&key)?
+            .map(|raw| decode(&key, &raw))
+            .transpose()
+    }
+
     /// Forgets the decision for a cycle, so an interrupted command can be decided again.
     pub fn clear_decision(&self, agent: &str, cycle: u64) -> Result<(), StoreError> {
         self.decisions.remove(cycle_key(agent, cycle))?;

@@ -420,6 +420,11 @@ impl FakeDiscord {
         self.lock().identifies
     }
 
+    /// Dispatches waiting for the bot to identify.
+    pub fn queued_payloads(&self) -> Vec<Value> {
+        self.lock().queued.clone()
+    }
+
     pub fn sent_payloads(&self) -> Vec<Value> {
         self.lock().sent_payloads.clone()
     }

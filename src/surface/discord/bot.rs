@@ -229,6 +229,7 @@ fn followup(text: impl Into<String>) -> CreateInteractionResponseFollowup {
 
 const NOT_ALLOWED: &str = "Only the agent's owner, the people and roles it is shared with, and members who can manage threads can decide for it.";
 const NOT_PENDING: &str = "This proposal is no longer pending.";
+const NOT_PENDING_PREFIX: &str = "This proposal is no longer pending";
 
 /// Checks that the click is for the agent's current proposal and that the clicker may decide.
 /// Returns the refusal to show otherwise.
@@ -255,7 +256,10 @@ fn check_click(handle: &Handle, id: &CardId, clicker: &Clicker) -> Result<(), St
                 && state.pending.as_ref().map(|p| p.cycle) == Some(id.cycle)
         });
     if !pending {
-        return Err(NOT_PENDING.into());
+        return Err(match handle.store.decision(&id.agent, id.cycle) {
+            Ok(Some(winner)) => format!("{NOT_PENDING_PREFIX}: already decided by {}.", winner.by),
+            _ => NOT_PENDING.into(),
+        });
     }
     Ok(())
 }
@@ -274,7 +278,7 @@ async fn decide_and_report(
         .await
     {
         let text = if why.starts_with("already decided by") {
-            format!("This proposal was {why}.")
+            format!("{NOT_PENDING_PREFIX}: {why}.")
         } else if why.contains("no longer pending") {
             NOT_PENDING.to_string()
         } else {

@@ -200,8 +200,12 @@ impl Surface for DiscordSurface {
                 cycle: proposal.cycle,
                 message_id,
             });
-            if let Err(e) = self.store.save_binding(&binding) {
+            // Flushed at once: after a crash the card must be found and reused, not posted again.
+            let saved = self.store.save_binding(&binding);
+            if let Err(e) = saved {
                 tracing::error!(agent = %agent.id, error = %e, "cannot remember the card");
+            } else if let Err(e) = self.store.flush().await {
+                tracing::error!(agent = %agent.id, error = %e, "cannot flush the card reference");
             }
         }
     }

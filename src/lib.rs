@@ -7,12 +7,14 @@
 //! - [`store`]: sled trees, versioned records, migrations, the command journal.
 //! - [`runtime`]: one actor per live agent; carries out the effects `step` returns.
 //! - [`surface`]: where humans see and decide: the console now, Discord next.
+//! - [`export`]: transcripts and workspace archives for people.
 //! - [`config`]: `bot.toml` plus environment, validated once; secrets redacted.
 //! - [`cli`]: the `autothread` command line.
 
 pub mod cli;
 pub mod config;
 pub mod core;
+pub mod export;
 pub mod llm;
 pub mod runtime;
 pub mod store;

@@ -467,3 +467,101 @@ async fn a_card_waiting_across_a_restart_still_works() {
     openai.assert_clean();
     bot.kill().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_user_and_plain_messages_then_finish_and_export() {
+    let openai = FakeOpenAi::start(expect()).await;
+    openai.push_content(agent_reply(
+        "write_file",
+        json!({"filename": "poem.txt", "contents": "roses"}),
+    ));
+    openai.push_content(agent_reply(
+        "ask_user",
+        json!({"question": "Which colour?"}),
+    ));
+    openai.push_content(agent_reply(
+        "write_file",
+        json!({"filename": "colour.txt", "contents": "blue"}),
+    ));
+    openai.push_content(agent_reply(
+        "finish",
+        json!({"reason": "poem and colour written"}),
+    ));
+    let discord = FakeDiscord::start().await;
+    let env = TestEnv::new(&openai.base_url, "");
+    let bot = start_bot(&env, &discord).await;
+    let thread = start_agent(
+        &discord,
+        json!([{"name": "task", "type": 3, "value": "Write a poem"}, {"name": "name", "type": 3, "value": "PoetGPT"}]),
+        json!({}),
+    )
+    .await;
+    let first = card(&discord, thread, "PoetGPT · cycle 1").await;
+    discord.click(ALICE, &[], &first, &button(&first, "Approve"));
+    let second = card(&discord, thread, "PoetGPT · cycle 2").await;
+    discord.click(ALICE, &[], &second, &button(&second, "Approve"));
+    discord
+        .wait_for("the question", WAIT, |d| {
+            d.messages_in(thread).into_iter().find(|m| {
+                m["content"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("asks: Which colour?")
+            })
+        })
+        .await;
+    // Bob may not answer for the agent; Alice's message is the answer.
+    discord.say(BOB, &[], thread, "green");
+    discord.say(ALICE, &[], thread, "blue");
+    let third = card(&discord, thread, "PoetGPT · cycle 3").await;
+    assert!(discord.messages_in(thread).iter().any(|m| m["content"]
+        .as_str()
+        .unwrap_or("")
+        .contains("The user's answer: blue")));
+    assert!(third["components"]
+        .as_array()
+        .is_some_and(|c| !c.is_empty()));
+    // While a card waits, a plain message from Alice is feedback.
+    discord.say(ALICE, &[], thread, "use red instead");
+    let fourth = card(&discord, thread, "PoetGPT · cycle 4").await;
+    assert!(discord.messages_in(thread).iter().any(|m| m["content"]
+        .as_str()
+        .unwrap_or("")
+        .contains("use red instead")));
+    discord.click(ALICE, &[], &fourth, &button(&fourth, "Approve"));
+    discord
+        .wait_for("the closing summary", WAIT, |d| {
+            d.messages_in(thread)
+                .into_iter()
+                .find(|m| title(m) == "PoetGPT finished")
+        })
+        .await;
+
+    let export = discord.slash(ALICE, &[], thread, "export", json!([]), json!({}));
+    let attached = discord
+        .wait_for("the export", WAIT, |d| {
+            d.followups_for(export).first().cloned()
+        })
+        .await;
+    let files: Vec<String> = attached["attachments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["filename"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(files.len(), 2, "{attached}");
+    assert!(
+        files[0].ends_with("-transcript.md") && files[1].ends_with("-workspace.zip"),
+        "{files:?}"
+    );
+    let transcript = attached["attachments"][0]["text"].as_str().unwrap();
+    assert!(
+        transcript.contains("### Cycle 2: `ask_user("),
+        "{transcript}"
+    );
+    assert!(transcript.contains("The user's answer: blue"));
+    assert!(attached["attachments"][1]["size"].as_u64().unwrap() > 100);
+    discord.assert_clean();
+    openai.assert_clean();
+    bot.kill().await;
+}

@@ -341,7 +341,15 @@ impl Actor {
     async fn carry_out(&mut self, effect: Effect) -> Result<(), RuntimeError> {
         let surface = self.deps.surface.clone();
         match effect {
-            Effect::CallModel(call) => self.call_model(call),
+            Effect::CallModel(call) => {
+                if matches!(
+                    call.purpose,
+                    CallPurpose::Think | CallPurpose::Reask | CallPurpose::Rethink
+                ) {
+                    surface.thinking(&self.state).await;
+                }
+                self.call_model(call)
+            }
             Effect::ShowProfile => surface.show_profile(&self.state).await,
             Effect::ShowProposal {
                 proposal,

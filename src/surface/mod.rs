@@ -25,6 +25,8 @@ pub trait Surface: Send + Sync {
     async fn finished(&self, agent: &AgentState, reason: &str);
     /// A decision was taken on the proposal of `cycle` (the card can show who decided, and when).
     async fn decided(&self, _agent: &AgentState, _cycle: u64, _decision: &Decision, _by: &str) {}
+    /// The model is working on the agent's next step (Discord shows a typing indicator).
+    async fn thinking(&self, _agent: &AgentState) {}
     /// The `ask_user` command: a question to the humans, answered in text.
     async fn ask_user(&self, agent: &AgentState, question: &str) -> Result<String, String>;
 }

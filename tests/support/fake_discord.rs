@@ -683,10 +683,12 @@ fn stored_message(
 ) -> Value {
     inner.next_id += 1;
     let id = inner.next_id;
+    let first_attachment = inner.next_id + 1;
+    inner.next_id += files.len() as u64;
     let attachments: Vec<Value> = files
         .iter()
         .enumerate()
-        .map(|(i, (name, data))| json!({"id": (id * 10 + i as u64).to_string(), "filename": name, "size": data.len(),
+        .map(|(i, (name, data))| json!({"id": (first_attachment + i as u64).to_string(), "filename": name, "size": data.len(),
             "url": format!("{port_hint}/att/{id}/{i}"), "proxy_url": format!("{port_hint}/att/{id}/{i}"),
             "content_type": "text/plain", "text": String::from_utf8_lossy(data)}))
         .collect();

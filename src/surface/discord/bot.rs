@@ -473,7 +473,7 @@ async fn on_thread_message(handle: &Handle, message: serenity::Message) {
     slash_command,
     guild_only,
     subcommands(
-        "start", "status", "pause", "resume", "stop", "list", "share", "unshare"
+        "start", "status", "pause", "resume", "stop", "list", "share", "unshare", "export"
     )
 )]
 async fn agent(_ctx: Ctx<'_>) -> Result<(), Error> {
@@ -797,4 +797,34 @@ async fn unshare(
     #[description = "Role"] role: Option<RoleId>,
 ) -> Result<(), Error> {
     change_share(ctx, user, role, false).await
+}
+
+/// Attach the agent's transcript (Markdown) and its workspace (zip).
+#[poise::command(slash_command, guild_only)]
+async fn export(ctx: Ctx<'_>) -> Result<(), Error> {
+    ctx.defer_ephemeral().await?;
+    let Some((binding, state)) = thread_agent(ctx).await? else {
+        return Ok(());
+    };
+    if !may_decide(&binding, &author_clicker(ctx)) {
+        return reply(ctx, NOT_ALLOWED, true).await;
+    }
+    let transcript = crate::core::transcript::render_transcript(&state);
+    let archive = crate::export::workspace_zip(&ctx.data().store, &state.id)?;
+    ctx.send(
+        poise::CreateReply::default()
+            .content(format!("Export of **{}**.", state.name()))
+            .attachment(serenity::CreateAttachment::bytes(
+                transcript.into_bytes(),
+                format!("{}-transcript.md", state.id),
+            ))
+            .attachment(serenity::CreateAttachment::bytes(
+                archive,
+                format!("{}-workspace.zip", state.id),
+            ))
+            .ephemeral(true)
+            .allowed_mentions(no_mentions()),
+    )
+    .await?;
+    Ok(())
 }

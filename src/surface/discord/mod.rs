@@ -210,6 +210,22 @@ impl Surface for DiscordSurface {
         }
     }
 
+    async fn thinking(&self, agent: &AgentState) {
+        if let Some(binding) = self.binding(agent) {
+            // Spawned so that a slow Discord never delays the model call; Discord shows the
+            // indicator for about ten seconds or until the next message.
+            let http = self.http.clone();
+            tokio::spawn(async move {
+                if let Err(e) = ChannelId::new(binding.thread_id)
+                    .broadcast_typing(&http)
+                    .await
+                {
+                    tracing::debug!(error = %e, "cannot show typing");
+                }
+            });
+        }
+    }
+
     async fn request_decision(
         &self,
         _agent: &AgentState,

@@ -565,3 +565,97 @@ async fn ask_user_and_plain_messages_then_finish_and_export() {
     openai.assert_clean();
     bot.kill().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_pause_resume_list_and_the_per_user_cap() {
+    let openai = FakeOpenAi::start(expect()).await;
+    openai.push_content(agent_reply(
+        "write_file",
+        json!({"filename": "a.txt", "contents": "a"}),
+    ));
+    let discord = FakeDiscord::start().await;
+    let env = TestEnv::new(&openai.base_url, "");
+    std::fs::write(
+        env.dir.path().join("bot.toml"),
+        std::fs::read_to_string(env.dir.path().join("bot.toml")).unwrap()
+            + "\n[discord]\nmax_agents_per_user = 1\n",
+    )
+    .unwrap();
+    let bot = start_bot(&env, &discord).await;
+    let thread = start_agent(
+        &discord,
+        json!([{"name": "task", "type": 3, "value": "Idle"}, {"name": "name", "type": 3, "value": "IdleGPT"}]),
+        json!({}),
+    )
+    .await;
+    let first = card(&discord, thread, "IdleGPT · cycle 1").await;
+
+    // A second agent for the same person is over the cap of 1.
+    let second = discord.slash(
+        ALICE,
+        &[],
+        CHANNEL,
+        "start",
+        json!([{"name": "task", "type": 3, "value": "More"}]),
+        json!({}),
+    );
+    let text = discord
+        .wait_for("the cap refusal", WAIT, |d| {
+            d.followups_for(second).first().cloned()
+        })
+        .await;
+    assert!(
+        text["content"]
+            .as_str()
+            .unwrap()
+            .contains("the limit per person"),
+        "{text}"
+    );
+    assert_eq!(discord.threads().len(), 1);
+
+    let status = discord.slash(ALICE, &[], thread, "status", json!([]), json!({}));
+    let shown = ephemeral_text(&discord, status).await;
+    assert!(
+        shown.contains("**IdleGPT** — awaiting decision — cycle 1"),
+        "{shown}"
+    );
+
+    let paused = discord.slash(ALICE, &[], thread, "pause", json!([]), json!({}));
+    assert_eq!(ephemeral_text(&discord, paused).await, "Pausing.");
+    discord
+        .wait_for("the pause notice", WAIT, |d| {
+            d.messages_in(thread).into_iter().find(|m| {
+                m["content"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("paused by alice")
+            })
+        })
+        .await;
+    // Bob may not resume someone else's agent.
+    let refused = discord.slash(BOB, &[], thread, "resume", json!([]), json!({}));
+    assert!(ephemeral_text(&discord, refused)
+        .await
+        .starts_with("Only the agent's owner"));
+    let resumed = discord.slash(ALICE, &[], thread, "resume", json!([]), json!({}));
+    assert_eq!(ephemeral_text(&discord, resumed).await, "Resuming.");
+    // The waiting proposal's card is shown again, in place.
+    discord
+        .wait_for("the card back in place", WAIT, |d| {
+            d.messages_in(thread).into_iter().find(|m| {
+                m["id"] == first["id"]
+                    && status_of(m) == "Waiting for a decision"
+                    && m["edited_timestamp"].is_string()
+            })
+        })
+        .await;
+
+    let list = discord.slash(ALICE, &[], CHANNEL, "list", json!([]), json!({}));
+    let listed = ephemeral_text(&discord, list).await;
+    assert!(
+        listed.contains("**IdleGPT**") && listed.contains(&format!("<#{thread}>")),
+        "{listed}"
+    );
+    discord.assert_clean();
+    bot.kill().await;
+}

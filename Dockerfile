@@ -23,18 +23,19 @@ WORKDIR /src
 
 # Dependencies change far less often than our code, so they get their own layer. Cargo needs every
 # target named in Cargo.toml to exist before it will build anything, so the binary, the library and
-# the [[bench]] named "cycle" get empty stand-ins; building them compiles all the dependencies.
+# the two [[bench]] targets get empty stand-ins; building them compiles all the dependencies.
 COPY Cargo.toml Cargo.lock ./
 RUN mkdir -p src benches \
     && echo 'fn main() {}' > src/main.rs \
     && touch src/lib.rs \
     && echo 'fn main() {}' > benches/cycle.rs \
+    && echo 'fn main() {}' > benches/discord.rs \
     && cargo build --release --locked --bin autothread \
     && rm -rf src benches
 
 # The real sources. migrations/ must be present at build time because src/store/migrate.rs embeds
 # the migration files with include_str!. benches/ is copied because Cargo.toml names the bench
-# target; the bench itself is not compiled here. bot.toml.example is only read by config.rs's tests,
+# targets; the benches themselves are not compiled here. bot.toml.example is only read by config.rs's tests,
 # not by the release binary, but it is small and keeps the source tree complete.
 COPY src ./src
 COPY migrations ./migrations

@@ -659,3 +659,66 @@ async fn status_pause_resume_list_and_the_per_user_cap() {
     discord.assert_clean();
     bot.kill().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_agents_start_at_once() {
+    const AGENTS: usize = 50;
+    let openai = FakeOpenAi::start(expect()).await;
+    for i in 0..AGENTS {
+        openai.push_content(agent_reply(
+            "write_file",
+            json!({"filename": format!("{i}.txt"), "contents": "x"}),
+        ));
+    }
+    let discord = FakeDiscord::start().await;
+    let env = TestEnv::new(&openai.base_url, "");
+    std::fs::write(
+        env.dir.path().join("bot.toml"),
+        std::fs::read_to_string(env.dir.path().join("bot.toml")).unwrap()
+            + "\n[discord]\nmax_agents_per_user = 0\nmax_agents_per_guild = 0\n",
+    )
+    .unwrap();
+    let bot = start_bot(&env, &discord).await;
+    let starts: Vec<u64> = (0..AGENTS)
+        .map(|i| {
+            discord.slash(
+                ALICE,
+                &[],
+                CHANNEL,
+                "start",
+                json!([{"name": "task", "type": 3, "value": "go"}, {"name": "name", "type": 3, "value": format!("A{i}")}]),
+                json!({}),
+            )
+        })
+        .collect();
+    let replies: Vec<String> = discord
+        .wait_for("every start reply", WAIT, |d| {
+            let replies: Vec<String> = starts
+                .iter()
+                .filter_map(|s| {
+                    d.followups_for(*s)
+                        .first()
+                        .map(|m| m["content"].as_str().unwrap_or("").to_string())
+                })
+                .collect();
+            (replies.len() == AGENTS).then_some(replies)
+        })
+        .await;
+    let failed: Vec<&String> = replies
+        .iter()
+        .filter(|r| !r.starts_with("Started agent"))
+        .collect();
+    assert!(failed.is_empty(), "{failed:?}");
+    for thread in discord.threads() {
+        let thread: u64 = thread["id"].as_str().unwrap().parse().unwrap();
+        discord
+            .wait_for("a first card", WAIT, |d| {
+                d.messages_in(thread)
+                    .into_iter()
+                    .find(|m| title(m).ends_with("· cycle 1"))
+            })
+            .await;
+    }
+    discord.assert_clean();
+    bot.kill().await;
+}

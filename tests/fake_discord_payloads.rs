@@ -50,8 +50,9 @@ async fn every_injected_interaction_and_message_parses() {
     let _: serenity::Message = serde_json::from_value(message.clone()).unwrap();
     discord.click(ALICE, &[], &message, "at1:ok:abc:1");
     discord.say(ALICE, &[ROLE_TEAM], CHANNEL, "hello @everyone");
+    discord.submit_form(ALICE, &[], CHANNEL, "at1:fb-m:abc:1", "text", "feedback");
     let queued = discord.queued_payloads();
-    assert_eq!(queued.len(), 3);
+    assert_eq!(queued.len(), 4);
     for (seq, mut frame) in queued.into_iter().enumerate() {
         frame["s"] = json!(seq + 1);
         assert_dispatch_parses(&frame);

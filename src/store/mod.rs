@@ -216,7 +216,12 @@ impl Store {
 
     /// Waits until everything written so far is on disk (a durability point).
     pub async fn flush(&self) -> Result<(), StoreError> {
-        self.db.flush_async().await?;
+        // sled's flush_async can stall when many tasks flush at once (seen here with 50 agents
+        // starting together), so the blocking flush runs on the blocking pool instead.
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || db.flush())
+            .await
+            .map_err(|e| StoreError::Corrupt(format!("the flush task failed: {e}")))??;
         Ok(())
     }
 

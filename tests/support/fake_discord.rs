@@ -361,6 +361,19 @@ impl FakeDiscord {
             .and_then(Value::as_str)
             .unwrap_or("x")
             .to_string();
+        self.submit_form(user_id, roles, channel, &custom_id, &input_id, value)
+    }
+
+    /// A modal submit with one text input, as Discord sends it.
+    pub fn submit_form(
+        &self,
+        user_id: u64,
+        roles: &[u64],
+        channel: u64,
+        custom_id: &str,
+        input_id: &str,
+        value: &str,
+    ) -> u64 {
         let (id, mut payload) = self.interaction_base(5, user_id, roles, MEMBER_PERMS, channel);
         payload["data"] = json!({"custom_id": custom_id, "components": [{"type": 1, "components": [{"type": 4, "custom_id": input_id, "value": value}]}]});
         self.dispatch("INTERACTION_CREATE", payload);

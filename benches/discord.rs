@@ -1,0 +1,201 @@
+//! Benchmark (prints figures; not a test): interaction acknowledgement latency of the real bot
+//! (serenity + poise, in its own process) against the fake Discord, measured by the fake from
+//! the moment it dispatches a click to the moment the callback arrives, with 1, 50 and 200
+//! concurrent clicks on different agents; and the time from Approve to the next card with a
+//! model that answers at once.
+//!
+//! Run with `cargo bench --bench discord`.
+
+#[path = "../tests/support/mod.rs"]
+#[allow(dead_code)]
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::fake_discord::{FakeDiscord, ALICE, CHANNEL, GUILD};
+use support::fake_openai::{agent_reply, Expect, FakeOpenAi};
+use support::{Running, TestEnv};
+
+const WAIT: Duration = Duration::from_secs(120);
+
+fn title(message: &Value) -> String {
+    message["embeds"][0]["title"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+fn approve_id(message: &Value) -> String {
+    message["components"][0]["components"][0]["custom_id"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+fn percentile(samples: &[Duration], p: f64) -> Duration {
+    let mut sorted = samples.to_vec();
+    sorted.sort();
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+/// Starts `count` agents and returns (thread, first card) for each.
+async fn start_agents(discord: &FakeDiscord, count: usize) -> Vec<(u64, Value)> {
+    let before = discord.threads().len();
+    for i in 0..count {
+        discord.slash(
+            ALICE,
+            &[],
+            CHANNEL,
+            "start",
+            json!([{"name": "task", "type": 3, "value": "bench"}, {"name": "name", "type": 3, "value": format!("B{i}")}]),
+            json!({}),
+        );
+    }
+    let threads: Vec<u64> = discord
+        .wait_for("the agents' threads", WAIT, |d| {
+            let threads = d.threads();
+            (threads.len() >= before + count).then(|| {
+                threads[before..]
+                    .iter()
+                    .map(|t| t["id"].as_str().unwrap().parse().unwrap())
+                    .collect()
+            })
+        })
+        .await;
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let cards: Vec<(u64, Value)> = threads
+            .iter()
+            .filter_map(|thread| {
+                discord
+                    .messages_in(*thread)
+                    .into_iter()
+                    .find(|m| title(m).ends_with("· cycle 1"))
+                    .map(|card| (*thread, card))
+            })
+            .collect();
+        if cards.len() == threads.len() {
+            return cards;
+        }
+        if Instant::now() > deadline {
+            let missing: Vec<&u64> = threads
+                .iter()
+                .filter(|t| !cards.iter().any(|(c, _)| c == *t))
+                .collect();
+            let sample = missing
+                .first()
+                .map(|t| discord.messages_in(**t))
+                .unwrap_or_default();
+            panic!(
+                "{} of {} agents never showed a first card; one thread holds: {sample:?}",
+                missing.len(),
+                threads.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let openai = FakeOpenAi::start(Expect::default()).await;
+        for i in 0..2000 {
+            openai.push_content(agent_reply(
+                "write_file",
+                json!({"filename": format!("{i}.txt"), "contents": "x"}),
+            ));
+        }
+        let discord = FakeDiscord::start().await;
+        let env = TestEnv::new(&openai.base_url, "");
+        let config = std::fs::read_to_string(env.dir.path().join("bot.toml")).expect("config");
+        std::fs::write(
+            env.dir.path().join("bot.toml"),
+            config + "\n[discord]\nmax_agents_per_user = 0\nmax_agents_per_guild = 0\n",
+        )
+        .expect("config");
+        let mut cmd = env.command(&["run"]);
+        cmd.env("DISCORD_TOKEN", "fake-token")
+            .env("DISCORD_API_BASE", &discord.base_url)
+            .env("DISCORD_DEV_GUILD", GUILD.to_string())
+            .env("RUST_LOG", "error");
+        let bot = Running::new_public(cmd.spawn().expect("the bot starts"));
+        discord
+            .wait_for("command registration", WAIT, |d| {
+                (!d.commands().is_empty()).then_some(())
+            })
+            .await;
+
+        for concurrent in [1usize, 50, 200] {
+            let agents = start_agents(&discord, concurrent).await;
+            let started = Instant::now();
+            let clicks: Vec<u64> = agents
+                .iter()
+                .map(|(_, card)| discord.click(ALICE, &[], card, &approve_id(card)))
+                .collect();
+            let latencies: Vec<Duration> = discord
+                .wait_for("every acknowledgement", WAIT, |d| {
+                    let acks: Vec<Duration> = clicks
+                        .iter()
+                        .filter_map(|c| d.callbacks(*c).first().map(|cb| cb.latency))
+                        .collect();
+                    (acks.len() == clicks.len()).then_some(acks)
+                })
+                .await;
+            let all_acked = started.elapsed();
+            // Approve → next card, for every agent.
+            for (thread, _) in &agents {
+                discord
+                    .wait_for("the next card", WAIT, |d| {
+                        d.messages_in(*thread)
+                            .into_iter()
+                            .find(|m| title(m).ends_with("· cycle 2"))
+                    })
+                    .await;
+            }
+            let all_next = started.elapsed();
+            println!(
+                "{concurrent:>3} concurrent clicks: ack p50 {}  p99 {}  max {}  (all acked in {}, all next cards in {})",
+                ms(percentile(&latencies, 0.5)),
+                ms(percentile(&latencies, 0.99)),
+                ms(percentile(&latencies, 1.0)),
+                ms(all_acked),
+                ms(all_next)
+            );
+        }
+
+        // Approve → next card for one agent, repeated: the loop's own turn-around time.
+        let agents = start_agents(&discord, 1).await;
+        let (thread, mut card) = agents.into_iter().next().expect("an agent");
+        let mut turnaround = Vec::new();
+        for cycle in 2..=31 {
+            let clicked = Instant::now();
+            discord.click(ALICE, &[], &card, &approve_id(&card));
+            card = discord
+                .wait_for("the next card", WAIT, |d| {
+                    d.messages_in(thread)
+                        .into_iter()
+                        .find(|m| title(m).ends_with(&format!("· cycle {cycle}")))
+                })
+                .await;
+            turnaround.push(clicked.elapsed());
+        }
+        println!(
+            "Approve → next card (zero-latency model, 30 cycles): p50 {}  p99 {}",
+            ms(percentile(&turnaround, 0.5)),
+            ms(percentile(&turnaround, 0.99))
+        );
+        let violations = discord.errors();
+        println!("fake Discord violations: {}", violations.len());
+        bot.kill().await;
+    });
+}

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use autothread::config::{LlmConfig, ResponseFormatMode};
 use autothread::core::prompt::Message;
-use autothread::core::reply::{parse_reply, reply_json_schema};
+use autothread::core::reply::parse_reply;
 use autothread::llm::openai::OpenAiChat;
 use autothread::llm::{ChatModel, ChatRequest};
 
@@ -37,7 +37,11 @@ async fn json_schema_output_from_a_real_server_parses_as_an_agent_reply() {
         ..LlmConfig::default()
     })
     .unwrap();
-    let names = vec!["write_file".to_string(), "finish".to_string()];
+    // The same schema the agent sends: one variant per command with typed arguments and bounded
+    // thoughts, which keeps a small model from rambling until max_tokens cuts it off.
+    let registry =
+        autothread::tools::Registry::standard(&autothread::config::AgentConfig::default());
+    let names = registry.command_set().names();
     let reply = chat
         .complete(ChatRequest {
             model: "smollm2".into(),
@@ -45,8 +49,8 @@ async fn json_schema_output_from_a_real_server_parses_as_an_agent_reply() {
                 Message::system("You are an agent. Reply with JSON: thoughts and one command (write_file or finish)."),
                 Message::user("Write hello into a.txt."),
             ],
-            max_tokens: 400,
-            json_schema: Some(reply_json_schema(&names)),
+            max_tokens: 1500,
+            json_schema: Some(registry.command_set().reply_schema()),
         })
         .await
         .unwrap();
@@ -66,7 +70,7 @@ async fn three_console_cycles_against_the_real_server() {
     let Some(base) = chat_base() else { return };
     let env = support::TestEnv::new(
         &base,
-        "timeout_secs = 180\n[llm.models.\"smollm2\"]\ncontext_tokens = 4096\nmax_tokens = 900",
+        "timeout_secs = 180\n[llm.models.\"smollm2\"]\ncontext_tokens = 4096\nmax_tokens = 1500",
     );
     let mut run = env.spawn(&[
         "console",

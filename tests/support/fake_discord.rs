@@ -713,6 +713,18 @@ fn stored_message(
         "pinned": false, "type": 0, "flags": body["flags"].as_u64().unwrap_or(0)})
 }
 
+/// Validates a message body the bot sent (limits and disabled mentions); the rejection to answer
+/// with when it breaks a rule.
+fn reject_invalid(inner: &mut Inner, what: &str, payload: &Value) -> Option<Response> {
+    reject(inner, what, message_problems(payload))
+}
+
+fn message_problems(payload: &Value) -> Vec<String> {
+    let mut problems = validate_message(payload);
+    problems.extend(check_mentions(payload));
+    problems
+}
+
 fn reject(inner: &mut Inner, what: &str, problems: Vec<String>) -> Option<Response> {
     if problems.is_empty() {
         return None;
@@ -737,8 +749,7 @@ async fn create_message(
 ) -> Response {
     let (payload, files) = read_body(&headers, body).await;
     let mut inner = state.lock().unwrap();
-    let mut problems = validate_message(&payload);
-    problems.extend(check_mentions(&payload));
+    let mut problems = message_problems(&payload);
     let known = channel == CHANNEL
         || inner
             .threads
@@ -763,9 +774,7 @@ async fn edit_message(
 ) -> Response {
     let (payload, _) = read_body(&headers, body).await;
     let mut inner = state.lock().unwrap();
-    let mut problems = validate_message(&payload);
-    problems.extend(check_mentions(&payload));
-    if let Some(rejected) = reject(&mut inner, "edit message", problems) {
+    if let Some(rejected) = reject_invalid(&mut inner, "edit message", &payload) {
         return rejected;
     }
     let id = message.to_string();
@@ -867,9 +876,7 @@ async fn callback(
             ));
         }
     } else if kind == 4 || kind == 7 {
-        let mut problems = validate_message(&data);
-        problems.extend(check_mentions(&data));
-        if let Some(rejected) = reject(&mut inner, "interaction response", problems) {
+        if let Some(rejected) = reject_invalid(&mut inner, "interaction response", &data) {
             return rejected;
         }
     }
@@ -889,9 +896,7 @@ async fn followup(
 ) -> Response {
     let (payload, files) = read_body(&headers, body).await;
     let mut inner = state.lock().unwrap();
-    let mut problems = validate_message(&payload);
-    problems.extend(check_mentions(&payload));
-    if let Some(rejected) = reject(&mut inner, "follow-up", problems) {
+    if let Some(rejected) = reject_invalid(&mut inner, "follow-up", &payload) {
         return rejected;
     }
     let message = stored_message(&mut inner, CHANNEL, &payload, &files, "http://127.0.0.1");

@@ -32,7 +32,7 @@ pub fn workspace_zip(store: &Store, agent: &str) -> Result<Vec<u8>, ExportError>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::state::{AgentSettings, AgentState};
+    use crate::core::state::AgentState;
     use crate::store::{Commit, WorkspaceOp};
     use std::io::Read;
 
@@ -40,17 +40,7 @@ mod tests {
     fn the_archive_holds_every_file() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
-        let agent = AgentState::new(
-            "zip1".into(),
-            "t".into(),
-            None,
-            AgentSettings {
-                model: "m".into(),
-                continuous: false,
-                cycle_limit: 0,
-            },
-            chrono::Utc::now(),
-        );
+        let agent = AgentState::for_test("zip1");
         let put = |path: &str, text: &str| WorkspaceOp::Put {
             path: path.into(),
             contents: text.as_bytes().to_vec(),

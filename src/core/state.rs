@@ -212,3 +212,21 @@ impl AgentState {
         self.episodes.last()
     }
 }
+
+#[cfg(test)]
+impl AgentState {
+    /// A fresh agent for unit tests: no profile, model "m", asking before every command.
+    pub fn for_test(id: &str) -> Self {
+        AgentState::new(
+            id.into(),
+            "task".into(),
+            None,
+            AgentSettings {
+                model: "m".into(),
+                continuous: false,
+                cycle_limit: 0,
+            },
+            chrono::DateTime::<Utc>::UNIX_EPOCH,
+        )
+    }
+}

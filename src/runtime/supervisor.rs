@@ -32,10 +32,6 @@ impl Supervisor {
         }
     }
 
-    pub fn deps(&self) -> &Deps {
-        &self.deps
-    }
-
     /// Starts an actor for `state` with `first`, and forgets it when it comes to rest.
     fn spawn(&self, state: AgentState, first: Event) -> AgentHandle {
         let id = state.id.clone();
@@ -132,9 +128,5 @@ impl Supervisor {
             resumed += 1;
         }
         Ok(resumed)
-    }
-
-    pub fn is_live(&self, agent: &str) -> bool {
-        self.live_handle(agent).is_some()
     }
 }

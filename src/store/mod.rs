@@ -465,20 +465,9 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::state::AgentSettings;
 
     fn state(id: &str) -> AgentState {
-        AgentState::new(
-            id.into(),
-            "task".into(),
-            None,
-            AgentSettings {
-                model: "m".into(),
-                continuous: false,
-                cycle_limit: 0,
-            },
-            Utc::now(),
-        )
+        AgentState::for_test(id)
     }
 
     #[test]

@@ -257,7 +257,7 @@ mod tests {
     use super::*;
     use crate::config::WorkspaceConfig;
     use crate::core::history::Outcome;
-    use crate::core::state::{AgentSettings, AgentState, PauseReason, Proposal};
+    use crate::core::state::{AgentState, PauseReason, Proposal};
     use crate::runtime::AgentHandle;
     use crate::store::{Commit, Store};
     use crate::surface::Surface;
@@ -305,17 +305,7 @@ mod tests {
         fn new() -> Self {
             let dir = tempfile::tempdir().unwrap();
             let store = Store::open(dir.path()).unwrap();
-            let agent = AgentState::new(
-                "files1".into(),
-                "t".into(),
-                None,
-                AgentSettings {
-                    model: "m".into(),
-                    continuous: false,
-                    cycle_limit: 0,
-                },
-                chrono::Utc::now(),
-            );
+            let agent = AgentState::for_test("files1");
             Fixture {
                 _dir: dir,
                 store,

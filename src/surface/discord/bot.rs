@@ -29,6 +29,8 @@ use crate::store::{Store, ThreadBinding};
 use crate::surface::Surface;
 use crate::tools::Registry;
 
+/// Shared by the commands and, cloned, by the spawned interaction handlers.
+#[derive(Clone)]
 pub struct Data {
     pub supervisor: Supervisor,
     pub store: Store,
@@ -162,40 +164,22 @@ async fn on_event(
     match event {
         FullEvent::InteractionCreate { interaction } => match interaction {
             Interaction::Component(click) => {
-                let (click, data) = (click.clone(), data_handle(data));
+                let (click, data) = (click.clone(), data.clone());
                 tokio::spawn(async move { on_click(&http, &data, click).await });
             }
             Interaction::Modal(submit) => {
-                let (submit, data) = (submit.clone(), data_handle(data));
+                let (submit, data) = (submit.clone(), data.clone());
                 tokio::spawn(async move { on_modal(&http, &data, submit).await });
             }
             _ => {}
         },
         FullEvent::Message { new_message } if !new_message.author.bot => {
-            let (message, data) = (new_message.clone(), data_handle(data));
+            let (message, data) = (new_message.clone(), data.clone());
             tokio::spawn(async move { on_thread_message(&data, message).await });
         }
         _ => {}
     }
     Ok(())
-}
-
-/// What the spawned handlers need, cloned out of the framework's data.
-#[derive(Clone)]
-struct Handle {
-    supervisor: Supervisor,
-    store: Store,
-    surface: Arc<DiscordSurface>,
-    config: Arc<Config>,
-}
-
-fn data_handle(data: &Data) -> Handle {
-    Handle {
-        supervisor: data.supervisor.clone(),
-        store: data.store.clone(),
-        surface: data.surface.clone(),
-        config: data.config.clone(),
-    }
 }
 
 fn clicker_of(user: UserId, member: Option<&serenity::Member>) -> Clicker {
@@ -233,7 +217,7 @@ const NOT_PENDING_PREFIX: &str = "This proposal is no longer pending";
 
 /// Checks that the click is for the agent's current proposal and that the clicker may decide.
 /// Returns the refusal to show otherwise.
-fn check_click(handle: &Handle, id: &CardId, clicker: &Clicker) -> Result<(), String> {
+fn check_click(handle: &Data, id: &CardId, clicker: &Clicker) -> Result<(), String> {
     let binding = match handle.store.binding(&id.agent) {
         Ok(Some(binding)) => binding,
         Ok(None) => return Err("This agent no longer exists.".into()),
@@ -266,7 +250,7 @@ fn check_click(handle: &Handle, id: &CardId, clicker: &Clicker) -> Result<(), St
 
 async fn decide_and_report(
     http: &serenity::Http,
-    handle: &Handle,
+    handle: &Data,
     token_owner: Either<'_>,
     id: &CardId,
     decision: Decision,
@@ -299,7 +283,7 @@ enum Either<'a> {
     Modal(&'a ModalInteraction),
 }
 
-async fn on_click(http: &serenity::Http, handle: &Handle, click: ComponentInteraction) {
+async fn on_click(http: &serenity::Http, handle: &Data, click: ComponentInteraction) {
     let Some(id) = CardId::parse(&click.data.custom_id) else {
         let _ = click
             .create_response(
@@ -384,7 +368,7 @@ fn modal_value(submit: &ModalInteraction) -> String {
         .unwrap_or_default()
 }
 
-async fn on_modal(http: &serenity::Http, handle: &Handle, submit: ModalInteraction) {
+async fn on_modal(http: &serenity::Http, handle: &Data, submit: ModalInteraction) {
     let Some(id) = CardId::parse(&submit.data.custom_id) else {
         return;
     };
@@ -427,7 +411,7 @@ async fn on_modal(http: &serenity::Http, handle: &Handle, submit: ModalInteracti
 
 /// A message in an agent's thread answers a waiting `ask_user`, or, while a card waits, is taken
 /// as feedback from someone allowed to decide.
-async fn on_thread_message(handle: &Handle, message: serenity::Message) {
+async fn on_thread_message(handle: &Data, message: serenity::Message) {
     let Ok(Some(agent)) = handle.store.agent_for_thread(message.channel_id.get()) else {
         return;
     };

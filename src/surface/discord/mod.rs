@@ -133,10 +133,6 @@ impl DiscordSurface {
         }
     }
 
-    pub async fn has_question(&self, thread_id: u64) -> bool {
-        self.questions.lock().await.contains_key(&thread_id)
-    }
-
     /// Whether the card message still exists (it may have been deleted while the bot was down).
     async fn card_exists(&self, binding: &ThreadBinding, card: &CardRef) -> bool {
         ChannelId::new(binding.thread_id)

@@ -62,9 +62,14 @@ fn agent_with(episodes: u64, model: &str) -> AgentState {
             model: model.into(),
             continuous: false,
             cycle_limit: 0,
+            budget: Some(1_000_000_000),
         },
         Utc::now(),
     );
+    state.spender = autothread::core::state::Spender {
+        user: Some("1001".into()),
+        guild: Some("2002".into()),
+    };
     state.episodes = (1..=episodes).map(episode).collect();
     state.cycle = episodes + 1;
     state.phase = Phase::Thinking;
@@ -104,8 +109,11 @@ fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize
         "read_file",
         json!({"filename": format!("notes/{episodes}.md")}),
     );
-    let (mut prompt_t, mut parse_t, mut commit_t, mut flush_t, mut total_t) =
-        (vec![], vec![], vec![], vec![], vec![]);
+    let budgets =
+        autothread::budget::Budgets::new(&store, &autothread::config::BudgetConfig::default())
+            .expect("budgets");
+    let (mut prompt_t, mut parse_t, mut commit_t, mut flush_t, mut budget_t, mut total_t) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
     let mut prompt_tokens = 0;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -113,6 +121,22 @@ fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize
         .expect("runtime");
     for _ in 0..iterations {
         let mut state = base.clone();
+        // 0. The ledger: the budget view the step reads, then one call's reserve (durable),
+        // and its settlement.
+        let start = Instant::now();
+        let view = budgets.view(&state, None, Utc::now()).expect("view");
+        let charges = budgets
+            .charges(&state.id, &state.spender, 1_000_000_000, Utc::now())
+            .expect("charges");
+        let reservation = runtime
+            .block_on(budgets.reserve(&charges, 2_000, &state.id, "bench", Utc::now()))
+            .expect("reserve")
+            .expect("within budget");
+        budgets
+            .ledger()
+            .settle(reservation.id, 1_500)
+            .expect("settle");
+        let t_budget = start.elapsed();
         let ctx = StepCtx {
             now: Utc::now(),
             commands,
@@ -122,6 +146,7 @@ fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize
             extras: &extras,
             full_steps: 4,
             smart_model_available: false,
+            budget: Some(&view),
         };
         // 1. A command finished: record the episode and assemble (and count) the next prompt.
         state.phase = Phase::Executing;
@@ -135,6 +160,9 @@ fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize
             risk: autothread::core::commands::Risk::Read,
             interrupted: false,
             approved_by: Some("bench".into()),
+            spend: None,
+            auto_stop: None,
+            paced: None,
         });
         let cycle = state.cycle;
         let start = Instant::now();
@@ -187,7 +215,8 @@ fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize
         parse_t.push(t_parse);
         commit_t.push(t_commit);
         flush_t.push(t_flush);
-        total_t.push(t_prompt + t_parse + t_commit + t_flush);
+        budget_t.push(t_budget);
+        total_t.push(t_prompt + t_parse + t_commit + t_flush + t_budget);
         let _ = Decision::Approve;
     }
     let row = |name: &str, samples: Vec<Duration>| {
@@ -207,6 +236,7 @@ fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize
     row("parse + validate", parse_t);
     row("store commit", commit_t);
     row("store flush (fsync)", flush_t);
+    row("budget: view+reserve+settle", budget_t);
     row("total", total_t);
 }
 

@@ -7,10 +7,15 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 
+use crate::budget::Budgets;
 use crate::config::{process_env, Config};
+use crate::core::budget::usd_to_micros;
 use crate::core::event::Event;
 use crate::core::history::truncate_chars;
-use crate::core::state::{AgentSettings, AgentState, PauseReason, Phase, Profile};
+use crate::core::state::{AgentSettings, AgentState, PauseReason, Phase, Profile, Spender};
+
+/// Who pays for console agents: the terminal's user, whose daily budget applies to them all.
+const CONSOLE_USER: &str = "console";
 use crate::core::transcript::render_transcript;
 use crate::llm::openai::OpenAiChat;
 use crate::llm::tokens::TiktokenCounter;
@@ -87,6 +92,22 @@ pub struct ConsoleArgs {
     /// Continue a saved agent.
     #[arg(long)]
     pub resume: Option<String>,
+    /// The agent's budget in dollars (default: budget.agent_default_usd); with --resume, the new budget.
+    #[arg(long, value_parser = parse_budget)]
+    pub budget: Option<f64>,
+}
+
+fn parse_budget(text: &str) -> Result<f64, String> {
+    let usd: f64 = text
+        .trim()
+        .trim_start_matches('$')
+        .parse()
+        .map_err(|_| format!("{text:?} is not an amount in dollars (e.g. 2.50)"))?;
+    if usd.is_finite() && usd > 0.0 && usd <= 1_000_000.0 {
+        Ok(usd)
+    } else {
+        Err("the budget must be more than $0 and at most $1000000".into())
+    }
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -110,10 +131,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         CliCommand::Console(args) => {
             let store = open_store(&config)?;
+            settle_crashed_calls(&store)?;
             console(config, store, args).await
         }
         CliCommand::Run => {
             let store = open_store(&config)?;
+            settle_crashed_calls(&store)?;
             crate::surface::discord::bot::run(config, store).await?;
             Ok(ExitCode::SUCCESS)
         }
@@ -140,6 +163,22 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Reservations left open by a crash are charged at their worst case before any agent runs, so
+/// a call that may have been billed is never forgotten.
+fn settle_crashed_calls(store: &Store) -> anyhow::Result<()> {
+    let settled = crate::budget::ledger::Ledger::new(store)?.settle_unsettled()?;
+    if !settled.is_empty() {
+        let total: u64 = settled.iter().map(|r| r.amount).sum();
+        println!(
+            "Settled {} model call(s) interrupted by a crash at their worst case ({}).",
+            settled.len(),
+            crate::core::budget::format_usd(total)
+        );
+        store.flush_blocking()?;
+    }
+    Ok(())
 }
 
 fn task_with_goals(task: Option<&str>, goals: &[String]) -> anyhow::Result<String> {
@@ -172,6 +211,9 @@ async fn console(config: Config, store: Store, args: ConsoleArgs) -> anyhow::Res
                 .load_agent(&id)?
                 .with_context(|| format!("agent {id} vanished from the store"))?;
             state.settings.continuous = args.continuous;
+            if let Some(usd) = args.budget {
+                state.settings.budget = Some(usd_to_micros(usd));
+            }
             if let Some(limit) = args.limit {
                 state.settings.cycle_limit = limit;
             }
@@ -233,9 +275,15 @@ async fn console(config: Config, store: Store, args: ConsoleArgs) -> anyhow::Res
                     model: config.llm.model.clone(),
                     continuous: args.continuous,
                     cycle_limit: args.limit.unwrap_or(config.agent.cycle_limit),
+                    budget: args.budget.map(usd_to_micros),
                 },
                 clock.now(),
             );
+            let mut state = state;
+            state.spender = Spender {
+                user: Some(CONSOLE_USER.into()),
+                guild: None,
+            };
             store.commit(&crate::store::Commit {
                 state: Some(&state),
                 ..Default::default()
@@ -255,6 +303,7 @@ async fn console(config: Config, store: Store, args: ConsoleArgs) -> anyhow::Res
     counter.warm_up();
     let counter = Arc::new(counter);
     let model = Arc::new(OpenAiChat::new(&config.llm)?);
+    let budgets = Arc::new(Budgets::new(&store, &config.budget)?);
     let deps = Deps {
         store: store.clone(),
         model,
@@ -263,6 +312,7 @@ async fn console(config: Config, store: Store, args: ConsoleArgs) -> anyhow::Res
         config: Arc::new(config),
         counter,
         clock,
+        budgets,
     };
     let (handle, actor) = runtime::start(state, first, deps);
     let mut actor = actor;

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::core::budget::{usd_to_micros, Micros, Price};
 use crate::core::commands::Risk;
 
 /// A value that must never reach a log line, an error message or `Debug` output.
@@ -230,6 +231,98 @@ impl Default for DiscordConfig {
     }
 }
 
+/// A model's price in dollars per million tokens, as providers publish them.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriceConfig {
+    pub input_per_million: f64,
+    /// Embedding models bill input only.
+    #[serde(default)]
+    pub output_per_million: f64,
+}
+
+/// Published prices of common OpenAI models (dollars per million tokens, input and output) at the
+/// time of writing; `[budget.prices]` overrides them and adds others.
+const DEFAULT_PRICES: &[(&str, f64, f64)] = &[
+    ("gpt-4o-mini", 0.15, 0.60),
+    ("gpt-4o", 2.50, 10.00),
+    ("gpt-4.1", 2.00, 8.00),
+    ("gpt-4.1-mini", 0.40, 1.60),
+    ("gpt-4.1-nano", 0.10, 0.40),
+    ("gpt-4-turbo", 10.00, 30.00),
+    ("gpt-4", 30.00, 60.00),
+    ("gpt-3.5-turbo", 0.50, 1.50),
+    ("text-embedding-3-small", 0.02, 0.0),
+    ("text-embedding-3-large", 0.13, 0.0),
+    ("text-embedding-ada-002", 0.10, 0.0),
+];
+
+/// Budgets in dollars (0 switches a budget or a rate limit off) and prices.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BudgetConfig {
+    /// An agent's budget when none is given at start.
+    pub agent_default_usd: f64,
+    /// The most an owner may give an agent at start; admins may set more with `/agent budget set`.
+    pub agent_max_usd: f64,
+    pub user_daily_usd: f64,
+    pub guild_daily_usd: f64,
+    pub guild_monthly_usd: f64,
+    /// From this share of its budget on, an agent's Approve ×N and continuous runs stop.
+    pub soft_cap_percent: u8,
+    pub user_spend_per_hour_usd: f64,
+    pub guild_spend_per_hour_usd: f64,
+    pub guild_calls_per_minute: u32,
+    pub prices: BTreeMap<String, PriceConfig>,
+}
+
+impl Default for BudgetConfig {
+    fn default() -> Self {
+        BudgetConfig {
+            agent_default_usd: 1.0,
+            agent_max_usd: 20.0,
+            user_daily_usd: 5.0,
+            guild_daily_usd: 20.0,
+            guild_monthly_usd: 200.0,
+            soft_cap_percent: 80,
+            user_spend_per_hour_usd: 2.0,
+            guild_spend_per_hour_usd: 10.0,
+            guild_calls_per_minute: 120,
+            prices: BTreeMap::new(),
+        }
+    }
+}
+
+impl BudgetConfig {
+    /// The configured price, else the built-in one, else `None` (unknown).
+    pub fn known_price(&self, model: &str) -> Option<Price> {
+        if let Some(p) = self.prices.get(model) {
+            return Some(Price::from_usd_per_million(
+                p.input_per_million,
+                p.output_per_million,
+            ));
+        }
+        DEFAULT_PRICES
+            .iter()
+            .find(|(name, _, _)| *name == model)
+            .map(|&(_, input, output)| Price::from_usd_per_million(input, output))
+    }
+
+    /// The price used for billing: a model without a known price is counted as free, which
+    /// `Config::validate` only allows off OpenAI's own endpoint (local servers).
+    pub fn price(&self, model: &str) -> Price {
+        self.known_price(model).unwrap_or_default()
+    }
+
+    pub fn agent_default(&self) -> Micros {
+        usd_to_micros(self.agent_default_usd)
+    }
+
+    pub fn agent_max(&self) -> Micros {
+        usd_to_micros(self.agent_max_usd)
+    }
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -238,6 +331,7 @@ pub struct Config {
     pub workspace: WorkspaceConfig,
     pub store: StoreConfig,
     pub discord: DiscordConfig,
+    pub budget: BudgetConfig,
 }
 
 /// The environment as the config loader sees it; a trait-free closure keeps tests off the real process env.
@@ -362,11 +456,88 @@ impl Config {
                 "must be at least 200",
             ));
         }
+        self.validate_budget()?;
         if self.discord.dev_guild == Some(0) {
             return Err(invalid(
                 "discord.dev_guild",
                 "must be a guild id (a positive integer); check DISCORD_DEV_GUILD",
             ));
+        }
+        Ok(())
+    }
+
+    fn validate_budget(&self) -> Result<(), ConfigError> {
+        let budget = &self.budget;
+        let dollars = [
+            ("budget.agent_default_usd", budget.agent_default_usd),
+            ("budget.agent_max_usd", budget.agent_max_usd),
+            ("budget.user_daily_usd", budget.user_daily_usd),
+            ("budget.guild_daily_usd", budget.guild_daily_usd),
+            ("budget.guild_monthly_usd", budget.guild_monthly_usd),
+            (
+                "budget.user_spend_per_hour_usd",
+                budget.user_spend_per_hour_usd,
+            ),
+            (
+                "budget.guild_spend_per_hour_usd",
+                budget.guild_spend_per_hour_usd,
+            ),
+        ];
+        for (field, value) in dollars {
+            if !value.is_finite() || !(0.0..=1_000_000.0).contains(&value) {
+                return Err(invalid(field, "must be between 0 and 1000000 dollars"));
+            }
+        }
+        for field in [
+            "budget.user_spend_per_hour_usd",
+            "budget.guild_spend_per_hour_usd",
+        ] {
+            let value = dollars
+                .iter()
+                .find(|(f, _)| *f == field)
+                .map_or(0.0, |d| d.1);
+            if usd_to_micros(value) > crate::budget::pace::MAX_SPEND_PER_HOUR {
+                return Err(invalid(
+                    field,
+                    "must be at most 4294 dollars per hour (0: no limit)",
+                ));
+            }
+        }
+        if budget.agent_default_usd <= 0.0 {
+            return Err(invalid("budget.agent_default_usd", "must be more than 0"));
+        }
+        if budget.agent_max_usd < budget.agent_default_usd {
+            return Err(invalid(
+                "budget.agent_max_usd",
+                "must be at least budget.agent_default_usd",
+            ));
+        }
+        if !(1..=100).contains(&budget.soft_cap_percent) {
+            return Err(invalid(
+                "budget.soft_cap_percent",
+                "must be between 1 and 100",
+            ));
+        }
+        for (name, price) in &budget.prices {
+            let ok = |v: f64| v.is_finite() && (0.0..=10_000.0).contains(&v);
+            if !ok(price.input_per_million) || !ok(price.output_per_million) {
+                return Err(invalid(
+                    &format!("budget.prices.\"{name}\""),
+                    "prices must be between 0 and 10000 dollars per million tokens",
+                ));
+            }
+        }
+        // On OpenAI's own endpoint an unknown price would make spend invisible to every budget.
+        if self.llm.base_url.contains("api.openai.com") {
+            let models = [Some(self.llm.model.as_str()), self.llm.smart_model()];
+            for model in models.into_iter().flatten() {
+                if budget.known_price(model).is_none() {
+                    return Err(invalid(
+                        &format!("budget.prices.\"{model}\""),
+                        "no price is known for this model; add input_per_million and output_per_million",
+                    ));
+                }
+            }
         }
         Ok(())
     }

@@ -4,13 +4,15 @@
 //! - [`core`]: the pure agent loop — state, events, `step`, prompt assembly, reply repair, watchdog.
 //! - [`llm`]: the `ChatModel` trait, its OpenAI-compatible client with retries, token counting.
 //! - [`tools`]: the `Command` trait, the registry and the commands (workspace files, control).
+//! - [`budget`]: the spend ledger (reserve before a call, settle after), budgets and limits, pacing.
 //! - [`store`]: sled trees, versioned records, migrations, the command journal.
 //! - [`runtime`]: one actor per live agent; carries out the effects `step` returns.
-//! - [`surface`]: where humans see and decide: the console now, Discord next.
+//! - [`surface`]: where humans see and decide: the console and Discord.
 //! - [`export`]: transcripts and workspace archives for people.
 //! - [`config`]: `bot.toml` plus environment, validated once; secrets redacted.
 //! - [`cli`]: the `autothread` command line.
 
+pub mod budget;
 pub mod cli;
 pub mod config;
 pub mod core;

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::budget::{Micros, Pacing};
 use super::commands::Risk;
 use super::history::Outcome;
 use super::prompt::Message;
@@ -59,6 +60,23 @@ pub enum Event {
         purpose: CallPurpose,
         error: String,
     },
+    /// The call was not made: no budget can pay for its worst case.
+    CallRefused {
+        seq: u64,
+        purpose: CallPurpose,
+        reason: String,
+    },
+    /// The call waits for a rate limit.
+    Paced {
+        seq: u64,
+        purpose: CallPurpose,
+        pacing: Pacing,
+    },
+    /// Someone with the right changed the agent's own budget.
+    SetBudget {
+        budget: Micros,
+        by: String,
+    },
     Decided {
         cycle: u64,
         decision: Decision,
@@ -95,6 +113,8 @@ pub struct ModelCall {
     pub smart: bool,
 }
 
+// Effects live for one step and are few, so a proposal is carried inline rather than boxed.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
     CallModel(ModelCall),

@@ -3,6 +3,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::budget::{Micros, Pacing, SpendNote};
 use super::commands::Risk;
 use super::history::Episode;
 use super::reply::{CommandCall, Thoughts};
@@ -42,6 +43,8 @@ pub enum PauseReason {
     ModelError { message: String },
     /// The configured cycle limit was reached.
     CycleLimit { limit: u64 },
+    /// A budget cannot pay for the next model call; raising it resumes the agent.
+    Budget { message: String },
 }
 
 impl PauseReason {
@@ -56,6 +59,9 @@ impl PauseReason {
                 format!("paused because the model endpoint failed: {message}")
             }
             PauseReason::CycleLimit { limit } => format!("paused at the cycle limit ({limit})"),
+            PauseReason::Budget { message } => {
+                format!("paused: {message}. Raising the budget resumes it")
+            }
         }
     }
 }
@@ -109,6 +115,30 @@ pub struct Proposal {
     pub interrupted: bool,
     /// Who approved (or asked for the critique); it goes into the episode for the transcript.
     pub approved_by: Option<String>,
+    /// The cost of the next step and what is left, for the card.
+    #[serde(default)]
+    pub spend: Option<SpendNote>,
+    /// Why Approve ×N or continuous mode stopped at this proposal (the soft cap).
+    #[serde(default)]
+    pub auto_stop: Option<String>,
+    /// The rate limit the agent waited for before this proposal, if any.
+    #[serde(default)]
+    pub paced: Option<String>,
+}
+
+impl Proposal {
+    /// The money line under a proposal: the next step's estimated cost, what is left, and any
+    /// rate limit waited for. Empty when spend is not tracked.
+    pub fn money_line(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(spend) = &self.spend {
+            parts.push(spend.render());
+        }
+        if let Some(paced) = &self.paced {
+            parts.push(paced.clone());
+        }
+        parts.join(" · ")
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -126,6 +156,16 @@ pub struct AgentSettings {
     pub continuous: bool,
     /// Stop after this many cycles (0: no limit).
     pub cycle_limit: u64,
+    /// The agent's own budget in micro-dollars; `None` uses the configured default.
+    #[serde(default)]
+    pub budget: Option<Micros>,
+}
+
+/// Who pays for an agent besides itself: its owner's and its server's budgets.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Spender {
+    pub user: Option<String>,
+    pub guild: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -151,6 +191,14 @@ pub struct AgentState {
     /// Pause once the running command has finished.
     pub pause_requested: Option<String>,
     pub usage: UsageTotals,
+    #[serde(default)]
+    pub spender: Spender,
+    /// Tokens of the last cycle prompt, for the next step's cost estimate.
+    #[serde(default)]
+    pub last_prompt_tokens: u64,
+    /// Set while the agent waits for a rate limit before a model call.
+    #[serde(default)]
+    pub paced: Option<Pacing>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     /// Stored in their own tree, one record per cycle; loaded back by the store.
@@ -182,6 +230,9 @@ impl AgentState {
             call_seq: 0,
             pause_requested: None,
             usage: UsageTotals::default(),
+            spender: Spender::default(),
+            last_prompt_tokens: 0,
+            paced: None,
             created_at: now,
             updated_at: now,
             episodes: Vec::new(),
@@ -225,6 +276,7 @@ impl AgentState {
                 model: "m".into(),
                 continuous: false,
                 cycle_limit: 0,
+                budget: None,
             },
             chrono::DateTime::<Utc>::UNIX_EPOCH,
         )

@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 
+use super::budget::{BudgetView, Micros, SpendNote};
 use super::commands::{CommandSet, Risk, ValidCall};
 use super::event::{CallPurpose, Decision, Effect, Event, ModelCall};
 use super::history::{summary_request, Episode, Outcome};
@@ -19,6 +20,8 @@ const SUMMARY_MAX_TOKENS: u32 = 200;
 const MAX_SUMMARIES_PER_CYCLE: usize = 4;
 const CRITIQUE_MAX_TOKENS: u32 = 600;
 const PROFILE_MAX_TOKENS: u32 = 800;
+/// Waits for a rate limit shorter than this are not announced (they would only add noise).
+const PACING_NOTICE_SECS: i64 = 5;
 
 /// Which risk classes may run without a human (Approve ×N, continuous mode).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +53,8 @@ pub struct StepCtx<'a> {
     pub extras: &'a PromptExtras,
     pub full_steps: usize,
     pub smart_model_available: bool,
+    /// The agent's budget as the ledger stands; `None` where spend is not tracked (unit tests).
+    pub budget: Option<&'a BudgetView>,
 }
 
 /// Applies one event. Effects are returned in the order the runtime must carry them out, after it
@@ -77,6 +82,27 @@ pub fn step(state: &mut AgentState, event: Event, ctx: &StepCtx<'_>) -> Vec<Effe
             purpose,
             error,
         } => on_model_failure(state, ctx, seq, purpose, error, &mut fx),
+        Event::CallRefused {
+            seq,
+            purpose,
+            reason,
+        } => on_call_refused(state, seq, purpose, reason, &mut fx),
+        Event::Paced {
+            seq,
+            purpose,
+            pacing,
+        } => {
+            if seq == state.call_seq && !matches!(purpose, CallPurpose::Summary { .. }) {
+                if pacing.until - ctx.now >= chrono::Duration::seconds(PACING_NOTICE_SECS) {
+                    fx.push(Effect::Notify(format!(
+                        "Rate limited: {}.",
+                        pacing.describe()
+                    )));
+                }
+                state.paced = Some(pacing);
+            }
+        }
+        Event::SetBudget { budget, by } => on_set_budget(state, ctx, budget, by, &mut fx),
         Event::Decided {
             cycle,
             decision,
@@ -138,20 +164,34 @@ fn call_model(
     }));
 }
 
-fn prompt_inputs<'a>(state: &'a AgentState, ctx: &StepCtx<'a>) -> PromptInputs<'a> {
-    PromptInputs {
+/// The cycle prompt with the budget line as the ledger stands now.
+fn build_prompt(state: &AgentState, ctx: &StepCtx<'_>) -> super::prompt::BuiltPrompt {
+    let extras = PromptExtras {
+        memories: ctx.extras.memories.clone(),
+        budget: ctx
+            .budget
+            .map(|view| view.message(next_call_worst(state, view, ctx)))
+            .or_else(|| ctx.extras.budget.clone()),
+    };
+    build_cycle_prompt(&PromptInputs {
         state,
         commands: ctx.commands,
         now: ctx.now,
         limits: ctx.limits,
-        extras: ctx.extras,
+        extras: &extras,
         full_steps: ctx.full_steps,
         counter: ctx.counter,
-    }
+    })
+}
+
+/// The worst case of a cycle call of the size last seen, for the budget thresholds.
+fn next_call_worst(state: &AgentState, view: &BudgetView, ctx: &StepCtx<'_>) -> Micros {
+    view.price
+        .cost(state.last_prompt_tokens, ctx.limits.max_tokens as u64)
 }
 
 fn cycle_prompt(state: &AgentState, ctx: &StepCtx<'_>) -> Vec<Message> {
-    build_cycle_prompt(&prompt_inputs(state, ctx)).messages
+    build_prompt(state, ctx).messages
 }
 
 /// Starts a cycle: honours a requested pause and the cycle limit, asks for summaries of the
@@ -168,6 +208,7 @@ fn begin_cycle(state: &mut AgentState, ctx: &StepCtx<'_>, fx: &mut Vec<Effect>) 
     }
     state.phase = Phase::Thinking;
     state.rethink_used = false;
+    state.paced = None;
     let input_chars = (ctx.limits.send_limit() * 3).max(2000);
     // Newest first and bounded, so that resuming an old agent does not fire hundreds of calls at once;
     // the rest are condensed over the next cycles.
@@ -184,7 +225,8 @@ fn begin_cycle(state: &mut AgentState, ctx: &StepCtx<'_>, fx: &mut Vec<Effect>) 
             smart: false,
         }));
     }
-    let built = build_cycle_prompt(&prompt_inputs(state, ctx));
+    let built = build_prompt(state, ctx);
+    state.last_prompt_tokens = built.prompt_tokens as u64;
     if built.prompt_tokens > ctx.limits.send_limit() {
         fx.push(Effect::Notify(format!(
             "The prompt needs {} tokens but the model's context leaves {} after the reply reserve; raise context_tokens or lower max_tokens for this model.",
@@ -352,8 +394,16 @@ fn propose(
     thoughts: Thoughts,
     fx: &mut Vec<Effect>,
 ) {
-    let automatic = ctx.policy.is_automatic(valid.risk)
-        && (state.settings.continuous || state.auto_approvals_left > 0);
+    let unattended = state.settings.continuous || state.auto_approvals_left > 0;
+    let soft_capped = ctx.budget.is_some_and(BudgetView::soft_cap_reached);
+    let auto_stop = match ctx.budget {
+        Some(view) if unattended && soft_capped => {
+            state.auto_approvals_left = 0;
+            Some(view.soft_cap_note())
+        }
+        _ => None,
+    };
+    let automatic = ctx.policy.is_automatic(valid.risk) && unattended && !soft_capped;
     let proposal = Proposal {
         cycle: state.cycle,
         thoughts,
@@ -361,6 +411,9 @@ fn propose(
         risk: valid.risk,
         interrupted: false,
         approved_by: None,
+        spend: ctx.budget.map(|view| spend_note(state, view, ctx)),
+        auto_stop,
+        paced: state.paced.take().map(|p| format!("Waited for {}.", p.why)),
     };
     state.pending = Some(proposal.clone());
     if automatic {
@@ -384,6 +437,17 @@ fn propose(
             auto_approved: false,
         });
     }
+}
+
+fn spend_note(state: &AgentState, view: &BudgetView, ctx: &StepCtx<'_>) -> SpendNote {
+    let average_reply =
+        (state.usage.calls > 0).then(|| state.usage.completion_tokens / state.usage.calls);
+    SpendNote::estimate(
+        view,
+        state.last_prompt_tokens,
+        average_reply,
+        ctx.limits.max_tokens,
+    )
 }
 
 fn start_execution(state: &mut AgentState, by: String, fx: &mut Vec<Effect>) {
@@ -434,6 +498,50 @@ fn on_model_failure(
     }
 }
 
+/// The ledger refused a call: no budget can pay for its worst case. The agent pauses where it is
+/// (a summary simply waits for a later cycle) and continues when the budget is raised.
+fn on_call_refused(
+    state: &mut AgentState,
+    seq: u64,
+    purpose: CallPurpose,
+    reason: String,
+    fx: &mut Vec<Effect>,
+) {
+    if matches!(purpose, CallPurpose::Summary { .. }) || seq != state.call_seq {
+        return;
+    }
+    match (purpose, &state.phase) {
+        (CallPurpose::SelfCritique, Phase::Critiquing) => {
+            fx.push(Effect::Notify(format!(
+                "The self-critique was not run: {reason}. The proposal is still waiting for a decision."
+            )));
+            show_pending_again(state, fx);
+        }
+        (_, Phase::Thinking | Phase::Creating) => {
+            pause(state, PauseReason::Budget { message: reason }, fx)
+        }
+        _ => {}
+    }
+}
+
+/// A new budget for the agent; one paused because its budget ran out continues by itself.
+fn on_set_budget(
+    state: &mut AgentState,
+    ctx: &StepCtx<'_>,
+    budget: Micros,
+    by: String,
+    fx: &mut Vec<Effect>,
+) {
+    state.settings.budget = Some(budget);
+    fx.push(Effect::Notify(format!(
+        "{by} set the agent's budget to {}.",
+        super::budget::format_usd(budget)
+    )));
+    if matches!(state.phase, Phase::Paused(PauseReason::Budget { .. })) {
+        on_resume(state, ctx, None, fx);
+    }
+}
+
 fn show_pending_again(state: &mut AgentState, fx: &mut Vec<Effect>) {
     if let Some(pending) = &state.pending {
         state.phase = Phase::AwaitingDecision;
@@ -463,7 +571,16 @@ fn on_decision(
     match decision {
         Decision::Approve => start_execution(state, by, fx),
         Decision::ApproveN(n) => {
-            state.auto_approvals_left = n.saturating_sub(1);
+            match ctx.budget.filter(|view| view.soft_cap_reached()) {
+                Some(view) => {
+                    state.auto_approvals_left = 0;
+                    fx.push(Effect::Notify(format!(
+                        "Approved this step only. {}",
+                        view.soft_cap_note()
+                    )));
+                }
+                None => state.auto_approvals_left = n.saturating_sub(1),
+            }
             start_execution(state, by, fx);
         }
         Decision::Deny => {

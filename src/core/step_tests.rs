@@ -3,6 +3,7 @@
 use chrono::{TimeZone, Utc};
 use serde_json::json;
 
+use super::budget::{BudgetView, Pacing, Price};
 use super::commands::{ArgType, CommandSet, CommandSpec, Risk};
 use super::event::{CallPurpose, Decision, Effect, Event, ModelCall, Usage};
 use super::history::{Episode, Outcome};
@@ -54,6 +55,7 @@ struct Harness {
     extras: PromptExtras,
     limits: ContextLimits,
     smart: bool,
+    budget: Option<BudgetView>,
 }
 
 impl Harness {
@@ -68,6 +70,7 @@ impl Harness {
                     model: "m".into(),
                     continuous: false,
                     cycle_limit: 0,
+                    budget: None,
                 },
                 now,
             ),
@@ -79,6 +82,7 @@ impl Harness {
                 max_tokens: 1000,
             },
             smart: true,
+            budget: None,
         }
     }
 
@@ -100,6 +104,7 @@ impl Harness {
             extras: &self.extras,
             full_steps: 4,
             smart_model_available: self.smart,
+            budget: self.budget.as_ref(),
         };
         step(&mut self.state, event, &ctx)
     }
@@ -767,4 +772,237 @@ fn a_context_too_small_for_the_fixed_prompt_is_reported() {
         .iter()
         .any(|e| matches!(e, Effect::Notify(t) if t.contains("raise context_tokens"))));
     assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
+}
+
+/// A dollar budget with `remaining` micro-dollars left, at $1 / $2 per million tokens.
+fn budget_view(remaining: u64) -> BudgetView {
+    BudgetView {
+        price: Price::from_usd_per_million(1.0, 2.0),
+        agent_limit: 1_000_000,
+        agent_used: 1_000_000u64.saturating_sub(remaining),
+        remaining,
+        tightest: "the agent's budget".into(),
+        soft_cap_percent: 80,
+    }
+}
+
+fn proposal_of(fx: &[Effect]) -> &super::state::Proposal {
+    fx.iter()
+        .find_map(|e| match e {
+            Effect::ShowProposal { proposal, .. } => Some(proposal),
+            _ => None,
+        })
+        .expect("a proposal")
+}
+
+fn budget_line(call: &ModelCall) -> Option<&str> {
+    call.messages
+        .iter()
+        .find(|m| m.content.starts_with("Your remaining API budget"))
+        .map(|m| m.content.as_str())
+}
+
+#[test]
+fn the_budget_line_follows_the_thresholds_and_cards_carry_the_cost() {
+    let mut h = Harness::new(Some(profile()));
+    h.budget = Some(budget_view(500_000));
+    let fx = h.step(Event::Start);
+    assert_eq!(
+        budget_line(main_call(&fx)),
+        Some("Your remaining API budget is $0.50")
+    );
+    let prompt_tokens = h.state.last_prompt_tokens;
+    assert!(prompt_tokens > 100, "{prompt_tokens}");
+    let fx = h.think(&reply_json("read_file", json!({"filename": "a"})));
+    let spend = proposal_of(&fx).spend.expect("a spend note");
+    // $1/M input for the last prompt; the worst case adds the full 1000-token reserve at $2/M.
+    assert_eq!(spend.next_step_worst, prompt_tokens + 2000);
+    assert_eq!(spend.next_step_likely, prompt_tokens + 10);
+    assert_eq!(spend.remaining, 500_000);
+    assert!(proposal_of(&fx)
+        .money_line()
+        .contains("$0.50 left of $1.00"));
+
+    h.budget = Some(budget_view(90_000));
+    let fx = h.decide(Decision::Feedback("go on".into()));
+    assert_eq!(
+        budget_line(main_call(&fx)),
+        Some("Your remaining API budget is $0.090\nBudget nearly exceeded. Finish up.")
+    );
+    h.budget = Some(budget_view(40_000));
+    h.think(&reply_json("read_file", json!({"filename": "b"})));
+    let fx = h.decide(Decision::Feedback("go on".into()));
+    assert!(budget_line(main_call(&fx))
+        .unwrap()
+        .ends_with("Budget very nearly exceeded! Shut down gracefully!"));
+    // Less than two calls of the last size left: this one is the last the hard cap allows.
+    h.budget = Some(budget_view(h.state.last_prompt_tokens + 2000));
+    h.think(&reply_json("read_file", json!({"filename": "c"})));
+    let fx = h.decide(Decision::Feedback("go on".into()));
+    assert!(budget_line(main_call(&fx))
+        .unwrap()
+        .ends_with("BUDGET EXCEEDED! SHUT DOWN!"));
+}
+
+#[test]
+fn the_soft_cap_ends_approve_n_and_the_card_says_why() {
+    let mut h = Harness::started();
+    h.budget = Some(budget_view(500_000));
+    h.think(&reply_json("read_file", json!({"filename": "a"})));
+    h.decide(Decision::ApproveN(5));
+    assert_eq!(h.state.auto_approvals_left, 4);
+    let fx = h.finish_command(Outcome::Success("a".into()));
+    assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
+    // Still under the cap: the next read runs without a card.
+    let fx = h.think(&reply_json("read_file", json!({"filename": "b"})));
+    assert!(executes(&fx).is_some());
+    assert_eq!(h.state.auto_approvals_left, 3);
+    h.finish_command(Outcome::Success("b".into()));
+    // 80% of the budget used: the next step asks, and says why.
+    h.budget = Some(budget_view(200_000));
+    let fx = h.think(&reply_json("read_file", json!({"filename": "c"})));
+    assert!(executes(&fx).is_none());
+    assert_eq!(h.state.phase, Phase::AwaitingDecision);
+    assert_eq!(h.state.auto_approvals_left, 0);
+    let note = proposal_of(&fx)
+        .auto_stop
+        .clone()
+        .expect("a reason on the card");
+    assert!(
+        note.contains("80%") && note.contains("$0.20 left of $1.00"),
+        "{note}"
+    );
+    // Approve ×N past the cap approves this step only.
+    let fx = h.decide(Decision::ApproveN(10));
+    assert!(executes(&fx).is_some());
+    assert!(fx
+        .iter()
+        .any(|e| matches!(e, Effect::Notify(t) if t.starts_with("Approved this step only."))));
+    assert_eq!(h.state.auto_approvals_left, 0);
+    h.finish_command(Outcome::Success("c".into()));
+    let fx = h.think(&reply_json("read_file", json!({"filename": "d"})));
+    assert!(executes(&fx).is_none());
+    // A human-approved proposal under the cap carries no auto-stop note.
+    assert_eq!(proposal_of(&fx).auto_stop, None);
+
+    // Continuous mode stops asking nobody too.
+    let mut h = Harness::started();
+    h.state.settings.continuous = true;
+    h.budget = Some(budget_view(100_000));
+    let fx = h.think(&reply_json("read_file", json!({"filename": "a"})));
+    assert!(executes(&fx).is_none());
+    assert!(proposal_of(&fx).auto_stop.is_some());
+}
+
+#[test]
+fn a_refused_call_pauses_and_a_raised_budget_resumes() {
+    let mut h = Harness::started();
+    h.budget = Some(budget_view(10));
+    let seq = h.state.call_seq;
+    // A refused summary changes nothing.
+    let fx = h.step(Event::CallRefused {
+        seq: 0,
+        purpose: CallPurpose::Summary { cycle: 1 },
+        reason: "no money".into(),
+    });
+    assert!(fx.is_empty());
+    assert_eq!(h.state.phase, Phase::Thinking);
+    let fx = h.step(Event::CallRefused {
+        seq,
+        purpose: CallPurpose::Think,
+        reason: "the agent's budget ($1.00) has $0.000010 left".into(),
+    });
+    let Phase::Paused(PauseReason::Budget { message }) = &h.state.phase else {
+        panic!("{:?}", h.state.phase);
+    };
+    assert!(message.contains("has $0.000010 left"));
+    assert!(matches!(
+        fx.as_slice(),
+        [Effect::Paused(PauseReason::Budget { .. })]
+    ));
+    assert!(PauseReason::Budget {
+        message: "x".into()
+    }
+    .describe()
+    .contains("Raising the budget resumes it"));
+
+    h.budget = Some(budget_view(2_000_000));
+    let fx = h.step(Event::SetBudget {
+        budget: 3_000_000,
+        by: "alice".into(),
+    });
+    assert_eq!(h.state.settings.budget, Some(3_000_000));
+    assert_eq!(h.state.phase, Phase::Thinking);
+    assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
+    assert!(fx
+        .iter()
+        .any(|e| matches!(e, Effect::Notify(t) if t == "alice set the agent's budget to $3.00.")));
+    // Raising the budget of a running agent only records it.
+    let fx = h.step(Event::SetBudget {
+        budget: 4_000_000,
+        by: "alice".into(),
+    });
+    assert_eq!(model_calls(&fx).len(), 0);
+    assert_eq!(h.state.settings.budget, Some(4_000_000));
+}
+
+#[test]
+fn a_refused_self_critique_leaves_the_proposal_waiting() {
+    let mut h = Harness::started();
+    h.think(&reply_json("read_file", json!({"filename": "a"})));
+    h.decide(Decision::SelfCritique);
+    assert_eq!(h.state.phase, Phase::Critiquing);
+    let seq = h.state.call_seq;
+    let fx = h.step(Event::CallRefused {
+        seq,
+        purpose: CallPurpose::SelfCritique,
+        reason: "no money".into(),
+    });
+    assert_eq!(h.state.phase, Phase::AwaitingDecision);
+    assert!(matches!(
+        fx.last(),
+        Some(Effect::ShowProposal {
+            auto_approved: false,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn pacing_is_recorded_announced_when_long_and_shown_on_the_card() {
+    let mut h = Harness::started();
+    let now = Utc.with_ymd_and_hms(2026, 11, 22, 8, 0, 0).unwrap();
+    let seq = h.state.call_seq;
+    let short = Pacing {
+        until: now + chrono::Duration::seconds(2),
+        why: "the server's model calls per minute".into(),
+    };
+    let fx = h.step(Event::Paced {
+        seq,
+        purpose: CallPurpose::Think,
+        pacing: short.clone(),
+    });
+    assert!(fx.is_empty());
+    assert_eq!(h.state.paced, Some(short));
+    let long = Pacing {
+        until: now + chrono::Duration::seconds(90),
+        why: "your spend per hour".into(),
+    };
+    let fx = h.step(Event::Paced {
+        seq,
+        purpose: CallPurpose::Think,
+        pacing: long,
+    });
+    assert_eq!(
+        fx,
+        vec![Effect::Notify(
+            "Rate limited: waiting until 08:01:30 UTC for your spend per hour.".into()
+        )]
+    );
+    let fx = h.think(&reply_json("read_file", json!({"filename": "a"})));
+    assert_eq!(
+        proposal_of(&fx).paced.as_deref(),
+        Some("Waited for your spend per hour.")
+    );
+    assert_eq!(h.state.paced, None);
 }

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
+use crate::budget::Budgets;
 use crate::config::Config;
+use crate::core::budget::{format_usd, Pacing};
 use crate::core::event::{CallPurpose, Decision, Effect, Event, ModelCall};
 use crate::core::history::{truncate_chars, Outcome};
 use crate::core::prompt::{ContextLimits, PromptExtras, TokenCounter};
@@ -89,6 +91,7 @@ pub struct Deps {
     pub config: Arc<Config>,
     pub counter: Arc<dyn TokenCounter>,
     pub clock: Arc<dyn Clock>,
+    pub budgets: Arc<Budgets>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -240,6 +243,22 @@ impl Actor {
         }
         let extras = PromptExtras::default();
         let limits = self.limits();
+        // A budget being changed by this very event already counts for the prompt it leads to.
+        let new_limit = match &event {
+            Event::SetBudget { budget, .. } => Some(*budget),
+            _ => None,
+        };
+        let budget = match self
+            .deps
+            .budgets
+            .view(&self.state, new_limit, self.deps.clock.now())
+        {
+            Ok(view) => Some(view),
+            Err(e) => {
+                tracing::error!(agent = %self.state.id, error = %e, "cannot read the spend ledger");
+                None
+            }
+        };
         let effects = {
             let deps = &self.deps;
             let ctx = StepCtx {
@@ -251,6 +270,7 @@ impl Actor {
                 extras: &extras,
                 full_steps: deps.config.agent.full_steps,
                 smart_model_available: deps.config.llm.smart_model().is_some(),
+                budget: budget.as_ref(),
             };
             step(&mut self.state, event, &ctx)
         };
@@ -406,35 +426,29 @@ impl Actor {
             (true, Some(smart)) => smart.to_string(),
             _ => self.state.settings.model.clone(),
         };
-        let request = ChatRequest {
-            model: model_name,
-            messages: call.messages,
-            max_tokens: call.max_tokens,
-            json_schema: call.json_schema,
+        let metered = MeteredCall {
+            agent: self.state.id.clone(),
+            spender: self.state.spender.clone(),
+            agent_limit: self.deps.budgets.agent_limit(&self.state),
+            prompt_tokens: (self.deps.counter.count_messages(&call.messages)
+                + call.json_schema.as_ref().map_or(0, |schema| {
+                    // Structured-output schemas are read by the model too, and billed as input.
+                    self.deps.counter.count(&schema.to_string())
+                })) as u64,
+            price: self.deps.budgets.price(&model_name),
+            seq: call.seq,
+            purpose: call.purpose,
+            request: ChatRequest {
+                model: model_name,
+                messages: call.messages,
+                max_tokens: call.max_tokens,
+                json_schema: call.json_schema,
+            },
         };
-        let model = self.deps.model.clone();
+        let deps = self.deps.clone();
         let handle = self.handle.clone();
-        let (seq, purpose) = (call.seq, call.purpose);
         self.tasks.spawn(async move {
-            let event = match model.complete(request).await {
-                Ok(reply) => {
-                    tracing::debug!(?purpose, content = %reply.content, "model reply");
-                    Event::ModelReplied {
-                        seq,
-                        purpose,
-                        text: reply.content,
-                        usage: reply.usage,
-                    }
-                }
-                Err(error) => {
-                    tracing::warn!(?purpose, %error, "model call failed");
-                    Event::ModelFailed {
-                        seq,
-                        purpose,
-                        error: error.to_string(),
-                    }
-                }
-            };
+            let event = metered.run(&deps, &handle).await;
             handle.send(event);
         });
     }
@@ -459,6 +473,117 @@ impl Actor {
                 ops: output.ops,
             });
         });
+    }
+}
+
+/// One model call with its spend control: paced by the rate limits, its worst case reserved in
+/// the ledger (durably) before it is made, settled with the reported usage after, or released
+/// when it fails. Retries happen inside `complete`, under the same reservation, so a 429 storm
+/// is charged once.
+struct MeteredCall {
+    agent: String,
+    spender: crate::core::state::Spender,
+    agent_limit: u64,
+    prompt_tokens: u64,
+    price: crate::core::budget::Price,
+    seq: u64,
+    purpose: CallPurpose,
+    request: ChatRequest,
+}
+
+impl MeteredCall {
+    async fn run(self, deps: &Deps, handle: &AgentHandle) -> Event {
+        let (seq, purpose) = (self.seq, self.purpose);
+        let worst = self
+            .price
+            .cost(self.prompt_tokens, self.request.max_tokens as u64);
+        self.wait_for_pacer(deps, handle, worst).await;
+        let budgets = &deps.budgets;
+        let now = deps.clock.now();
+        let what = format!("{} {:?}", self.request.model, purpose);
+        let reserved = match budgets.charges(&self.agent, &self.spender, self.agent_limit, now) {
+            Ok(charges) => {
+                budgets
+                    .reserve(&charges, worst, &self.agent, &what, now)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        let reservation = match reserved {
+            Ok(Ok(reservation)) => reservation,
+            Ok(Err(refusal)) => {
+                return Event::CallRefused {
+                    seq,
+                    purpose,
+                    reason: refusal.to_string(),
+                }
+            }
+            Err(e) => {
+                return Event::ModelFailed {
+                    seq,
+                    purpose,
+                    error: format!("the spend ledger is unavailable: {e}"),
+                }
+            }
+        };
+        match deps.model.complete(self.request).await {
+            Ok(reply) => {
+                tracing::debug!(?purpose, content = %reply.content, "model reply");
+                // A server that reports no usage is billed by our own count of what was exchanged.
+                let usage = reply.usage.unwrap_or_else(|| crate::core::event::Usage {
+                    prompt_tokens: self.prompt_tokens,
+                    completion_tokens: deps.counter.count(&reply.content) as u64,
+                });
+                let cost = self.price.cost_of(usage);
+                if cost > reservation.amount {
+                    tracing::warn!(agent = %self.agent, cost = %format_usd(cost), reserved = %format_usd(reservation.amount),
+                        "a call used more than its reservation; it is charged the reservation");
+                }
+                if let Err(e) = budgets.ledger().settle(reservation.id, cost) {
+                    // The reservation stays open and is settled at its worst case at the next start.
+                    tracing::error!(agent = %self.agent, error = %e, "cannot settle a reservation");
+                }
+                Event::ModelReplied {
+                    seq,
+                    purpose,
+                    text: reply.content,
+                    usage: Some(usage),
+                }
+            }
+            Err(error) => {
+                tracing::warn!(?purpose, %error, "model call failed");
+                if let Err(e) = budgets.ledger().release(reservation.id) {
+                    tracing::error!(agent = %self.agent, error = %e, "cannot release a reservation");
+                }
+                Event::ModelFailed {
+                    seq,
+                    purpose,
+                    error: error.to_string(),
+                }
+            }
+        }
+    }
+
+    /// Passes the rate-limit gates one by one, waiting (on the clock seam) at a closed one.
+    async fn wait_for_pacer(&self, deps: &Deps, handle: &AgentHandle, worst: u64) {
+        let pacer = deps.budgets.pacer();
+        let request = Budgets::pace_request(&self.spender, worst);
+        for gate in 0..pacer.gates() {
+            while let Err(wait) = pacer.try_gate(gate, &request) {
+                let until = deps.clock.now()
+                    + chrono::Duration::from_std(wait.after).unwrap_or(chrono::Duration::MAX);
+                handle.send(Event::Paced {
+                    seq: self.seq,
+                    purpose: self.purpose,
+                    pacing: Pacing {
+                        until,
+                        why: wait.why,
+                    },
+                });
+                deps.clock.sleep(wait.after).await;
+            }
+        }
+        pacer.retain_recent();
     }
 }
 

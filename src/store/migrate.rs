@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::StoreError;
 
 /// The schema this code reads and writes.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 const SCHEMA_KEY: &[u8] = b"schema_version";
 
@@ -23,6 +23,10 @@ const MIGRATION_FILES: &[(&str, &str)] = &[
     (
         "0003_discord_threads.toml",
         include_str!("../../migrations/0003_discord_threads.toml"),
+    ),
+    (
+        "0004_spend_ledger.toml",
+        include_str!("../../migrations/0004_spend_ledger.toml"),
     ),
 ];
 

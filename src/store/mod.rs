@@ -53,14 +53,14 @@ struct Record<T> {
 
 const RECORD_VERSION: u32 = 1;
 
-fn encode<T: Serialize>(data: &T) -> Result<Vec<u8>, StoreError> {
+pub(crate) fn encode<T: Serialize>(data: &T) -> Result<Vec<u8>, StoreError> {
     Ok(serde_json::to_vec(&Record {
         v: RECORD_VERSION,
         data,
     })?)
 }
 
-fn decode<T: DeserializeOwned>(key: &[u8], raw: &[u8]) -> Result<T, StoreError> {
+pub(crate) fn decode<T: DeserializeOwned>(key: &[u8], raw: &[u8]) -> Result<T, StoreError> {
     let record: Record<T> = serde_json::from_slice(raw)
         .map_err(|e| StoreError::Corrupt(format!("{}: {e}", String::from_utf8_lossy(key))))?;
     Ok(record.data)
@@ -208,6 +208,11 @@ impl Store {
             discord: db.open_tree("discord")?,
             db,
         })
+    }
+
+    /// The underlying database, for components that keep their own trees in it (the spend ledger).
+    pub(crate) fn db(&self) -> &sled::Db {
+        &self.db
     }
 
     pub fn schema_version(&self) -> Result<Option<u32>, StoreError> {

@@ -147,6 +147,13 @@ impl Surface for ConsoleSurface {
             args,
             proposal.risk.label()
         ));
+        let money = proposal.money_line();
+        if !money.is_empty() {
+            out.push_str(&format!("BUDGET: {money}\n"));
+        }
+        if let Some(why) = &proposal.auto_stop {
+            out.push_str(&format!("NOTE: {why}\n"));
+        }
         if auto_approved {
             let left = agent.auto_approvals_left;
             if agent.settings.continuous {

@@ -15,11 +15,13 @@ use serenity::{
 
 use super::cards::thread_name;
 use super::ids::{CardAction, CardId};
-use super::perms::{may_decide, may_share, Clicker};
+use super::perms::{may_decide, may_set_agent_budget, may_share, Clicker};
 use super::{no_mentions, DiscordSurface};
+use crate::budget::{Budgets, LimitScope};
 use crate::config::Config;
+use crate::core::budget::{format_usd, usd_to_micros};
 use crate::core::event::{Decision, Event};
-use crate::core::state::{AgentSettings, AgentState, Phase, Profile};
+use crate::core::state::{AgentSettings, AgentState, Phase, Profile, Spender};
 use crate::llm::openai::OpenAiChat;
 use crate::llm::tokens::TiktokenCounter;
 use crate::runtime::clock::{Clock, SystemClock};
@@ -36,6 +38,7 @@ pub struct Data {
     pub store: Store,
     pub surface: Arc<DiscordSurface>,
     pub config: Arc<Config>,
+    pub budgets: Arc<Budgets>,
 }
 
 type Error = anyhow::Error;
@@ -63,6 +66,7 @@ pub async fn run(config: Config, store: Store) -> anyhow::Result<()> {
     let model: Arc<dyn crate::llm::ChatModel> = Arc::new(OpenAiChat::new(&config.llm)?);
     let tools = Arc::new(Registry::standard(&config.agent));
     let counter = Arc::new(counter);
+    let budgets = Arc::new(Budgets::new(&store, &config.budget)?);
     let setup_config = config.clone();
     let dev_guild = config.discord.dev_guild;
     let framework = poise::Framework::builder()
@@ -90,12 +94,14 @@ pub async fn run(config: Config, store: Store) -> anyhow::Result<()> {
                     config: config.clone(),
                     counter,
                     clock: Arc::new(SystemClock),
+                    budgets: budgets.clone(),
                 };
                 let data = Data {
                     supervisor: Supervisor::new(deps),
                     store,
                     surface,
                     config,
+                    budgets,
                 };
                 let commands = &framework.options().commands;
                 let registered = match dev_guild {
@@ -191,6 +197,10 @@ fn clicker_of(user: UserId, member: Option<&serenity::Member>) -> Clicker {
         manage_threads: member
             .and_then(|m| m.permissions)
             .map(|p| p.manage_threads())
+            .unwrap_or(false),
+        manage_guild: member
+            .and_then(|m| m.permissions)
+            .map(|p| p.manage_guild())
             .unwrap_or(false),
     }
 }
@@ -426,6 +436,7 @@ async fn on_thread_message(handle: &Data, message: serenity::Message) {
             .map(|m| m.roles.iter().map(|r| r.get()).collect())
             .unwrap_or_default(),
         manage_threads: false,
+        manage_guild: false,
     };
     if !may_decide(&binding, &clicker) || message.content.trim().is_empty() {
         return;
@@ -457,7 +468,8 @@ async fn on_thread_message(handle: &Data, message: serenity::Message) {
     slash_command,
     guild_only,
     subcommands(
-        "start", "status", "pause", "resume", "stop", "list", "share", "unshare", "export"
+        "start", "status", "pause", "resume", "stop", "list", "share", "unshare", "export",
+        "budget"
     )
 )]
 async fn agent(_ctx: Ctx<'_>) -> Result<(), Error> {
@@ -484,11 +496,14 @@ fn author_clicker(ctx: Ctx<'_>) -> Clicker {
             user_id: ctx.author().id.get(),
             role_ids: Vec::new(),
             manage_threads: false,
+            manage_guild: false,
         },
     }
 }
 
 /// Start an agent on a task, in a new thread.
+// poise takes every slash option as a parameter.
+#[allow(clippy::too_many_arguments)]
 #[poise::command(slash_command, guild_only)]
 async fn start(
     ctx: Ctx<'_>,
@@ -505,12 +520,28 @@ async fn start(
     #[min = 1]
     #[max = 100]
     continuous: Option<u32>,
+    #[description = "The agent's budget in dollars (default from the bot's config)"]
+    #[min = 0.01]
+    budget: Option<f64>,
 ) -> Result<(), Error> {
     ctx.defer().await?;
     let data = ctx.data();
     let guild_id = ctx.guild_id().context("guild only")?.get();
     let clicker = author_clicker(ctx);
     let discord = &data.config.discord;
+    let budget = budget.map(usd_to_micros);
+    let max_budget = data.config.budget.agent_max();
+    if budget.is_some_and(|b| b > max_budget) && !clicker.manage_guild {
+        return reply(
+            ctx,
+            format!(
+                "An agent's budget can be at most {} here; a server admin can raise it later with `/agent budget set`.",
+                format_usd(max_budget)
+            ),
+            true,
+        )
+        .await;
+    }
     if let Some(role) = discord.start_role {
         if !clicker.role_ids.contains(&role) && !clicker.manage_threads {
             return reply(
@@ -591,9 +622,14 @@ async fn start(
             model: model.unwrap_or_else(|| data.config.llm.model.clone()),
             continuous: false,
             cycle_limit: data.config.agent.cycle_limit,
+            budget,
         },
         SystemClock.now(),
     );
+    state.spender = Spender {
+        user: Some(clicker.user_id.to_string()),
+        guild: Some(guild_id.to_string()),
+    };
     state.auto_approvals_left = continuous.unwrap_or(0);
     data.supervisor.start_new(state).await?;
     reply(
@@ -626,8 +662,21 @@ async fn status(ctx: Ctx<'_>) -> Result<(), Error> {
         .last_episode()
         .map(|e| format!("`{}` ({})", e.command.name, e.outcome.status()))
         .unwrap_or_else(|| "none yet".into());
+    let data = ctx.data();
+    let now = SystemClock.now();
+    let limit = data.budgets.agent_limit(&state);
+    let spent = data
+        .budgets
+        .ledger()
+        .account(&Budgets::agent_account(&state.id))?;
+    let waiting = state
+        .paced
+        .as_ref()
+        .filter(|p| p.until > now && state.phase == Phase::Thinking)
+        .map(|p| format!("\nRate limited: {}", p.describe()))
+        .unwrap_or_default();
     let text = format!(
-        "**{}** — {} — cycle {}\nLast action: {last}\nApprovals left: {}\nTokens: {} prompt + {} completion in {} calls",
+        "**{}** — {} — cycle {}\nLast action: {last}\nApprovals left: {}\nSpend: {} of {} ({} reserved for calls in flight){waiting}\nTokens: {} prompt + {} completion in {} calls",
         state.name(),
         match &state.phase {
             Phase::Paused(reason) => reason.describe(),
@@ -635,11 +684,175 @@ async fn status(ctx: Ctx<'_>) -> Result<(), Error> {
         },
         state.cycle,
         state.auto_approvals_left,
+        format_usd(spent.spent),
+        format_usd(limit),
+        format_usd(spent.reserved),
         state.usage.prompt_tokens,
         state.usage.completion_tokens,
         state.usage.calls
     );
     reply(ctx, text, true).await
+}
+
+/// Spend and budgets: see them, or change them.
+#[poise::command(slash_command, guild_only, subcommands("budget_show", "budget_set"))]
+async fn budget(_ctx: Ctx<'_>) -> Result<(), Error> {
+    Ok(())
+}
+
+/// Show spend and limits: this thread's agent (if any), yours today, and the server's.
+#[poise::command(slash_command, guild_only, rename = "show")]
+async fn budget_show(ctx: Ctx<'_>) -> Result<(), Error> {
+    let data = ctx.data();
+    let guild = ctx.guild_id().context("guild only")?.get().to_string();
+    let now = SystemClock.now();
+    let agent = data.store.agent_for_thread(ctx.channel_id().get())?;
+    let mut lines = Vec::new();
+    let (agent_id, spender, agent_limit, name) = match &agent {
+        Some(id) => {
+            let state = data.store.load_agent(id)?.context("agent vanished")?;
+            let limit = data.budgets.agent_limit(&state);
+            (
+                state.id.clone(),
+                state.spender.clone(),
+                limit,
+                Some(state.name().to_string()),
+            )
+        }
+        // Outside an agent's thread: the caller's own day and the server.
+        None => (
+            String::new(),
+            Spender {
+                user: Some(ctx.author().id.get().to_string()),
+                guild: Some(guild.clone()),
+            },
+            0,
+            None,
+        ),
+    };
+    for line in data
+        .budgets
+        .lines(&agent_id, &spender, agent_limit, now)?
+        .into_iter()
+        .skip(usize::from(name.is_none()))
+    {
+        let label = match (&name, line.label.as_str()) {
+            (Some(name), "the agent's budget") => format!("**{name}**"),
+            (None, "the owner's daily budget") => "**You, today**".to_string(),
+            (_, other) => format!("**{}**", capitalise(other)),
+        };
+        let limit = line
+            .limit
+            .map(format_usd)
+            .unwrap_or_else(|| "no limit".into());
+        let reserved = if line.account.reserved > 0 {
+            format!(" (+{} reserved)", format_usd(line.account.reserved))
+        } else {
+            String::new()
+        };
+        lines.push(format!(
+            "{label}: {} of {limit}{reserved}",
+            format_usd(line.account.spent)
+        ));
+    }
+    reply(ctx, lines.join("\n"), true).await
+}
+
+fn capitalise(text: &str) -> String {
+    let mut chars = text.chars();
+    chars
+        .next()
+        .map(|c| c.to_uppercase().collect::<String>() + chars.as_str())
+        .unwrap_or_default()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, poise::ChoiceParameter)]
+enum BudgetScope {
+    #[name = "this agent"]
+    Agent,
+    #[name = "each user per day"]
+    UserDaily,
+    #[name = "the server per day"]
+    GuildDaily,
+    #[name = "the server per month"]
+    GuildMonthly,
+}
+
+/// Change this agent's budget, or (server admins) a user's daily or the server's budget.
+#[poise::command(slash_command, guild_only, rename = "set")]
+async fn budget_set(
+    ctx: Ctx<'_>,
+    #[description = "Which budget"] scope: BudgetScope,
+    #[description = "Dollars (0 removes a user or server limit)"]
+    #[min = 0.0]
+    usd: f64,
+    #[description = "For a daily user budget: only this user"] user: Option<UserId>,
+) -> Result<(), Error> {
+    ctx.defer_ephemeral().await?;
+    let data = ctx.data();
+    let guild = ctx.guild_id().context("guild only")?.get().to_string();
+    let clicker = author_clicker(ctx);
+    let micros = usd_to_micros(usd);
+    let limit_scope = match scope {
+        BudgetScope::Agent => {
+            let Some((binding, state)) = thread_agent(ctx).await? else {
+                return Ok(());
+            };
+            if !may_set_agent_budget(&binding, &clicker) {
+                return reply(ctx, NOT_ALLOWED, true).await;
+            }
+            let max = data.config.budget.agent_max();
+            if micros == 0 || (micros > max && !clicker.manage_guild) {
+                return reply(
+                    ctx,
+                    format!(
+                        "An agent's budget must be more than $0 and at most {}, unless a server admin sets it.",
+                        format_usd(max)
+                    ),
+                    true,
+                )
+                .await;
+            }
+            let by = ctx.author().name.clone();
+            data.supervisor
+                .send(&state.id, Event::SetBudget { budget: micros, by })
+                .map_err(anyhow::Error::msg)?;
+            return reply(
+                ctx,
+                format!("The agent's budget is now {}.", format_usd(micros)),
+                true,
+            )
+            .await;
+        }
+        BudgetScope::UserDaily => LimitScope::UserDaily,
+        BudgetScope::GuildDaily => LimitScope::GuildDaily,
+        BudgetScope::GuildMonthly => LimitScope::GuildMonthly,
+    };
+    if !clicker.manage_guild {
+        return reply(
+            ctx,
+            "Only server admins (Manage Server) can change user and server budgets.",
+            true,
+        )
+        .await;
+    }
+    let user = user
+        .filter(|_| limit_scope == LimitScope::UserDaily)
+        .map(|u| u.get().to_string());
+    data.budgets
+        .set_limit(limit_scope, &guild, user.as_deref(), micros)?;
+    let what = match (limit_scope, &user) {
+        (LimitScope::UserDaily, Some(u)) => format!("<@{u}>'s daily budget"),
+        (LimitScope::UserDaily, None) => "Each user's daily budget".into(),
+        (LimitScope::GuildDaily, _) => "The server's daily budget".into(),
+        (LimitScope::GuildMonthly, _) => "The server's monthly budget".into(),
+    };
+    let amount = if micros == 0 {
+        "no limit".to_string()
+    } else {
+        format_usd(micros)
+    };
+    reply(ctx, format!("{what} is now {amount}."), true).await
 }
 
 async fn control(

@@ -80,9 +80,23 @@ impl EmbedText {
             if len <= 20 {
                 break;
             }
-            longest.1 = truncate_chars(&longest.1, len.saturating_sub(excess).max(20));
+            longest.1 = shrink_value(&longest.1, len.saturating_sub(excess).max(20));
         }
         self
+    }
+}
+
+/// Cuts a field value to `keep` characters; a code block keeps its closing fence.
+fn shrink_value(value: &str, keep: usize) -> String {
+    const FENCE: &str = "\n```";
+    match value.strip_suffix(FENCE) {
+        Some(body) if value.starts_with("```") => {
+            format!(
+                "{}{FENCE}",
+                truncate_chars(body, keep.saturating_sub(FENCE.len()))
+            )
+        }
+        _ => truncate_chars(value, keep),
     }
 }
 
@@ -97,12 +111,7 @@ fn code_block(language: &str, text: &str, max: usize) -> String {
 }
 
 /// The card for a proposal: speak first, then the thoughts, the plan, the criticism and the command.
-pub fn proposal_card(
-    agent_name: &str,
-    proposal: &Proposal,
-    status: &str,
-    footer: &str,
-) -> EmbedText {
+pub fn proposal_card(agent_name: &str, proposal: &Proposal, status: &str) -> EmbedText {
     let t = &proposal.thoughts;
     let mut description = String::new();
     if !t.speak.trim().is_empty() {
@@ -140,6 +149,9 @@ pub fn proposal_card(
             code_block("json", &args, FIELD_VALUE_MAX),
         ),
     ];
+    if let Some(why) = &proposal.auto_stop {
+        fields.push(("Budget".to_string(), why.clone()));
+    }
     if !status.is_empty() {
         fields.push(("Status".to_string(), status.to_string()));
     }
@@ -147,7 +159,7 @@ pub fn proposal_card(
         title: format!("{agent_name} · cycle {}", proposal.cycle),
         description,
         fields,
-        footer: footer.to_string(),
+        footer: proposal.money_line(),
     }
     .fitted()
 }
@@ -250,12 +262,21 @@ mod tests {
             risk: Risk::Write,
             interrupted: true,
             approved_by: None,
+            spend: Some(crate::core::budget::SpendNote {
+                next_step_likely: 1_234,
+                next_step_worst: 5_678,
+                remaining: 900_000,
+                agent_limit: 1_000_000,
+                agent_used: 100_000,
+            }),
+            auto_stop: Some(noise.clone()),
+            paced: Some(noise.clone()),
         }
     }
 
     #[test]
     fn a_huge_hostile_card_fits_every_limit() {
-        let card = proposal_card(&"N".repeat(300), &hostile_proposal(), "waiting", "footer");
+        let card = proposal_card(&"N".repeat(300), &hostile_proposal(), "waiting");
         assert!(
             card.total_chars() <= EMBED_TOTAL_MAX,
             "{}",

@@ -167,7 +167,7 @@ impl Surface for DiscordSurface {
         } else {
             "Waiting for a decision".to_string()
         };
-        let embed = to_embed(cards::proposal_card(agent.name(), proposal, &status, ""));
+        let embed = to_embed(cards::proposal_card(agent.name(), proposal, &status));
         let components = if auto_approved {
             Vec::new()
         } else {
@@ -242,7 +242,7 @@ impl Surface for DiscordSurface {
             return;
         };
         let status = cards::decision_line(decision, by, chrono::Utc::now());
-        let embed = to_embed(cards::proposal_card(agent.name(), proposal, &status, ""));
+        let embed = to_embed(cards::proposal_card(agent.name(), proposal, &status));
         let edit = EditMessage::new()
             .embed(embed)
             .components(Vec::new())

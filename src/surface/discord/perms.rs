@@ -9,6 +9,8 @@ pub struct Clicker {
     pub user_id: u64,
     pub role_ids: Vec<u64>,
     pub manage_threads: bool,
+    /// Server admins (Manage Server) set the user and server budgets.
+    pub manage_guild: bool,
 }
 
 pub fn may_decide(binding: &ThreadBinding, clicker: &Clicker) -> bool {
@@ -19,6 +21,11 @@ pub fn may_decide(binding: &ThreadBinding, clicker: &Clicker) -> bool {
             .role_ids
             .iter()
             .any(|role| binding.shared_roles.contains(role))
+}
+
+/// Who may change an agent's own budget: its owner (up to the configured maximum), moderators and admins.
+pub fn may_set_agent_budget(binding: &ThreadBinding, clicker: &Clicker) -> bool {
+    may_share(binding, clicker) || clicker.manage_guild
 }
 
 /// Only the owner and moderators may change who an agent is shared with.
@@ -48,6 +55,7 @@ mod tests {
             user_id,
             role_ids: role_ids.to_vec(),
             manage_threads,
+            manage_guild: false,
         }
     }
 
@@ -64,6 +72,13 @@ mod tests {
         for (who, decide, share) in cases {
             assert_eq!(may_decide(&b, &who), decide, "{who:?}");
             assert_eq!(may_share(&b, &who), share, "{who:?}");
+            assert_eq!(may_set_agent_budget(&b, &who), share, "{who:?}");
         }
+        let admin = Clicker {
+            manage_guild: true,
+            ..clicker(15, &[], false)
+        };
+        assert!(may_set_agent_budget(&b, &admin));
+        assert!(!may_decide(&b, &admin));
     }
 }

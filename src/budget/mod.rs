@@ -1,0 +1,286 @@
+//! Spend control: which budgets a call is charged to (the agent's, its owner's day, its server's
+//! day and month), the limits that apply, the ledger that reserves and settles, and the pacer.
+
+pub mod ledger;
+pub mod pace;
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use governor::clock::Clock as GovernorClock;
+
+use crate::config::BudgetConfig;
+use crate::core::budget::{BudgetView, Micros, Price};
+use crate::core::state::{AgentState, Spender};
+use crate::store::{Store, StoreError};
+use ledger::{Account, Charge, Ledger, Refusal, Reservation};
+use pace::{PaceLimits, PaceRequest, Pacer, Wait};
+
+/// The budgets that can be set per guild, by admins (`/agent budget set`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitScope {
+    UserDaily,
+    GuildDaily,
+    GuildMonthly,
+}
+
+/// The pacer behind a trait object, so the runtime need not know governor's clock type.
+pub trait Pace: Send + Sync {
+    fn gates(&self) -> usize;
+    fn try_gate(&self, index: usize, request: &PaceRequest) -> Result<(), Wait>;
+    fn retain_recent(&self);
+}
+
+impl<C> Pace for Pacer<C>
+where
+    C: GovernorClock + Clone + Send + Sync,
+    C::Instant: Send + Sync,
+{
+    fn gates(&self) -> usize {
+        Pacer::gates(self)
+    }
+    fn try_gate(&self, index: usize, request: &PaceRequest) -> Result<(), Wait> {
+        Pacer::try_gate(self, index, request)
+    }
+    fn retain_recent(&self) {
+        Pacer::retain_recent(self)
+    }
+}
+
+/// One budget as `/agent budget` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetLine {
+    pub label: String,
+    pub account: Account,
+    pub limit: Option<Micros>,
+}
+
+#[derive(Clone)]
+pub struct Budgets {
+    ledger: Ledger,
+    pacer: Arc<dyn Pace>,
+    config: BudgetConfig,
+}
+
+fn day(now: DateTime<Utc>) -> String {
+    now.format("%Y-%m-%d").to_string()
+}
+
+fn month(now: DateTime<Utc>) -> String {
+    now.format("%Y-%m").to_string()
+}
+
+fn limit_key(scope: LimitScope, guild: &str, user: Option<&str>) -> String {
+    match (scope, user) {
+        (LimitScope::UserDaily, Some(user)) => format!("user_daily/{guild}/{user}"),
+        (LimitScope::UserDaily, None) => format!("user_daily/{guild}"),
+        (LimitScope::GuildDaily, _) => format!("guild_daily/{guild}"),
+        (LimitScope::GuildMonthly, _) => format!("guild_monthly/{guild}"),
+    }
+}
+
+/// Zero in config means "no limit".
+fn configured(usd: f64) -> Option<Micros> {
+    let micros = crate::core::budget::usd_to_micros(usd);
+    (micros > 0).then_some(micros)
+}
+
+impl Budgets {
+    pub fn new(store: &Store, config: &BudgetConfig) -> Result<Budgets, StoreError> {
+        let limits = PaceLimits {
+            user_spend_per_hour: crate::core::budget::usd_to_micros(config.user_spend_per_hour_usd),
+            guild_spend_per_hour: crate::core::budget::usd_to_micros(
+                config.guild_spend_per_hour_usd,
+            ),
+            guild_calls_per_minute: config.guild_calls_per_minute,
+        };
+        Budgets::with_pacer(store, config, Arc::new(Pacer::new(limits)))
+    }
+
+    /// With a given pacer (tests use governor's fake clock).
+    pub fn with_pacer(
+        store: &Store,
+        config: &BudgetConfig,
+        pacer: Arc<dyn Pace>,
+    ) -> Result<Budgets, StoreError> {
+        Ok(Budgets {
+            ledger: Ledger::new(store)?,
+            pacer,
+            config: config.clone(),
+        })
+    }
+
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    pub fn pacer(&self) -> &dyn Pace {
+        self.pacer.as_ref()
+    }
+
+    pub fn price(&self, model: &str) -> Price {
+        self.config.price(model)
+    }
+
+    pub fn agent_limit(&self, state: &AgentState) -> Micros {
+        state
+            .settings
+            .budget
+            .unwrap_or_else(|| self.config.agent_default())
+    }
+
+    pub fn agent_account(agent: &str) -> String {
+        format!("agent/{agent}")
+    }
+
+    /// The limit in force for a guild-level scope: an admin's override, else config.
+    pub fn limit(
+        &self,
+        scope: LimitScope,
+        guild: &str,
+        user: Option<&str>,
+    ) -> Result<Option<Micros>, StoreError> {
+        if user.is_some() {
+            if let Some(limit) = self.ledger.limit(&limit_key(scope, guild, user))? {
+                return Ok(Some(limit));
+            }
+        }
+        if let Some(limit) = self.ledger.limit(&limit_key(scope, guild, None))? {
+            return Ok(Some(limit));
+        }
+        Ok(match scope {
+            LimitScope::UserDaily => configured(self.config.user_daily_usd),
+            LimitScope::GuildDaily => configured(self.config.guild_daily_usd),
+            LimitScope::GuildMonthly => configured(self.config.guild_monthly_usd),
+        })
+    }
+
+    /// An admin's new limit (`usd` 0 means "no limit"); `user` narrows the daily user budget to one person.
+    pub fn set_limit(
+        &self,
+        scope: LimitScope,
+        guild: &str,
+        user: Option<&str>,
+        limit: Micros,
+    ) -> Result<(), StoreError> {
+        self.ledger
+            .set_limit(&limit_key(scope, guild, user), Some(limit))
+    }
+
+    /// Every budget a call by this agent is charged to, with the limits in force at `now`.
+    pub fn charges(
+        &self,
+        agent: &str,
+        spender: &Spender,
+        agent_limit: Micros,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<Charge>, StoreError> {
+        let mut charges = vec![Charge {
+            account: Budgets::agent_account(agent),
+            limit: Some(agent_limit),
+            label: "the agent's budget".into(),
+        }];
+        let guild = spender.guild.as_deref().unwrap_or("-");
+        if let Some(user) = &spender.user {
+            charges.push(Charge {
+                account: format!("user/{guild}/{user}/{}", day(now)),
+                limit: match &spender.guild {
+                    Some(g) => self.limit(LimitScope::UserDaily, g, Some(user))?,
+                    None => configured(self.config.user_daily_usd),
+                },
+                label: "the owner's daily budget".into(),
+            });
+        }
+        if let Some(g) = &spender.guild {
+            charges.push(Charge {
+                account: format!("guild/{g}/day/{}", day(now)),
+                limit: self.limit(LimitScope::GuildDaily, g, None)?,
+                label: "the server's daily budget".into(),
+            });
+            charges.push(Charge {
+                account: format!("guild/{g}/month/{}", month(now)),
+                limit: self.limit(LimitScope::GuildMonthly, g, None)?,
+                label: "the server's monthly budget".into(),
+            });
+        }
+        Ok(charges)
+    }
+
+    /// Spend and limits of every budget the agent draws on.
+    pub fn lines(
+        &self,
+        agent: &str,
+        spender: &Spender,
+        agent_limit: Micros,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<BudgetLine>, StoreError> {
+        self.charges(agent, spender, agent_limit, now)?
+            .into_iter()
+            .map(|charge| {
+                Ok(BudgetLine {
+                    account: self.ledger.account(&charge.account)?,
+                    label: charge.label,
+                    limit: charge.limit,
+                })
+            })
+            .collect()
+    }
+
+    /// The agent's budget situation for the core; `agent_limit` overrides the state's (a budget
+    /// being changed by the event at hand).
+    pub fn view(
+        &self,
+        state: &AgentState,
+        agent_limit: Option<Micros>,
+        now: DateTime<Utc>,
+    ) -> Result<BudgetView, StoreError> {
+        let agent_limit = agent_limit.unwrap_or_else(|| self.agent_limit(state));
+        let lines = self.lines(&state.id, &state.spender, agent_limit, now)?;
+        let agent_used = lines.first().map_or(0, |l| l.account.committed());
+        let (remaining, tightest) = lines
+            .iter()
+            .filter_map(|l| {
+                l.limit
+                    .map(|limit| (limit.saturating_sub(l.account.committed()), l.label.clone()))
+            })
+            .min_by_key(|(left, _)| *left)
+            .unwrap_or((u64::MAX, String::new()));
+        Ok(BudgetView {
+            price: self.price(&state.settings.model),
+            agent_limit,
+            agent_used,
+            remaining,
+            tightest,
+            soft_cap_percent: self.config.soft_cap_percent,
+        })
+    }
+
+    /// Reserves a call's worst case against all its budgets and makes the reservation durable
+    /// before the call can be made.
+    pub async fn reserve(
+        &self,
+        charges: &[Charge],
+        amount: Micros,
+        agent: &str,
+        what: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Result<Reservation, Refusal>, StoreError> {
+        let reserved = self.ledger.reserve(charges, amount, agent, what, now)?;
+        if reserved.is_ok() {
+            let ledger = self.ledger.clone();
+            tokio::task::spawn_blocking(move || ledger.flush_blocking())
+                .await
+                .map_err(|e| StoreError::Corrupt(format!("the flush task failed: {e}")))??;
+        }
+        Ok(reserved)
+    }
+
+    /// The pacing request for a call of this cost by this agent's spender.
+    pub fn pace_request(spender: &Spender, cost: Micros) -> PaceRequest {
+        PaceRequest {
+            user: spender.user.clone(),
+            guild: spender.guild.clone(),
+            cost,
+        }
+    }
+}

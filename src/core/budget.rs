@@ -1,0 +1,301 @@
+//! Money as the core sees it: prices, integer micro-dollar costs, what the agent is told about its
+//! budget, the soft cap that ends unattended runs, and the cost estimate shown on each card.
+//!
+//! Amounts are integer micro-dollars (`u64`) everywhere, so sums are exact; dollars appear only
+//! when text is rendered for people or the model.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::event::Usage;
+
+/// One millionth of a US dollar.
+pub type Micros = u64;
+
+pub const MICROS_PER_USD: u64 = 1_000_000;
+
+/// A model's price, in micro-dollars per million tokens (so $0.15 per million is 150_000).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Price {
+    pub input_per_million: u64,
+    pub output_per_million: u64,
+}
+
+impl Price {
+    /// From dollars per million tokens, as prices are published.
+    pub fn from_usd_per_million(input: f64, output: f64) -> Price {
+        Price {
+            input_per_million: usd_to_micros(input),
+            output_per_million: usd_to_micros(output),
+        }
+    }
+
+    /// The cost of a call, rounded up to a whole micro-dollar so a ledger never under-charges.
+    pub fn cost(&self, prompt_tokens: u64, completion_tokens: u64) -> Micros {
+        let numerator = prompt_tokens as u128 * self.input_per_million as u128
+            + completion_tokens as u128 * self.output_per_million as u128;
+        let micros = numerator.div_ceil(1_000_000);
+        u64::try_from(micros).unwrap_or(u64::MAX)
+    }
+
+    pub fn cost_of(&self, usage: Usage) -> Micros {
+        self.cost(usage.prompt_tokens, usage.completion_tokens)
+    }
+
+    pub fn is_free(&self) -> bool {
+        self.input_per_million == 0 && self.output_per_million == 0
+    }
+}
+
+/// Converts dollars (from config or a command) to micro-dollars; negative and NaN become zero.
+pub fn usd_to_micros(usd: f64) -> Micros {
+    if usd.is_finite() && usd > 0.0 {
+        (usd * MICROS_PER_USD as f64).round() as u64
+    } else {
+        0
+    }
+}
+
+/// Dollars for people: cents at a dollar and above, otherwise two significant digits, so that
+/// small per-step costs stay readable ($0.0021) and budgets look like money ($12.50).
+pub fn format_usd(micros: Micros) -> String {
+    if micros == 0 {
+        return "$0.00".into();
+    }
+    let usd = micros as f64 / MICROS_PER_USD as f64;
+    if usd >= 1.0 {
+        return format!("${usd:.2}");
+    }
+    let decimals = (1 - usd.log10().floor() as i32).max(2) as usize;
+    format!("${usd:.decimals$}")
+}
+
+/// The budget situation of one agent at this moment, as the runtime read it from the ledger.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetView {
+    /// The agent's model's price.
+    pub price: Price,
+    pub agent_limit: Micros,
+    /// Settled plus reserved spend of this agent.
+    pub agent_used: Micros,
+    /// What the tightest applicable budget (the agent's, its owner's day, the server's day or month)
+    /// still allows.
+    pub remaining: Micros,
+    /// Which budget `remaining` comes from, in words ("the agent's budget", "your daily budget").
+    pub tightest: String,
+    /// From this share of the agent's budget on, unattended runs stop (AutoGPT has no such cap).
+    pub soft_cap_percent: u8,
+}
+
+/// Nearly exceeded: the agent is asked to finish up (AutoGPT: under $0.01).
+pub const NEARLY_EXCEEDED_PERCENT: u64 = 10;
+/// Very nearly exceeded: the agent is asked to shut down gracefully (AutoGPT: under $0.005).
+pub const VERY_NEARLY_EXCEEDED_PERCENT: u64 = 5;
+
+impl BudgetView {
+    /// Whether Approve ×N and continuous mode must stop asking nobody.
+    pub fn soft_cap_reached(&self) -> bool {
+        if self.agent_limit == 0 {
+            return true;
+        }
+        let used = self.agent_limit.saturating_sub(self.remaining);
+        used as u128 * 100 >= self.agent_limit as u128 * self.soft_cap_percent as u128
+    }
+
+    /// Why unattended runs ended, for the card.
+    pub fn soft_cap_note(&self) -> String {
+        format!(
+            "Approve ×N and continuous mode stop at {}% of the budget: {} left of {} ({}), so each step asks again.",
+            self.soft_cap_percent,
+            format_usd(self.remaining),
+            format_usd(self.agent_limit),
+            self.tightest
+        )
+    }
+
+    /// AutoGPT's budget lines, with thresholds relative to the agent's budget. "Exceeded" means the
+    /// call being made is the last one the budget can pay for: the hard cap refuses the one after.
+    pub fn message(&self, next_call_worst: Micros) -> String {
+        let mut text = format!(
+            "Your remaining API budget is {}",
+            format_usd(self.remaining)
+        );
+        let limit = self.agent_limit as u128;
+        let remaining = self.remaining as u128;
+        if remaining < 2 * next_call_worst as u128 {
+            text.push_str("\nBUDGET EXCEEDED! SHUT DOWN!");
+        } else if remaining * 100 <= limit * VERY_NEARLY_EXCEEDED_PERCENT as u128 {
+            text.push_str("\nBudget very nearly exceeded! Shut down gracefully!");
+        } else if remaining * 100 <= limit * NEARLY_EXCEEDED_PERCENT as u128 {
+            text.push_str("\nBudget nearly exceeded. Finish up.");
+        }
+        text
+    }
+}
+
+/// What a card says about money: the next step's likely and worst cost and what is left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpendNote {
+    pub next_step_likely: Micros,
+    pub next_step_worst: Micros,
+    pub remaining: Micros,
+    pub agent_limit: Micros,
+    pub agent_used: Micros,
+}
+
+impl SpendNote {
+    /// The next step's cost from the last prompt's size: likely with the agent's average reply
+    /// length so far (half the reserve before the first reply), at most with the full reserve.
+    pub fn estimate(
+        view: &BudgetView,
+        last_prompt_tokens: u64,
+        average_reply_tokens: Option<u64>,
+        max_tokens: u32,
+    ) -> SpendNote {
+        let max_tokens = max_tokens as u64;
+        let likely_reply = average_reply_tokens
+            .unwrap_or(max_tokens / 2)
+            .min(max_tokens);
+        SpendNote {
+            next_step_likely: view.price.cost(last_prompt_tokens, likely_reply),
+            next_step_worst: view.price.cost(last_prompt_tokens, max_tokens),
+            remaining: view.remaining,
+            agent_limit: view.agent_limit,
+            agent_used: view.agent_used,
+        }
+    }
+
+    /// One line for a card footer or the console.
+    pub fn render(&self) -> String {
+        format!(
+            "Next step ≈ {} (at most {}) · {} left of {}",
+            format_usd(self.next_step_likely),
+            format_usd(self.next_step_worst),
+            format_usd(self.remaining),
+            format_usd(self.agent_limit)
+        )
+    }
+}
+
+/// The agent waits for a rate limit before its next model call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pacing {
+    pub until: DateTime<Utc>,
+    pub why: String,
+}
+
+impl Pacing {
+    pub fn describe(&self) -> String {
+        format!(
+            "waiting until {} UTC for {}",
+            self.until.format("%H:%M:%S"),
+            self.why
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(limit: Micros, remaining: Micros) -> BudgetView {
+        BudgetView {
+            price: Price::from_usd_per_million(0.15, 0.60),
+            agent_limit: limit,
+            agent_used: limit - remaining,
+            remaining,
+            tightest: "the agent's budget".into(),
+            soft_cap_percent: 80,
+        }
+    }
+
+    #[test]
+    fn costs_are_exact_integers_rounded_up() {
+        let price = Price::from_usd_per_million(0.15, 0.60);
+        assert_eq!(price.input_per_million, 150_000);
+        // 1000 prompt tokens at $0.15/M = 150 µ$; 500 completion tokens at $0.60/M = 300 µ$.
+        assert_eq!(price.cost(1000, 500), 450);
+        // One token costs 0.15 µ$: rounded up to 1, never down to 0.
+        assert_eq!(price.cost(1, 0), 1);
+        assert_eq!(Price::default().cost(10_000, 10_000), 0);
+        assert_eq!(
+            price.cost_of(Usage {
+                prompt_tokens: 2000,
+                completion_tokens: 0
+            }),
+            300
+        );
+        assert_eq!(usd_to_micros(-1.0), 0);
+        assert_eq!(usd_to_micros(f64::NAN), 0);
+        assert_eq!(usd_to_micros(2.5), 2_500_000);
+    }
+
+    #[test]
+    fn dollars_read_like_money() {
+        assert_eq!(format_usd(0), "$0.00");
+        assert_eq!(format_usd(12_500_000), "$12.50");
+        assert_eq!(format_usd(1_000_000), "$1.00");
+        assert_eq!(format_usd(130_000), "$0.13");
+        assert_eq!(format_usd(500_000), "$0.50");
+        assert_eq!(format_usd(2_100), "$0.0021");
+        assert_eq!(format_usd(5), "$0.0000050");
+    }
+
+    #[test]
+    fn the_agent_is_told_its_budget_with_thresholds_relative_to_it() {
+        let dollar = MICROS_PER_USD;
+        let small_call = 100;
+        assert_eq!(
+            view(dollar, 500_000).message(small_call),
+            "Your remaining API budget is $0.50"
+        );
+        assert_eq!(
+            view(dollar, 100_000).message(small_call),
+            "Your remaining API budget is $0.10\nBudget nearly exceeded. Finish up."
+        );
+        assert_eq!(
+            view(dollar, 50_000).message(small_call),
+            "Your remaining API budget is $0.050\nBudget very nearly exceeded! Shut down gracefully!"
+        );
+        // The same dollars are plenty for a bigger budget: thresholds scale with it.
+        assert_eq!(
+            view(100 * dollar, 50_000 * 100).message(small_call),
+            "Your remaining API budget is $5.00\nBudget very nearly exceeded! Shut down gracefully!"
+        );
+        assert_eq!(
+            view(100 * dollar, 50 * dollar).message(small_call),
+            "Your remaining API budget is $50.00"
+        );
+        // Not enough for another call after this one: the hard cap will refuse it.
+        assert_eq!(
+            view(dollar, 300_000).message(200_000),
+            "Your remaining API budget is $0.30\nBUDGET EXCEEDED! SHUT DOWN!"
+        );
+    }
+
+    #[test]
+    fn soft_cap_is_a_share_of_the_agent_budget() {
+        assert!(!view(1_000_000, 201_000).soft_cap_reached());
+        assert!(view(1_000_000, 200_000).soft_cap_reached());
+        assert!(view(0, 0).soft_cap_reached());
+        let note = view(1_000_000, 150_000).soft_cap_note();
+        assert!(
+            note.contains("80%") && note.contains("$0.15 left of $1.00"),
+            "{note}"
+        );
+    }
+
+    #[test]
+    fn card_estimate_uses_the_last_prompt_and_the_average_reply() {
+        let v = view(1_000_000, 900_000);
+        let note = SpendNote::estimate(&v, 10_000, Some(200), 1000);
+        assert_eq!(note.next_step_likely, 1500 + 120);
+        assert_eq!(note.next_step_worst, 1500 + 600);
+        assert_eq!(
+            note.render(),
+            "Next step ≈ $0.0016 (at most $0.0021) · $0.90 left of $1.00"
+        );
+        let first = SpendNote::estimate(&v, 10_000, None, 1000);
+        assert_eq!(first.next_step_likely, 1500 + 300);
+    }
+}

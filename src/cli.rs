@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::budget::Budgets;
 use crate::config::{process_env, Config};
-use crate::core::budget::usd_to_micros;
+use crate::core::budget::{format_usd, usd_to_micros};
 use crate::core::event::Event;
 use crate::core::history::truncate_chars;
 use crate::core::state::{AgentSettings, AgentState, PauseReason, Phase, Profile, Spender};
@@ -57,6 +57,11 @@ pub enum CliCommand {
         id: String,
         #[arg(long)]
         out: PathBuf,
+    },
+    /// Show spend and limits: one agent's budgets, or the console user's day.
+    Budget {
+        /// Agent id (or a unique prefix of it).
+        id: Option<String>,
     },
     /// Apply store migrations and print the schema version.
     Migrate,
@@ -147,6 +152,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         CliCommand::Export { id, out } => {
             let store = open_store(&config)?;
             export(&store, &id, &out)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        CliCommand::Budget { id } => {
+            let store = open_store(&config)?;
+            print_budget(&store, &config, id.as_deref())?;
             Ok(ExitCode::SUCCESS)
         }
         CliCommand::Migrate => {
@@ -333,6 +343,51 @@ async fn console(config: Config, store: Store, args: ConsoleArgs) -> anyhow::Res
         }
         _ => ExitCode::SUCCESS,
     })
+}
+
+fn print_budget(store: &Store, config: &Config, prefix: Option<&str>) -> anyhow::Result<()> {
+    let budgets = Budgets::new(store, &config.budget)?;
+    let now = SystemClock.now();
+    let (agent, spender, limit) = match prefix {
+        Some(prefix) => {
+            let id = store.resolve_agent(prefix)?;
+            let state = store
+                .load_agent(&id)?
+                .with_context(|| format!("agent {id} vanished from the store"))?;
+            println!(
+                "Agent {} ({}), model {}:",
+                state.id,
+                state.name(),
+                state.settings.model
+            );
+            let limit = budgets.agent_limit(&state);
+            (state.id, state.spender, limit)
+        }
+        None => (
+            String::new(),
+            Spender {
+                user: Some(CONSOLE_USER.into()),
+                guild: None,
+            },
+            0,
+        ),
+    };
+    let lines = budgets.lines(&agent, &spender, limit, now)?;
+    for line in lines.into_iter().skip(usize::from(prefix.is_none())) {
+        let limit = line
+            .limit
+            .map(format_usd)
+            .unwrap_or_else(|| "no limit".into());
+        println!(
+            "  {:<28} {} spent ({} µ$) of {limit}; {} reserved ({} µ$)",
+            line.label,
+            format_usd(line.account.spent),
+            line.account.spent,
+            format_usd(line.account.reserved),
+            line.account.reserved
+        );
+    }
+    Ok(())
 }
 
 fn list(store: &Store) -> anyhow::Result<()> {

@@ -616,7 +616,8 @@ async fn status_pause_resume_list_and_the_per_user_cap() {
     let status = discord.slash(ALICE, &[], thread, "status", json!([]), json!({}));
     let shown = ephemeral_text(&discord, status).await;
     assert!(
-        shown.contains("**IdleGPT** — awaiting decision — cycle 1"),
+        shown.contains("**IdleGPT** — awaiting decision — cycle 1")
+            && shown.contains("\nSpend: $0.00 of $1.00 ($0.00 reserved for calls in flight)"),
         "{shown}"
     );
 

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use governor::clock::Clock as GovernorClock;
 
 use crate::config::BudgetConfig;
-use crate::core::budget::{BudgetView, Micros, Price};
+use crate::core::budget::{BudgetView, Micros, Price, AGENT_BUDGET_LABEL};
 use crate::core::state::{AgentState, Spender};
 use crate::store::{Store, StoreError};
 use ledger::{Account, Charge, Ledger, Refusal, Reservation};
@@ -178,7 +178,7 @@ impl Budgets {
         let mut charges = vec![Charge {
             account: Budgets::agent_account(agent),
             limit: Some(agent_limit),
-            label: "the agent's budget".into(),
+            label: AGENT_BUDGET_LABEL.into(),
         }];
         let guild = spender.guild.as_deref().unwrap_or("-");
         if let Some(user) = &spender.user {

@@ -134,14 +134,20 @@ impl BudgetView {
 }
 
 /// What a card says about money: the next step's likely and worst cost and what is left.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SpendNote {
     pub next_step_likely: Micros,
     pub next_step_worst: Micros,
     pub remaining: Micros,
     pub agent_limit: Micros,
     pub agent_used: Micros,
+    /// The budget `remaining` comes from when it is not the agent's own.
+    #[serde(default)]
+    pub limited_by: Option<String>,
 }
+
+/// How the agent's own budget is named in a [`BudgetView`].
+pub const AGENT_BUDGET_LABEL: &str = "the agent's budget";
 
 impl SpendNote {
     /// The next step's cost from the last prompt's size: likely with the agent's average reply
@@ -162,17 +168,24 @@ impl SpendNote {
             remaining: view.remaining,
             agent_limit: view.agent_limit,
             agent_used: view.agent_used,
+            limited_by: (view.tightest != AGENT_BUDGET_LABEL).then(|| view.tightest.clone()),
         }
     }
 
     /// One line for a card footer or the console.
     pub fn render(&self) -> String {
+        let left = match &self.limited_by {
+            Some(budget) => format!("{} left in {budget}", format_usd(self.remaining)),
+            None => format!(
+                "{} left of {}",
+                format_usd(self.remaining),
+                format_usd(self.agent_limit)
+            ),
+        };
         format!(
-            "Next step ≈ {} (at most {}) · {} left of {}",
+            "Next step ≈ {} (at most {}) · {left}",
             format_usd(self.next_step_likely),
-            format_usd(self.next_step_worst),
-            format_usd(self.remaining),
-            format_usd(self.agent_limit)
+            format_usd(self.next_step_worst)
         )
     }
 }
@@ -297,5 +310,13 @@ mod tests {
         );
         let first = SpendNote::estimate(&v, 10_000, None, 1000);
         assert_eq!(first.next_step_likely, 1500 + 300);
+        let daily = BudgetView {
+            tightest: "the owner's daily budget".into(),
+            remaining: 50_000,
+            ..v
+        };
+        assert!(SpendNote::estimate(&daily, 10_000, None, 1000)
+            .render()
+            .ends_with("· $0.050 left in the owner's daily budget"));
     }
 }

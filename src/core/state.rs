@@ -60,7 +60,7 @@ impl PauseReason {
             }
             PauseReason::CycleLimit { limit } => format!("paused at the cycle limit ({limit})"),
             PauseReason::Budget { message } => {
-                format!("paused: {message}. Raising the budget resumes it")
+                format!("paused: {message}")
             }
         }
     }

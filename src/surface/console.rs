@@ -229,11 +229,17 @@ impl Surface for ConsoleSurface {
     }
 
     async fn paused(&self, agent: &AgentState, reason: &PauseReason) {
+        let hint = match reason {
+            PauseReason::Budget { .. } => format!(
+                "Raise its budget to continue: autothread console --resume {} --budget <dollars>",
+                agent.id
+            ),
+            _ => format!("Resume with: autothread console --resume {}", agent.id),
+        };
         print_flush(&format!(
-            "\nAgent {} {}.\nResume with: autothread console --resume {}\n",
+            "\nAgent {} {}.\n{hint}\n",
             agent.name(),
             reason.describe(),
-            agent.id
         ));
     }
 

@@ -26,6 +26,8 @@ pub const CAROL: u64 = 4_000_000_000_000_000_003;
 pub const ROLE_TEAM: u64 = 5_000_000_000_000_000_001;
 /// Permissions of an ordinary member (no Manage Threads).
 pub const MEMBER_PERMS: &str = "2147483648";
+/// A member's permissions plus Manage Server (a server admin).
+pub const ADMIN_PERMS: &str = "2147483680";
 const ACK_DEADLINE: Duration = Duration::from_secs(3);
 
 #[derive(Clone, Debug)]
@@ -323,9 +325,39 @@ impl FakeDiscord {
         options: Value,
         resolved: Value,
     ) -> u64 {
-        let (id, mut payload) = self.interaction_base(2, user_id, roles, MEMBER_PERMS, channel);
+        let sub = json!([{"name": sub, "type": 1, "options": options}]);
+        self.slash_options(user_id, roles, MEMBER_PERMS, channel, sub, resolved)
+    }
+
+    /// `/agent <group> <sub> …` typed by a member with these permissions.
+    #[allow(clippy::too_many_arguments)]
+    pub fn slash_group(
+        &self,
+        user_id: u64,
+        roles: &[u64],
+        permissions: &str,
+        channel: u64,
+        group: &str,
+        sub: &str,
+        options: Value,
+        resolved: Value,
+    ) -> u64 {
+        let path = json!([{"name": group, "type": 2, "options": [{"name": sub, "type": 1, "options": options}]}]);
+        self.slash_options(user_id, roles, permissions, channel, path, resolved)
+    }
+
+    fn slash_options(
+        &self,
+        user_id: u64,
+        roles: &[u64],
+        permissions: &str,
+        channel: u64,
+        options: Value,
+        resolved: Value,
+    ) -> u64 {
+        let (id, mut payload) = self.interaction_base(2, user_id, roles, permissions, channel);
         payload["data"] = json!({"id": "7000000000000000001", "name": "agent", "type": 1, "guild_id": GUILD.to_string(),
-            "options": [{"name": sub, "type": 1, "options": options}], "resolved": resolved});
+            "options": options, "resolved": resolved});
         self.dispatch("INTERACTION_CREATE", payload);
         id
     }

@@ -77,6 +77,8 @@ struct Inner {
     requests: Vec<(Kind, Value)>,
     errors: Vec<String>,
     expect: Expect,
+    /// Reported usage (prompt, completion); (100, 20) unless a test sets it.
+    usage: Option<(u64, u64)>,
 }
 
 #[derive(Clone)]
@@ -121,6 +123,11 @@ impl FakeOpenAi {
             .push_back(Step { reply, check });
     }
 
+    /// The usage every later completion reports.
+    pub fn set_usage(&self, prompt_tokens: u64, completion_tokens: u64) {
+        self.inner.lock().unwrap().usage = Some((prompt_tokens, completion_tokens));
+    }
+
     pub fn push_profile(&self, text: impl Into<String>) {
         self.inner.lock().unwrap().profiles.push_back(text.into());
     }
@@ -159,14 +166,14 @@ impl FakeOpenAi {
     }
 }
 
-fn completion(content: &str) -> Value {
+fn completion(content: &str, (prompt, completion): (u64, u64)) -> Value {
     json!({
         "id": "chatcmpl-fake",
         "object": "chat.completion",
         "created": 1_700_000_000,
         "model": "fake",
         "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
-        "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
     })
 }
 
@@ -266,6 +273,7 @@ fn check_cycle_request(body: &Value, expect: &Expect) -> Vec<String> {
 
 async fn completions(State(inner): State<Arc<Mutex<Inner>>>, Json(body): Json<Value>) -> Response {
     let kind = kind_of(&body);
+    let usage = inner.lock().unwrap().usage.unwrap_or((100, 20));
     let reply = {
         let mut inner = inner.lock().unwrap();
         inner.requests.push((kind, body.clone()));
@@ -321,13 +329,16 @@ async fn completions(State(inner): State<Arc<Mutex<Inner>>>, Json(body): Json<Va
             }
         }
     };
-    respond(reply).await
+    respond(reply, usage).await
 }
 
-fn respond(reply: Reply) -> std::pin::Pin<Box<dyn std::future::Future<Output = Response> + Send>> {
+fn respond(
+    reply: Reply,
+    usage: (u64, u64),
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Response> + Send>> {
     Box::pin(async move {
         match reply {
-            Reply::Content(text) => Json(completion(&text)).into_response(),
+            Reply::Content(text) => Json(completion(&text, usage)).into_response(),
             Reply::Status(code, content_type, body) => (
                 StatusCode::from_u16(code).unwrap(),
                 [(header::CONTENT_TYPE, content_type)],
@@ -342,7 +353,7 @@ fn respond(reply: Reply) -> std::pin::Pin<Box<dyn std::future::Future<Output = R
                 .into_response(),
             Reply::Delay(wait, inner) => {
                 tokio::time::sleep(wait).await;
-                respond(*inner).await
+                respond(*inner, usage).await
             }
         }
     })

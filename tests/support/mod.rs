@@ -21,6 +21,13 @@ pub struct TestEnv {
 impl TestEnv {
     /// A config pointing at `base_url` with fast retries and a 4k-context test model.
     pub fn new(base_url: &str, extra_llm: &str) -> TestEnv {
+        // Tests that click through hundreds of cycles in seconds would otherwise meet the
+        // default calls-per-minute limit; pacing has its own tests.
+        TestEnv::with_budget(base_url, extra_llm, "guild_calls_per_minute = 0\n")
+    }
+
+    /// Like `new`, with the `[budget]` section given.
+    pub fn with_budget(base_url: &str, extra_llm: &str, budget: &str) -> TestEnv {
         let dir = tempfile::tempdir().unwrap();
         let timeout = if extra_llm.contains("timeout_secs") {
             ""
@@ -28,7 +35,7 @@ impl TestEnv {
             "timeout_secs = 2\n"
         };
         let config = format!(
-            "[llm]\nbase_url = \"{base_url}\"\nmodel = \"test-model\"\n{timeout}max_attempts = 3\nretry_initial_ms = 20\nretry_max_ms = 100\n{extra_llm}\n\n[llm.models.\"test-model\"]\ncontext_tokens = 4096\nmax_tokens = 500\n"
+            "[llm]\nbase_url = \"{base_url}\"\nmodel = \"test-model\"\n{timeout}max_attempts = 3\nretry_initial_ms = 20\nretry_max_ms = 100\n{extra_llm}\n\n[llm.models.\"test-model\"]\ncontext_tokens = 4096\nmax_tokens = 500\n\n[budget]\n{budget}"
         );
         std::fs::write(dir.path().join("bot.toml"), config).unwrap();
         TestEnv {

@@ -21,7 +21,7 @@ use crate::budget::{Budgets, LimitScope};
 use crate::config::Config;
 use crate::core::budget::{format_usd, usd_to_micros};
 use crate::core::event::{Decision, Event};
-use crate::core::state::{AgentSettings, AgentState, Phase, Profile, Spender};
+use crate::core::state::{AgentSettings, AgentState, PauseReason, Phase, Profile, Spender};
 use crate::llm::openai::OpenAiChat;
 use crate::llm::tokens::TiktokenCounter;
 use crate::runtime::clock::{Clock, SystemClock};
@@ -852,7 +852,38 @@ async fn budget_set(
     } else {
         format_usd(micros)
     };
-    reply(ctx, format!("{what} is now {amount}."), true).await
+    // Agents of this server that stopped for want of budget try again under the new limit.
+    let by = ctx.author().name.clone();
+    let mut resumed = 0;
+    for binding in data.store.bindings()? {
+        if binding.guild_id.to_string() != guild {
+            continue;
+        }
+        let paused_for_budget = data
+            .store
+            .load_agent_record(&binding.agent_id)?
+            .is_some_and(|s| matches!(s.phase, Phase::Paused(PauseReason::Budget { .. })));
+        if paused_for_budget
+            && data
+                .supervisor
+                .send(
+                    &binding.agent_id,
+                    Event::Resume {
+                        by: by.clone(),
+                        follow_up: None,
+                    },
+                )
+                .is_ok()
+        {
+            resumed += 1;
+        }
+    }
+    let resumed = match resumed {
+        0 => String::new(),
+        1 => " 1 agent paused for budget is trying again.".into(),
+        n => format!(" {n} agents paused for budget are trying again."),
+    };
+    reply(ctx, format!("{what} is now {amount}.{resumed}"), true).await
 }
 
 async fn control(

@@ -268,6 +268,7 @@ mod tests {
                 remaining: 900_000,
                 agent_limit: 1_000_000,
                 agent_used: 100_000,
+                limited_by: None,
             }),
             auto_stop: Some(noise.clone()),
             paced: Some(noise.clone()),

@@ -275,9 +275,14 @@ impl Surface for DiscordSurface {
         self.say(
             agent,
             &format!(
-                "⏸️ {} {}. Use `/agent resume` to continue.",
+                "⏸️ {} {}. {}",
                 agent.name(),
-                reason.describe()
+                reason.describe(),
+                match reason {
+                    PauseReason::Budget { .. } =>
+                        "Raising the budget with `/agent budget set` resumes it.",
+                    _ => "Use `/agent resume` to continue.",
+                }
             ),
         )
         .await;

@@ -1,0 +1,383 @@
+//! End to end spend control: the real binary (console and Discord) against the fake OpenAI
+//! server with priced models. Retries are charged once, a crash between reserve and settle is
+//! charged at its worst case on the next start, an exhausted budget pauses and raising it
+//! resumes, and two agents of one user share that user's daily budget.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::fake_discord::{FakeDiscord, ADMIN_PERMS, ALICE, CHANNEL, MEMBER_PERMS};
+use support::fake_openai::{agent_reply, Expect, FakeOpenAi, Kind, Reply};
+use support::{created_agent_id, Running, TestEnv};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// $10 per million prompt tokens, $30 per million completion tokens: the fake's default usage
+/// (100 + 20 tokens) costs exactly 1000 + 600 = 1600 micro-dollars per call.
+const PRICED: &str = "guild_calls_per_minute = 0\n[budget.prices.\"test-model\"]\ninput_per_million = 10.0\noutput_per_million = 30.0\n";
+
+async fn fake() -> FakeOpenAi {
+    FakeOpenAi::start(Expect {
+        max_tokens: Some(500),
+        response_format: Some("json_schema"),
+        context_tokens: Some(4096),
+    })
+    .await
+}
+
+/// The "spent" and "reserved" micro-dollars of one budget line of `autothread budget ID`.
+fn budget_line(out: &str, label: &str) -> (u64, u64) {
+    let line = out
+        .lines()
+        .find(|l| l.trim_start().starts_with(label))
+        .unwrap_or_else(|| panic!("no {label:?} line in:\n{out}"));
+    let micros: Vec<u64> = line
+        .split('(')
+        .skip(1)
+        .filter_map(|part| part.split(" µ$)").next()?.parse().ok())
+        .collect();
+    assert_eq!(micros.len(), 2, "{line}");
+    (micros[0], micros[1])
+}
+
+async fn agent_budget(env: &TestEnv, id: &str) -> String {
+    let (ok, out, err) = env.run(&["budget", id]).await;
+    assert!(ok, "budget failed: {out}{err}");
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_storm_is_charged_once_and_the_card_shows_the_cost() {
+    let fake = fake().await;
+    fake.push(Reply::Status(429, "text/plain", "Too Many Requests".into()));
+    fake.push(Reply::Status(429, "application/json", r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#.into()));
+    fake.push_content(agent_reply("finish", json!({"reason": "done"})));
+    let env = TestEnv::with_budget(&fake.base_url, "", PRICED);
+    let mut run = env.spawn(&[
+        "console", "--task", "Say done", "--name", "PayGPT", "--role", "a payer", "--budget", "0.5",
+    ]);
+    run.wait_for("Input:", 1, WAIT).await;
+    let shown = run.stdout();
+    assert!(
+        shown.contains("BUDGET: Next step ≈ $") && shown.contains("left of $0.50"),
+        "{shown}"
+    );
+    run.type_lines(&["y"]).await;
+    let (ok, out, err) = run.finish(WAIT).await;
+    assert!(ok, "{out}{err}");
+    assert_eq!(fake.requests(Kind::Cycle).len(), 3);
+    fake.assert_clean();
+    let id = created_agent_id(&out);
+    let report = agent_budget(&env, &id).await;
+    assert_eq!(budget_line(&report, "the agent's budget"), (1600, 0));
+    assert!(report.contains("of $0.50"), "{report}");
+    assert_eq!(budget_line(&report, "the owner's daily budget"), (1600, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_between_reserve_and_settle_is_charged_at_the_worst_case_on_restart() {
+    let fake = fake().await;
+    fake.push(Reply::Delay(
+        Duration::from_secs(30),
+        Box::new(Reply::Content(agent_reply(
+            "finish",
+            json!({"reason": "never seen"}),
+        ))),
+    ));
+    let env = TestEnv::with_budget(&fake.base_url, "timeout_secs = 60\n", PRICED);
+    let run = env.spawn(&[
+        "console", "--task", "Wait", "--name", "SlowGPT", "--role", "r",
+    ]);
+    run.wait_for("Created agent", 1, WAIT).await;
+    let id = created_agent_id(&run.stdout());
+    tokio::time::timeout(WAIT, async {
+        while fake.requests(Kind::Cycle).is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the call reaches the model");
+    run.kill().await;
+
+    // The reservation was durable before the call went out.
+    let (spent, reserved) = budget_line(&agent_budget(&env, &id).await, "the agent's budget");
+    assert_eq!(spent, 0);
+    assert!(
+        reserved > 1600,
+        "the worst case covers the prompt and max_tokens: {reserved}"
+    );
+
+    fake.push_content(agent_reply("finish", json!({"reason": "done"})));
+    let mut run = env.spawn(&["console", "--resume", &id]);
+    run.wait_for("Input:", 1, WAIT).await;
+    assert!(
+        run.stdout()
+            .contains("Settled 1 model call(s) interrupted by a crash at their worst case"),
+        "{}",
+        run.stdout()
+    );
+    run.type_lines(&["y"]).await;
+    let (ok, out, err) = run.finish(WAIT).await;
+    assert!(ok, "{out}{err}");
+    let report = agent_budget(&env, &id).await;
+    assert_eq!(
+        budget_line(&report, "the agent's budget"),
+        (reserved + 1600, 0)
+    );
+    assert_eq!(
+        budget_line(&report, "the owner's daily budget"),
+        (reserved + 1600, 0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exhausted_budget_pauses_and_a_raised_one_resumes() {
+    let fake = fake().await;
+    for i in 0..12 {
+        fake.push_content(agent_reply(
+            "read_file",
+            json!({"filename": format!("{i}.txt")}),
+        ));
+    }
+    fake.push_content(agent_reply("finish", json!({"reason": "read enough"})));
+    // Prompts are free and replies dear: a cycle call's worst case is exactly its 500-token
+    // reserve at $100 per million (0.05 dollars), a summary's 200 tokens (0.02); each call
+    // reports 20 completion tokens (0.002).
+    let env = TestEnv::with_budget(
+        &fake.base_url,
+        "",
+        "guild_calls_per_minute = 0\n[budget.prices.\"test-model\"]\ninput_per_million = 0.0\noutput_per_million = 100.0\n",
+    );
+    let run = env.spawn(&[
+        "console",
+        "--task",
+        "Read files",
+        "--name",
+        "ReaderGPT",
+        "--role",
+        "r",
+        "--continuous",
+        "--budget",
+        "0.06",
+    ]);
+    let (ok, out, err) = run.finish(WAIT).await;
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.contains("paused: the agent's budget ($0.060) has")
+            && out.contains("Raise its budget to continue: autothread console --resume"),
+        "{out}"
+    );
+    let id = created_agent_id(&out);
+    let (spent_before, reserved) =
+        budget_line(&agent_budget(&env, &id).await, "the agent's budget");
+    assert!(
+        spent_before <= 60_000 && reserved == 0,
+        "{spent_before} {reserved}"
+    );
+    let cycles_before = fake.requests(Kind::Cycle).len();
+    assert!(cycles_before >= 1);
+
+    let mut run = env.spawn(&["console", "--resume", &id, "--continuous", "--budget", "2"]);
+    run.wait_for("Input:", 1, WAIT).await;
+    run.type_lines(&["y"]).await;
+    let (ok, out, err) = run.finish(WAIT).await;
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("read enough"), "{out}");
+    assert_eq!(fake.remaining_cycle_steps(), 0);
+    fake.assert_clean();
+    let (spent, _) = budget_line(&agent_budget(&env, &id).await, "the agent's budget");
+    assert!(spent > spent_before && spent <= 2_000_000, "{spent}");
+}
+
+async fn start_bot(env: &TestEnv, discord: &FakeDiscord) -> Running {
+    let mut cmd = env.command(&["run"]);
+    cmd.env("DISCORD_TOKEN", "fake-token")
+        .env("DISCORD_API_BASE", &discord.base_url)
+        .env(
+            "DISCORD_DEV_GUILD",
+            support::fake_discord::GUILD.to_string(),
+        );
+    let running = Running::new_public(cmd.spawn().expect("the bot starts"));
+    discord
+        .wait_for("the slash commands to be registered", WAIT, |d| {
+            (!d.commands().is_empty()).then_some(())
+        })
+        .await;
+    running
+}
+
+fn title(message: &Value) -> String {
+    message["embeds"][0]["title"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+async fn card(discord: &FakeDiscord, thread: u64, wanted: &str) -> Value {
+    discord
+        .wait_for(&format!("card {wanted:?}"), WAIT, |d| {
+            d.messages_in(thread)
+                .into_iter()
+                .rev()
+                .find(|m| title(m) == wanted)
+        })
+        .await
+}
+
+/// The text a command answered with: its immediate reply or, after a deferral, its follow-up.
+async fn answer(discord: &FakeDiscord, interaction: u64) -> String {
+    discord
+        .wait_for("an answer", WAIT, |d| {
+            let immediate = d
+                .callbacks(interaction)
+                .into_iter()
+                .find(|c| c.kind == 4)
+                .map(|c| c.data["content"].as_str().unwrap_or("").to_string());
+            immediate.or_else(|| {
+                d.followups_for(interaction)
+                    .first()
+                    .map(|m| m["content"].as_str().unwrap_or("").to_string())
+            })
+        })
+        .await
+}
+
+async fn start_agent(discord: &FakeDiscord, name: &str) -> u64 {
+    let before = discord.threads().len();
+    let start = discord.slash(
+        ALICE,
+        &[],
+        CHANNEL,
+        "start",
+        json!([{"name": "task", "type": 3, "value": "Read things"}, {"name": "name", "type": 3, "value": name}]),
+        json!({}),
+    );
+    answer(discord, start).await;
+    assert_eq!(discord.threads().len(), before + 1);
+    discord.threads().last().unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+fn approve_button(message: &Value) -> String {
+    message["components"][0]["components"][0]["custom_id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_agents_of_one_user_share_the_daily_budget_until_an_admin_raises_it() {
+    let openai = fake().await;
+    for i in 0..4 {
+        openai.push_content(agent_reply(
+            "read_file",
+            json!({"filename": format!("{i}.txt")}),
+        ));
+    }
+    // Every call reports 400 completion tokens; with free prompts at $100 per million
+    // completion tokens a cycle call reserves 0.05 dollars and costs 0.04.
+    openai.set_usage(100, 400);
+    let discord = FakeDiscord::start().await;
+    let env = TestEnv::with_budget(
+        &openai.base_url,
+        "",
+        "guild_calls_per_minute = 0\nuser_daily_usd = 0.10\n[budget.prices.\"test-model\"]\ninput_per_million = 0.0\noutput_per_million = 100.0\n",
+    );
+    let _bot = start_bot(&env, &discord).await;
+
+    let first = start_agent(&discord, "FirstGPT").await;
+    let card_a = card(&discord, first, "FirstGPT · cycle 1").await;
+    let footer = card_a["embeds"][0]["footer"]["text"].as_str().unwrap_or("");
+    assert!(
+        footer.starts_with("Next step ≈ $") && footer.contains("left in the owner's daily budget"),
+        "{footer}"
+    );
+    // 0.04 spent today: the second agent's first call (worst case 0.05) still fits.
+    let second = start_agent(&discord, "SecondGPT").await;
+    card(&discord, second, "SecondGPT · cycle 1").await;
+
+    // 0.08 spent: the first agent's next cycle call cannot be covered by what is left today.
+    discord.click(ALICE, &[], &card_a, &approve_button(&card_a));
+    discord
+        .wait_for("the first agent to pause for budget", WAIT, |d| {
+            d.messages_in(first).into_iter().find(|m| {
+                m["content"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("the owner's daily budget ($0.10) has")
+            })
+        })
+        .await;
+
+    // The summary of cycle 1 fitted what was left (0.02, its whole reserve) and may still be
+    // settling: ask until the books are closed.
+    let mut text = String::new();
+    for _ in 0..50 {
+        let shown = discord.slash_group(
+            ALICE,
+            &[],
+            MEMBER_PERMS,
+            first,
+            "budget",
+            "show",
+            json!([]),
+            json!({}),
+        );
+        text = answer(&discord, shown).await;
+        if !text.contains("reserved") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        text.contains("**FirstGPT**: $0.060 of $1.00")
+            && text.contains("**The owner's daily budget**: $0.10 of $0.10")
+            && text.contains("**The server's daily budget**: $0.10 of $20.00"),
+        "{text}"
+    );
+
+    // The owner cannot raise the server's budgets; an admin can, and the paused agent continues.
+    let refused = discord.slash_group(
+        ALICE,
+        &[],
+        MEMBER_PERMS,
+        first,
+        "budget",
+        "set",
+        json!([{"name": "scope", "type": 4, "value": 1}, {"name": "usd", "type": 10, "value": 1.0}]),
+        json!({}),
+    );
+    assert!(answer(&discord, refused)
+        .await
+        .starts_with("Only server admins"));
+    let raised = discord.slash_group(
+        support::fake_discord::BOB,
+        &[],
+        ADMIN_PERMS,
+        first,
+        "budget",
+        "set",
+        json!([{"name": "scope", "type": 4, "value": 1}, {"name": "usd", "type": 10, "value": 1.0}]),
+        json!({}),
+    );
+    let text = answer(&discord, raised).await;
+    assert_eq!(
+        text,
+        "Each user's daily budget is now $1.00. 1 agent paused for budget is trying again."
+    );
+    let card_a2 = card(&discord, first, "FirstGPT · cycle 2").await;
+    let footer = card_a2["embeds"][0]["footer"]["text"]
+        .as_str()
+        .unwrap_or("");
+    assert!(
+        footer.ends_with("$0.86 left in the owner's daily budget"),
+        "{footer}"
+    );
+    discord.assert_clean();
+    openai.assert_clean();
+}

@@ -1,0 +1,250 @@
+//! A rate-limited agent waits and then resumes, on governor's fake clock: the runtime's clock
+//! seam and the pacer share one fake time, so the test moves time forward and nothing sleeps.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use autothread::budget::pace::{PaceLimits, Pacer};
+use autothread::budget::Budgets;
+use autothread::config::Config;
+use autothread::core::event::{Decision, Usage};
+use autothread::core::history::Episode;
+use autothread::core::state::{
+    AgentSettings, AgentState, PauseReason, Phase, Profile, Proposal, Spender,
+};
+use autothread::llm::tokens::TiktokenCounter;
+use autothread::llm::{ChatModel, ChatReply, ChatRequest, LlmError};
+use autothread::runtime::clock::Clock;
+use autothread::runtime::{self, AgentHandle, Deps};
+use autothread::store::Store;
+use autothread::surface::Surface;
+use autothread::tools::Registry;
+use chrono::{DateTime, Utc};
+use governor::clock::{Clock as _, FakeRelativeClock};
+use serde_json::json;
+use tokio::sync::Notify;
+
+/// Our clock seam on top of governor's fake clock: `sleep` returns once the test has advanced
+/// the fake time far enough.
+#[derive(Clone, Default)]
+struct FakeClock {
+    time: FakeRelativeClock,
+    advanced: Arc<Notify>,
+}
+
+impl FakeClock {
+    fn nanos(&self) -> u64 {
+        self.time.now().into()
+    }
+
+    fn advance(&self, by: Duration) {
+        self.time.advance(by);
+        self.advanced.notify_waiters();
+    }
+}
+
+impl Clock for FakeClock {
+    fn now(&self) -> DateTime<Utc> {
+        DateTime::<Utc>::UNIX_EPOCH + chrono::Duration::nanoseconds(self.nanos() as i64)
+    }
+
+    fn sleep(&self, duration: Duration) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        let clock = self.clone();
+        let until = self.nanos() + duration.as_nanos() as u64;
+        Box::pin(async move {
+            loop {
+                let advanced = clock.advanced.notified();
+                tokio::pin!(advanced);
+                advanced.as_mut().enable();
+                if clock.nanos() >= until {
+                    return;
+                }
+                advanced.await;
+            }
+        })
+    }
+}
+
+/// Answers cycle calls from a script and summaries with a fixed line; counts the calls.
+struct ScriptedModel {
+    replies: Mutex<VecDeque<String>>,
+    cycle_calls: Mutex<usize>,
+}
+
+#[async_trait]
+impl ChatModel for ScriptedModel {
+    async fn complete(&self, request: ChatRequest) -> Result<ChatReply, LlmError> {
+        let first = &request.messages[0].content;
+        let content = if first.contains("Condense the action taken") {
+            "Summary: read a file.".to_string()
+        } else {
+            *self.cycle_calls.lock().unwrap() += 1;
+            self.replies
+                .lock()
+                .unwrap()
+                .pop_front()
+                .ok_or_else(|| LlmError::BadResponse("no scripted reply left".into()))?
+        };
+        Ok(ChatReply {
+            content,
+            usage: Some(Usage {
+                prompt_tokens: 10,
+                completion_tokens: 5,
+            }),
+        })
+    }
+}
+
+/// Records what the humans would see and approves every card.
+#[derive(Default)]
+struct Recorder {
+    notices: Mutex<Vec<String>>,
+    proposals: Mutex<Vec<u64>>,
+}
+
+#[async_trait]
+impl Surface for Recorder {
+    async fn show_profile(&self, _agent: &AgentState) {}
+    async fn show_proposal(&self, _agent: &AgentState, proposal: &Proposal, _auto: bool) {
+        self.proposals.lock().unwrap().push(proposal.cycle);
+    }
+    async fn request_decision(
+        &self,
+        _agent: &AgentState,
+        proposal: &Proposal,
+        handle: AgentHandle,
+    ) {
+        let cycle = proposal.cycle;
+        tokio::spawn(async move {
+            let _ = handle.decide(cycle, Decision::Approve, "tester").await;
+        });
+    }
+    async fn show_result(&self, _agent: &AgentState, _episode: &Episode) {}
+    async fn notify(&self, _agent: &AgentState, text: &str) {
+        self.notices.lock().unwrap().push(text.to_string());
+    }
+    async fn paused(&self, _agent: &AgentState, _reason: &PauseReason) {}
+    async fn finished(&self, _agent: &AgentState, _reason: &str) {}
+    async fn ask_user(&self, _agent: &AgentState, _question: &str) -> Result<String, String> {
+        Err("no one is asked in this test".into())
+    }
+}
+
+fn reply(command: &str, args: serde_json::Value) -> String {
+    json!({
+        "thoughts": {"text": "t", "reasoning": "r", "plan": "- p", "self_criticism": "c", "speak": "s", "observations": "o"},
+        "command": {"name": command, "args": args}
+    })
+    .to_string()
+}
+
+/// Waits (in real time, bounded) until `done` holds; the agent itself never sleeps for real.
+async fn eventually(what: &str, done: impl Fn() -> bool) {
+    for _ in 0..500 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limited_agent_waits_on_the_fake_clock_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut config = Config::default();
+    config.llm.model = "local-model".into();
+    let clock = FakeClock::default();
+    // One call per minute for the guild: the second call of the run must wait.
+    let pacer = Pacer::with_clock(
+        PaceLimits {
+            guild_calls_per_minute: 1,
+            ..Default::default()
+        },
+        clock.time.clone(),
+    );
+    let budgets = Budgets::with_pacer(&store, &config.budget, Arc::new(pacer)).unwrap();
+    let model = Arc::new(ScriptedModel {
+        replies: Mutex::new(VecDeque::from([
+            reply("read_file", json!({"filename": "notes.txt"})),
+            reply("finish", json!({"reason": "done"})),
+        ])),
+        cycle_calls: Mutex::new(0),
+    });
+    let surface = Arc::new(Recorder::default());
+    let deps = Deps {
+        store: store.clone(),
+        model: model.clone(),
+        tools: Arc::new(Registry::standard(&config.agent)),
+        surface: surface.clone(),
+        config: Arc::new(config),
+        counter: Arc::new(TiktokenCounter::for_model("gpt-4o-mini")),
+        clock: Arc::new(clock.clone()),
+        budgets: Arc::new(budgets),
+    };
+    let mut state = AgentState::new(
+        "paced0000001".into(),
+        "Read notes.txt, then finish".into(),
+        Some(Profile::fallback()),
+        AgentSettings {
+            model: "local-model".into(),
+            continuous: true,
+            cycle_limit: 0,
+            budget: None,
+        },
+        clock.now(),
+    );
+    state.spender = Spender {
+        user: Some("u".into()),
+        guild: Some("g".into()),
+    };
+    let (_handle, done) = runtime::start(state, autothread::core::event::Event::Start, deps);
+
+    // Cycle 1's call passes; its command runs by itself (continuous mode).
+    eventually("the first proposal", || {
+        surface.proposals.lock().unwrap().contains(&1)
+    })
+    .await;
+    // Cycle 2 needs two calls (the summary of step 1 and the next step): the guild's minute is
+    // spent, so the agent says until when it waits, and waits.
+    eventually("the rate-limit notice", || {
+        surface.notices.lock().unwrap().iter().any(|n| {
+            n.starts_with(
+                "Rate limited: waiting until 00:01:00 UTC for the server's model calls per minute",
+            )
+        })
+    })
+    .await;
+    let waiting = store.load_agent("paced0000001").unwrap().unwrap();
+    assert_eq!(waiting.phase, Phase::Thinking);
+    assert!(waiting.paced.is_some(), "status can say until when");
+    assert!(!surface.proposals.lock().unwrap().contains(&2));
+
+    // Time moves on a minute at a time; the agent proceeds without ever sleeping for real.
+    for _ in 0..10 {
+        if done.is_finished() {
+            break;
+        }
+        clock.advance(Duration::from_secs(60));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let finished = tokio::time::timeout(Duration::from_secs(10), done)
+        .await
+        .expect("the agent finishes once time has moved on")
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(finished.phase, Phase::Finished { .. }),
+        "{:?}",
+        finished.phase
+    );
+    assert_eq!(*model.cycle_calls.lock().unwrap(), 2);
+    let second = finished.episodes.iter().find(|e| e.cycle == 2).unwrap();
+    assert_eq!(second.command.name, "finish");
+    assert!(surface.proposals.lock().unwrap().contains(&2));
+}

@@ -244,16 +244,16 @@ async fn answer(discord: &FakeDiscord, interaction: u64) -> String {
         .await
 }
 
-async fn start_agent(discord: &FakeDiscord, name: &str) -> u64 {
+async fn start_agent(discord: &FakeDiscord, name: &str, budget: Option<f64>) -> u64 {
     let before = discord.threads().len();
-    let start = discord.slash(
-        ALICE,
-        &[],
-        CHANNEL,
-        "start",
-        json!([{"name": "task", "type": 3, "value": "Read things"}, {"name": "name", "type": 3, "value": name}]),
-        json!({}),
-    );
+    let mut options = vec![
+        json!({"name": "task", "type": 3, "value": "Read things"}),
+        json!({"name": "name", "type": 3, "value": name}),
+    ];
+    if let Some(usd) = budget {
+        options.push(json!({"name": "budget", "type": 10, "value": usd}));
+    }
+    let start = discord.slash(ALICE, &[], CHANNEL, "start", json!(options), json!({}));
     answer(discord, start).await;
     assert_eq!(discord.threads().len(), before + 1);
     discord.threads().last().unwrap()["id"]
@@ -290,7 +290,21 @@ async fn two_agents_of_one_user_share_the_daily_budget_until_an_admin_raises_it(
     );
     let _bot = start_bot(&env, &discord).await;
 
-    let first = start_agent(&discord, "FirstGPT").await;
+    // More than the configured maximum ($20) is refused to a member.
+    let too_much = discord.slash(
+        ALICE,
+        &[],
+        CHANNEL,
+        "start",
+        json!([{"name": "task", "type": 3, "value": "Spend"}, {"name": "budget", "type": 10, "value": 25.0}]),
+        json!({}),
+    );
+    assert!(answer(&discord, too_much)
+        .await
+        .starts_with("An agent's budget can be at most $20.00 here"));
+    assert!(discord.threads().is_empty());
+
+    let first = start_agent(&discord, "FirstGPT", None).await;
     let card_a = card(&discord, first, "FirstGPT · cycle 1").await;
     let footer = card_a["embeds"][0]["footer"]["text"].as_str().unwrap_or("");
     assert!(
@@ -298,8 +312,11 @@ async fn two_agents_of_one_user_share_the_daily_budget_until_an_admin_raises_it(
         "{footer}"
     );
     // 0.04 spent today: the second agent's first call (worst case 0.05) still fits.
-    let second = start_agent(&discord, "SecondGPT").await;
+    let second = start_agent(&discord, "SecondGPT", Some(0.5)).await;
     card(&discord, second, "SecondGPT · cycle 1").await;
+    let status = discord.slash(ALICE, &[], second, "status", json!([]), json!({}));
+    let text = answer(&discord, status).await;
+    assert!(text.contains("\nSpend: $0.040 of $0.50 ("), "{text}");
 
     // 0.08 spent: the first agent's next cycle call cannot be covered by what is left today.
     discord.click(ALICE, &[], &card_a, &approve_button(&card_a));

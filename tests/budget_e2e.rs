@@ -7,10 +7,11 @@ mod support;
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::json;
+use support::bot::{answer, card, start_bot};
 use support::fake_discord::{FakeDiscord, ADMIN_PERMS, ALICE, CHANNEL, MEMBER_PERMS};
 use support::fake_openai::{agent_reply, Expect, FakeOpenAi, Kind, Reply};
-use support::{created_agent_id, Running, TestEnv};
+use support::{created_agent_id, TestEnv};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -19,12 +20,7 @@ const WAIT: Duration = Duration::from_secs(60);
 const PRICED: &str = "guild_calls_per_minute = 0\n[budget.prices.\"test-model\"]\ninput_per_million = 10.0\noutput_per_million = 30.0\n";
 
 async fn fake() -> FakeOpenAi {
-    FakeOpenAi::start(Expect {
-        max_tokens: Some(500),
-        response_format: Some("json_schema"),
-        context_tokens: Some(4096),
-    })
-    .await
+    FakeOpenAi::start(Expect::test_model()).await
 }
 
 /// The "spent" and "reserved" micro-dollars of one budget line of `autothread budget ID`.
@@ -191,59 +187,6 @@ async fn an_exhausted_budget_pauses_and_a_raised_one_resumes() {
     assert!(spent > spent_before && spent <= 2_000_000, "{spent}");
 }
 
-async fn start_bot(env: &TestEnv, discord: &FakeDiscord) -> Running {
-    let mut cmd = env.command(&["run"]);
-    cmd.env("DISCORD_TOKEN", "fake-token")
-        .env("DISCORD_API_BASE", &discord.base_url)
-        .env(
-            "DISCORD_DEV_GUILD",
-            support::fake_discord::GUILD.to_string(),
-        );
-    let running = Running::new_public(cmd.spawn().expect("the bot starts"));
-    discord
-        .wait_for("the slash commands to be registered", WAIT, |d| {
-            (!d.commands().is_empty()).then_some(())
-        })
-        .await;
-    running
-}
-
-fn title(message: &Value) -> String {
-    message["embeds"][0]["title"]
-        .as_str()
-        .unwrap_or("")
-        .to_string()
-}
-
-async fn card(discord: &FakeDiscord, thread: u64, wanted: &str) -> Value {
-    discord
-        .wait_for(&format!("card {wanted:?}"), WAIT, |d| {
-            d.messages_in(thread)
-                .into_iter()
-                .rev()
-                .find(|m| title(m) == wanted)
-        })
-        .await
-}
-
-/// The text a command answered with: its immediate reply or, after a deferral, its follow-up.
-async fn answer(discord: &FakeDiscord, interaction: u64) -> String {
-    discord
-        .wait_for("an answer", WAIT, |d| {
-            let immediate = d
-                .callbacks(interaction)
-                .into_iter()
-                .find(|c| c.kind == 4)
-                .map(|c| c.data["content"].as_str().unwrap_or("").to_string());
-            immediate.or_else(|| {
-                d.followups_for(interaction)
-                    .first()
-                    .map(|m| m["content"].as_str().unwrap_or("").to_string())
-            })
-        })
-        .await
-}
-
 async fn start_agent(discord: &FakeDiscord, name: &str, budget: Option<f64>) -> u64 {
     let before = discord.threads().len();
     let mut options = vec![
@@ -254,20 +197,13 @@ async fn start_agent(discord: &FakeDiscord, name: &str, budget: Option<f64>) -> 
         options.push(json!({"name": "budget", "type": 10, "value": usd}));
     }
     let start = discord.slash(ALICE, &[], CHANNEL, "start", json!(options), json!({}));
-    answer(discord, start).await;
+    answer(discord, start, false).await;
     assert_eq!(discord.threads().len(), before + 1);
     discord.threads().last().unwrap()["id"]
         .as_str()
         .unwrap()
         .parse()
         .unwrap()
-}
-
-fn approve_button(message: &Value) -> String {
-    message["components"][0]["components"][0]["custom_id"]
-        .as_str()
-        .unwrap()
-        .to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -299,7 +235,7 @@ async fn two_agents_of_one_user_share_the_daily_budget_until_an_admin_raises_it(
         json!([{"name": "task", "type": 3, "value": "Spend"}, {"name": "budget", "type": 10, "value": 25.0}]),
         json!({}),
     );
-    assert!(answer(&discord, too_much)
+    assert!(answer(&discord, too_much, true)
         .await
         .starts_with("An agent's budget can be at most $20.00 here"));
     assert!(discord.threads().is_empty());
@@ -315,11 +251,16 @@ async fn two_agents_of_one_user_share_the_daily_budget_until_an_admin_raises_it(
     let second = start_agent(&discord, "SecondGPT", Some(0.5)).await;
     card(&discord, second, "SecondGPT · cycle 1").await;
     let status = discord.slash(ALICE, &[], second, "status", json!([]), json!({}));
-    let text = answer(&discord, status).await;
+    let text = answer(&discord, status, true).await;
     assert!(text.contains("\nSpend: $0.040 of $0.50 ("), "{text}");
 
     // 0.08 spent: the first agent's next cycle call cannot be covered by what is left today.
-    discord.click(ALICE, &[], &card_a, &approve_button(&card_a));
+    discord.click(
+        ALICE,
+        &[],
+        &card_a,
+        &support::bot::button(&card_a, "Approve"),
+    );
     discord
         .wait_for("the first agent to pause for budget", WAIT, |d| {
             d.messages_in(first).into_iter().find(|m| {
@@ -345,7 +286,7 @@ async fn two_agents_of_one_user_share_the_daily_budget_until_an_admin_raises_it(
             json!([]),
             json!({}),
         );
-        text = answer(&discord, shown).await;
+        text = answer(&discord, shown, true).await;
         if !text.contains("reserved") {
             break;
         }
@@ -369,7 +310,7 @@ async fn two_agents_of_one_user_share_the_daily_budget_until_an_admin_raises_it(
         json!([{"name": "scope", "type": 4, "value": 1}, {"name": "usd", "type": 10, "value": 1.0}]),
         json!({}),
     );
-    assert!(answer(&discord, refused)
+    assert!(answer(&discord, refused, true)
         .await
         .starts_with("Only server admins"));
     let raised = discord.slash_group(
@@ -382,7 +323,7 @@ async fn two_agents_of_one_user_share_the_daily_budget_until_an_admin_raises_it(
         json!([{"name": "scope", "type": 4, "value": 1}, {"name": "usd", "type": 10, "value": 1.0}]),
         json!({}),
     );
-    let text = answer(&discord, raised).await;
+    let text = answer(&discord, raised, true).await;
     assert_eq!(
         text,
         "Each user's daily budget is now $1.00. 1 agent paused for budget is trying again."

@@ -12,12 +12,7 @@ use support::{created_agent_id, TestEnv};
 const WAIT: Duration = Duration::from_secs(60);
 
 async fn fake() -> FakeOpenAi {
-    FakeOpenAi::start(Expect {
-        max_tokens: Some(500),
-        response_format: Some("json_schema"),
-        context_tokens: Some(4096),
-    })
-    .await
+    FakeOpenAi::start(Expect::test_model()).await
 }
 
 fn expect_progress(needles: &'static [&'static str]) -> Option<Check> {

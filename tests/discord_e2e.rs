@@ -6,93 +6,14 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::fake_discord::{FakeDiscord, ALICE, BOB, CHANNEL, GUILD};
+use support::bot::{button, card, ephemeral_text, start_bot, title, WAIT};
+use support::fake_discord::{FakeDiscord, ALICE, BOB, CHANNEL};
 use support::fake_openai::{agent_reply, Expect, FakeOpenAi};
-use support::{Running, TestEnv};
-
-const WAIT: Duration = Duration::from_secs(30);
-
-fn expect() -> Expect {
-    Expect {
-        max_tokens: Some(500),
-        response_format: Some("json_schema"),
-        context_tokens: Some(4096),
-    }
-}
-
-async fn start_bot(env: &TestEnv, discord: &FakeDiscord) -> Running {
-    let mut cmd = env.command(&["run"]);
-    cmd.env("DISCORD_TOKEN", "fake-token")
-        .env("DISCORD_API_BASE", &discord.base_url)
-        .env("DISCORD_DEV_GUILD", GUILD.to_string());
-    let running = Running::new_public(cmd.spawn().expect("the bot starts"));
-    discord
-        .wait_for("the slash commands to be registered", WAIT, |d| {
-            (!d.commands().is_empty()).then_some(())
-        })
-        .await;
-    running
-}
-
-fn button(message: &Value, label_prefix: &str) -> String {
-    message["components"][0]["components"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|b| b["label"].as_str().unwrap_or("").starts_with(label_prefix))
-        .and_then(|b| b["custom_id"].as_str())
-        .unwrap_or_else(|| panic!("no {label_prefix} button on {message}"))
-        .to_string()
-}
-
-fn title(message: &Value) -> String {
-    message["embeds"][0]["title"]
-        .as_str()
-        .unwrap_or("")
-        .to_string()
-}
-
-/// The newest message in `thread` whose embed title is `wanted`.
-async fn card(discord: &FakeDiscord, thread: u64, wanted: &str) -> Value {
-    discord
-        .wait_for(&format!("card {wanted:?}"), WAIT, |d| {
-            d.messages_in(thread)
-                .into_iter()
-                .rev()
-                .find(|m| title(m) == wanted)
-        })
-        .await
-}
-
-async fn ephemeral_text(discord: &FakeDiscord, interaction: u64) -> String {
-    discord
-        .wait_for("an ephemeral answer", WAIT, |d| {
-            let from_callback = d
-                .callbacks(interaction)
-                .into_iter()
-                .find(|c| c.kind == 4)
-                .map(|c| {
-                    assert_eq!(c.data["flags"], 64, "the answer must be ephemeral");
-                    c.data["content"].as_str().unwrap_or("").to_string()
-                });
-            from_callback.or_else(|| {
-                d.followups_for(interaction).first().map(|m| {
-                    assert_eq!(m["flags"], 64, "the follow-up must be ephemeral");
-                    m["content"].as_str().unwrap_or("").to_string()
-                })
-            })
-        })
-        .await
-}
+use support::TestEnv;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn start_card_approve_refuse_stale_feedback_deny() {
-    let openai = FakeOpenAi::start(Expect {
-        max_tokens: Some(500),
-        response_format: Some("json_schema"),
-        context_tokens: Some(4096),
-    })
-    .await;
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
     openai.push_content(agent_reply(
         "write_file",
         json!({"filename": "haiku.txt", "contents": "crab"}),
@@ -264,7 +185,7 @@ async fn start_agent(discord: &FakeDiscord, options: Value, resolved: Value) -> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approve_n_runs_three_cycles_then_a_role_member_denies() {
     use support::fake_discord::{CAROL, ROLE_TEAM};
-    let openai = FakeOpenAi::start(expect()).await;
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
     openai.push_content(agent_reply(
         "write_file",
         json!({"filename": "1.txt", "contents": "one"}),
@@ -356,7 +277,7 @@ async fn approve_n_runs_three_cycles_then_a_role_member_denies() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_concurrent_approvals_yield_exactly_one_decision_100_times() {
     const ROUNDS: usize = 100;
-    let openai = FakeOpenAi::start(expect()).await;
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
     for i in 0..=ROUNDS {
         openai.push_content(agent_reply(
             "write_file",
@@ -424,7 +345,7 @@ async fn two_concurrent_approvals_yield_exactly_one_decision_100_times() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_card_waiting_across_a_restart_still_works() {
-    let openai = FakeOpenAi::start(expect()).await;
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
     openai.push_content(agent_reply(
         "write_file",
         json!({"filename": "a.txt", "contents": "a"}),
@@ -470,7 +391,7 @@ async fn a_card_waiting_across_a_restart_still_works() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ask_user_and_plain_messages_then_finish_and_export() {
-    let openai = FakeOpenAi::start(expect()).await;
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
     openai.push_content(agent_reply(
         "write_file",
         json!({"filename": "poem.txt", "contents": "roses"}),
@@ -568,7 +489,7 @@ async fn ask_user_and_plain_messages_then_finish_and_export() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_pause_resume_list_and_the_per_user_cap() {
-    let openai = FakeOpenAi::start(expect()).await;
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
     openai.push_content(agent_reply(
         "write_file",
         json!({"filename": "a.txt", "contents": "a"}),
@@ -664,7 +585,7 @@ async fn status_pause_resume_list_and_the_per_user_cap() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_agents_start_at_once() {
     const AGENTS: usize = 50;
-    let openai = FakeOpenAi::start(expect()).await;
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
     for i in 0..AGENTS {
         openai.push_content(agent_reply(
             "write_file",

@@ -237,6 +237,10 @@ impl Actor {
         | Event::ModelFailed {
             purpose: CallPurpose::Summary { cycle },
             ..
+        }
+        | Event::CallRefused {
+            purpose: CallPurpose::Summary { cycle },
+            ..
         } = &event
         {
             self.summaries_in_flight.remove(cycle);

@@ -69,6 +69,17 @@ pub struct Expect {
     pub context_tokens: Option<usize>,
 }
 
+impl Expect {
+    /// What `TestEnv`'s model (4096-token context, 500-token replies) must be sent.
+    pub fn test_model() -> Expect {
+        Expect {
+            max_tokens: Some(500),
+            response_format: Some("json_schema"),
+            context_tokens: Some(4096),
+        }
+    }
+}
+
 #[derive(Default)]
 struct Inner {
     cycle_steps: VecDeque<Step>,

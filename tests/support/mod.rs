@@ -1,6 +1,7 @@
 //! Shared test support: the fake OpenAI server and a driver for the `autothread` binary.
 #![allow(dead_code)]
 
+pub mod bot;
 pub mod fake_discord;
 pub mod fake_openai;
 

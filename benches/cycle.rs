@@ -147,6 +147,7 @@ fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize
             full_steps: 4,
             smart_model_available: false,
             budget: Some(&view),
+            memory: None,
         };
         // 1. A command finished: record the episode and assemble (and count) the next prompt.
         state.phase = Phase::Executing;

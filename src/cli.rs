@@ -63,10 +63,37 @@ pub enum CliCommand {
         /// Agent id (or a unique prefix of it).
         id: Option<String>,
     },
+    /// Search an agent's long-term memory, or forget or pin one of its memories.
+    Memory {
+        #[command(subcommand)]
+        action: MemoryAction,
+    },
     /// Apply store migrations and print the schema version.
     Migrate,
     /// Validate the configuration and print it with secrets redacted.
     Check,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MemoryAction {
+    /// The memories most similar to a query, with their ids, cycles and sources.
+    Search {
+        /// Agent id (or a unique prefix of it).
+        id: String,
+        query: String,
+        /// How many memories to show.
+        #[arg(long, default_value_t = 10)]
+        k: usize,
+    },
+    /// Forget a memory: it is never recalled again.
+    Forget { id: String, memory: u64 },
+    /// Pin a memory (recalled in every cycle), or unpin it with --unpin.
+    Pin {
+        id: String,
+        memory: u64,
+        #[arg(long)]
+        unpin: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -157,6 +184,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         CliCommand::Budget { id } => {
             let store = open_store(&config)?;
             print_budget(&store, &config, id.as_deref())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        CliCommand::Memory { action } => {
+            let store = open_store(&config)?;
+            memory_command(&store, &config, action).await?;
             Ok(ExitCode::SUCCESS)
         }
         CliCommand::Migrate => {
@@ -314,15 +346,18 @@ async fn console(config: Config, store: Store, args: ConsoleArgs) -> anyhow::Res
     let counter = Arc::new(counter);
     let model = Arc::new(OpenAiChat::new(&config.llm)?);
     let budgets = Arc::new(Budgets::new(&store, &config.budget)?);
+    let memory =
+        crate::memory::Memory::from_config(&store, &config, budgets.clone(), counter.clone())?;
     let deps = Deps {
         store: store.clone(),
         model,
-        tools: Arc::new(Registry::standard(&config.agent)),
+        tools: Arc::new(Registry::for_config(&config)),
         surface: surface.clone() as Arc<dyn Surface>,
         config: Arc::new(config),
         counter,
         clock,
         budgets,
+        memory,
     };
     let (handle, actor) = runtime::start(state, first, deps);
     let mut actor = actor;
@@ -343,6 +378,63 @@ async fn console(config: Config, store: Store, args: ConsoleArgs) -> anyhow::Res
         }
         _ => ExitCode::SUCCESS,
     })
+}
+
+async fn memory_command(
+    store: &Store,
+    config: &Config,
+    action: MemoryAction,
+) -> anyhow::Result<()> {
+    let counter = Arc::new(TiktokenCounter::for_model(&config.llm.model));
+    let budgets = Arc::new(Budgets::new(store, &config.budget)?);
+    let memory = crate::memory::Memory::from_config(store, config, budgets, counter)?
+        .context("long-term memory is switched off (memory.enabled = false)")?;
+    let agent_of = |prefix: &str| -> anyhow::Result<AgentState> {
+        let id = store.resolve_agent(prefix)?;
+        store
+            .load_agent(&id)?
+            .with_context(|| format!("agent {id} vanished from the store"))
+    };
+    match action {
+        MemoryAction::Search { id, query, k } => {
+            let agent = agent_of(&id)?;
+            let hits = memory.search(&memory.payer(&agent), &query, k).await?;
+            if hits.is_empty() {
+                println!("No memories found for agent {}.", agent.id);
+            }
+            for hit in hits {
+                println!(
+                    "#{}  cycle {}  {}  similarity {:.3}{}\n    {}",
+                    hit.id,
+                    hit.cycle,
+                    hit.source.label(),
+                    hit.score,
+                    if hit.pinned { "  [pinned]" } else { "" },
+                    truncate_chars(&hit.text.replace('\n', " / "), 300)
+                );
+            }
+        }
+        MemoryAction::Forget {
+            id,
+            memory: memory_id,
+        } => {
+            let agent = agent_of(&id)?;
+            memory.forget(&agent.id, memory_id)?;
+            println!("Forgot memory #{memory_id} of agent {}.", agent.id);
+        }
+        MemoryAction::Pin {
+            id,
+            memory: memory_id,
+            unpin,
+        } => {
+            let agent = agent_of(&id)?;
+            memory.pin(&agent.id, memory_id, !unpin)?;
+            let what = if unpin { "Unpinned" } else { "Pinned" };
+            println!("{what} memory #{memory_id} of agent {}.", agent.id);
+        }
+    }
+    store.flush_blocking()?;
+    Ok(())
 }
 
 fn print_budget(store: &Store, config: &Config, prefix: Option<&str>) -> anyhow::Result<()> {

@@ -323,6 +323,67 @@ impl BudgetConfig {
     }
 }
 
+/// Long-term memory: the embedding endpoint and models, recall, and the vector index.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MemoryConfig {
+    pub enabled: bool,
+    /// The embeddings endpoint, including /v1; unset: `llm.base_url`. Also OPENAI_EMBED_BASE.
+    pub base_url: Option<String>,
+    /// The model that embeds what is stored.
+    pub passage_model: String,
+    /// The model that embeds searches; empty: `passage_model` (E5 models need their own).
+    pub query_model: String,
+    /// Texts per embeddings request.
+    pub batch_size: usize,
+    /// Memories searched for each cycle's recall.
+    pub recall_top_k: usize,
+    /// The memory section's share of the model's context, and its ceiling in tokens.
+    pub recall_context_percent: usize,
+    pub max_recall_tokens: usize,
+    /// Longest memory a cycle writes, in characters.
+    pub memory_chars: usize,
+    /// Below this many memories an agent is searched exactly (it is faster there; see the benchmark).
+    pub exact_below: usize,
+    /// Vectors kept in memory across all agents' indexes; the least recently used agents go first.
+    pub max_cached_vectors: usize,
+    /// HNSW parameters: links per node, candidates while building, candidates while searching.
+    pub hnsw_m: usize,
+    pub hnsw_ef_construction: usize,
+    pub hnsw_ef_search: usize,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig {
+            enabled: true,
+            base_url: None,
+            passage_model: "text-embedding-3-small".into(),
+            query_model: String::new(),
+            batch_size: 32,
+            recall_top_k: 10,
+            recall_context_percent: 25,
+            max_recall_tokens: 2500,
+            memory_chars: 1200,
+            exact_below: 20_000,
+            max_cached_vectors: 1_000_000,
+            hnsw_m: 16,
+            hnsw_ef_construction: 200,
+            hnsw_ef_search: 64,
+        }
+    }
+}
+
+impl MemoryConfig {
+    pub fn query_model(&self) -> &str {
+        if self.query_model.is_empty() {
+            &self.passage_model
+        } else {
+            &self.query_model
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -332,6 +393,7 @@ pub struct Config {
     pub store: StoreConfig,
     pub discord: DiscordConfig,
     pub budget: BudgetConfig,
+    pub memory: MemoryConfig,
 }
 
 /// The environment as the config loader sees it; a trait-free closure keeps tests off the real process env.
@@ -382,6 +444,15 @@ impl Config {
         }
         if let Some(v) = env("AUTOTHREAD_DATA_DIR") {
             self.store.data_dir = Some(PathBuf::from(v));
+        }
+        if let Some(v) = env("OPENAI_EMBED_BASE") {
+            self.memory.base_url = Some(v);
+        }
+        if let Some(v) = env("OPENAI_EMBED_MODEL") {
+            self.memory.passage_model = v;
+        }
+        if let Some(v) = env("OPENAI_EMBED_QUERY_MODEL") {
+            self.memory.query_model = v;
         }
         if let Some(v) = env("DISCORD_TOKEN") {
             self.discord.token = Some(Secret::new(v));
@@ -457,6 +528,30 @@ impl Config {
             ));
         }
         self.validate_budget()?;
+        let memory = &self.memory;
+        if memory.enabled {
+            if memory.passage_model.trim().is_empty() {
+                return Err(invalid("memory.passage_model", "must not be empty"));
+            }
+            if memory.batch_size == 0 || memory.recall_top_k == 0 || memory.memory_chars < 100 {
+                return Err(invalid(
+                    "memory",
+                    "batch_size and recall_top_k must be at least 1, memory_chars at least 100",
+                ));
+            }
+            if memory.recall_context_percent > 50 {
+                return Err(invalid(
+                    "memory.recall_context_percent",
+                    "must be at most 50",
+                ));
+            }
+            if !(2..=255).contains(&memory.hnsw_m) || memory.hnsw_ef_search < memory.recall_top_k {
+                return Err(invalid(
+                    "memory.hnsw_m",
+                    "hnsw_m must be between 2 and 255 and hnsw_ef_search at least recall_top_k",
+                ));
+            }
+        }
         if self.discord.dev_guild == Some(0) {
             return Err(invalid(
                 "discord.dev_guild",

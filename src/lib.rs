@@ -5,6 +5,7 @@
 //! - [`llm`]: the `ChatModel` trait, its OpenAI-compatible client with retries, token counting.
 //! - [`tools`]: the `Command` trait, the registry and the commands (workspace files, control).
 //! - [`budget`]: the spend ledger (reserve before a call, settle after), budgets and limits, pacing.
+//! - [`memory`]: embedded memories in sled and the per-agent vector index derived from them.
 //! - [`store`]: sled trees, versioned records, migrations, the command journal.
 //! - [`runtime`]: one actor per live agent; carries out the effects `step` returns.
 //! - [`surface`]: where humans see and decide: the console and Discord.
@@ -18,6 +19,7 @@ pub mod config;
 pub mod core;
 pub mod export;
 pub mod llm;
+pub mod memory;
 pub mod runtime;
 pub mod store;
 pub mod surface;

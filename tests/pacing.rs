@@ -1,31 +1,26 @@
 //! A rate-limited agent waits and then resumes, on governor's fake clock: the runtime's clock
 //! seam and the pacer share one fake time, so the test moves time forward and nothing sleeps.
 
-use std::collections::VecDeque;
+mod support;
+
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use autothread::budget::pace::{PaceLimits, Pacer};
 use autothread::budget::Budgets;
 use autothread::config::Config;
-use autothread::core::event::{Decision, Usage};
-use autothread::core::history::Episode;
-use autothread::core::state::{
-    AgentSettings, AgentState, PauseReason, Phase, Profile, Proposal, Spender,
-};
+use autothread::core::state::{AgentSettings, AgentState, Phase, Profile, Spender};
 use autothread::llm::tokens::TiktokenCounter;
-use autothread::llm::{ChatModel, ChatReply, ChatRequest, LlmError};
 use autothread::runtime::clock::Clock;
-use autothread::runtime::{self, AgentHandle, Deps};
+use autothread::runtime::{self, Deps};
 use autothread::store::Store;
-use autothread::surface::Surface;
 use autothread::tools::Registry;
 use chrono::{DateTime, Utc};
 use governor::clock::{Clock as _, FakeRelativeClock};
 use serde_json::json;
+use support::inproc::{reply, Recorder, ScriptedModel};
 use tokio::sync::Notify;
 
 /// Our clock seam on top of governor's fake clock: `sleep` returns once the test has advanced
@@ -69,79 +64,6 @@ impl Clock for FakeClock {
     }
 }
 
-/// Answers cycle calls from a script and summaries with a fixed line; counts the calls.
-struct ScriptedModel {
-    replies: Mutex<VecDeque<String>>,
-    cycle_calls: Mutex<usize>,
-}
-
-#[async_trait]
-impl ChatModel for ScriptedModel {
-    async fn complete(&self, request: ChatRequest) -> Result<ChatReply, LlmError> {
-        let first = &request.messages[0].content;
-        let content = if first.contains("Condense the action taken") {
-            "Summary: read a file.".to_string()
-        } else {
-            *self.cycle_calls.lock().unwrap() += 1;
-            self.replies
-                .lock()
-                .unwrap()
-                .pop_front()
-                .ok_or_else(|| LlmError::BadResponse("no scripted reply left".into()))?
-        };
-        Ok(ChatReply {
-            content,
-            usage: Some(Usage {
-                prompt_tokens: 10,
-                completion_tokens: 5,
-            }),
-        })
-    }
-}
-
-/// Records what the humans would see and approves every card.
-#[derive(Default)]
-struct Recorder {
-    notices: Mutex<Vec<String>>,
-    proposals: Mutex<Vec<u64>>,
-}
-
-#[async_trait]
-impl Surface for Recorder {
-    async fn show_profile(&self, _agent: &AgentState) {}
-    async fn show_proposal(&self, _agent: &AgentState, proposal: &Proposal, _auto: bool) {
-        self.proposals.lock().unwrap().push(proposal.cycle);
-    }
-    async fn request_decision(
-        &self,
-        _agent: &AgentState,
-        proposal: &Proposal,
-        handle: AgentHandle,
-    ) {
-        let cycle = proposal.cycle;
-        tokio::spawn(async move {
-            let _ = handle.decide(cycle, Decision::Approve, "tester").await;
-        });
-    }
-    async fn show_result(&self, _agent: &AgentState, _episode: &Episode) {}
-    async fn notify(&self, _agent: &AgentState, text: &str) {
-        self.notices.lock().unwrap().push(text.to_string());
-    }
-    async fn paused(&self, _agent: &AgentState, _reason: &PauseReason) {}
-    async fn finished(&self, _agent: &AgentState, _reason: &str) {}
-    async fn ask_user(&self, _agent: &AgentState, _question: &str) -> Result<String, String> {
-        Err("no one is asked in this test".into())
-    }
-}
-
-fn reply(command: &str, args: serde_json::Value) -> String {
-    json!({
-        "thoughts": {"text": "t", "reasoning": "r", "plan": "- p", "self_criticism": "c", "speak": "s", "observations": "o"},
-        "command": {"name": command, "args": args}
-    })
-    .to_string()
-}
-
 /// Waits (in real time, bounded) until `done` holds; the agent itself never sleeps for real.
 async fn eventually(what: &str, done: impl Fn() -> bool) {
     for _ in 0..500 {
@@ -169,13 +91,10 @@ async fn a_rate_limited_agent_waits_on_the_fake_clock_and_resumes() {
         clock.time.clone(),
     );
     let budgets = Budgets::with_pacer(&store, &config.budget, Arc::new(pacer)).unwrap();
-    let model = Arc::new(ScriptedModel {
-        replies: Mutex::new(VecDeque::from([
-            reply("read_file", json!({"filename": "notes.txt"})),
-            reply("finish", json!({"reason": "done"})),
-        ])),
-        cycle_calls: Mutex::new(0),
-    });
+    let model = Arc::new(ScriptedModel::new([
+        reply("read_file", json!({"filename": "notes.txt"})),
+        reply("finish", json!({"reason": "done"})),
+    ]));
     let surface = Arc::new(Recorder::default());
     let deps = Deps {
         store: store.clone(),
@@ -186,6 +105,7 @@ async fn a_rate_limited_agent_waits_on_the_fake_clock_and_resumes() {
         counter: Arc::new(TiktokenCounter::for_model("gpt-4o-mini")),
         clock: Arc::new(clock.clone()),
         budgets: Arc::new(budgets),
+        memory: None,
     };
     let mut state = AgentState::new(
         "paced0000001".into(),
@@ -243,7 +163,7 @@ async fn a_rate_limited_agent_waits_on_the_fake_clock_and_resumes() {
         "{:?}",
         finished.phase
     );
-    assert_eq!(*model.cycle_calls.lock().unwrap(), 2);
+    assert_eq!(model.cycle_calls(), 2);
     let second = finished.episodes.iter().find(|e| e.cycle == 2).unwrap();
     assert_eq!(second.command.name, "finish");
     assert!(surface.proposals.lock().unwrap().contains(&2));

@@ -6,6 +6,7 @@ use serde_json::Value;
 use super::budget::{Micros, Pacing};
 use super::commands::Risk;
 use super::history::Outcome;
+use super::memory::MemoryHit;
 use super::prompt::Message;
 use super::reply::CommandCall;
 use super::state::{PauseReason, Proposal};
@@ -44,7 +45,7 @@ pub enum Decision {
     SelfCritique,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     /// A new agent begins (generating its profile first when it has none).
     Start,
@@ -71,6 +72,11 @@ pub enum Event {
         seq: u64,
         purpose: CallPurpose,
         pacing: Pacing,
+    },
+    /// The memories a `Recall` found (empty when memory could not be searched).
+    Recalled {
+        seq: u64,
+        hits: Vec<MemoryHit>,
     },
     /// Someone with the right changed the agent's own budget.
     SetBudget {
@@ -128,6 +134,16 @@ pub enum Effect {
         cycle: u64,
         call: CommandCall,
         risk: Risk,
+    },
+    /// Search long-term memory with `query`; answer with `Event::Recalled` carrying `seq`.
+    Recall {
+        seq: u64,
+        query: String,
+    },
+    /// Write a memory of `cycle` (embedded and stored by the runtime; queued if that fails).
+    Remember {
+        cycle: u64,
+        text: String,
     },
     /// The episode of `cycle` was added or changed and must be stored.
     EpisodeRecorded {

@@ -5,6 +5,7 @@ pub mod budget;
 pub mod commands;
 pub mod event;
 pub mod history;
+pub mod memory;
 pub mod prompt;
 pub mod reply;
 pub mod state;

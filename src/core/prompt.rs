@@ -194,7 +194,8 @@ pub fn build_cycle_prompt(inputs: &PromptInputs<'_>) -> BuiltPrompt {
     let time = Message::system(time_message(inputs.now));
     let memory = (!inputs.extras.memories.is_empty()).then(|| {
         Message::system(format!(
-            "## Memories\nThis reminds you of these events from your past:\n{}",
+            "{}\n{}",
+            super::memory::MEMORY_HEADER,
             inputs
                 .extras
                 .memories

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::budget::{Micros, Pacing, SpendNote};
 use super::commands::Risk;
 use super::history::Episode;
+use super::memory::MemoryHit;
 use super::reply::{CommandCall, Thoughts};
 
 /// Who the agent is: AutoGPT 0.5's generated profile (or the 0.2-style one given by the user).
@@ -199,6 +200,9 @@ pub struct AgentState {
     /// Set while the agent waits for a rate limit before a model call.
     #[serde(default)]
     pub paced: Option<Pacing>,
+    /// The memories recalled for the current cycle.
+    #[serde(default)]
+    pub recalled: Vec<MemoryHit>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     /// Stored in their own tree, one record per cycle; loaded back by the store.
@@ -233,6 +237,7 @@ impl AgentState {
             spender: Spender::default(),
             last_prompt_tokens: 0,
             paced: None,
+            recalled: Vec::new(),
             created_at: now,
             updated_at: now,
             episodes: Vec::new(),

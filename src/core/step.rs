@@ -6,6 +6,7 @@ use super::budget::{BudgetView, Micros, SpendNote};
 use super::commands::{CommandSet, Risk, ValidCall};
 use super::event::{CallPurpose, Decision, Effect, Event, ModelCall};
 use super::history::{summary_request, Episode, Outcome};
+use super::memory::{cycle_memory_text, fit_memories, recall_query};
 use super::prompt::{
     build_cycle_prompt, profile_messages, profile_schema, reask_messages, rethink_messages,
     self_critique_messages, ContextLimits, Message, PromptExtras, PromptInputs, TokenCounter,
@@ -55,7 +56,28 @@ pub struct StepCtx<'a> {
     pub smart_model_available: bool,
     /// The agent's budget as the ledger stands; `None` where spend is not tracked (unit tests).
     pub budget: Option<&'a BudgetView>,
+    /// Long-term memory, when it is on.
+    pub memory: Option<MemoryPolicy>,
 }
+
+/// How much recalled memory a prompt may carry, and how long a cycle's memory may be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryPolicy {
+    /// Share of the model's context for the memory section (AutoGPT kept memories and fixed parts
+    /// within 2500 of 4000 tokens; the fixed parts took about 1500, leaving a quarter).
+    pub context_percent: usize,
+    pub max_tokens: usize,
+    pub text_chars: usize,
+}
+
+impl MemoryPolicy {
+    pub fn recall_tokens(&self, context_tokens: u32) -> usize {
+        (context_tokens as usize * self.context_percent / 100).min(self.max_tokens)
+    }
+}
+
+/// How many of the newest steps, besides the task, make up the recall query.
+const RECALL_QUERY_STEPS: usize = 3;
 
 /// Applies one event. Effects are returned in the order the runtime must carry them out, after it
 /// has stored the new state.
@@ -103,6 +125,12 @@ pub fn step(state: &mut AgentState, event: Event, ctx: &StepCtx<'_>) -> Vec<Effe
             }
         }
         Event::SetBudget { budget, by } => on_set_budget(state, ctx, budget, by, &mut fx),
+        Event::Recalled { seq, hits } => {
+            if seq == state.call_seq && state.phase == Phase::Thinking {
+                state.recalled = hits;
+                think(state, ctx, &mut fx);
+            }
+        }
         Event::Decided {
             cycle,
             decision,
@@ -164,10 +192,28 @@ fn call_model(
     }));
 }
 
-/// The cycle prompt with the budget line as the ledger stands now.
+/// The cycle prompt with the budget line as the ledger stands now and the recalled memories.
 fn build_prompt(state: &AgentState, ctx: &StepCtx<'_>) -> super::prompt::BuiltPrompt {
+    let memories = match &ctx.memory {
+        Some(memory) => {
+            let shown_in_full: Vec<u64> = state
+                .episodes
+                .iter()
+                .rev()
+                .take(ctx.full_steps)
+                .map(|e| e.cycle)
+                .collect();
+            fit_memories(
+                &state.recalled,
+                &shown_in_full,
+                memory.recall_tokens(ctx.limits.context_tokens),
+                ctx.counter,
+            )
+        }
+        None => ctx.extras.memories.clone(),
+    };
     let extras = PromptExtras {
-        memories: ctx.extras.memories.clone(),
+        memories,
         budget: ctx
             .budget
             .map(|view| view.message(next_call_worst(state, view, ctx)))
@@ -225,6 +271,20 @@ fn begin_cycle(state: &mut AgentState, ctx: &StepCtx<'_>, fx: &mut Vec<Effect>) 
             smart: false,
         }));
     }
+    if ctx.memory.is_some() {
+        // Long-term memory first: the runtime searches it and answers with `Recalled`.
+        state.call_seq += 1;
+        fx.push(Effect::Recall {
+            seq: state.call_seq,
+            query: recall_query(&state.full_task(), &state.episodes, RECALL_QUERY_STEPS),
+        });
+        return;
+    }
+    think(state, ctx, fx);
+}
+
+/// Asks the model for the cycle's step, with the prompt as it stands now.
+fn think(state: &mut AgentState, ctx: &StepCtx<'_>, fx: &mut Vec<Effect>) {
     let built = build_prompt(state, ctx);
     state.last_prompt_tokens = built.prompt_tokens as u64;
     if built.prompt_tokens > ctx.limits.send_limit() {
@@ -295,6 +355,12 @@ fn on_model_reply(
                 if let Some(summary) = super::history::clean_summary(&text) {
                     episode.summary = Some(summary);
                     fx.push(Effect::EpisodeRecorded { cycle });
+                    if let Some(memory) = &ctx.memory {
+                        fx.push(Effect::Remember {
+                            cycle,
+                            text: cycle_memory_text(episode, memory.text_chars),
+                        });
+                    }
                 }
             }
         }

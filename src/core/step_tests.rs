@@ -7,12 +7,13 @@ use super::budget::{BudgetView, Pacing, Price};
 use super::commands::{ArgType, CommandSet, CommandSpec, Risk};
 use super::event::{CallPurpose, Decision, Effect, Event, ModelCall, Usage};
 use super::history::{Episode, Outcome};
+use super::memory::{MemoryHit, MemorySource};
 use super::prompt::{
     build_cycle_prompt, ContextLimits, PromptExtras, PromptInputs, Role, TokenCounter,
 };
 use super::reply::CommandCall;
 use super::state::{AgentSettings, AgentState, PauseReason, Phase, Profile};
-use super::step::{step, Policy, StepCtx};
+use super::step::{step, MemoryPolicy, Policy, StepCtx};
 
 /// Roughly one token per four bytes: deterministic and close enough for fitting tests.
 struct QuarterCounter;
@@ -56,6 +57,7 @@ struct Harness {
     limits: ContextLimits,
     smart: bool,
     budget: Option<BudgetView>,
+    memory: Option<MemoryPolicy>,
 }
 
 impl Harness {
@@ -83,6 +85,7 @@ impl Harness {
             },
             smart: true,
             budget: None,
+            memory: None,
         }
     }
 
@@ -105,6 +108,7 @@ impl Harness {
             full_steps: 4,
             smart_model_available: self.smart,
             budget: self.budget.as_ref(),
+            memory: self.memory,
         };
         step(&mut self.state, event, &ctx)
     }
@@ -1005,4 +1009,86 @@ fn pacing_is_recorded_announced_when_long_and_shown_on_the_card() {
         Some("Waited for your spend per hour.")
     );
     assert_eq!(h.state.paced, None);
+}
+
+#[test]
+fn with_memory_each_cycle_recalls_first_and_summaries_become_memories() {
+    let mut h = Harness::new(Some(profile()));
+    h.memory = Some(MemoryPolicy {
+        context_percent: 25,
+        max_tokens: 2500,
+        text_chars: 600,
+    });
+    let fx = h.step(Event::Start);
+    let Some(Effect::Recall { seq, query }) = fx
+        .iter()
+        .find(|e| matches!(e, Effect::Recall { .. }))
+        .cloned()
+    else {
+        panic!("a recall first: {fx:?}");
+    };
+    assert!(query.contains("Write a haiku"));
+    assert!(model_calls(&fx).is_empty());
+    // A stale answer (from before a pause) is ignored.
+    assert!(h
+        .step(Event::Recalled {
+            seq: seq - 1,
+            hits: vec![]
+        })
+        .is_empty());
+    let hits = vec![
+        MemoryHit {
+            id: 7,
+            cycle: 0,
+            source: MemorySource::Command,
+            text: "The vault code is 7319".into(),
+            score: 0.9,
+            pinned: false,
+        },
+        MemoryHit {
+            id: 8,
+            cycle: 0,
+            source: MemorySource::Human,
+            text: "Always rhyme".into(),
+            score: 0.1,
+            pinned: true,
+        },
+    ];
+    let fx = h.step(Event::Recalled { seq, hits });
+    let call = main_call(&fx);
+    assert_eq!(call.purpose, CallPurpose::Think);
+    let section = call
+        .messages
+        .iter()
+        .find(|m| m.content.starts_with("## Memories"))
+        .expect("a memory section");
+    assert!(
+        section
+            .content
+            .ends_with("- Always rhyme\n- The vault code is 7319"),
+        "{}",
+        section.content
+    );
+    // The cycle runs; its summary turns into a memory of the cycle.
+    h.think(&reply_json("read_file", json!({"filename": "notes.txt"})));
+    h.decide(Decision::Approve);
+    let fx = h.finish_command(Outcome::Success("roses are red".into()));
+    assert!(fx.iter().any(|e| matches!(e, Effect::Recall { .. })));
+    let fx = h.reply(
+        CallPurpose::Summary { cycle: 1 },
+        "Read notes.txt and found a rhyme.",
+    );
+    let remembered = fx
+        .iter()
+        .find_map(|e| match e {
+            Effect::Remember { cycle: 1, text } => Some(text.clone()),
+            _ => None,
+        })
+        .expect("a memory of cycle 1");
+    assert!(
+        remembered.starts_with("Cycle 1: Read notes.txt and found a rhyme."),
+        "{remembered}"
+    );
+    assert!(remembered.contains("Action: read_file({\"filename\":\"notes.txt\"})"));
+    assert!(remembered.ends_with("Result: roses are red"));
 }

@@ -104,7 +104,7 @@ impl OpenAiChat {
     }
 }
 
-fn classify(error: OpenAIError) -> LlmError {
+pub(crate) fn classify(error: OpenAIError) -> LlmError {
     match error {
         OpenAIError::Boxed(boxed) => match boxed.downcast::<TransportError>() {
             Ok(transport) => LlmError::Unavailable {

@@ -92,6 +92,8 @@ pub struct Deps {
     pub counter: Arc<dyn TokenCounter>,
     pub clock: Arc<dyn Clock>,
     pub budgets: Arc<Budgets>,
+    /// Long-term memory; `None` when it is switched off.
+    pub memory: Option<Arc<crate::memory::Memory>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -275,6 +277,14 @@ impl Actor {
                 full_steps: deps.config.agent.full_steps,
                 smart_model_available: deps.config.llm.smart_model().is_some(),
                 budget: budget.as_ref(),
+                memory: deps.memory.as_ref().map(|_| {
+                    let config = &deps.config.memory;
+                    crate::core::step::MemoryPolicy {
+                        context_percent: config.recall_context_percent,
+                        max_tokens: config.max_recall_tokens,
+                        text_chars: config.memory_chars,
+                    }
+                }),
             };
             step(&mut self.state, event, &ctx)
         };
@@ -415,6 +425,8 @@ impl Actor {
             Effect::Paused(reason) => surface.paused(&self.state, &reason).await,
             Effect::Finished { reason } => surface.finished(&self.state, &reason).await,
             Effect::Rejected(why) => surface.notify(&self.state, &why).await,
+            Effect::Recall { seq, query } => self.recall(seq, query),
+            Effect::Remember { cycle, text } => self.remember(cycle, text),
         }
         Ok(())
     }
@@ -457,6 +469,41 @@ impl Actor {
         });
     }
 
+    /// Searches the agent's memories in a task; the cycle continues with whatever was found.
+    fn recall(&mut self, seq: u64, query: String) {
+        let handle = self.handle.clone();
+        let Some(memory) = self.deps.memory.clone() else {
+            handle.send(Event::Recalled {
+                seq,
+                hits: Vec::new(),
+            });
+            return;
+        };
+        let payer = memory.payer(&self.state);
+        self.tasks.spawn(async move {
+            let hits = memory.recall(&payer, &query).await;
+            handle.send(Event::Recalled { seq, hits });
+        });
+    }
+
+    /// Writes a cycle's memory in a task; a failed embedding leaves it queued in the store.
+    fn remember(&mut self, cycle: u64, text: String) {
+        let Some(memory) = self.deps.memory.clone() else {
+            return;
+        };
+        let payer = memory.payer(&self.state);
+        self.tasks.spawn(async move {
+            let _ = memory
+                .remember(
+                    &payer,
+                    cycle,
+                    crate::core::memory::MemorySource::Cycle,
+                    &text,
+                )
+                .await;
+        });
+    }
+
     fn execute(&mut self, cycle: u64, call: CommandCall) {
         let deps = self.deps.clone();
         let agent = self.state.clone();
@@ -467,6 +514,7 @@ impl Actor {
                 store: &deps.store,
                 surface: deps.surface.as_ref(),
                 limits: &deps.config.workspace,
+                memory: deps.memory.as_deref(),
             };
             let output = deps.tools.run(&call, &ctx).await;
             let outcome = cap_output(output.outcome, deps.config.workspace.max_output_chars);

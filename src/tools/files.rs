@@ -329,6 +329,7 @@ mod tests {
                 store: &self.store,
                 surface: &NoSurface,
                 limits: &self.limits,
+                memory: None,
             };
             let command = commands()
                 .into_iter()

@@ -3,6 +3,7 @@
 
 pub mod control;
 pub mod files;
+pub mod memory;
 pub mod workspace;
 
 use std::sync::Arc;
@@ -23,6 +24,7 @@ pub struct ToolCtx<'a> {
     pub store: &'a Store,
     pub surface: &'a dyn Surface,
     pub limits: &'a WorkspaceConfig,
+    pub memory: Option<&'a crate::memory::Memory>,
 }
 
 /// A command's result plus the workspace changes it wants; the runtime commits the changes in the
@@ -85,8 +87,18 @@ impl Registry {
             .cloned()
             .collect();
         let mut commands: Vec<Arc<dyn Command>> = files::commands();
+        commands.extend(memory::commands());
         commands.extend(control::commands());
         Registry::new(commands, &disabled)
+    }
+
+    /// The standard commands for this configuration: `memory_add` only when memory is on.
+    pub fn for_config(config: &crate::config::Config) -> Self {
+        let mut agent = config.agent.clone();
+        if !config.memory.enabled {
+            agent.disabled_commands.push("memory_add".into());
+        }
+        Registry::standard(&agent)
     }
 
     pub fn command_set(&self) -> &CommandSet {

@@ -90,6 +90,9 @@ struct Inner {
     expect: Expect,
     /// Reported usage (prompt, completion); (100, 20) unless a test sets it.
     usage: Option<(u64, u64)>,
+    /// Inputs of every embeddings request, and whether the endpoint answers 503.
+    embedded: Vec<(String, Vec<String>)>,
+    embeddings_down: bool,
 }
 
 #[derive(Clone)]
@@ -106,6 +109,7 @@ impl FakeOpenAi {
         }));
         let app = Router::new()
             .route("/v1/chat/completions", post(completions))
+            .route("/v1/embeddings", post(embeddings))
             .with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -132,6 +136,16 @@ impl FakeOpenAi {
             .unwrap()
             .cycle_steps
             .push_back(Step { reply, check });
+    }
+
+    /// Makes the embeddings endpoint answer 503 (or work again).
+    pub fn set_embeddings_down(&self, down: bool) {
+        self.inner.lock().unwrap().embeddings_down = down;
+    }
+
+    /// (model, inputs) of every embeddings request so far.
+    pub fn embedded(&self) -> Vec<(String, Vec<String>)> {
+        self.inner.lock().unwrap().embedded.clone()
     }
 
     /// The usage every later completion reports.
@@ -175,6 +189,58 @@ impl FakeOpenAi {
             errors.join("\n")
         );
     }
+}
+
+/// Words hashed into 256 buckets, normalised: texts sharing words are similar, deterministically.
+pub fn hash_embedding(text: &str) -> Vec<f32> {
+    let mut v = vec![0.0f32; 256];
+    for word in text
+        .to_lowercase()
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.len() > 2)
+    {
+        let mut h: u64 = 0xcbf29ce484222325;
+        for b in word.bytes() {
+            h = (h ^ b as u64).wrapping_mul(0x100000001b3);
+        }
+        v[(h % 256) as usize] += 1.0;
+    }
+    v[0] += 0.01;
+    autothread::llm::embed::normalise(v).unwrap()
+}
+
+/// Deterministic embeddings (`hash_embedding`), in OpenAI's response shape.
+async fn embeddings(State(inner): State<Arc<Mutex<Inner>>>, Json(body): Json<Value>) -> Response {
+    let model = body["model"].as_str().unwrap_or("").to_string();
+    let inputs: Vec<String> = match &body["input"] {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(items) => items
+            .iter()
+            .map(|i| i.as_str().unwrap_or("").to_string())
+            .collect(),
+        _ => Vec::new(),
+    };
+    let down = {
+        let mut inner = inner.lock().unwrap();
+        inner.embedded.push((model.clone(), inputs.clone()));
+        inner.embeddings_down
+    };
+    if down {
+        return respond(
+            Reply::Status(503, "text/plain", "embeddings are down".into()),
+            (0, 0),
+        )
+        .await;
+    }
+    let data: Vec<Value> = inputs
+        .iter()
+        .enumerate()
+        .map(|(index, text)| json!({"object": "embedding", "index": index, "embedding": hash_embedding(text)}))
+        .collect();
+    let tokens: u64 = inputs.iter().map(|t| t.len() as u64 / 4 + 1).sum();
+    Json(json!({"object": "list", "model": model, "data": data,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}))
+    .into_response()
 }
 
 fn completion(content: &str, (prompt, completion): (u64, u64)) -> Value {

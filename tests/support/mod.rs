@@ -4,6 +4,7 @@
 pub mod bot;
 pub mod fake_discord;
 pub mod fake_openai;
+pub mod inproc;
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -27,6 +28,17 @@ impl TestEnv {
         TestEnv::with_budget(base_url, extra_llm, "guild_calls_per_minute = 0\n")
     }
 
+    /// Like `with_budget`, with long-term memory on and embeddings served by the same fake.
+    pub fn with_memory(base_url: &str, budget: &str) -> TestEnv {
+        let env = TestEnv::with_budget(base_url, "", budget);
+        let path = env.dir.path().join("bot.toml");
+        let config = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("[memory]\nenabled = false\n", "[memory]\nenabled = true\npassage_model = \"fake-passage\"\nquery_model = \"fake-query\"\n");
+        std::fs::write(path, config).unwrap();
+        env
+    }
+
     /// Like `new`, with the `[budget]` section given.
     pub fn with_budget(base_url: &str, extra_llm: &str, budget: &str) -> TestEnv {
         let dir = tempfile::tempdir().unwrap();
@@ -36,7 +48,7 @@ impl TestEnv {
             "timeout_secs = 2\n"
         };
         let config = format!(
-            "[llm]\nbase_url = \"{base_url}\"\nmodel = \"test-model\"\n{timeout}max_attempts = 3\nretry_initial_ms = 20\nretry_max_ms = 100\n{extra_llm}\n\n[llm.models.\"test-model\"]\ncontext_tokens = 4096\nmax_tokens = 500\n\n[budget]\n{budget}"
+            "[llm]\nbase_url = \"{base_url}\"\nmodel = \"test-model\"\n{timeout}max_attempts = 3\nretry_initial_ms = 20\nretry_max_ms = 100\n{extra_llm}\n\n[llm.models.\"test-model\"]\ncontext_tokens = 4096\nmax_tokens = 500\n\n[memory]\nenabled = false\n\n[budget]\n{budget}"
         );
         std::fs::write(dir.path().join("bot.toml"), config).unwrap();
         TestEnv {

@@ -64,9 +64,11 @@ pub async fn run(config: Config, store: Store) -> anyhow::Result<()> {
     let counter = TiktokenCounter::for_model(&config.llm.model);
     counter.warm_up();
     let model: Arc<dyn crate::llm::ChatModel> = Arc::new(OpenAiChat::new(&config.llm)?);
-    let tools = Arc::new(Registry::standard(&config.agent));
+    let tools = Arc::new(Registry::for_config(&config));
     let counter = Arc::new(counter);
     let budgets = Arc::new(Budgets::new(&store, &config.budget)?);
+    let memory =
+        crate::memory::Memory::from_config(&store, &config, budgets.clone(), counter.clone())?;
     let setup_config = config.clone();
     let dev_guild = config.discord.dev_guild;
     let framework = poise::Framework::builder()
@@ -95,6 +97,7 @@ pub async fn run(config: Config, store: Store) -> anyhow::Result<()> {
                     counter,
                     clock: Arc::new(SystemClock),
                     budgets: budgets.clone(),
+                    memory,
                 };
                 let data = Data {
                     supervisor: Supervisor::new(deps),

@@ -1,0 +1,162 @@
+//! Long-term memory as the core sees it: what a memory says, where it came from, and how recalled
+//! memories are chosen for the prompt (pinned first, most relevant next, within a token cap, never
+//! repeating a step the Progress section already shows in full).
+
+use serde::{Deserialize, Serialize};
+
+use super::history::{truncate_chars, Episode, Outcome};
+use super::prompt::{TokenCounter, MESSAGE_OVERHEAD};
+
+/// How a memory came to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemorySource {
+    /// Written after a cycle: its summary, action and result.
+    Cycle,
+    /// Saved by the model with `memory_add`.
+    Command,
+    /// Added by a person.
+    Human,
+}
+
+impl MemorySource {
+    pub fn label(self) -> &'static str {
+        match self {
+            MemorySource::Cycle => "cycle",
+            MemorySource::Command => "memory_add",
+            MemorySource::Human => "human",
+        }
+    }
+}
+
+/// A memory found by a search, most similar first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemoryHit {
+    pub id: u64,
+    pub cycle: u64,
+    pub source: MemorySource,
+    pub text: String,
+    /// Cosine similarity to the query (vectors are unit length).
+    pub score: f32,
+    pub pinned: bool,
+}
+
+/// The text a cycle leaves in memory, as AutoGPT wrote "Assistant Reply … Result … Human
+/// Feedback", made useful: the one-line summary, the action with its arguments, and the facts the
+/// result carried, bounded to `max_chars`.
+pub fn cycle_memory_text(episode: &Episode, max_chars: usize) -> String {
+    let summary = episode
+        .summary
+        .clone()
+        .unwrap_or_else(|| episode.render_summary());
+    let args = serde_json::to_string(&episode.command.args).unwrap_or_default();
+    let mut text = format!(
+        "Cycle {}: {summary}\nAction: {}({})",
+        episode.cycle,
+        episode.command.name,
+        truncate_chars(&args, max_chars / 3)
+    );
+    match &episode.outcome {
+        Outcome::HumanFeedback(feedback) => {
+            text.push_str(&format!("\nHuman feedback: {feedback}"));
+        }
+        other => text.push_str(&format!("\nResult: {}", other.text())),
+    }
+    truncate_chars(&text, max_chars)
+}
+
+/// Chooses the memories for the prompt: pinned ones first, then by relevance; those of cycles
+/// shown in full are left out; the least relevant are dropped until the section fits `cap_tokens`.
+pub fn fit_memories(
+    hits: &[MemoryHit],
+    shown_in_full: &[u64],
+    cap_tokens: usize,
+    counter: &dyn TokenCounter,
+) -> Vec<String> {
+    let mut ordered: Vec<&MemoryHit> = hits
+        .iter()
+        .filter(|h| h.source != MemorySource::Cycle || !shown_in_full.contains(&h.cycle))
+        .collect();
+    ordered.sort_by(|a, b| {
+        b.pinned
+            .cmp(&a.pinned)
+            .then(b.score.total_cmp(&a.score))
+            .then(a.id.cmp(&b.id))
+    });
+    let mut seen = std::collections::HashSet::new();
+    ordered.retain(|h| seen.insert(h.id));
+    // The section's header and framing are counted once.
+    let mut used = counter.count(MEMORY_HEADER) + MESSAGE_OVERHEAD;
+    let mut chosen = Vec::new();
+    for hit in ordered {
+        let line = hit.text.replace('\n', " / ");
+        let cost = counter.count(&line) + 2;
+        if used + cost > cap_tokens {
+            continue;
+        }
+        used += cost;
+        chosen.push(line);
+    }
+    chosen
+}
+
+/// The heading of the prompt's memory section (AutoGPT's wording).
+pub const MEMORY_HEADER: &str = "## Memories\nThis reminds you of these events from your past:";
+
+/// The search text for a cycle's recall: the task and the newest steps.
+pub fn recall_query(task: &str, episodes: &[Episode], newest: usize) -> String {
+    let mut query = truncate_chars(task, 1000);
+    for episode in episodes.iter().rev().take(newest) {
+        query.push('\n');
+        query.push_str(&truncate_chars(&episode.render_summary(), 400));
+    }
+    query
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Words;
+    impl TokenCounter for Words {
+        fn count(&self, text: &str) -> usize {
+            text.split_whitespace().count()
+        }
+    }
+
+    fn hit(id: u64, cycle: u64, score: f32, words: usize) -> MemoryHit {
+        MemoryHit {
+            id,
+            cycle,
+            source: MemorySource::Cycle,
+            text: format!("m{id} {}", "w ".repeat(words.saturating_sub(1))),
+            score,
+            pinned: false,
+        }
+    }
+
+    #[test]
+    fn pinned_first_then_relevance_within_the_cap_without_steps_shown_in_full() {
+        let mut pinned = hit(9, 2, 0.1, 10);
+        pinned.pinned = true;
+        let hits = vec![
+            hit(1, 10, 0.9, 10),
+            hit(2, 11, 0.8, 10),
+            hit(3, 12, 0.7, 10),
+            pinned,
+            hit(4, 40, 0.95, 10),
+        ];
+        let header = Words.count(MEMORY_HEADER) + MESSAGE_OVERHEAD;
+        // Room for three lines of 10 words (+2 framing each).
+        let chosen = fit_memories(&hits, &[40], header + 36, &Words);
+        let ids: Vec<&str> = chosen
+            .iter()
+            .map(|l| l.split_whitespace().next().unwrap())
+            .collect();
+        assert_eq!(ids, ["m9", "m1", "m2"]);
+        // Never more than the cap, whatever the hits.
+        let total: usize = chosen.iter().map(|l| Words.count(l) + 2).sum::<usize>() + header;
+        assert!(total <= header + 36);
+        assert!(fit_memories(&hits, &[], header, &Words).is_empty());
+    }
+}

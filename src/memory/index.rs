@@ -1,0 +1,255 @@
+//! One agent's vector index, derived from its stored memories: exact search below a measured size,
+//! an HNSW graph (hnsw_rs, dot product on unit vectors, SIMD) above it. Either can be rebuilt from
+//! the store at any time; hnsw_rs cannot delete, so forgotten memories are skipped at search time.
+
+use std::collections::HashSet;
+
+use hnsw_rs::anndists::dist::DistDot;
+use hnsw_rs::hnsw::Hnsw;
+
+/// HNSW construction and search parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HnswParams {
+    pub m: usize,
+    pub ef_construction: usize,
+    pub ef_search: usize,
+}
+
+/// Layers of the graph; 16 is what hnsw_rs recommends and plenty for millions of points.
+const MAX_LAYERS: usize = 16;
+
+enum Graph {
+    Exact,
+    Hnsw(Box<Hnsw<'static, f32, DistDot>>),
+}
+
+pub struct VectorIndex {
+    dim: usize,
+    /// Memory ids by position; vectors are stored flat, `dim` floats each.
+    ids: Vec<u64>,
+    vectors: Vec<f32>,
+    graph: Graph,
+    params: HnswParams,
+    exact_below: usize,
+}
+
+/// A search result: the memory id and its cosine similarity.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scored {
+    pub id: u64,
+    pub score: f32,
+}
+
+impl VectorIndex {
+    /// Builds the index of `(id, unit vector)` pairs: exact below `exact_below`, else HNSW
+    /// (inserted in parallel; hnsw_rs uses rayon).
+    pub fn build(
+        dim: usize,
+        items: Vec<(u64, Vec<f32>)>,
+        params: HnswParams,
+        exact_below: usize,
+    ) -> VectorIndex {
+        let mut index = VectorIndex {
+            dim,
+            ids: Vec::with_capacity(items.len()),
+            vectors: Vec::with_capacity(items.len() * dim),
+            graph: Graph::Exact,
+            params,
+            exact_below,
+        };
+        for (id, vector) in items {
+            debug_assert_eq!(vector.len(), dim);
+            index.ids.push(id);
+            index.vectors.extend_from_slice(&vector);
+        }
+        if index.ids.len() >= exact_below {
+            index.graph = Graph::Hnsw(Box::new(index.new_graph()));
+        }
+        index
+    }
+
+    fn new_graph(&self) -> Hnsw<'static, f32, DistDot> {
+        let capacity = (self.ids.len() * 2).max(1024);
+        let graph = Hnsw::new(
+            self.params.m,
+            capacity,
+            MAX_LAYERS,
+            self.params.ef_construction,
+            DistDot,
+        );
+        let rows: Vec<(&[f32], usize)> = self
+            .vectors
+            .chunks_exact(self.dim)
+            .enumerate()
+            .map(|(position, v)| (v, position))
+            .collect();
+        graph.parallel_insert_slice(&rows);
+        graph
+    }
+
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    pub fn is_graph(&self) -> bool {
+        matches!(self.graph, Graph::Hnsw(_))
+    }
+
+    /// Adds one memory; crossing the exact-search threshold builds the graph.
+    pub fn insert(&mut self, id: u64, vector: &[f32]) {
+        let position = self.ids.len();
+        self.ids.push(id);
+        self.vectors.extend_from_slice(vector);
+        match &self.graph {
+            Graph::Hnsw(graph) => graph.insert_slice((vector, position)),
+            Graph::Exact if self.ids.len() >= self.exact_below => {
+                self.graph = Graph::Hnsw(Box::new(self.new_graph()));
+            }
+            Graph::Exact => {}
+        }
+    }
+
+    fn vector(&self, position: usize) -> &[f32] {
+        &self.vectors[position * self.dim..(position + 1) * self.dim]
+    }
+
+    /// The `k` most similar memories not in `skip`, most similar first.
+    pub fn search(&self, query: &[f32], k: usize, skip: &HashSet<u64>) -> Vec<Scored> {
+        if query.len() != self.dim || k == 0 {
+            return Vec::new();
+        }
+        match &self.graph {
+            Graph::Exact => self.exact(query, k, skip),
+            Graph::Hnsw(graph) => {
+                // Forgotten memories are still in the graph: ask for enough extra to fill k.
+                let wanted = k + skip.len().min(k * 4);
+                let ef = self.params.ef_search.max(wanted);
+                let mut found: Vec<Scored> = graph
+                    .search(query, wanted, ef)
+                    .into_iter()
+                    .filter_map(|n| {
+                        let id = *self.ids.get(n.d_id)?;
+                        (!skip.contains(&id)).then_some(Scored {
+                            id,
+                            score: 1.0 - n.distance,
+                        })
+                    })
+                    .collect();
+                found.truncate(k);
+                found
+            }
+        }
+    }
+
+    /// Every vector compared: the reference for recall, and the fastest path for small agents.
+    pub fn exact(&self, query: &[f32], k: usize, skip: &HashSet<u64>) -> Vec<Scored> {
+        let mut best: Vec<Scored> = Vec::with_capacity(k + 1);
+        for (position, id) in self.ids.iter().enumerate() {
+            if skip.contains(id) {
+                continue;
+            }
+            let score = dot(query, self.vector(position));
+            if best.len() == k && best.last().is_some_and(|w| w.score >= score) {
+                continue;
+            }
+            let at = best.partition_point(|b| b.score >= score);
+            best.insert(at, Scored { id: *id, score });
+            best.truncate(k);
+        }
+        best
+    }
+
+    /// Bytes held by the vectors and ids (the graph's links come on top when it exists).
+    pub fn vector_bytes(&self) -> usize {
+        self.vectors.len() * 4 + self.ids.len() * 8
+    }
+}
+
+/// The dot product, written so the compiler vectorises it (eight independent sums).
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut sums = [0.0f32; 8];
+    let chunks = a.len() / 8;
+    for i in 0..chunks {
+        for lane in 0..8 {
+            sums[lane] += a[i * 8 + lane] * b[i * 8 + lane];
+        }
+    }
+    let mut total: f32 = sums.iter().sum();
+    for i in chunks * 8..a.len() {
+        total += a[i] * b[i];
+    }
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unit(v: Vec<f32>) -> Vec<f32> {
+        crate::llm::embed::normalise(v).unwrap()
+    }
+
+    #[test]
+    fn exact_and_graph_agree_on_a_small_set_and_skip_forgotten_ids() {
+        let items: Vec<(u64, Vec<f32>)> = (0..300u64)
+            .map(|i| {
+                let a = i as f32 * 0.05;
+                (
+                    i + 1000,
+                    unit(vec![a.cos(), a.sin(), 0.3, (i % 7) as f32 * 0.01]),
+                )
+            })
+            .collect();
+        let params = HnswParams {
+            m: 16,
+            ef_construction: 100,
+            ef_search: 64,
+        };
+        let exact = VectorIndex::build(4, items.clone(), params, usize::MAX);
+        let graph = VectorIndex::build(4, items, params, 100);
+        assert!(!exact.is_graph() && graph.is_graph());
+        let query = unit(vec![1.0, 0.0, 0.3, 0.0]);
+        let none = HashSet::new();
+        let a = exact.search(&query, 5, &none);
+        let b = graph.search(&query, 5, &none);
+        assert_eq!(a.len(), 5);
+        assert_eq!(
+            a.iter().map(|s| s.id).collect::<Vec<_>>(),
+            b.iter().map(|s| s.id).collect::<Vec<_>>()
+        );
+        assert!(a.windows(2).all(|w| w[0].score >= w[1].score));
+        let skip: HashSet<u64> = [a[0].id].into();
+        let c = graph.search(&query, 5, &skip);
+        assert!(!c.iter().any(|s| s.id == a[0].id));
+        assert_eq!(c.len(), 5);
+        // A wrong-sized query finds nothing rather than panicking.
+        assert!(graph.search(&[1.0], 5, &none).is_empty());
+    }
+
+    #[test]
+    fn inserting_past_the_threshold_builds_the_graph() {
+        let params = HnswParams {
+            m: 8,
+            ef_construction: 50,
+            ef_search: 32,
+        };
+        let mut index = VectorIndex::build(2, Vec::new(), params, 10);
+        for i in 0..12u64 {
+            let a = i as f32;
+            index.insert(i, &unit(vec![a.cos(), a.sin()]));
+        }
+        assert!(index.is_graph());
+        assert_eq!(index.len(), 12);
+        let hits = index.search(&unit(vec![1.0, 0.0]), 1, &HashSet::new());
+        assert_eq!(hits[0].id, 0);
+        assert!((dot(&[1.0; 19], &[2.0; 19]) - 38.0).abs() < 1e-5);
+    }
+}

@@ -1,0 +1,546 @@
+//! Long-term memory: embedded memories kept in sled (the truth: text, vector, agent, guild, cycle,
+//! source, time, pinned, forgotten) and a per-agent vector index derived from them on demand, held
+//! in a bounded cache. Every embedding call is reserved and settled in the spend ledger; a memory
+//! whose embedding fails is queued and written when the endpoint answers again.
+
+pub mod index;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::budget::Budgets;
+use crate::config::MemoryConfig;
+use crate::core::memory::{MemoryHit, MemorySource};
+use crate::core::prompt::TokenCounter;
+use crate::core::state::{AgentState, Spender};
+use crate::llm::embed::{EmbedPurpose, Embedder};
+use crate::store::{decode, encode, Store, StoreError};
+use index::{HnswParams, VectorIndex};
+
+/// A memory as stored; its vector lives beside it in its own tree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryRecord {
+    pub id: u64,
+    pub agent: String,
+    pub guild: Option<String>,
+    pub cycle: u64,
+    pub source: MemorySource,
+    pub text: String,
+    pub created_at: DateTime<Utc>,
+    pub pinned: bool,
+    pub forgotten: bool,
+}
+
+impl From<sled::Error> for MemoryError {
+    fn from(e: sled::Error) -> Self {
+        MemoryError::Store(e.into())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MemoryError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the embeddings endpoint failed: {0}")]
+    Embedding(String),
+    #[error("no budget for the embedding call: {0}")]
+    Budget(String),
+    #[error("no memory {0} for this agent")]
+    Unknown(u64),
+    #[error("the embedding has {got} dimensions but this agent's memories have {want}; the embedding model changed")]
+    Dimension { got: usize, want: usize },
+}
+
+/// Who pays for an embedding call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Payer {
+    pub agent: String,
+    pub spender: Spender,
+    pub agent_limit: u64,
+}
+
+/// An index shared by searches (read) and new memories (write; hnsw_rs inserts in place).
+type SharedIndex = Arc<RwLock<VectorIndex>>;
+
+struct Cached {
+    index: SharedIndex,
+    forgotten: HashSet<u64>,
+    last_used: u64,
+}
+
+#[derive(Default)]
+struct Cache {
+    agents: HashMap<String, Cached>,
+    clock: u64,
+}
+
+pub struct Memory {
+    db: sled::Db,
+    records: sled::Tree,
+    vectors: sled::Tree,
+    pending: sled::Tree,
+    pins: sled::Tree,
+    embedder: Arc<dyn Embedder>,
+    budgets: Arc<Budgets>,
+    counter: Arc<dyn TokenCounter>,
+    config: MemoryConfig,
+    cache: Mutex<Cache>,
+}
+
+fn key(agent: &str, id: u64) -> Vec<u8> {
+    format!("{agent}/{id:016x}").into_bytes()
+}
+
+fn prefix(agent: &str) -> Vec<u8> {
+    format!("{agent}/").into_bytes()
+}
+
+fn to_bytes(vector: &[f32]) -> Vec<u8> {
+    vector.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn from_bytes(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+impl Memory {
+    pub fn new(
+        store: &Store,
+        embedder: Arc<dyn Embedder>,
+        budgets: Arc<Budgets>,
+        counter: Arc<dyn TokenCounter>,
+        config: &MemoryConfig,
+    ) -> Result<Memory, StoreError> {
+        let db = store.db().clone();
+        Ok(Memory {
+            records: db.open_tree("memories")?,
+            vectors: db.open_tree("memory_vectors")?,
+            pending: db.open_tree("memory_pending")?,
+            pins: db.open_tree("memory_pins")?,
+            db,
+            embedder,
+            budgets,
+            counter,
+            config: config.clone(),
+            cache: Mutex::new(Cache::default()),
+        })
+    }
+
+    /// The memory service the config asks for: `None` when memory is off.
+    pub fn from_config(
+        store: &Store,
+        config: &crate::config::Config,
+        budgets: Arc<Budgets>,
+        counter: Arc<dyn TokenCounter>,
+    ) -> anyhow::Result<Option<Arc<Memory>>> {
+        if !config.memory.enabled {
+            return Ok(None);
+        }
+        let embedder = crate::llm::embed::OpenAiEmbedder::new(&config.llm, &config.memory)?;
+        Ok(Some(Arc::new(Memory::new(
+            store,
+            Arc::new(embedder),
+            budgets,
+            counter,
+            &config.memory,
+        )?)))
+    }
+
+    pub fn payer(&self, agent: &AgentState) -> Payer {
+        Payer {
+            agent: agent.id.clone(),
+            spender: agent.spender.clone(),
+            agent_limit: self.budgets.agent_limit(agent),
+        }
+    }
+
+    /// Embeds `texts`, with the worst case reserved in the ledger first and settled after.
+    async fn embed(
+        &self,
+        payer: &Payer,
+        texts: &[String],
+        purpose: EmbedPurpose,
+    ) -> Result<Vec<Vec<f32>>, MemoryError> {
+        let model = self.embedder.model(purpose).to_string();
+        let price = self.budgets.price(&model);
+        let tokens: u64 = texts.iter().map(|t| self.counter.count(t) as u64).sum();
+        let now = Utc::now();
+        let charges = self
+            .budgets
+            .charges(&payer.agent, &payer.spender, payer.agent_limit, now)?;
+        let worst = price.cost(tokens, 0);
+        let what = format!("{model} embeddings");
+        let reservation = match self
+            .budgets
+            .reserve(&charges, worst, &payer.agent, &what, now)
+            .await?
+        {
+            Ok(reservation) => reservation,
+            Err(refusal) => return Err(MemoryError::Budget(refusal.to_string())),
+        };
+        match self.embedder.embed(texts, purpose).await {
+            Ok(embedded) => {
+                let used = embedded.prompt_tokens.unwrap_or(tokens);
+                self.budgets
+                    .ledger()
+                    .settle(reservation.id, price.cost(used, 0))?;
+                Ok(embedded.vectors)
+            }
+            Err(e) => {
+                self.budgets.ledger().release(reservation.id)?;
+                Err(MemoryError::Embedding(e.to_string()))
+            }
+        }
+    }
+
+    /// Writes a memory. When the embedding fails it is queued (and `Err` says why); the queue is
+    /// written by `flush_pending` once the endpoint answers again.
+    pub async fn remember(
+        &self,
+        payer: &Payer,
+        cycle: u64,
+        source: MemorySource,
+        text: &str,
+    ) -> Result<u64, MemoryError> {
+        let record = MemoryRecord {
+            id: self.db.generate_id()?,
+            agent: payer.agent.clone(),
+            guild: payer.spender.guild.clone(),
+            cycle,
+            source,
+            text: text.to_string(),
+            created_at: Utc::now(),
+            pinned: false,
+            forgotten: false,
+        };
+        match self
+            .embed(
+                payer,
+                std::slice::from_ref(&record.text),
+                EmbedPurpose::Passage,
+            )
+            .await
+        {
+            Ok(mut vectors) => {
+                self.store(&record, &vectors.remove(0))?;
+                Ok(record.id)
+            }
+            Err(e) => {
+                self.pending
+                    .insert(key(&record.agent, record.id), encode(&record)?)?;
+                tracing::warn!(agent = %record.agent, error = %e, "memory queued until embeddings work again");
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes this agent's queued memories, in batches; stops at the first failure.
+    pub async fn flush_pending(&self, payer: &Payer) -> Result<usize, MemoryError> {
+        let queued: Vec<MemoryRecord> = self
+            .pending
+            .scan_prefix(prefix(&payer.agent))
+            .map(|item| {
+                let (k, raw) = item?;
+                decode(&k, &raw)
+            })
+            .collect::<Result<_, StoreError>>()?;
+        let mut written = 0;
+        for batch in queued.chunks(self.config.batch_size.max(1)) {
+            let texts: Vec<String> = batch.iter().map(|r| r.text.clone()).collect();
+            let vectors = self.embed(payer, &texts, EmbedPurpose::Passage).await?;
+            for (record, vector) in batch.iter().zip(vectors) {
+                self.store(record, &vector)?;
+                self.pending.remove(key(&record.agent, record.id))?;
+                written += 1;
+            }
+        }
+        Ok(written)
+    }
+
+    pub fn pending_count(&self, agent: &str) -> usize {
+        self.pending.scan_prefix(prefix(agent)).count()
+    }
+
+    fn store(&self, record: &MemoryRecord, vector: &[f32]) -> Result<(), MemoryError> {
+        let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(cached) = cache.agents.get(&record.agent) {
+            let index = cached.index.read().unwrap_or_else(|e| e.into_inner());
+            if index.dim() != vector.len() && !index.is_empty() {
+                return Err(MemoryError::Dimension {
+                    got: vector.len(),
+                    want: index.dim(),
+                });
+            }
+        }
+        let k = key(&record.agent, record.id);
+        self.records.insert(&k, encode(record)?)?;
+        self.vectors.insert(&k, to_bytes(vector))?;
+        // A loaded index learns the memory at once; one not loaded reads it from the store later.
+        if let Some(cached) = cache.agents.get(&record.agent) {
+            let mut index = cached.index.write().unwrap_or_else(|e| e.into_inner());
+            if index.is_empty() {
+                *index = VectorIndex::build(
+                    vector.len(),
+                    vec![(record.id, vector.to_vec())],
+                    self.params(),
+                    self.config.exact_below,
+                );
+            } else {
+                index.insert(record.id, vector);
+            }
+        }
+        Ok(())
+    }
+
+    fn params(&self) -> HnswParams {
+        HnswParams {
+            m: self.config.hnsw_m,
+            ef_construction: self.config.hnsw_ef_construction,
+            ef_search: self.config.hnsw_ef_search,
+        }
+    }
+
+    /// The agent's index: from the cache, or built from the store (on the blocking pool, since a
+    /// graph build is CPU work), evicting the least recently used agents beyond the bound.
+    async fn index_of(&self, agent: &str) -> Result<(SharedIndex, HashSet<u64>), MemoryError> {
+        {
+            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            cache.clock += 1;
+            let now = cache.clock;
+            if let Some(cached) = cache.agents.get_mut(agent) {
+                cached.last_used = now;
+                return Ok((cached.index.clone(), cached.forgotten.clone()));
+            }
+        }
+        let (records, vectors) = (self.records.clone(), self.vectors.clone());
+        let (params, exact_below) = (self.params(), self.config.exact_below);
+        let agent_key = agent.to_string();
+        let index = tokio::task::spawn_blocking(move || {
+            load_index(&records, &vectors, &agent_key, params, exact_below)
+        })
+        .await
+        .map_err(|e| StoreError::Corrupt(format!("the index build failed: {e}")))??;
+        let index = Arc::new(RwLock::new(index));
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        cache.clock += 1;
+        let now = cache.clock;
+        cache.agents.insert(
+            agent.to_string(),
+            Cached {
+                index: index.clone(),
+                forgotten: HashSet::new(),
+                last_used: now,
+            },
+        );
+        evict(&mut cache, self.config.max_cached_vectors, agent);
+        Ok((index, HashSet::new()))
+    }
+
+    /// The `k` memories of this agent most similar to `query`; pinned memories are added
+    /// (marked) whatever their similarity.
+    pub async fn search(
+        &self,
+        payer: &Payer,
+        query: &str,
+        k: usize,
+    ) -> Result<Vec<MemoryHit>, MemoryError> {
+        let mut vectors = self
+            .embed(payer, &[query.to_string()], EmbedPurpose::Query)
+            .await?;
+        let query_vector = vectors.remove(0);
+        let (index, forgotten) = self.index_of(&payer.agent).await?;
+        let found =
+            index
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .search(&query_vector, k, &forgotten);
+        let mut hits = Vec::with_capacity(found.len());
+        for scored in found {
+            if let Some(record) = self.record(&payer.agent, scored.id)? {
+                if !record.forgotten {
+                    hits.push(hit(record, scored.score));
+                }
+            }
+        }
+        for item in self.pins.scan_prefix(prefix(&payer.agent)) {
+            let (k, _) = item?;
+            let id = u64::from_str_radix(
+                std::str::from_utf8(&k[payer.agent.len() + 1..]).unwrap_or("0"),
+                16,
+            )
+            .unwrap_or(0);
+            if hits.iter().any(|h| h.id == id) {
+                continue;
+            }
+            if let Some(record) = self.record(&payer.agent, id)? {
+                let score = self
+                    .vectors
+                    .get(key(&payer.agent, id))?
+                    .map(|raw| index::dot(&query_vector, &from_bytes(&raw)))
+                    .unwrap_or(0.0);
+                if !record.forgotten {
+                    hits.push(hit(record, score));
+                }
+            }
+        }
+        Ok(hits)
+    }
+
+    /// A cycle's recall: queued memories are written first, then the search; failures are logged
+    /// and the cycle goes on without memories.
+    pub async fn recall(&self, payer: &Payer, query: &str) -> Vec<MemoryHit> {
+        if self.pending_count(&payer.agent) > 0 {
+            if let Err(e) = self.flush_pending(payer).await {
+                tracing::warn!(agent = %payer.agent, error = %e, "queued memories are still waiting");
+            }
+        }
+        match self.search(payer, query, self.config.recall_top_k).await {
+            Ok(hits) => hits,
+            Err(e) => {
+                tracing::warn!(agent = %payer.agent, error = %e, "recall failed; the cycle goes on without memories");
+                Vec::new()
+            }
+        }
+    }
+
+    pub fn record(&self, agent: &str, id: u64) -> Result<Option<MemoryRecord>, StoreError> {
+        let k = key(agent, id);
+        match self.records.get(&k)? {
+            Some(raw) => decode(&k, &raw).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn update(
+        &self,
+        agent: &str,
+        id: u64,
+        change: impl Fn(&mut MemoryRecord),
+    ) -> Result<MemoryRecord, MemoryError> {
+        let mut record = self
+            .record(agent, id)?
+            .filter(|r| !r.forgotten)
+            .ok_or(MemoryError::Unknown(id))?;
+        change(&mut record);
+        self.records.insert(key(agent, id), encode(&record)?)?;
+        Ok(record)
+    }
+
+    /// Forgets a memory: searches skip it at once, and the next rebuild leaves it out.
+    pub fn forget(&self, agent: &str, id: u64) -> Result<MemoryRecord, MemoryError> {
+        let record = self.update(agent, id, |r| {
+            r.forgotten = true;
+            r.pinned = false;
+        })?;
+        self.pins.remove(key(agent, id))?;
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(cached) = cache.agents.get_mut(agent) {
+            cached.forgotten.insert(id);
+        }
+        Ok(record)
+    }
+
+    /// Pins (or unpins) a memory: pinned memories are recalled in every cycle.
+    pub fn pin(&self, agent: &str, id: u64, pinned: bool) -> Result<MemoryRecord, MemoryError> {
+        let record = self.update(agent, id, |r| r.pinned = pinned)?;
+        if pinned {
+            self.pins.insert(key(agent, id), &[])?;
+        } else {
+            self.pins.remove(key(agent, id))?;
+        }
+        Ok(record)
+    }
+
+    /// How many memories the agent has (forgotten ones included until a rebuild).
+    pub fn count(&self, agent: &str) -> usize {
+        self.records.scan_prefix(prefix(agent)).count()
+    }
+
+    /// Drops every cached index (tests use it to prove the store alone is enough).
+    pub fn clear_cache(&self) {
+        self.cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .agents
+            .clear();
+    }
+
+    pub fn is_cached(&self, agent: &str) -> bool {
+        self.cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .agents
+            .contains_key(agent)
+    }
+}
+
+fn hit(record: MemoryRecord, score: f32) -> MemoryHit {
+    MemoryHit {
+        id: record.id,
+        cycle: record.cycle,
+        source: record.source,
+        text: record.text,
+        score,
+        pinned: record.pinned,
+    }
+}
+
+fn load_index(
+    records: &sled::Tree,
+    vectors: &sled::Tree,
+    agent: &str,
+    params: HnswParams,
+    exact_below: usize,
+) -> Result<VectorIndex, StoreError> {
+    let mut items = Vec::new();
+    let mut dim = 0;
+    for item in records.scan_prefix(prefix(agent)) {
+        let (k, raw) = item?;
+        let record: MemoryRecord = decode(&k, &raw)?;
+        if record.forgotten {
+            continue;
+        }
+        if let Some(bytes) = vectors.get(&k)? {
+            let vector = from_bytes(&bytes);
+            if dim == 0 {
+                dim = vector.len();
+            }
+            if vector.len() == dim {
+                items.push((record.id, vector));
+            }
+        }
+    }
+    Ok(VectorIndex::build(dim, items, params, exact_below))
+}
+
+/// Drops least recently used indexes (never `keep`) until the cached vectors fit the bound.
+fn evict(cache: &mut Cache, max_vectors: usize, keep: &str) {
+    loop {
+        let total: usize = cache
+            .agents
+            .values()
+            .map(|c| c.index.read().map_or(0, |i| i.len()))
+            .sum();
+        if total <= max_vectors {
+            return;
+        }
+        let oldest = cache
+            .agents
+            .iter()
+            .filter(|(agent, _)| agent.as_str() != keep)
+            .min_by_key(|(_, c)| c.last_used)
+            .map(|(agent, _)| agent.clone());
+        match oldest {
+            Some(agent) => {
+                cache.agents.remove(&agent);
+            }
+            None => return,
+        }
+    }
+}

@@ -1,0 +1,313 @@
+//! Long-term memory: the HNSW path against exact search on clustered data, recall of an old fact
+//! when the task turns to it, isolation between agents, forget, pin, restart, and the queue that
+//! keeps memories through an embeddings outage.
+
+mod support;
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use autothread::budget::Budgets;
+use autothread::config::Config;
+use autothread::core::event::Event;
+use autothread::core::memory::MemorySource;
+use autothread::core::state::{AgentSettings, AgentState, Phase, Profile, Spender};
+use autothread::llm::tokens::TiktokenCounter;
+use autothread::memory::index::{HnswParams, VectorIndex};
+use autothread::memory::{Memory, Payer};
+use autothread::runtime::clock::SystemClock;
+use autothread::runtime::{self, Deps};
+use autothread::store::Store;
+use autothread::tools::Registry;
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+use support::inproc::{reply, HashEmbedder, Recorder, ScriptedModel};
+
+/// Seeded clustered unit vectors: 200 centres, each point a centre plus noise, like embeddings
+/// of texts on a limited set of topics (uniform noise would make every neighbour equally far).
+fn clustered(n: usize, dim: usize, seed: u64) -> Vec<Vec<f32>> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut centres_rng = rand::rngs::StdRng::seed_from_u64(42);
+    let centres: Vec<Vec<f32>> = (0..200)
+        .map(|_| {
+            (0..dim)
+                .map(|_| centres_rng.random_range(-1.0f32..1.0))
+                .collect()
+        })
+        .collect();
+    (0..n)
+        .map(|_| {
+            let centre = &centres[rng.random_range(0..centres.len())];
+            let v: Vec<f32> = centre
+                .iter()
+                .map(|c| c + rng.random_range(-0.6f32..0.6))
+                .collect();
+            autothread::llm::embed::normalise(v).unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn hnsw_recall_at_10_against_exact_search_on_20k_clustered_vectors() {
+    let dim = 384;
+    let data = clustered(20_000, dim, 7);
+    let queries = clustered(100, dim, 8);
+    let items: Vec<(u64, Vec<f32>)> = data
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| (i as u64, v))
+        .collect();
+    let params = HnswParams {
+        m: 16,
+        ef_construction: 200,
+        ef_search: 64,
+    };
+    let graph = VectorIndex::build(dim, items, params, 0);
+    assert!(graph.is_graph());
+    let none = HashSet::new();
+    let mut found = 0;
+    for query in &queries {
+        let truth: HashSet<u64> = graph.exact(query, 10, &none).iter().map(|s| s.id).collect();
+        found += graph
+            .search(query, 10, &none)
+            .iter()
+            .filter(|s| truth.contains(&s.id))
+            .count();
+    }
+    let recall = found as f64 / (queries.len() * 10) as f64;
+    println!("recall@10 of the HNSW path on 20k clustered vectors: {recall:.4}");
+    assert!(recall >= 0.95, "recall@10 {recall}");
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    store: Store,
+    memory: Arc<Memory>,
+    embedder: Arc<HashEmbedder>,
+}
+
+fn fixture_in(dir: tempfile::TempDir) -> Fixture {
+    let store = Store::open(dir.path()).unwrap();
+    let config = Config::default();
+    let budgets = Arc::new(Budgets::new(&store, &config.budget).unwrap());
+    let embedder = Arc::new(HashEmbedder::default());
+    let memory = Arc::new(
+        Memory::new(
+            &store,
+            embedder.clone(),
+            budgets,
+            Arc::new(TiktokenCounter::for_model("gpt-4o-mini")),
+            &config.memory,
+        )
+        .unwrap(),
+    );
+    Fixture {
+        _dir: dir,
+        store,
+        memory,
+        embedder,
+    }
+}
+
+fn payer(agent: &str, guild: &str) -> Payer {
+    Payer {
+        agent: agent.into(),
+        spender: Spender {
+            user: Some("u".into()),
+            guild: Some(guild.into()),
+        },
+        agent_limit: 1_000_000,
+    }
+}
+
+#[tokio::test]
+async fn agents_never_see_each_others_memories_and_forget_pin_and_restart_behave() {
+    let f = fixture_in(tempfile::tempdir().unwrap());
+    let (a, b) = (payer("agent-a", "g1"), payer("agent-b", "g1"));
+    let secret = f
+        .memory
+        .remember(
+            &a,
+            3,
+            MemorySource::Cycle,
+            "The launch password is heliotrope",
+        )
+        .await
+        .unwrap();
+    f.memory
+        .remember(&a, 4, MemorySource::Cycle, "Lunch is at noon")
+        .await
+        .unwrap();
+    f.memory
+        .remember(&b, 1, MemorySource::Command, "Agent B likes tea")
+        .await
+        .unwrap();
+    let found = f.memory.search(&a, "launch password", 10).await.unwrap();
+    assert_eq!(found[0].id, secret);
+    assert_eq!(found.len(), 2);
+    // B searching for A's secret finds only its own memory.
+    let theirs = f
+        .memory
+        .search(&b, "launch password heliotrope", 10)
+        .await
+        .unwrap();
+    assert_eq!(theirs.len(), 1);
+    assert!(theirs.iter().all(|h| h.text == "Agent B likes tea"));
+    // Another agent cannot forget or pin what is not its own.
+    assert!(f.memory.forget("agent-b", secret).is_err());
+
+    // Pinned memories come back whatever the query.
+    let lunch = found[1].id;
+    f.memory.pin("agent-a", lunch, true).unwrap();
+    let pinned = f.memory.search(&a, "heliotrope", 1).await.unwrap();
+    assert!(pinned.iter().any(|h| h.id == lunch && h.pinned));
+
+    f.memory.forget("agent-a", secret).unwrap();
+    let after = f
+        .memory
+        .search(&a, "launch password heliotrope", 10)
+        .await
+        .unwrap();
+    assert!(after.iter().all(|h| h.id != secret), "{after:?}");
+
+    // Restart: a new store handle and memory service; the index is rebuilt lazily from sled.
+    let dir = {
+        let Fixture {
+            _dir,
+            store,
+            memory,
+            ..
+        } = f;
+        drop(memory);
+        drop(store);
+        _dir
+    };
+    let f = fixture_in(dir);
+    assert!(!f.memory.is_cached("agent-a"));
+    let again = f.memory.search(&a, "lunch noon", 10).await.unwrap();
+    assert!(f.memory.is_cached("agent-a"));
+    assert_eq!(again.len(), 1, "the forgotten memory stays gone: {again:?}");
+    assert_eq!(again[0].id, lunch);
+    assert!(again[0].pinned);
+    assert_eq!(f.memory.count("agent-b"), 1);
+    drop(f.store);
+}
+
+#[tokio::test]
+async fn an_embeddings_outage_queues_memories_and_loses_none() {
+    let f = fixture_in(tempfile::tempdir().unwrap());
+    let a = payer("agent-a", "g1");
+    f.embedder.down.store(true, Ordering::SeqCst);
+    assert!(f
+        .memory
+        .remember(&a, 1, MemorySource::Cycle, "The ferry leaves at 7:40")
+        .await
+        .is_err());
+    assert!(f
+        .memory
+        .remember(&a, 2, MemorySource::Cycle, "The museum closes on Mondays")
+        .await
+        .is_err());
+    assert_eq!(f.memory.pending_count("agent-a"), 2);
+    // Recall during the outage returns nothing rather than failing the cycle.
+    assert!(f.memory.recall(&a, "ferry").await.is_empty());
+    f.embedder.down.store(false, Ordering::SeqCst);
+    let hits = f.memory.recall(&a, "when does the ferry leave").await;
+    assert_eq!(f.memory.pending_count("agent-a"), 0);
+    assert_eq!(hits[0].text, "The ferry leaves at 7:40");
+    assert_eq!(hits[0].cycle, 1);
+    assert_eq!(hits.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fact_from_cycle_3_is_recalled_at_cycle_40_when_the_task_turns_to_it() {
+    let f = fixture_in(tempfile::tempdir().unwrap());
+    let mut config = Config::default();
+    config.llm.model = "local-model".into();
+    config.budget.guild_calls_per_minute = 0;
+    let mut replies = Vec::new();
+    for cycle in 1..=38 {
+        replies.push(if cycle == 3 {
+            reply(
+                "write_file",
+                json!({"filename": "vault.txt", "contents": "The vault access code for the zebra orchid greenhouse is 7319."}),
+            )
+        } else {
+            reply("list_folder", json!({"folder": format!("shelf{cycle}")}))
+        });
+    }
+    replies.push(reply("finish", json!({"reason": "inventory done"})));
+    replies.push(reply("finish", json!({"reason": "answered"})));
+    let model = Arc::new(ScriptedModel::new(replies));
+    let counter = Arc::new(TiktokenCounter::for_model("gpt-4o-mini"));
+    let budgets = Arc::new(Budgets::new(&f.store, &config.budget).unwrap());
+    let deps = Deps {
+        store: f.store.clone(),
+        model: model.clone(),
+        tools: Arc::new(Registry::for_config(&config)),
+        surface: Arc::new(Recorder::default()),
+        config: Arc::new(config),
+        counter,
+        clock: Arc::new(SystemClock),
+        budgets,
+        memory: Some(f.memory.clone()),
+    };
+    let mut state = AgentState::new(
+        "recall000001".into(),
+        "Take an inventory of the shelves".into(),
+        Some(Profile::fallback()),
+        AgentSettings {
+            model: "local-model".into(),
+            continuous: true,
+            cycle_limit: 0,
+            budget: None,
+        },
+        chrono::Utc::now(),
+    );
+    state.spender = Spender {
+        user: Some("u".into()),
+        guild: Some("g".into()),
+    };
+    let (_handle, done) = runtime::start(state, Event::Start, deps.clone());
+    let state = done.await.unwrap().unwrap();
+    assert!(
+        matches!(state.phase, Phase::Finished { .. }),
+        "{:?}",
+        state.phase
+    );
+    // 39 cycles ran; the next one is 40.
+    assert_eq!(state.cycle, 40);
+    assert!(f.memory.count("recall000001") >= 30);
+
+    let (_handle, done) = runtime::start(
+        state,
+        Event::Resume {
+            by: "tester".into(),
+            follow_up: Some("What is the vault access code of the zebra orchid greenhouse?".into()),
+        },
+        deps,
+    );
+    let state = done.await.unwrap().unwrap();
+    assert_eq!(state.episodes.last().unwrap().cycle, 40);
+    let prompts = model.cycle_prompts.lock().unwrap();
+    let last = prompts.last().unwrap();
+    let memories = last
+        .messages
+        .iter()
+        .find(|m| m.content.starts_with("## Memories"))
+        .expect("a memory section at cycle 40");
+    let first = memories.content.lines().nth(2).unwrap_or("");
+    assert!(
+        first.contains("Cycle 3:") && first.contains("7319"),
+        "the most relevant memory comes first:\n{}",
+        memories.content
+    );
+    // The Progress section no longer shows cycle 3 in full, so only memory brings the code back.
+    let progress = last
+        .messages
+        .iter()
+        .find(|m| m.content.starts_with("## Progress"))
+        .unwrap();
+    assert!(!progress.content.contains("7319"));
+}

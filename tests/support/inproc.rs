@@ -1,0 +1,136 @@
+//! In-process stand-ins for running the agent runtime inside a test: a scripted chat model, a
+//! deterministic embedder (hashed bag of words), and a surface that records and approves.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use autothread::core::event::{Decision, Usage};
+use autothread::core::history::Episode;
+use autothread::core::state::{AgentState, PauseReason, Proposal};
+use autothread::llm::embed::{EmbedPurpose, Embedded, Embedder};
+
+use super::fake_openai::hash_embedding;
+use autothread::llm::{ChatModel, ChatReply, ChatRequest, LlmError};
+use autothread::runtime::AgentHandle;
+use autothread::surface::Surface;
+
+/// Answers cycle calls from a script and summaries with a fixed line; keeps every cycle prompt.
+#[derive(Default)]
+pub struct ScriptedModel {
+    pub replies: Mutex<VecDeque<String>>,
+    pub cycle_prompts: Mutex<Vec<ChatRequest>>,
+}
+
+impl ScriptedModel {
+    pub fn new(replies: impl IntoIterator<Item = String>) -> Self {
+        ScriptedModel {
+            replies: Mutex::new(replies.into_iter().collect()),
+            cycle_prompts: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn cycle_calls(&self) -> usize {
+        self.cycle_prompts.lock().unwrap().len()
+    }
+}
+
+#[async_trait]
+impl ChatModel for ScriptedModel {
+    async fn complete(&self, request: ChatRequest) -> Result<ChatReply, LlmError> {
+        let first = &request.messages[0].content;
+        let content = if first.contains("Condense the action taken") {
+            "Summary: did one step.".to_string()
+        } else {
+            self.cycle_prompts.lock().unwrap().push(request.clone());
+            self.replies
+                .lock()
+                .unwrap()
+                .pop_front()
+                .ok_or_else(|| LlmError::BadResponse("no scripted reply left".into()))?
+        };
+        Ok(ChatReply {
+            content,
+            usage: Some(Usage {
+                prompt_tokens: 10,
+                completion_tokens: 5,
+            }),
+        })
+    }
+}
+
+/// An embedder on `hash_embedding` that can be switched off.
+#[derive(Default)]
+pub struct HashEmbedder {
+    pub down: AtomicBool,
+    pub calls: AtomicUsize,
+}
+
+#[async_trait]
+impl Embedder for HashEmbedder {
+    fn model(&self, purpose: EmbedPurpose) -> &str {
+        match purpose {
+            EmbedPurpose::Passage => "hash-passage",
+            EmbedPurpose::Query => "hash-query",
+        }
+    }
+
+    async fn embed(&self, texts: &[String], _purpose: EmbedPurpose) -> Result<Embedded, LlmError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        if self.down.load(Ordering::SeqCst) {
+            return Err(LlmError::Unavailable {
+                attempts: 3,
+                detail: "HTTP 503".into(),
+            });
+        }
+        Ok(Embedded {
+            vectors: texts.iter().map(|t| hash_embedding(t)).collect(),
+            prompt_tokens: Some(texts.iter().map(|t| t.len() as u64 / 4).sum()),
+        })
+    }
+}
+
+/// Records what the humans would see and approves every card.
+#[derive(Default)]
+pub struct Recorder {
+    pub notices: Mutex<Vec<String>>,
+    pub proposals: Mutex<Vec<u64>>,
+}
+
+#[async_trait]
+impl Surface for Recorder {
+    async fn show_profile(&self, _agent: &AgentState) {}
+    async fn show_proposal(&self, _agent: &AgentState, proposal: &Proposal, _auto: bool) {
+        self.proposals.lock().unwrap().push(proposal.cycle);
+    }
+    async fn request_decision(
+        &self,
+        _agent: &AgentState,
+        proposal: &Proposal,
+        handle: AgentHandle,
+    ) {
+        let cycle = proposal.cycle;
+        tokio::spawn(async move {
+            let _ = handle.decide(cycle, Decision::Approve, "tester").await;
+        });
+    }
+    async fn show_result(&self, _agent: &AgentState, _episode: &Episode) {}
+    async fn notify(&self, _agent: &AgentState, text: &str) {
+        self.notices.lock().unwrap().push(text.to_string());
+    }
+    async fn paused(&self, _agent: &AgentState, _reason: &PauseReason) {}
+    async fn finished(&self, _agent: &AgentState, _reason: &str) {}
+    async fn ask_user(&self, _agent: &AgentState, _question: &str) -> Result<String, String> {
+        Err("no one is asked in this test".into())
+    }
+}
+
+/// An agent reply with this command (all thoughts filled).
+pub fn reply(command: &str, args: serde_json::Value) -> String {
+    serde_json::json!({
+        "thoughts": {"text": "t", "reasoning": "r", "plan": "- p", "self_criticism": "c", "speak": "s", "observations": "o"},
+        "command": {"name": command, "args": args}
+    })
+    .to_string()
+}

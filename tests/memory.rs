@@ -14,45 +14,20 @@ use autothread::core::event::Event;
 use autothread::core::memory::MemorySource;
 use autothread::core::state::{AgentSettings, AgentState, Phase, Profile, Spender};
 use autothread::llm::tokens::TiktokenCounter;
-use autothread::memory::index::{HnswParams, VectorIndex};
+use autothread::memory::index::{clustered_unit_vectors, HnswParams, VectorIndex};
 use autothread::memory::{Memory, Payer};
 use autothread::runtime::clock::SystemClock;
 use autothread::runtime::{self, Deps};
 use autothread::store::Store;
 use autothread::tools::Registry;
-use rand::{Rng, SeedableRng};
 use serde_json::json;
 use support::inproc::{reply, HashEmbedder, Recorder, ScriptedModel};
-
-/// Seeded clustered unit vectors: 200 centres, each point a centre plus noise, like embeddings
-/// of texts on a limited set of topics (uniform noise would make every neighbour equally far).
-fn clustered(n: usize, dim: usize, seed: u64) -> Vec<Vec<f32>> {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut centres_rng = rand::rngs::StdRng::seed_from_u64(42);
-    let centres: Vec<Vec<f32>> = (0..200)
-        .map(|_| {
-            (0..dim)
-                .map(|_| centres_rng.random_range(-1.0f32..1.0))
-                .collect()
-        })
-        .collect();
-    (0..n)
-        .map(|_| {
-            let centre = &centres[rng.random_range(0..centres.len())];
-            let v: Vec<f32> = centre
-                .iter()
-                .map(|c| c + rng.random_range(-0.6f32..0.6))
-                .collect();
-            autothread::llm::embed::normalise(v).unwrap()
-        })
-        .collect()
-}
 
 #[test]
 fn hnsw_recall_at_10_against_exact_search_on_20k_clustered_vectors() {
     let dim = 384;
-    let data = clustered(20_000, dim, 7);
-    let queries = clustered(100, dim, 8);
+    let data = clustered_unit_vectors(20_000, dim, 7);
+    let queries = clustered_unit_vectors(100, dim, 8);
     let items: Vec<(u64, Vec<f32>)> = data
         .into_iter()
         .enumerate()

@@ -99,6 +99,11 @@ impl VectorIndex {
         self.dim
     }
 
+    /// Candidates examined per search in the graph (more: better recall, slower).
+    pub fn set_ef_search(&mut self, ef: usize) {
+        self.params.ef_search = ef;
+    }
+
     pub fn is_graph(&self) -> bool {
         matches!(self.graph, Graph::Hnsw(_))
     }
@@ -187,6 +192,34 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
         total += a[i] * b[i];
     }
     total
+}
+
+/// Seeded clustered unit vectors, like embeddings of texts on a limited set of topics: 200 fixed
+/// centres, each point a centre plus uniform noise (pure noise would make all neighbours equally
+/// far and tell nothing about an index). The recall test and the benchmark share it.
+pub fn clustered_unit_vectors(n: usize, dim: usize, seed: u64) -> Vec<Vec<f32>> {
+    use rand::{Rng, SeedableRng};
+    let mut centres_rng = rand::rngs::StdRng::seed_from_u64(42);
+    let centres: Vec<Vec<f32>> = (0..200)
+        .map(|_| {
+            (0..dim)
+                .map(|_| centres_rng.random_range(-1.0f32..1.0))
+                .collect()
+        })
+        .collect();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    (0..n)
+        .map(|_| {
+            let centre = &centres[rng.random_range(0..centres.len())];
+            let mut v: Vec<f32> = centre
+                .iter()
+                .map(|c| c + rng.random_range(-0.6f32..0.6))
+                .collect();
+            let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            v.iter_mut().for_each(|x| *x /= norm);
+            v
+        })
+        .collect()
 }
 
 #[cfg(test)]

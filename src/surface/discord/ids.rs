@@ -19,6 +19,10 @@ pub enum CardAction {
     ApproveNSubmit,
     /// The submitted feedback modal.
     FeedbackSubmit,
+    /// On `/agent memory search` results: forget the memory whose id is in the `cycle` slot.
+    MemoryForget,
+    /// Pin that memory (recalled in every cycle).
+    MemoryPin,
 }
 
 impl CardAction {
@@ -31,6 +35,8 @@ impl CardAction {
             CardAction::SelfCritique => "sc",
             CardAction::ApproveNSubmit => "okn-m",
             CardAction::FeedbackSubmit => "fb-m",
+            CardAction::MemoryForget => "mf",
+            CardAction::MemoryPin => "mp",
         }
     }
 
@@ -43,6 +49,8 @@ impl CardAction {
             "sc" => CardAction::SelfCritique,
             "okn-m" => CardAction::ApproveNSubmit,
             "fb-m" => CardAction::FeedbackSubmit,
+            "mf" => CardAction::MemoryForget,
+            "mp" => CardAction::MemoryPin,
             _ => return None,
         })
     }
@@ -103,6 +111,8 @@ mod tests {
             CardAction::SelfCritique,
             CardAction::ApproveNSubmit,
             CardAction::FeedbackSubmit,
+            CardAction::MemoryForget,
+            CardAction::MemoryPin,
         ] {
             let id = CardId::new(action, "0123456789ab", u64::MAX);
             let raw = id.encode();

@@ -1,0 +1,187 @@
+//! Long-term memory end to end: the real binary writes cycle memories through the fake
+//! OpenAI-compatible embeddings endpoint, `autothread memory search|forget|pin` and
+//! `/agent memory search` with its Forget and Pin buttons work on them, only for those who may decide.
+
+mod support;
+
+use serde_json::{json, Value};
+use support::bot::{answer, card, start_bot, WAIT};
+use support::fake_discord::{FakeDiscord, ALICE, BOB, CHANNEL, MEMBER_PERMS};
+use support::fake_openai::{agent_reply, Expect, FakeOpenAi};
+use support::{created_agent_id, TestEnv};
+
+const FACT: &str = "The ferry to Skye leaves at 7:40 from pier 3.";
+
+/// A first cycle that writes the fact, a second that reads something else, then finish.
+fn script(openai: &FakeOpenAi) {
+    openai.push_content(agent_reply(
+        "write_file",
+        json!({"filename": "ferry.txt", "contents": FACT}),
+    ));
+    openai.push_content(agent_reply("read_file", json!({"filename": "ferry.txt"})));
+    openai.push_content(agent_reply("finish", json!({"reason": "noted"})));
+}
+
+/// The `#id` of the first search result line that contains `needle`.
+fn result_id(out: &str, needle: &str) -> u64 {
+    let mut current = None;
+    for line in out.lines() {
+        if let Some(rest) = line.strip_prefix('#') {
+            current = rest
+                .split_whitespace()
+                .next()
+                .and_then(|id| id.parse().ok());
+        }
+        if line.contains(needle) {
+            if let Some(id) = current {
+                return id;
+            }
+        }
+    }
+    panic!("no result containing {needle:?} in:\n{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_memories_are_written_searched_forgotten_and_pinned() {
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
+    script(&openai);
+    let env = TestEnv::with_memory(&openai.base_url, "guild_calls_per_minute = 0\n");
+    let mut run = env.spawn(&[
+        "console",
+        "--task",
+        "Note the ferry time",
+        "--name",
+        "FerryGPT",
+        "--role",
+        "r",
+        "--continuous",
+    ]);
+    run.wait_for("Input:", 1, WAIT).await;
+    run.type_lines(&["y"]).await;
+    let (ok, out, err) = run.finish(WAIT).await;
+    assert!(ok, "{out}{err}");
+    let id = created_agent_id(&out);
+    // Passages were embedded with the passage model, searches with the query model.
+    let embedded = openai.embedded();
+    assert!(embedded.iter().any(|(model, _)| model == "fake-passage"));
+    assert!(embedded.iter().any(|(model, _)| model == "fake-query"));
+
+    let (ok, out, err) = env
+        .run(&["memory", "search", &id, "when does the ferry to Skye leave"])
+        .await;
+    assert!(ok, "{out}{err}");
+    let first = out.lines().next().unwrap_or("");
+    assert!(first.contains("cycle 1  cycle"), "{out}");
+    let fact_id = result_id(&out, "7:40");
+    let other_id = result_id(&out, "Cycle 2:");
+
+    let (ok, out, _) = env
+        .run(&["memory", "pin", &id, &other_id.to_string()])
+        .await;
+    assert!(
+        ok && out.contains(&format!("Pinned memory #{other_id}")),
+        "{out}"
+    );
+    let (ok, out, _) = env
+        .run(&["memory", "forget", &id, &fact_id.to_string()])
+        .await;
+    assert!(
+        ok && out.contains(&format!("Forgot memory #{fact_id}")),
+        "{out}"
+    );
+    let (ok, out, _) = env.run(&["memory", "search", &id, "ferry Skye 7:40"]).await;
+    assert!(ok, "{out}");
+    assert!(!out.contains(&format!("#{fact_id} ")), "forgotten: {out}");
+    assert!(out.contains("[pinned]"), "{out}");
+    // Forgetting twice, or a memory that does not exist, is a clear error.
+    let (ok, _, err) = env
+        .run(&["memory", "forget", &id, &fact_id.to_string()])
+        .await;
+    assert!(
+        !ok && err.contains(&format!("no memory {fact_id} for this agent")),
+        "{err}"
+    );
+    openai.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discord_memory_search_with_forget_and_pin_for_deciders_only() {
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
+    script(&openai);
+    let discord = FakeDiscord::start().await;
+    let env = TestEnv::with_memory(&openai.base_url, "guild_calls_per_minute = 0\n");
+    let _bot = start_bot(&env, &discord).await;
+    let start = discord.slash(
+        ALICE,
+        &[],
+        CHANNEL,
+        "start",
+        json!([{"name": "task", "type": 3, "value": "Note the ferry time"}, {"name": "name", "type": 3, "value": "FerryGPT"}, {"name": "continuous", "type": 4, "value": 5}]),
+        json!({}),
+    );
+    answer(&discord, start, false).await;
+    let thread: u64 = discord.threads().last().unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // Cycles 1 and 2 run by themselves; finish asks.
+    card(&discord, thread, "FerryGPT · cycle 3").await;
+    // Cycle 1's memory is written when its summary lands, at the start of cycle 2.
+    let search = |user: u64| {
+        discord.slash_group(
+            user,
+            &[],
+            MEMBER_PERMS,
+            thread,
+            "memory",
+            "search",
+            json!([{"name": "query", "type": 3, "value": "when does the ferry to Skye leave"}]),
+            json!({}),
+        )
+    };
+    let refused = search(BOB);
+    assert!(answer(&discord, refused, true)
+        .await
+        .starts_with("Only the agent's owner"));
+    let found = search(ALICE);
+    let text = answer(&discord, found, true).await;
+    assert!(
+        text.contains("cycle 1 · cycle") && text.contains("7:40"),
+        "{text}"
+    );
+    let followup: Value = discord.followups_for(found)[0].clone();
+    let buttons: Vec<(String, String)> = followup["components"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|row| row["components"].as_array().cloned().unwrap_or_default())
+        .map(|b| {
+            (
+                b["label"].as_str().unwrap_or("").to_string(),
+                b["custom_id"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    let (label, forget) = buttons
+        .iter()
+        .find(|(label, _)| label.starts_with("Forget"))
+        .cloned()
+        .expect("a Forget button");
+    let memory_id = label.trim_start_matches("Forget #").to_string();
+    // Someone who may not decide cannot forget it; the owner can.
+    let message = followup;
+    let bob_click = discord.click(BOB, &[], &message, &forget);
+    assert!(answer(&discord, bob_click, true)
+        .await
+        .starts_with("Only the agent's owner"));
+    let alice_click = discord.click(ALICE, &[], &message, &forget);
+    assert_eq!(
+        answer(&discord, alice_click, true).await,
+        format!("Forgot memory #{memory_id}.")
+    );
+    let again = search(ALICE);
+    let text = answer(&discord, again, true).await;
+    assert!(!text.contains(&format!("**#{memory_id}**")), "{text}");
+    discord.assert_clean();
+}

@@ -365,7 +365,7 @@ impl Default for MemoryConfig {
             recall_context_percent: 25,
             max_recall_tokens: 2500,
             memory_chars: 1200,
-            exact_below: 20_000,
+            exact_below: 5_000,
             max_cached_vectors: 1_000_000,
             hnsw_m: 16,
             hnsw_ef_construction: 200,

@@ -2,15 +2,12 @@
 //! embeddings endpoint through the same retrying transport as chat), with separate model names for
 //! storing and for searching, as E5-style models need.
 
-use std::time::Duration;
-
 use async_openai::config::OpenAIConfig;
 use async_openai::Client;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
-use super::openai::{classify, http_client};
-use super::retry::{RetryPolicy, RetryingTransport};
+use super::openai::{classify, openai_client};
 use super::LlmError;
 use crate::config::{LlmConfig, MemoryConfig};
 
@@ -68,23 +65,8 @@ impl std::fmt::Debug for OpenAiEmbedder {
 impl OpenAiEmbedder {
     pub fn new(llm: &LlmConfig, memory: &MemoryConfig) -> Result<Self, LlmError> {
         let base = memory.base_url.as_deref().unwrap_or(&llm.base_url);
-        let mut openai = OpenAIConfig::new().with_api_base(base.trim_end_matches('/'));
-        if let Some(key) = &llm.api_key {
-            openai = openai.with_api_key(key.expose());
-        }
-        let http = http_client(Duration::from_secs(llm.timeout_secs))?;
-        let transport = RetryingTransport::new(
-            http.clone(),
-            RetryPolicy {
-                max_attempts: llm.max_attempts,
-                initial: Duration::from_millis(llm.retry_initial_ms),
-                max: Duration::from_millis(llm.retry_max_ms),
-            },
-        );
         Ok(OpenAiEmbedder {
-            client: Client::with_config(openai)
-                .with_http_client(http)
-                .with_http_service(transport),
+            client: openai_client(base, llm)?,
             passage_model: memory.passage_model.clone(),
             query_model: memory.query_model().to_string(),
             batch_size: memory.batch_size.max(1),

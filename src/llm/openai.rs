@@ -38,27 +38,32 @@ pub fn http_client(timeout: Duration) -> Result<reqwest::Client, LlmError> {
         .map_err(|e| LlmError::BadResponse(format!("cannot build the HTTP client: {e}")))
 }
 
+/// An async-openai client for `base_url` with the key, timeout and retry rules of `config`; chat
+/// and embeddings share it so both retry the same way.
+pub fn openai_client(base_url: &str, config: &LlmConfig) -> Result<Client<OpenAIConfig>, LlmError> {
+    let mut openai = OpenAIConfig::new().with_api_base(base_url.trim_end_matches('/'));
+    // Local servers need no key; async-openai would otherwise send an empty bearer token.
+    if let Some(key) = &config.api_key {
+        openai = openai.with_api_key(key.expose());
+    }
+    let http = http_client(Duration::from_secs(config.timeout_secs))?;
+    let transport = RetryingTransport::new(
+        http.clone(),
+        RetryPolicy {
+            max_attempts: config.max_attempts,
+            initial: Duration::from_millis(config.retry_initial_ms),
+            max: Duration::from_millis(config.retry_max_ms),
+        },
+    );
+    Ok(Client::with_config(openai)
+        .with_http_client(http)
+        .with_http_service(transport))
+}
+
 impl OpenAiChat {
     pub fn new(config: &LlmConfig) -> Result<Self, LlmError> {
-        let mut openai = OpenAIConfig::new().with_api_base(config.base_url.trim_end_matches('/'));
-        // Local servers need no key; async-openai would otherwise send an empty bearer token.
-        if let Some(key) = &config.api_key {
-            openai = openai.with_api_key(key.expose());
-        }
-        let http = http_client(Duration::from_secs(config.timeout_secs))?;
-        let transport = RetryingTransport::new(
-            http.clone(),
-            RetryPolicy {
-                max_attempts: config.max_attempts,
-                initial: Duration::from_millis(config.retry_initial_ms),
-                max: Duration::from_millis(config.retry_max_ms),
-            },
-        );
-        let client = Client::with_config(openai)
-            .with_http_client(http)
-            .with_http_service(transport);
         Ok(OpenAiChat {
-            client,
+            client: openai_client(&config.base_url, config)?,
             response_format: config.response_format,
             temperature: config.temperature,
         })

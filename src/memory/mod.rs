@@ -395,6 +395,15 @@ impl Memory {
     /// A cycle's recall: queued memories are written first, then the search; failures are logged
     /// and the cycle goes on without memories.
     pub async fn recall(&self, payer: &Payer, query: &str) -> Vec<MemoryHit> {
+        let nothing_stored = self
+            .records
+            .scan_prefix(prefix(&payer.agent))
+            .next()
+            .is_none();
+        if nothing_stored && self.pending_count(&payer.agent) == 0 {
+            // A new agent has nothing to recall: no query embedding is paid for.
+            return Vec::new();
+        }
         if self.pending_count(&payer.agent) > 0 {
             if let Err(e) = self.flush_pending(payer).await {
                 tracing::warn!(agent = %payer.agent, error = %e, "queued memories are still waiting");

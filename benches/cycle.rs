@@ -14,10 +14,11 @@ use std::time::{Duration, Instant};
 use autothread::core::commands::CommandSet;
 use autothread::core::event::{CallPurpose, Decision, Effect, Event};
 use autothread::core::history::{Episode, Outcome};
+use autothread::core::policy::Policy;
 use autothread::core::prompt::{ContextLimits, PromptExtras, TokenCounter};
 use autothread::core::reply::CommandCall;
 use autothread::core::state::{AgentSettings, AgentState, Phase, Profile};
-use autothread::core::step::{step, Policy, StepCtx};
+use autothread::core::step::{step, StepCtx};
 use autothread::llm::tokens::TiktokenCounter;
 use autothread::store::{Commit, Store};
 use autothread::tools::Registry;
@@ -63,6 +64,7 @@ fn agent_with(episodes: u64, model: &str) -> AgentState {
             continuous: false,
             cycle_limit: 0,
             budget: Some(1_000_000_000),
+            policy: Default::default(),
         },
         Utc::now(),
     );

@@ -10,13 +10,14 @@ use clap::{Args, Parser, Subcommand};
 use crate::budget::Budgets;
 use crate::config::{process_env, Config};
 use crate::core::budget::{format_usd, usd_to_micros};
+use crate::core::commands::Risk;
 use crate::core::event::Event;
 use crate::core::history::truncate_chars;
+use crate::core::policy::ClassAction;
 use crate::core::state::{AgentSettings, AgentState, PauseReason, Phase, Profile, Spender};
 
 /// Who pays for console agents: the terminal's user, whose daily budget applies to them all.
 const CONSOLE_USER: &str = "console";
-use crate::core::transcript::render_transcript;
 use crate::llm::openai::OpenAiChat;
 use crate::llm::tokens::TiktokenCounter;
 use crate::runtime::clock::{Clock, SystemClock};
@@ -127,6 +128,47 @@ pub struct ConsoleArgs {
     /// The agent's budget in dollars (default: budget.agent_default_usd); with --resume, the new budget.
     #[arg(long, value_parser = parse_budget)]
     pub budget: Option<f64>,
+    /// Make a class of command stricter for this agent: CLASS=ACTION, e.g. network=deny or
+    /// write=ask (CLASS=default clears it). Repeatable; never looser than [policy] in the config.
+    #[arg(long = "policy", value_parser = parse_policy)]
+    pub policy: Vec<(Risk, Option<ClassAction>)>,
+}
+
+fn parse_policy(text: &str) -> Result<(Risk, Option<ClassAction>), String> {
+    let (class, action) = text
+        .split_once('=')
+        .ok_or("expected CLASS=ACTION, e.g. network=deny")?;
+    let risk = Risk::parse(class).ok_or_else(|| {
+        format!("unknown class {class:?}; classes: read, write, network, control, external")
+    })?;
+    if action.trim().eq_ignore_ascii_case("default") {
+        return Ok((risk, None));
+    }
+    let action = ClassAction::parse(action)
+        .ok_or_else(|| format!("unknown action {action:?}; actions: auto, ask, deny, default"))?;
+    Ok((risk, Some(action)))
+}
+
+/// Applies `--policy` to an agent, refusing anything looser than the configured policy.
+fn apply_policy_args(
+    state: &mut AgentState,
+    config: &Config,
+    wanted: &[(Risk, Option<ClassAction>)],
+) -> anyhow::Result<()> {
+    let base = config.policy.for_guild(None);
+    for (risk, action) in wanted {
+        match action {
+            Some(action) => {
+                base.check_narrowing(*risk, *action)
+                    .map_err(anyhow::Error::msg)?;
+                state.settings.policy.insert(*risk, *action);
+            }
+            None => {
+                state.settings.policy.remove(risk);
+            }
+        }
+    }
+    Ok(())
 }
 
 fn parse_budget(text: &str) -> Result<f64, String> {
@@ -259,6 +301,7 @@ async fn console(config: Config, store: Store, args: ConsoleArgs) -> anyhow::Res
             if let Some(limit) = args.limit {
                 state.settings.cycle_limit = limit;
             }
+            apply_policy_args(&mut state, &config, &args.policy)?;
             let first = match &state.phase {
                 Phase::Finished { .. } => {
                     let follow_up = match &args.task {
@@ -318,10 +361,12 @@ async fn console(config: Config, store: Store, args: ConsoleArgs) -> anyhow::Res
                     continuous: args.continuous,
                     cycle_limit: args.limit.unwrap_or(config.agent.cycle_limit),
                     budget: args.budget.map(usd_to_micros),
+                    policy: Default::default(),
                 },
                 clock.now(),
             );
             let mut state = state;
+            apply_policy_args(&mut state, &config, &args.policy)?;
             state.spender = Spender {
                 user: Some(CONSOLE_USER.into()),
                 guild: None,
@@ -332,7 +377,18 @@ async fn console(config: Config, store: Store, args: ConsoleArgs) -> anyhow::Res
             })?;
             store.flush().await?;
             if args.continuous {
-                println!("WARNING: continuous mode runs read, write and network commands without asking. Use at your own risk.");
+                let base = config.policy.for_guild(None);
+                let automatic: Vec<&str> = crate::core::policy::ALL_RISKS
+                    .into_iter()
+                    .filter(|risk| {
+                        base.effective(&state.settings.policy, *risk).0 == ClassAction::Auto
+                    })
+                    .map(Risk::label)
+                    .collect();
+                println!(
+                    "WARNING: continuous mode runs {} commands without asking. Use at your own risk.",
+                    if automatic.is_empty() { "no".to_string() } else { automatic.join(", ") }
+                );
             }
             println!(
                 "Created agent {} with model {}.",
@@ -348,6 +404,7 @@ async fn console(config: Config, store: Store, args: ConsoleArgs) -> anyhow::Res
     let budgets = Arc::new(Budgets::new(&store, &config.budget)?);
     let memory =
         crate::memory::Memory::from_config(&store, &config, budgets.clone(), counter.clone())?;
+    let web = crate::web::Web::for_config(&config)?;
     let deps = Deps {
         store: store.clone(),
         model,
@@ -358,6 +415,7 @@ async fn console(config: Config, store: Store, args: ConsoleArgs) -> anyhow::Res
         clock,
         budgets,
         memory,
+        web,
     };
     let (handle, actor) = runtime::start(state, first, deps);
     let mut actor = actor;
@@ -513,7 +571,7 @@ fn export(store: &Store, prefix: &str, out: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("agent {id} vanished from the store"))?;
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let transcript = out.join("transcript.md");
-    std::fs::write(&transcript, render_transcript(&state))
+    std::fs::write(&transcript, crate::export::transcript(store, &state)?)
         .with_context(|| format!("cannot write {}", transcript.display()))?;
     let workspace = out.join("workspace");
     let files = store.list_files(&id)?;

@@ -11,6 +11,7 @@ use serde::Deserialize;
 
 use crate::core::budget::{usd_to_micros, Micros, Price};
 use crate::core::commands::Risk;
+use crate::core::policy::{ClassAction, Policy};
 
 /// A value that must never reach a log line, an error message or `Debug` output.
 #[derive(Clone, PartialEq, Eq)]
@@ -155,8 +156,8 @@ pub struct AgentConfig {
     pub approve_n_default: u32,
     /// How many of the newest steps the Progress section shows in full before switching to summaries.
     pub full_steps: usize,
-    /// Which risk classes Approve ×N and continuous mode may run without a card.
-    pub automatic: Vec<Risk>,
+    /// Replaced by `[policy]`; kept only to tell operators so (see `validate`).
+    pub automatic: Option<Vec<Risk>>,
     /// Commands switched off for every agent.
     pub disabled_commands: Vec<String>,
 }
@@ -167,7 +168,7 @@ impl Default for AgentConfig {
             cycle_limit: 0,
             approve_n_default: 5,
             full_steps: 4,
-            automatic: vec![Risk::Read, Risk::Write, Risk::Network],
+            automatic: None,
             disabled_commands: Vec::new(),
         }
     }
@@ -384,6 +385,166 @@ impl MemoryConfig {
     }
 }
 
+/// What each risk class does: `[policy]` for every server (and the console), `[policy.guilds."ID"]`
+/// for one server. Agents' owners may narrow further, never widen.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PolicyConfig {
+    pub read: ClassAction,
+    pub write: ClassAction,
+    pub network: ClassAction,
+    pub control: ClassAction,
+    pub external: ClassAction,
+    pub guilds: BTreeMap<String, GuildPolicy>,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        let base = Policy::default();
+        PolicyConfig {
+            read: base.read,
+            write: base.write,
+            network: base.network,
+            control: base.control,
+            external: base.external,
+            guilds: BTreeMap::new(),
+        }
+    }
+}
+
+/// One server's changes to `[policy]`; classes it leaves out keep the bot-wide action.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GuildPolicy {
+    pub read: Option<ClassAction>,
+    pub write: Option<ClassAction>,
+    pub network: Option<ClassAction>,
+    pub control: Option<ClassAction>,
+    pub external: Option<ClassAction>,
+}
+
+impl PolicyConfig {
+    /// The policy of one server (`None`: the console, or an agent outside any server).
+    pub fn for_guild(&self, guild: Option<&str>) -> Policy {
+        let mut policy = Policy {
+            read: self.read,
+            write: self.write,
+            network: self.network,
+            control: self.control,
+            external: self.external,
+        };
+        if let Some(own) = guild.and_then(|g| self.guilds.get(g)) {
+            let changes = [
+                (Risk::Read, own.read),
+                (Risk::Write, own.write),
+                (Risk::Network, own.network),
+                (Risk::Control, own.control),
+                (Risk::External, own.external),
+            ];
+            for (risk, action) in changes {
+                if let Some(action) = action {
+                    policy = policy.with(risk, action);
+                }
+            }
+        }
+        policy
+    }
+}
+
+/// Which web search service `web_search` asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SearchBackendKind {
+    /// DuckDuckGo's HTML results page, as AutoGPT uses: no key.
+    Duckduckgo,
+    /// A SearxNG instance's JSON API at `web.searxng_url` (its `json` format must be enabled).
+    Searxng,
+    /// Brave Search's API; the key comes from BRAVE_SEARCH_API_KEY.
+    Brave,
+}
+
+/// The web commands: search, page fetching and its limits, and the hosts opened past the
+/// private-network guard.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebConfig {
+    /// Offer `web_search` and `read_webpage` to agents.
+    pub enabled: bool,
+    pub search_backend: SearchBackendKind,
+    /// Results `web_search` returns.
+    pub search_results: usize,
+    pub duckduckgo_url: String,
+    pub searxng_url: String,
+    pub brave_url: String,
+    pub timeout_secs: u64,
+    /// A page's body is read up to this size; the rest is dropped (and the result says so).
+    pub max_page_bytes: usize,
+    pub max_redirects: usize,
+    /// How much of a page's text the model reads for a question or topics (map-reduce over chunks).
+    pub max_model_chars: usize,
+    /// Size of one chunk the model reads, in tokens (kept within the model's context).
+    pub chunk_tokens: usize,
+    /// Links returned with `include_links`.
+    pub max_links: usize,
+    /// Hosts (`name`, `name:port`, or an IP address) a fetch may reach even on a private network:
+    /// an intranet wiki, a test server. Nothing else private is ever fetched.
+    pub allow_hosts: Vec<String>,
+    pub user_agent: String,
+    #[serde(skip)]
+    pub brave_api_key: Option<Secret>,
+}
+
+impl Default for WebConfig {
+    fn default() -> Self {
+        WebConfig {
+            enabled: true,
+            search_backend: SearchBackendKind::Duckduckgo,
+            search_results: 8,
+            duckduckgo_url: "https://html.duckduckgo.com/html/".into(),
+            searxng_url: String::new(),
+            brave_url: "https://api.search.brave.com/res/v1/web/search".into(),
+            timeout_secs: 20,
+            max_page_bytes: 2 * 1024 * 1024,
+            max_redirects: 5,
+            max_model_chars: 60_000,
+            chunk_tokens: 3_000,
+            max_links: 20,
+            allow_hosts: Vec::new(),
+            user_agent: concat!(
+                "autothread/",
+                env!("CARGO_PKG_VERSION"),
+                " (+https://github.com/autothread)"
+            )
+            .into(),
+            brave_api_key: None,
+        }
+    }
+}
+
+/// Sub-agents (`start_agent` and friends): helper chats an agent delegates to, paid by it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SubagentConfig {
+    pub enabled: bool,
+    /// Sub-agents one agent may have at once.
+    pub max_per_agent: usize,
+    /// Messages a sub-agent's chat keeps; older exchanges are dropped from what it is sent.
+    pub max_messages: usize,
+    /// The longest reply a sub-agent may give, in tokens.
+    pub reply_max_tokens: u32,
+}
+
+impl Default for SubagentConfig {
+    fn default() -> Self {
+        SubagentConfig {
+            enabled: true,
+            max_per_agent: 5,
+            max_messages: 40,
+            reply_max_tokens: 800,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -394,6 +555,9 @@ pub struct Config {
     pub discord: DiscordConfig,
     pub budget: BudgetConfig,
     pub memory: MemoryConfig,
+    pub policy: PolicyConfig,
+    pub web: WebConfig,
+    pub subagents: SubagentConfig,
 }
 
 /// The environment as the config loader sees it; a trait-free closure keeps tests off the real process env.
@@ -453,6 +617,9 @@ impl Config {
         }
         if let Some(v) = env("OPENAI_EMBED_QUERY_MODEL") {
             self.memory.query_model = v;
+        }
+        if let Some(v) = env("BRAVE_SEARCH_API_KEY") {
+            self.web.brave_api_key = Some(Secret::new(v));
         }
         if let Some(v) = env("DISCORD_TOKEN") {
             self.discord.token = Some(Secret::new(v));
@@ -528,6 +695,21 @@ impl Config {
             ));
         }
         self.validate_budget()?;
+        self.validate_web()?;
+        if self.agent.automatic.is_some() {
+            return Err(invalid(
+                "agent.automatic",
+                "was replaced by [policy]: set read/write/network/control/external to \"auto\", \"ask\" or \"deny\"",
+            ));
+        }
+        if self.subagents.enabled
+            && (self.subagents.max_per_agent == 0 || self.subagents.max_messages < 2)
+        {
+            return Err(invalid(
+                "subagents",
+                "max_per_agent must be at least 1 and max_messages at least 2",
+            ));
+        }
         let memory = &self.memory;
         if memory.enabled {
             if memory.passage_model.trim().is_empty() {
@@ -557,6 +739,57 @@ impl Config {
                 "discord.dev_guild",
                 "must be a guild id (a positive integer); check DISCORD_DEV_GUILD",
             ));
+        }
+        Ok(())
+    }
+
+    fn validate_web(&self) -> Result<(), ConfigError> {
+        let web = &self.web;
+        if !web.enabled {
+            return Ok(());
+        }
+        let url_field = match web.search_backend {
+            SearchBackendKind::Duckduckgo => ("web.duckduckgo_url", &web.duckduckgo_url),
+            SearchBackendKind::Searxng => ("web.searxng_url", &web.searxng_url),
+            SearchBackendKind::Brave => ("web.brave_url", &web.brave_url),
+        };
+        if reqwest::Url::parse(url_field.1.trim()).is_err() {
+            return Err(invalid(
+                url_field.0,
+                format!(
+                    "must be an http(s) URL for the chosen search_backend (got {:?})",
+                    url_field.1
+                ),
+            ));
+        }
+        if web.search_backend == SearchBackendKind::Brave && web.brave_api_key.is_none() {
+            return Err(invalid(
+                "web.search_backend",
+                "\"brave\" needs the BRAVE_SEARCH_API_KEY environment variable",
+            ));
+        }
+        if web.search_results == 0 || web.search_results > 20 {
+            return Err(invalid("web.search_results", "must be between 1 and 20"));
+        }
+        if web.timeout_secs == 0 || web.max_page_bytes < 1024 || web.max_redirects > 20 {
+            return Err(invalid(
+                "web",
+                "timeout_secs must be at least 1, max_page_bytes at least 1024, max_redirects at most 20",
+            ));
+        }
+        if web.chunk_tokens < 200 || web.max_model_chars < 1000 {
+            return Err(invalid(
+                "web.chunk_tokens",
+                "chunk_tokens must be at least 200 and max_model_chars at least 1000",
+            ));
+        }
+        for host in &web.allow_hosts {
+            if crate::web::guard::AllowedHost::parse(host).is_none() {
+                return Err(invalid(
+                    "web.allow_hosts",
+                    format!("{host:?} is not a host name, host:port or IP address"),
+                ));
+            }
         }
         Ok(())
     }

@@ -1,10 +1,15 @@
-//! Exports of an agent for people: the Markdown transcript and its workspace as a zip archive.
+//! Exports of an agent for people: the Markdown transcript (with its sub-agents' chats) and its
+//! workspace as a zip archive.
 
 use std::io::{Cursor, Write};
 
 use zip::write::SimpleFileOptions;
 use zip::{CompressionMethod, ZipWriter};
 
+use crate::core::budget::format_usd;
+use crate::core::prompt::Role;
+use crate::core::state::AgentState;
+use crate::core::transcript::render_transcript;
 use crate::store::{Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -15,6 +20,35 @@ pub enum ExportError {
     Zip(#[from] zip::result::ZipError),
     #[error("cannot build the archive: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// The Markdown transcript: the agent's own cycles, then each of its sub-agents' chats.
+pub fn transcript(store: &Store, state: &AgentState) -> Result<String, ExportError> {
+    let mut out = render_transcript(state);
+    let subagents = store.subagents(&state.id)?;
+    if !subagents.is_empty() {
+        out.push_str("\n## Sub-agents\n");
+        for agent in subagents {
+            out.push_str(&format!(
+                "\n### {} (key {}): {}\n\nStarted {}, cost {}.\n\n",
+                agent.name,
+                agent.key,
+                agent.task,
+                agent.created_at.format("%Y-%m-%d %H:%M UTC"),
+                format_usd(agent.spent)
+            ));
+            // The charter (first message) is ours; the conversation follows.
+            for message in agent.messages.iter().skip(1) {
+                let who = match message.role {
+                    Role::User => "**Agent:**",
+                    Role::Assistant => "**Sub-agent:**",
+                    Role::System => "**System:**",
+                };
+                out.push_str(&format!("{who} {}\n\n", message.content.trim()));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The agent's files as a zip archive, paths as stored (already confined to the workspace).
@@ -32,7 +66,6 @@ pub fn workspace_zip(store: &Store, agent: &str) -> Result<Vec<u8>, ExportError>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::state::AgentState;
     use crate::store::{Commit, WorkspaceOp};
     use std::io::Read;
 

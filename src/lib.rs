@@ -3,7 +3,8 @@
 //! Code map (see ARCHITECTURE.md for the invariants):
 //! - [`core`]: the pure agent loop — state, events, `step`, prompt assembly, reply repair, watchdog.
 //! - [`llm`]: the `ChatModel` trait, its OpenAI-compatible client with retries, token counting.
-//! - [`tools`]: the `Command` trait, the registry and the commands (workspace files, control).
+//! - [`tools`]: the `Command` trait, the registry and the commands (files, memory, web, sub-agents, control).
+//! - [`web`]: search backends, the page fetcher behind the private-network guard, text extraction.
 //! - [`budget`]: the spend ledger (reserve before a call, settle after), budgets and limits, pacing.
 //! - [`memory`]: embedded memories in sled and the per-agent vector index derived from them.
 //! - [`store`]: sled trees, versioned records, migrations, the command journal.
@@ -24,3 +25,4 @@ pub mod runtime;
 pub mod store;
 pub mod surface;
 pub mod tools;
+pub mod web;

@@ -227,6 +227,7 @@ async fn a_fact_from_cycle_3_is_recalled_at_cycle_40_when_the_task_turns_to_it()
         clock: Arc::new(SystemClock),
         budgets,
         memory: Some(f.memory.clone()),
+        web: None,
     };
     let mut state = AgentState::new(
         "recall000001".into(),
@@ -237,6 +238,7 @@ async fn a_fact_from_cycle_3_is_recalled_at_cycle_40_when_the_task_turns_to_it()
             continuous: true,
             cycle_limit: 0,
             budget: None,
+            policy: Default::default(),
         },
         chrono::Utc::now(),
     );

@@ -106,6 +106,7 @@ async fn a_rate_limited_agent_waits_on_the_fake_clock_and_resumes() {
         clock: Arc::new(clock.clone()),
         budgets: Arc::new(budgets),
         memory: None,
+        web: None,
     };
     let mut state = AgentState::new(
         "paced0000001".into(),
@@ -116,6 +117,7 @@ async fn a_rate_limited_agent_waits_on_the_fake_clock_and_resumes() {
             continuous: true,
             cycle_limit: 0,
             budget: None,
+            policy: Default::default(),
         },
         clock.now(),
     );

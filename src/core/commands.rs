@@ -43,6 +43,8 @@ pub enum ArgType {
     String,
     Integer,
     Boolean,
+    /// A list of strings.
+    StringList,
 }
 
 impl ArgType {
@@ -51,6 +53,7 @@ impl ArgType {
             ArgType::String => "string",
             ArgType::Integer => "integer",
             ArgType::Boolean => "boolean",
+            ArgType::StringList => "array",
         }
     }
 
@@ -59,6 +62,20 @@ impl ArgType {
             ArgType::String => value.is_string(),
             ArgType::Integer => value.is_i64() || value.is_u64(),
             ArgType::Boolean => value.is_boolean(),
+            ArgType::StringList => value
+                .as_array()
+                .is_some_and(|items| items.iter().all(Value::is_string)),
+        }
+    }
+
+    fn schema(self, description: &str) -> Value {
+        match self {
+            ArgType::StringList => json!({
+                "type": "array",
+                "items": {"type": "string"},
+                "description": description
+            }),
+            _ => json!({"type": self.json_name(), "description": description}),
         }
     }
 }
@@ -140,7 +157,10 @@ impl CommandSpec {
                     "{}{}: {}",
                     a.name,
                     if a.required { "" } else { "?" },
-                    a.kind.json_name()
+                    match a.kind {
+                        ArgType::StringList => "list[string]",
+                        other => other.json_name(),
+                    }
                 )
             })
             .collect();
@@ -156,10 +176,7 @@ impl CommandSpec {
     pub fn args_schema(&self) -> Value {
         let mut properties = Map::new();
         for arg in &self.args {
-            properties.insert(
-                arg.name.clone(),
-                json!({"type": arg.kind.json_name(), "description": arg.description}),
-            );
+            properties.insert(arg.name.clone(), arg.kind.schema(&arg.description));
         }
         let required: Vec<&str> = self
             .args
@@ -272,9 +289,13 @@ impl CommandSet {
                     args.remove(&arg.name);
                 }
                 Some(value) if !arg.kind.accepts(value) => problems.push(format!(
-                    "argument '{}' must be a {}",
+                    "argument '{}' must be {}",
                     arg.name,
-                    arg.kind.json_name()
+                    match arg.kind {
+                        ArgType::StringList => "a list of strings".to_string(),
+                        ArgType::Integer => "an integer".to_string(),
+                        other => format!("a {}", other.json_name()),
+                    }
                 )),
                 Some(_) => {}
             }

@@ -83,6 +83,12 @@ pub enum Event {
         budget: Micros,
         by: String,
     },
+    /// The agent's owner narrowed (or, with `None`, cleared the narrowing of) a risk class.
+    SetPolicy {
+        risk: Risk,
+        action: Option<crate::core::policy::ClassAction>,
+        by: String,
+    },
     Decided {
         cycle: u64,
         decision: Decision,

@@ -6,6 +6,7 @@ pub mod commands;
 pub mod event;
 pub mod history;
 pub mod memory;
+pub mod policy;
 pub mod prompt;
 pub mod reply;
 pub mod state;

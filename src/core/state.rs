@@ -160,6 +160,9 @@ pub struct AgentSettings {
     /// The agent's own budget in micro-dollars; `None` uses the configured default.
     #[serde(default)]
     pub budget: Option<Micros>,
+    /// The owner's narrowing of the server's command policy, by risk class.
+    #[serde(default)]
+    pub policy: super::policy::PolicyOverrides,
 }
 
 /// Who pays for an agent besides itself: its owner's and its server's budgets.
@@ -282,6 +285,7 @@ impl AgentState {
                 continuous: false,
                 cycle_limit: 0,
                 budget: None,
+                policy: Default::default(),
             },
             chrono::DateTime::<Utc>::UNIX_EPOCH,
         )

@@ -3,10 +3,11 @@
 use chrono::{DateTime, Utc};
 
 use super::budget::{BudgetView, Micros, SpendNote};
-use super::commands::{CommandSet, Risk, ValidCall};
+use super::commands::{CommandSet, ValidCall};
 use super::event::{CallPurpose, Decision, Effect, Event, ModelCall};
 use super::history::{summary_request, Episode, Outcome};
 use super::memory::{cycle_memory_text, fit_memories, recall_query};
+use super::policy::{ClassAction, Policy};
 use super::prompt::{
     build_cycle_prompt, profile_messages, profile_schema, reask_messages, rethink_messages,
     self_critique_messages, ContextLimits, Message, PromptExtras, PromptInputs, TokenCounter,
@@ -23,26 +24,6 @@ const CRITIQUE_MAX_TOKENS: u32 = 600;
 const PROFILE_MAX_TOKENS: u32 = 800;
 /// Waits for a rate limit shorter than this are not announced (they would only add noise).
 const PACING_NOTICE_SECS: i64 = 5;
-
-/// Which risk classes may run without a human (Approve ×N, continuous mode).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Policy {
-    pub automatic: Vec<Risk>,
-}
-
-impl Policy {
-    pub fn is_automatic(&self, risk: Risk) -> bool {
-        self.automatic.contains(&risk)
-    }
-}
-
-impl Default for Policy {
-    fn default() -> Self {
-        Policy {
-            automatic: vec![Risk::Read, Risk::Write, Risk::Network],
-        }
-    }
-}
 
 /// Everything `step` may consult besides the state; the clock is read by the caller.
 pub struct StepCtx<'a> {
@@ -125,6 +106,9 @@ pub fn step(state: &mut AgentState, event: Event, ctx: &StepCtx<'_>) -> Vec<Effe
             }
         }
         Event::SetBudget { budget, by } => on_set_budget(state, ctx, budget, by, &mut fx),
+        Event::SetPolicy { risk, action, by } => {
+            on_set_policy(state, ctx, risk, action, by, &mut fx)
+        }
         Event::Recalled { seq, hits } => {
             if seq == state.call_seq && state.phase == Phase::Thinking {
                 state.recalled = hits;
@@ -219,15 +203,32 @@ fn build_prompt(state: &AgentState, ctx: &StepCtx<'_>) -> super::prompt::BuiltPr
             .map(|view| view.message(next_call_worst(state, view, ctx)))
             .or_else(|| ctx.extras.budget.clone()),
     };
+    let commands = visible_commands(state, ctx);
     build_cycle_prompt(&PromptInputs {
         state,
-        commands: ctx.commands,
+        commands: &commands,
         now: ctx.now,
         limits: ctx.limits,
         extras: &extras,
         full_steps: ctx.full_steps,
         counter: ctx.counter,
     })
+}
+
+/// The commands the model is offered: those its policy does not deny. A denied command the model
+/// names anyway is refused with the reason (`propose`).
+fn visible_commands(state: &AgentState, ctx: &StepCtx<'_>) -> CommandSet {
+    CommandSet {
+        specs: ctx
+            .commands
+            .specs
+            .iter()
+            .filter(|spec| {
+                ctx.policy.effective(&state.settings.policy, spec.risk).0 != ClassAction::Deny
+            })
+            .cloned()
+            .collect(),
+    }
 }
 
 /// The worst case of a cycle call of the size last seen, for the budget thresholds.
@@ -306,7 +307,7 @@ fn ask_for_reply(
     messages: Vec<Message>,
     smart: bool,
 ) {
-    let schema = Some(ctx.commands.reply_schema());
+    let schema = Some(visible_commands(state, ctx).reply_schema());
     call_model(
         state,
         fx,
@@ -469,7 +470,20 @@ fn propose(
         }
         _ => None,
     };
-    let automatic = ctx.policy.is_automatic(valid.risk) && unattended && !soft_capped;
+    let overrides = &state.settings.policy;
+    if let Some(denial) = ctx.policy.denial(overrides, &valid.call.name, valid.risk) {
+        let notice = format!(
+            "Cycle {}: `{}` was not run: its class ({}) is denied by policy.",
+            state.cycle,
+            valid.call.name,
+            valid.risk.label()
+        );
+        let (call, reasoning) = (valid.call, thoughts.reasoning);
+        refuse_command(state, ctx, fx, call, reasoning, denial, notice);
+        return;
+    }
+    let (action, _) = ctx.policy.effective(overrides, valid.risk);
+    let automatic = action == ClassAction::Auto && unattended && !soft_capped;
     let proposal = Proposal {
         cycle: state.cycle,
         thoughts,
@@ -606,6 +620,36 @@ fn on_set_budget(
     if matches!(state.phase, Phase::Paused(PauseReason::Budget { .. })) {
         on_resume(state, ctx, None, fx);
     }
+}
+
+/// The owner narrows a class for this agent; the core checks again that it is no wider than the
+/// server's policy, so no surface can widen it by mistake.
+fn on_set_policy(
+    state: &mut AgentState,
+    ctx: &StepCtx<'_>,
+    risk: super::commands::Risk,
+    action: Option<ClassAction>,
+    by: String,
+    fx: &mut Vec<Effect>,
+) {
+    match action {
+        Some(action) => {
+            if let Err(why) = ctx.policy.check_narrowing(risk, action) {
+                fx.push(Effect::Rejected(why));
+                return;
+            }
+            state.settings.policy.insert(risk, action);
+        }
+        None => {
+            state.settings.policy.remove(&risk);
+        }
+    }
+    let (now, _) = ctx.policy.effective(&state.settings.policy, risk);
+    fx.push(Effect::Notify(format!(
+        "{by} set {} commands to `{}` for this agent.",
+        risk.label(),
+        now.label()
+    )));
 }
 
 fn show_pending_again(state: &mut AgentState, fx: &mut Vec<Effect>) {

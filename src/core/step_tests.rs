@@ -8,12 +8,13 @@ use super::commands::{ArgType, CommandSet, CommandSpec, Risk};
 use super::event::{CallPurpose, Decision, Effect, Event, ModelCall, Usage};
 use super::history::{Episode, Outcome};
 use super::memory::{MemoryHit, MemorySource};
+use super::policy::{ClassAction, Policy};
 use super::prompt::{
     build_cycle_prompt, ContextLimits, PromptExtras, PromptInputs, Role, TokenCounter,
 };
 use super::reply::CommandCall;
 use super::state::{AgentSettings, AgentState, PauseReason, Phase, Profile};
-use super::step::{step, MemoryPolicy, Policy, StepCtx};
+use super::step::{step, MemoryPolicy, StepCtx};
 
 /// Roughly one token per four bytes: deterministic and close enough for fitting tests.
 struct QuarterCounter;
@@ -73,6 +74,7 @@ impl Harness {
                     continuous: false,
                     cycle_limit: 0,
                     budget: None,
+                    policy: Default::default(),
                 },
                 now,
             ),
@@ -1091,4 +1093,89 @@ fn with_memory_each_cycle_recalls_first_and_summaries_become_memories() {
     );
     assert!(remembered.contains("Action: read_file({\"filename\":\"notes.txt\"})"));
     assert!(remembered.ends_with("Result: roses are red"));
+}
+
+/// The policy matrix: each action of the write class, asked for one by one and under Approve ×N.
+#[test]
+fn policy_matrix_auto_ask_deny_with_and_without_approvals() {
+    use super::commands::Risk;
+    let write = || reply_json("write_file", json!({"filename": "1", "contents": "x"}));
+    for action in [ClassAction::Auto, ClassAction::Ask, ClassAction::Deny] {
+        for unattended in [false, true] {
+            let mut h = Harness::started();
+            h.policy = Policy::default().with(Risk::Write, action);
+            h.state.settings.continuous = unattended;
+            let fx = h.think(&write());
+            let ran = executes(&fx).is_some();
+            let carded = h.state.phase == Phase::AwaitingDecision;
+            let label = format!("{action:?}, unattended {unattended}");
+            match action {
+                ClassAction::Auto => {
+                    assert_eq!(ran, unattended, "{label}");
+                    assert_eq!(carded, !unattended, "{label}");
+                }
+                ClassAction::Ask => {
+                    assert!(!ran && carded, "{label}: always a card");
+                }
+                ClassAction::Deny => {
+                    assert!(!ran && !carded, "{label}: never runs, never asks");
+                    let episode = h
+                        .state
+                        .episodes
+                        .last()
+                        .expect("the refusal is in the history");
+                    assert!(
+                        matches!(&episode.outcome, Outcome::Error(text) if text.contains("write commands are denied by this server's policy")),
+                        "{label}: {:?}",
+                        episode.outcome
+                    );
+                    // The next prompt no longer offers the denied command.
+                    let calls = model_calls(&fx);
+                    let next = calls.last().expect("the next cycle asks the model");
+                    assert!(!next.messages[0].content.contains("write_file:"));
+                    assert!(next.messages[0].content.contains("read_file:"));
+                    let schema = next.json_schema.as_ref().unwrap().to_string();
+                    assert!(!schema.contains("\"write_file\""), "{schema}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn an_owner_narrows_the_policy_but_cannot_widen_it() {
+    use super::commands::Risk;
+    let mut h = Harness::started();
+    h.state.settings.continuous = true;
+    h.policy = Policy::default().with(Risk::Write, ClassAction::Ask);
+    let fx = h.step(Event::SetPolicy {
+        risk: Risk::Write,
+        action: Some(ClassAction::Auto),
+        by: "owner".into(),
+    });
+    assert!(
+        matches!(&fx[..], [Effect::Rejected(why)] if why.contains("only be made stricter")),
+        "{fx:?}"
+    );
+    assert!(h.state.settings.policy.is_empty());
+    // Reading is automatic for the server; the owner makes it ask for this agent.
+    let fx = h.step(Event::SetPolicy {
+        risk: Risk::Read,
+        action: Some(ClassAction::Ask),
+        by: "owner".into(),
+    });
+    assert!(matches!(&fx[..], [Effect::Notify(text)] if text.contains("read commands to `ask`")));
+    let fx = h.think(&reply_json("read_file", json!({"filename": "1"})));
+    assert!(executes(&fx).is_none());
+    assert_eq!(h.state.phase, Phase::AwaitingDecision);
+    // Clearing the narrowing restores the server's action.
+    h.decide(Decision::Approve);
+    h.finish_command(Outcome::Success("x".into()));
+    h.step(Event::SetPolicy {
+        risk: Risk::Read,
+        action: None,
+        by: "owner".into(),
+    });
+    let fx = h.think(&reply_json("read_file", json!({"filename": "2"})));
+    assert!(executes(&fx).is_some());
 }

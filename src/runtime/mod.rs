@@ -15,10 +15,11 @@ use crate::config::Config;
 use crate::core::budget::{format_usd, Pacing};
 use crate::core::event::{CallPurpose, Decision, Effect, Event, ModelCall};
 use crate::core::history::{truncate_chars, Outcome};
-use crate::core::prompt::{ContextLimits, PromptExtras, TokenCounter};
+use crate::core::policy::Policy;
+use crate::core::prompt::{ContextLimits, Message, PromptExtras, TokenCounter};
 use crate::core::reply::CommandCall;
 use crate::core::state::{AgentState, Phase};
-use crate::core::step::{step, Policy, StepCtx};
+use crate::core::step::{step, StepCtx};
 use crate::llm::{ChatModel, ChatRequest};
 use crate::store::{Commit, DecisionRecord, JournalEntry, Store, StoreError, WorkspaceOp};
 use crate::surface::Surface;
@@ -94,6 +95,8 @@ pub struct Deps {
     pub budgets: Arc<Budgets>,
     /// Long-term memory; `None` when it is switched off.
     pub memory: Option<Arc<crate::memory::Memory>>,
+    /// Web search and page fetching; `None` when the web commands are off.
+    pub web: Option<Arc<crate::web::Web>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -141,9 +144,7 @@ pub fn start(
     };
     let actor = Actor {
         last_result_shown: state.episodes.last().map(|e| e.cycle).unwrap_or(0),
-        policy: Policy {
-            automatic: deps.config.agent.automatic.clone(),
-        },
+        policy: deps.config.policy.for_guild(state.spender.guild.as_deref()),
         state,
         deps,
         handle: handle.clone(),
@@ -452,8 +453,6 @@ impl Actor {
                     self.deps.counter.count(&schema.to_string())
                 })) as u64,
             price: self.deps.budgets.price(&model_name),
-            seq: call.seq,
-            purpose: call.purpose,
             request: ChatRequest {
                 model: model_name,
                 messages: call.messages,
@@ -464,7 +463,9 @@ impl Actor {
         let deps = self.deps.clone();
         let handle = self.handle.clone();
         self.tasks.spawn(async move {
-            let event = metered.run(&deps, &handle).await;
+            let event = metered
+                .run_for_actor(&deps, &handle, call.seq, call.purpose)
+                .await;
             handle.send(event);
         });
     }
@@ -509,12 +510,19 @@ impl Actor {
         let agent = self.state.clone();
         let handle = self.handle.clone();
         self.tasks.spawn(async move {
+            let model = AgentModel {
+                deps: deps.clone(),
+                agent: agent.clone(),
+            };
             let ctx = ToolCtx {
                 agent: &agent,
                 store: &deps.store,
                 surface: deps.surface.as_ref(),
                 limits: &deps.config.workspace,
                 memory: deps.memory.as_deref(),
+                model: Some(&model),
+                web: deps.web.as_deref(),
+                config: &deps.config,
             };
             let output = deps.tools.run(&call, &ctx).await;
             let outcome = cap_output(output.outcome, deps.config.workspace.max_output_chars);
@@ -538,49 +546,83 @@ struct MeteredCall {
     agent_limit: u64,
     prompt_tokens: u64,
     price: crate::core::budget::Price,
-    seq: u64,
-    purpose: CallPurpose,
     request: ChatRequest,
 }
 
+/// What came of a metered call.
+enum Metered {
+    Replied {
+        text: String,
+        usage: crate::core::event::Usage,
+        cost: u64,
+    },
+    /// No budget can pay for the call's worst case.
+    Refused(String),
+    Failed(String),
+}
+
 impl MeteredCall {
-    async fn run(self, deps: &Deps, handle: &AgentHandle) -> Event {
-        let (seq, purpose) = (self.seq, self.purpose);
+    /// The agent's own call (a cycle, a summary…), answered as an event for its actor.
+    async fn run_for_actor(
+        self,
+        deps: &Deps,
+        handle: &AgentHandle,
+        seq: u64,
+        purpose: CallPurpose,
+    ) -> Event {
+        let on_wait = |pacing: Pacing| {
+            handle.send(Event::Paced {
+                seq,
+                purpose,
+                pacing,
+            })
+        };
+        let what = format!("{} {:?}", self.request.model, purpose);
+        match self.run(deps, &what, &on_wait).await {
+            Metered::Replied { text, usage, .. } => {
+                tracing::debug!(?purpose, content = %text, "model reply");
+                Event::ModelReplied {
+                    seq,
+                    purpose,
+                    text,
+                    usage: Some(usage),
+                }
+            }
+            Metered::Refused(reason) => Event::CallRefused {
+                seq,
+                purpose,
+                reason,
+            },
+            Metered::Failed(error) => Event::ModelFailed {
+                seq,
+                purpose,
+                error,
+            },
+        }
+    }
+
+    async fn run(self, deps: &Deps, what: &str, on_wait: &(dyn Fn(Pacing) + Sync)) -> Metered {
         let worst = self
             .price
             .cost(self.prompt_tokens, self.request.max_tokens as u64);
-        self.wait_for_pacer(deps, handle, worst).await;
+        self.wait_for_pacer(deps, worst, on_wait).await;
         let budgets = &deps.budgets;
         let now = deps.clock.now();
-        let what = format!("{} {:?}", self.request.model, purpose);
         let reserved = match budgets.charges(&self.agent, &self.spender, self.agent_limit, now) {
             Ok(charges) => {
                 budgets
-                    .reserve(&charges, worst, &self.agent, &what, now)
+                    .reserve(&charges, worst, &self.agent, what, now)
                     .await
             }
             Err(e) => Err(e),
         };
         let reservation = match reserved {
             Ok(Ok(reservation)) => reservation,
-            Ok(Err(refusal)) => {
-                return Event::CallRefused {
-                    seq,
-                    purpose,
-                    reason: refusal.to_string(),
-                }
-            }
-            Err(e) => {
-                return Event::ModelFailed {
-                    seq,
-                    purpose,
-                    error: format!("the spend ledger is unavailable: {e}"),
-                }
-            }
+            Ok(Err(refusal)) => return Metered::Refused(refusal.to_string()),
+            Err(e) => return Metered::Failed(format!("the spend ledger is unavailable: {e}")),
         };
         match deps.model.complete(self.request).await {
             Ok(reply) => {
-                tracing::debug!(?purpose, content = %reply.content, "model reply");
                 // A server that reports no usage is billed by our own count of what was exchanged.
                 let usage = reply.usage.unwrap_or_else(|| crate::core::event::Usage {
                     prompt_tokens: self.prompt_tokens,
@@ -595,47 +637,94 @@ impl MeteredCall {
                     // The reservation stays open and is settled at its worst case at the next start.
                     tracing::error!(agent = %self.agent, error = %e, "cannot settle a reservation");
                 }
-                Event::ModelReplied {
-                    seq,
-                    purpose,
+                Metered::Replied {
                     text: reply.content,
-                    usage: Some(usage),
+                    usage,
+                    cost: cost.min(reservation.amount),
                 }
             }
             Err(error) => {
-                tracing::warn!(?purpose, %error, "model call failed");
+                tracing::warn!(what, %error, "model call failed");
                 if let Err(e) = budgets.ledger().release(reservation.id) {
                     tracing::error!(agent = %self.agent, error = %e, "cannot release a reservation");
                 }
-                Event::ModelFailed {
-                    seq,
-                    purpose,
-                    error: error.to_string(),
-                }
+                Metered::Failed(error.to_string())
             }
         }
     }
 
     /// Passes the rate-limit gates one by one, waiting (on the clock seam) at a closed one.
-    async fn wait_for_pacer(&self, deps: &Deps, handle: &AgentHandle, worst: u64) {
+    async fn wait_for_pacer(&self, deps: &Deps, worst: u64, on_wait: &(dyn Fn(Pacing) + Sync)) {
         let pacer = deps.budgets.pacer();
         let request = Budgets::pace_request(&self.spender, worst);
         for gate in 0..pacer.gates() {
             while let Err(wait) = pacer.try_gate(gate, &request) {
                 let until = deps.clock.now()
                     + chrono::Duration::from_std(wait.after).unwrap_or(chrono::Duration::MAX);
-                handle.send(Event::Paced {
-                    seq: self.seq,
-                    purpose: self.purpose,
-                    pacing: Pacing {
-                        until,
-                        why: wait.why,
-                    },
+                on_wait(Pacing {
+                    until,
+                    why: wait.why,
                 });
                 deps.clock.sleep(wait.after).await;
             }
         }
         pacer.retain_recent();
+    }
+}
+
+/// The model as a command uses it (reading a page, a sub-agent's reply): the agent's model,
+/// metered and charged to the agent exactly like its own calls.
+struct AgentModel {
+    deps: Deps,
+    agent: AgentState,
+}
+
+impl AgentModel {
+    fn metered(&self, messages: Vec<Message>, max_tokens: u32) -> MeteredCall {
+        let model = self.agent.settings.model.clone();
+        MeteredCall {
+            agent: self.agent.id.clone(),
+            spender: self.agent.spender.clone(),
+            agent_limit: self.deps.budgets.agent_limit(&self.agent),
+            prompt_tokens: self.deps.counter.count_messages(&messages) as u64,
+            price: self.deps.budgets.price(&model),
+            request: ChatRequest {
+                model,
+                messages,
+                max_tokens,
+                json_schema: None,
+            },
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::tools::ToolModel for AgentModel {
+    async fn complete(
+        &self,
+        what: &str,
+        messages: Vec<Message>,
+        max_tokens: u32,
+    ) -> Result<crate::tools::ToolReply, String> {
+        let call = self.metered(messages, max_tokens);
+        let what = format!("{} {what}", call.request.model);
+        match call.run(&self.deps, &what, &|_| {}).await {
+            Metered::Replied { text, cost, .. } => Ok(crate::tools::ToolReply { text, cost }),
+            Metered::Refused(reason) => Err(format!("the budget cannot pay for it: {reason}")),
+            Metered::Failed(error) => Err(format!("the model call failed: {error}")),
+        }
+    }
+
+    fn count(&self, messages: &[Message]) -> usize {
+        self.deps.counter.count_messages(messages)
+    }
+
+    fn context_tokens(&self) -> u32 {
+        self.deps
+            .config
+            .llm
+            .model_spec(&self.agent.settings.model)
+            .context_tokens
     }
 }
 

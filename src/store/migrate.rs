@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::StoreError;
 
 /// The schema this code reads and writes.
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 const SCHEMA_KEY: &[u8] = b"schema_version";
 
@@ -27,6 +27,10 @@ const MIGRATION_FILES: &[(&str, &str)] = &[
     (
         "0004_spend_ledger.toml",
         include_str!("../../migrations/0004_spend_ledger.toml"),
+    ),
+    (
+        "0005_policy_and_subagents.toml",
+        include_str!("../../migrations/0005_policy_and_subagents.toml"),
     ),
 ];
 

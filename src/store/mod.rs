@@ -78,6 +78,27 @@ fn file_key(agent: &str, path: &str) -> Vec<u8> {
     format!("{agent}/{path}").into_bytes()
 }
 
+/// A sub-agent: a helper chat an agent started with `start_agent`, with its own history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubAgentRecord {
+    pub key: String,
+    pub name: String,
+    pub task: String,
+    /// The chat so far: the opening prompt, then alternating replies and messages.
+    pub messages: Vec<crate::core::prompt::Message>,
+    /// What its replies cost the parent, in micro-dollars.
+    pub spent: u64,
+    pub created_at: DateTime<Utc>,
+}
+
+fn subagent_key(agent: &str, key: &str) -> Vec<u8> {
+    format!("{agent}/agent/{key}").into_bytes()
+}
+
+fn subagent_counter(agent: &str) -> Vec<u8> {
+    format!("{agent}/next").into_bytes()
+}
+
 /// What the journal knows about a cycle's command.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
@@ -179,6 +200,7 @@ pub struct Store {
     journal: sled::Tree,
     workspace: sled::Tree,
     discord: sled::Tree,
+    subagents: sled::Tree,
 }
 
 impl std::fmt::Debug for Store {
@@ -206,6 +228,7 @@ impl Store {
             journal: db.open_tree("journal")?,
             workspace: db.open_tree("workspace")?,
             discord: db.open_tree("discord")?,
+            subagents: db.open_tree("subagents")?,
             db,
         })
     }
@@ -452,6 +475,52 @@ impl Store {
             .workspace
             .get(file_key(agent, path))?
             .map(|v| v.to_vec()))
+    }
+
+    /// Hands out the next sub-agent key of an agent ("1", "2", …); keys are never reused, so a
+    /// message for a deleted sub-agent cannot reach a new one.
+    pub fn next_subagent_key(&self, agent: &str) -> Result<String, StoreError> {
+        let next = self
+            .subagents
+            .update_and_fetch(subagent_counter(agent), |old| {
+                let n = old
+                    .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                    .map_or(0, u64::from_be_bytes);
+                Some((n + 1).to_be_bytes().to_vec())
+            })?
+            .and_then(|b| <[u8; 8]>::try_from(b.as_ref()).ok())
+            .map_or(1, u64::from_be_bytes);
+        Ok(next.to_string())
+    }
+
+    pub fn save_subagent(&self, agent: &str, record: &SubAgentRecord) -> Result<(), StoreError> {
+        self.subagents
+            .insert(subagent_key(agent, &record.key), encode(record)?)?;
+        Ok(())
+    }
+
+    pub fn subagent(&self, agent: &str, key: &str) -> Result<Option<SubAgentRecord>, StoreError> {
+        let id = subagent_key(agent, key);
+        self.subagents
+            .get(&id)?
+            .map(|raw| decode(&id, &raw))
+            .transpose()
+    }
+
+    /// An agent's sub-agents, oldest first.
+    pub fn subagents(&self, agent: &str) -> Result<Vec<SubAgentRecord>, StoreError> {
+        let mut list: Vec<SubAgentRecord> = Vec::new();
+        for item in self.subagents.scan_prefix(format!("{agent}/agent/")) {
+            let (key, raw) = item?;
+            list.push(decode(&key, &raw)?);
+        }
+        list.sort_by_key(|r| r.key.parse::<u64>().unwrap_or(u64::MAX));
+        Ok(list)
+    }
+
+    /// Removes a sub-agent; `false` when there was none under that key.
+    pub fn delete_subagent(&self, agent: &str, key: &str) -> Result<bool, StoreError> {
+        Ok(self.subagents.remove(subagent_key(agent, key))?.is_some())
     }
 
     /// All files of an agent with their sizes, sorted by path.

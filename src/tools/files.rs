@@ -330,6 +330,9 @@ mod tests {
                 surface: &NoSurface,
                 limits: &self.limits,
                 memory: None,
+                model: None,
+                web: None,
+                config: &crate::config::Config::default(),
             };
             let command = commands()
                 .into_iter()

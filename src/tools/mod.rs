@@ -1,9 +1,11 @@
 //! Commands the agent can run: the `Command` trait, the registry that builds the agent's command
-//! set from config, and one file per family (files, control).
+//! set from config, and one file per family (files, memory, web, agents, control).
 
+pub mod agents;
 pub mod control;
 pub mod files;
 pub mod memory;
+pub mod web;
 pub mod workspace;
 
 use std::sync::Arc;
@@ -25,6 +27,33 @@ pub struct ToolCtx<'a> {
     pub surface: &'a dyn Surface,
     pub limits: &'a WorkspaceConfig,
     pub memory: Option<&'a crate::memory::Memory>,
+    /// The agent's model, for commands that need it (reading a page, sub-agents).
+    pub model: Option<&'a dyn ToolModel>,
+    /// Web search and fetching; `None` when the web commands are off.
+    pub web: Option<&'a crate::web::Web>,
+    pub config: &'a crate::config::Config,
+}
+
+/// A model reply a command asked for, with what it cost the agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolReply {
+    pub text: String,
+    pub cost: crate::core::budget::Micros,
+}
+
+/// The model as commands use it: metered and charged to the agent like its own calls, so a page
+/// read or a sub-agent can never spend past the agent's budget.
+#[async_trait]
+pub trait ToolModel: Send + Sync {
+    /// `what` names the call in the ledger ("read_webpage chunk 2/5").
+    async fn complete(
+        &self,
+        what: &str,
+        messages: Vec<crate::core::prompt::Message>,
+        max_tokens: u32,
+    ) -> Result<ToolReply, String>;
+    fn count(&self, messages: &[crate::core::prompt::Message]) -> usize;
+    fn context_tokens(&self) -> u32;
 }
 
 /// A command's result plus the workspace changes it wants; the runtime commits the changes in the
@@ -88,6 +117,8 @@ impl Registry {
             .collect();
         let mut commands: Vec<Arc<dyn Command>> = files::commands();
         commands.extend(memory::commands());
+        commands.extend(web::commands());
+        commands.extend(agents::commands());
         commands.extend(control::commands());
         Registry::new(commands, &disabled)
     }
@@ -97,6 +128,16 @@ impl Registry {
         let mut agent = config.agent.clone();
         if !config.memory.enabled {
             agent.disabled_commands.push("memory_add".into());
+        }
+        if !config.web.enabled {
+            agent
+                .disabled_commands
+                .extend(["web_search", "read_webpage"].map(String::from));
+        }
+        if !config.subagents.enabled {
+            agent
+                .disabled_commands
+                .extend(agents::NAMES.map(String::from));
         }
         Registry::standard(&agent)
     }

@@ -60,6 +60,59 @@ impl ChatModel for ScriptedModel {
     }
 }
 
+/// A chat model that answers by rule: `respond` sees each request (summaries are answered with a
+/// fixed line); every other request is kept for the test to inspect. Each reply reports 40 prompt
+/// and 7 completion tokens, below any call's reservation, so the ledger charges exactly that.
+pub struct RuleModel {
+    pub respond: Box<dyn Fn(&ChatRequest) -> String + Send + Sync>,
+    pub requests: Mutex<Vec<ChatRequest>>,
+    pub summaries: AtomicUsize,
+}
+
+impl RuleModel {
+    pub fn new(respond: impl Fn(&ChatRequest) -> String + Send + Sync + 'static) -> Self {
+        RuleModel {
+            respond: Box::new(respond),
+            requests: Mutex::new(Vec::new()),
+            summaries: AtomicUsize::new(0),
+        }
+    }
+}
+
+#[async_trait]
+impl ChatModel for RuleModel {
+    async fn complete(&self, request: ChatRequest) -> Result<ChatReply, LlmError> {
+        let content = if request.messages[0]
+            .content
+            .contains("Condense the action taken")
+        {
+            self.summaries.fetch_add(1, Ordering::SeqCst);
+            "Summary: did one step.".to_string()
+        } else {
+            self.requests.lock().unwrap().push(request.clone());
+            (self.respond)(&request)
+        };
+        Ok(ChatReply {
+            content,
+            usage: Some(Usage {
+                prompt_tokens: 40,
+                completion_tokens: 7,
+            }),
+        })
+    }
+}
+
+/// The last user message of a request (what a command or a cycle sent last).
+pub fn last_user(request: &ChatRequest) -> &str {
+    request
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == autothread::core::prompt::Role::User)
+        .map(|m| m.content.as_str())
+        .unwrap_or("")
+}
+
 /// An embedder on `hash_embedding` that can be switched off.
 #[derive(Default)]
 pub struct HashEmbedder {
@@ -91,18 +144,26 @@ impl Embedder for HashEmbedder {
     }
 }
 
-/// Records what the humans would see and approves every card.
+/// Records what the humans would see and approves every card (or, with `deny_cards`, denies it,
+/// which pauses the agent).
 #[derive(Default)]
 pub struct Recorder {
     pub notices: Mutex<Vec<String>>,
     pub proposals: Mutex<Vec<u64>>,
+    /// Every proposal shown: command name, and whether it ran without a card.
+    pub shown: Mutex<Vec<(String, bool)>>,
+    pub deny_cards: AtomicBool,
 }
 
 #[async_trait]
 impl Surface for Recorder {
     async fn show_profile(&self, _agent: &AgentState) {}
-    async fn show_proposal(&self, _agent: &AgentState, proposal: &Proposal, _auto: bool) {
+    async fn show_proposal(&self, _agent: &AgentState, proposal: &Proposal, auto: bool) {
         self.proposals.lock().unwrap().push(proposal.cycle);
+        self.shown
+            .lock()
+            .unwrap()
+            .push((proposal.command.name.clone(), auto));
     }
     async fn request_decision(
         &self,
@@ -111,8 +172,13 @@ impl Surface for Recorder {
         handle: AgentHandle,
     ) {
         let cycle = proposal.cycle;
+        let decision = if self.deny_cards.load(Ordering::SeqCst) {
+            Decision::Deny
+        } else {
+            Decision::Approve
+        };
         tokio::spawn(async move {
-            let _ = handle.decide(cycle, Decision::Approve, "tester").await;
+            let _ = handle.decide(cycle, decision, "tester").await;
         });
     }
     async fn show_result(&self, _agent: &AgentState, _episode: &Episode) {}
@@ -133,4 +199,54 @@ pub fn reply(command: &str, args: serde_json::Value) -> String {
         "command": {"name": command, "args": args}
     })
     .to_string()
+}
+
+/// The services of an in-process runtime: the given model, surface, config and web, a real
+/// ledger in `store`, tiktoken counting, the system clock, memory off.
+pub fn deps(
+    store: &autothread::store::Store,
+    model: std::sync::Arc<dyn ChatModel>,
+    surface: std::sync::Arc<dyn Surface>,
+    config: autothread::config::Config,
+    web: Option<std::sync::Arc<autothread::web::Web>>,
+) -> autothread::runtime::Deps {
+    use std::sync::Arc;
+    let budgets = Arc::new(autothread::budget::Budgets::new(store, &config.budget).unwrap());
+    autothread::runtime::Deps {
+        store: store.clone(),
+        model,
+        tools: Arc::new(autothread::tools::Registry::for_config(&config)),
+        surface,
+        config: Arc::new(config),
+        counter: Arc::new(autothread::llm::tokens::TiktokenCounter::for_model(
+            "gpt-4o-mini",
+        )),
+        clock: Arc::new(autothread::runtime::clock::SystemClock),
+        budgets,
+        memory: None,
+        web,
+    }
+}
+
+/// A new agent for in-process runs: fallback profile, the given model and settings, paid by
+/// user "u" of guild "g".
+pub fn agent(id: &str, task: &str, model: &str, continuous: bool) -> AgentState {
+    let mut state = AgentState::new(
+        id.into(),
+        task.into(),
+        Some(autothread::core::state::Profile::fallback()),
+        autothread::core::state::AgentSettings {
+            model: model.into(),
+            continuous,
+            cycle_limit: 0,
+            budget: None,
+            policy: Default::default(),
+        },
+        chrono::Utc::now(),
+    );
+    state.spender = autothread::core::state::Spender {
+        user: Some("u".into()),
+        guild: Some("g".into()),
+    };
+    state
 }

@@ -20,7 +20,9 @@ use super::{no_mentions, DiscordSurface};
 use crate::budget::{Budgets, LimitScope};
 use crate::config::Config;
 use crate::core::budget::{format_usd, usd_to_micros};
+use crate::core::commands::Risk;
 use crate::core::event::{Decision, Event};
+use crate::core::policy::ClassAction;
 use crate::core::state::{AgentSettings, AgentState, PauseReason, Phase, Profile, Spender};
 use crate::llm::openai::OpenAiChat;
 use crate::llm::tokens::TiktokenCounter;
@@ -70,6 +72,7 @@ pub async fn run(config: Config, store: Store) -> anyhow::Result<()> {
     let budgets = Arc::new(Budgets::new(&store, &config.budget)?);
     let memory =
         crate::memory::Memory::from_config(&store, &config, budgets.clone(), counter.clone())?;
+    let web = crate::web::Web::for_config(&config)?;
     let setup_config = config.clone();
     let dev_guild = config.discord.dev_guild;
     let framework = poise::Framework::builder()
@@ -99,6 +102,7 @@ pub async fn run(config: Config, store: Store) -> anyhow::Result<()> {
                     clock: Arc::new(SystemClock),
                     budgets: budgets.clone(),
                     memory: memory.clone(),
+                    web,
                 };
                 let data = Data {
                     supervisor: Supervisor::new(deps),
@@ -504,7 +508,7 @@ async fn on_thread_message(handle: &Data, message: serenity::Message) {
     guild_only,
     subcommands(
         "start", "status", "pause", "resume", "stop", "list", "share", "unshare", "export",
-        "budget", "memory"
+        "budget", "memory", "policy"
     )
 )]
 async fn agent(_ctx: Ctx<'_>) -> Result<(), Error> {
@@ -658,6 +662,7 @@ async fn start(
             continuous: false,
             cycle_limit: data.config.agent.cycle_limit,
             budget,
+            policy: Default::default(),
         },
         SystemClock.now(),
     );
@@ -710,8 +715,32 @@ async fn status(ctx: Ctx<'_>) -> Result<(), Error> {
         .filter(|p| p.until > now && state.phase == Phase::Thinking)
         .map(|p| format!("\nRate limited: {}", p.describe()))
         .unwrap_or_default();
+    let policy = data
+        .config
+        .policy
+        .for_guild(state.spender.guild.as_deref())
+        .describe(&state.settings.policy)
+        .join(", ");
+    let subagents = data.store.subagents(&state.id)?;
+    let subagents = if subagents.is_empty() {
+        String::new()
+    } else {
+        let listed: Vec<String> = subagents
+            .iter()
+            .map(|r| {
+                format!(
+                    "{}: {} ({} messages, {})",
+                    r.key,
+                    r.name,
+                    r.messages.len().saturating_sub(1),
+                    format_usd(r.spent)
+                )
+            })
+            .collect();
+        format!("\nSub-agents: {}", listed.join("; "))
+    };
     let text = format!(
-        "**{}** — {} — cycle {}\nLast action: {last}\nApprovals left: {}\nSpend: {} of {} ({} reserved for calls in flight){waiting}\nTokens: {} prompt + {} completion in {} calls",
+        "**{}** — {} — cycle {}\nLast action: {last}\nApprovals left: {}\nSpend: {} of {} ({} reserved for calls in flight){waiting}\nTokens: {} prompt + {} completion in {} calls\nPolicy: {policy}{subagents}",
         state.name(),
         match &state.phase {
             Phase::Paused(reason) => reason.describe(),
@@ -727,6 +756,125 @@ async fn status(ctx: Ctx<'_>) -> Result<(), Error> {
         state.usage.calls
     );
     reply(ctx, text, true).await
+}
+
+/// What each risk class of command does for this agent: show it, or make it stricter.
+#[poise::command(slash_command, guild_only, subcommands("policy_show", "policy_set"))]
+async fn policy(_ctx: Ctx<'_>) -> Result<(), Error> {
+    Ok(())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, poise::ChoiceParameter)]
+enum RiskChoice {
+    #[name = "read (files and memory)"]
+    Read,
+    #[name = "write (files and memory)"]
+    Write,
+    #[name = "network (web search and pages)"]
+    Network,
+    #[name = "control (finish, ask_user, sub-agents)"]
+    Control,
+    #[name = "external (effects outside the bot)"]
+    External,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, poise::ChoiceParameter)]
+enum ActionChoice {
+    #[name = "auto: runs under Approve ×N"]
+    Auto,
+    #[name = "ask: always a card"]
+    Ask,
+    #[name = "deny: never runs"]
+    Deny,
+    #[name = "server default"]
+    ServerDefault,
+}
+
+/// Show what each class of command does for this agent (only you see it).
+#[poise::command(slash_command, guild_only, rename = "show")]
+async fn policy_show(ctx: Ctx<'_>) -> Result<(), Error> {
+    let Some((_, state)) = thread_agent(ctx).await? else {
+        return Ok(());
+    };
+    let server = ctx
+        .data()
+        .config
+        .policy
+        .for_guild(state.spender.guild.as_deref());
+    let lines = server.describe(&state.settings.policy);
+    reply(
+        ctx,
+        format!(
+            "Command policy for **{}**:\n{}\nauto: runs without a card under Approve ×N and continuous mode; ask: always a card; deny: never runs.",
+            state.name(),
+            lines.iter().map(|l| format!("- {l}")).collect::<Vec<_>>().join("\n")
+        ),
+        true,
+    )
+    .await
+}
+
+/// Make a class of command stricter for this agent (owner or moderators; never looser than the server).
+#[poise::command(slash_command, guild_only, rename = "set")]
+async fn policy_set(
+    ctx: Ctx<'_>,
+    #[description = "Which class of command"] class: RiskChoice,
+    #[description = "What it does for this agent"] action: ActionChoice,
+) -> Result<(), Error> {
+    ctx.defer_ephemeral().await?;
+    let Some((binding, state)) = thread_agent(ctx).await? else {
+        return Ok(());
+    };
+    if !may_share(&binding, &author_clicker(ctx)) {
+        return reply(
+            ctx,
+            "Only the agent's owner and moderators (Manage Threads) can change its policy.",
+            true,
+        )
+        .await;
+    }
+    let risk = match class {
+        RiskChoice::Read => Risk::Read,
+        RiskChoice::Write => Risk::Write,
+        RiskChoice::Network => Risk::Network,
+        RiskChoice::Control => Risk::Control,
+        RiskChoice::External => Risk::External,
+    };
+    let action = match action {
+        ActionChoice::Auto => Some(ClassAction::Auto),
+        ActionChoice::Ask => Some(ClassAction::Ask),
+        ActionChoice::Deny => Some(ClassAction::Deny),
+        ActionChoice::ServerDefault => None,
+    };
+    let server = ctx
+        .data()
+        .config
+        .policy
+        .for_guild(state.spender.guild.as_deref());
+    if let Some(action) = action {
+        if let Err(why) = server.check_narrowing(risk, action) {
+            return reply(ctx, why, true).await;
+        }
+    }
+    let by = ctx.author().name.clone();
+    ctx.data()
+        .supervisor
+        .send(&state.id, Event::SetPolicy { risk, action, by })
+        .map_err(anyhow::Error::msg)?;
+    let now = match action {
+        Some(action) => action.max(server.action(risk)),
+        None => server.action(risk),
+    };
+    reply(
+        ctx,
+        format!(
+            "{} commands are now `{}` for this agent.",
+            capitalise(risk.label()),
+            now.label()
+        ),
+        true,
+    )
+    .await
 }
 
 /// Long-term memory: search it, then forget or pin what you find.
@@ -1147,7 +1295,7 @@ async fn export(ctx: Ctx<'_>) -> Result<(), Error> {
     if !may_decide(&binding, &author_clicker(ctx)) {
         return reply(ctx, NOT_ALLOWED, true).await;
     }
-    let transcript = crate::core::transcript::render_transcript(&state);
+    let transcript = crate::export::transcript(&ctx.data().store, &state)?;
     let archive = crate::export::workspace_zip(&ctx.data().store, &state.id)?;
     ctx.send(
         poise::CreateReply::default()

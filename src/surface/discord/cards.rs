@@ -142,7 +142,7 @@ pub fn proposal_card(agent_name: &str, proposal: &Proposal, status: &str) -> Emb
         ("Criticism".to_string(), t.self_criticism.clone()),
         (
             format!(
-                "Proposed command: {} ({})",
+                "Proposed command: {} ({} class)",
                 proposal.command.name,
                 proposal.risk.label()
             ),

@@ -1,0 +1,243 @@
+//! The command policy: what each risk class does (run under Approve ×N, always ask, or refuse),
+//! set per server in config and narrowed, never widened, per agent by its owner.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::commands::Risk;
+
+/// What a risk class does when the model proposes one of its commands. Ordered from loosest to
+/// strictest, so that narrowing is taking the maximum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClassAction {
+    /// Runs without a card under Approve ×N and continuous mode; otherwise a card as always.
+    Auto,
+    /// Always a card, even under Approve ×N and continuous mode.
+    Ask,
+    /// Never runs; the model is told why.
+    Deny,
+}
+
+impl ClassAction {
+    pub fn label(self) -> &'static str {
+        match self {
+            ClassAction::Auto => "auto",
+            ClassAction::Ask => "ask",
+            ClassAction::Deny => "deny",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "auto" => Some(ClassAction::Auto),
+            "ask" => Some(ClassAction::Ask),
+            "deny" => Some(ClassAction::Deny),
+            _ => None,
+        }
+    }
+}
+
+pub const ALL_RISKS: [Risk; 5] = [
+    Risk::Read,
+    Risk::Write,
+    Risk::Network,
+    Risk::Control,
+    Risk::External,
+];
+
+impl Risk {
+    pub fn parse(text: &str) -> Option<Self> {
+        ALL_RISKS
+            .into_iter()
+            .find(|risk| risk.label().eq_ignore_ascii_case(text.trim()))
+    }
+}
+
+/// An agent's own narrowing of its server's policy, by class. Stored with the agent.
+pub type PolicyOverrides = BTreeMap<Risk, ClassAction>;
+
+/// The action of every risk class.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Policy {
+    pub read: ClassAction,
+    pub write: ClassAction,
+    pub network: ClassAction,
+    pub control: ClassAction,
+    pub external: ClassAction,
+}
+
+impl Default for Policy {
+    /// Reading, writing the agent's own workspace and reading the web run under Approve ×N;
+    /// steering the agent and effects outside the bot are always shown to a human.
+    fn default() -> Self {
+        Policy {
+            read: ClassAction::Auto,
+            write: ClassAction::Auto,
+            network: ClassAction::Auto,
+            control: ClassAction::Ask,
+            external: ClassAction::Ask,
+        }
+    }
+}
+
+/// Why a class was narrowed to what it is: the server's (or console's) policy or the agent's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicySource {
+    Server,
+    Agent,
+}
+
+impl Policy {
+    pub fn action(&self, risk: Risk) -> ClassAction {
+        match risk {
+            Risk::Read => self.read,
+            Risk::Write => self.write,
+            Risk::Network => self.network,
+            Risk::Control => self.control,
+            Risk::External => self.external,
+        }
+    }
+
+    fn slot(&mut self, risk: Risk) -> &mut ClassAction {
+        match risk {
+            Risk::Read => &mut self.read,
+            Risk::Write => &mut self.write,
+            Risk::Network => &mut self.network,
+            Risk::Control => &mut self.control,
+            Risk::External => &mut self.external,
+        }
+    }
+
+    /// This policy with one class set, used to build a server's policy from its overrides.
+    pub fn with(mut self, risk: Risk, action: ClassAction) -> Self {
+        *self.slot(risk) = action;
+        self
+    }
+
+    /// The effective action for a class, and who decided it: the agent's override counts only
+    /// where it is stricter than the server's, so an agent can never widen what its server allows.
+    pub fn effective(
+        &self,
+        overrides: &PolicyOverrides,
+        risk: Risk,
+    ) -> (ClassAction, PolicySource) {
+        let server = self.action(risk);
+        match overrides.get(&risk) {
+            Some(&own) if own > server => (own, PolicySource::Agent),
+            _ => (server, PolicySource::Server),
+        }
+    }
+
+    /// Checks that an agent's owner may set `action` for `risk`: only as strict as the server's
+    /// policy or stricter. The error is shown to the person who tried.
+    pub fn check_narrowing(&self, risk: Risk, action: ClassAction) -> Result<(), String> {
+        let server = self.action(risk);
+        if action < server {
+            return Err(format!(
+                "The server's policy for {} commands is `{}`; an agent can only be made stricter (allowed: {}).",
+                risk.label(),
+                server.label(),
+                stricter_or_equal(server)
+                    .iter()
+                    .map(|a| format!("`{}`", a.label()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        Ok(())
+    }
+
+    /// One line per class for status displays: `network: ask (this agent)`.
+    pub fn describe(&self, overrides: &PolicyOverrides) -> Vec<String> {
+        ALL_RISKS
+            .into_iter()
+            .map(|risk| {
+                let (action, source) = self.effective(overrides, risk);
+                let note = match source {
+                    PolicySource::Agent => " (narrowed for this agent)",
+                    PolicySource::Server => "",
+                };
+                format!("{}: {}{note}", risk.label(), action.label())
+            })
+            .collect()
+    }
+
+    /// What the model reads when it proposes a command of a denied class.
+    pub fn denial(&self, overrides: &PolicyOverrides, command: &str, risk: Risk) -> Option<String> {
+        let (action, source) = self.effective(overrides, risk);
+        (action == ClassAction::Deny).then(|| {
+            let whose = match source {
+                PolicySource::Server => "this server's policy",
+                PolicySource::Agent => "this agent's policy, set by its owner",
+            };
+            format!(
+                "Command '{command}' was not run: {} commands are denied by {whose}. Do not try it again; choose another command.",
+                risk.label()
+            )
+        })
+    }
+}
+
+fn stricter_or_equal(action: ClassAction) -> Vec<ClassAction> {
+    [ClassAction::Auto, ClassAction::Ask, ClassAction::Deny]
+        .into_iter()
+        .filter(|a| *a >= action)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_agent_can_narrow_but_never_widen() {
+        let server = Policy::default().with(Risk::Network, ClassAction::Ask);
+        let mut own = PolicyOverrides::new();
+        own.insert(Risk::Network, ClassAction::Auto);
+        own.insert(Risk::Write, ClassAction::Deny);
+        assert_eq!(
+            server.effective(&own, Risk::Network),
+            (ClassAction::Ask, PolicySource::Server)
+        );
+        assert_eq!(
+            server.effective(&own, Risk::Write),
+            (ClassAction::Deny, PolicySource::Agent)
+        );
+        assert!(server
+            .check_narrowing(Risk::Network, ClassAction::Auto)
+            .unwrap_err()
+            .contains("`ask`, `deny`"));
+        assert!(server
+            .check_narrowing(Risk::Network, ClassAction::Deny)
+            .is_ok());
+        assert!(server
+            .check_narrowing(Risk::Read, ClassAction::Auto)
+            .is_ok());
+    }
+
+    #[test]
+    fn denial_says_whose_policy() {
+        let server = Policy::default().with(Risk::External, ClassAction::Deny);
+        let mut own = PolicyOverrides::new();
+        own.insert(Risk::Network, ClassAction::Deny);
+        let text = server.denial(&own, "web_search", Risk::Network).unwrap();
+        assert!(
+            text.contains("network commands are denied by this agent's policy"),
+            "{text}"
+        );
+        let text = server.denial(&own, "tweet", Risk::External).unwrap();
+        assert!(text.contains("this server's policy"), "{text}");
+        assert_eq!(server.denial(&own, "read_file", Risk::Read), None);
+    }
+
+    #[test]
+    fn parsing_accepts_labels() {
+        assert_eq!(Risk::parse(" Network"), Some(Risk::Network));
+        assert_eq!(Risk::parse("shell"), None);
+        assert_eq!(ClassAction::parse("DENY"), Some(ClassAction::Deny));
+        assert_eq!(ClassAction::parse("maybe"), None);
+    }
+}

@@ -1,0 +1,45 @@
+//! The web as the agent's commands see it: search backends, the guarded page fetcher, and the
+//! extraction of readable text and links from what was fetched.
+
+pub mod extract;
+pub mod fetch;
+pub mod guard;
+pub mod search;
+
+use std::sync::Arc;
+
+use crate::config::WebConfig;
+
+/// What the web commands use: one search backend, one guarded fetcher, their limits.
+pub struct Web {
+    pub search: Box<dyn search::SearchBackend>,
+    pub fetcher: fetch::WebClient,
+    pub config: WebConfig,
+}
+
+impl Web {
+    /// The web services for this configuration, resolving names with the system resolver.
+    pub fn from_config(config: &WebConfig) -> Result<Web, reqwest::Error> {
+        Web::with_lookup(config, Arc::new(guard::SystemLookup))
+    }
+
+    /// The web services when the config turns them on.
+    pub fn for_config(config: &crate::config::Config) -> Result<Option<Arc<Web>>, reqwest::Error> {
+        if !config.web.enabled {
+            return Ok(None);
+        }
+        Ok(Some(Arc::new(Web::from_config(&config.web)?)))
+    }
+
+    /// As `from_config`, with another resolver (tests map names to addresses of their choosing).
+    pub fn with_lookup(
+        config: &WebConfig,
+        lookup: Arc<dyn guard::Lookup>,
+    ) -> Result<Web, reqwest::Error> {
+        Ok(Web {
+            search: search::backend(config)?,
+            fetcher: fetch::WebClient::new(config, lookup)?,
+            config: config.clone(),
+        })
+    }
+}

@@ -1,0 +1,166 @@
+//! Sub-agents through the real runtime: start, message, list, delete; the per-agent limit; their
+//! calls charged to the parent's budget; a sub-agent cannot start sub-agents of its own; the
+//! export shows their chats.
+
+mod support;
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use autothread::budget::Budgets;
+use autothread::config::{Config, PriceConfig};
+use autothread::core::event::{Event, Usage};
+use autothread::core::history::Outcome;
+use autothread::core::state::Phase;
+use autothread::store::Store;
+use serde_json::json;
+use support::inproc::{agent, deps, last_user, reply, Recorder, RuleModel};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sub_agents_live_bounded_and_paid_by_their_parent() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let script = Mutex::new(
+        vec![
+            reply("start_agent", json!({"name": "Researcher", "task": "collect glacier facts", "prompt": "List three facts about glaciers."})),
+            reply("message_agent", json!({"key": "1", "message": "And one about ice sheets?"})),
+            reply("start_agent", json!({"name": "Editor", "task": "polish text", "prompt": "Say ready."})),
+            reply("start_agent", json!({"name": "Third", "task": "too many", "prompt": "Hello."})),
+            reply("list_agents", json!({})),
+            reply("delete_agent", json!({"key": "2"})),
+            reply("message_agent", json!({"key": "2", "message": "Still there?"})),
+            reply("finish", json!({"reason": "done"})),
+        ]
+        .into_iter(),
+    );
+    let model = Arc::new(RuleModel::new(move |request| {
+        let system = &request.messages[0].content;
+        if system.starts_with("You are Researcher, a helper agent") {
+            // A sub-agent that tries to delegate further: its reply is only text to its parent.
+            if last_user(request).contains("ice sheets") {
+                "Ice sheets hold most of the world's fresh water.".to_string()
+            } else {
+                r#"Glaciers carve valleys. {"command": {"name": "start_agent", "args": {"name": "Deeper", "task": "x", "prompt": "y"}}}"#.to_string()
+            }
+        } else if system.starts_with("You are Editor, a helper agent") {
+            "Ready.".to_string()
+        } else {
+            script
+                .lock()
+                .unwrap()
+                .next()
+                .expect("a scripted cycle reply")
+        }
+    }));
+    let mut config = Config::default();
+    config.llm.model = "priced-model".into();
+    config.budget.guild_calls_per_minute = 0;
+    config.budget.prices.insert(
+        "priced-model".into(),
+        PriceConfig {
+            input_per_million: 1.0,
+            output_per_million: 2.0,
+        },
+    );
+    config.subagents.max_per_agent = 2;
+    let price = config.budget.price("priced-model");
+    let surface = Arc::new(Recorder::default());
+    let deps = deps(&store, model.clone(), surface.clone(), config, None);
+    let state = agent(
+        "parent000001",
+        "Write a glacier report",
+        "priced-model",
+        true,
+    );
+    let (_handle, done) = autothread::runtime::start(state, Event::Start, deps);
+    let state = tokio::time::timeout(std::time::Duration::from_secs(30), done)
+        .await
+        .expect("the agent finishes")
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(state.phase, Phase::Finished { .. }),
+        "{:?}",
+        state.phase
+    );
+    let outcomes: Vec<&Outcome> = state.episodes.iter().map(|e| &e.outcome).collect();
+    let text = |i: usize| outcomes[i].text().to_string();
+    assert!(
+        text(0).starts_with(
+            "Agent Researcher created with key 1. First response: Glaciers carve valleys."
+        ),
+        "{}",
+        text(0)
+    );
+    assert_eq!(
+        text(1),
+        "Agent Researcher (1) replied: Ice sheets hold most of the world's fresh water."
+    );
+    assert!(
+        text(2).starts_with("Agent Editor created with key 2."),
+        "{}",
+        text(2)
+    );
+    assert!(
+        matches!(outcomes[3], Outcome::Error(t) if t.contains("You already have 2 sub-agents, the most allowed")),
+        "{:?}",
+        outcomes[3]
+    );
+    assert_eq!(
+        text(4),
+        "List of agents:\n1: Researcher (collect glacier facts)\n2: Editor (polish text)"
+    );
+    assert_eq!(text(5), "Agent 2 deleted.");
+    assert!(
+        matches!(outcomes[6], Outcome::Error(t) if t == "Agent 2 does not exist; your sub-agents' keys: 1."),
+        "{:?}",
+        outcomes[6]
+    );
+
+    // One level deep: the Researcher's attempt to start "Deeper" stayed text.
+    let left = store.subagents("parent000001").unwrap();
+    assert_eq!(left.len(), 1);
+    let researcher = &left[0];
+    assert_eq!(researcher.key, "1");
+    // Charter, prompt, reply, message, reply.
+    assert_eq!(researcher.messages.len(), 5);
+    let sub_calls = model
+        .requests
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.messages[0].content.contains("a helper agent"))
+        .count();
+    assert_eq!(sub_calls, 3, "two Researcher replies and one Editor reply");
+
+    // Every call, the sub-agents' included, is charged to the parent's budget: each reported
+    // 40 prompt and 7 completion tokens.
+    let unit = price.cost_of(Usage {
+        prompt_tokens: 40,
+        completion_tokens: 7,
+    });
+    assert_eq!(researcher.spent, 2 * unit);
+    let calls = model.requests.lock().unwrap().len() + model.summaries.load(Ordering::SeqCst);
+    let budgets = Budgets::new(&store, &Config::default().budget).unwrap();
+    let account = budgets
+        .ledger()
+        .account(&Budgets::agent_account("parent000001"))
+        .unwrap();
+    assert_eq!(account.spent, calls as u64 * unit);
+    assert_eq!(account.reserved, 0);
+
+    // start_agent and message_agent are control commands: each one waited for a card.
+    let shown = surface.shown.lock().unwrap().clone();
+    assert!(
+        shown
+            .iter()
+            .filter(|(name, _)| name.ends_with("_agent"))
+            .all(|(name, auto)| !auto || name == "list_agents"),
+        "{shown:?}"
+    );
+
+    let transcript = autothread::export::transcript(&store, &state).unwrap();
+    assert!(transcript.contains("## Sub-agents"));
+    assert!(transcript.contains("### Researcher (key 1): collect glacier facts"));
+    assert!(transcript.contains("**Sub-agent:** Ice sheets hold most of the world's fresh water."));
+}

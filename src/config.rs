@@ -949,6 +949,11 @@ mod tests {
                 "[llm.models.tiny]\ncontext_tokens = 2048\nmax_tokens = 2000\n",
                 "llm.models.\"tiny\"",
             ),
+            ("[agent]\nautomatic = [\"read\"]\n", "agent.automatic"),
+            ("[web]\nsearch_backend = \"brave\"\n", "web.search_backend"),
+            ("[web]\nsearch_backend = \"searxng\"\n", "web.searxng_url"),
+            ("[web]\nallow_hosts = [\"http://x/\"]\n", "web.allow_hosts"),
+            ("[subagents]\nmax_per_agent = 0\n", "subagents"),
         ];
         for (text, field) in cases {
             let config = Config::from_toml(text, Path::new("t.toml")).unwrap();
@@ -963,6 +968,24 @@ mod tests {
         config.apply_env(&env_of(&[("DISCORD_DEV_GUILD", "not-a-number")]));
         let err = config.validate().unwrap_err().to_string();
         assert!(err.contains("discord.dev_guild"), "{err}");
+    }
+
+    #[test]
+    fn a_guild_policy_changes_only_the_classes_it_names() {
+        let config = Config::from_toml(
+            "[policy]\nnetwork = \"ask\"\n[policy.guilds.\"42\"]\nwrite = \"deny\"\n",
+            Path::new("t.toml"),
+        )
+        .unwrap();
+        let bot_wide = config.policy.for_guild(None);
+        assert_eq!(bot_wide.network, ClassAction::Ask);
+        assert_eq!(bot_wide.write, ClassAction::Auto);
+        let guild = config.policy.for_guild(Some("42"));
+        assert_eq!(guild.write, ClassAction::Deny);
+        assert_eq!(guild.network, ClassAction::Ask);
+        assert_eq!(guild.control, ClassAction::Ask);
+        assert_eq!(config.policy.for_guild(Some("7")), bot_wide);
+        assert!(Config::from_toml("[policy]\nread = \"maybe\"\n", Path::new("t.toml")).is_err());
     }
 
     #[test]

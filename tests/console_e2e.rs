@@ -467,3 +467,63 @@ async fn bad_config_and_unknown_agents_are_clear_errors() {
     assert!(ok);
     assert!(stdout.contains("No saved agents."));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_policy_flags_narrow_and_a_denied_command_is_refused_with_the_reason() {
+    let fake = fake().await;
+    let env = TestEnv::with_budget(
+        &fake.base_url,
+        "",
+        "guild_calls_per_minute = 0\n\n[policy]\nwrite = \"ask\"\n",
+    );
+    // Looser than the config, or an unknown class: refused before anything runs.
+    let (ok, _, stderr) = env
+        .run(&["console", "--task", "x", "--policy", "write=auto"])
+        .await;
+    assert!(!ok);
+    assert!(
+        stderr.contains(
+            "The server's policy for write commands is `ask`; an agent can only be made stricter"
+        ),
+        "{stderr}"
+    );
+    let (ok, _, stderr) = env
+        .run(&["console", "--task", "x", "--policy", "shell=deny"])
+        .await;
+    assert!(!ok);
+    assert!(stderr.contains("unknown class \"shell\""), "{stderr}");
+
+    // The model names a denied command anyway: it is not run, and it learns why.
+    fake.push(Reply::Content(agent_reply(
+        "web_search",
+        json!({"query": "weather"}),
+    )));
+    step_checked(
+        &fake,
+        "finish",
+        json!({"reason": "done"}),
+        expect_progress(&["network commands are denied by this agent's policy"]),
+    );
+    let mut run = env.spawn(&[
+        "console",
+        "--task",
+        "Look up the weather",
+        "--name",
+        "NoNetGPT",
+        "--continuous",
+        "--policy",
+        "network=deny",
+    ]);
+    run.type_lines(&["y"]).await;
+    let (ok, stdout, stderr) = run.finish(WAIT).await;
+    assert!(ok, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("WARNING: continuous mode runs read commands without asking."),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("`web_search` was not run: its class (network) is denied by policy."),
+        "{stdout}"
+    );
+    fake.assert_clean();
+}

@@ -174,3 +174,144 @@ async fn a_real_embeddings_server_stores_and_recalls_a_memory() {
     assert_eq!(hits[0].text, facts[0], "{hits:?}");
     assert!(hits[0].score > hits[1].score);
 }
+
+/// `read_webpage` with a question over a local page, read in chunks by the real model: every
+/// chunk call and the combining call are plain-text completions (no schema), and the answer comes
+/// back labelled. The page names the glacier's length in one chunk only.
+#[tokio::test]
+async fn read_webpage_reads_a_local_page_in_chunks_with_the_real_model() {
+    use async_trait::async_trait;
+    use autothread::config::{Config, WebConfig};
+    use autothread::core::reply::CommandCall;
+    use autothread::tools::{Registry, ToolCtx, ToolModel, ToolReply};
+    use std::sync::Mutex;
+
+    let Some(base) = chat_base() else { return };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let filler =
+        "The valley has been surveyed for a century and its records fill many volumes. ".repeat(8);
+    let page = format!(
+        "<html><head><title>Glaciers</title></head><body><article><h1>Glaciers</h1><p>{filler}</p><p>The Brimfjell glacier is 12.5 km long.</p><p>{filler}</p></article></body></html>"
+    );
+    let app = axum::Router::new().route(
+        "/glacier",
+        axum::routing::get(move || {
+            let page = page.clone();
+            async move { ([(axum::http::header::CONTENT_TYPE, "text/html")], page) }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    struct RealReader {
+        chat: OpenAiChat,
+        calls: Mutex<Vec<String>>,
+    }
+    #[async_trait]
+    impl ToolModel for RealReader {
+        async fn complete(
+            &self,
+            what: &str,
+            messages: Vec<Message>,
+            max_tokens: u32,
+        ) -> Result<ToolReply, String> {
+            let reply = self
+                .chat
+                .complete(ChatRequest {
+                    model: "smollm2".into(),
+                    messages,
+                    max_tokens: max_tokens.min(120),
+                    json_schema: None,
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+            self.calls
+                .lock()
+                .unwrap()
+                .push(format!("{what}: {}", reply.content));
+            Ok(ToolReply {
+                text: reply.content,
+                cost: 0,
+            })
+        }
+        fn count(&self, messages: &[Message]) -> usize {
+            messages.iter().map(|m| m.content.len() / 4 + 4).sum()
+        }
+        fn context_tokens(&self) -> u32 {
+            2048
+        }
+    }
+    let reader = RealReader {
+        chat: OpenAiChat::new(&LlmConfig {
+            base_url: base,
+            model: "smollm2".into(),
+            response_format: ResponseFormatMode::None,
+            timeout_secs: 120,
+            max_attempts: 3,
+            retry_initial_ms: 200,
+            retry_max_ms: 2000,
+            ..LlmConfig::default()
+        })
+        .unwrap(),
+        calls: Mutex::new(Vec::new()),
+    };
+    let config = Config {
+        web: WebConfig {
+            allow_hosts: vec![format!("127.0.0.1:{port}")],
+            chunk_tokens: 200,
+            ..WebConfig::default()
+        },
+        ..Config::default()
+    };
+    let web = autothread::web::Web::from_config(&config.web).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = autothread::store::Store::open(dir.path()).unwrap();
+    let agent = autothread::core::state::AgentState::new(
+        "realweb00001".into(),
+        "t".into(),
+        None,
+        autothread::core::state::AgentSettings {
+            model: "smollm2".into(),
+            continuous: false,
+            cycle_limit: 0,
+            budget: None,
+            policy: Default::default(),
+        },
+        chrono::Utc::now(),
+    );
+    let surface = support::inproc::Recorder::default();
+    let ctx = ToolCtx {
+        agent: &agent,
+        store: &store,
+        surface: &surface,
+        limits: &config.workspace,
+        memory: None,
+        model: Some(&reader),
+        web: Some(&web),
+        config: &config,
+    };
+    let call = CommandCall {
+        name: "read_webpage".into(),
+        args: serde_json::json!({"url": format!("http://127.0.0.1:{port}/glacier"), "question": "How long is the Brimfjell glacier?"})
+            .as_object()
+            .cloned()
+            .unwrap(),
+    };
+    let outcome = Registry::for_config(&config).run(&call, &ctx).await.outcome;
+    let text = outcome.text();
+    let calls = reader.calls.lock().unwrap().clone();
+    assert!(
+        matches!(outcome, autothread::core::history::Outcome::Success(_)),
+        "{text}"
+    );
+    assert!(text.contains("Answer gathered from the page:"), "{text}");
+    assert!(
+        calls.len() >= 3,
+        "several chunks and a combining call: {calls:#?}"
+    );
+    assert!(
+        calls.last().unwrap().starts_with("read_webpage combine"),
+        "{calls:#?}"
+    );
+    println!("{text}");
+}

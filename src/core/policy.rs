@@ -39,6 +39,9 @@ impl ClassAction {
     }
 }
 
+/// Commands a policy never takes away: without `finish` an agent could never end.
+pub const ALWAYS_OFFERED: &[&str] = &["finish"];
+
 pub const ALL_RISKS: [Risk; 5] = [
     Risk::Read,
     Risk::Write,
@@ -131,6 +134,21 @@ impl Policy {
         }
     }
 
+    /// The action for one command: the class's effective action, except that `finish` is never
+    /// denied (at most asked), so that no policy can leave an agent unable to end.
+    pub fn action_for(
+        &self,
+        overrides: &PolicyOverrides,
+        command: &str,
+        risk: Risk,
+    ) -> ClassAction {
+        let (action, _) = self.effective(overrides, risk);
+        if action == ClassAction::Deny && ALWAYS_OFFERED.contains(&command) {
+            return ClassAction::Ask;
+        }
+        action
+    }
+
     /// Checks that an agent's owner may set `action` for `risk`: only as strict as the server's
     /// policy or stricter. The error is shown to the person who tried.
     pub fn check_narrowing(&self, risk: Risk, action: ClassAction) -> Result<(), String> {
@@ -167,8 +185,8 @@ impl Policy {
 
     /// What the model reads when it proposes a command of a denied class.
     pub fn denial(&self, overrides: &PolicyOverrides, command: &str, risk: Risk) -> Option<String> {
-        let (action, source) = self.effective(overrides, risk);
-        (action == ClassAction::Deny).then(|| {
+        let (_, source) = self.effective(overrides, risk);
+        (self.action_for(overrides, command, risk) == ClassAction::Deny).then(|| {
             let whose = match source {
                 PolicySource::Server => "this server's policy",
                 PolicySource::Agent => "this agent's policy, set by its owner",

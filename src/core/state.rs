@@ -46,6 +46,9 @@ pub enum PauseReason {
     CycleLimit { limit: u64 },
     /// A budget cannot pay for the next model call; raising it resumes the agent.
     Budget { message: String },
+    /// The model's commands were refused several times in a row (denied by policy, unknown,
+    /// repeated), so a human should look before more calls are paid for.
+    Refusals { last: String },
 }
 
 impl PauseReason {
@@ -62,6 +65,9 @@ impl PauseReason {
             PauseReason::CycleLimit { limit } => format!("paused at the cycle limit ({limit})"),
             PauseReason::Budget { message } => {
                 format!("paused: {message}")
+            }
+            PauseReason::Refusals { last } => {
+                format!("paused after 3 refused commands in a row (last: {last})")
             }
         }
     }
@@ -188,6 +194,9 @@ pub struct AgentState {
     pub pending: Option<Proposal>,
     pub auto_approvals_left: u32,
     pub invalid_replies_in_row: u32,
+    /// Proposed commands refused in a row (by policy, as unknown or as duplicates).
+    #[serde(default)]
+    pub refusals_in_row: u32,
     /// The watchdog's one rethink for the current cycle has been used.
     pub rethink_used: bool,
     /// Identifies the model call the agent is waiting for; replies to older calls are ignored.
@@ -233,6 +242,7 @@ impl AgentState {
             pending: None,
             auto_approvals_left: 0,
             invalid_replies_in_row: 0,
+            refusals_in_row: 0,
             rethink_used: false,
             call_seq: 0,
             pause_requested: None,

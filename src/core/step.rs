@@ -18,6 +18,9 @@ use super::watchdog::{duplicate_refusal, repeats_last_step};
 
 /// Invalid replies in a row that pause the agent (AutoGPT 0.5 stops after three).
 pub const MAX_INVALID_REPLIES: u32 = 3;
+/// Refused commands in a row that pause the agent: past this the model is not learning from the
+/// refusals, and every further cycle is paid for.
+pub const MAX_REFUSALS: u32 = 3;
 const SUMMARY_MAX_TOKENS: u32 = 200;
 const MAX_SUMMARIES_PER_CYCLE: usize = 4;
 const CRITIQUE_MAX_TOKENS: u32 = 600;
@@ -224,7 +227,9 @@ fn visible_commands(state: &AgentState, ctx: &StepCtx<'_>) -> CommandSet {
             .specs
             .iter()
             .filter(|spec| {
-                ctx.policy.effective(&state.settings.policy, spec.risk).0 != ClassAction::Deny
+                ctx.policy
+                    .action_for(&state.settings.policy, &spec.name, spec.risk)
+                    != ClassAction::Deny
             })
             .cloned()
             .collect(),
@@ -331,7 +336,14 @@ fn refuse_command(
     notice: String,
 ) {
     fx.push(Effect::Notify(notice));
+    let last = message.clone();
     record_episode(state, command, reasoning, Outcome::Error(message), None, fx);
+    state.refusals_in_row += 1;
+    if state.refusals_in_row >= MAX_REFUSALS {
+        state.refusals_in_row = 0;
+        pause(state, PauseReason::Refusals { last }, fx);
+        return;
+    }
     begin_cycle(state, ctx, fx);
 }
 
@@ -422,7 +434,12 @@ fn on_cycle_reply(
         }
     };
     state.invalid_replies_in_row = 0;
-    let valid = match ctx.commands.validate(&reply.command) {
+    // The model is told about the commands it is offered; a denied command it names anyway is
+    // validated against the full set so that `propose` can refuse it with the policy's reason.
+    let checked = visible_commands(state, ctx)
+        .validate(&reply.command)
+        .or_else(|message| ctx.commands.validate(&reply.command).map_err(|_| message));
+    let valid = match checked {
         Ok(valid) => valid,
         Err(message) => {
             let notice = format!(
@@ -470,8 +487,10 @@ fn propose(
         }
         _ => None,
     };
-    let overrides = &state.settings.policy;
-    if let Some(denial) = ctx.policy.denial(overrides, &valid.call.name, valid.risk) {
+    if let Some(denial) = ctx
+        .policy
+        .denial(&state.settings.policy, &valid.call.name, valid.risk)
+    {
         let notice = format!(
             "Cycle {}: `{}` was not run: its class ({}) is denied by policy.",
             state.cycle,
@@ -482,7 +501,10 @@ fn propose(
         refuse_command(state, ctx, fx, call, reasoning, denial, notice);
         return;
     }
-    let (action, _) = ctx.policy.effective(overrides, valid.risk);
+    state.refusals_in_row = 0;
+    let action = ctx
+        .policy
+        .action_for(&state.settings.policy, &valid.call.name, valid.risk);
     let automatic = action == ClassAction::Auto && unattended && !soft_capped;
     let proposal = Proposal {
         cycle: state.cycle,
@@ -677,6 +699,24 @@ fn on_decision(
             "this proposal is no longer pending".to_string(),
         ));
         return;
+    }
+    if matches!(decision, Decision::Approve | Decision::ApproveN(_)) {
+        // The policy may have become stricter since the card was shown (the owner narrowed it,
+        // or the bot restarted with a stricter config): the policy in force now decides.
+        let denial = state.pending.as_ref().and_then(|p| {
+            ctx.policy
+                .denial(&state.settings.policy, &p.command.name, p.risk)
+        });
+        if let Some(denial) = denial {
+            state.auto_approvals_left = 0;
+            fx.push(Effect::Notify(format!(
+                "Cycle {}: the approved command was not run: its class is now denied by policy.",
+                state.cycle
+            )));
+            record_from_pending(state, Outcome::Error(denial), Some(by), fx);
+            begin_cycle(state, ctx, fx);
+            return;
+        }
     }
     match decision {
         Decision::Approve => start_execution(state, by, fx),

@@ -88,6 +88,12 @@ pub struct SubAgentRecord {
     pub messages: Vec<crate::core::prompt::Message>,
     /// What its replies cost the parent, in micro-dollars.
     pub spent: u64,
+    /// The parent's cycles that started it and that last talked to it: a command re-approved
+    /// after a crash finds its own exchange here instead of paying for it twice.
+    #[serde(default)]
+    pub started_cycle: u64,
+    #[serde(default)]
+    pub last_cycle: u64,
     pub created_at: DateTime<Utc>,
 }
 

@@ -82,6 +82,7 @@ async fn converse(ctx: &ToolCtx<'_>, record: &mut SubAgentRecord) -> Result<Stri
     let reply = model.complete(&what, chat, config.reply_max_tokens).await?;
     let text = reply.text.trim().to_string();
     record.spent += reply.cost;
+    record.last_cycle = ctx.agent.cycle;
     record.messages.push(Message::assistant(text.clone()));
     // What is kept on disk is bounded like what is sent: the charter and the newest messages.
     let excess = record
@@ -121,10 +122,22 @@ impl Command for StartAgent {
         if name.is_empty() || prompt.is_empty() {
             return ToolOutput::error("A sub-agent needs a name and a first prompt.");
         }
-        let live = match ctx.store.subagents(&ctx.agent.id) {
-            Ok(list) => list.len(),
+        let existing = match ctx.store.subagents(&ctx.agent.id) {
+            Ok(list) => list,
             Err(e) => return ToolOutput::error(format!("The sub-agents could not be read: {e}")),
         };
+        // This very command ran before a crash and was approved again: report what it did.
+        if let Some(done) = existing
+            .iter()
+            .find(|r| r.started_cycle == ctx.agent.cycle && r.name == name)
+        {
+            let first = done.messages.get(2).map_or("", |m| m.content.as_str());
+            return ToolOutput::success(format!(
+                "Agent {name} created with key {}. First response: {first}",
+                done.key
+            ));
+        }
+        let live = existing.len();
         let max = ctx.config.subagents.max_per_agent;
         if live >= max {
             return ToolOutput::error(format!(
@@ -141,6 +154,8 @@ impl Command for StartAgent {
             task: task.to_string(),
             messages: vec![Message::system(charter(name, task)), Message::user(prompt)],
             spent: 0,
+            started_cycle: ctx.agent.cycle,
+            last_cycle: 0,
             created_at: Utc::now(),
         };
         match converse(ctx, &mut record).await {
@@ -177,6 +192,20 @@ impl Command for MessageAgent {
             Ok(None) => return ToolOutput::error(no_such_agent(ctx, key)),
             Err(e) => return ToolOutput::error(format!("The sub-agent could not be read: {e}")),
         };
+        if record.last_cycle == ctx.agent.cycle {
+            if let [.., asked, answer] = record.messages.as_slice() {
+                if asked.role == Role::User
+                    && asked.content == message
+                    && answer.role == Role::Assistant
+                {
+                    // Answered before a crash; the re-approved command is not paid for again.
+                    return ToolOutput::success(format!(
+                        "Agent {} ({key}) replied: {}",
+                        record.name, answer.content
+                    ));
+                }
+            }
+        }
         record.messages.push(Message::user(message));
         match converse(ctx, &mut record).await {
             Ok(reply) => {

@@ -131,7 +131,18 @@ impl Command for ReadWebpage {
             Ok(page) => page,
             Err(e) => return ToolOutput::error(format!("{e}.")),
         };
-        let content = readable(&page, web.config.max_links);
+        // Parsing up to a few megabytes of HTML is CPU work; it runs off the async workers so that
+        // the Discord gateway and other agents are not held up.
+        let max_links = web.config.max_links;
+        let page = Arc::new(page);
+        let parsed = {
+            let page = page.clone();
+            tokio::task::spawn_blocking(move || readable(&page, max_links)).await
+        };
+        let content = match parsed {
+            Ok(content) => content,
+            Err(e) => return ToolOutput::error(format!("The page could not be parsed: {e}.")),
+        };
         let mut out = format!("{UNTRUSTED_NOTE}\nPage: {}", page.url);
         if !content.title.is_empty() {
             out.push_str(&format!(" (title: {})", content.title));
@@ -244,6 +255,7 @@ async fn read_with_model(
     let chunk_tokens = chunk_budget(model, web);
     let chunks = split_into_chunks(&text, chunk_tokens, model);
     let mut spent = 0;
+    let mut calls = 0;
     let mut notes = Vec::with_capacity(chunks.len());
     let instruction = reading.chunk_instruction();
     for (n, chunk) in chunks.iter().enumerate() {
@@ -261,6 +273,7 @@ async fn read_with_model(
             .await
             .map_err(|e| format!("The page was fetched but could not be read: {e}"))?;
         spent += reply.cost;
+        calls += 1;
         notes.push(reply.text.trim().to_string());
     }
     let mut round = 0;
@@ -293,6 +306,7 @@ async fn read_with_model(
                     format!("The page was read but its parts could not be combined: {e}")
                 })?;
             spent += reply.cost;
+            calls += 1;
             merged.push(reply.text.trim().to_string());
         }
         notes = merged;
@@ -305,8 +319,7 @@ async fn read_with_model(
         ));
     }
     out.push_str(&format!(
-        "(Reading took {} model call(s), {}.)\n",
-        chunks.len() + round,
+        "(Reading took {calls} model call(s), {}.)\n",
         format_usd(spent)
     ));
     Ok(out)
@@ -348,7 +361,23 @@ fn split_into_chunks(text: &str, chunk_tokens: usize, model: &dyn ToolModel) -> 
     if !current.trim().is_empty() {
         chunks.push(current);
     }
-    chunks
+    // The ratio is an average: a chunk of denser text (code, CJK) can hold more tokens than it
+    // says. Each chunk is counted, and halved until it fits.
+    let mut fitted = Vec::with_capacity(chunks.len());
+    while let Some(chunk) = chunks.pop() {
+        let chars = chunk.chars().count();
+        if chars > 1 && model.count(&[Message::user(chunk.as_str())]) > chunk_tokens {
+            let half: String = chunk.chars().take(chars / 2).collect();
+            let rest: String = chunk.chars().skip(chars / 2).collect();
+            // Popped from the end: the second half first, so the pieces come out in page order.
+            chunks.push(half);
+            chunks.push(rest);
+        } else {
+            fitted.push(chunk);
+        }
+    }
+    fitted.reverse();
+    fitted
 }
 
 /// Groups notes so that each group fits one combining call; every group has at least two notes
@@ -370,4 +399,52 @@ fn batch_notes(notes: &[String], chunk_tokens: usize, model: &dyn ToolModel) -> 
         batches.push(current);
     }
     batches
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counts ASCII at four characters per token and anything else at two tokens per character,
+    /// as tokenizers roughly do for English and for CJK text.
+    struct UnevenCounter;
+
+    #[async_trait]
+    impl ToolModel for UnevenCounter {
+        async fn complete(
+            &self,
+            _what: &str,
+            _messages: Vec<Message>,
+            _max_tokens: u32,
+        ) -> Result<super::super::ToolReply, String> {
+            Err("not called".into())
+        }
+
+        fn count(&self, messages: &[Message]) -> usize {
+            messages
+                .iter()
+                .flat_map(|m| m.content.chars())
+                .map(|c| if c.is_ascii() { 1 } else { 8 })
+                .sum::<usize>()
+                / 4
+        }
+
+        fn context_tokens(&self) -> u32 {
+            4096
+        }
+    }
+
+    #[test]
+    fn chunks_of_dense_text_are_split_until_they_fit_and_keep_their_order() {
+        let english = "plain words here\n".repeat(400);
+        let dense = "氷河は谷を削る\n".repeat(400);
+        let text = format!("{english}{dense}");
+        let chunks = split_into_chunks(&text, 300, &UnevenCounter);
+        for chunk in &chunks {
+            let tokens = UnevenCounter.count(&[Message::user(chunk.as_str())]);
+            assert!(tokens <= 300, "a chunk of {tokens} tokens");
+        }
+        assert_eq!(chunks.concat(), text, "nothing lost, nothing reordered");
+        assert!(chunks.len() > 10);
+    }
 }

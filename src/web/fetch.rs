@@ -135,7 +135,7 @@ impl WebClient {
                 .unwrap_or("")
                 .to_ascii_lowercase();
             let kind = match content_type.split(';').next().unwrap_or("").trim() {
-                "text/html" | "application/xhtml+xml" => PageKind::Html,
+                "text/html" => PageKind::Html,
                 "text/plain" => PageKind::Text,
                 other => {
                     return Err(FetchError::ContentType {
@@ -170,7 +170,7 @@ impl WebClient {
         let mut bytes = Vec::new();
         while let Some(chunk) = response.chunk().await.map_err(|e| network_error(url, &e))? {
             let room = self.max_bytes - bytes.len();
-            if chunk.len() >= room {
+            if chunk.len() > room {
                 bytes.extend_from_slice(&chunk[..room]);
                 // Cut at a character boundary so that the text does not end in a broken character.
                 if let Err(e) = std::str::from_utf8(&bytes) {

@@ -22,8 +22,10 @@ pub enum Blocked {
         "{host} is a private or reserved address ({addr}); fetches never reach private networks"
     )]
     PrivateAddress { host: String, addr: IpAddr },
-    #[error("{host} resolves only to private or reserved addresses ({addrs}); fetches never reach private networks")]
-    PrivateName { host: String, addrs: String },
+    // The addresses themselves are left out: a prompt-injected agent must not learn the layout of
+    // the operator's network from refusals.
+    #[error("{host} resolves only to private or reserved addresses; fetches never reach private networks")]
+    PrivateName { host: String },
     #[error("{host} is allowed only on port {allowed}, not {port}")]
     WrongPort {
         host: String,
@@ -80,6 +82,8 @@ fn is_public_v6(ip: Ipv6Addr) -> bool {
     let reserved = ip.is_unspecified()
         || ip.is_loopback()
         || ip.is_multicast()
+        || (segments[0] == 0x64 && segments[1] == 0xff9b && segments[2] == 1) // local-use NAT64
+        || (segments[0] == 0x2001 && segments[1] == 0) // Teredo hides the IPv4 address it reaches
         || ip.is_unique_local()
         || ip.is_unicast_link_local()
         || (segments[0] & 0xffc0) == 0xfec0 // deprecated site-local
@@ -215,14 +219,9 @@ impl Guard {
         }
         let public: Vec<IpAddr> = addrs.iter().copied().filter(|a| is_public(*a)).collect();
         if public.is_empty() {
-            let listed: Vec<String> = addrs.iter().map(IpAddr::to_string).collect();
+            tracing::debug!(host, ?addrs, "a fetch was refused: only private addresses");
             return Err(Blocked::PrivateName {
                 host: host.to_string(),
-                addrs: if listed.is_empty() {
-                    "none".into()
-                } else {
-                    listed.join(", ")
-                },
             });
         }
         Ok(public)
@@ -287,6 +286,8 @@ mod tests {
             "2002:a00:1::1",
             "2001:db8::1",
             "::127.0.0.1",
+            "64:ff9b:1::a00:1",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
         ];
         for addr in refused {
             assert!(!is_public(addr.parse().unwrap()), "{addr} must be refused");

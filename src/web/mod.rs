@@ -10,6 +10,15 @@ use std::sync::Arc;
 
 use crate::config::WebConfig;
 
+/// Why the web services could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("cannot build the HTTP client: {0}")]
+    Http(#[from] reqwest::Error),
+    #[error("{0:?} is not a valid URL for the search service")]
+    Url(String),
+}
+
 /// What the web commands use: one search backend, one guarded fetcher, their limits.
 pub struct Web {
     pub search: Box<dyn search::SearchBackend>,
@@ -19,12 +28,12 @@ pub struct Web {
 
 impl Web {
     /// The web services for this configuration, resolving names with the system resolver.
-    pub fn from_config(config: &WebConfig) -> Result<Web, reqwest::Error> {
+    pub fn from_config(config: &WebConfig) -> Result<Web, SetupError> {
         Web::with_lookup(config, Arc::new(guard::SystemLookup))
     }
 
     /// The web services when the config turns them on.
-    pub fn for_config(config: &crate::config::Config) -> Result<Option<Arc<Web>>, reqwest::Error> {
+    pub fn for_config(config: &crate::config::Config) -> Result<Option<Arc<Web>>, SetupError> {
         if !config.web.enabled {
             return Ok(None);
         }
@@ -35,7 +44,7 @@ impl Web {
     pub fn with_lookup(
         config: &WebConfig,
         lookup: Arc<dyn guard::Lookup>,
-    ) -> Result<Web, reqwest::Error> {
+    ) -> Result<Web, SetupError> {
         Ok(Web {
             search: search::backend(config)?,
             fetcher: fetch::WebClient::new(config, lookup)?,

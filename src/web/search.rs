@@ -40,24 +40,31 @@ pub trait SearchBackend: Send + Sync {
 
 /// The backend the config names. Search services are the operator's choice, so they are not
 /// behind the private-network guard (a SearxNG instance is often on the operator's own network).
-pub fn backend(config: &WebConfig) -> Result<Box<dyn SearchBackend>, reqwest::Error> {
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(config.timeout_secs))
-        .user_agent(config.user_agent.clone())
-        .build()?;
-    let url = |text: &str| Url::parse(text.trim()).ok();
+pub fn backend(config: &WebConfig) -> Result<Box<dyn SearchBackend>, super::SetupError> {
+    let client = |redirects: reqwest::redirect::Policy| {
+        reqwest::Client::builder()
+            .timeout(Duration::from_secs(config.timeout_secs))
+            .user_agent(config.user_agent.clone())
+            .redirect(redirects)
+            .build()
+    };
+    let url =
+        |text: &str| Url::parse(text.trim()).map_err(|_| super::SetupError::Url(text.to_string()));
+    let follow = || reqwest::redirect::Policy::limited(3);
     Ok(match config.search_backend {
         SearchBackendKind::Duckduckgo => Box::new(DuckDuckGo {
-            client,
-            url: url(&config.duckduckgo_url).expect("validated in Config::validate"),
+            client: client(follow())?,
+            url: url(&config.duckduckgo_url)?,
         }),
         SearchBackendKind::Searxng => Box::new(Searxng {
-            client,
-            url: url(&config.searxng_url).expect("validated in Config::validate"),
+            client: client(follow())?,
+            url: url(&config.searxng_url)?,
         }),
         SearchBackendKind::Brave => Box::new(Brave {
-            client,
-            url: url(&config.brave_url).expect("validated in Config::validate"),
+            // The key travels in a header that reqwest would carry across a redirect to
+            // another host; the API never redirects, so none is followed.
+            client: client(reqwest::redirect::Policy::none())?,
+            url: url(&config.brave_url)?,
             key: config
                 .brave_api_key
                 .clone()
@@ -90,11 +97,27 @@ async fn get(
             },
         });
     }
-    response.text().await.map_err(|e| SearchError::Network {
+    // A results page is small; a service that sends more than this is cut off rather than read
+    // into memory whole.
+    let mut response = response;
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| SearchError::Network {
         service,
         why: e.to_string(),
-    })
+    })? {
+        body.extend_from_slice(&chunk);
+        if body.len() > MAX_RESULTS_BYTES {
+            return Err(SearchError::Format {
+                service,
+                why: format!("the answer is larger than {MAX_RESULTS_BYTES} bytes"),
+            });
+        }
+    }
+    Ok(String::from_utf8_lossy(&body).into_owned())
 }
+
+/// The most a search service's answer may weigh.
+const MAX_RESULTS_BYTES: usize = 4 * 1024 * 1024;
 
 fn words(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")

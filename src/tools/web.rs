@@ -325,6 +325,22 @@ async fn read_with_model(
     Ok(out)
 }
 
+/// The reading of a question over a page's text, without the fetch (the benchmark measures it).
+pub async fn read_text_with_model(
+    model: &dyn ToolModel,
+    web: &Web,
+    content: &Readable,
+    question: &str,
+) -> Result<String, String> {
+    read_with_model(
+        model,
+        web,
+        content,
+        &Reading::Question(question.to_string()),
+    )
+    .await
+}
+
 /// Tokens of page text per chunk: the configured size, kept within the model's context.
 fn chunk_budget(model: &dyn ToolModel, web: &Web) -> usize {
     let context = model.context_tokens() as usize;

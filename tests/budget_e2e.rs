@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use serde_json::json;
-use support::bot::{answer, card, start_bot};
+use support::bot::{answer, card, message_containing, start_bot};
 use support::fake_discord::{FakeDiscord, ADMIN_PERMS, ALICE, CHANNEL, MEMBER_PERMS};
 use support::fake_openai::{agent_reply, Expect, FakeOpenAi, Kind, Reply};
 use support::{created_agent_id, TestEnv};
@@ -261,16 +261,7 @@ async fn two_agents_of_one_user_share_the_daily_budget_until_an_admin_raises_it(
         &card_a,
         &support::bot::button(&card_a, "Approve"),
     );
-    discord
-        .wait_for("the first agent to pause for budget", WAIT, |d| {
-            d.messages_in(first).into_iter().find(|m| {
-                m["content"]
-                    .as_str()
-                    .unwrap_or("")
-                    .contains("the owner's daily budget ($0.10) has")
-            })
-        })
-        .await;
+    message_containing(&discord, first, "the owner's daily budget ($0.10) has").await;
 
     // The summary of cycle 1 fitted what was left (0.02, its whole reserve) and may still be
     // settling: ask until the books are closed.

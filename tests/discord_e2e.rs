@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::bot::{button, card, ephemeral_text, start_bot, title, WAIT};
+use support::bot::{button, card, ephemeral_text, message_containing, start_bot, title, WAIT};
 use support::fake_discord::{FakeDiscord, ALICE, BOB, CHANNEL};
 use support::fake_openai::{agent_reply, Expect, FakeOpenAi};
 use support::TestEnv;
@@ -127,16 +127,7 @@ async fn start_card_approve_refuse_stale_feedback_deny() {
 
     // Deny stops the agent and says so in the thread.
     discord.click(ALICE, &[], &third, &button(&third, "Deny"));
-    discord
-        .wait_for("the paused notice", WAIT, |d| {
-            d.messages_in(thread).into_iter().find(|m| {
-                m["content"]
-                    .as_str()
-                    .unwrap_or("")
-                    .contains("stopped by alice")
-            })
-        })
-        .await;
+    message_containing(&discord, thread, "stopped by alice").await;
 
     discord.assert_clean();
     openai.assert_clean();
@@ -259,16 +250,7 @@ async fn approve_n_runs_three_cycles_then_a_role_member_denies() {
     let shared = ephemeral_text(&discord, share).await;
     assert!(shared.contains("now shared with"), "{shared}");
     discord.click(CAROL, &[ROLE_TEAM], &fourth, &deny);
-    discord
-        .wait_for("the stop notice", WAIT, |d| {
-            d.messages_in(thread).into_iter().find(|m| {
-                m["content"]
-                    .as_str()
-                    .unwrap_or("")
-                    .contains("stopped by carol")
-            })
-        })
-        .await;
+    message_containing(&discord, thread, "stopped by carol").await;
     discord.assert_clean();
     openai.assert_clean();
     bot.kill().await;
@@ -421,16 +403,7 @@ async fn ask_user_and_plain_messages_then_finish_and_export() {
     discord.click(ALICE, &[], &first, &button(&first, "Approve"));
     let second = card(&discord, thread, "PoetGPT · cycle 2").await;
     discord.click(ALICE, &[], &second, &button(&second, "Approve"));
-    discord
-        .wait_for("the question", WAIT, |d| {
-            d.messages_in(thread).into_iter().find(|m| {
-                m["content"]
-                    .as_str()
-                    .unwrap_or("")
-                    .contains("asks: Which colour?")
-            })
-        })
-        .await;
+    message_containing(&discord, thread, "asks: Which colour?").await;
     // Bob may not answer for the agent; Alice's message is the answer.
     discord.say(BOB, &[], thread, "green");
     discord.say(ALICE, &[], thread, "blue");
@@ -544,16 +517,7 @@ async fn status_pause_resume_list_and_the_per_user_cap() {
 
     let paused = discord.slash(ALICE, &[], thread, "pause", json!([]), json!({}));
     assert_eq!(ephemeral_text(&discord, paused).await, "Pausing.");
-    discord
-        .wait_for("the pause notice", WAIT, |d| {
-            d.messages_in(thread).into_iter().find(|m| {
-                m["content"]
-                    .as_str()
-                    .unwrap_or("")
-                    .contains("paused by alice")
-            })
-        })
-        .await;
+    message_containing(&discord, thread, "paused by alice").await;
     // Bob may not resume someone else's agent.
     let refused = discord.slash(BOB, &[], thread, "resume", json!([]), json!({}));
     assert!(ephemeral_text(&discord, refused)

@@ -5,7 +5,7 @@
 mod support;
 
 use serde_json::{json, Value};
-use support::bot::{answer, card, start_bot, WAIT};
+use support::bot::{answer, card, message_containing, start_bot};
 use support::fake_discord::{FakeDiscord, ALICE, BOB, CHANNEL, GUILD, MEMBER_PERMS};
 use support::fake_openai::{agent_reply, Expect, FakeOpenAi, Kind};
 use support::TestEnv;
@@ -81,16 +81,12 @@ async fn an_owner_narrows_the_server_policy_and_the_model_stops_seeing_denied_co
         answer(&discord, narrowed, true).await,
         "Network commands are now `deny` for this agent."
     );
-    discord
-        .wait_for("the thread to be told", WAIT, |d| {
-            d.messages_in(thread).into_iter().find(|m| {
-                m["content"]
-                    .as_str()
-                    .unwrap_or("")
-                    .contains("set network commands to `deny` for this agent.")
-            })
-        })
-        .await;
+    message_containing(
+        &discord,
+        thread,
+        "set network commands to `deny` for this agent.",
+    )
+    .await;
     let status = discord.slash(ALICE, &[], thread, "status", json!([]), json!({}));
     let text = answer(&discord, status, true).await;
     assert!(

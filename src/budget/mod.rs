@@ -10,11 +10,30 @@ use chrono::{DateTime, Utc};
 use governor::clock::Clock as GovernorClock;
 
 use crate::config::BudgetConfig;
-use crate::core::budget::{BudgetView, Micros, Price, AGENT_BUDGET_LABEL};
+use crate::core::budget::{format_usd, BudgetView, Micros, Price, AGENT_BUDGET_LABEL};
 use crate::core::state::{AgentState, Spender};
 use crate::store::{Store, StoreError};
 use ledger::{Account, Charge, Ledger, Refusal, Reservation};
 use pace::{PaceLimits, PaceRequest, Pacer, Wait};
+
+/// Who pays for a call: the agent, and through its spender its owner's and its server's budgets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Payer {
+    pub agent: String,
+    pub spender: Spender,
+    pub agent_limit: u64,
+}
+
+/// Why a metered call brought no result.
+#[derive(Debug)]
+pub enum Metered<E> {
+    /// No budget can pay for the call's worst case; the call was not made.
+    Refused(String),
+    /// The ledger could not be read or written; the call was not made.
+    Ledger(StoreError),
+    /// The call itself failed; its reservation was released.
+    Call(E),
+}
 
 /// The budgets that can be set per guild, by admins (`/agent budget set`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,6 +139,15 @@ impl Budgets {
 
     pub fn price(&self, model: &str) -> Price {
         self.config.price(model)
+    }
+
+    /// Who pays for this agent's calls, with its budget as it stands.
+    pub fn payer(&self, agent: &AgentState) -> Payer {
+        Payer {
+            agent: agent.id.clone(),
+            spender: agent.spender.clone(),
+            agent_limit: self.agent_limit(agent),
+        }
     }
 
     pub fn agent_limit(&self, state: &AgentState) -> Micros {
@@ -273,6 +301,55 @@ impl Budgets {
                 .map_err(|e| StoreError::Corrupt(format!("the flush task failed: {e}")))??;
         }
         Ok(reserved)
+    }
+
+    /// One paid call, start to end: its worst case reserved (durably) against every budget the
+    /// payer draws on, the call made, then settled at what it cost, at most the reservation, or
+    /// released if it failed. Chat calls and embedding calls both go through here, so the
+    /// ledger's rules live in one place.
+    pub async fn metered<T, E, Fut>(
+        &self,
+        payer: &Payer,
+        worst: Micros,
+        what: &str,
+        now: DateTime<Utc>,
+        call: impl FnOnce() -> Fut,
+        cost_of: impl FnOnce(&T) -> Micros,
+    ) -> Result<(T, Micros), Metered<E>>
+    where
+        Fut: std::future::Future<Output = Result<T, E>>,
+    {
+        let charges = self
+            .charges(&payer.agent, &payer.spender, payer.agent_limit, now)
+            .map_err(Metered::Ledger)?;
+        let reservation = match self
+            .reserve(&charges, worst, &payer.agent, what, now)
+            .await
+            .map_err(Metered::Ledger)?
+        {
+            Ok(reservation) => reservation,
+            Err(refusal) => return Err(Metered::Refused(refusal.to_string())),
+        };
+        match call().await {
+            Ok(value) => {
+                let cost = cost_of(&value);
+                if cost > reservation.amount {
+                    tracing::warn!(agent = %payer.agent, what, cost = %format_usd(cost), reserved = %format_usd(reservation.amount),
+                        "a call used more than its reservation; it is charged the reservation");
+                }
+                if let Err(e) = self.ledger.settle(reservation.id, cost) {
+                    // The reservation stays open and is settled at its worst case at the next start.
+                    tracing::error!(agent = %payer.agent, error = %e, "cannot settle a reservation");
+                }
+                Ok((value, cost.min(reservation.amount)))
+            }
+            Err(e) => {
+                if let Err(e) = self.ledger.release(reservation.id) {
+                    tracing::error!(agent = %payer.agent, error = %e, "cannot release a reservation");
+                }
+                Err(Metered::Call(e))
+            }
+        }
     }
 
     /// The pacing request for a call of this cost by this agent's spender.

@@ -11,11 +11,12 @@ use std::sync::{Arc, Mutex, RwLock};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::budget::Budgets;
+pub use crate::budget::Payer;
+use crate::budget::{Budgets, Metered};
 use crate::config::MemoryConfig;
 use crate::core::memory::{MemoryHit, MemorySource};
 use crate::core::prompt::TokenCounter;
-use crate::core::state::{AgentState, Spender};
+use crate::core::state::AgentState;
 use crate::llm::embed::{EmbedPurpose, Embedder};
 use crate::store::{decode, encode, Store, StoreError};
 use index::{HnswParams, VectorIndex};
@@ -52,14 +53,6 @@ pub enum MemoryError {
     Unknown(u64),
     #[error("the embedding has {got} dimensions but this agent's memories have {want}; the embedding model changed")]
     Dimension { got: usize, want: usize },
-}
-
-/// Who pays for an embedding call.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Payer {
-    pub agent: String,
-    pub spender: Spender,
-    pub agent_limit: u64,
 }
 
 /// An index shared by searches (read) and new memories (write; hnsw_rs inserts in place).
@@ -153,11 +146,7 @@ impl Memory {
     }
 
     pub fn payer(&self, agent: &AgentState) -> Payer {
-        Payer {
-            agent: agent.id.clone(),
-            spender: agent.spender.clone(),
-            agent_limit: self.budgets.agent_limit(agent),
-        }
+        self.budgets.payer(agent)
     }
 
     /// Embeds `texts`, with the worst case reserved in the ledger first and settled after.
@@ -170,32 +159,26 @@ impl Memory {
         let model = self.embedder.model(purpose).to_string();
         let price = self.budgets.price(&model);
         let tokens: u64 = texts.iter().map(|t| self.counter.count(t) as u64).sum();
-        let now = Utc::now();
-        let charges = self
-            .budgets
-            .charges(&payer.agent, &payer.spender, payer.agent_limit, now)?;
         let worst = price.cost(tokens, 0);
         let what = format!("{model} embeddings");
-        let reservation = match self
+        let embedded = self
             .budgets
-            .reserve(&charges, worst, &payer.agent, &what, now)
-            .await?
-        {
-            Ok(reservation) => reservation,
-            Err(refusal) => return Err(MemoryError::Budget(refusal.to_string())),
-        };
-        match self.embedder.embed(texts, purpose).await {
-            Ok(embedded) => {
-                let used = embedded.prompt_tokens.unwrap_or(tokens);
-                self.budgets
-                    .ledger()
-                    .settle(reservation.id, price.cost(used, 0))?;
-                Ok(embedded.vectors)
-            }
-            Err(e) => {
-                self.budgets.ledger().release(reservation.id)?;
-                Err(MemoryError::Embedding(e.to_string()))
-            }
+            .metered(
+                payer,
+                worst,
+                &what,
+                Utc::now(),
+                || self.embedder.embed(texts, purpose),
+                |embedded: &crate::llm::embed::Embedded| {
+                    price.cost(embedded.prompt_tokens.unwrap_or(tokens), 0)
+                },
+            )
+            .await;
+        match embedded {
+            Ok((embedded, _)) => Ok(embedded.vectors),
+            Err(Metered::Refused(why)) => Err(MemoryError::Budget(why)),
+            Err(Metered::Ledger(e)) => Err(e.into()),
+            Err(Metered::Call(e)) => Err(MemoryError::Embedding(e.to_string())),
         }
     }
 

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
-use crate::budget::Budgets;
+use crate::budget::{Budgets, Metered, Payer};
 use crate::config::Config;
-use crate::core::budget::{format_usd, Pacing};
+use crate::core::budget::Pacing;
 use crate::core::event::{CallPurpose, Decision, Effect, Event, ModelCall};
 use crate::core::history::{truncate_chars, Outcome};
 use crate::core::policy::Policy;
@@ -444,9 +444,7 @@ impl Actor {
             _ => self.state.settings.model.clone(),
         };
         let metered = MeteredCall {
-            agent: self.state.id.clone(),
-            spender: self.state.spender.clone(),
-            agent_limit: self.deps.budgets.agent_limit(&self.state),
+            payer: self.deps.budgets.payer(&self.state),
             prompt_tokens: (self.deps.counter.count_messages(&call.messages)
                 + call.json_schema.as_ref().map_or(0, |schema| {
                     // Structured-output schemas are read by the model too, and billed as input.
@@ -541,16 +539,14 @@ impl Actor {
 /// when it fails. Retries happen inside `complete`, under the same reservation, so a 429 storm
 /// is charged once.
 struct MeteredCall {
-    agent: String,
-    spender: crate::core::state::Spender,
-    agent_limit: u64,
+    payer: Payer,
     prompt_tokens: u64,
     price: crate::core::budget::Price,
     request: ChatRequest,
 }
 
 /// What came of a metered call.
-enum Metered {
+enum CallOutcome {
     Replied {
         text: String,
         usage: crate::core::event::Usage,
@@ -579,7 +575,7 @@ impl MeteredCall {
         };
         let what = format!("{} {:?}", self.request.model, purpose);
         match self.run(deps, &what, &on_wait).await {
-            Metered::Replied { text, usage, .. } => {
+            CallOutcome::Replied { text, usage, .. } => {
                 tracing::debug!(?purpose, content = %text, "model reply");
                 Event::ModelReplied {
                     seq,
@@ -588,12 +584,12 @@ impl MeteredCall {
                     usage: Some(usage),
                 }
             }
-            Metered::Refused(reason) => Event::CallRefused {
+            CallOutcome::Refused(reason) => Event::CallRefused {
                 seq,
                 purpose,
                 reason,
             },
-            Metered::Failed(error) => Event::ModelFailed {
+            CallOutcome::Failed(error) => Event::ModelFailed {
                 seq,
                 purpose,
                 error,
@@ -601,54 +597,41 @@ impl MeteredCall {
         }
     }
 
-    async fn run(self, deps: &Deps, what: &str, on_wait: &(dyn Fn(Pacing) + Sync)) -> Metered {
+    async fn run(self, deps: &Deps, what: &str, on_wait: &(dyn Fn(Pacing) + Sync)) -> CallOutcome {
         let worst = self
             .price
             .cost(self.prompt_tokens, self.request.max_tokens as u64);
         self.wait_for_pacer(deps, worst, on_wait).await;
-        let budgets = &deps.budgets;
-        let now = deps.clock.now();
-        let reserved = match budgets.charges(&self.agent, &self.spender, self.agent_limit, now) {
-            Ok(charges) => {
-                budgets
-                    .reserve(&charges, worst, &self.agent, what, now)
-                    .await
-            }
-            Err(e) => Err(e),
+        let (prompt_tokens, price) = (self.prompt_tokens, self.price);
+        let call = || async {
+            let reply = deps.model.complete(self.request).await?;
+            // A server that reports no usage is billed by our own count of what was exchanged.
+            let usage = reply.usage.unwrap_or_else(|| crate::core::event::Usage {
+                prompt_tokens,
+                completion_tokens: deps.counter.count(&reply.content) as u64,
+            });
+            Ok::<_, crate::llm::LlmError>((reply.content, usage))
         };
-        let reservation = match reserved {
-            Ok(Ok(reservation)) => reservation,
-            Ok(Err(refusal)) => return Metered::Refused(refusal.to_string()),
-            Err(e) => return Metered::Failed(format!("the spend ledger is unavailable: {e}")),
-        };
-        match deps.model.complete(self.request).await {
-            Ok(reply) => {
-                // A server that reports no usage is billed by our own count of what was exchanged.
-                let usage = reply.usage.unwrap_or_else(|| crate::core::event::Usage {
-                    prompt_tokens: self.prompt_tokens,
-                    completion_tokens: deps.counter.count(&reply.content) as u64,
-                });
-                let cost = self.price.cost_of(usage);
-                if cost > reservation.amount {
-                    tracing::warn!(agent = %self.agent, cost = %format_usd(cost), reserved = %format_usd(reservation.amount),
-                        "a call used more than its reservation; it is charged the reservation");
-                }
-                if let Err(e) = budgets.ledger().settle(reservation.id, cost) {
-                    // The reservation stays open and is settled at its worst case at the next start.
-                    tracing::error!(agent = %self.agent, error = %e, "cannot settle a reservation");
-                }
-                Metered::Replied {
-                    text: reply.content,
-                    usage,
-                    cost: cost.min(reservation.amount),
-                }
+        let paid = deps
+            .budgets
+            .metered(
+                &self.payer,
+                worst,
+                what,
+                deps.clock.now(),
+                call,
+                |(_, usage)| price.cost_of(*usage),
+            )
+            .await;
+        match paid {
+            Ok(((text, usage), cost)) => CallOutcome::Replied { text, usage, cost },
+            Err(Metered::Refused(reason)) => CallOutcome::Refused(reason),
+            Err(Metered::Ledger(e)) => {
+                CallOutcome::Failed(format!("the spend ledger is unavailable: {e}"))
             }
-            Err(error) => {
+            Err(Metered::Call(error)) => {
                 tracing::warn!(what, %error, "model call failed");
-                if let Err(e) = budgets.ledger().release(reservation.id) {
-                    tracing::error!(agent = %self.agent, error = %e, "cannot release a reservation");
-                }
-                Metered::Failed(error.to_string())
+                CallOutcome::Failed(error.to_string())
             }
         }
     }
@@ -656,7 +639,7 @@ impl MeteredCall {
     /// Passes the rate-limit gates one by one, waiting (on the clock seam) at a closed one.
     async fn wait_for_pacer(&self, deps: &Deps, worst: u64, on_wait: &(dyn Fn(Pacing) + Sync)) {
         let pacer = deps.budgets.pacer();
-        let request = Budgets::pace_request(&self.spender, worst);
+        let request = Budgets::pace_request(&self.payer.spender, worst);
         for gate in 0..pacer.gates() {
             while let Err(wait) = pacer.try_gate(gate, &request) {
                 let until = deps.clock.now()
@@ -683,9 +666,7 @@ impl AgentModel {
     fn metered(&self, messages: Vec<Message>, max_tokens: u32) -> MeteredCall {
         let model = self.agent.settings.model.clone();
         MeteredCall {
-            agent: self.agent.id.clone(),
-            spender: self.agent.spender.clone(),
-            agent_limit: self.deps.budgets.agent_limit(&self.agent),
+            payer: self.deps.budgets.payer(&self.agent),
             prompt_tokens: self.deps.counter.count_messages(&messages) as u64,
             price: self.deps.budgets.price(&model),
             request: ChatRequest {
@@ -709,9 +690,9 @@ impl crate::tools::ToolModel for AgentModel {
         let call = self.metered(messages, max_tokens);
         let what = format!("{} {what}", call.request.model);
         match call.run(&self.deps, &what, &|_| {}).await {
-            Metered::Replied { text, cost, .. } => Ok(crate::tools::ToolReply { text, cost }),
-            Metered::Refused(reason) => Err(format!("the budget cannot pay for it: {reason}")),
-            Metered::Failed(error) => Err(format!("the model call failed: {error}")),
+            CallOutcome::Replied { text, cost, .. } => Ok(crate::tools::ToolReply { text, cost }),
+            CallOutcome::Refused(reason) => Err(format!("the budget cannot pay for it: {reason}")),
+            CallOutcome::Failed(error) => Err(format!("the model call failed: {error}")),
         }
     }
 

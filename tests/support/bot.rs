@@ -88,3 +88,14 @@ pub async fn answer(discord: &FakeDiscord, interaction: u64, private: bool) -> S
 pub async fn ephemeral_text(discord: &FakeDiscord, interaction: u64) -> String {
     answer(discord, interaction, true).await
 }
+
+/// Waits for a message in `thread` whose text contains `needle`, and returns it.
+pub async fn message_containing(discord: &FakeDiscord, thread: u64, needle: &str) -> Value {
+    discord
+        .wait_for(&format!("a message containing {needle:?}"), WAIT, |d| {
+            d.messages_in(thread)
+                .into_iter()
+                .find(|m| m["content"].as_str().unwrap_or("").contains(needle))
+        })
+        .await
+}

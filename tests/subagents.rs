@@ -169,70 +169,16 @@ async fn sub_agents_live_bounded_and_paid_by_their_parent() {
 /// already did instead of creating a second sub-agent or paying for a second reply.
 #[tokio::test]
 async fn a_re_approved_sub_agent_command_is_not_run_twice() {
-    use async_trait::async_trait;
-    use autothread::core::prompt::Message;
-    use autothread::core::reply::CommandCall;
-    use autothread::tools::{Registry, ToolCtx, ToolModel, ToolReply};
+    use support::inproc::{run_tool, ToolFake};
 
-    #[derive(Default)]
-    struct Counting {
-        calls: Mutex<usize>,
-    }
-    #[async_trait]
-    impl ToolModel for Counting {
-        async fn complete(
-            &self,
-            _what: &str,
-            _messages: Vec<Message>,
-            _max_tokens: u32,
-        ) -> Result<ToolReply, String> {
-            *self.calls.lock().unwrap() += 1;
-            Ok(ToolReply {
-                text: "Hello.".into(),
-                cost: 10,
-            })
-        }
-        fn count(&self, messages: &[Message]) -> usize {
-            messages.iter().map(|m| m.content.len() / 4 + 4).sum()
-        }
-        fn context_tokens(&self) -> u32 {
-            4096
-        }
-    }
-    /// Runs one command for `state` as the runtime would, with `model` as the agent's model.
-    async fn run(
-        store: &Store,
-        model: &Counting,
-        state: &autothread::core::state::AgentState,
-        name: &str,
-        args: serde_json::Value,
-    ) -> Outcome {
-        let config = Config::default();
-        let surface = Recorder::default();
-        let ctx = ToolCtx {
-            agent: state,
-            store,
-            surface: &surface,
-            limits: &config.workspace,
-            memory: None,
-            model: Some(model),
-            web: None,
-            config: &config,
-        };
-        let call = CommandCall {
-            name: name.into(),
-            args: args.as_object().cloned().unwrap(),
-        };
-        Registry::for_config(&config).run(&call, &ctx).await.outcome
-    }
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
     let mut state = agent("crash0000001", "t", "m", false);
     state.cycle = 4;
-    let model = Counting::default();
+    let model = ToolFake::new(10, |_| "Hello.".to_string());
     let start = json!({"name": "Helper", "task": "t", "prompt": "Hi"});
-    let first = run(&store, &model, &state, "start_agent", start.clone()).await;
-    let again = run(&store, &model, &state, "start_agent", start).await;
+    let first = run_tool(&store, &model, &state, None, "start_agent", start.clone()).await;
+    let again = run_tool(&store, &model, &state, None, "start_agent", start).await;
     assert_eq!(first, again);
     assert!(first
         .text()
@@ -240,17 +186,33 @@ async fn a_re_approved_sub_agent_command_is_not_run_twice() {
     assert_eq!(store.subagents("crash0000001").unwrap().len(), 1);
     state.cycle = 5;
     let message = json!({"key": "1", "message": "How are you?"});
-    let first = run(&store, &model, &state, "message_agent", message.clone()).await;
-    let again = run(&store, &model, &state, "message_agent", message.clone()).await;
+    let first = run_tool(
+        &store,
+        &model,
+        &state,
+        None,
+        "message_agent",
+        message.clone(),
+    )
+    .await;
+    let again = run_tool(
+        &store,
+        &model,
+        &state,
+        None,
+        "message_agent",
+        message.clone(),
+    )
+    .await;
     assert_eq!(first, again);
     assert_eq!(
-        *model.calls.lock().unwrap(),
+        model.call_count(),
         2,
         "one start and one message were paid for"
     );
     // The same message in a later cycle is a new exchange.
     state.cycle = 6;
-    run(&store, &model, &state, "message_agent", message).await;
-    assert_eq!(*model.calls.lock().unwrap(), 3);
+    run_tool(&store, &model, &state, None, "message_agent", message).await;
+    assert_eq!(model.call_count(), 3);
     assert_eq!(store.subagents("crash0000001").unwrap()[0].spent, 30);
 }

@@ -11,13 +11,8 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use async_trait::async_trait;
 use autothread::config::{Config, SearchBackendKind, Secret, WebConfig};
-use autothread::core::prompt::Message;
-use autothread::core::reply::CommandCall;
-use autothread::core::state::AgentState;
 use autothread::store::Store;
-use autothread::tools::{Registry, ToolCtx, ToolModel, ToolReply};
 use autothread::web::fetch::FetchError;
 use autothread::web::guard::{Blocked, Lookup};
 use autothread::web::Web;
@@ -28,7 +23,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use serde_json::json;
-use support::inproc::Recorder;
+use support::inproc::{run_tool, Recorder, ToolFake};
 
 const DDG_PAGE: &str = include_str!("fixtures/web/duckduckgo.html");
 const SEARXNG_JSON: &str = include_str!("fixtures/web/searxng.json");
@@ -430,24 +425,11 @@ async fn pages_are_capped_and_only_text_is_read() {
 }
 
 /// Answers chunk questions by looking for the glacier's length, and combines notes by joining
-/// the useful ones; counts calls and what they cost.
-#[derive(Default)]
-struct ReadingModel {
-    calls: Mutex<Vec<Vec<Message>>>,
-}
-
-#[async_trait]
-impl ToolModel for ReadingModel {
-    async fn complete(
-        &self,
-        _what: &str,
-        messages: Vec<Message>,
-        _max_tokens: u32,
-    ) -> Result<ToolReply, String> {
-        let system = messages[0].content.clone();
-        let user = messages[1].content.clone();
-        self.calls.lock().unwrap().push(messages);
-        let text = if system.contains("notes taken from consecutive parts") {
+/// the useful ones.
+fn reading_model() -> ToolFake {
+    ToolFake::new(250, |messages| {
+        let (system, user) = (&messages[0].content, &messages[1].content);
+        if system.contains("notes taken from consecutive parts") {
             user.lines()
                 .filter(|l| l.contains("km"))
                 .collect::<Vec<_>>()
@@ -456,60 +438,20 @@ impl ToolModel for ReadingModel {
             "The Brimfjell glacier is 12.5 km long.".to_string()
         } else {
             "The text does not answer the question.".to_string()
-        };
-        Ok(ToolReply { text, cost: 250 })
-    }
-
-    fn count(&self, messages: &[Message]) -> usize {
-        messages.iter().map(|m| m.content.len() / 4 + 4).sum()
-    }
-
-    fn context_tokens(&self) -> u32 {
-        4096
-    }
+        }
+    })
 }
 
 async fn run_command(
     web: &Web,
-    model: &ReadingModel,
+    model: &ToolFake,
     name: &str,
     args: serde_json::Value,
 ) -> autothread::core::history::Outcome {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
-    let agent = AgentState::new(
-        "web0001".into(),
-        "t".into(),
-        None,
-        autothread::core::state::AgentSettings {
-            model: "m".into(),
-            continuous: false,
-            cycle_limit: 0,
-            budget: None,
-            policy: Default::default(),
-        },
-        chrono::Utc::now(),
-    );
-    let config = Config::default();
-    let registry = Registry::for_config(&config);
-    let valid = registry
-        .command_set()
-        .validate(&CommandCall {
-            name: name.into(),
-            args: args.as_object().cloned().unwrap(),
-        })
-        .unwrap();
-    let ctx = ToolCtx {
-        agent: &agent,
-        store: &store,
-        surface: &Recorder::default(),
-        limits: &config.workspace,
-        memory: None,
-        model: Some(model),
-        web: Some(web),
-        config: &config,
-    };
-    registry.run(&valid.call, &ctx).await.outcome
+    let state = support::inproc::agent("web0001", "t", "m", false);
+    run_tool(&store, model, &state, Some(web), name, args).await
 }
 
 #[tokio::test]
@@ -517,7 +459,7 @@ async fn read_webpage_answers_a_question_over_chunks_and_lists_links() {
     let server = serve().await;
     let port = server.port;
     let web = web(&web_config(port));
-    let model = ReadingModel::default();
+    let model = reading_model();
     let outcome = run_command(
         &web,
         &model,

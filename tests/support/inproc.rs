@@ -250,3 +250,89 @@ pub fn agent(id: &str, task: &str, model: &str, continuous: bool) -> AgentState 
     };
     state
 }
+
+/// The agent's model as commands see it, answering by rule: every call is kept, costs `cost`
+/// micro-dollars, and tokens are counted at four characters each.
+/// How a `ToolFake` answers the messages of one call.
+pub type Respond = Box<dyn Fn(&[autothread::core::prompt::Message]) -> String + Send + Sync>;
+
+pub struct ToolFake {
+    pub respond: Respond,
+    pub calls: Mutex<Vec<Vec<autothread::core::prompt::Message>>>,
+    pub cost: u64,
+}
+
+impl ToolFake {
+    pub fn new(
+        cost: u64,
+        respond: impl Fn(&[autothread::core::prompt::Message]) -> String + Send + Sync + 'static,
+    ) -> Self {
+        ToolFake {
+            respond: Box::new(respond),
+            calls: Mutex::new(Vec::new()),
+            cost,
+        }
+    }
+
+    pub fn call_count(&self) -> usize {
+        self.calls.lock().unwrap().len()
+    }
+}
+
+#[async_trait]
+impl autothread::tools::ToolModel for ToolFake {
+    async fn complete(
+        &self,
+        _what: &str,
+        messages: Vec<autothread::core::prompt::Message>,
+        _max_tokens: u32,
+    ) -> Result<autothread::tools::ToolReply, String> {
+        let text = (self.respond)(&messages);
+        self.calls.lock().unwrap().push(messages);
+        Ok(autothread::tools::ToolReply {
+            text,
+            cost: self.cost,
+        })
+    }
+
+    fn count(&self, messages: &[autothread::core::prompt::Message]) -> usize {
+        messages.iter().map(|m| m.content.len() / 4 + 4).sum()
+    }
+
+    fn context_tokens(&self) -> u32 {
+        4096
+    }
+}
+
+/// Runs one command for `state` as the runtime would (validated first, aliases mapped), with
+/// `model` as the agent's model and the default config but for `web`.
+pub async fn run_tool(
+    store: &autothread::store::Store,
+    model: &ToolFake,
+    state: &AgentState,
+    web: Option<&autothread::web::Web>,
+    name: &str,
+    args: serde_json::Value,
+) -> autothread::core::history::Outcome {
+    let config = autothread::config::Config::default();
+    let registry = autothread::tools::Registry::for_config(&config);
+    let valid = registry
+        .command_set()
+        .validate(&autothread::core::reply::CommandCall {
+            name: name.into(),
+            args: args.as_object().cloned().unwrap(),
+        })
+        .unwrap();
+    let surface = Recorder::default();
+    let ctx = autothread::tools::ToolCtx {
+        agent: state,
+        store,
+        surface: &surface,
+        limits: &config.workspace,
+        memory: None,
+        model: Some(model),
+        web,
+        config: &config,
+    };
+    registry.run(&valid.call, &ctx).await.outcome
+}

@@ -164,6 +164,7 @@ async fn serve() -> Server {
             "/to-intranet",
             get(redirect(format!("http://intranet.test:{port}/glacier"))),
         )
+        .route("/chain", get(redirect("/to-loopback".into())))
         .route("/hop1", get(redirect("/hop2".into())))
         .route(
             "/hop2",
@@ -323,7 +324,7 @@ async fn the_guard_refuses_private_targets_after_redirects_and_by_name() {
     assert_eq!(page.url.path(), "/glacier");
 
     let refused = [
-        ("/to-loopback", "127.0.0.1 is a private or reserved address"),
+        ("/chain", "127.0.0.1 is a private or reserved address"),
         (
             "/to-metadata",
             "169.254.169.254 is a private or reserved address",

@@ -13,6 +13,11 @@ use autothread::core::reply::parse_reply;
 use autothread::llm::openai::OpenAiChat;
 use autothread::llm::{ChatModel, ChatRequest};
 
+/// The chat server answers one request at a time, so tests that run at once only queue behind
+/// each other, and slowly (measured here: the four tests took 333 s at once and 107 s in turn);
+/// they take turns.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn chat_base() -> Option<String> {
     match std::env::var("OPENAI_CHAT_BASE") {
         Ok(url) if !url.is_empty() => Some(url),
@@ -26,6 +31,7 @@ fn chat_base() -> Option<String> {
 #[tokio::test]
 async fn json_schema_output_from_a_real_server_parses_as_an_agent_reply() {
     let Some(base) = chat_base() else { return };
+    let _turn = ONE_AT_A_TIME.lock().await;
     let chat = OpenAiChat::new(&LlmConfig {
         base_url: base,
         model: "smollm2".into(),
@@ -55,7 +61,9 @@ async fn json_schema_output_from_a_real_server_parses_as_an_agent_reply() {
                     Message::system("You are an agent. Reply with JSON: thoughts and one command (write_file or finish)."),
                     Message::user("Write hello into a.txt."),
                 ],
-                max_tokens: 1500,
+                // Six thoughts of at most 500 characters and a command fit in about 900 tokens;
+                // the cap bounds how long a rambling sample holds the one-slot server.
+                max_tokens: 900,
                 json_schema: Some(registry.command_set().reply_schema()),
             })
             .await
@@ -86,6 +94,7 @@ async fn json_schema_output_from_a_real_server_parses_as_an_agent_reply() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_console_cycles_against_the_real_server() {
     let Some(base) = chat_base() else { return };
+    let _turn = ONE_AT_A_TIME.lock().await;
     let env = support::TestEnv::new(
         &base,
         "timeout_secs = 180\n[llm.models.\"smollm2\"]\ncontext_tokens = 4096\nmax_tokens = 1500",
@@ -187,10 +196,11 @@ async fn read_webpage_reads_a_local_page_in_chunks_with_the_real_model() {
     use std::sync::Mutex;
 
     let Some(base) = chat_base() else { return };
+    let _turn = ONE_AT_A_TIME.lock().await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let filler =
-        "The valley has been surveyed for a century and its records fill many volumes. ".repeat(8);
+        "The valley has been surveyed for a century and its records fill many volumes. ".repeat(5);
     let page = format!(
         "<html><head><title>Glaciers</title></head><body><article><h1>Glaciers</h1><p>{filler}</p><p>The Brimfjell glacier is 12.5 km long.</p><p>{filler}</p></article></body></html>"
     );
@@ -220,7 +230,8 @@ async fn read_webpage_reads_a_local_page_in_chunks_with_the_real_model() {
                 .complete(ChatRequest {
                     model: "smollm2".into(),
                     messages,
-                    max_tokens: max_tokens.min(120),
+                    // Short answers keep the test quick; the plumbing is judged, not the answer.
+                    max_tokens: max_tokens.min(40),
                     json_schema: None,
                 })
                 .await

@@ -61,10 +61,12 @@ async fn console_memories_are_written_searched_forgotten_and_pinned() {
     let (ok, out, err) = run.finish(WAIT).await;
     assert!(ok, "{out}{err}");
     let id = created_agent_id(&out);
-    // Passages were embedded with the passage model, searches with the query model.
-    let embedded = openai.embedded();
-    assert!(embedded.iter().any(|(model, _)| model == "fake-passage"));
-    assert!(embedded.iter().any(|(model, _)| model == "fake-query"));
+    // Passages were embedded with the passage model. (Whether a cycle's recall already used the
+    // query model depends on whether the previous cycle's memory was written by then.)
+    assert!(openai
+        .embedded()
+        .iter()
+        .any(|(model, _)| model == "fake-passage"));
 
     let (ok, out, err) = env
         .run(&["memory", "search", &id, "when does the ferry to Skye leave"])
@@ -72,6 +74,11 @@ async fn console_memories_are_written_searched_forgotten_and_pinned() {
     assert!(ok, "{out}{err}");
     let first = out.lines().next().unwrap_or("");
     assert!(first.contains("cycle 1  cycle"), "{out}");
+    // Searches embed with the query model.
+    assert!(openai
+        .embedded()
+        .iter()
+        .any(|(model, _)| model == "fake-query"));
     let fact_id = result_id(&out, "7:40");
     let other_id = result_id(&out, "Cycle 2:");
 

@@ -34,6 +34,16 @@ fn article(bytes: usize) -> String {
     body
 }
 
+/// A fetched HTML page holding `html`, as the fetcher would hand it over.
+fn html_page(html: String) -> Page {
+    Page {
+        url: "https://example.org/survey".parse().unwrap(),
+        kind: PageKind::Html,
+        body: html,
+        truncated: false,
+    }
+}
+
 fn summary(mut samples: Vec<Duration>) -> String {
     samples.sort();
     let mean = samples.iter().sum::<Duration>() / samples.len() as u32;
@@ -90,12 +100,7 @@ async fn run() {
     let sizes = [100 * 1024, 1024 * 1024, 2 * 1024 * 1024];
     for size in sizes {
         let html = article(size);
-        let page = Page {
-            url: "https://example.org/survey".parse().unwrap(),
-            kind: PageKind::Html,
-            body: html,
-            truncated: false,
-        };
+        let page = html_page(html);
         let rounds = if size > 1_000_000 { 5 } else { 20 };
         let mut samples = Vec::new();
         let mut text_len = 0;
@@ -161,12 +166,7 @@ async fn run() {
     };
     for size in [10 * 1024, 50 * 1024, 100 * 1024, 1024 * 1024] {
         let html = article(size);
-        let page = Page {
-            url: "https://example.org/survey".parse().unwrap(),
-            kind: PageKind::Html,
-            body: html,
-            truncated: false,
-        };
+        let page = html_page(html);
         let text_chars = readable(&page, 20).text.chars().count();
         *model.calls.lock().unwrap() = 0;
         let started = Instant::now();

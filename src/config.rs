@@ -424,6 +424,11 @@ pub struct GuildPolicy {
 }
 
 impl PolicyConfig {
+    /// The policy of the server an agent lives in.
+    pub fn for_agent(&self, agent: &crate::core::state::AgentState) -> Policy {
+        self.for_guild(agent.spender.guild.as_deref())
+    }
+
     /// The policy of one server (`None`: the console, or an agent outside any server).
     pub fn for_guild(&self, guild: Option<&str>) -> Policy {
         let mut policy = Policy {

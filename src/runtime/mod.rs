@@ -144,7 +144,7 @@ pub fn start(
     };
     let actor = Actor {
         last_result_shown: state.episodes.last().map(|e| e.cycle).unwrap_or(0),
-        policy: deps.config.policy.for_guild(state.spender.guild.as_deref()),
+        policy: deps.config.policy.for_agent(&state),
         state,
         deps,
         handle: handle.clone(),
@@ -509,8 +509,8 @@ impl Actor {
         let handle = self.handle.clone();
         self.tasks.spawn(async move {
             let model = AgentModel {
-                deps: deps.clone(),
-                agent: agent.clone(),
+                deps: &deps,
+                agent: &agent,
             };
             let ctx = ToolCtx {
                 agent: &agent,
@@ -657,16 +657,16 @@ impl MeteredCall {
 
 /// The model as a command uses it (reading a page, a sub-agent's reply): the agent's model,
 /// metered and charged to the agent exactly like its own calls.
-struct AgentModel {
-    deps: Deps,
-    agent: AgentState,
+struct AgentModel<'a> {
+    deps: &'a Deps,
+    agent: &'a AgentState,
 }
 
-impl AgentModel {
+impl AgentModel<'_> {
     fn metered(&self, messages: Vec<Message>, max_tokens: u32) -> MeteredCall {
         let model = self.agent.settings.model.clone();
         MeteredCall {
-            payer: self.deps.budgets.payer(&self.agent),
+            payer: self.deps.budgets.payer(self.agent),
             prompt_tokens: self.deps.counter.count_messages(&messages) as u64,
             price: self.deps.budgets.price(&model),
             request: ChatRequest {
@@ -680,7 +680,7 @@ impl AgentModel {
 }
 
 #[async_trait::async_trait]
-impl crate::tools::ToolModel for AgentModel {
+impl crate::tools::ToolModel for AgentModel<'_> {
     async fn complete(
         &self,
         what: &str,
@@ -689,7 +689,7 @@ impl crate::tools::ToolModel for AgentModel {
     ) -> Result<crate::tools::ToolReply, String> {
         let call = self.metered(messages, max_tokens);
         let what = format!("{} {what}", call.request.model);
-        match call.run(&self.deps, &what, &|_| {}).await {
+        match call.run(self.deps, &what, &|_| {}).await {
             CallOutcome::Replied { text, cost, .. } => Ok(crate::tools::ToolReply { text, cost }),
             CallOutcome::Refused(reason) => Err(format!("the budget cannot pay for it: {reason}")),
             CallOutcome::Failed(error) => Err(format!("the model call failed: {error}")),

@@ -718,7 +718,7 @@ async fn status(ctx: Ctx<'_>) -> Result<(), Error> {
     let policy = data
         .config
         .policy
-        .for_guild(state.spender.guild.as_deref())
+        .for_agent(&state)
         .describe(&state.settings.policy)
         .join(", ");
     let subagents = data.store.subagents(&state.id)?;
@@ -796,11 +796,7 @@ async fn policy_show(ctx: Ctx<'_>) -> Result<(), Error> {
     let Some((_, state)) = thread_agent(ctx).await? else {
         return Ok(());
     };
-    let server = ctx
-        .data()
-        .config
-        .policy
-        .for_guild(state.spender.guild.as_deref());
+    let server = ctx.data().config.policy.for_agent(&state);
     let lines = server.describe(&state.settings.policy);
     reply(
         ctx,
@@ -846,11 +842,7 @@ async fn policy_set(
         ActionChoice::Deny => Some(ClassAction::Deny),
         ActionChoice::ServerDefault => None,
     };
-    let server = ctx
-        .data()
-        .config
-        .policy
-        .for_guild(state.spender.guild.as_deref());
+    let server = ctx.data().config.policy.for_agent(&state);
     if let Some(action) = action {
         if let Err(why) = server.check_narrowing(risk, action) {
             return reply(ctx, why, true).await;

@@ -5,7 +5,7 @@
 //!
 //! Run with `cargo bench --bench cycle`.
 
-#[path = "../tests/support/fake_openai.rs"]
+#[path = "../tests/it/support/fake_openai.rs"]
 #[allow(dead_code)]
 mod fake_openai;
 

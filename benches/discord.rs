@@ -6,7 +6,7 @@
 //!
 //! Run with `cargo bench --bench discord`.
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/it/support/mod.rs"]
 mod support;
 
 use std::time::{Duration, Instant};

@@ -7,25 +7,22 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 
-use crate::budget::Budgets;
+use crate::app::{open_store, App};
+use crate::clock::SystemClock;
 use crate::config::{process_env, Config};
 use crate::core::budget::{format_usd, usd_to_micros};
 use crate::core::commands::Risk;
 use crate::core::event::Event;
 use crate::core::history::truncate_chars;
 use crate::core::policy::ClassAction;
-use crate::core::state::{AgentSettings, AgentState, PauseReason, Phase, Profile, Spender};
+use crate::core::state::{AgentState, PauseReason, Phase, Profile, Spender};
+use crate::runtime;
+use crate::service::{AgentService, NewAgent};
+use crate::store::Store;
+use crate::surface::console::ConsoleSurface;
 
 /// Who pays for console agents: the terminal's user, whose daily budget applies to them all.
 const CONSOLE_USER: &str = "console";
-use crate::llm::openai::OpenAiChat;
-use crate::llm::tokens::TiktokenCounter;
-use crate::runtime::clock::{Clock, SystemClock};
-use crate::runtime::{self, Deps};
-use crate::store::Store;
-use crate::surface::console::ConsoleSurface;
-use crate::surface::Surface;
-use crate::tools::Registry;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -149,28 +146,6 @@ fn parse_policy(text: &str) -> Result<(Risk, Option<ClassAction>), String> {
     Ok((risk, Some(action)))
 }
 
-/// Applies `--policy` to an agent, refusing anything looser than the configured policy.
-fn apply_policy_args(
-    state: &mut AgentState,
-    config: &Config,
-    wanted: &[(Risk, Option<ClassAction>)],
-) -> anyhow::Result<()> {
-    let base = config.policy.for_guild(None);
-    for (risk, action) in wanted {
-        match action {
-            Some(action) => {
-                base.check_narrowing(*risk, *action)
-                    .map_err(anyhow::Error::msg)?;
-                state.settings.policy.insert(*risk, *action);
-            }
-            None => {
-                state.settings.policy.remove(risk);
-            }
-        }
-    }
-    Ok(())
-}
-
 fn parse_budget(text: &str) -> Result<f64, String> {
     let usd: f64 = text
         .trim()
@@ -198,20 +173,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         config.validate()?;
     }
-    let open_store = |config: &Config| -> anyhow::Result<Store> {
-        let dir = config.data_dir()?;
-        Store::open(&dir).with_context(|| format!("cannot open the store in {}", dir.display()))
-    };
     match cli.command {
-        CliCommand::Console(args) => {
-            let store = open_store(&config)?;
-            settle_crashed_calls(&store)?;
-            console(config, store, args).await
-        }
+        CliCommand::Console(args) => console(config, args).await,
         CliCommand::Run => {
-            let store = open_store(&config)?;
-            settle_crashed_calls(&store)?;
-            crate::surface::discord::bot::run(config, store).await?;
+            let app = App::open(config)?;
+            if let Some(note) = app.settle_crashed_calls()? {
+                println!("{note}");
+            }
+            crate::surface::discord::client::run(app).await?;
             Ok(ExitCode::SUCCESS)
         }
         CliCommand::List => {
@@ -224,13 +193,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         CliCommand::Budget { id } => {
-            let store = open_store(&config)?;
-            print_budget(&store, &config, id.as_deref())?;
+            print_budget(&App::open(config)?, id.as_deref())?;
             Ok(ExitCode::SUCCESS)
         }
         CliCommand::Memory { action } => {
-            let store = open_store(&config)?;
-            memory_command(&store, &config, action).await?;
+            memory_command(&App::open(config)?, action).await?;
             Ok(ExitCode::SUCCESS)
         }
         CliCommand::Migrate => {
@@ -249,20 +216,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Reservations left open by a crash are charged at their worst case before any agent runs, so
-/// a call that may have been billed is never forgotten.
-fn settle_crashed_calls(store: &Store) -> anyhow::Result<()> {
-    let settled = crate::budget::ledger::Ledger::new(store)?.settle_unsettled()?;
-    if !settled.is_empty() {
-        let total: u64 = settled.iter().map(|r| r.amount).sum();
-        println!(
-            "Settled {} model call(s) interrupted by a crash at their worst case ({}).",
-            settled.len(),
-            crate::core::budget::format_usd(total)
-        );
-        store.flush_blocking()?;
-    }
-    Ok(())
+/// The agent a prefix names, loaded from the store.
+fn load_agent(store: &Store, prefix: &str) -> anyhow::Result<AgentState> {
+    let id = store.resolve_agent(prefix)?;
+    store
+        .load_agent(&id)?
+        .with_context(|| format!("agent {id} vanished from the store"))
 }
 
 fn task_with_goals(task: Option<&str>, goals: &[String]) -> anyhow::Result<String> {
@@ -285,15 +244,25 @@ fn task_with_goals(task: Option<&str>, goals: &[String]) -> anyhow::Result<Strin
     Ok(text)
 }
 
-async fn console(config: Config, store: Store, args: ConsoleArgs) -> anyhow::Result<ExitCode> {
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+async fn console(config: Config, args: ConsoleArgs) -> anyhow::Result<ExitCode> {
+    let store = open_store(&config)?;
+    let resumed = match &args.resume {
+        Some(prefix) => Some(load_agent(&store, prefix)?),
+        None => None,
+    };
+    // Tokens are counted with the tokenizer of the model the agent actually uses.
+    let counter_model = resumed
+        .as_ref()
+        .map(|state| state.settings.model.clone())
+        .unwrap_or_else(|| config.llm.model.clone());
+    let app = App::build_for_model(config, store, Arc::new(SystemClock), &counter_model)?;
+    if let Some(note) = app.settle_crashed_calls()? {
+        println!("{note}");
+    }
+    let agents = app.agents();
     let surface = Arc::new(ConsoleSurface::stdin());
-    let (state, first) = match &args.resume {
-        Some(prefix) => {
-            let id = store.resolve_agent(prefix)?;
-            let mut state = store
-                .load_agent(&id)?
-                .with_context(|| format!("agent {id} vanished from the store"))?;
+    let (state, first) = match resumed {
+        Some(mut state) => {
             state.settings.continuous = args.continuous;
             if let Some(usd) = args.budget {
                 state.settings.budget = Some(usd_to_micros(usd));
@@ -301,7 +270,7 @@ async fn console(config: Config, store: Store, args: ConsoleArgs) -> anyhow::Res
             if let Some(limit) = args.limit {
                 state.settings.cycle_limit = limit;
             }
-            apply_policy_args(&mut state, &config, &args.policy)?;
+            agents.narrow_policy(&mut state, &args.policy)?;
             let first = match &state.phase {
                 Phase::Finished { .. } => {
                     let follow_up = match &args.task {
@@ -328,7 +297,7 @@ async fn console(config: Config, store: Store, args: ConsoleArgs) -> anyhow::Res
                     follow_up: args.task.clone(),
                 },
                 _ => Event::Recovered {
-                    interrupted: runtime::was_interrupted(&store, &state)?,
+                    interrupted: runtime::was_interrupted(&app.store, &state)?,
                 },
             };
             println!(
@@ -351,33 +320,29 @@ async fn console(config: Config, store: Store, args: ConsoleArgs) -> anyhow::Res
                     constraints: Vec::new(),
                 }
             });
-            let id = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
-            let state = AgentState::new(
-                id,
-                task,
-                profile,
-                AgentSettings {
-                    model: config.llm.model.clone(),
-                    continuous: args.continuous,
-                    cycle_limit: args.limit.unwrap_or(config.agent.cycle_limit),
+            let mut state = agents.new_agent(
+                AgentService::new_agent_id(),
+                NewAgent {
+                    task,
+                    profile,
                     budget: args.budget.map(usd_to_micros),
-                    policy: Default::default(),
+                    continuous: args.continuous,
+                    cycle_limit: args.limit,
+                    spender: Spender {
+                        user: Some(CONSOLE_USER.into()),
+                        guild: None,
+                    },
+                    ..NewAgent::default()
                 },
-                clock.now(),
             );
-            let mut state = state;
-            apply_policy_args(&mut state, &config, &args.policy)?;
-            state.spender = Spender {
-                user: Some(CONSOLE_USER.into()),
-                guild: None,
-            };
-            store.commit(&crate::store::Commit {
+            agents.narrow_policy(&mut state, &args.policy)?;
+            app.store.commit(&crate::store::Commit {
                 state: Some(&state),
                 ..Default::default()
             })?;
-            store.flush().await?;
+            app.store.flush().await?;
             if args.continuous {
-                let base = config.policy.for_guild(None);
+                let base = app.config.policy.for_agent(&state);
                 let automatic: Vec<&str> = crate::core::policy::ALL_RISKS
                     .into_iter()
                     .filter(|risk| {
@@ -397,27 +362,7 @@ async fn console(config: Config, store: Store, args: ConsoleArgs) -> anyhow::Res
             (state, Event::Start)
         }
     };
-    let counter = TiktokenCounter::for_model(&state.settings.model);
-    counter.warm_up();
-    let counter = Arc::new(counter);
-    let model = Arc::new(OpenAiChat::new(&config.llm)?);
-    let budgets = Arc::new(Budgets::new(&store, &config.budget)?);
-    let memory =
-        crate::memory::Memory::from_config(&store, &config, budgets.clone(), counter.clone())?;
-    let web = crate::web::Web::for_config(&config)?;
-    let deps = Deps {
-        store: store.clone(),
-        model,
-        tools: Arc::new(Registry::for_config(&config)),
-        surface: surface.clone() as Arc<dyn Surface>,
-        config: Arc::new(config),
-        counter,
-        clock,
-        budgets,
-        memory,
-        web,
-    };
-    let (handle, actor) = runtime::start(state, first, deps);
+    let (handle, actor) = runtime::start(state, first, app.deps(surface.clone()));
     let mut actor = actor;
     let finished = tokio::select! {
         result = &mut actor => result,
@@ -428,7 +373,7 @@ async fn console(config: Config, store: Store, args: ConsoleArgs) -> anyhow::Res
         }
     };
     let state = finished.context("the agent task stopped unexpectedly")??;
-    store.flush().await?;
+    app.store.flush().await?;
     Ok(match &state.phase {
         Phase::Finished { .. } => ExitCode::SUCCESS,
         Phase::Paused(PauseReason::ModelError { .. } | PauseReason::InvalidReplies { .. }) => {
@@ -438,21 +383,13 @@ async fn console(config: Config, store: Store, args: ConsoleArgs) -> anyhow::Res
     })
 }
 
-async fn memory_command(
-    store: &Store,
-    config: &Config,
-    action: MemoryAction,
-) -> anyhow::Result<()> {
-    let counter = Arc::new(TiktokenCounter::for_model(&config.llm.model));
-    let budgets = Arc::new(Budgets::new(store, &config.budget)?);
-    let memory = crate::memory::Memory::from_config(store, config, budgets, counter)?
+async fn memory_command(app: &App, action: MemoryAction) -> anyhow::Result<()> {
+    let store = &app.store;
+    let memory = app
+        .memory
+        .as_ref()
         .context("long-term memory is switched off (memory.enabled = false)")?;
-    let agent_of = |prefix: &str| -> anyhow::Result<AgentState> {
-        let id = store.resolve_agent(prefix)?;
-        store
-            .load_agent(&id)?
-            .with_context(|| format!("agent {id} vanished from the store"))
-    };
+    let agent_of = |prefix: &str| load_agent(store, prefix);
     match action {
         MemoryAction::Search { id, query, k } => {
             let agent = agent_of(&id)?;
@@ -495,15 +432,12 @@ async fn memory_command(
     Ok(())
 }
 
-fn print_budget(store: &Store, config: &Config, prefix: Option<&str>) -> anyhow::Result<()> {
-    let budgets = Budgets::new(store, &config.budget)?;
-    let now = SystemClock.now();
+fn print_budget(app: &App, prefix: Option<&str>) -> anyhow::Result<()> {
+    let budgets = &app.budgets;
+    let now = app.clock.now();
     let (agent, spender, limit) = match prefix {
         Some(prefix) => {
-            let id = store.resolve_agent(prefix)?;
-            let state = store
-                .load_agent(&id)?
-                .with_context(|| format!("agent {id} vanished from the store"))?;
+            let state = load_agent(&app.store, prefix)?;
             println!(
                 "Agent {} ({}), model {}:",
                 state.id,
@@ -530,7 +464,7 @@ fn print_budget(store: &Store, config: &Config, prefix: Option<&str>) -> anyhow:
             .unwrap_or_else(|| "no limit".into());
         println!(
             "  {:<28} {} spent ({} µ$) of {limit}; {} reserved ({} µ$)",
-            line.label,
+            line.kind.label(),
             format_usd(line.account.spent),
             line.account.spent,
             format_usd(line.account.reserved),
@@ -565,10 +499,8 @@ fn list(store: &Store) -> anyhow::Result<()> {
 }
 
 fn export(store: &Store, prefix: &str, out: &Path) -> anyhow::Result<()> {
-    let id = store.resolve_agent(prefix)?;
-    let state = store
-        .load_agent(&id)?
-        .with_context(|| format!("agent {id} vanished from the store"))?;
+    let state = load_agent(store, prefix)?;
+    let id = state.id.clone();
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let transcript = out.join("transcript.md");
     std::fs::write(&transcript, crate::export::transcript(store, &state)?)

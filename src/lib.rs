@@ -11,17 +11,23 @@
 //! - [`runtime`]: one actor per live agent; carries out the effects `step` returns.
 //! - [`surface`]: where humans see and decide: the console and Discord.
 //! - [`export`]: transcripts and workspace archives for people.
+//! - [`service`]: the rules both surfaces apply: caps, who may set which budget, policy narrowing.
+//! - [`app`]: the composition root every entry point builds its services with.
+//! - [`clock`]: the one place time is read.
 //! - [`config`]: `bot.toml` plus environment, validated once; secrets redacted.
 //! - [`cli`]: the `autothread` command line.
 
+pub mod app;
 pub mod budget;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod core;
 pub mod export;
 pub mod llm;
 pub mod memory;
 pub mod runtime;
+pub mod service;
 pub mod store;
 pub mod surface;
 pub mod tools;

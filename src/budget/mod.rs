@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use governor::clock::Clock as GovernorClock;
 
 use crate::config::BudgetConfig;
-use crate::core::budget::{format_usd, BudgetView, Micros, Price, AGENT_BUDGET_LABEL};
+use crate::core::budget::{format_usd, BudgetKind, BudgetView, Micros, Price};
 use crate::core::state::{AgentState, Spender};
 use crate::store::{Store, StoreError};
 use ledger::{Account, Charge, Ledger, Refusal, Reservation};
@@ -69,7 +69,7 @@ where
 /// One budget as `/agent budget` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BudgetLine {
-    pub label: String,
+    pub kind: BudgetKind,
     pub account: Account,
     pub limit: Option<Micros>,
 }
@@ -203,33 +203,53 @@ impl Budgets {
         agent_limit: Micros,
         now: DateTime<Utc>,
     ) -> Result<Vec<Charge>, StoreError> {
-        let mut charges = vec![Charge {
-            account: Budgets::agent_account(agent),
-            limit: Some(agent_limit),
-            label: AGENT_BUDGET_LABEL.into(),
-        }];
+        Ok(self
+            .budgets_of(agent, spender, agent_limit, now)?
+            .into_iter()
+            .map(|(_, charge)| charge)
+            .collect())
+    }
+
+    /// The charges of a call, each with the kind of budget it is.
+    fn budgets_of(
+        &self,
+        agent: &str,
+        spender: &Spender,
+        agent_limit: Micros,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<(BudgetKind, Charge)>, StoreError> {
+        let charge = |kind: BudgetKind, account: String, limit: Option<Micros>| {
+            let label = kind.label().to_string();
+            (
+                kind,
+                Charge {
+                    account,
+                    limit,
+                    label,
+                },
+            )
+        };
+        let mut charges = vec![charge(
+            BudgetKind::Agent,
+            Budgets::agent_account(agent),
+            Some(agent_limit),
+        )];
         let guild = spender.guild.as_deref().unwrap_or("-");
         if let Some(user) = &spender.user {
-            charges.push(Charge {
-                account: format!("user/{guild}/{user}/{}", day(now)),
-                limit: match &spender.guild {
-                    Some(g) => self.limit(LimitScope::UserDaily, g, Some(user))?,
-                    None => configured(self.config.user_daily_usd),
-                },
-                label: "the owner's daily budget".into(),
-            });
+            let limit = match &spender.guild {
+                Some(g) => self.limit(LimitScope::UserDaily, g, Some(user))?,
+                None => configured(self.config.user_daily_usd),
+            };
+            let account = format!("user/{guild}/{user}/{}", day(now));
+            charges.push(charge(BudgetKind::OwnerDaily, account, limit));
         }
         if let Some(g) = &spender.guild {
-            charges.push(Charge {
-                account: format!("guild/{g}/day/{}", day(now)),
-                limit: self.limit(LimitScope::GuildDaily, g, None)?,
-                label: "the server's daily budget".into(),
-            });
-            charges.push(Charge {
-                account: format!("guild/{g}/month/{}", month(now)),
-                limit: self.limit(LimitScope::GuildMonthly, g, None)?,
-                label: "the server's monthly budget".into(),
-            });
+            let daily = self.limit(LimitScope::GuildDaily, g, None)?;
+            let account = format!("guild/{g}/day/{}", day(now));
+            charges.push(charge(BudgetKind::GuildDaily, account, daily));
+            let monthly = self.limit(LimitScope::GuildMonthly, g, None)?;
+            let account = format!("guild/{g}/month/{}", month(now));
+            charges.push(charge(BudgetKind::GuildMonthly, account, monthly));
         }
         Ok(charges)
     }
@@ -242,12 +262,12 @@ impl Budgets {
         agent_limit: Micros,
         now: DateTime<Utc>,
     ) -> Result<Vec<BudgetLine>, StoreError> {
-        self.charges(agent, spender, agent_limit, now)?
+        self.budgets_of(agent, spender, agent_limit, now)?
             .into_iter()
-            .map(|charge| {
+            .map(|(kind, charge)| {
                 Ok(BudgetLine {
                     account: self.ledger.account(&charge.account)?,
-                    label: charge.label,
+                    kind,
                     limit: charge.limit,
                 })
             })
@@ -269,10 +289,10 @@ impl Budgets {
             .iter()
             .filter_map(|l| {
                 l.limit
-                    .map(|limit| (limit.saturating_sub(l.account.committed()), l.label.clone()))
+                    .map(|limit| (limit.saturating_sub(l.account.committed()), l.kind))
             })
             .min_by_key(|(left, _)| *left)
-            .unwrap_or((u64::MAX, String::new()));
+            .unwrap_or((u64::MAX, BudgetKind::Agent));
         Ok(BudgetView {
             price: self.price(&state.settings.model),
             agent_limit,

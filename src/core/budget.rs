@@ -81,8 +81,8 @@ pub struct BudgetView {
     /// What the tightest applicable budget (the agent's, its owner's day, the server's day or month)
     /// still allows.
     pub remaining: Micros,
-    /// Which budget `remaining` comes from, in words ("the agent's budget", "your daily budget").
-    pub tightest: String,
+    /// Which budget `remaining` comes from.
+    pub tightest: BudgetKind,
     /// From this share of the agent's budget on, unattended runs stop (AutoGPT has no such cap).
     pub soft_cap_percent: u8,
 }
@@ -109,7 +109,7 @@ impl BudgetView {
             self.soft_cap_percent,
             format_usd(self.remaining),
             format_usd(self.agent_limit),
-            self.tightest
+            self.tightest.label()
         )
     }
 
@@ -146,8 +146,26 @@ pub struct SpendNote {
     pub limited_by: Option<String>,
 }
 
-/// How the agent's own budget is named in a [`BudgetView`].
-pub const AGENT_BUDGET_LABEL: &str = "the agent's budget";
+/// The budgets a call is charged to: the agent's own, its owner's day, its server's day and month.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BudgetKind {
+    Agent,
+    OwnerDaily,
+    GuildDaily,
+    GuildMonthly,
+}
+
+impl BudgetKind {
+    /// How the budget is named to people, in the middle of a sentence.
+    pub fn label(self) -> &'static str {
+        match self {
+            BudgetKind::Agent => "the agent's budget",
+            BudgetKind::OwnerDaily => "the owner's daily budget",
+            BudgetKind::GuildDaily => "the server's daily budget",
+            BudgetKind::GuildMonthly => "the server's monthly budget",
+        }
+    }
+}
 
 impl SpendNote {
     /// The next step's cost from the last prompt's size: likely with the agent's average reply
@@ -168,7 +186,8 @@ impl SpendNote {
             remaining: view.remaining,
             agent_limit: view.agent_limit,
             agent_used: view.agent_used,
-            limited_by: (view.tightest != AGENT_BUDGET_LABEL).then(|| view.tightest.clone()),
+            limited_by: (view.tightest != BudgetKind::Agent)
+                .then(|| view.tightest.label().to_string()),
         }
     }
 
@@ -217,7 +236,7 @@ mod tests {
             agent_limit: limit,
             agent_used: limit - remaining,
             remaining,
-            tightest: "the agent's budget".into(),
+            tightest: BudgetKind::Agent,
             soft_cap_percent: 80,
         }
     }
@@ -311,7 +330,7 @@ mod tests {
         let first = SpendNote::estimate(&v, 10_000, None, 1000);
         assert_eq!(first.next_step_likely, 1500 + 300);
         let daily = BudgetView {
-            tightest: "the owner's daily budget".into(),
+            tightest: BudgetKind::OwnerDaily,
             remaining: 50_000,
             ..v
         };

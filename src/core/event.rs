@@ -32,6 +32,9 @@ pub struct Usage {
     pub completion_tokens: u64,
 }
 
+/// The most commands one Approve ×N may approve, on every surface (and for `continuous:N`).
+pub const APPROVE_N_MAX: u32 = 100;
+
 /// A human's answer to a proposal.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Decision {

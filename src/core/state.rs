@@ -280,6 +280,37 @@ impl AgentState {
     pub fn last_episode(&self) -> Option<&Episode> {
         self.episodes.last()
     }
+
+    /// Whether the agent waits for a decision on the proposal of `cycle`: the one question every
+    /// click, form and thread message asks before deciding.
+    pub fn awaits_decision_on(&self, cycle: u64) -> bool {
+        self.phase == Phase::AwaitingDecision && self.pending_cycle() == Some(cycle)
+    }
+
+    /// What a running command may know of its agent.
+    pub fn view(&self) -> AgentView {
+        AgentView {
+            id: self.id.clone(),
+            name: self.name().to_string(),
+            cycle: self.cycle,
+            model: self.settings.model.clone(),
+        }
+    }
+
+    /// The cycle of the proposal on the table, if any.
+    pub fn pending_cycle(&self) -> Option<u64> {
+        self.pending.as_ref().map(|p| p.cycle)
+    }
+}
+
+/// An agent as a running command and `ask_user` see it: who it is and which step it is on,
+/// without its history (which commands have no use for, and which would be copied per command).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentView {
+    pub id: String,
+    pub name: String,
+    pub cycle: u64,
+    pub model: String,
 }
 
 #[cfg(test)]

@@ -692,9 +692,7 @@ fn on_decision(
     by: String,
     fx: &mut Vec<Effect>,
 ) {
-    let current = state.phase == Phase::AwaitingDecision
-        && state.pending.as_ref().map(|p| p.cycle) == Some(cycle);
-    if !current {
+    if !state.awaits_decision_on(cycle) {
         fx.push(Effect::Rejected(
             "this proposal is no longer pending".to_string(),
         ));

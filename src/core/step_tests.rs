@@ -787,7 +787,7 @@ fn budget_view(remaining: u64) -> BudgetView {
         agent_limit: 1_000_000,
         agent_used: 1_000_000u64.saturating_sub(remaining),
         remaining,
-        tightest: "the agent's budget".into(),
+        tightest: crate::core::budget::BudgetKind::Agent,
         soft_cap_percent: 80,
     }
 }

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::budget::Payer;
 use crate::budget::{Budgets, Metered};
+use crate::clock::{Clock, SystemClock};
 use crate::config::MemoryConfig;
 use crate::core::memory::{MemoryHit, MemorySource};
 use crate::core::prompt::TokenCounter;
@@ -81,6 +82,7 @@ pub struct Memory {
     counter: Arc<dyn TokenCounter>,
     config: MemoryConfig,
     cache: Mutex<Cache>,
+    clock: Arc<dyn Clock>,
 }
 
 fn key(agent: &str, id: u64) -> Vec<u8> {
@@ -122,7 +124,14 @@ impl Memory {
             counter,
             config: config.clone(),
             cache: Mutex::new(Cache::default()),
+            clock: Arc::new(SystemClock),
         })
+    }
+
+    /// Reads time (the ledger's day, a memory's date) from `clock` instead of the system's.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// The memory service the config asks for: `None` when memory is off.
@@ -131,18 +140,16 @@ impl Memory {
         config: &crate::config::Config,
         budgets: Arc<Budgets>,
         counter: Arc<dyn TokenCounter>,
+        clock: Arc<dyn Clock>,
     ) -> anyhow::Result<Option<Arc<Memory>>> {
         if !config.memory.enabled {
             return Ok(None);
         }
         let embedder = crate::llm::embed::OpenAiEmbedder::new(&config.llm, &config.memory)?;
-        Ok(Some(Arc::new(Memory::new(
-            store,
-            Arc::new(embedder),
-            budgets,
-            counter,
-            &config.memory,
-        )?)))
+        Ok(Some(Arc::new(
+            Memory::new(store, Arc::new(embedder), budgets, counter, &config.memory)?
+                .with_clock(clock),
+        )))
     }
 
     pub fn payer(&self, agent: &AgentState) -> Payer {
@@ -167,7 +174,7 @@ impl Memory {
                 payer,
                 worst,
                 &what,
-                Utc::now(),
+                self.clock.now(),
                 || self.embedder.embed(texts, purpose),
                 |embedded: &crate::llm::embed::Embedded| {
                     price.cost(embedded.prompt_tokens.unwrap_or(tokens), 0)
@@ -198,7 +205,7 @@ impl Memory {
             cycle,
             source,
             text: text.to_string(),
-            created_at: Utc::now(),
+            created_at: self.clock.now(),
             pinned: false,
             forgotten: false,
         };

@@ -1,8 +1,10 @@
 //! The runtime: one actor task per live agent owns its state, feeds events through `core::step`,
 //! stores the result, then carries out the effects (model calls, commands, surface output).
 
-pub mod clock;
 pub mod supervisor;
+mod surface;
+
+pub use surface::Surface;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -11,6 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
 use crate::budget::{Budgets, Metered, Payer};
+use crate::clock::Clock;
 use crate::config::Config;
 use crate::core::budget::Pacing;
 use crate::core::event::{CallPurpose, Decision, Effect, Event, ModelCall};
@@ -18,19 +21,42 @@ use crate::core::history::{truncate_chars, Outcome};
 use crate::core::policy::Policy;
 use crate::core::prompt::{ContextLimits, Message, PromptExtras, TokenCounter};
 use crate::core::reply::CommandCall;
-use crate::core::state::{AgentState, Phase};
+use crate::core::state::{AgentState, AgentView, Phase};
 use crate::core::step::{step, StepCtx};
 use crate::llm::{ChatModel, ChatRequest};
 use crate::store::{Commit, DecisionRecord, JournalEntry, Store, StoreError, WorkspaceOp};
-use crate::surface::Surface;
-use crate::tools::{Registry, ToolCtx};
-use clock::Clock;
+use crate::tools::{AgentFiles, AskUser, Registry, SubAgents, ToolCtx};
+
+/// Why a decision was not applied. Its `Display` is the sentence shown to the person who
+/// decided, on every surface.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecideError {
+    /// Someone else's decision for this cycle came first.
+    #[error("This proposal is no longer pending: already decided by {by}.")]
+    AlreadyDecided { by: String },
+    /// The card is for a cycle the agent is no longer waiting on.
+    #[error("This proposal is no longer pending.")]
+    NotPending,
+    /// No actor runs for the agent (it rests, or it stopped before answering).
+    #[error("The agent is no longer running.")]
+    NotRunning,
+    /// The compare-and-swap could not be written; trying again may work.
+    #[error("The decision could not be stored; try again.")]
+    Storage,
+}
+
+impl DecideError {
+    /// Whether trying the same decision again could succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, DecideError::Storage)
+    }
+}
 
 /// Messages an agent's actor receives.
 pub enum ActorMsg {
     Event {
         event: Event,
-        reply: Option<oneshot::Sender<Result<(), String>>>,
+        reply: Option<oneshot::Sender<Result<(), DecideError>>>,
     },
     /// A command finished; its staged workspace changes travel with it.
     Executed {
@@ -59,7 +85,12 @@ impl AgentHandle {
     }
 
     /// Delivers a decision; the answer says whether it was applied, or why not (stale, already decided).
-    pub async fn decide(&self, cycle: u64, decision: Decision, by: &str) -> Result<(), String> {
+    pub async fn decide(
+        &self,
+        cycle: u64,
+        decision: Decision,
+        by: &str,
+    ) -> Result<(), DecideError> {
         let (reply, answer) = oneshot::channel();
         let event = Event::Decided {
             cycle,
@@ -74,11 +105,9 @@ impl AgentHandle {
             })
             .is_err()
         {
-            return Err("the agent is no longer running".into());
+            return Err(DecideError::NotRunning);
         }
-        answer
-            .await
-            .unwrap_or_else(|_| Err("the agent stopped before deciding".into()))
+        answer.await.unwrap_or(Err(DecideError::NotRunning))
     }
 }
 
@@ -213,7 +242,7 @@ impl Actor {
     async fn apply(
         &mut self,
         event: Event,
-        reply: Option<oneshot::Sender<Result<(), String>>>,
+        reply: Option<oneshot::Sender<Result<(), DecideError>>>,
         executed: Option<Executed>,
     ) -> Result<(), RuntimeError> {
         if let Event::Decided {
@@ -299,7 +328,10 @@ impl Actor {
             }
         }
         if let Some(reply) = reply {
-            let _ = reply.send(rejection.map_or(Ok(()), Err));
+            // Only decisions carry a reply, and `step` rejects a decision only when its cycle is
+            // not the pending one (which `claim_decision` normally catches first).
+            let answer = rejection.map_or(Ok(()), |_| Err(DecideError::NotPending));
+            let _ = reply.send(answer);
         } else if let Some(why) = rejection {
             self.deps.surface.notify(&self.state, &why).await;
         }
@@ -307,14 +339,12 @@ impl Actor {
     }
 
     /// The compare-and-swap on (agent, cycle): only the first decision for a cycle is applied.
-    fn claim_decision(&self, cycle: u64, decision: &Decision, by: &str) -> Result<(), String> {
-        let pending = self.state.phase == Phase::AwaitingDecision
-            && self.state.pending.as_ref().map(|p| p.cycle) == Some(cycle);
-        if !pending {
+    fn claim_decision(&self, cycle: u64, decision: &Decision, by: &str) -> Result<(), DecideError> {
+        if !self.state.awaits_decision_on(cycle) {
             // Tell a late clicker who won, when the card they clicked was decided by someone else.
             return Err(match self.deps.store.decision(&self.state.id, cycle) {
-                Ok(Some(winner)) => format!("already decided by {}", winner.by),
-                _ => "this proposal is no longer pending".into(),
+                Ok(Some(winner)) => DecideError::AlreadyDecided { by: winner.by },
+                _ => DecideError::NotPending,
             });
         }
         let record = DecisionRecord {
@@ -328,10 +358,10 @@ impl Actor {
             .record_decision(&self.state.id, cycle, &record)
         {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(winner)) => Err(format!("already decided by {}", winner.by)),
+            Ok(Err(winner)) => Err(DecideError::AlreadyDecided { by: winner.by }),
             Err(e) => {
                 tracing::error!(agent = %self.state.id, error = %e, "cannot record a decision");
-                Err("the decision could not be stored; try again".into())
+                Err(DecideError::Storage)
             }
         }
     }
@@ -366,6 +396,7 @@ impl Actor {
             proposal,
             journal_done,
             workspace,
+            at: self.deps.clock.now(),
         })?;
         if durable {
             self.deps.store.flush().await?;
@@ -410,7 +441,7 @@ impl Actor {
             Effect::Execute { cycle, call, .. } => {
                 self.deps
                     .store
-                    .journal_executing(&self.state.id, cycle, &call)
+                    .journal_executing(&self.state.id, cycle, &call, self.deps.clock.now())
                     .await?;
                 self.execute(cycle, call);
             }
@@ -505,22 +536,32 @@ impl Actor {
 
     fn execute(&mut self, cycle: u64, call: CommandCall) {
         let deps = self.deps.clone();
-        let agent = self.state.clone();
+        // Commands see their agent through a view: no copy of its history per command.
+        let agent = self.state.view();
+        let payer = deps.budgets.payer(&self.state);
         let handle = self.handle.clone();
         self.tasks.spawn(async move {
             let model = AgentModel {
                 deps: &deps,
+                model: agent.model.clone(),
+                payer: payer.clone(),
+            };
+            let ask_user = SurfaceQuestions {
+                surface: deps.surface.as_ref(),
                 agent: &agent,
             };
             let ctx = ToolCtx {
                 agent: &agent,
-                store: &deps.store,
-                surface: deps.surface.as_ref(),
+                now: deps.clock.now(),
+                payer: &payer,
+                workspace: AgentFiles::new(&deps.store, &agent.id),
+                subagents: SubAgents::new(&deps.store, &agent.id),
+                ask_user: &ask_user,
                 limits: &deps.config.workspace,
+                subagent_limits: &deps.config.subagents,
                 memory: deps.memory.as_deref(),
                 model: Some(&model),
                 web: deps.web.as_deref(),
-                config: &deps.config,
             };
             let output = deps.tools.run(&call, &ctx).await;
             let outcome = cap_output(output.outcome, deps.config.workspace.max_output_chars);
@@ -531,6 +572,19 @@ impl Actor {
                 ops: output.ops,
             });
         });
+    }
+}
+
+/// `ask_user` as commands see it: the question goes to the agent's surface.
+struct SurfaceQuestions<'a> {
+    surface: &'a dyn Surface,
+    agent: &'a AgentView,
+}
+
+#[async_trait::async_trait]
+impl AskUser for SurfaceQuestions<'_> {
+    async fn ask(&self, question: &str) -> Result<String, String> {
+        self.surface.ask_user(self.agent, question).await
     }
 }
 
@@ -659,14 +713,15 @@ impl MeteredCall {
 /// metered and charged to the agent exactly like its own calls.
 struct AgentModel<'a> {
     deps: &'a Deps,
-    agent: &'a AgentState,
+    model: String,
+    payer: Payer,
 }
 
 impl AgentModel<'_> {
     fn metered(&self, messages: Vec<Message>, max_tokens: u32) -> MeteredCall {
-        let model = self.agent.settings.model.clone();
+        let model = self.model.clone();
         MeteredCall {
-            payer: self.deps.budgets.payer(self.agent),
+            payer: self.payer.clone(),
             prompt_tokens: self.deps.counter.count_messages(&messages) as u64,
             price: self.deps.budgets.price(&model),
             request: ChatRequest {
@@ -701,11 +756,7 @@ impl crate::tools::ToolModel for AgentModel<'_> {
     }
 
     fn context_tokens(&self) -> u32 {
-        self.deps
-            .config
-            .llm
-            .model_spec(&self.agent.settings.model)
-            .context_tokens
+        self.deps.config.llm.model_spec(&self.model).context_tokens
     }
 }
 

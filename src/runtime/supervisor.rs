@@ -9,7 +9,16 @@ use crate::core::event::{Decision, Event};
 use crate::core::state::AgentState;
 use crate::store::{Commit, StoreError};
 
-use super::{start, was_interrupted, AgentHandle, Deps};
+use super::{start, was_interrupted, AgentHandle, DecideError, Deps};
+
+/// Why an event could not be delivered.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error("no agent {0}")]
+    NoSuchAgent(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
 
 struct Live {
     handle: AgentHandle,
@@ -82,7 +91,7 @@ impl Supervisor {
     }
 
     /// Delivers an event; a resting agent is loaded from the store and started with it.
-    pub fn send(&self, agent: &str, event: Event) -> Result<(), String> {
+    pub fn send(&self, agent: &str, event: Event) -> Result<(), SendError> {
         if let Some(handle) = self.live_handle(agent) {
             if handle.try_send(event.clone()) {
                 return Ok(());
@@ -91,9 +100,8 @@ impl Supervisor {
         let state = self
             .deps
             .store
-            .load_agent(agent)
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("no agent {agent}"))?;
+            .load_agent(agent)?
+            .ok_or_else(|| SendError::NoSuchAgent(agent.to_string()))?;
         self.spawn(state, event);
         Ok(())
     }
@@ -105,10 +113,10 @@ impl Supervisor {
         cycle: u64,
         decision: Decision,
         by: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), DecideError> {
         match self.live_handle(agent) {
             Some(handle) => handle.decide(cycle, decision, by).await,
-            None => Err("this proposal is no longer pending".into()),
+            None => Err(DecideError::NotPending),
         }
     }
 

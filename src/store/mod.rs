@@ -142,6 +142,8 @@ pub struct Commit<'a> {
     pub proposal: Option<&'a Proposal>,
     pub journal_done: Option<(u64, CommandCall, &'a Outcome)>,
     pub workspace: Vec<WorkspaceOp>,
+    /// When the commit happens, from the runtime's clock: the journal's `done` time.
+    pub at: DateTime<Utc>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -265,7 +267,7 @@ impl Store {
     }
 
     pub fn commit(&self, commit: &Commit<'_>) -> Result<(), StoreError> {
-        let now = Utc::now();
+        let now = commit.at;
         (
             &self.agents,
             &self.episodes,
@@ -320,10 +322,11 @@ impl Store {
         agent: &str,
         cycle: u64,
         call: &CommandCall,
+        at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         let entry = JournalEntry::Executing {
             call: call.clone(),
-            started_at: Utc::now(),
+            started_at: at,
         };
         self.journal
             .insert(cycle_key(agent, cycle), encode(&entry)?)?;
@@ -636,7 +639,10 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(store.journal_entry("j1", 1).unwrap(), None);
-        store.journal_executing("j1", 1, &call).await.unwrap();
+        store
+            .journal_executing("j1", 1, &call, Utc::now())
+            .await
+            .unwrap();
         assert!(matches!(
             store.journal_entry("j1", 1).unwrap(),
             Some(JournalEntry::Executing { .. })

@@ -8,11 +8,10 @@ use async_trait::async_trait;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader, Lines};
 use tokio::sync::Mutex;
 
-use super::Surface;
-use crate::core::event::Decision;
+use crate::core::event::{Decision, APPROVE_N_MAX};
 use crate::core::history::{Episode, Outcome};
-use crate::core::state::{AgentState, PauseReason, Proposal};
-use crate::runtime::AgentHandle;
+use crate::core::state::{AgentState, AgentView, PauseReason, Proposal};
+use crate::runtime::{AgentHandle, Surface};
 
 type LineSource = Lines<BufReader<Box<dyn AsyncRead + Send + Unpin>>>;
 
@@ -40,10 +39,12 @@ pub fn parse_input(line: &str) -> ConsoleInput {
     }
     if let Some(rest) = lower.strip_prefix("y -") {
         return match rest.trim().parse::<u32>() {
-            Ok(n) if (1..=1000).contains(&n) => ConsoleInput::Decision(Decision::ApproveN(n)),
-            _ => ConsoleInput::Invalid(
-                "Use 'y -N' with N a number from 1 to 1000, e.g. 'y -3'.".into(),
-            ),
+            Ok(n) if (1..=APPROVE_N_MAX).contains(&n) => {
+                ConsoleInput::Decision(Decision::ApproveN(n))
+            }
+            _ => ConsoleInput::Invalid(format!(
+                "Use 'y -N' with N a number from 1 to {APPROVE_N_MAX}, e.g. 'y -3'."
+            )),
         };
     }
     ConsoleInput::Decision(Decision::Feedback(text.to_string()))
@@ -199,7 +200,7 @@ impl Surface for ConsoleSurface {
                         print_flush(&format!("Not applied: {why}\n"));
                         // Only this prompt decides this cycle, so a refusal that is not about a
                         // stale proposal (a storage hiccup) is worth another try.
-                        if why.contains("no longer") || why.contains("stopped") {
+                        if !why.is_retryable() {
                             break;
                         }
                     }
@@ -251,8 +252,8 @@ impl Surface for ConsoleSurface {
         ));
     }
 
-    async fn ask_user(&self, agent: &AgentState, question: &str) -> Result<String, String> {
-        let prompt = format!("\nQUESTION from {}: {question}\nAnswer: ", agent.name());
+    async fn ask_user(&self, agent: &AgentView, question: &str) -> Result<String, String> {
+        let prompt = format!("\nQUESTION from {}: {question}\nAnswer: ", agent.name);
         match self.read_line(&prompt).await {
             Some(answer) => Ok(answer.trim().to_string()),
             None => Err("no answer (end of input)".into()),
@@ -282,6 +283,8 @@ mod tests {
             assert_eq!(parse_input(line), expected, "{line:?}");
         }
         assert!(matches!(parse_input("y -0"), ConsoleInput::Invalid(_)));
+        let over = format!("y -{}", APPROVE_N_MAX + 1);
+        assert!(matches!(parse_input(&over), ConsoleInput::Invalid(_)));
         assert!(matches!(parse_input("y -x"), ConsoleInput::Invalid(_)));
     }
 }

@@ -6,7 +6,6 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use chrono::Utc;
 
 use super::{str_arg, Command, ToolCtx, ToolModel, ToolOutput};
 use crate::core::commands::{ArgType, CommandSpec, Risk};
@@ -72,7 +71,7 @@ fn fit_chat(
 /// Sends the chat, records the reply and its cost, saves the sub-agent, returns the reply.
 async fn converse(ctx: &ToolCtx<'_>, record: &mut SubAgentRecord) -> Result<String, String> {
     let model = ctx.model.ok_or("No model is available for sub-agents.")?;
-    let config = &ctx.config.subagents;
+    let config = &ctx.subagent_limits;
     let budget = (model.context_tokens() as usize).saturating_sub(config.reply_max_tokens as usize);
     let chat = fit_chat(&record.messages, config.max_messages, budget, model);
     if chat.len() < 2 {
@@ -92,8 +91,8 @@ async fn converse(ctx: &ToolCtx<'_>, record: &mut SubAgentRecord) -> Result<Stri
     if excess > 0 {
         record.messages.drain(1..1 + excess);
     }
-    ctx.store
-        .save_subagent(&ctx.agent.id, record)
+    ctx.subagents
+        .save(record)
         .map_err(|e| format!("The sub-agent's reply could not be saved: {e}"))?;
     Ok(text)
 }
@@ -122,7 +121,7 @@ impl Command for StartAgent {
         if name.is_empty() || prompt.is_empty() {
             return ToolOutput::error("A sub-agent needs a name and a first prompt.");
         }
-        let existing = match ctx.store.subagents(&ctx.agent.id) {
+        let existing = match ctx.subagents.all() {
             Ok(list) => list,
             Err(e) => return ToolOutput::error(format!("The sub-agents could not be read: {e}")),
         };
@@ -138,13 +137,13 @@ impl Command for StartAgent {
             ));
         }
         let live = existing.len();
-        let max = ctx.config.subagents.max_per_agent;
+        let max = ctx.subagent_limits.max_per_agent;
         if live >= max {
             return ToolOutput::error(format!(
                 "You already have {live} sub-agents, the most allowed; delete one with delete_agent first."
             ));
         }
-        let key = match ctx.store.next_subagent_key(&ctx.agent.id) {
+        let key = match ctx.subagents.next_key() {
             Ok(key) => key,
             Err(e) => return ToolOutput::error(format!("No key for a sub-agent: {e}")),
         };
@@ -156,7 +155,7 @@ impl Command for StartAgent {
             spent: 0,
             started_cycle: ctx.agent.cycle,
             last_cycle: 0,
-            created_at: Utc::now(),
+            created_at: ctx.now,
         };
         match converse(ctx, &mut record).await {
             Ok(reply) => ToolOutput::success(format!(
@@ -187,7 +186,7 @@ impl Command for MessageAgent {
         if message.is_empty() {
             return ToolOutput::error("The message is empty.");
         }
-        let mut record = match ctx.store.subagent(&ctx.agent.id, key) {
+        let mut record = match ctx.subagents.get(key) {
             Ok(Some(record)) => record,
             Ok(None) => return ToolOutput::error(no_such_agent(ctx, key)),
             Err(e) => return ToolOutput::error(format!("The sub-agent could not be read: {e}")),
@@ -218,8 +217,8 @@ impl Command for MessageAgent {
 
 fn no_such_agent(ctx: &ToolCtx<'_>, key: &str) -> String {
     let keys: Vec<String> = ctx
-        .store
-        .subagents(&ctx.agent.id)
+        .subagents
+        .all()
         .unwrap_or_default()
         .into_iter()
         .map(|r| r.key)
@@ -243,7 +242,7 @@ impl Command for ListAgents {
     }
 
     async fn run(&self, _call: &CommandCall, ctx: &ToolCtx<'_>) -> ToolOutput {
-        match ctx.store.subagents(&ctx.agent.id) {
+        match ctx.subagents.all() {
             Ok(list) if list.is_empty() => ToolOutput::success("You have no sub-agents."),
             Ok(list) => {
                 let lines: Vec<String> = list
@@ -271,7 +270,7 @@ impl Command for DeleteAgent {
 
     async fn run(&self, call: &CommandCall, ctx: &ToolCtx<'_>) -> ToolOutput {
         let key = str_arg(call, "key").trim();
-        match ctx.store.delete_subagent(&ctx.agent.id, key) {
+        match ctx.subagents.delete(key) {
             Ok(true) => ToolOutput::success(format!("Agent {key} deleted.")),
             Ok(false) => ToolOutput::error(no_such_agent(ctx, key)),
             Err(e) => ToolOutput::error(format!("The sub-agent could not be deleted: {e}")),

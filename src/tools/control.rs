@@ -27,11 +27,7 @@ impl Command for AskUser {
     }
 
     async fn run(&self, call: &CommandCall, ctx: &ToolCtx<'_>) -> ToolOutput {
-        match ctx
-            .surface
-            .ask_user(ctx.agent, str_arg(call, "question"))
-            .await
-        {
+        match ctx.ask_user.ask(str_arg(call, "question")).await {
             Ok(answer) => ToolOutput::success(format!("The user's answer: {answer}")),
             Err(why) => ToolOutput::error(format!("The user could not be asked: {why}")),
         }

@@ -22,8 +22,8 @@ pub fn commands() -> Vec<Arc<dyn Command>> {
 }
 
 fn existing(ctx: &ToolCtx<'_>, path: &str) -> Result<Option<Vec<u8>>, ToolOutput> {
-    ctx.store
-        .read_file(&ctx.agent.id, path)
+    ctx.workspace
+        .read(path)
         .map_err(|e| ToolOutput::error(format!("The workspace could not be read: {e}")))
 }
 
@@ -36,8 +36,8 @@ fn check_sizes(ctx: &ToolCtx<'_>, path: &str, new_len: u64) -> Result<(), ToolOu
         )));
     }
     let files = ctx
-        .store
-        .list_files(&ctx.agent.id)
+        .workspace
+        .list()
         .map_err(|e| ToolOutput::error(format!("The workspace could not be read: {e}")))?;
     let others: u64 = files
         .iter()
@@ -225,7 +225,7 @@ impl Command for ListFolder {
             Ok(f) => f,
             Err(why) => return ToolOutput::error(format!("Invalid path: {why}")),
         };
-        let files = match ctx.store.list_files(&ctx.agent.id) {
+        let files = match ctx.workspace.list() {
             Ok(files) => files,
             Err(e) => return ToolOutput::error(format!("The workspace could not be read: {e}")),
         };
@@ -255,42 +255,22 @@ impl Command for ListFolder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::budget::Payer;
+    use crate::config::SubagentConfig;
     use crate::config::WorkspaceConfig;
     use crate::core::history::Outcome;
-    use crate::core::state::{AgentState, PauseReason, Proposal};
-    use crate::runtime::AgentHandle;
+    use crate::core::state::{AgentState, AgentView};
     use crate::store::{Commit, Store};
-    use crate::surface::Surface;
+    use crate::tools::{AgentFiles, AskUser, SubAgents};
     use serde_json::json;
 
-    /// File commands never talk to the humans; any call here is a bug.
-    struct NoSurface;
+    /// File commands never talk to the humans; any question here is a bug.
+    struct NoHumans;
 
     #[async_trait]
-    impl Surface for NoSurface {
-        async fn show_profile(&self, _: &AgentState) {
-            unreachable!("file commands do not use the surface")
-        }
-        async fn show_proposal(&self, _: &AgentState, _: &Proposal, _: bool) {
-            unreachable!("file commands do not use the surface")
-        }
-        async fn request_decision(&self, _: &AgentState, _: &Proposal, _: AgentHandle) {
-            unreachable!("file commands do not use the surface")
-        }
-        async fn show_result(&self, _: &AgentState, _: &crate::core::history::Episode) {
-            unreachable!("file commands do not use the surface")
-        }
-        async fn notify(&self, _: &AgentState, _: &str) {
-            unreachable!("file commands do not use the surface")
-        }
-        async fn paused(&self, _: &AgentState, _: &PauseReason) {
-            unreachable!("file commands do not use the surface")
-        }
-        async fn finished(&self, _: &AgentState, _: &str) {
-            unreachable!("file commands do not use the surface")
-        }
-        async fn ask_user(&self, _: &AgentState, _: &str) -> Result<String, String> {
-            unreachable!("file commands do not use the surface")
+    impl AskUser for NoHumans {
+        async fn ask(&self, _: &str) -> Result<String, String> {
+            unreachable!("file commands do not ask the user")
         }
     }
 
@@ -324,15 +304,24 @@ mod tests {
                 name: name.into(),
                 args: args.as_object().cloned().unwrap(),
             };
+            let agent: AgentView = self.agent.view();
+            let payer = Payer {
+                agent: agent.id.clone(),
+                spender: Default::default(),
+                agent_limit: 0,
+            };
             let ctx = ToolCtx {
-                agent: &self.agent,
-                store: &self.store,
-                surface: &NoSurface,
+                agent: &agent,
+                now: self.agent.created_at,
+                payer: &payer,
+                workspace: AgentFiles::new(&self.store, &agent.id),
+                subagents: SubAgents::new(&self.store, &agent.id),
+                ask_user: &NoHumans,
                 limits: &self.limits,
+                subagent_limits: &SubagentConfig::default(),
                 memory: None,
                 model: None,
                 web: None,
-                config: &crate::config::Config::default(),
             };
             let command = commands()
                 .into_iter()

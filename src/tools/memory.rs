@@ -40,9 +40,8 @@ impl Command for MemoryAdd {
             return ToolOutput::error("Nothing to remember: the string is empty.");
         }
         let fact = truncate_chars(fact, MAX_FACT_CHARS);
-        let payer = memory.payer(ctx.agent);
         match memory
-            .remember(&payer, ctx.agent.cycle, MemorySource::Command, &fact)
+            .remember(ctx.payer, ctx.agent.cycle, MemorySource::Command, &fact)
             .await
         {
             Ok(id) => ToolOutput::success(format!("Saved to memory (id {id}).")),

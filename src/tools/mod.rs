@@ -12,26 +12,97 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::config::{AgentConfig, WorkspaceConfig};
+use crate::budget::Payer;
+use crate::config::{AgentConfig, SubagentConfig, WorkspaceConfig};
 use crate::core::commands::{CommandSet, CommandSpec};
 use crate::core::history::Outcome;
 use crate::core::reply::CommandCall;
-use crate::core::state::AgentState;
-use crate::store::{Store, WorkspaceOp};
-use crate::surface::Surface;
+use crate::core::state::AgentView;
+use crate::store::{Store, StoreError, SubAgentRecord, WorkspaceOp};
 
-/// What a command may use while it runs.
+/// What a command may use while it runs: views of its own agent only, never the whole store,
+/// config or surface, and nothing of the agent's history.
 pub struct ToolCtx<'a> {
-    pub agent: &'a AgentState,
-    pub store: &'a Store,
-    pub surface: &'a dyn Surface,
+    /// Which agent runs the command, at which cycle.
+    pub agent: &'a AgentView,
+    /// When the command started, read from the runtime's clock.
+    pub now: chrono::DateTime<chrono::Utc>,
+    /// Who pays for what the command spends (embeddings, model calls).
+    pub payer: &'a Payer,
+    /// The agent's files as committed so far; commands change them only through `WorkspaceOp`s.
+    pub workspace: AgentFiles<'a>,
+    /// The agent's sub-agents.
+    pub subagents: SubAgents<'a>,
+    /// The humans, for `ask_user`.
+    pub ask_user: &'a dyn AskUser,
     pub limits: &'a WorkspaceConfig,
+    pub subagent_limits: &'a SubagentConfig,
     pub memory: Option<&'a crate::memory::Memory>,
     /// The agent's model, for commands that need it (reading a page, sub-agents).
     pub model: Option<&'a dyn ToolModel>,
     /// Web search and fetching; `None` when the web commands are off.
     pub web: Option<&'a crate::web::Web>,
-    pub config: &'a crate::config::Config,
+}
+
+/// The `ask_user` seam: a question to the humans, answered in text (or why nobody can answer).
+#[async_trait]
+pub trait AskUser: Send + Sync {
+    async fn ask(&self, question: &str) -> Result<String, String>;
+}
+
+/// One agent's workspace files, read-only.
+#[derive(Clone, Copy)]
+pub struct AgentFiles<'a> {
+    store: &'a Store,
+    agent: &'a str,
+}
+
+impl<'a> AgentFiles<'a> {
+    pub fn new(store: &'a Store, agent: &'a str) -> Self {
+        AgentFiles { store, agent }
+    }
+
+    pub fn read(&self, path: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.store.read_file(self.agent, path)
+    }
+
+    /// Every file with its size in bytes.
+    pub fn list(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        self.store.list_files(self.agent)
+    }
+}
+
+/// One agent's sub-agents, as the sub-agent commands keep them.
+#[derive(Clone, Copy)]
+pub struct SubAgents<'a> {
+    store: &'a Store,
+    agent: &'a str,
+}
+
+impl<'a> SubAgents<'a> {
+    pub fn new(store: &'a Store, agent: &'a str) -> Self {
+        SubAgents { store, agent }
+    }
+
+    pub fn all(&self) -> Result<Vec<SubAgentRecord>, StoreError> {
+        self.store.subagents(self.agent)
+    }
+
+    pub fn get(&self, key: &str) -> Result<Option<SubAgentRecord>, StoreError> {
+        self.store.subagent(self.agent, key)
+    }
+
+    pub fn save(&self, record: &SubAgentRecord) -> Result<(), StoreError> {
+        self.store.save_subagent(self.agent, record)
+    }
+
+    pub fn next_key(&self) -> Result<String, StoreError> {
+        self.store.next_subagent_key(self.agent)
+    }
+
+    pub fn delete(&self, key: &str) -> Result<bool, StoreError> {
+        self.store.delete_subagent(self.agent, key)
+    }
 }
 
 /// A model reply a command asked for, with what it cost the agent.

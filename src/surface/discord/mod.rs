@@ -1,10 +1,12 @@
 //! The Discord surface: every agent lives in its own thread; proposals are cards with buttons,
 //! results and notices are messages, and `ask_user` waits for an answer typed in the thread.
 
-pub mod bot;
 pub mod cards;
+pub mod client;
+mod commands;
 pub mod ids;
-pub mod perms;
+pub mod respond;
+mod router;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,11 +19,11 @@ use serenity::all::{
 };
 use tokio::sync::{oneshot, Mutex};
 
-use super::Surface;
+use crate::clock::Clock;
 use crate::core::event::Decision;
 use crate::core::history::Episode;
-use crate::core::state::{AgentState, PauseReason, Proposal};
-use crate::runtime::AgentHandle;
+use crate::core::state::{AgentState, AgentView, PauseReason, Proposal};
+use crate::runtime::{AgentHandle, Surface};
 use crate::store::{CardRef, Store, ThreadBinding};
 use cards::EmbedText;
 use ids::{CardAction, CardId};
@@ -35,6 +37,7 @@ pub struct DiscordSurface {
     /// Questions from `ask_user` waiting for an answer, by thread.
     questions: Mutex<HashMap<u64, oneshot::Sender<String>>>,
     approve_n_default: u32,
+    clock: Arc<dyn Clock>,
 }
 
 /// Every message the bot sends mentions nobody, whatever the model wrote.
@@ -84,26 +87,32 @@ pub fn card_buttons(agent: &str, cycle: u64, approve_n: u32) -> Vec<CreateAction
 }
 
 impl DiscordSurface {
-    pub fn new(http: Arc<Http>, store: Store, approve_n_default: u32) -> Self {
+    pub fn new(
+        http: Arc<Http>,
+        store: Store,
+        approve_n_default: u32,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         DiscordSurface {
             http,
             store,
             questions: Mutex::new(HashMap::new()),
             approve_n_default,
+            clock,
         }
     }
 
-    fn binding(&self, agent: &AgentState) -> Option<ThreadBinding> {
-        match self.store.binding(&agent.id) {
+    fn binding(&self, agent: &str) -> Option<ThreadBinding> {
+        match self.store.binding(agent) {
             Ok(found) => found,
             Err(e) => {
-                tracing::error!(agent = %agent.id, error = %e, "cannot read the thread binding");
+                tracing::error!(%agent, error = %e, "cannot read the thread binding");
                 None
             }
         }
     }
 
-    async fn send(&self, agent: &AgentState, message: CreateMessage) -> Option<u64> {
+    async fn send(&self, agent: &str, message: CreateMessage) -> Option<u64> {
         let binding = self.binding(agent)?;
         match ChannelId::new(binding.thread_id)
             .send_message(&self.http, message.allowed_mentions(no_mentions()))
@@ -111,13 +120,13 @@ impl DiscordSurface {
         {
             Ok(sent) => Some(sent.id.get()),
             Err(e) => {
-                tracing::error!(agent = %agent.id, error = %e, "cannot post to the agent's thread");
+                tracing::error!(%agent, error = %e, "cannot post to the agent's thread");
                 None
             }
         }
     }
 
-    async fn say(&self, agent: &AgentState, text: &str) {
+    async fn say(&self, agent: &str, text: &str) {
         self.send(
             agent,
             CreateMessage::new().content(cards::message_text(text)),
@@ -147,12 +156,13 @@ impl Surface for DiscordSurface {
     async fn show_profile(&self, agent: &AgentState) {
         if let Some(profile) = &agent.profile {
             let embed = to_embed(cards::profile_card(profile, &agent.full_task()));
-            self.send(agent, CreateMessage::new().embed(embed)).await;
+            self.send(&agent.id, CreateMessage::new().embed(embed))
+                .await;
         }
     }
 
     async fn show_proposal(&self, agent: &AgentState, proposal: &Proposal, auto_approved: bool) {
-        let Some(mut binding) = self.binding(agent) else {
+        let Some(mut binding) = self.binding(&agent.id) else {
             return;
         };
         let status = if auto_approved {
@@ -191,7 +201,7 @@ impl Surface for DiscordSurface {
             }
         }
         let message = CreateMessage::new().embed(embed).components(components);
-        if let Some(message_id) = self.send(agent, message).await {
+        if let Some(message_id) = self.send(&agent.id, message).await {
             binding.card = Some(CardRef {
                 cycle: proposal.cycle,
                 message_id,
@@ -207,7 +217,7 @@ impl Surface for DiscordSurface {
     }
 
     async fn thinking(&self, agent: &AgentState) {
-        if let Some(binding) = self.binding(agent) {
+        if let Some(binding) = self.binding(&agent.id) {
             // Spawned so that a slow Discord never delays the model call; Discord shows the
             // indicator for about ten seconds or until the next message.
             let http = self.http.clone();
@@ -232,7 +242,7 @@ impl Surface for DiscordSurface {
     }
 
     async fn decided(&self, agent: &AgentState, cycle: u64, decision: &Decision, by: &str) {
-        let Some(binding) = self.binding(agent) else {
+        let Some(binding) = self.binding(&agent.id) else {
             return;
         };
         let Some(card) = binding.card.filter(|c| c.cycle == cycle) else {
@@ -241,7 +251,7 @@ impl Surface for DiscordSurface {
         let Some(proposal) = agent.pending.as_ref().filter(|p| p.cycle == cycle) else {
             return;
         };
-        let status = cards::decision_line(decision, by, chrono::Utc::now());
+        let status = cards::decision_line(decision, by, self.clock.now());
         let embed = to_embed(cards::proposal_card(agent.name(), proposal, &status));
         let edit = EditMessage::new()
             .embed(embed)
@@ -264,16 +274,16 @@ impl Surface for DiscordSurface {
                 format!("cycle-{}-output.txt", episode.cycle),
             ));
         }
-        self.send(agent, message).await;
+        self.send(&agent.id, message).await;
     }
 
     async fn notify(&self, agent: &AgentState, text: &str) {
-        self.say(agent, &format!("ℹ️ {text}")).await;
+        self.say(&agent.id, &format!("ℹ️ {text}")).await;
     }
 
     async fn paused(&self, agent: &AgentState, reason: &PauseReason) {
         self.say(
-            agent,
+            &agent.id,
             &format!(
                 "⏸️ {} {}. {}",
                 agent.name(),
@@ -305,21 +315,21 @@ impl Surface for DiscordSurface {
             footer: "Give it a follow-up task with /agent resume".into(),
         }
         .fitted();
-        self.send(agent, CreateMessage::new().embed(to_embed(text)))
+        self.send(&agent.id, CreateMessage::new().embed(to_embed(text)))
             .await;
     }
 
-    async fn ask_user(&self, agent: &AgentState, question: &str) -> Result<String, String> {
+    async fn ask_user(&self, agent: &AgentView, question: &str) -> Result<String, String> {
         let binding = self
-            .binding(agent)
+            .binding(&agent.id)
             .ok_or_else(|| "the agent has no thread".to_string())?;
         let (tx, rx) = oneshot::channel();
         self.questions.lock().await.insert(binding.thread_id, tx);
         let text = format!(
             "❓ **{}** asks: {question}\nAnswer with a message in this thread.",
-            agent.name()
+            agent.name
         );
-        self.say(agent, &cards::message_text(&text)).await;
+        self.say(&agent.id, &cards::message_text(&text)).await;
         match tokio::time::timeout(ASK_USER_TIMEOUT, rx).await {
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(_)) => Err("the question was withdrawn".into()),

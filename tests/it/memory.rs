@@ -2,13 +2,14 @@
 //! when the task turns to it, isolation between agents, forget, pin, restart, and the queue that
 //! keeps memories through an embeddings outage.
 
-mod support;
+use crate::support;
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use autothread::budget::Budgets;
+use autothread::clock::SystemClock;
 use autothread::config::Config;
 use autothread::core::event::Event;
 use autothread::core::memory::MemorySource;
@@ -16,7 +17,6 @@ use autothread::core::state::{AgentSettings, AgentState, Phase, Profile, Spender
 use autothread::llm::tokens::TiktokenCounter;
 use autothread::memory::index::{clustered_unit_vectors, HnswParams, VectorIndex};
 use autothread::memory::{Memory, Payer};
-use autothread::runtime::clock::SystemClock;
 use autothread::runtime::{self, Deps};
 use autothread::store::Store;
 use autothread::tools::Registry;

@@ -3,7 +3,7 @@
 //! The model is tiny, so these tests judge the plumbing, never the quality of its answers.
 //! They run when OPENAI_CHAT_BASE is set and print why they skip otherwise.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -155,7 +155,8 @@ async fn a_real_embeddings_server_stores_and_recalls_a_memory() {
     let counter = std::sync::Arc::new(autothread::llm::tokens::TiktokenCounter::for_model(
         "gpt-4o-mini",
     ));
-    let memory = autothread::memory::Memory::from_config(&store, &config, budgets, counter)
+    let clock = std::sync::Arc::new(autothread::clock::SystemClock);
+    let memory = autothread::memory::Memory::from_config(&store, &config, budgets, counter, clock)
         .unwrap()
         .unwrap();
     let payer = autothread::memory::Payer {
@@ -191,8 +192,7 @@ async fn a_real_embeddings_server_stores_and_recalls_a_memory() {
 async fn read_webpage_reads_a_local_page_in_chunks_with_the_real_model() {
     use async_trait::async_trait;
     use autothread::config::{Config, WebConfig};
-    use autothread::core::reply::CommandCall;
-    use autothread::tools::{Registry, ToolCtx, ToolModel, ToolReply};
+    use autothread::tools::{ToolModel, ToolReply};
     use std::sync::Mutex;
 
     let Some(base) = chat_base() else { return };
@@ -290,25 +290,16 @@ async fn read_webpage_reads_a_local_page_in_chunks_with_the_real_model() {
         },
         chrono::Utc::now(),
     );
-    let surface = support::inproc::Recorder::default();
-    let ctx = ToolCtx {
-        agent: &agent,
-        store: &store,
-        surface: &surface,
-        limits: &config.workspace,
-        memory: None,
-        model: Some(&reader),
-        web: Some(&web),
-        config: &config,
-    };
-    let call = CommandCall {
-        name: "read_webpage".into(),
-        args: serde_json::json!({"url": format!("http://127.0.0.1:{port}/glacier"), "question": "How long is the Brimfjell glacier?"})
-            .as_object()
-            .cloned()
-            .unwrap(),
-    };
-    let outcome = Registry::for_config(&config).run(&call, &ctx).await.outcome;
+    let question = serde_json::json!({"url": format!("http://127.0.0.1:{port}/glacier"), "question": "How long is the Brimfjell glacier?"});
+    let outcome = support::inproc::run_tool(
+        &store,
+        &reader,
+        &agent,
+        Some(&web),
+        "read_webpage",
+        question,
+    )
+    .await;
     let text = outcome.text();
     let calls = reader.calls.lock().unwrap().clone();
     assert!(

@@ -1,7 +1,7 @@
 //! A rate-limited agent waits and then resumes, on governor's fake clock: the runtime's clock
 //! seam and the pacer share one fake time, so the test moves time forward and nothing sleeps.
 
-mod support;
+use crate::support;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use autothread::budget::pace::{PaceLimits, Pacer};
 use autothread::budget::Budgets;
+use autothread::clock::Clock;
 use autothread::config::Config;
 use autothread::core::state::{AgentSettings, AgentState, Phase, Profile, Spender};
 use autothread::llm::tokens::TiktokenCounter;
-use autothread::runtime::clock::Clock;
 use autothread::runtime::{self, Deps};
 use autothread::store::Store;
 use autothread::tools::Registry;

@@ -1,11 +1,12 @@
-//! Who may decide for an agent: its owner, the users and roles it is shared with, and members
-//! with Manage Threads. Checked on every click, from the interaction's own member data.
+//! Who may do what with an agent: its owner, the users and roles it is shared with, moderators
+//! (Manage Threads) and server admins (Manage Server). Surface-neutral: Discord fills a
+//! `Requester` from the interaction's own member data on every click.
 
 use crate::store::ThreadBinding;
 
 /// The clicking member, as the interaction describes them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Clicker {
+pub struct Requester {
     pub user_id: u64,
     pub role_ids: Vec<u64>,
     pub manage_threads: bool,
@@ -13,24 +14,24 @@ pub struct Clicker {
     pub manage_guild: bool,
 }
 
-pub fn may_decide(binding: &ThreadBinding, clicker: &Clicker) -> bool {
-    clicker.user_id == binding.owner_id
-        || clicker.manage_threads
-        || binding.shared_users.contains(&clicker.user_id)
-        || clicker
+pub fn may_decide(binding: &ThreadBinding, requester: &Requester) -> bool {
+    requester.user_id == binding.owner_id
+        || requester.manage_threads
+        || binding.shared_users.contains(&requester.user_id)
+        || requester
             .role_ids
             .iter()
             .any(|role| binding.shared_roles.contains(role))
 }
 
 /// Who may change an agent's own budget: its owner (up to the configured maximum), moderators and admins.
-pub fn may_set_agent_budget(binding: &ThreadBinding, clicker: &Clicker) -> bool {
-    may_share(binding, clicker) || clicker.manage_guild
+pub fn may_set_agent_budget(binding: &ThreadBinding, requester: &Requester) -> bool {
+    may_share(binding, requester) || requester.manage_guild
 }
 
 /// Only the owner and moderators may change who an agent is shared with.
-pub fn may_share(binding: &ThreadBinding, clicker: &Clicker) -> bool {
-    clicker.user_id == binding.owner_id || clicker.manage_threads
+pub fn may_share(binding: &ThreadBinding, requester: &Requester) -> bool {
+    requester.user_id == binding.owner_id || requester.manage_threads
 }
 
 #[cfg(test)]
@@ -50,8 +51,8 @@ mod tests {
         }
     }
 
-    fn clicker(user_id: u64, role_ids: &[u64], manage_threads: bool) -> Clicker {
-        Clicker {
+    fn requester(user_id: u64, role_ids: &[u64], manage_threads: bool) -> Requester {
+        Requester {
             user_id,
             role_ids: role_ids.to_vec(),
             manage_threads,
@@ -63,20 +64,20 @@ mod tests {
     fn decision_rights_matrix() {
         let b = binding();
         let cases = [
-            (clicker(10, &[], false), true, true),
-            (clicker(11, &[], false), true, false),
-            (clicker(12, &[500], false), true, false),
-            (clicker(13, &[501], false), false, false),
-            (clicker(14, &[], true), true, true),
+            (requester(10, &[], false), true, true),
+            (requester(11, &[], false), true, false),
+            (requester(12, &[500], false), true, false),
+            (requester(13, &[501], false), false, false),
+            (requester(14, &[], true), true, true),
         ];
         for (who, decide, share) in cases {
             assert_eq!(may_decide(&b, &who), decide, "{who:?}");
             assert_eq!(may_share(&b, &who), share, "{who:?}");
             assert_eq!(may_set_agent_budget(&b, &who), share, "{who:?}");
         }
-        let admin = Clicker {
+        let admin = Requester {
             manage_guild: true,
-            ..clicker(15, &[], false)
+            ..requester(15, &[], false)
         };
         assert!(may_set_agent_budget(&b, &admin));
         assert!(!may_decide(&b, &admin));

@@ -1,7 +1,7 @@
 //! End to end in Discord: the real `autothread run` binary (serenity + poise) against the fake
 //! Discord and the scripted fake OpenAI server.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

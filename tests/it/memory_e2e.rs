@@ -2,7 +2,7 @@
 //! OpenAI-compatible embeddings endpoint, `autothread memory search|forget|pin` and
 //! `/agent memory search` with its Forget and Pin buttons work on them, only for those who may decide.
 
-mod support;
+use crate::support;
 
 use serde_json::{json, Value};
 use support::bot::{answer, card, start_bot, WAIT};

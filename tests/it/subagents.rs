@@ -2,7 +2,7 @@
 //! calls charged to the parent's budget; a sub-agent cannot start sub-agents of its own; the
 //! export shows their chats.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};

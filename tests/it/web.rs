@@ -2,7 +2,7 @@
 //! pages, `read_webpage` with a question (map-reduce over chunks), the size cap, refused content
 //! types, and the private-network guard on redirects, literal addresses and names.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -1,7 +1,7 @@
 //! End to end: the real `autothread console` binary, driven through stdin, against the scripted
 //! fake OpenAI server. Covers a 10-cycle task, every console answer, resume, follow-ups, crashes.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

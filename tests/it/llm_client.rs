@@ -1,7 +1,7 @@
 //! The OpenAI-compatible client against the fake server: retries on 429 (plain-text body), 5xx and
 //! slow replies; immediate, clear errors on refusals; structured-output modes; usage.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! charged at its worst case on the next start, an exhausted budget pauses and raising it
 //! resumes, and two agents of one user share that user's daily budget.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -14,7 +14,7 @@ use autothread::llm::embed::{EmbedPurpose, Embedded, Embedder};
 use super::fake_openai::hash_embedding;
 use autothread::llm::{ChatModel, ChatReply, ChatRequest, LlmError};
 use autothread::runtime::AgentHandle;
-use autothread::surface::Surface;
+use autothread::runtime::Surface;
 
 /// Answers cycle calls from a script and summaries with a fixed line; keeps every cycle prompt.
 #[derive(Default)]
@@ -187,7 +187,11 @@ impl Surface for Recorder {
     }
     async fn paused(&self, _agent: &AgentState, _reason: &PauseReason) {}
     async fn finished(&self, _agent: &AgentState, _reason: &str) {}
-    async fn ask_user(&self, _agent: &AgentState, _question: &str) -> Result<String, String> {
+    async fn ask_user(
+        &self,
+        _agent: &autothread::core::state::AgentView,
+        _question: &str,
+    ) -> Result<String, String> {
         Err("no one is asked in this test".into())
     }
 }
@@ -221,7 +225,7 @@ pub fn deps(
         counter: Arc::new(autothread::llm::tokens::TiktokenCounter::for_model(
             "gpt-4o-mini",
         )),
-        clock: Arc::new(autothread::runtime::clock::SystemClock),
+        clock: Arc::new(autothread::clock::SystemClock),
         budgets,
         memory: None,
         web,
@@ -308,7 +312,7 @@ impl autothread::tools::ToolModel for ToolFake {
 /// `model` as the agent's model and the default config but for `web`.
 pub async fn run_tool(
     store: &autothread::store::Store,
-    model: &ToolFake,
+    model: &dyn autothread::tools::ToolModel,
     state: &AgentState,
     web: Option<&autothread::web::Web>,
     name: &str,
@@ -323,16 +327,34 @@ pub async fn run_tool(
             args: args.as_object().cloned().unwrap(),
         })
         .unwrap();
-    let surface = Recorder::default();
+    let agent = state.view();
+    let payer = autothread::budget::Payer {
+        agent: agent.id.clone(),
+        spender: state.spender.clone(),
+        agent_limit: 0,
+    };
     let ctx = autothread::tools::ToolCtx {
-        agent: state,
-        store,
-        surface: &surface,
+        agent: &agent,
+        now: state.updated_at,
+        payer: &payer,
+        workspace: autothread::tools::AgentFiles::new(store, &agent.id),
+        subagents: autothread::tools::SubAgents::new(store, &agent.id),
+        ask_user: &NobodyAsked,
         limits: &config.workspace,
+        subagent_limits: &config.subagents,
         memory: None,
         model: Some(model),
         web,
-        config: &config,
     };
     registry.run(&valid.call, &ctx).await.outcome
+}
+
+/// Commands run by `run_tool` have nobody to ask.
+struct NobodyAsked;
+
+#[async_trait::async_trait]
+impl autothread::tools::AskUser for NobodyAsked {
+    async fn ask(&self, _question: &str) -> Result<String, String> {
+        Err("no one is asked in this test".into())
+    }
 }

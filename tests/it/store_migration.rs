@@ -1,7 +1,7 @@
 //! Opens a store written by the previous schema (from a fixture) and checks that the migrations
 //! runner brings it to the current schema without losing anything.
 
-mod support;
+use crate::support;
 
 use autothread::core::state::{PauseReason, Phase};
 use autothread::store::migrate::SCHEMA_VERSION;

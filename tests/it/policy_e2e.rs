@@ -2,7 +2,7 @@
 //! and per guild), an owner narrowing it with `/agent policy set`, refusals for people without
 //! the right and for widening, and the next prompt no longer offering a denied command.
 
-mod support;
+use crate::support;
 
 use serde_json::{json, Value};
 use support::bot::{answer, card, message_containing, start_bot};

@@ -1,7 +1,7 @@
 //! Every payload the fake Discord sends deserialises with serenity's own model types, so a test
 //! can never pass because serenity silently dropped a malformed event.
 
-mod support;
+use crate::support;
 
 use poise::serenity_prelude as serenity;
 use serde_json::{json, Value};

@@ -1,0 +1,137 @@
+//! The composition root: builds config → store → model clients → budgets → memory → web → tools →
+//! the runtime's services once, for every entry point (`run`, `console`, and the inspection
+//! commands).
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+
+use crate::budget::ledger::Ledger;
+use crate::budget::Budgets;
+use crate::clock::{Clock, SystemClock};
+use crate::config::Config;
+use crate::core::budget::format_usd;
+use crate::llm::openai::OpenAiChat;
+use crate::llm::tokens::TiktokenCounter;
+use crate::llm::ChatModel;
+use crate::memory::Memory;
+use crate::runtime::Deps;
+use crate::runtime::Surface;
+use crate::service::AgentService;
+use crate::store::Store;
+use crate::tools::Registry;
+use crate::web::Web;
+
+/// Everything an entry point needs, built once and in one order. Surfaces are added last
+/// (`deps`), because the Discord surface only exists once the gateway is connected.
+#[derive(Clone)]
+pub struct App {
+    pub config: Arc<Config>,
+    pub store: Store,
+    pub clock: Arc<dyn Clock>,
+    pub counter: Arc<TiktokenCounter>,
+    pub model: Arc<dyn ChatModel>,
+    pub budgets: Arc<Budgets>,
+    pub memory: Option<Arc<Memory>>,
+    pub web: Option<Arc<Web>>,
+    pub tools: Arc<Registry>,
+}
+
+impl App {
+    /// Opens the store named by the config (running its migrations) and builds the services.
+    pub fn open(config: Config) -> anyhow::Result<App> {
+        let store = open_store(&config)?;
+        App::build(config, store, Arc::new(SystemClock))
+    }
+
+    /// Builds the services over an open store. `counter_model` picks the tokenizer (the console
+    /// counts with the resumed agent's model).
+    pub fn build(config: Config, store: Store, clock: Arc<dyn Clock>) -> anyhow::Result<App> {
+        let model_name = config.llm.model.clone();
+        App::build_for_model(config, store, clock, &model_name)
+    }
+
+    /// As `build`, counting tokens with `counter_model`'s tokenizer.
+    pub fn build_for_model(
+        config: Config,
+        store: Store,
+        clock: Arc<dyn Clock>,
+        counter_model: &str,
+    ) -> anyhow::Result<App> {
+        let config = Arc::new(config);
+        let counter = Arc::new(TiktokenCounter::for_model(counter_model));
+        let model: Arc<dyn ChatModel> = Arc::new(OpenAiChat::new(&config.llm)?);
+        let budgets = Arc::new(Budgets::new(&store, &config.budget)?);
+        let memory = Memory::from_config(
+            &store,
+            &config,
+            budgets.clone(),
+            counter.clone(),
+            clock.clone(),
+        )?;
+        let web = Web::for_config(&config)?;
+        let tools = Arc::new(Registry::for_config(&config));
+        Ok(App {
+            config,
+            store,
+            clock,
+            counter,
+            model,
+            budgets,
+            memory,
+            web,
+            tools,
+        })
+    }
+
+    /// Reservations left open by a crash are charged at their worst case before any agent runs,
+    /// so a call that may have been billed is never forgotten. Returns what it says about them.
+    pub fn settle_crashed_calls(&self) -> anyhow::Result<Option<String>> {
+        let settled = Ledger::new(&self.store)?.settle_unsettled()?;
+        if settled.is_empty() {
+            return Ok(None);
+        }
+        let total: u64 = settled.iter().map(|r| r.amount).sum();
+        self.store.flush_blocking()?;
+        Ok(Some(format!(
+            "Settled {} model call(s) interrupted by a crash at their worst case ({}).",
+            settled.len(),
+            format_usd(total)
+        )))
+    }
+
+    /// The runtime's services with the surface that shows this entry point's agents.
+    pub fn deps(&self, surface: Arc<dyn Surface>) -> Deps {
+        // The tokenizer's tables load lazily; loading them here keeps the first cycle's latency
+        // out of a click's path.
+        self.counter.warm_up();
+        Deps {
+            store: self.store.clone(),
+            model: self.model.clone(),
+            tools: self.tools.clone(),
+            surface,
+            config: self.config.clone(),
+            counter: self.counter.clone(),
+            clock: self.clock.clone(),
+            budgets: self.budgets.clone(),
+            memory: self.memory.clone(),
+            web: self.web.clone(),
+        }
+    }
+
+    /// The rules both surfaces apply (caps, who may change which budget, policy narrowing).
+    pub fn agents(&self) -> AgentService {
+        AgentService::new(
+            self.config.clone(),
+            self.store.clone(),
+            self.budgets.clone(),
+            self.clock.clone(),
+        )
+    }
+}
+
+/// Opens the store in the configured data directory, running its migrations.
+pub fn open_store(config: &Config) -> anyhow::Result<Store> {
+    let dir = config.data_dir()?;
+    Store::open(&dir).with_context(|| format!("cannot open the store in {}", dir.display()))
+}

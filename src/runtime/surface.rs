@@ -1,0 +1,30 @@
+//! The runtime's port to humans: the `Surface` trait, through which an actor shows an agent's
+//! work and asks for decisions. The console and Discord (`crate::surface`) implement it; the
+//! runtime never names them.
+
+use async_trait::async_trait;
+
+use super::AgentHandle;
+use crate::core::event::Decision;
+use crate::core::history::Episode;
+use crate::core::state::{AgentState, AgentView, PauseReason, Proposal};
+
+#[async_trait]
+pub trait Surface: Send + Sync {
+    async fn show_profile(&self, agent: &AgentState);
+    /// Shows a proposal; `auto_approved` ones are only displayed, the others ask for a decision
+    /// through `request_decision`.
+    async fn show_proposal(&self, agent: &AgentState, proposal: &Proposal, auto_approved: bool);
+    /// Asks the humans to decide; must return promptly and deliver the answer through `handle`.
+    async fn request_decision(&self, agent: &AgentState, proposal: &Proposal, handle: AgentHandle);
+    async fn show_result(&self, agent: &AgentState, episode: &Episode);
+    async fn notify(&self, agent: &AgentState, text: &str);
+    async fn paused(&self, agent: &AgentState, reason: &PauseReason);
+    async fn finished(&self, agent: &AgentState, reason: &str);
+    /// A decision was taken on the proposal of `cycle` (the card can show who decided, and when).
+    async fn decided(&self, _agent: &AgentState, _cycle: u64, _decision: &Decision, _by: &str) {}
+    /// The model is working on the agent's next step (Discord shows a typing indicator).
+    async fn thinking(&self, _agent: &AgentState) {}
+    /// The `ask_user` command: a question to the humans, answered in text.
+    async fn ask_user(&self, agent: &AgentView, question: &str) -> Result<String, String>;
+}

@@ -1,0 +1,291 @@
+//! The rules every surface applies, in one place: who may start an agent and how many may run,
+//! who may set which budget and how far, narrowing an agent's policy, and which agents try again
+//! when a budget is raised. Surfaces (Discord, the console) only route and render.
+
+pub mod rights;
+
+use std::sync::Arc;
+
+use crate::budget::{Budgets, LimitScope};
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::core::budget::{format_usd, Micros};
+use crate::core::commands::Risk;
+use crate::core::event::Event;
+use crate::core::policy::ClassAction;
+use crate::core::state::{AgentSettings, AgentState, PauseReason, Phase, Profile, Spender};
+use crate::runtime::supervisor::Supervisor;
+use crate::store::{Store, ThreadBinding};
+use rights::{may_set_agent_budget, Requester};
+
+/// A refusal meant for the person who asked: surfaces show its text as it is (privately, in
+/// Discord). Anything else that goes wrong is logged and shown as "Something went wrong (ref …)".
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct UserError(pub String);
+
+impl UserError {
+    pub fn new(text: impl Into<String>) -> Self {
+        UserError(text.into())
+    }
+}
+
+/// Refused with a `UserError`, or failed for a reason the user cannot act on.
+pub type ServiceResult<T> = anyhow::Result<T>;
+
+/// Why a member may not decide for an agent; shown by every surface that checks it.
+pub const NOT_ALLOWED: &str = "Only the agent's owner, the people and roles it is shared with, and members who can manage threads can decide for it.";
+
+/// What a new agent should be, as a surface collected it.
+#[derive(Debug, Clone, Default)]
+pub struct NewAgent {
+    pub task: String,
+    /// A profile given by the user; `None` lets the model generate one.
+    pub profile: Option<Profile>,
+    /// The model to use; `None` is the configured one.
+    pub model: Option<String>,
+    pub budget: Option<Micros>,
+    pub continuous: bool,
+    /// Commands of automatic classes to approve without asking (Approve ×N at the start).
+    pub auto_approvals: u32,
+    /// Cycles to run before pausing; `None` is the configured limit.
+    pub cycle_limit: Option<u64>,
+    pub spender: Spender,
+}
+
+/// A new user or server limit, as an admin sets it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitChange {
+    pub scope: LimitScope,
+    pub guild_id: u64,
+    /// For a daily user budget: only this user (otherwise everyone's).
+    pub user: Option<u64>,
+    /// The limit; 0 means no limit.
+    pub micros: Micros,
+}
+
+#[derive(Clone)]
+pub struct AgentService {
+    config: Arc<Config>,
+    store: Store,
+    budgets: Arc<Budgets>,
+    clock: Arc<dyn Clock>,
+}
+
+impl AgentService {
+    pub fn new(
+        config: Arc<Config>,
+        store: Store,
+        budgets: Arc<Budgets>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        AgentService {
+            config,
+            store,
+            budgets,
+            clock,
+        }
+    }
+
+    /// A fresh agent id: short enough to type, random enough never to repeat in one store.
+    pub fn new_agent_id() -> String {
+        uuid::Uuid::new_v4().simple().to_string()[..12].to_string()
+    }
+
+    /// The agent's first state; nothing is stored yet.
+    pub fn new_agent(&self, id: String, request: NewAgent) -> AgentState {
+        let mut state = AgentState::new(
+            id,
+            request.task,
+            request.profile,
+            AgentSettings {
+                model: request
+                    .model
+                    .unwrap_or_else(|| self.config.llm.model.clone()),
+                continuous: request.continuous,
+                cycle_limit: request.cycle_limit.unwrap_or(self.config.agent.cycle_limit),
+                budget: request.budget,
+                policy: Default::default(),
+            },
+            self.clock.now(),
+        );
+        state.spender = request.spender;
+        state.auto_approvals_left = request.auto_approvals;
+        state
+    }
+
+    /// Whether `who` may start an agent in this server now: the start role, the budget they ask
+    /// for, and the caps on agents that are not finished, per server and per person.
+    pub fn check_start(
+        &self,
+        guild_id: u64,
+        who: &Requester,
+        budget: Option<Micros>,
+    ) -> ServiceResult<()> {
+        let max_budget = self.config.budget.agent_max();
+        if budget.is_some_and(|b| b > max_budget) && !who.manage_guild {
+            return Err(UserError(format!(
+                "An agent's budget can be at most {} here; a server admin can raise it later with `/agent budget set`.",
+                format_usd(max_budget)
+            ))
+            .into());
+        }
+        let discord = &self.config.discord;
+        if let Some(role) = discord.start_role {
+            if !who.role_ids.contains(&role) && !who.manage_threads {
+                return Err(
+                    UserError(format!("You need the <@&{role}> role to start agents.")).into(),
+                );
+            }
+        }
+        let running: Vec<ThreadBinding> = self
+            .bindings_in(guild_id)?
+            .into_iter()
+            .filter(|b| {
+                self.store
+                    .load_agent_record(&b.agent_id)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|s| !matches!(s.phase, Phase::Finished { .. }))
+            })
+            .collect();
+        if discord.max_agents_per_guild > 0 && running.len() >= discord.max_agents_per_guild {
+            return Err(UserError(format!(
+                "This server already runs {} agents, the limit.",
+                running.len()
+            ))
+            .into());
+        }
+        let mine = running.iter().filter(|b| b.owner_id == who.user_id).count();
+        if discord.max_agents_per_user > 0 && mine >= discord.max_agents_per_user {
+            return Err(UserError(format!(
+                "You already run {mine} agents, the limit per person."
+            ))
+            .into());
+        }
+        Ok(())
+    }
+
+    /// Whether `who` may give this agent a budget of `micros`: its owner and moderators up to
+    /// the configured maximum, server admins beyond it.
+    pub fn check_agent_budget(
+        &self,
+        binding: &ThreadBinding,
+        who: &Requester,
+        micros: Micros,
+    ) -> Result<(), UserError> {
+        if !may_set_agent_budget(binding, who) {
+            return Err(UserError::new(NOT_ALLOWED));
+        }
+        let max = self.config.budget.agent_max();
+        if micros == 0 || (micros > max && !who.manage_guild) {
+            return Err(UserError(format!(
+                "An agent's budget must be more than $0 and at most {}, unless a server admin sets it.",
+                format_usd(max)
+            )));
+        }
+        Ok(())
+    }
+
+    /// An admin's new user or server limit (0: no limit), after which the server's agents that
+    /// stopped for want of budget try again. Returns how many did.
+    pub fn set_limit(
+        &self,
+        supervisor: &Supervisor,
+        who: &Requester,
+        by: &str,
+        change: LimitChange,
+    ) -> ServiceResult<usize> {
+        let LimitChange {
+            scope,
+            guild_id,
+            user,
+            micros,
+        } = change;
+        if !who.manage_guild {
+            return Err(UserError::new(
+                "Only server admins (Manage Server) can change user and server budgets.",
+            )
+            .into());
+        }
+        let user = user
+            .filter(|_| scope == LimitScope::UserDaily)
+            .map(|u| u.to_string());
+        self.budgets
+            .set_limit(scope, &guild_id.to_string(), user.as_deref(), micros)?;
+        let mut resumed = 0;
+        for binding in self.bindings_in(guild_id)? {
+            let paused_for_budget = self
+                .store
+                .load_agent_record(&binding.agent_id)?
+                .is_some_and(|s| matches!(s.phase, Phase::Paused(PauseReason::Budget { .. })));
+            let resume = Event::Resume {
+                by: by.to_string(),
+                follow_up: None,
+            };
+            if paused_for_budget && supervisor.send(&binding.agent_id, resume).is_ok() {
+                resumed += 1;
+            }
+        }
+        Ok(resumed)
+    }
+
+    /// Makes the agent's policy stricter (or, with `None`, back to the server's) for one class;
+    /// refuses anything looser than the server's policy.
+    pub fn check_narrowing(
+        &self,
+        state: &AgentState,
+        risk: Risk,
+        action: Option<ClassAction>,
+    ) -> Result<(), UserError> {
+        match action {
+            Some(action) => self
+                .config
+                .policy
+                .for_agent(state)
+                .check_narrowing(risk, action)
+                .map_err(UserError),
+            None => Ok(()),
+        }
+    }
+
+    /// Applies narrowings to an agent that is not running yet (the console's `--policy`).
+    pub fn narrow_policy(
+        &self,
+        state: &mut AgentState,
+        wanted: &[(Risk, Option<ClassAction>)],
+    ) -> Result<(), UserError> {
+        for (risk, action) in wanted {
+            self.check_narrowing(state, *risk, *action)?;
+            match action {
+                Some(action) => {
+                    state.settings.policy.insert(*risk, *action);
+                }
+                None => {
+                    state.settings.policy.remove(risk);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The agents of one server with their records, in the store's order.
+    pub fn agents_in(&self, guild_id: u64) -> ServiceResult<Vec<(ThreadBinding, AgentState)>> {
+        let mut agents = Vec::new();
+        for binding in self.bindings_in(guild_id)? {
+            if let Some(state) = self.store.load_agent_record(&binding.agent_id)? {
+                agents.push((binding, state));
+            }
+        }
+        Ok(agents)
+    }
+
+    fn bindings_in(&self, guild_id: u64) -> ServiceResult<Vec<ThreadBinding>> {
+        Ok(self
+            .store
+            .bindings()?
+            .into_iter()
+            .filter(|b| b.guild_id == guild_id)
+            .collect())
+    }
+}

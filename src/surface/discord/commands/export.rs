@@ -1,0 +1,38 @@
+//! `/agent export`: the agent's transcript (Markdown) and workspace (zip), attached privately.
+
+use poise::serenity_prelude as serenity;
+
+use super::{thread_agent, Ctx, Error};
+use crate::service::rights::may_decide;
+use crate::service::{UserError, NOT_ALLOWED};
+use crate::surface::discord::no_mentions;
+use crate::surface::discord::respond::author;
+
+/// Attach the agent's transcript (Markdown) and its workspace (zip).
+#[poise::command(slash_command, guild_only)]
+pub(super) async fn export(ctx: Ctx<'_>) -> Result<(), Error> {
+    ctx.defer_ephemeral().await?;
+    let (binding, state) = thread_agent(ctx).await?;
+    if !may_decide(&binding, &author(ctx)) {
+        return Err(UserError::new(NOT_ALLOWED).into());
+    }
+    let store = &ctx.data().app.store;
+    let transcript = crate::export::transcript(store, &state)?;
+    let archive = crate::export::workspace_zip(store, &state.id)?;
+    ctx.send(
+        poise::CreateReply::default()
+            .content(format!("Export of **{}**.", state.name()))
+            .attachment(serenity::CreateAttachment::bytes(
+                transcript.into_bytes(),
+                format!("{}-transcript.md", state.id),
+            ))
+            .attachment(serenity::CreateAttachment::bytes(
+                archive,
+                format!("{}-workspace.zip", state.id),
+            ))
+            .ephemeral(true)
+            .allowed_mentions(no_mentions()),
+    )
+    .await?;
+    Ok(())
+}

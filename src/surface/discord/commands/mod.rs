@@ -1,0 +1,113 @@
+//! The `/agent …` slash commands, one file per group: each parses its options, asks the service
+//! (`crate::service`) for the rules and the supervisor for the agent, and renders the answer.
+
+mod budget;
+mod control;
+mod export;
+mod list;
+mod memory;
+mod policy;
+mod share;
+mod start;
+mod status;
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+
+use super::DiscordSurface;
+use crate::app::App;
+use crate::core::state::AgentState;
+use crate::runtime::supervisor::Supervisor;
+use crate::service::{AgentService, UserError};
+use crate::store::ThreadBinding;
+
+/// Shared by the commands and, cloned, by the spawned interaction handlers.
+#[derive(Clone)]
+pub struct Data {
+    pub app: App,
+    pub agents: AgentService,
+    pub supervisor: Supervisor,
+    pub surface: Arc<DiscordSurface>,
+}
+
+pub type Error = anyhow::Error;
+pub type Ctx<'a> = poise::Context<'a, Data, Error>;
+
+/// Every command the bot registers.
+pub fn all() -> Vec<poise::Command<Data, Error>> {
+    vec![agent()]
+}
+
+/// Agent commands. Use them in a channel to start an agent, and in its thread for the rest.
+#[poise::command(
+    slash_command,
+    guild_only,
+    subcommands(
+        "start::start",
+        "status::status",
+        "control::pause",
+        "control::resume",
+        "control::stop",
+        "list::list",
+        "share::share",
+        "share::unshare",
+        "export::export",
+        "budget::budget",
+        "memory::memory",
+        "policy::policy"
+    )
+)]
+async fn agent(_ctx: Ctx<'_>) -> Result<(), Error> {
+    Ok(())
+}
+
+/// The agent of the thread this command is used in; elsewhere a `UserError` saying so.
+async fn thread_agent(ctx: Ctx<'_>) -> Result<(ThreadBinding, AgentState), Error> {
+    let store = &ctx.data().app.store;
+    let Some(agent) = store.agent_for_thread(ctx.channel_id().get())? else {
+        return Err(UserError::new("Use this in an agent's thread.").into());
+    };
+    let binding = store.binding(&agent)?.context("binding vanished")?;
+    let state = store.load_agent(&agent)?.context("agent vanished")?;
+    Ok((binding, state))
+}
+
+/// The server a guild-only command runs in.
+fn guild_of(ctx: Ctx<'_>) -> Result<u64, Error> {
+    Ok(ctx.guild_id().context("guild only")?.get())
+}
+
+/// Capitalises the first letter, for labels that start a line.
+fn capitalise(text: &str) -> String {
+    let mut chars = text.chars();
+    chars
+        .next()
+        .map(|c| c.to_uppercase().collect::<String>() + chars.as_str())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::core::event::APPROVE_N_MAX;
+
+    #[test]
+    fn continuous_is_capped_at_the_approve_n_maximum() {
+        let registered = super::agent()
+            .create_as_slash_command()
+            .map(|command| serde_json::to_value(command).unwrap_or_default())
+            .unwrap_or_default();
+        let option = |options: &serde_json::Value, name: &str| {
+            options["options"]
+                .as_array()
+                .and_then(|all| all.iter().find(|o| o["name"] == name).cloned())
+                .unwrap_or_default()
+        };
+        let continuous = option(&option(&registered, "start"), "continuous");
+        assert_eq!(
+            continuous["max_value"].as_f64(),
+            Some(f64::from(APPROVE_N_MAX)),
+            "the slash option's maximum differs from APPROVE_N_MAX: {continuous}"
+        );
+    }
+}

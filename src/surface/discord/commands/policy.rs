@@ -1,0 +1,109 @@
+//! `/agent policy show|set`: what each risk class of command does for this agent, and making it stricter.
+
+use super::{capitalise, thread_agent, Ctx, Error};
+use crate::core::commands::Risk;
+use crate::core::event::Event;
+use crate::core::policy::ClassAction;
+use crate::service::rights::may_share;
+use crate::service::UserError;
+use crate::surface::discord::respond::{author, reply};
+
+/// What each risk class of command does for this agent: show it, or make it stricter.
+#[poise::command(slash_command, guild_only, subcommands("policy_show", "policy_set"))]
+pub(super) async fn policy(_ctx: Ctx<'_>) -> Result<(), Error> {
+    Ok(())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, poise::ChoiceParameter)]
+enum RiskChoice {
+    #[name = "read (files and memory)"]
+    Read,
+    #[name = "write (files and memory)"]
+    Write,
+    #[name = "network (web search and pages)"]
+    Network,
+    #[name = "control (finish, ask_user, sub-agents)"]
+    Control,
+    #[name = "external (effects outside the bot)"]
+    External,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, poise::ChoiceParameter)]
+enum ActionChoice {
+    #[name = "auto: runs under Approve ×N"]
+    Auto,
+    #[name = "ask: always a card"]
+    Ask,
+    #[name = "deny: never runs"]
+    Deny,
+    #[name = "server default"]
+    ServerDefault,
+}
+
+/// Show what each class of command does for this agent (only you see it).
+#[poise::command(slash_command, guild_only, rename = "show")]
+pub(super) async fn policy_show(ctx: Ctx<'_>) -> Result<(), Error> {
+    let (_, state) = thread_agent(ctx).await?;
+    let server = ctx.data().app.config.policy.for_agent(&state);
+    let lines = server.describe(&state.settings.policy);
+    reply(
+        ctx,
+        format!(
+            "Command policy for **{}**:\n{}\nauto: runs without a card under Approve ×N and continuous mode; ask: always a card; deny: never runs.",
+            state.name(),
+            lines.iter().map(|l| format!("- {l}")).collect::<Vec<_>>().join("\n")
+        ),
+        true,
+    )
+    .await
+}
+
+/// Make a class of command stricter for this agent (owner or moderators; never looser than the server).
+#[poise::command(slash_command, guild_only, rename = "set")]
+pub(super) async fn policy_set(
+    ctx: Ctx<'_>,
+    #[description = "Which class of command"] class: RiskChoice,
+    #[description = "What it does for this agent"] action: ActionChoice,
+) -> Result<(), Error> {
+    ctx.defer_ephemeral().await?;
+    let (binding, state) = thread_agent(ctx).await?;
+    if !may_share(&binding, &author(ctx)) {
+        return Err(UserError::new(
+            "Only the agent's owner and moderators (Manage Threads) can change its policy.",
+        )
+        .into());
+    }
+    let risk = match class {
+        RiskChoice::Read => Risk::Read,
+        RiskChoice::Write => Risk::Write,
+        RiskChoice::Network => Risk::Network,
+        RiskChoice::Control => Risk::Control,
+        RiskChoice::External => Risk::External,
+    };
+    let action = match action {
+        ActionChoice::Auto => Some(ClassAction::Auto),
+        ActionChoice::Ask => Some(ClassAction::Ask),
+        ActionChoice::Deny => Some(ClassAction::Deny),
+        ActionChoice::ServerDefault => None,
+    };
+    ctx.data().agents.check_narrowing(&state, risk, action)?;
+    let server = ctx.data().app.config.policy.for_agent(&state);
+    let by = ctx.author().name.clone();
+    ctx.data()
+        .supervisor
+        .send(&state.id, Event::SetPolicy { risk, action, by })?;
+    let now = match action {
+        Some(action) => action.max(server.action(risk)),
+        None => server.action(risk),
+    };
+    reply(
+        ctx,
+        format!(
+            "{} commands are now `{}` for this agent.",
+            capitalise(risk.label()),
+            now.label()
+        ),
+        true,
+    )
+    .await
+}

@@ -1,0 +1,91 @@
+//! `/agent start`: opens a thread for a new agent and starts it there.
+
+use anyhow::Context as _;
+use poise::serenity_prelude::{AutoArchiveDuration, ChannelType, CreateThread, RoleId, UserId};
+
+use super::{guild_of, Ctx, Error};
+use crate::core::budget::usd_to_micros;
+use crate::core::state::{Profile, Spender};
+use crate::service::{AgentService, NewAgent};
+use crate::store::ThreadBinding;
+use crate::surface::discord::cards::thread_name;
+use crate::surface::discord::respond::{author, reply};
+
+/// Start an agent on a task, in a new thread.
+// poise takes every slash option as a parameter.
+#[allow(clippy::too_many_arguments)]
+#[poise::command(slash_command, guild_only)]
+pub(super) async fn start(
+    ctx: Ctx<'_>,
+    #[description = "What the agent should do"]
+    #[max_length = 4000]
+    task: String,
+    #[description = "The agent's name (otherwise generated from the task)"]
+    #[max_length = 64]
+    name: Option<String>,
+    #[description = "Model to use"] model: Option<String>,
+    #[description = "Share the agent with this user"] share_user: Option<UserId>,
+    #[description = "Share the agent with this role"] share_role: Option<RoleId>,
+    #[description = "Approve this many commands without asking"]
+    #[min = 1]
+    // poise takes only a literal here; a test holds it equal to `APPROVE_N_MAX`.
+    #[max = 100]
+    continuous: Option<u32>,
+    #[description = "The agent's budget in dollars (default from the bot's config)"]
+    #[min = 0.01]
+    budget: Option<f64>,
+) -> Result<(), Error> {
+    ctx.defer().await?;
+    let data = ctx.data();
+    let guild_id = guild_of(ctx)?;
+    let owner = author(ctx);
+    let budget = budget.map(usd_to_micros);
+    data.agents.check_start(guild_id, &owner, budget)?;
+    let id = AgentService::new_agent_id();
+    let title = name.clone().unwrap_or_else(|| format!("agent {id}"));
+    let thread = ctx
+        .channel_id()
+        .create_thread(
+            ctx.http(),
+            CreateThread::new(thread_name(&title))
+                .kind(ChannelType::PublicThread)
+                .auto_archive_duration(AutoArchiveDuration::OneDay),
+        )
+        .await
+        .context("cannot create the agent's thread")?;
+    data.app.store.save_binding(&ThreadBinding {
+        agent_id: id.clone(),
+        guild_id,
+        parent_channel_id: ctx.channel_id().get(),
+        thread_id: thread.id.get(),
+        owner_id: owner.user_id,
+        shared_users: share_user.map(|u| vec![u.get()]).unwrap_or_default(),
+        shared_roles: share_role.map(|r| vec![r.get()]).unwrap_or_default(),
+        card: None,
+    })?;
+    let state = data.agents.new_agent(
+        id.clone(),
+        NewAgent {
+            task,
+            profile: name.map(|name| Profile {
+                name,
+                ..Profile::fallback()
+            }),
+            model,
+            budget,
+            auto_approvals: continuous.unwrap_or(0),
+            spender: Spender {
+                user: Some(owner.user_id.to_string()),
+                guild: Some(guild_id.to_string()),
+            },
+            ..NewAgent::default()
+        },
+    );
+    data.supervisor.start_new(state).await?;
+    reply(
+        ctx,
+        format!("Started agent `{id}` in <#{}>.", thread.id.get()),
+        false,
+    )
+    .await
+}

@@ -1,0 +1,155 @@
+//! Answers to people: the user-error tier of slash commands (`on_error`), private replies,
+//! interaction responses that log a failure instead of dropping it, and the requester a click or
+//! a command comes from.
+
+use poise::serenity_prelude as serenity;
+use serenity::{
+    ComponentInteraction, CreateInteractionResponse, CreateInteractionResponseFollowup,
+    CreateInteractionResponseMessage, ModalInteraction, UserId,
+};
+
+use super::commands::{Ctx, Data, Error};
+use super::no_mentions;
+use crate::service::rights::Requester;
+use crate::service::UserError;
+
+/// A short reference that ties what a user sees to the log line with the details.
+pub fn error_ref() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..8].to_string()
+}
+
+/// The text shown for a failure the user cannot act on, after logging it under a reference.
+pub fn something_went_wrong(what: &str, error: &dyn std::fmt::Debug) -> String {
+    let reference = error_ref();
+    tracing::error!(%reference, what, ?error, "failed");
+    format!("Something went wrong (ref {reference}).")
+}
+
+/// A slash command's error: a `UserError` is shown privately as it is; anything else is logged
+/// and shown as "Something went wrong (ref …)".
+pub async fn on_error(error: poise::FrameworkError<'_, Data, Error>) {
+    match error {
+        poise::FrameworkError::Command { error, ctx, .. } => {
+            let text = match error.downcast_ref::<UserError>() {
+                Some(refusal) => refusal.to_string(),
+                None => something_went_wrong(&ctx.command().qualified_name, &error),
+            };
+            if let Err(e) = reply(ctx, text, true).await {
+                tracing::warn!(error = %e, "cannot report a command's error");
+            }
+        }
+        other => {
+            if let Err(e) = poise::builtins::on_error(other).await {
+                tracing::error!(error = %e, "cannot report a framework error");
+            }
+        }
+    }
+}
+
+/// The log line every slash command runs under: which command, where, by whom, for which agent.
+pub async fn pre_command(ctx: Ctx<'_>) {
+    let agent = ctx
+        .data()
+        .app
+        .store
+        .agent_for_thread(ctx.channel_id().get())
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    tracing::info!(
+        command = %ctx.command().qualified_name,
+        guild = ctx.guild_id().map(|g| g.get()).unwrap_or(0),
+        user = ctx.author().id.get(),
+        agent = %agent,
+        "slash command"
+    );
+}
+
+/// A reply to a slash command, fitted to Discord's message limit and mentioning nobody.
+pub async fn reply(ctx: Ctx<'_>, text: impl Into<String>, private: bool) -> Result<(), Error> {
+    ctx.send(
+        poise::CreateReply::default()
+            .content(super::cards::message_text(&text.into()))
+            .ephemeral(private)
+            .allowed_mentions(no_mentions()),
+    )
+    .await?;
+    Ok(())
+}
+
+pub fn ephemeral(text: impl Into<String>) -> CreateInteractionResponse {
+    CreateInteractionResponse::Message(
+        CreateInteractionResponseMessage::new()
+            .content(text)
+            .ephemeral(true)
+            .allowed_mentions(no_mentions()),
+    )
+}
+
+fn followup(text: impl Into<String>) -> CreateInteractionResponseFollowup {
+    CreateInteractionResponseFollowup::new()
+        .content(text)
+        .ephemeral(true)
+        .allowed_mentions(no_mentions())
+}
+
+/// The interaction a response goes to: a button click or a submitted form.
+#[derive(Clone, Copy)]
+pub enum Interaction<'a> {
+    Click(&'a ComponentInteraction),
+    Modal(&'a ModalInteraction),
+}
+
+impl Interaction<'_> {
+    /// Sends the first response; a failure is logged (the user sees Discord's own error) and
+    /// reported as `false` so that the caller stops.
+    pub async fn respond(self, http: &serenity::Http, response: CreateInteractionResponse) -> bool {
+        let sent = match self {
+            Interaction::Click(c) => c.create_response(http, response).await,
+            Interaction::Modal(m) => m.create_response(http, response).await,
+        };
+        if let Err(e) = &sent {
+            tracing::warn!(error = %e, "cannot respond to an interaction");
+        }
+        sent.is_ok()
+    }
+
+    /// A private message after the first response.
+    pub async fn follow_up(self, http: &serenity::Http, text: impl Into<String>) {
+        let sent = match self {
+            Interaction::Click(c) => c.create_followup(http, followup(text)).await,
+            Interaction::Modal(m) => m.create_followup(http, followup(text)).await,
+        };
+        if let Err(e) = sent {
+            tracing::warn!(error = %e, "cannot send a follow-up");
+        }
+    }
+}
+
+/// The member behind an interaction, as its own member data describes them.
+pub fn requester_of(user: UserId, member: Option<&serenity::Member>) -> Requester {
+    let permissions = member.and_then(|m| m.permissions);
+    Requester {
+        user_id: user.get(),
+        role_ids: member
+            .map(|m| m.roles.iter().map(|r| r.get()).collect())
+            .unwrap_or_default(),
+        manage_threads: permissions.is_some_and(|p| p.manage_threads()),
+        manage_guild: permissions.is_some_and(|p| p.manage_guild()),
+    }
+}
+
+/// The member who used a slash command.
+pub fn author(ctx: Ctx<'_>) -> Requester {
+    match ctx {
+        poise::Context::Application(app) => {
+            requester_of(app.interaction.user.id, app.interaction.member.as_deref())
+        }
+        poise::Context::Prefix(_) => Requester {
+            user_id: ctx.author().id.get(),
+            role_ids: Vec::new(),
+            manage_threads: false,
+            manage_guild: false,
+        },
+    }
+}

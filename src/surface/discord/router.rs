@@ -1,0 +1,306 @@
+//! The interaction router: every button click, form and thread message reaches the bot here.
+//! Each is acknowledged within Discord's 3 s first (a modal, a deferred update or a private
+//! refusal), checked against the clicker's rights and the card's staleness, and only then decided
+//! in the agent's actor.
+
+use poise::serenity_prelude as serenity;
+use serenity::{
+    ActionRowComponent, ComponentInteraction, CreateActionRow, CreateInputText,
+    CreateInteractionResponse, CreateModal, FullEvent, InputTextStyle, ModalInteraction,
+};
+
+use super::commands::{Data, Error};
+use super::ids::{CardAction, CardId};
+use super::respond::{ephemeral, requester_of, something_went_wrong, Interaction};
+use crate::core::event::{Decision, APPROVE_N_MAX};
+use crate::core::state::Phase;
+use crate::runtime::DecideError;
+use crate::service::rights::{may_decide, Requester};
+use crate::service::NOT_ALLOWED;
+
+const NOT_FROM_THIS_VERSION: &str = "This button is not from this version of the bot.";
+
+/// The framework's event hook: spawns the handler and returns at once, so the gateway loop never
+/// waits on the store or the model.
+pub async fn on_event(
+    ctx: poise::FrameworkContext<'_, Data, Error>,
+    event: &FullEvent,
+) -> Result<(), Error> {
+    let http = ctx.serenity_context.http.clone();
+    let data = ctx.user_data;
+    match event {
+        FullEvent::InteractionCreate { interaction } => match interaction {
+            serenity::Interaction::Component(click) => {
+                let (click, data) = (click.clone(), data.clone());
+                tokio::spawn(async move { on_click(&http, &data, click).await });
+            }
+            serenity::Interaction::Modal(submit) => {
+                let (submit, data) = (submit.clone(), data.clone());
+                tokio::spawn(async move { on_modal(&http, &data, submit).await });
+            }
+            _ => {}
+        },
+        FullEvent::Message { new_message } if !new_message.author.bot => {
+            let (message, data) = (new_message.clone(), data.clone());
+            tokio::spawn(async move { on_thread_message(&data, message).await });
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Checks that the click is for the agent's current proposal and that the clicker may decide.
+/// Returns the refusal to show otherwise.
+fn check_click(data: &Data, id: &CardId, who: &Requester) -> Result<(), String> {
+    let store = &data.app.store;
+    let binding = match store.binding(&id.agent) {
+        Ok(Some(binding)) => binding,
+        Ok(None) => return Err("This agent no longer exists.".into()),
+        Err(e) => return Err(something_went_wrong("reading a binding", &e)),
+    };
+    if !may_decide(&binding, who) {
+        return Err(NOT_ALLOWED.into());
+    }
+    let pending = store
+        .load_agent_record(&id.agent)
+        .ok()
+        .flatten()
+        .is_some_and(|state| state.awaits_decision_on(id.cycle));
+    if !pending {
+        let refusal = match store.decision(&id.agent, id.cycle) {
+            Ok(Some(winner)) => DecideError::AlreadyDecided { by: winner.by },
+            _ => DecideError::NotPending,
+        };
+        return Err(refusal.to_string());
+    }
+    Ok(())
+}
+
+async fn decide_and_report(
+    http: &serenity::Http,
+    data: &Data,
+    interaction: Interaction<'_>,
+    id: &CardId,
+    decision: Decision,
+    by: &str,
+) {
+    if let Err(refusal) = data
+        .supervisor
+        .decide(&id.agent, id.cycle, decision, by)
+        .await
+    {
+        interaction.follow_up(http, refusal.to_string()).await;
+    }
+}
+
+/// Forget or Pin on a memory search result: checked against the agent's deciders again, since
+/// the results may be old and rights may have changed.
+fn memory_click(data: &Data, id: &CardId, who: &Requester) -> String {
+    let Some(memory) = &data.app.memory else {
+        return "Long-term memory is switched off.".into();
+    };
+    match data.app.store.binding(&id.agent) {
+        Ok(Some(binding)) if may_decide(&binding, who) => {}
+        Ok(Some(_)) => return NOT_ALLOWED.into(),
+        _ => return "This agent no longer exists.".into(),
+    }
+    let memory_id = id.cycle;
+    let done = match id.action {
+        CardAction::MemoryForget => memory.forget(&id.agent, memory_id).map(|_| "Forgot"),
+        _ => memory.pin(&id.agent, memory_id, true).map(|_| "Pinned"),
+    };
+    match done {
+        Ok(verb) => format!("{verb} memory #{memory_id}."),
+        Err(e) => format!("Nothing changed: {e}."),
+    }
+}
+
+/// The form Approve ×N opens.
+fn approve_n_form(id: &CardId, default: u32) -> CreateModal {
+    CreateModal::new(
+        CardId::new(CardAction::ApproveNSubmit, &id.agent, id.cycle).encode(),
+        "Approve several commands",
+    )
+    .components(vec![CreateActionRow::InputText(
+        CreateInputText::new(
+            InputTextStyle::Short,
+            format!("How many commands (1–{APPROVE_N_MAX})?"),
+            "n",
+        )
+        .value(default.to_string())
+        .min_length(1)
+        .max_length(APPROVE_N_MAX.to_string().len() as u16),
+    )])
+}
+
+/// The form Feedback opens.
+fn feedback_form(id: &CardId) -> CreateModal {
+    CreateModal::new(
+        CardId::new(CardAction::FeedbackSubmit, &id.agent, id.cycle).encode(),
+        "Feedback instead of running",
+    )
+    .components(vec![CreateActionRow::InputText(
+        CreateInputText::new(InputTextStyle::Paragraph, "Your feedback", "text")
+            .min_length(1)
+            .max_length(4000),
+    )])
+}
+
+async fn on_click(http: &serenity::Http, data: &Data, click: ComponentInteraction) {
+    let interaction = Interaction::Click(&click);
+    let Some(id) = CardId::parse(&click.data.custom_id) else {
+        interaction
+            .respond(http, ephemeral(NOT_FROM_THIS_VERSION))
+            .await;
+        return;
+    };
+    let who = requester_of(click.user.id, click.member.as_ref());
+    if matches!(id.action, CardAction::MemoryForget | CardAction::MemoryPin) {
+        let text = memory_click(data, &id, &who);
+        interaction.respond(http, ephemeral(text)).await;
+        return;
+    }
+    if let Err(refusal) = check_click(data, &id, &who) {
+        interaction.respond(http, ephemeral(refusal)).await;
+        return;
+    }
+    let decision = match id.action {
+        CardAction::Approve => Decision::Approve,
+        CardAction::Deny => Decision::Deny,
+        CardAction::SelfCritique => Decision::SelfCritique,
+        CardAction::ApproveN => {
+            let form = approve_n_form(&id, data.app.config.agent.approve_n_default);
+            interaction
+                .respond(http, CreateInteractionResponse::Modal(form))
+                .await;
+            return;
+        }
+        CardAction::Feedback => {
+            let form = feedback_form(&id);
+            interaction
+                .respond(http, CreateInteractionResponse::Modal(form))
+                .await;
+            return;
+        }
+        CardAction::ApproveNSubmit
+        | CardAction::FeedbackSubmit
+        | CardAction::MemoryForget
+        | CardAction::MemoryPin => {
+            interaction
+                .respond(http, ephemeral(NOT_FROM_THIS_VERSION))
+                .await;
+            return;
+        }
+    };
+    if !interaction
+        .respond(http, CreateInteractionResponse::Acknowledge)
+        .await
+    {
+        return;
+    }
+    let by = click.user.name.clone();
+    decide_and_report(http, data, interaction, &id, decision, &by).await;
+}
+
+fn modal_value(submit: &ModalInteraction) -> String {
+    submit
+        .data
+        .components
+        .iter()
+        .flat_map(|row| row.components.iter())
+        .find_map(|c| match c {
+            ActionRowComponent::InputText(input) => input.value.clone(),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+async fn on_modal(http: &serenity::Http, data: &Data, submit: ModalInteraction) {
+    let interaction = Interaction::Modal(&submit);
+    let Some(id) = CardId::parse(&submit.data.custom_id) else {
+        interaction
+            .respond(http, ephemeral(NOT_FROM_THIS_VERSION))
+            .await;
+        return;
+    };
+    let who = requester_of(submit.user.id, submit.member.as_ref());
+    if let Err(refusal) = check_click(data, &id, &who) {
+        interaction.respond(http, ephemeral(refusal)).await;
+        return;
+    }
+    let value = modal_value(&submit);
+    let decision = match id.action {
+        CardAction::ApproveNSubmit => match value.trim().parse::<u32>() {
+            Ok(n) if (1..=APPROVE_N_MAX).contains(&n) => Decision::ApproveN(n),
+            _ => {
+                let text = format!("Give a number from 1 to {APPROVE_N_MAX}.");
+                interaction.respond(http, ephemeral(text)).await;
+                return;
+            }
+        },
+        CardAction::FeedbackSubmit if !value.trim().is_empty() => {
+            Decision::Feedback(value.trim().to_string())
+        }
+        _ => {
+            let text = "Nothing to do with an empty form.";
+            interaction.respond(http, ephemeral(text)).await;
+            return;
+        }
+    };
+    if !interaction
+        .respond(http, CreateInteractionResponse::Acknowledge)
+        .await
+    {
+        return;
+    }
+    let by = submit.user.name.clone();
+    decide_and_report(http, data, interaction, &id, decision, &by).await;
+}
+
+/// A message in an agent's thread answers a waiting `ask_user`, or, while a card waits, is taken
+/// as feedback from someone allowed to decide.
+async fn on_thread_message(data: &Data, message: serenity::Message) {
+    let store = &data.app.store;
+    let Ok(Some(agent)) = store.agent_for_thread(message.channel_id.get()) else {
+        return;
+    };
+    let Ok(Some(binding)) = store.binding(&agent) else {
+        return;
+    };
+    // A message carries roles but no permissions, so moderators decide here only through shares.
+    let who = Requester {
+        user_id: message.author.id.get(),
+        role_ids: message
+            .member
+            .as_ref()
+            .map(|m| m.roles.iter().map(|r| r.get()).collect())
+            .unwrap_or_default(),
+        manage_threads: false,
+        manage_guild: false,
+    };
+    let text = message.content.trim();
+    if !may_decide(&binding, &who) || text.is_empty() {
+        return;
+    }
+    if data.surface.answer_question(binding.thread_id, text).await {
+        return;
+    }
+    if !data.app.config.discord.messages_as_feedback {
+        return;
+    }
+    let Ok(Some(state)) = store.load_agent_record(&agent) else {
+        return;
+    };
+    if let (Phase::AwaitingDecision, Some(pending)) = (&state.phase, &state.pending) {
+        let feedback = Decision::Feedback(text.to_string());
+        let by = &message.author.name;
+        if let Err(refusal) = data
+            .supervisor
+            .decide(&agent, pending.cycle, feedback, by)
+            .await
+        {
+            // The card was decided in the meantime; the message stays an ordinary message.
+            tracing::debug!(agent = %agent, %refusal, "a thread message was not taken as feedback");
+        }
+    }
+}

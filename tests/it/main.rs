@@ -1,0 +1,19 @@
+//! The integration tests, as one binary so `support/` compiles once: a module per theme.
+
+mod support;
+
+mod architecture;
+mod budget_e2e;
+mod budget_ledger;
+mod console_e2e;
+mod discord_e2e;
+mod fake_discord_payloads;
+mod llm_client;
+mod memory;
+mod memory_e2e;
+mod pacing;
+mod policy_e2e;
+mod real_peer;
+mod store_migration;
+mod subagents;
+mod web;

@@ -4,6 +4,7 @@
 //! against the scripted fake server.
 //!
 //! Run with `cargo bench --bench cycle`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // A benchmark stops at the first failure.
 
 #[path = "../tests/it/support/fake_openai.rs"]
 #[allow(dead_code)]

@@ -5,6 +5,7 @@
 //! model that answers at once.
 //!
 //! Run with `cargo bench --bench discord`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // A benchmark stops at the first failure.
 
 #[path = "../tests/it/support/mod.rs"]
 mod support;

@@ -5,6 +5,7 @@
 //!
 //! BENCH_SIZES=10000,100000 by default; add 1000000 when there is time (the graph build takes
 //! minutes). BENCH_SKIP_HNSWLIB=1 skips the Python side.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // A benchmark stops at the first failure.
 
 use std::collections::HashSet;
 use std::io::Write;

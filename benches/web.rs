@@ -5,6 +5,7 @@
 //! the default chunk size and cap, counted with the real tokenizer.
 //!
 //! Run with `cargo bench --bench web`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // A benchmark stops at the first failure.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -789,7 +789,7 @@ impl Config {
             ));
         }
         for host in &web.allow_hosts {
-            if crate::web::guard::AllowedHost::parse(host).is_none() {
+            if AllowedHost::parse(host).is_none() {
                 return Err(invalid(
                     "web.allow_hosts",
                     format!("{host:?} is not a host name, host:port or IP address"),
@@ -829,7 +829,7 @@ impl Config {
                 .iter()
                 .find(|(f, _)| *f == field)
                 .map_or(0.0, |d| d.1);
-            if usd_to_micros(value) > crate::budget::pace::MAX_SPEND_PER_HOUR {
+            if usd_to_micros(value) > crate::core::budget::MAX_SPEND_PER_HOUR {
                 return Err(invalid(
                     field,
                     "must be at most 4294 dollars per hour (0: no limit)",
@@ -888,6 +888,38 @@ impl Config {
                     "no platform data directory found; set --data-dir or AUTOTHREAD_DATA_DIR",
                 )
             })
+    }
+}
+
+/// One entry of `web.allow_hosts`: a name or an address, optionally only on one port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllowedHost {
+    /// Lower-case name, or an address without brackets.
+    pub host: String,
+    /// Only this port, when the entry names one.
+    pub port: Option<u16>,
+}
+
+impl AllowedHost {
+    pub fn parse(entry: &str) -> Option<Self> {
+        let entry = entry.trim().to_ascii_lowercase();
+        if entry.is_empty() || entry.contains('/') {
+            return None;
+        }
+        // A bare IPv6 address has colons of its own; `[::1]:8080` carries a port.
+        if let Ok(ip) = entry.parse::<std::net::IpAddr>() {
+            return Some(AllowedHost {
+                host: ip.to_string(),
+                port: None,
+            });
+        }
+        let url = url::Url::parse(&format!("http://{entry}/")).ok()?;
+        let host = url.host_str()?.trim_matches(['[', ']']).to_string();
+        let port = match entry.rsplit_once(':') {
+            Some((_, port)) if !entry.ends_with(']') => Some(port.parse().ok()?),
+            _ => None,
+        };
+        Some(AllowedHost { host, port })
     }
 }
 

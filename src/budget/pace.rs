@@ -10,7 +10,7 @@ use governor::middleware::NoOpMiddleware;
 use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota, RateLimiter};
 
-use crate::core::budget::Micros;
+use crate::core::budget::{Micros, MAX_SPEND_PER_HOUR};
 
 type Keyed<C> =
     RateLimiter<String, DefaultKeyedStateStore<String>, C, NoOpMiddleware<<C as Clock>::Instant>>;
@@ -50,10 +50,6 @@ struct Gate<C: Clock + Clone> {
 pub struct Pacer<C: Clock + Clone = DefaultClock> {
     gates: Vec<Gate<C>>,
 }
-
-/// Spend limits are counted in micro-dollars, one governor cell each; u32 cells allow up to
-/// about $4,294 per hour, which config validation enforces.
-pub const MAX_SPEND_PER_HOUR: Micros = u32::MAX as Micros;
 
 impl Pacer<DefaultClock> {
     pub fn new(limits: PaceLimits) -> Self {

@@ -146,6 +146,10 @@ pub struct SpendNote {
     pub limited_by: Option<String>,
 }
 
+/// Spend limits are paced in micro-dollars, one governor cell each; u32 cells allow up to about
+/// $4,294 per hour, which config validation enforces.
+pub const MAX_SPEND_PER_HOUR: Micros = u32::MAX as Micros;
+
 /// The budgets a call is charged to: the agent's own, its owner's day, its server's day and month.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BudgetKind {

@@ -26,6 +26,21 @@ pub enum CallPurpose {
     },
 }
 
+impl CallPurpose {
+    /// A stable name for the call's purpose, sent with the request so that logs, proxies and
+    /// test fakes can tell calls apart without reading the prompt.
+    pub fn marker(self) -> &'static str {
+        match self {
+            CallPurpose::Profile => "profile",
+            CallPurpose::Think => "think",
+            CallPurpose::Reask => "reask",
+            CallPurpose::Rethink => "rethink",
+            CallPurpose::SelfCritique => "self_critique",
+            CallPurpose::Summary { .. } => "summary",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     pub prompt_tokens: u64,

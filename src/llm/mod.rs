@@ -15,12 +15,21 @@ use crate::core::prompt::Message;
 /// One chat completion request, independent of any provider's types.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatRequest {
+    /// What the call is for (`CallPurpose::marker`, or `TOOL_PURPOSE`), sent as the
+    /// `PURPOSE_HEADER` header.
+    pub purpose: &'static str,
     pub model: String,
     pub messages: Vec<Message>,
     pub max_tokens: u32,
     /// The reply schema when structured output is wanted; how it is sent depends on the endpoint.
     pub json_schema: Option<Value>,
 }
+
+/// The header that carries a request's purpose to the endpoint.
+pub const PURPOSE_HEADER: &str = "x-autothread-purpose";
+
+/// The purpose of a model call a command makes (reading a page, a sub-agent's reply).
+pub const TOOL_PURPOSE: &str = "tool";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChatReply {

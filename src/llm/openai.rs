@@ -10,10 +10,11 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 
 use super::retry::{RetryPolicy, RetryingTransport, TransportError};
-use super::{ChatModel, ChatReply, ChatRequest, LlmError};
+use super::{ChatModel, ChatReply, ChatRequest, LlmError, PURPOSE_HEADER};
 use crate::config::{LlmConfig, ResponseFormatMode};
 use crate::core::event::Usage;
 use crate::core::prompt::Role;
+use async_openai::traits::RequestOptionsBuilder;
 
 pub struct OpenAiChat {
     client: Client<OpenAIConfig>,
@@ -161,6 +162,8 @@ impl ChatModel for OpenAiChat {
         let response: Value = self
             .client
             .chat()
+            .header(PURPOSE_HEADER, request.purpose)
+            .map_err(classify)?
             .create_byot(body)
             .await
             .map_err(classify)?;

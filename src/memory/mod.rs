@@ -182,11 +182,34 @@ impl Memory {
             )
             .await;
         match embedded {
+            // Every embedder promises one vector per input, in order; a server that breaks the
+            // promise must not pair a text with another text's vector.
+            Ok((embedded, _)) if embedded.vectors.len() != texts.len() => {
+                Err(MemoryError::Embedding(format!(
+                    "asked for {} embeddings, got {}",
+                    texts.len(),
+                    embedded.vectors.len()
+                )))
+            }
             Ok((embedded, _)) => Ok(embedded.vectors),
             Err(Metered::Refused(why)) => Err(MemoryError::Budget(why)),
             Err(Metered::Ledger(e)) => Err(e.into()),
             Err(Metered::Call(e)) => Err(MemoryError::Embedding(e.to_string())),
         }
+    }
+
+    /// The vector of one text (`embed` has checked that there is exactly one).
+    async fn embed_one(
+        &self,
+        payer: &Payer,
+        text: &str,
+        purpose: EmbedPurpose,
+    ) -> Result<Vec<f32>, MemoryError> {
+        let vectors = self.embed(payer, &[text.to_string()], purpose).await?;
+        vectors
+            .into_iter()
+            .next()
+            .ok_or_else(|| MemoryError::Embedding("the server returned no embedding".into()))
     }
 
     /// Writes a memory. When the embedding fails it is queued (and `Err` says why); the queue is
@@ -209,16 +232,12 @@ impl Memory {
             pinned: false,
             forgotten: false,
         };
-        match self
-            .embed(
-                payer,
-                std::slice::from_ref(&record.text),
-                EmbedPurpose::Passage,
-            )
-            .await
-        {
-            Ok(mut vectors) => {
-                self.store(&record, &vectors.remove(0))?;
+        let embedded = self
+            .embed_one(payer, &record.text, EmbedPurpose::Passage)
+            .await;
+        match embedded {
+            Ok(vector) => {
+                self.store(&record, &vector)?;
                 Ok(record.id)
             }
             Err(e) => {
@@ -340,10 +359,7 @@ impl Memory {
         query: &str,
         k: usize,
     ) -> Result<Vec<MemoryHit>, MemoryError> {
-        let mut vectors = self
-            .embed(payer, &[query.to_string()], EmbedPurpose::Query)
-            .await?;
-        let query_vector = vectors.remove(0);
+        let query_vector = self.embed_one(payer, query, EmbedPurpose::Query).await?;
         let (index, forgotten) = self.index_of(&payer.agent).await?;
         let found =
             index

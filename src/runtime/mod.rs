@@ -483,6 +483,7 @@ impl Actor {
                 })) as u64,
             price: self.deps.budgets.price(&model_name),
             request: ChatRequest {
+                purpose: call.purpose.marker(),
                 model: model_name,
                 messages: call.messages,
                 max_tokens: call.max_tokens,
@@ -725,6 +726,7 @@ impl AgentModel<'_> {
             prompt_tokens: self.deps.counter.count_messages(&messages) as u64,
             price: self.deps.budgets.price(&model),
             request: ChatRequest {
+                purpose: crate::llm::TOOL_PURPOSE,
                 model,
                 messages,
                 max_tokens,

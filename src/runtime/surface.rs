@@ -1,5 +1,5 @@
 //! The runtime's port to humans: the `Surface` trait, through which an actor shows an agent's
-//! work and asks for decisions. The console and Discord (`crate::surface`) implement it; the
+//! work and asks for decisions. The console and Discord implement it in the surface module; the
 //! runtime never names them.
 
 use async_trait::async_trait;

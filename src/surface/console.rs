@@ -82,6 +82,51 @@ impl ConsoleSurface {
     }
 }
 
+/// The console's card: AutoGPT's sections, the proposed command with its class, the budget line.
+pub fn proposal_text(agent: &AgentState, proposal: &Proposal, auto_approved: bool) -> String {
+    let t = &proposal.thoughts;
+    let mut out = format!("\n=== {} · cycle {} ===\n", agent.name(), proposal.cycle);
+    if proposal.interrupted {
+        out.push_str("NOTE: this step was interrupted before it finished and was not re-run. Decide again.\n");
+    }
+    out.push_str(&section("SPEAK", &t.speak));
+    out.push_str(&section("OBSERVATIONS", &t.observations));
+    out.push_str(&section("THOUGHTS", &t.text));
+    out.push_str(&section("REASONING", &t.reasoning));
+    if !t.plan.trim().is_empty() {
+        out.push_str("PLAN:\n");
+        for line in t.plan.lines().filter(|l| !l.trim().is_empty()) {
+            out.push_str(&format!("  {}\n", line.trim()));
+        }
+    }
+    out.push_str(&section("CRITICISM", &t.self_criticism));
+    let args = serde_json::to_string(&proposal.command.args).unwrap_or_default();
+    out.push_str(&format!(
+        "NEXT ACTION: COMMAND = {}  ARGUMENTS = {}  [{}]\n",
+        proposal.command.name,
+        args,
+        proposal.risk.label()
+    ));
+    let money = proposal.money_line();
+    if !money.is_empty() {
+        out.push_str(&format!("BUDGET: {money}\n"));
+    }
+    if let Some(why) = &proposal.auto_stop {
+        out.push_str(&format!("NOTE: {why}\n"));
+    }
+    if auto_approved {
+        let left = agent.auto_approvals_left;
+        if agent.settings.continuous {
+            out.push_str("(approved automatically: continuous mode)\n");
+        } else {
+            out.push_str(&format!(
+                "(approved automatically: {left} more without asking)\n"
+            ));
+        }
+    }
+    out
+}
+
 fn print_flush(text: &str) {
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(text.as_bytes());
@@ -125,47 +170,7 @@ impl Surface for ConsoleSurface {
     }
 
     async fn show_proposal(&self, agent: &AgentState, proposal: &Proposal, auto_approved: bool) {
-        let t = &proposal.thoughts;
-        let mut out = format!("\n=== {} · cycle {} ===\n", agent.name(), proposal.cycle);
-        if proposal.interrupted {
-            out.push_str("NOTE: this step was interrupted before it finished and was not re-run. Decide again.\n");
-        }
-        out.push_str(&section("SPEAK", &t.speak));
-        out.push_str(&section("OBSERVATIONS", &t.observations));
-        out.push_str(&section("THOUGHTS", &t.text));
-        out.push_str(&section("REASONING", &t.reasoning));
-        if !t.plan.trim().is_empty() {
-            out.push_str("PLAN:\n");
-            for line in t.plan.lines().filter(|l| !l.trim().is_empty()) {
-                out.push_str(&format!("  {}\n", line.trim()));
-            }
-        }
-        out.push_str(&section("CRITICISM", &t.self_criticism));
-        let args = serde_json::to_string(&proposal.command.args).unwrap_or_default();
-        out.push_str(&format!(
-            "NEXT ACTION: COMMAND = {}  ARGUMENTS = {}  [{}]\n",
-            proposal.command.name,
-            args,
-            proposal.risk.label()
-        ));
-        let money = proposal.money_line();
-        if !money.is_empty() {
-            out.push_str(&format!("BUDGET: {money}\n"));
-        }
-        if let Some(why) = &proposal.auto_stop {
-            out.push_str(&format!("NOTE: {why}\n"));
-        }
-        if auto_approved {
-            let left = agent.auto_approvals_left;
-            if agent.settings.continuous {
-                out.push_str("(approved automatically: continuous mode)\n");
-            } else {
-                out.push_str(&format!(
-                    "(approved automatically: {left} more without asking)\n"
-                ));
-            }
-        }
-        print_flush(&out);
+        print_flush(&proposal_text(agent, proposal, auto_approved));
     }
 
     async fn request_decision(&self, agent: &AgentState, proposal: &Proposal, handle: AgentHandle) {

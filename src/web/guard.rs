@@ -11,6 +11,8 @@ use std::sync::Arc;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::Url;
 
+pub use crate::config::AllowedHost;
+
 /// Why a URL or an address was not fetched; the text is what the model and the user read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Blocked {
@@ -91,36 +93,6 @@ fn is_public_v6(ip: Ipv6Addr) -> bool {
         || (segments[0] == 0x0100 && segments[1..4] == [0, 0, 0]) // discard-only
         || segments[..6] == [0, 0, 0, 0, 0, 0]; // IPv4-compatible (deprecated)
     !reserved
-}
-
-/// One entry of `web.allow_hosts`: a name or an address, optionally only on one port.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AllowedHost {
-    host: String,
-    port: Option<u16>,
-}
-
-impl AllowedHost {
-    pub fn parse(entry: &str) -> Option<Self> {
-        let entry = entry.trim().to_ascii_lowercase();
-        if entry.is_empty() || entry.contains('/') {
-            return None;
-        }
-        // A bare IPv6 address has colons of its own; `[::1]:8080` carries a port.
-        if let Ok(ip) = entry.parse::<IpAddr>() {
-            return Some(AllowedHost {
-                host: ip.to_string(),
-                port: None,
-            });
-        }
-        let url = Url::parse(&format!("http://{entry}/")).ok()?;
-        let host = url.host_str()?.trim_matches(['[', ']']).to_string();
-        let port = match entry.rsplit_once(':') {
-            Some((_, port)) if !entry.ends_with(']') => Some(port.parse().ok()?),
-            _ => None,
-        };
-        Some(AllowedHost { host, port })
-    }
 }
 
 /// Looks names up; the system resolver in production, a fixed table in tests.

@@ -8,12 +8,12 @@ use crate::support;
 use std::time::Duration;
 
 use serde_json::json;
-use support::bot::{answer, card, message_containing, start_bot};
+use support::bot::{answer, card, message_containing, start_agent, start_bot, Start};
 use support::fake_discord::{FakeDiscord, ADMIN_PERMS, ALICE, CHANNEL, MEMBER_PERMS};
 use support::fake_openai::{agent_reply, Expect, FakeOpenAi, Kind, Reply};
 use support::{created_agent_id, TestEnv};
 
-const WAIT: Duration = Duration::from_secs(60);
+use support::WAIT;
 
 /// $10 per million prompt tokens, $30 per million completion tokens: the fake's default usage
 /// (100 + 20 tokens) costs exactly 1000 + 600 = 1600 micro-dollars per call.
@@ -187,23 +187,15 @@ async fn an_exhausted_budget_pauses_and_a_raised_one_resumes() {
     assert!(spent > spent_before && spent <= 2_000_000, "{spent}");
 }
 
-async fn start_agent(discord: &FakeDiscord, name: &str, budget: Option<f64>) -> u64 {
-    let before = discord.threads().len();
-    let mut options = vec![
-        json!({"name": "task", "type": 3, "value": "Read things"}),
-        json!({"name": "name", "type": 3, "value": name}),
-    ];
-    if let Some(usd) = budget {
-        options.push(json!({"name": "budget", "type": 10, "value": usd}));
-    }
-    let start = discord.slash(ALICE, &[], CHANNEL, "start", json!(options), json!({}));
-    answer(discord, start, false).await;
-    assert_eq!(discord.threads().len(), before + 1);
-    discord.threads().last().unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap()
+/// Alice starts an agent on a reading task.
+async fn start_reader(discord: &FakeDiscord, name: &str, budget: Option<f64>) -> u64 {
+    let start = Start {
+        task: "Read things",
+        name: Some(name),
+        budget,
+        ..Start::default()
+    };
+    start_agent(discord, start).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -240,7 +232,7 @@ async fn two_agents_of_one_user_share_the_daily_budget_until_an_admin_raises_it(
         .starts_with("An agent's budget can be at most $20.00 here"));
     assert!(discord.threads().is_empty());
 
-    let first = start_agent(&discord, "FirstGPT", None).await;
+    let first = start_reader(&discord, "FirstGPT", None).await;
     let card_a = card(&discord, first, "FirstGPT · cycle 1").await;
     let footer = card_a["embeds"][0]["footer"]["text"].as_str().unwrap_or("");
     assert!(
@@ -248,7 +240,7 @@ async fn two_agents_of_one_user_share_the_daily_budget_until_an_admin_raises_it(
         "{footer}"
     );
     // 0.04 spent today: the second agent's first call (worst case 0.05) still fits.
-    let second = start_agent(&discord, "SecondGPT", Some(0.5)).await;
+    let second = start_reader(&discord, "SecondGPT", Some(0.5)).await;
     card(&discord, second, "SecondGPT · cycle 1").await;
     let status = discord.slash(ALICE, &[], second, "status", json!([]), json!({}));
     let text = answer(&discord, status, true).await;

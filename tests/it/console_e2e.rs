@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use support::fake_openai::{agent_reply, progress_of, Check, Expect, FakeOpenAi, Kind, Reply};
 use support::{created_agent_id, TestEnv};
 
-const WAIT: Duration = Duration::from_secs(60);
+use support::WAIT;
 
 async fn fake() -> FakeOpenAi {
     FakeOpenAi::start(Expect::test_model()).await

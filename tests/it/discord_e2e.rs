@@ -3,10 +3,10 @@
 
 use crate::support;
 
-use std::time::Duration;
-
 use serde_json::{json, Value};
-use support::bot::{button, card, ephemeral_text, message_containing, start_bot, title, WAIT};
+use support::bot::{
+    button, card, ephemeral_text, message_containing, start_agent, start_bot, title, Start, WAIT,
+};
 use support::fake_discord::{FakeDiscord, ALICE, BOB, CHANNEL};
 use support::fake_openai::{agent_reply, Expect, FakeOpenAi};
 use support::TestEnv;
@@ -159,20 +159,6 @@ fn status_of(message: &Value) -> String {
         .to_string()
 }
 
-async fn start_agent(discord: &FakeDiscord, options: Value, resolved: Value) -> u64 {
-    let start = discord.slash(ALICE, &[], CHANNEL, "start", options, resolved);
-    discord
-        .wait_for("the start reply", WAIT, |d| {
-            d.followups_for(start).first().cloned()
-        })
-        .await;
-    discord.threads().last().unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approve_n_runs_three_cycles_then_a_role_member_denies() {
     use support::fake_discord::{CAROL, ROLE_TEAM};
@@ -196,8 +182,11 @@ async fn approve_n_runs_three_cycles_then_a_role_member_denies() {
     let bot = start_bot(&env, &discord).await;
     let thread = start_agent(
         &discord,
-        json!([{"name": "task", "type": 3, "value": "Write files"}, {"name": "name", "type": 3, "value": "FileGPT"}]),
-        json!({}),
+        Start {
+            task: "Write files",
+            name: Some("FileGPT"),
+            ..Start::default()
+        },
     )
     .await;
 
@@ -271,9 +260,12 @@ async fn two_concurrent_approvals_yield_exactly_one_decision_100_times() {
     let bot = start_bot(&env, &discord).await;
     let thread = start_agent(
         &discord,
-        json!([{"name": "task", "type": 3, "value": "Race"}, {"name": "name", "type": 3, "value": "RaceGPT"},
-               {"name": "share_user", "type": 6, "value": BOB.to_string()}]),
-        json!({"users": {BOB.to_string(): {"id": BOB.to_string(), "username": "bob", "discriminator": "0", "avatar": null, "global_name": "bob"}}}),
+        Start {
+            task: "Race",
+            name: Some("RaceGPT"),
+            share_user: Some(BOB),
+            ..Start::default()
+        },
     )
     .await;
     for round in 1..=ROUNDS {
@@ -338,13 +330,16 @@ async fn a_card_waiting_across_a_restart_still_works() {
     let bot = start_bot(&env, &discord).await;
     let thread = start_agent(
         &discord,
-        json!([{"name": "task", "type": 3, "value": "Survive"}, {"name": "name", "type": 3, "value": "PhoenixGPT"}]),
-        json!({}),
+        Start {
+            task: "Survive",
+            name: Some("PhoenixGPT"),
+            ..Start::default()
+        },
     )
     .await;
     let first = card(&discord, thread, "PhoenixGPT · cycle 1").await;
-    // The card reference is flushed right after the post; give that a moment before the kill.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The kill comes once the card's reference is on disk, as the bot's log says.
+    bot.wait_for_log("card remembered", 1, WAIT).await;
     bot.kill().await;
 
     let bot = start_bot(&env, &discord).await;
@@ -395,8 +390,11 @@ async fn ask_user_and_plain_messages_then_finish_and_export() {
     let bot = start_bot(&env, &discord).await;
     let thread = start_agent(
         &discord,
-        json!([{"name": "task", "type": 3, "value": "Write a poem"}, {"name": "name", "type": 3, "value": "PoetGPT"}]),
-        json!({}),
+        Start {
+            task: "Write a poem",
+            name: Some("PoetGPT"),
+            ..Start::default()
+        },
     )
     .await;
     let first = card(&discord, thread, "PoetGPT · cycle 1").await;
@@ -478,8 +476,11 @@ async fn status_pause_resume_list_and_the_per_user_cap() {
     let bot = start_bot(&env, &discord).await;
     let thread = start_agent(
         &discord,
-        json!([{"name": "task", "type": 3, "value": "Idle"}, {"name": "name", "type": 3, "value": "IdleGPT"}]),
-        json!({}),
+        Start {
+            task: "Idle",
+            name: Some("IdleGPT"),
+            ..Start::default()
+        },
     )
     .await;
     let first = card(&discord, thread, "IdleGPT · cycle 1").await;

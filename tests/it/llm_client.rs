@@ -27,6 +27,7 @@ fn config(base_url: &str, format: ResponseFormatMode) -> LlmConfig {
 
 fn request(schema: bool) -> ChatRequest {
     ChatRequest {
+        purpose: "think",
         model: "test-model".into(),
         messages: vec![
             Message::system("You are X_GPT, a tester\n## Constraints\n## Resources\n## Commands\n## Best practices\n## Your Task"),

@@ -1,5 +1,8 @@
 //! The integration tests, as one binary so `support/` compiles once: a module per theme.
 
+// A test stops at the first failure; its helpers may unwrap like the tests themselves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 mod architecture;
@@ -14,6 +17,7 @@ mod memory_e2e;
 mod pacing;
 mod policy_e2e;
 mod real_peer;
+mod snapshots;
 mod store_migration;
 mod subagents;
 mod web;

@@ -5,8 +5,8 @@
 use crate::support;
 
 use serde_json::{json, Value};
-use support::bot::{answer, card, start_bot, WAIT};
-use support::fake_discord::{FakeDiscord, ALICE, BOB, CHANNEL, MEMBER_PERMS};
+use support::bot::{answer, card, start_agent, start_bot, Start, WAIT};
+use support::fake_discord::{FakeDiscord, ALICE, BOB, MEMBER_PERMS};
 use support::fake_openai::{agent_reply, Expect, FakeOpenAi};
 use support::{created_agent_id, TestEnv};
 
@@ -118,20 +118,13 @@ async fn discord_memory_search_with_forget_and_pin_for_deciders_only() {
     let discord = FakeDiscord::start().await;
     let env = TestEnv::with_memory(&openai.base_url, "guild_calls_per_minute = 0\n");
     let _bot = start_bot(&env, &discord).await;
-    let start = discord.slash(
-        ALICE,
-        &[],
-        CHANNEL,
-        "start",
-        json!([{"name": "task", "type": 3, "value": "Note the ferry time"}, {"name": "name", "type": 3, "value": "FerryGPT"}, {"name": "continuous", "type": 4, "value": 5}]),
-        json!({}),
-    );
-    answer(&discord, start, false).await;
-    let thread: u64 = discord.threads().last().unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let start = Start {
+        task: "Note the ferry time",
+        name: Some("FerryGPT"),
+        continuous: Some(5),
+        ..Start::default()
+    };
+    let thread = start_agent(&discord, start).await;
     // Cycles 1 and 2 run by themselves; finish asks.
     card(&discord, thread, "FerryGPT · cycle 3").await;
     // Cycle 1's memory is written when its summary lands, at the start of cycle 2.

@@ -5,8 +5,8 @@
 use crate::support;
 
 use serde_json::{json, Value};
-use support::bot::{answer, card, message_containing, start_bot};
-use support::fake_discord::{FakeDiscord, ALICE, BOB, CHANNEL, GUILD, MEMBER_PERMS};
+use support::bot::{answer, card, message_containing, start_agent, start_bot, Start};
+use support::fake_discord::{FakeDiscord, ALICE, BOB, GUILD, MEMBER_PERMS};
 use support::fake_openai::{agent_reply, Expect, FakeOpenAi, Kind};
 use support::TestEnv;
 
@@ -44,20 +44,13 @@ async fn an_owner_narrows_the_server_policy_and_the_model_stops_seeing_denied_co
         &format!("guild_calls_per_minute = 0\n\n[policy]\nwrite = \"ask\"\n\n[policy.guilds.\"{GUILD}\"]\nexternal = \"deny\"\n"),
     );
     let _bot = start_bot(&env, &discord).await;
-    let start = discord.slash(
-        ALICE,
-        &[],
-        CHANNEL,
-        "start",
-        json!([{"name": "task", "type": 3, "value": "Read a.txt"}, {"name": "name", "type": 3, "value": "PolicyGPT"}]),
-        json!({}),
-    );
-    answer(&discord, start, false).await;
-    let thread: u64 = discord.threads().last().unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let start = Start {
+        task: "Read a.txt",
+        name: Some("PolicyGPT"),
+        continuous: None,
+        ..Start::default()
+    };
+    let thread = start_agent(&discord, start).await;
     let first = card(&discord, thread, "PolicyGPT · cycle 1").await;
     assert!(
         field_names(&first).contains(&"Proposed command: read_file (read class)".to_string()),

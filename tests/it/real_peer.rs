@@ -1,7 +1,8 @@
 //! Against a real OpenAI-compatible server (llama.cpp with SmolLM2-135M, started by
 //! shared/tools/offline-ai-peers.sh): the protocol, json_schema output and a 3-cycle console run.
 //! The model is tiny, so these tests judge the plumbing, never the quality of its answers.
-//! They run when OPENAI_CHAT_BASE is set and print why they skip otherwise.
+//! They run when OPENAI_CHAT_BASE (and OPENAI_EMBED_BASE) is set and otherwise print why they
+//! skip; under CI=true a missing peer fails them, so CI can never pass without the real server.
 
 use crate::support;
 
@@ -18,14 +19,24 @@ use autothread::llm::{ChatModel, ChatRequest};
 /// they take turns.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn chat_base() -> Option<String> {
-    match std::env::var("OPENAI_CHAT_BASE") {
+/// The peer's base URL from `var`; `None` (the test skips) outside CI, a failure under CI=true.
+fn peer_base(var: &str) -> Option<String> {
+    match std::env::var(var) {
         Ok(url) if !url.is_empty() => Some(url),
         _ => {
-            eprintln!("skipped: OPENAI_CHAT_BASE is not set (start ../shared/tools/offline-ai-peers.sh to run this test)");
+            assert_ne!(
+                std::env::var("CI").as_deref(),
+                Ok("true"),
+                "{var} is not set under CI=true: the real-peer tests must run in CI (.ci/run starts the peers)"
+            );
+            eprintln!("skipped: {var} is not set (start ../shared/tools/offline-ai-peers.sh to run this test)");
             None
         }
     }
+}
+
+fn chat_base() -> Option<String> {
+    peer_base("OPENAI_CHAT_BASE")
 }
 
 #[tokio::test]
@@ -56,6 +67,7 @@ async fn json_schema_output_from_a_real_server_parses_as_an_agent_reply() {
     for _ in 0..3 {
         let reply = chat
             .complete(ChatRequest {
+                purpose: "think",
                 model: "smollm2".into(),
                 messages: vec![
                     Message::system("You are an agent. Reply with JSON: thoughts and one command (write_file or finish)."),
@@ -137,12 +149,8 @@ async fn three_console_cycles_against_the_real_server() {
 /// memories with its passage model and finds the right one with its query model.
 #[tokio::test]
 async fn a_real_embeddings_server_stores_and_recalls_a_memory() {
-    let base = match std::env::var("OPENAI_EMBED_BASE") {
-        Ok(url) if !url.is_empty() => url,
-        _ => {
-            eprintln!("skipped: OPENAI_EMBED_BASE is not set (start ../shared/tools/offline-ai-peers.sh to run this test)");
-            return;
-        }
+    let Some(base) = peer_base("OPENAI_EMBED_BASE") else {
+        return;
     };
     let dir = tempfile::tempdir().unwrap();
     let store = autothread::store::Store::open(dir.path()).unwrap();
@@ -228,6 +236,7 @@ async fn read_webpage_reads_a_local_page_in_chunks_with_the_real_model() {
             let reply = self
                 .chat
                 .complete(ChatRequest {
+                    purpose: "think",
                     model: "smollm2".into(),
                     messages,
                     // Short answers keep the test quick; the plumbing is judged, not the answer.

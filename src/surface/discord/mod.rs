@@ -212,6 +212,8 @@ impl Surface for DiscordSurface {
                 tracing::error!(agent = %agent.id, error = %e, "cannot remember the card");
             } else if let Err(e) = self.store.flush().await {
                 tracing::error!(agent = %agent.id, error = %e, "cannot flush the card reference");
+            } else {
+                tracing::info!(agent = %agent.id, cycle = proposal.cycle, "card remembered");
             }
         }
     }

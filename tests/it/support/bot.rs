@@ -1,22 +1,21 @@
 //! Driving the real bot in tests: start it against the fake Discord, find its cards and buttons,
 //! read what it answered to a command.
 
-use std::time::Duration;
+use serde_json::{json, Value};
 
-use serde_json::Value;
-
-use super::fake_discord::{FakeDiscord, GUILD};
+use super::fake_discord::{FakeDiscord, ALICE, CHANNEL, GUILD};
 use super::{Running, TestEnv};
 
-/// How long a test waits for the bot to do something before it fails.
-pub const WAIT: Duration = Duration::from_secs(30);
+pub use super::WAIT;
 
 /// `autothread run` against the fake Discord, once its slash commands are registered.
 pub async fn start_bot(env: &TestEnv, discord: &FakeDiscord) -> Running {
     let mut cmd = env.command(&["run"]);
     cmd.env("DISCORD_TOKEN", "fake-token")
         .env("DISCORD_API_BASE", &discord.base_url)
-        .env("DISCORD_DEV_GUILD", GUILD.to_string());
+        .env("DISCORD_DEV_GUILD", GUILD.to_string())
+        // The surface logs what tests wait on (a card remembered) at info.
+        .env("RUST_LOG", "warn,autothread::surface::discord=info");
     let running = Running::new_public(cmd.spawn().expect("the bot starts"));
     discord
         .wait_for("the slash commands to be registered", WAIT, |d| {
@@ -98,4 +97,63 @@ pub async fn message_containing(discord: &FakeDiscord, thread: u64, needle: &str
                 .find(|m| m["content"].as_str().unwrap_or("").contains(needle))
         })
         .await
+}
+
+/// The options of an `/agent start` in a test; unset ones are left out.
+#[derive(Debug, Clone, Default)]
+pub struct Start<'a> {
+    pub task: &'a str,
+    pub name: Option<&'a str>,
+    pub continuous: Option<u32>,
+    pub budget: Option<f64>,
+    pub share_user: Option<u64>,
+}
+
+impl Start<'_> {
+    /// The slash command's options and the users they resolve, as Discord sends them.
+    pub fn options(&self) -> (Value, Value) {
+        let mut options = vec![json!({"name": "task", "type": 3, "value": self.task})];
+        if let Some(name) = self.name {
+            options.push(json!({"name": "name", "type": 3, "value": name}));
+        }
+        if let Some(n) = self.continuous {
+            options.push(json!({"name": "continuous", "type": 4, "value": n}));
+        }
+        if let Some(usd) = self.budget {
+            options.push(json!({"name": "budget", "type": 10, "value": usd}));
+        }
+        let mut users = serde_json::Map::new();
+        if let Some(user) = self.share_user {
+            options.push(json!({"name": "share_user", "type": 6, "value": user.to_string()}));
+            let name = format!("user{user}");
+            users.insert(
+                user.to_string(),
+                json!({"id": user.to_string(), "username": name, "discriminator": "0", "avatar": null, "global_name": name}),
+            );
+        }
+        let resolved = if users.is_empty() {
+            json!({})
+        } else {
+            json!({ "users": users })
+        };
+        (Value::Array(options), resolved)
+    }
+}
+
+/// Alice starts an agent in the test channel; returns its new thread once the bot has answered.
+pub async fn start_agent(discord: &FakeDiscord, start: Start<'_>) -> u64 {
+    let before = discord.threads().len();
+    let (options, resolved) = start.options();
+    let interaction = discord.slash(ALICE, &[], CHANNEL, "start", options, resolved);
+    let reply = answer(discord, interaction, false).await;
+    assert_eq!(
+        discord.threads().len(),
+        before + 1,
+        "no thread was opened: {reply}"
+    );
+    discord.threads().last().unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
@@ -43,19 +43,19 @@ pub enum Kind {
     Critique,
 }
 
-pub fn kind_of(body: &Value) -> Kind {
-    let first = body
-        .pointer("/messages/0/content")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    if first.contains("Condense the action taken") {
-        Kind::Summary
-    } else if first.contains("by creating an autonomous agent") {
-        Kind::Profile
-    } else if first.starts_with("You review the work") {
-        Kind::Critique
-    } else {
-        Kind::Cycle
+/// The kind of a request, from the purpose the client marks it with (never from prompt text,
+/// so that rewording a prompt cannot misroute it).
+pub fn kind_of(headers: &HeaderMap) -> Result<Kind, String> {
+    let purpose = headers
+        .get(autothread::llm::PURPOSE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .ok_or("a chat request without a purpose header")?;
+    match purpose {
+        "summary" => Ok(Kind::Summary),
+        "profile" => Ok(Kind::Profile),
+        "self_critique" => Ok(Kind::Critique),
+        "think" | "reask" | "rethink" | "tool" => Ok(Kind::Cycle),
+        other => Err(format!("a chat request with an unknown purpose {other:?}")),
     }
 }
 
@@ -348,8 +348,18 @@ fn check_cycle_request(body: &Value, expect: &Expect) -> Vec<String> {
     problems
 }
 
-async fn completions(State(inner): State<Arc<Mutex<Inner>>>, Json(body): Json<Value>) -> Response {
-    let kind = kind_of(&body);
+async fn completions(
+    State(inner): State<Arc<Mutex<Inner>>>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    let kind = match kind_of(&headers) {
+        Ok(kind) => kind,
+        Err(problem) => {
+            inner.lock().unwrap().errors.push(problem.clone());
+            return respond(Reply::Status(418, "text/plain", problem), (0, 0)).await;
+        }
+    };
     let usage = inner.lock().unwrap().usage.unwrap_or((100, 20));
     let reply = {
         let mut inner = inner.lock().unwrap();

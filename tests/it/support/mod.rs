@@ -14,6 +14,9 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin, Command};
 
+/// How long a test waits for the bot, the console or a fake to do something before it fails.
+pub const WAIT: Duration = Duration::from_secs(60);
+
 /// A temporary home for one test: config file, store, export directory.
 pub struct TestEnv {
     pub dir: tempfile::TempDir,
@@ -175,6 +178,20 @@ impl Running {
                 panic!(
                     "timed out waiting for {needle:?} ×{times}\n--- stdout ---\n{}\n--- stderr ---\n{}",
                     self.stdout(),
+                    self.stderr()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits (bounded) until the log on stderr contains `needle` `times` times.
+    pub async fn wait_for_log(&self, needle: &str, times: usize, timeout: Duration) {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while self.stderr().matches(needle).count() < times {
+            if tokio::time::Instant::now() > deadline {
+                panic!(
+                    "timed out waiting for {needle:?} ×{times} in the log\n--- stderr ---\n{}",
                     self.stderr()
                 );
             }

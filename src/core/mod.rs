@@ -8,6 +8,7 @@ pub mod history;
 pub mod memory;
 pub mod policy;
 pub mod prompt;
+pub mod repair;
 pub mod reply;
 pub mod state;
 pub mod step;

@@ -1,9 +1,13 @@
 //! The runtime: one actor task per live agent owns its state, feeds events through `core::step`,
 //! stores the result, then carries out the effects (model calls, commands, surface output).
 
+mod handle;
+mod metered;
 pub mod supervisor;
 mod surface;
 
+pub use handle::{ActorMsg, AgentHandle, DecideError};
+use metered::{AgentModel, MeteredCall};
 pub use surface::Surface;
 
 use std::collections::HashSet;
@@ -12,104 +16,19 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
-use crate::budget::{Budgets, Metered, Payer};
+use crate::budget::Budgets;
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::core::budget::Pacing;
 use crate::core::event::{CallPurpose, Decision, Effect, Event, ModelCall};
 use crate::core::history::{truncate_chars, Outcome};
 use crate::core::policy::Policy;
-use crate::core::prompt::{ContextLimits, Message, PromptExtras, TokenCounter};
+use crate::core::prompt::{ContextLimits, PromptExtras, TokenCounter};
 use crate::core::reply::CommandCall;
 use crate::core::state::{AgentState, AgentView, Phase};
 use crate::core::step::{step, StepCtx};
 use crate::llm::{ChatModel, ChatRequest};
 use crate::store::{Commit, DecisionRecord, JournalEntry, Store, StoreError, WorkspaceOp};
 use crate::tools::{AgentFiles, AskUser, Registry, SubAgents, ToolCtx};
-
-/// Why a decision was not applied. Its `Display` is the sentence shown to the person who
-/// decided, on every surface.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DecideError {
-    /// Someone else's decision for this cycle came first.
-    #[error("This proposal is no longer pending: already decided by {by}.")]
-    AlreadyDecided { by: String },
-    /// The card is for a cycle the agent is no longer waiting on.
-    #[error("This proposal is no longer pending.")]
-    NotPending,
-    /// No actor runs for the agent (it rests, or it stopped before answering).
-    #[error("The agent is no longer running.")]
-    NotRunning,
-    /// The compare-and-swap could not be written; trying again may work.
-    #[error("The decision could not be stored; try again.")]
-    Storage,
-}
-
-impl DecideError {
-    /// Whether trying the same decision again could succeed.
-    pub fn is_retryable(&self) -> bool {
-        matches!(self, DecideError::Storage)
-    }
-}
-
-/// Messages an agent's actor receives.
-pub enum ActorMsg {
-    Event {
-        event: Event,
-        reply: Option<oneshot::Sender<Result<(), DecideError>>>,
-    },
-    /// A command finished; its staged workspace changes travel with it.
-    Executed {
-        cycle: u64,
-        call: CommandCall,
-        outcome: Outcome,
-        ops: Vec<WorkspaceOp>,
-    },
-}
-
-/// The address of a live agent. Cloneable; everything outside the actor talks to it through this.
-#[derive(Clone)]
-pub struct AgentHandle {
-    pub id: String,
-    tx: mpsc::UnboundedSender<ActorMsg>,
-}
-
-impl AgentHandle {
-    pub fn send(&self, event: Event) {
-        let _ = self.tx.send(ActorMsg::Event { event, reply: None });
-    }
-
-    /// Like `send`, but says whether the actor was still there to receive it.
-    pub fn try_send(&self, event: Event) -> bool {
-        self.tx.send(ActorMsg::Event { event, reply: None }).is_ok()
-    }
-
-    /// Delivers a decision; the answer says whether it was applied, or why not (stale, already decided).
-    pub async fn decide(
-        &self,
-        cycle: u64,
-        decision: Decision,
-        by: &str,
-    ) -> Result<(), DecideError> {
-        let (reply, answer) = oneshot::channel();
-        let event = Event::Decided {
-            cycle,
-            decision,
-            by: by.to_string(),
-        };
-        if self
-            .tx
-            .send(ActorMsg::Event {
-                event,
-                reply: Some(reply),
-            })
-            .is_err()
-        {
-            return Err(DecideError::NotRunning);
-        }
-        answer.await.unwrap_or(Err(DecideError::NotRunning))
-    }
-}
 
 /// The services an actor uses.
 #[derive(Clone)]
@@ -586,179 +505,6 @@ struct SurfaceQuestions<'a> {
 impl AskUser for SurfaceQuestions<'_> {
     async fn ask(&self, question: &str) -> Result<String, String> {
         self.surface.ask_user(self.agent, question).await
-    }
-}
-
-/// One model call with its spend control: paced by the rate limits, its worst case reserved in
-/// the ledger (durably) before it is made, settled with the reported usage after, or released
-/// when it fails. Retries happen inside `complete`, under the same reservation, so a 429 storm
-/// is charged once.
-struct MeteredCall {
-    payer: Payer,
-    prompt_tokens: u64,
-    price: crate::core::budget::Price,
-    request: ChatRequest,
-}
-
-/// What came of a metered call.
-enum CallOutcome {
-    Replied {
-        text: String,
-        usage: crate::core::event::Usage,
-        cost: u64,
-    },
-    /// No budget can pay for the call's worst case.
-    Refused(String),
-    Failed(String),
-}
-
-impl MeteredCall {
-    /// The agent's own call (a cycle, a summary…), answered as an event for its actor.
-    async fn run_for_actor(
-        self,
-        deps: &Deps,
-        handle: &AgentHandle,
-        seq: u64,
-        purpose: CallPurpose,
-    ) -> Event {
-        let on_wait = |pacing: Pacing| {
-            handle.send(Event::Paced {
-                seq,
-                purpose,
-                pacing,
-            })
-        };
-        let what = format!("{} {:?}", self.request.model, purpose);
-        match self.run(deps, &what, &on_wait).await {
-            CallOutcome::Replied { text, usage, .. } => {
-                tracing::debug!(?purpose, content = %text, "model reply");
-                Event::ModelReplied {
-                    seq,
-                    purpose,
-                    text,
-                    usage: Some(usage),
-                }
-            }
-            CallOutcome::Refused(reason) => Event::CallRefused {
-                seq,
-                purpose,
-                reason,
-            },
-            CallOutcome::Failed(error) => Event::ModelFailed {
-                seq,
-                purpose,
-                error,
-            },
-        }
-    }
-
-    async fn run(self, deps: &Deps, what: &str, on_wait: &(dyn Fn(Pacing) + Sync)) -> CallOutcome {
-        let worst = self
-            .price
-            .cost(self.prompt_tokens, self.request.max_tokens as u64);
-        self.wait_for_pacer(deps, worst, on_wait).await;
-        let (prompt_tokens, price) = (self.prompt_tokens, self.price);
-        let call = || async {
-            let reply = deps.model.complete(self.request).await?;
-            // A server that reports no usage is billed by our own count of what was exchanged.
-            let usage = reply.usage.unwrap_or_else(|| crate::core::event::Usage {
-                prompt_tokens,
-                completion_tokens: deps.counter.count(&reply.content) as u64,
-            });
-            Ok::<_, crate::llm::LlmError>((reply.content, usage))
-        };
-        let paid = deps
-            .budgets
-            .metered(
-                &self.payer,
-                worst,
-                what,
-                deps.clock.now(),
-                call,
-                |(_, usage)| price.cost_of(*usage),
-            )
-            .await;
-        match paid {
-            Ok(((text, usage), cost)) => CallOutcome::Replied { text, usage, cost },
-            Err(Metered::Refused(reason)) => CallOutcome::Refused(reason),
-            Err(Metered::Ledger(e)) => {
-                CallOutcome::Failed(format!("the spend ledger is unavailable: {e}"))
-            }
-            Err(Metered::Call(error)) => {
-                tracing::warn!(what, %error, "model call failed");
-                CallOutcome::Failed(error.to_string())
-            }
-        }
-    }
-
-    /// Passes the rate-limit gates one by one, waiting (on the clock seam) at a closed one.
-    async fn wait_for_pacer(&self, deps: &Deps, worst: u64, on_wait: &(dyn Fn(Pacing) + Sync)) {
-        let pacer = deps.budgets.pacer();
-        let request = Budgets::pace_request(&self.payer.spender, worst);
-        for gate in 0..pacer.gates() {
-            while let Err(wait) = pacer.try_gate(gate, &request) {
-                let until = deps.clock.now()
-                    + chrono::Duration::from_std(wait.after).unwrap_or(chrono::Duration::MAX);
-                on_wait(Pacing {
-                    until,
-                    why: wait.why,
-                });
-                deps.clock.sleep(wait.after).await;
-            }
-        }
-        pacer.retain_recent();
-    }
-}
-
-/// The model as a command uses it (reading a page, a sub-agent's reply): the agent's model,
-/// metered and charged to the agent exactly like its own calls.
-struct AgentModel<'a> {
-    deps: &'a Deps,
-    model: String,
-    payer: Payer,
-}
-
-impl AgentModel<'_> {
-    fn metered(&self, messages: Vec<Message>, max_tokens: u32) -> MeteredCall {
-        let model = self.model.clone();
-        MeteredCall {
-            payer: self.payer.clone(),
-            prompt_tokens: self.deps.counter.count_messages(&messages) as u64,
-            price: self.deps.budgets.price(&model),
-            request: ChatRequest {
-                purpose: crate::llm::TOOL_PURPOSE,
-                model,
-                messages,
-                max_tokens,
-                json_schema: None,
-            },
-        }
-    }
-}
-
-#[async_trait::async_trait]
-impl crate::tools::ToolModel for AgentModel<'_> {
-    async fn complete(
-        &self,
-        what: &str,
-        messages: Vec<Message>,
-        max_tokens: u32,
-    ) -> Result<crate::tools::ToolReply, String> {
-        let call = self.metered(messages, max_tokens);
-        let what = format!("{} {what}", call.request.model);
-        match call.run(self.deps, &what, &|_| {}).await {
-            CallOutcome::Replied { text, cost, .. } => Ok(crate::tools::ToolReply { text, cost }),
-            CallOutcome::Refused(reason) => Err(format!("the budget cannot pay for it: {reason}")),
-            CallOutcome::Failed(error) => Err(format!("the model call failed: {error}")),
-        }
-    }
-
-    fn count(&self, messages: &[Message]) -> usize {
-        self.deps.counter.count_messages(messages)
-    }
-
-    fn context_tokens(&self) -> u32 {
-        self.deps.config.llm.model_spec(&self.model).context_tokens
     }
 }
 

@@ -1,0 +1,541 @@
+//! The sections of `bot.toml` as typed structs with their defaults: the model endpoint and
+//! known models, agents, workspace limits, Discord, prices and budgets, memory, the command
+//! policy, the web and sub-agents.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::core::budget::{usd_to_micros, Micros, Price};
+use crate::core::commands::Risk;
+use crate::core::policy::{ClassAction, Policy};
+
+use super::Secret;
+
+/// How structured output is requested from an endpoint; not every OpenAI-compatible server supports every mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResponseFormatMode {
+    JsonSchema,
+    JsonObject,
+    None,
+}
+
+/// Context size and reply reserve of one model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSpec {
+    pub context_tokens: u32,
+    pub max_tokens: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LlmConfig {
+    pub base_url: String,
+    pub model: String,
+    /// Used for the watchdog's rethink; empty means "use `model`".
+    pub smart_model: String,
+    pub response_format: ResponseFormatMode,
+    pub timeout_secs: u64,
+    pub max_attempts: u32,
+    pub retry_initial_ms: u64,
+    pub retry_max_ms: u64,
+    pub temperature: Option<f32>,
+    /// Per-model overrides of the built-in context table.
+    pub models: BTreeMap<String, ModelSpec>,
+    #[serde(skip)]
+    pub api_key: Option<Secret>,
+}
+
+impl Default for LlmConfig {
+    fn default() -> Self {
+        LlmConfig {
+            base_url: "https://api.openai.com/v1".into(),
+            model: "gpt-4o-mini".into(),
+            smart_model: String::new(),
+            response_format: ResponseFormatMode::JsonSchema,
+            timeout_secs: 120,
+            max_attempts: 6,
+            retry_initial_ms: 1000,
+            retry_max_ms: 30_000,
+            temperature: None,
+            models: BTreeMap::new(),
+            api_key: None,
+        }
+    }
+}
+
+/// Known context windows; anything else falls back to a conservative 4k window so an unknown local
+/// model is never sent more than it can take. Operators override per model in `[llm.models]`.
+const KNOWN_MODELS: &[(&str, u32, u32)] = &[
+    ("gpt-4o-mini", 128_000, 1_500),
+    ("gpt-4o", 128_000, 1_500),
+    ("gpt-4.1", 1_000_000, 2_000),
+    ("gpt-4.1-mini", 1_000_000, 2_000),
+    ("gpt-4.1-nano", 1_000_000, 2_000),
+    ("gpt-4-turbo", 128_000, 1_500),
+    ("gpt-4", 8_192, 1_000),
+    ("gpt-3.5-turbo", 16_385, 1_000),
+];
+
+pub(crate) const FALLBACK_MODEL: ModelSpec = ModelSpec {
+    context_tokens: 4_096,
+    max_tokens: 1_000,
+};
+
+impl LlmConfig {
+    pub fn model_spec(&self, model: &str) -> ModelSpec {
+        if let Some(spec) = self.models.get(model) {
+            return *spec;
+        }
+        KNOWN_MODELS
+            .iter()
+            .find(|(name, _, _)| *name == model)
+            .map(|&(_, context_tokens, max_tokens)| ModelSpec {
+                context_tokens,
+                max_tokens,
+            })
+            .unwrap_or(FALLBACK_MODEL)
+    }
+
+    pub fn smart_model(&self) -> Option<&str> {
+        (!self.smart_model.is_empty()).then_some(self.smart_model.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentConfig {
+    /// Stop asking the model after this many cycles; 0 means no limit.
+    pub cycle_limit: u64,
+    /// The N offered by Approve ×N when the user gives none.
+    pub approve_n_default: u32,
+    /// How many of the newest steps the Progress section shows in full before switching to summaries.
+    pub full_steps: usize,
+    /// Replaced by `[policy]`; kept only to tell operators so (see `validate`).
+    pub automatic: Option<Vec<Risk>>,
+    /// Commands switched off for every agent.
+    pub disabled_commands: Vec<String>,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            cycle_limit: 0,
+            approve_n_default: 5,
+            full_steps: 4,
+            automatic: None,
+            disabled_commands: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkspaceConfig {
+    pub max_file_bytes: u64,
+    pub max_agent_bytes: u64,
+    /// Tool output longer than this is cut (with a marker) before it reaches the history.
+    pub max_output_chars: usize,
+}
+
+impl Default for WorkspaceConfig {
+    fn default() -> Self {
+        WorkspaceConfig {
+            max_file_bytes: 1024 * 1024,
+            max_agent_bytes: 16 * 1024 * 1024,
+            max_output_chars: 20_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// Where the sled store lives; empty means the platform data directory.
+    pub data_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DiscordConfig {
+    /// Another Discord-compatible API (a proxy, the test fake); empty means Discord itself.
+    pub api_base: Option<String>,
+    /// Register slash commands in this guild only (instant updates while developing).
+    pub dev_guild: Option<u64>,
+    /// Only members with this role (or Manage Threads) may start agents; unset: everyone.
+    pub start_role: Option<u64>,
+    /// Agents that are not finished, per person and per server; 0: no limit.
+    pub max_agents_per_user: usize,
+    pub max_agents_per_guild: usize,
+    /// A plain message in the thread, from someone who may decide, is feedback while a card waits.
+    pub messages_as_feedback: bool,
+    #[serde(skip)]
+    pub token: Option<Secret>,
+}
+
+impl Default for DiscordConfig {
+    fn default() -> Self {
+        DiscordConfig {
+            api_base: None,
+            dev_guild: None,
+            start_role: None,
+            max_agents_per_user: 3,
+            max_agents_per_guild: 25,
+            messages_as_feedback: true,
+            token: None,
+        }
+    }
+}
+
+/// A model's price in dollars per million tokens, as providers publish them.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriceConfig {
+    pub input_per_million: f64,
+    /// Embedding models bill input only.
+    #[serde(default)]
+    pub output_per_million: f64,
+}
+
+/// Published prices of common OpenAI models (dollars per million tokens, input and output) at the
+/// time of writing; `[budget.prices]` overrides them and adds others.
+const DEFAULT_PRICES: &[(&str, f64, f64)] = &[
+    ("gpt-4o-mini", 0.15, 0.60),
+    ("gpt-4o", 2.50, 10.00),
+    ("gpt-4.1", 2.00, 8.00),
+    ("gpt-4.1-mini", 0.40, 1.60),
+    ("gpt-4.1-nano", 0.10, 0.40),
+    ("gpt-4-turbo", 10.00, 30.00),
+    ("gpt-4", 30.00, 60.00),
+    ("gpt-3.5-turbo", 0.50, 1.50),
+    ("text-embedding-3-small", 0.02, 0.0),
+    ("text-embedding-3-large", 0.13, 0.0),
+    ("text-embedding-ada-002", 0.10, 0.0),
+];
+
+/// Budgets in dollars (0 switches a budget or a rate limit off) and prices.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BudgetConfig {
+    /// An agent's budget when none is given at start.
+    pub agent_default_usd: f64,
+    /// The most an owner may give an agent at start; admins may set more with `/agent budget set`.
+    pub agent_max_usd: f64,
+    pub user_daily_usd: f64,
+    pub guild_daily_usd: f64,
+    pub guild_monthly_usd: f64,
+    /// From this share of its budget on, an agent's Approve ×N and continuous runs stop.
+    pub soft_cap_percent: u8,
+    pub user_spend_per_hour_usd: f64,
+    pub guild_spend_per_hour_usd: f64,
+    pub guild_calls_per_minute: u32,
+    pub prices: BTreeMap<String, PriceConfig>,
+}
+
+impl Default for BudgetConfig {
+    fn default() -> Self {
+        BudgetConfig {
+            agent_default_usd: 1.0,
+            agent_max_usd: 20.0,
+            user_daily_usd: 5.0,
+            guild_daily_usd: 20.0,
+            guild_monthly_usd: 200.0,
+            soft_cap_percent: 80,
+            user_spend_per_hour_usd: 2.0,
+            guild_spend_per_hour_usd: 10.0,
+            guild_calls_per_minute: 120,
+            prices: BTreeMap::new(),
+        }
+    }
+}
+
+impl BudgetConfig {
+    /// The configured price, else the built-in one, else `None` (unknown).
+    pub fn known_price(&self, model: &str) -> Option<Price> {
+        if let Some(p) = self.prices.get(model) {
+            return Some(Price::from_usd_per_million(
+                p.input_per_million,
+                p.output_per_million,
+            ));
+        }
+        DEFAULT_PRICES
+            .iter()
+            .find(|(name, _, _)| *name == model)
+            .map(|&(_, input, output)| Price::from_usd_per_million(input, output))
+    }
+
+    /// The price used for billing: a model without a known price is counted as free, which
+    /// `Config::validate` only allows off OpenAI's own endpoint (local servers).
+    pub fn price(&self, model: &str) -> Price {
+        self.known_price(model).unwrap_or_default()
+    }
+
+    pub fn agent_default(&self) -> Micros {
+        usd_to_micros(self.agent_default_usd)
+    }
+
+    pub fn agent_max(&self) -> Micros {
+        usd_to_micros(self.agent_max_usd)
+    }
+}
+
+/// Long-term memory: the embedding endpoint and models, recall, and the vector index.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MemoryConfig {
+    pub enabled: bool,
+    /// The embeddings endpoint, including /v1; unset: `llm.base_url`. Also OPENAI_EMBED_BASE.
+    pub base_url: Option<String>,
+    /// The model that embeds what is stored.
+    pub passage_model: String,
+    /// The model that embeds searches; empty: `passage_model` (E5 models need their own).
+    pub query_model: String,
+    /// Texts per embeddings request.
+    pub batch_size: usize,
+    /// Memories searched for each cycle's recall.
+    pub recall_top_k: usize,
+    /// The memory section's share of the model's context, and its ceiling in tokens.
+    pub recall_context_percent: usize,
+    pub max_recall_tokens: usize,
+    /// Longest memory a cycle writes, in characters.
+    pub memory_chars: usize,
+    /// Below this many memories an agent is searched exactly (it is faster there; see the benchmark).
+    pub exact_below: usize,
+    /// Vectors kept in memory across all agents' indexes; the least recently used agents go first.
+    pub max_cached_vectors: usize,
+    /// HNSW parameters: links per node, candidates while building, candidates while searching.
+    pub hnsw_m: usize,
+    pub hnsw_ef_construction: usize,
+    pub hnsw_ef_search: usize,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig {
+            enabled: true,
+            base_url: None,
+            passage_model: "text-embedding-3-small".into(),
+            query_model: String::new(),
+            batch_size: 32,
+            recall_top_k: 10,
+            recall_context_percent: 25,
+            max_recall_tokens: 2500,
+            memory_chars: 1200,
+            exact_below: 5_000,
+            max_cached_vectors: 1_000_000,
+            hnsw_m: 16,
+            hnsw_ef_construction: 200,
+            hnsw_ef_search: 64,
+        }
+    }
+}
+
+impl MemoryConfig {
+    pub fn query_model(&self) -> &str {
+        if self.query_model.is_empty() {
+            &self.passage_model
+        } else {
+            &self.query_model
+        }
+    }
+}
+
+/// What each risk class does: `[policy]` for every server (and the console), `[policy.guilds."ID"]`
+/// for one server. Agents' owners may narrow further, never widen.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PolicyConfig {
+    pub read: ClassAction,
+    pub write: ClassAction,
+    pub network: ClassAction,
+    pub control: ClassAction,
+    pub external: ClassAction,
+    pub guilds: BTreeMap<String, GuildPolicy>,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        let base = Policy::default();
+        PolicyConfig {
+            read: base.read,
+            write: base.write,
+            network: base.network,
+            control: base.control,
+            external: base.external,
+            guilds: BTreeMap::new(),
+        }
+    }
+}
+
+/// One server's changes to `[policy]`; classes it leaves out keep the bot-wide action.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GuildPolicy {
+    pub read: Option<ClassAction>,
+    pub write: Option<ClassAction>,
+    pub network: Option<ClassAction>,
+    pub control: Option<ClassAction>,
+    pub external: Option<ClassAction>,
+}
+
+impl PolicyConfig {
+    /// The policy of the server an agent lives in.
+    pub fn for_agent(&self, agent: &crate::core::state::AgentState) -> Policy {
+        self.for_guild(agent.spender.guild.as_deref())
+    }
+
+    /// The policy of one server (`None`: the console, or an agent outside any server).
+    pub fn for_guild(&self, guild: Option<&str>) -> Policy {
+        let mut policy = Policy {
+            read: self.read,
+            write: self.write,
+            network: self.network,
+            control: self.control,
+            external: self.external,
+        };
+        if let Some(own) = guild.and_then(|g| self.guilds.get(g)) {
+            let changes = [
+                (Risk::Read, own.read),
+                (Risk::Write, own.write),
+                (Risk::Network, own.network),
+                (Risk::Control, own.control),
+                (Risk::External, own.external),
+            ];
+            for (risk, action) in changes {
+                if let Some(action) = action {
+                    policy = policy.with(risk, action);
+                }
+            }
+        }
+        policy
+    }
+}
+
+/// Which web search service `web_search` asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SearchBackendKind {
+    /// DuckDuckGo's HTML results page, as AutoGPT uses: no key.
+    Duckduckgo,
+    /// A SearxNG instance's JSON API at `web.searxng_url` (its `json` format must be enabled).
+    Searxng,
+    /// Brave Search's API; the key comes from BRAVE_SEARCH_API_KEY.
+    Brave,
+}
+
+/// The web commands: search, page fetching and its limits, and the hosts opened past the
+/// private-network guard.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebConfig {
+    /// Offer `web_search` and `read_webpage` to agents.
+    pub enabled: bool,
+    pub search_backend: SearchBackendKind,
+    /// Results `web_search` returns.
+    pub search_results: usize,
+    pub duckduckgo_url: String,
+    pub searxng_url: String,
+    pub brave_url: String,
+    pub timeout_secs: u64,
+    /// A page's body is read up to this size; the rest is dropped (and the result says so).
+    pub max_page_bytes: usize,
+    pub max_redirects: usize,
+    /// How much of a page's text the model reads for a question or topics (map-reduce over chunks).
+    pub max_model_chars: usize,
+    /// Size of one chunk the model reads, in tokens (kept within the model's context).
+    pub chunk_tokens: usize,
+    /// Links returned with `include_links`.
+    pub max_links: usize,
+    /// Hosts (`name`, `name:port`, or an IP address) a fetch may reach even on a private network:
+    /// an intranet wiki, a test server. Nothing else private is ever fetched.
+    pub allow_hosts: Vec<String>,
+    pub user_agent: String,
+    #[serde(skip)]
+    pub brave_api_key: Option<Secret>,
+}
+
+impl Default for WebConfig {
+    fn default() -> Self {
+        WebConfig {
+            enabled: true,
+            search_backend: SearchBackendKind::Duckduckgo,
+            search_results: 8,
+            duckduckgo_url: "https://html.duckduckgo.com/html/".into(),
+            searxng_url: String::new(),
+            brave_url: "https://api.search.brave.com/res/v1/web/search".into(),
+            timeout_secs: 20,
+            max_page_bytes: 2 * 1024 * 1024,
+            max_redirects: 5,
+            max_model_chars: 60_000,
+            chunk_tokens: 3_000,
+            max_links: 20,
+            allow_hosts: Vec::new(),
+            user_agent: concat!(
+                "autothread/",
+                env!("CARGO_PKG_VERSION"),
+                " (+https://github.com/autothread)"
+            )
+            .into(),
+            brave_api_key: None,
+        }
+    }
+}
+
+/// Sub-agents (`start_agent` and friends): helper chats an agent delegates to, paid by it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SubagentConfig {
+    pub enabled: bool,
+    /// Sub-agents one agent may have at once.
+    pub max_per_agent: usize,
+    /// Messages a sub-agent's chat keeps; older exchanges are dropped from what it is sent.
+    pub max_messages: usize,
+    /// The longest reply a sub-agent may give, in tokens.
+    pub reply_max_tokens: u32,
+}
+
+impl Default for SubagentConfig {
+    fn default() -> Self {
+        SubagentConfig {
+            enabled: true,
+            max_per_agent: 5,
+            max_messages: 40,
+            reply_max_tokens: 800,
+        }
+    }
+}
+
+/// One entry of `web.allow_hosts`: a name or an address, optionally only on one port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllowedHost {
+    /// Lower-case name, or an address without brackets.
+    pub host: String,
+    /// Only this port, when the entry names one.
+    pub port: Option<u16>,
+}
+
+impl AllowedHost {
+    pub fn parse(entry: &str) -> Option<Self> {
+        let entry = entry.trim().to_ascii_lowercase();
+        if entry.is_empty() || entry.contains('/') {
+            return None;
+        }
+        // A bare IPv6 address has colons of its own; `[::1]:8080` carries a port.
+        if let Ok(ip) = entry.parse::<std::net::IpAddr>() {
+            return Some(AllowedHost {
+                host: ip.to_string(),
+                port: None,
+            });
+        }
+        let url = url::Url::parse(&format!("http://{entry}/")).ok()?;
+        let host = url.host_str()?.trim_matches(['[', ']']).to_string();
+        let port = match entry.rsplit_once(':') {
+            Some((_, port)) if !entry.ends_with(']') => Some(port.parse().ok()?),
+            _ => None,
+        };
+        Some(AllowedHost { host, port })
+    }
+}

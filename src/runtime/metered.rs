@@ -1,0 +1,188 @@
+//! Model calls with spend control: `MeteredCall` paces, reserves, calls, then settles or
+//! releases; `AgentModel` is the agent's model as commands use it, metered the same way.
+
+use crate::budget::{Budgets, Metered, Payer};
+use crate::core::budget::Pacing;
+use crate::core::event::{CallPurpose, Event};
+use crate::core::prompt::Message;
+use crate::llm::ChatRequest;
+
+use super::{AgentHandle, Deps};
+
+/// One model call with its spend control: paced by the rate limits, its worst case reserved in
+/// the ledger (durably) before it is made, settled with the reported usage after, or released
+/// when it fails. Retries happen inside `complete`, under the same reservation, so a 429 storm
+/// is charged once.
+pub(super) struct MeteredCall {
+    pub(super) payer: Payer,
+    pub(super) prompt_tokens: u64,
+    pub(super) price: crate::core::budget::Price,
+    pub(super) request: ChatRequest,
+}
+
+/// What came of a metered call.
+pub(super) enum CallOutcome {
+    Replied {
+        text: String,
+        usage: crate::core::event::Usage,
+        cost: u64,
+    },
+    /// No budget can pay for the call's worst case.
+    Refused(String),
+    Failed(String),
+}
+
+impl MeteredCall {
+    /// The agent's own call (a cycle, a summary…), answered as an event for its actor.
+    pub(super) async fn run_for_actor(
+        self,
+        deps: &Deps,
+        handle: &AgentHandle,
+        seq: u64,
+        purpose: CallPurpose,
+    ) -> Event {
+        let on_wait = |pacing: Pacing| {
+            handle.send(Event::Paced {
+                seq,
+                purpose,
+                pacing,
+            })
+        };
+        let what = format!("{} {:?}", self.request.model, purpose);
+        match self.run(deps, &what, &on_wait).await {
+            CallOutcome::Replied { text, usage, .. } => {
+                tracing::debug!(?purpose, content = %text, "model reply");
+                Event::ModelReplied {
+                    seq,
+                    purpose,
+                    text,
+                    usage: Some(usage),
+                }
+            }
+            CallOutcome::Refused(reason) => Event::CallRefused {
+                seq,
+                purpose,
+                reason,
+            },
+            CallOutcome::Failed(error) => Event::ModelFailed {
+                seq,
+                purpose,
+                error,
+            },
+        }
+    }
+
+    pub(super) async fn run(
+        self,
+        deps: &Deps,
+        what: &str,
+        on_wait: &(dyn Fn(Pacing) + Sync),
+    ) -> CallOutcome {
+        let worst = self
+            .price
+            .cost(self.prompt_tokens, self.request.max_tokens as u64);
+        self.wait_for_pacer(deps, worst, on_wait).await;
+        let (prompt_tokens, price) = (self.prompt_tokens, self.price);
+        let call = || async {
+            let reply = deps.model.complete(self.request).await?;
+            // A server that reports no usage is billed by our own count of what was exchanged.
+            let usage = reply.usage.unwrap_or_else(|| crate::core::event::Usage {
+                prompt_tokens,
+                completion_tokens: deps.counter.count(&reply.content) as u64,
+            });
+            Ok::<_, crate::llm::LlmError>((reply.content, usage))
+        };
+        let paid = deps
+            .budgets
+            .metered(
+                &self.payer,
+                worst,
+                what,
+                deps.clock.now(),
+                call,
+                |(_, usage)| price.cost_of(*usage),
+            )
+            .await;
+        match paid {
+            Ok(((text, usage), cost)) => CallOutcome::Replied { text, usage, cost },
+            Err(Metered::Refused(reason)) => CallOutcome::Refused(reason),
+            Err(Metered::Ledger(e)) => {
+                CallOutcome::Failed(format!("the spend ledger is unavailable: {e}"))
+            }
+            Err(Metered::Call(error)) => {
+                tracing::warn!(what, %error, "model call failed");
+                CallOutcome::Failed(error.to_string())
+            }
+        }
+    }
+
+    /// Passes the rate-limit gates one by one, waiting (on the clock seam) at a closed one.
+    async fn wait_for_pacer(&self, deps: &Deps, worst: u64, on_wait: &(dyn Fn(Pacing) + Sync)) {
+        let pacer = deps.budgets.pacer();
+        let request = Budgets::pace_request(&self.payer.spender, worst);
+        for gate in 0..pacer.gates() {
+            while let Err(wait) = pacer.try_gate(gate, &request) {
+                let until = deps.clock.now()
+                    + chrono::Duration::from_std(wait.after).unwrap_or(chrono::Duration::MAX);
+                on_wait(Pacing {
+                    until,
+                    why: wait.why,
+                });
+                deps.clock.sleep(wait.after).await;
+            }
+        }
+        pacer.retain_recent();
+    }
+}
+
+/// The model as a command uses it (reading a page, a sub-agent's reply): the agent's model,
+/// metered and charged to the agent exactly like its own calls.
+pub(super) struct AgentModel<'a> {
+    pub(super) deps: &'a Deps,
+    pub(super) model: String,
+    pub(super) payer: Payer,
+}
+
+impl AgentModel<'_> {
+    fn metered(&self, messages: Vec<Message>, max_tokens: u32) -> MeteredCall {
+        let model = self.model.clone();
+        MeteredCall {
+            payer: self.payer.clone(),
+            prompt_tokens: self.deps.counter.count_messages(&messages) as u64,
+            price: self.deps.budgets.price(&model),
+            request: ChatRequest {
+                purpose: crate::llm::TOOL_PURPOSE,
+                model,
+                messages,
+                max_tokens,
+                json_schema: None,
+            },
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::tools::ToolModel for AgentModel<'_> {
+    async fn complete(
+        &self,
+        what: &str,
+        messages: Vec<Message>,
+        max_tokens: u32,
+    ) -> Result<crate::tools::ToolReply, String> {
+        let call = self.metered(messages, max_tokens);
+        let what = format!("{} {what}", call.request.model);
+        match call.run(self.deps, &what, &|_| {}).await {
+            CallOutcome::Replied { text, cost, .. } => Ok(crate::tools::ToolReply { text, cost }),
+            CallOutcome::Refused(reason) => Err(format!("the budget cannot pay for it: {reason}")),
+            CallOutcome::Failed(error) => Err(format!("the model call failed: {error}")),
+        }
+    }
+
+    fn count(&self, messages: &[Message]) -> usize {
+        self.deps.counter.count_messages(messages)
+    }
+
+    fn context_tokens(&self) -> u32 {
+        self.deps.config.llm.model_spec(&self.model).context_tokens
+    }
+}

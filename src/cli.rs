@@ -136,7 +136,11 @@ fn parse_policy(text: &str) -> Result<(Risk, Option<ClassAction>), String> {
         .split_once('=')
         .ok_or("expected CLASS=ACTION, e.g. network=deny")?;
     let risk = Risk::parse(class).ok_or_else(|| {
-        format!("unknown class {class:?}; classes: read, write, network, control, external")
+        let classes: Vec<&str> = crate::core::policy::ALL_RISKS
+            .iter()
+            .map(|r| r.label())
+            .collect();
+        format!("unknown class {class:?}; classes: {}", classes.join(", "))
     })?;
     if action.trim().eq_ignore_ascii_case("default") {
         return Ok((risk, None));

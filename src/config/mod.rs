@@ -399,6 +399,7 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::commands::Risk;
     use crate::core::policy::ClassAction;
 
     fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
@@ -489,14 +490,26 @@ mod tests {
         )
         .unwrap();
         let bot_wide = config.policy.for_guild(None);
-        assert_eq!(bot_wide.network, ClassAction::Ask);
-        assert_eq!(bot_wide.write, ClassAction::Auto);
+        assert_eq!(bot_wide.action(Risk::Network), ClassAction::Ask);
+        assert_eq!(bot_wide.action(Risk::Write), ClassAction::Auto);
         let guild = config.policy.for_guild(Some("42"));
-        assert_eq!(guild.write, ClassAction::Deny);
-        assert_eq!(guild.network, ClassAction::Ask);
-        assert_eq!(guild.control, ClassAction::Ask);
+        assert_eq!(guild.action(Risk::Write), ClassAction::Deny);
+        assert_eq!(guild.action(Risk::Network), ClassAction::Ask);
+        assert_eq!(guild.action(Risk::Control), ClassAction::Ask);
         assert_eq!(config.policy.for_guild(Some("7")), bot_wide);
-        assert!(Config::from_toml("[policy]\nread = \"maybe\"\n", Path::new("t.toml")).is_err());
+        let bad_action = Config::from_toml("[policy]\nread = \"maybe\"\n", Path::new("t.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(bad_action.contains("is not an action"), "{bad_action}");
+        let bad_class = Config::from_toml("[policy]\nshell = \"auto\"\n", Path::new("t.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            bad_class.contains("unknown policy entry \"shell\""),
+            "{bad_class}"
+        );
+        let bad_guild = "[policy.guilds.\"42\"]\nread = \"sometimes\"\n";
+        assert!(Config::from_toml(bad_guild, Path::new("t.toml")).is_err());
     }
 
     #[test]

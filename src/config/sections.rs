@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use crate::core::budget::{usd_to_micros, Micros, Price};
 use crate::core::commands::Risk;
-use crate::core::policy::{ClassAction, Policy};
+use crate::core::policy::{ClassAction, Policy, ALL_RISKS};
 
 use super::Secret;
 
@@ -345,40 +345,50 @@ impl MemoryConfig {
 
 /// What each risk class does: `[policy]` for every server (and the console), `[policy.guilds."ID"]`
 /// for one server. Agents' owners may narrow further, never widen.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct PolicyConfig {
-    pub read: ClassAction,
-    pub write: ClassAction,
-    pub network: ClassAction,
-    pub control: ClassAction,
-    pub external: ClassAction,
-    pub guilds: BTreeMap<String, GuildPolicy>,
-}
-
-impl Default for PolicyConfig {
-    fn default() -> Self {
-        let base = Policy::default();
-        PolicyConfig {
-            read: base.read,
-            write: base.write,
-            network: base.network,
-            control: base.control,
-            external: base.external,
-            guilds: BTreeMap::new(),
-        }
-    }
-}
-
-/// One server's changes to `[policy]`; classes it leaves out keep the bot-wide action.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct GuildPolicy {
-    pub read: Option<ClassAction>,
-    pub write: Option<ClassAction>,
-    pub network: Option<ClassAction>,
-    pub control: Option<ClassAction>,
-    pub external: Option<ClassAction>,
+#[serde(try_from = "BTreeMap<String, PolicyEntry>")]
+pub struct PolicyConfig {
+    /// The bot-wide action of each class the config names (the others keep their default).
+    pub classes: BTreeMap<Risk, ClassAction>,
+    /// Per server (by its id), the classes it changes.
+    pub guilds: BTreeMap<String, BTreeMap<Risk, ClassAction>>,
+}
+
+/// One key of `[policy]`: a class's action, or the `guilds` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum PolicyEntry {
+    Action(String),
+    Guilds(BTreeMap<String, BTreeMap<Risk, ClassAction>>),
+}
+
+impl TryFrom<BTreeMap<String, PolicyEntry>> for PolicyConfig {
+    type Error = String;
+
+    fn try_from(entries: BTreeMap<String, PolicyEntry>) -> Result<Self, String> {
+        let mut config = PolicyConfig::default();
+        for (key, entry) in entries {
+            match (Risk::parse(&key), entry) {
+                (Some(risk), PolicyEntry::Action(text)) => {
+                    let action = ClassAction::parse(&text).ok_or_else(|| {
+                        format!(
+                            "{key} = {text:?} is not an action: use \"auto\", \"ask\" or \"deny\""
+                        )
+                    })?;
+                    config.classes.insert(risk, action);
+                }
+                (None, PolicyEntry::Guilds(guilds)) if key == "guilds" => config.guilds = guilds,
+                _ => {
+                    let classes: Vec<&str> = ALL_RISKS.iter().map(|r| r.label()).collect();
+                    return Err(format!(
+                        "unknown policy entry {key:?}: expected a class ({}) set to \"auto\", \"ask\" or \"deny\", or [policy.guilds.\"ID\"]",
+                        classes.join(", ")
+                    ));
+                }
+            }
+        }
+        Ok(config)
+    }
 }
 
 impl PolicyConfig {
@@ -389,28 +399,11 @@ impl PolicyConfig {
 
     /// The policy of one server (`None`: the console, or an agent outside any server).
     pub fn for_guild(&self, guild: Option<&str>) -> Policy {
-        let mut policy = Policy {
-            read: self.read,
-            write: self.write,
-            network: self.network,
-            control: self.control,
-            external: self.external,
-        };
-        if let Some(own) = guild.and_then(|g| self.guilds.get(g)) {
-            let changes = [
-                (Risk::Read, own.read),
-                (Risk::Write, own.write),
-                (Risk::Network, own.network),
-                (Risk::Control, own.control),
-                (Risk::External, own.external),
-            ];
-            for (risk, action) in changes {
-                if let Some(action) = action {
-                    policy = policy.with(risk, action);
-                }
-            }
+        let bot_wide = Policy::default().with_all(&self.classes);
+        match guild.and_then(|g| self.guilds.get(g)) {
+            Some(changes) => bot_wide.with_all(changes),
+            None => bot_wide,
         }
-        policy
     }
 }
 

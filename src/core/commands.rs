@@ -26,6 +26,17 @@ pub enum Risk {
 }
 
 impl Risk {
+    /// The class with what it covers, for choosing it in a menu.
+    pub fn title(self) -> &'static str {
+        match self {
+            Risk::Read => "read (files and memory)",
+            Risk::Write => "write (files and memory)",
+            Risk::Network => "network (web search and pages)",
+            Risk::Control => "control (finish, ask_user, sub-agents)",
+            Risk::External => "external (effects outside the bot)",
+        }
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             Risk::Read => "read",

@@ -61,27 +61,21 @@ impl Risk {
 /// An agent's own narrowing of its server's policy, by class. Stored with the agent.
 pub type PolicyOverrides = BTreeMap<Risk, ClassAction>;
 
-/// The action of every risk class.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+/// What each risk class does, as a map keyed by class; a class the map leaves out has its
+/// default action (`Risk::default_action`), so a new class needs no change here.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
 pub struct Policy {
-    pub read: ClassAction,
-    pub write: ClassAction,
-    pub network: ClassAction,
-    pub control: ClassAction,
-    pub external: ClassAction,
+    actions: BTreeMap<Risk, ClassAction>,
 }
 
-impl Default for Policy {
+impl Risk {
     /// Reading, writing the agent's own workspace and reading the web run under Approve ×N;
     /// steering the agent and effects outside the bot are always shown to a human.
-    fn default() -> Self {
-        Policy {
-            read: ClassAction::Auto,
-            write: ClassAction::Auto,
-            network: ClassAction::Auto,
-            control: ClassAction::Ask,
-            external: ClassAction::Ask,
+    pub fn default_action(self) -> ClassAction {
+        match self {
+            Risk::Read | Risk::Write | Risk::Network => ClassAction::Auto,
+            Risk::Control | Risk::External => ClassAction::Ask,
         }
     }
 }
@@ -95,29 +89,23 @@ pub enum PolicySource {
 
 impl Policy {
     pub fn action(&self, risk: Risk) -> ClassAction {
-        match risk {
-            Risk::Read => self.read,
-            Risk::Write => self.write,
-            Risk::Network => self.network,
-            Risk::Control => self.control,
-            Risk::External => self.external,
-        }
-    }
-
-    fn slot(&mut self, risk: Risk) -> &mut ClassAction {
-        match risk {
-            Risk::Read => &mut self.read,
-            Risk::Write => &mut self.write,
-            Risk::Network => &mut self.network,
-            Risk::Control => &mut self.control,
-            Risk::External => &mut self.external,
-        }
+        self.actions
+            .get(&risk)
+            .copied()
+            .unwrap_or_else(|| risk.default_action())
     }
 
     /// This policy with one class set, used to build a server's policy from its overrides.
     pub fn with(mut self, risk: Risk, action: ClassAction) -> Self {
-        *self.slot(risk) = action;
+        self.actions.insert(risk, action);
         self
+    }
+
+    /// This policy with every class `changes` names set as it says.
+    pub fn with_all(self, changes: &BTreeMap<Risk, ClassAction>) -> Self {
+        changes
+            .iter()
+            .fold(self, |policy, (risk, action)| policy.with(*risk, *action))
     }
 
     /// The effective action for a class, and who decided it: the agent's override counts only
@@ -249,6 +237,17 @@ mod tests {
         let text = server.denial(&own, "tweet", Risk::External).unwrap();
         assert!(text.contains("this server's policy"), "{text}");
         assert_eq!(server.denial(&own, "read_file", Risk::Read), None);
+    }
+
+    #[test]
+    fn a_class_left_out_has_its_default_action() {
+        let policy = Policy::default().with(Risk::Read, ClassAction::Deny);
+        assert_eq!(policy.action(Risk::Read), ClassAction::Deny);
+        for risk in ALL_RISKS.into_iter().filter(|r| *r != Risk::Read) {
+            assert_eq!(policy.action(risk), risk.default_action(), "{risk:?}");
+        }
+        assert_eq!(Risk::Network.default_action(), ClassAction::Auto);
+        assert_eq!(Risk::Control.default_action(), ClassAction::Ask);
     }
 
     #[test]

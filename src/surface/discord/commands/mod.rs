@@ -91,19 +91,38 @@ fn capitalise(text: &str) -> String {
 mod tests {
     use crate::core::event::APPROVE_N_MAX;
 
-    #[test]
-    fn continuous_is_capped_at_the_approve_n_maximum() {
-        let registered = super::agent()
+    /// `/agent` as it is registered with Discord.
+    fn registered() -> serde_json::Value {
+        super::agent()
             .create_as_slash_command()
             .map(|command| serde_json::to_value(command).unwrap_or_default())
+            .unwrap_or_default()
+    }
+
+    fn option(options: &serde_json::Value, name: &str) -> serde_json::Value {
+        options["options"]
+            .as_array()
+            .and_then(|all| all.iter().find(|o| o["name"] == name).cloned())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn the_policy_command_offers_every_risk_class() {
+        let class = option(&option(&option(&registered(), "policy"), "set"), "class");
+        let offered: Vec<&str> = class["choices"]
+            .as_array()
+            .map(|choices| choices.iter().filter_map(|c| c["name"].as_str()).collect())
             .unwrap_or_default();
-        let option = |options: &serde_json::Value, name: &str| {
-            options["options"]
-                .as_array()
-                .and_then(|all| all.iter().find(|o| o["name"] == name).cloned())
-                .unwrap_or_default()
-        };
-        let continuous = option(&option(&registered, "start"), "continuous");
+        let classes: Vec<&str> = crate::core::policy::ALL_RISKS
+            .iter()
+            .map(|r| r.title())
+            .collect();
+        assert_eq!(offered, classes, "{class}");
+    }
+
+    #[test]
+    fn continuous_is_capped_at_the_approve_n_maximum() {
+        let continuous = option(&option(&registered(), "start"), "continuous");
         assert_eq!(
             continuous["max_value"].as_f64(),
             Some(f64::from(APPROVE_N_MAX)),

@@ -3,7 +3,7 @@
 use super::{capitalise, thread_agent, Ctx, Error};
 use crate::core::commands::Risk;
 use crate::core::event::Event;
-use crate::core::policy::ClassAction;
+use crate::core::policy::{ClassAction, ALL_RISKS};
 use crate::service::rights::may_share;
 use crate::service::UserError;
 use crate::surface::discord::respond::{author, reply};
@@ -14,18 +14,42 @@ pub(super) async fn policy(_ctx: Ctx<'_>) -> Result<(), Error> {
     Ok(())
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, poise::ChoiceParameter)]
-enum RiskChoice {
-    #[name = "read (files and memory)"]
-    Read,
-    #[name = "write (files and memory)"]
-    Write,
-    #[name = "network (web search and pages)"]
-    Network,
-    #[name = "control (finish, ask_user, sub-agents)"]
-    Control,
-    #[name = "external (effects outside the bot)"]
-    External,
+/// A risk class as a slash-command choice: the choices are `ALL_RISKS`, named by
+/// `Risk::title`, so a new class appears here without a change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RiskChoice(Risk);
+
+impl poise::ChoiceParameter for RiskChoice {
+    fn list() -> std::borrow::Cow<'static, [poise::CommandParameterChoice]> {
+        ALL_RISKS
+            .iter()
+            .map(|risk| poise::CommandParameterChoice {
+                name: risk.title().into(),
+                localizations: Default::default(),
+                __non_exhaustive: (),
+            })
+            .collect::<Vec<_>>()
+            .into()
+    }
+
+    fn from_index(index: usize) -> Option<Self> {
+        ALL_RISKS.get(index).copied().map(RiskChoice)
+    }
+
+    fn from_name(name: &str) -> Option<Self> {
+        ALL_RISKS
+            .into_iter()
+            .find(|risk| risk.title() == name)
+            .map(RiskChoice)
+    }
+
+    fn name(&self) -> &'static str {
+        self.0.title()
+    }
+
+    fn localized_name(&self, _locale: &str) -> Option<&'static str> {
+        None
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, poise::ChoiceParameter)]
@@ -73,13 +97,7 @@ pub(super) async fn policy_set(
         )
         .into());
     }
-    let risk = match class {
-        RiskChoice::Read => Risk::Read,
-        RiskChoice::Write => Risk::Write,
-        RiskChoice::Network => Risk::Network,
-        RiskChoice::Control => Risk::Control,
-        RiskChoice::External => Risk::External,
-    };
+    let RiskChoice(risk) = class;
     let action = match action {
         ActionChoice::Auto => Some(ClassAction::Auto),
         ActionChoice::Ask => Some(ClassAction::Ask),

@@ -11,7 +11,7 @@ use governor::clock::Clock as GovernorClock;
 
 use crate::config::BudgetConfig;
 use crate::core::budget::{format_usd, BudgetKind, BudgetView, Micros, Price};
-use crate::core::state::{AgentState, Spender};
+use crate::core::state::{AgentState, GuildId, Spender};
 use crate::store::{Store, StoreError};
 use ledger::{Account, Charge, Ledger, Refusal, Reservation};
 use pace::{PaceLimits, PaceRequest, Pacer, Wait};
@@ -89,7 +89,7 @@ fn month(now: DateTime<Utc>) -> String {
     now.format("%Y-%m").to_string()
 }
 
-fn limit_key(scope: LimitScope, guild: &str, user: Option<&str>) -> String {
+fn limit_key(scope: LimitScope, guild: &GuildId, user: Option<&str>) -> String {
     match (scope, user) {
         (LimitScope::UserDaily, Some(user)) => format!("user_daily/{guild}/{user}"),
         (LimitScope::UserDaily, None) => format!("user_daily/{guild}"),
@@ -165,7 +165,7 @@ impl Budgets {
     pub fn limit(
         &self,
         scope: LimitScope,
-        guild: &str,
+        guild: &GuildId,
         user: Option<&str>,
     ) -> Result<Option<Micros>, StoreError> {
         if user.is_some() {
@@ -187,7 +187,7 @@ impl Budgets {
     pub fn set_limit(
         &self,
         scope: LimitScope,
-        guild: &str,
+        guild: &GuildId,
         user: Option<&str>,
         limit: Micros,
     ) -> Result<(), StoreError> {
@@ -234,7 +234,7 @@ impl Budgets {
             Budgets::agent_account(agent),
             Some(agent_limit),
         )];
-        let guild = spender.guild.as_deref().unwrap_or("-");
+        let guild = spender.guild.as_ref().map_or("-", GuildId::as_str);
         if let Some(user) = &spender.user {
             let limit = match &spender.guild {
                 Some(g) => self.limit(LimitScope::UserDaily, g, Some(user))?,

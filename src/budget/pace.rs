@@ -11,6 +11,7 @@ use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota, RateLimiter};
 
 use crate::core::budget::{Micros, MAX_SPEND_PER_HOUR};
+use crate::core::state::GuildId;
 
 type Keyed<C> =
     RateLimiter<String, DefaultKeyedStateStore<String>, C, NoOpMiddleware<<C as Clock>::Instant>>;
@@ -27,7 +28,7 @@ pub struct PaceLimits {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PaceRequest {
     pub user: Option<String>,
-    pub guild: Option<String>,
+    pub guild: Option<GuildId>,
     /// The call's worst-case cost: it is what could be spent, and governor has no refunds.
     pub cost: Micros,
 }
@@ -112,9 +113,9 @@ impl<C: Clock + Clone> Pacer<C> {
     pub fn try_gate(&self, index: usize, request: &PaceRequest) -> Result<(), Wait> {
         let gate = &self.gates[index];
         let key = if gate.per_guild {
-            request.guild.as_ref()
+            request.guild.as_ref().map(GuildId::as_str)
         } else {
-            request.user.as_ref()
+            request.user.as_deref()
         };
         let Some(key) = key else {
             return Ok(());
@@ -129,7 +130,7 @@ impl<C: Clock + Clone> Pacer<C> {
         let Some(cells) = NonZeroU32::new(cells) else {
             return Ok(());
         };
-        match gate.limiter.check_key_n(key, cells) {
+        match gate.limiter.check_key_n(&key.to_string(), cells) {
             Ok(Ok(())) => Ok(()),
             Ok(Err(not_until)) => Err(Wait {
                 after: not_until.wait_time_from(gate.limiter.clock().now()),

@@ -492,11 +492,11 @@ mod tests {
         let bot_wide = config.policy.for_guild(None);
         assert_eq!(bot_wide.action(Risk::Network), ClassAction::Ask);
         assert_eq!(bot_wide.action(Risk::Write), ClassAction::Auto);
-        let guild = config.policy.for_guild(Some("42"));
+        let guild = config.policy.for_guild(Some(&"42".into()));
         assert_eq!(guild.action(Risk::Write), ClassAction::Deny);
         assert_eq!(guild.action(Risk::Network), ClassAction::Ask);
         assert_eq!(guild.action(Risk::Control), ClassAction::Ask);
-        assert_eq!(config.policy.for_guild(Some("7")), bot_wide);
+        assert_eq!(config.policy.for_guild(Some(&"7".into())), bot_wide);
         let bad_action = Config::from_toml("[policy]\nread = \"maybe\"\n", Path::new("t.toml"))
             .unwrap_err()
             .to_string();

@@ -10,6 +10,7 @@ use serde::Deserialize;
 use crate::core::budget::{usd_to_micros, Micros, Price};
 use crate::core::commands::Risk;
 use crate::core::policy::{ClassAction, Policy, ALL_RISKS};
+use crate::core::state::GuildId;
 
 use super::Secret;
 
@@ -394,13 +395,13 @@ impl TryFrom<BTreeMap<String, PolicyEntry>> for PolicyConfig {
 impl PolicyConfig {
     /// The policy of the server an agent lives in.
     pub fn for_agent(&self, agent: &crate::core::state::AgentState) -> Policy {
-        self.for_guild(agent.spender.guild.as_deref())
+        self.for_guild(agent.spender.guild.as_ref())
     }
 
     /// The policy of one server (`None`: the console, or an agent outside any server).
-    pub fn for_guild(&self, guild: Option<&str>) -> Policy {
+    pub fn for_guild(&self, guild: Option<&GuildId>) -> Policy {
         let bot_wide = Policy::default().with_all(&self.classes);
-        match guild.and_then(|g| self.guilds.get(g)) {
+        match guild.and_then(|g| self.guilds.get(g.as_str())) {
             Some(changes) => bot_wide.with_all(changes),
             None => bot_wide,
         }

@@ -175,7 +175,38 @@ pub struct AgentSettings {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Spender {
     pub user: Option<String>,
-    pub guild: Option<String>,
+    pub guild: Option<GuildId>,
+}
+
+/// A server's id as the core keeps it: opaque text (Discord's snowflake, written out), so that it
+/// cannot be mixed up with a user's or an agent's id, and is stored as the plain string it
+/// always was.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct GuildId(String);
+
+impl GuildId {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<u64> for GuildId {
+    fn from(id: u64) -> Self {
+        GuildId(id.to_string())
+    }
+}
+
+impl From<&str> for GuildId {
+    fn from(id: &str) -> Self {
+        GuildId(id.to_string())
+    }
+}
+
+impl std::fmt::Display for GuildId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

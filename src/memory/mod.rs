@@ -17,7 +17,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::MemoryConfig;
 use crate::core::memory::{MemoryHit, MemorySource};
 use crate::core::prompt::TokenCounter;
-use crate::core::state::AgentState;
+use crate::core::state::{AgentState, GuildId};
 use crate::llm::embed::{EmbedPurpose, Embedder};
 use crate::store::{decode, encode, Store, StoreError};
 use index::{HnswParams, VectorIndex};
@@ -27,7 +27,7 @@ use index::{HnswParams, VectorIndex};
 pub struct MemoryRecord {
     pub id: u64,
     pub agent: String,
-    pub guild: Option<String>,
+    pub guild: Option<GuildId>,
     pub cycle: u64,
     pub source: MemorySource,
     pub text: String,

@@ -13,7 +13,9 @@ use crate::core::budget::{format_usd, Micros};
 use crate::core::commands::Risk;
 use crate::core::event::Event;
 use crate::core::policy::ClassAction;
-use crate::core::state::{AgentSettings, AgentState, PauseReason, Phase, Profile, Spender};
+use crate::core::state::{
+    AgentSettings, AgentState, GuildId, PauseReason, Phase, Profile, Spender,
+};
 use crate::runtime::supervisor::Supervisor;
 use crate::store::{Store, ThreadBinding};
 use rights::{may_set_agent_budget, Requester};
@@ -212,7 +214,7 @@ impl AgentService {
             .filter(|_| scope == LimitScope::UserDaily)
             .map(|u| u.to_string());
         self.budgets
-            .set_limit(scope, &guild_id.to_string(), user.as_deref(), micros)?;
+            .set_limit(scope, &GuildId::from(guild_id), user.as_deref(), micros)?;
         let mut resumed = 0;
         for binding in self.bindings_in(guild_id)? {
             let paused_for_budget = self

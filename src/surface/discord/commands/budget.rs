@@ -7,7 +7,7 @@ use super::{capitalise, guild_of, thread_agent, Ctx, Error};
 use crate::budget::LimitScope;
 use crate::core::budget::{format_usd, usd_to_micros, BudgetKind};
 use crate::core::event::Event;
-use crate::core::state::Spender;
+use crate::core::state::{GuildId, Spender};
 use crate::service::LimitChange;
 use crate::surface::discord::respond::{author, reply};
 
@@ -21,7 +21,7 @@ pub(super) async fn budget(_ctx: Ctx<'_>) -> Result<(), Error> {
 #[poise::command(slash_command, guild_only, rename = "show")]
 pub(super) async fn budget_show(ctx: Ctx<'_>) -> Result<(), Error> {
     let data = ctx.data();
-    let guild = guild_of(ctx)?.to_string();
+    let guild = GuildId::from(guild_of(ctx)?);
     let now = ctx.data().app.clock.now();
     let agent = data.app.store.agent_for_thread(ctx.channel_id().get())?;
     let mut lines = Vec::new();

@@ -5,7 +5,7 @@ use poise::serenity_prelude::{AutoArchiveDuration, ChannelType, CreateThread, Ro
 
 use super::{guild_of, Ctx, Error};
 use crate::core::budget::usd_to_micros;
-use crate::core::state::{Profile, Spender};
+use crate::core::state::{GuildId, Profile, Spender};
 use crate::service::{AgentService, NewAgent};
 use crate::store::ThreadBinding;
 use crate::surface::discord::cards::thread_name;
@@ -76,7 +76,7 @@ pub(super) async fn start(
             auto_approvals: continuous.unwrap_or(0),
             spender: Spender {
                 user: Some(owner.user_id.to_string()),
-                guild: Some(guild_id.to_string()),
+                guild: Some(GuildId::from(guild_id)),
             },
             ..NewAgent::default()
         },

@@ -12,6 +12,7 @@ mod fake_openai;
 
 use std::time::{Duration, Instant};
 
+use autothread::core::budget::Micros;
 use autothread::core::commands::CommandSet;
 use autothread::core::event::{CallPurpose, Decision, Effect, Event};
 use autothread::core::history::{Episode, Outcome};
@@ -64,7 +65,7 @@ fn agent_with(episodes: u64, model: &str) -> AgentState {
             model: model.into(),
             continuous: false,
             cycle_limit: 0,
-            budget: Some(1_000_000_000),
+            budget: Some(Micros(1_000_000_000)),
             policy: Default::default(),
         },
         Utc::now(),
@@ -129,15 +130,15 @@ fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize
         let start = Instant::now();
         let view = budgets.view(&state, None, Utc::now()).expect("view");
         let charges = budgets
-            .charges(&state.id, &state.spender, 1_000_000_000, Utc::now())
+            .charges(&state.id, &state.spender, Micros(1_000_000_000), Utc::now())
             .expect("charges");
         let reservation = runtime
-            .block_on(budgets.reserve(&charges, 2_000, &state.id, "bench", Utc::now()))
+            .block_on(budgets.reserve(&charges, Micros(2_000), &state.id, "bench", Utc::now()))
             .expect("reserve")
             .expect("within budget");
         budgets
             .ledger()
-            .settle(reservation.id, 1_500)
+            .settle(reservation.id, Micros(1_500))
             .expect("settle");
         let t_budget = start.elapsed();
         let ctx = StepCtx {

@@ -74,7 +74,7 @@ impl ToolModel for CountingModel {
         *self.calls.lock().unwrap() += 1;
         Ok(ToolReply {
             text: "The front retreated 900 m since 1990.".into(),
-            cost: 0,
+            cost: autothread::core::budget::Micros::ZERO,
         })
     }
 

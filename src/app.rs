@@ -10,7 +10,7 @@ use crate::budget::ledger::Ledger;
 use crate::budget::Budgets;
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
-use crate::core::budget::format_usd;
+use crate::core::budget::{format_usd, Micros};
 use crate::llm::openai::OpenAiChat;
 use crate::llm::tokens::TiktokenCounter;
 use crate::llm::ChatModel;
@@ -91,7 +91,7 @@ impl App {
         if settled.is_empty() {
             return Ok(None);
         }
-        let total: u64 = settled.iter().map(|r| r.amount).sum();
+        let total: Micros = settled.iter().map(|r| r.amount).sum();
         self.store.flush_blocking()?;
         Ok(Some(format!(
             "Settled {} model call(s) interrupted by a crash at their worst case ({}).",

@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::app::{open_store, App};
 use crate::clock::SystemClock;
 use crate::config::{process_env, Config};
-use crate::core::budget::{format_usd, usd_to_micros};
+use crate::core::budget::{format_usd, usd_to_micros, Micros};
 use crate::core::commands::Risk;
 use crate::core::event::Event;
 use crate::core::history::truncate_chars;
@@ -457,7 +457,7 @@ fn print_budget(app: &App, prefix: Option<&str>) -> anyhow::Result<()> {
                 user: Some(CONSOLE_USER.into()),
                 guild: None,
             },
-            0,
+            Micros::ZERO,
         ),
     };
     let lines = budgets.lines(&agent, &spender, limit, now)?;

@@ -176,10 +176,10 @@ impl Ledger {
         let outcome = (&self.accounts, &self.reservations).transaction(|(accounts, open)| {
             let abort = |e: StoreError| ConflictableTransactionError::Abort(Abort::Store(e));
             let Some(raw) = open.remove(&key)? else {
-                return Ok(0);
+                return Ok(Micros::ZERO);
             };
             let reservation: Reservation = decode(&key, &raw).map_err(abort)?;
-            let charged = actual.unwrap_or(0).min(reservation.amount);
+            let charged = actual.unwrap_or(Micros::ZERO).min(reservation.amount);
             for name in &reservation.accounts {
                 let mut account: Account = match accounts.get(name.as_bytes())? {
                     Some(raw) => decode(name.as_bytes(), &raw).map_err(abort)?,
@@ -275,25 +275,30 @@ mod tests {
     fn a_reservation_books_every_account_or_none() {
         let (_dir, ledger) = ledger();
         let at = DateTime::<Utc>::UNIX_EPOCH;
-        let charges = [charge("a", Some(1000)), charge("u", Some(300))];
-        let first = ledger.reserve(&charges, 200, "x", "think", at).unwrap();
+        let charges = [
+            charge("a", Some(Micros(1000))),
+            charge("u", Some(Micros(300))),
+        ];
+        let first = ledger
+            .reserve(&charges, Micros(200), "x", "think", at)
+            .unwrap();
         let first = first.unwrap();
-        assert_eq!(ledger.account("a").unwrap().reserved, 200);
+        assert_eq!(ledger.account("a").unwrap().reserved, Micros(200));
         let refused = ledger
-            .reserve(&charges, 200, "x", "think", at)
+            .reserve(&charges, Micros(200), "x", "think", at)
             .unwrap()
             .unwrap_err();
         assert_eq!(refused.label, "budget u");
-        assert_eq!(refused.available, 100);
+        assert_eq!(refused.available, Micros(100));
         // Nothing was booked for the refused call, not even on the account that could pay.
-        assert_eq!(ledger.account("a").unwrap().reserved, 200);
-        assert_eq!(ledger.settle(first.id, 150).unwrap(), 150);
-        assert_eq!(ledger.settle(first.id, 150).unwrap(), 0);
+        assert_eq!(ledger.account("a").unwrap().reserved, Micros(200));
+        assert_eq!(ledger.settle(first.id, Micros(150)).unwrap(), Micros(150));
+        assert_eq!(ledger.settle(first.id, Micros(150)).unwrap(), Micros(0));
         assert_eq!(
             ledger.account("u").unwrap(),
             Account {
-                spent: 150,
-                reserved: 0
+                spent: Micros(150),
+                reserved: Micros(0)
             }
         );
         let text = refused.to_string();
@@ -307,22 +312,22 @@ mod tests {
     fn settlement_is_capped_at_the_reservation_and_release_charges_nothing() {
         let (_dir, ledger) = ledger();
         let at = DateTime::<Utc>::UNIX_EPOCH;
-        let charges = [charge("a", Some(1000))];
+        let charges = [charge("a", Some(Micros(1000)))];
         let r = ledger
-            .reserve(&charges, 400, "x", "t", at)
+            .reserve(&charges, Micros(400), "x", "t", at)
             .unwrap()
             .unwrap();
-        assert_eq!(ledger.settle(r.id, 900).unwrap(), 400);
+        assert_eq!(ledger.settle(r.id, Micros(900)).unwrap(), Micros(400));
         let r = ledger
-            .reserve(&charges, 400, "x", "t", at)
+            .reserve(&charges, Micros(400), "x", "t", at)
             .unwrap()
             .unwrap();
         ledger.release(r.id).unwrap();
         assert_eq!(
             ledger.account("a").unwrap(),
             Account {
-                spent: 400,
-                reserved: 0
+                spent: Micros(400),
+                reserved: Micros(0)
             }
         );
         assert!(ledger.open_reservations().unwrap().is_empty());
@@ -336,7 +341,13 @@ mod tests {
             let ledger = Ledger::new(&store).unwrap();
             let at = DateTime::<Utc>::UNIX_EPOCH;
             ledger
-                .reserve(&[charge("a", Some(1000))], 700, "x", "think", at)
+                .reserve(
+                    &[charge("a", Some(Micros(1000)))],
+                    Micros(700),
+                    "x",
+                    "think",
+                    at,
+                )
                 .unwrap()
                 .unwrap();
             ledger.flush_blocking().unwrap();
@@ -348,8 +359,8 @@ mod tests {
         assert_eq!(
             ledger.account("a").unwrap(),
             Account {
-                spent: 700,
-                reserved: 0
+                spent: Micros(700),
+                reserved: Micros(0)
             }
         );
         assert!(ledger.settle_unsettled().unwrap().is_empty());

@@ -21,7 +21,7 @@ use pace::{PaceLimits, PaceRequest, Pacer, Wait};
 pub struct Payer {
     pub agent: String,
     pub spender: Spender,
-    pub agent_limit: u64,
+    pub agent_limit: Micros,
 }
 
 /// Why a metered call brought no result.
@@ -101,7 +101,7 @@ fn limit_key(scope: LimitScope, guild: &GuildId, user: Option<&str>) -> String {
 /// Zero in config means "no limit".
 fn configured(usd: f64) -> Option<Micros> {
     let micros = crate::core::budget::usd_to_micros(usd);
-    (micros > 0).then_some(micros)
+    (!micros.is_zero()).then_some(micros)
 }
 
 impl Budgets {
@@ -284,7 +284,9 @@ impl Budgets {
     ) -> Result<BudgetView, StoreError> {
         let agent_limit = agent_limit.unwrap_or_else(|| self.agent_limit(state));
         let lines = self.lines(&state.id, &state.spender, agent_limit, now)?;
-        let agent_used = lines.first().map_or(0, |l| l.account.committed());
+        let agent_used = lines
+            .first()
+            .map_or(Micros::ZERO, |l| l.account.committed());
         let (remaining, tightest) = lines
             .iter()
             .filter_map(|l| {
@@ -292,7 +294,7 @@ impl Budgets {
                     .map(|limit| (limit.saturating_sub(l.account.committed()), l.kind))
             })
             .min_by_key(|(left, _)| *left)
-            .unwrap_or((u64::MAX, BudgetKind::Agent));
+            .unwrap_or((Micros::MAX, BudgetKind::Agent));
         Ok(BudgetView {
             price: self.price(&state.settings.model),
             agent_limit,

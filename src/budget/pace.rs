@@ -62,7 +62,7 @@ impl<C: Clock + Clone> Pacer<C> {
     pub fn with_clock(limits: PaceLimits, clock: C) -> Self {
         let mut gates = Vec::new();
         let mut add = |amount: u64, per: Duration, per_guild, counts_spend, describe| {
-            let Some(burst) = NonZeroU32::new(amount.min(MAX_SPEND_PER_HOUR) as u32) else {
+            let Some(burst) = NonZeroU32::new(amount.min(MAX_SPEND_PER_HOUR.0) as u32) else {
                 return;
             };
             let Some(quota) = Quota::with_period(per / burst.get()) else {
@@ -88,14 +88,14 @@ impl<C: Clock + Clone> Pacer<C> {
             "the server's model calls per minute",
         );
         add(
-            limits.user_spend_per_hour,
+            limits.user_spend_per_hour.0,
             Duration::from_secs(3600),
             false,
             true,
             "your spend per hour",
         );
         add(
-            limits.guild_spend_per_hour,
+            limits.guild_spend_per_hour.0,
             Duration::from_secs(3600),
             true,
             true,
@@ -123,7 +123,7 @@ impl<C: Clock + Clone> Pacer<C> {
         let cells = if gate.counts_spend {
             // A call dearer than the whole hourly allowance could never pass: it takes the whole
             // allowance instead, so it runs once the hour's window is clear.
-            request.cost.min(gate.burst as u64) as u32
+            request.cost.0.min(gate.burst as u64) as u32
         } else {
             1
         };
@@ -173,14 +173,14 @@ mod tests {
             clock.clone(),
         );
         assert_eq!(pacer.gates(), 1);
-        let r = request("u", "g", 10);
+        let r = request("u", "g", Micros(10));
         assert_eq!(pacer.try_gate(0, &r), Ok(()));
         assert_eq!(pacer.try_gate(0, &r), Ok(()));
         let wait = pacer.try_gate(0, &r).unwrap_err();
         assert_eq!(wait.after, Duration::from_secs(30));
         assert_eq!(wait.why, "the server's model calls per minute");
         // Another guild has its own cells.
-        assert_eq!(pacer.try_gate(0, &request("u", "h", 10)), Ok(()));
+        assert_eq!(pacer.try_gate(0, &request("u", "h", Micros(10))), Ok(()));
         clock.advance(Duration::from_secs(30));
         assert_eq!(pacer.try_gate(0, &r), Ok(()));
     }
@@ -190,28 +190,36 @@ mod tests {
         let clock = FakeRelativeClock::default();
         let pacer = Pacer::with_clock(
             PaceLimits {
-                user_spend_per_hour: 3600,
+                user_spend_per_hour: Micros(3600),
                 ..Default::default()
             },
             clock.clone(),
         );
-        let alice = request("alice", "g", 3000);
+        let alice = request("alice", "g", Micros(3000));
         assert_eq!(pacer.try_gate(0, &alice), Ok(()));
         let wait = pacer.try_gate(0, &alice).unwrap_err();
         // 3000 more cells at one per second, 600 of them still there.
         assert_eq!(wait.after, Duration::from_secs(2400));
-        assert_eq!(pacer.try_gate(0, &request("bob", "g", 3000)), Ok(()));
+        assert_eq!(
+            pacer.try_gate(0, &request("bob", "g", Micros(3000))),
+            Ok(())
+        );
         // Free calls and calls without a user pass.
-        assert_eq!(pacer.try_gate(0, &request("alice", "g", 0)), Ok(()));
+        assert_eq!(pacer.try_gate(0, &request("alice", "g", Micros(0))), Ok(()));
         let anonymous = PaceRequest {
             user: None,
             guild: None,
-            cost: 10,
+            cost: Micros(10),
         };
         assert_eq!(pacer.try_gate(0, &anonymous), Ok(()));
         // A call dearer than the hour's allowance takes the whole allowance and passes once clear.
         clock.advance(Duration::from_secs(3600));
-        assert_eq!(pacer.try_gate(0, &request("alice", "g", 1_000_000)), Ok(()));
-        assert!(pacer.try_gate(0, &request("alice", "g", 1)).is_err());
+        assert_eq!(
+            pacer.try_gate(0, &request("alice", "g", Micros(1_000_000))),
+            Ok(())
+        );
+        assert!(pacer
+            .try_gate(0, &request("alice", "g", Micros(1)))
+            .is_err());
     }
 }

@@ -9,8 +9,56 @@ use serde::{Deserialize, Serialize};
 
 use super::event::Usage;
 
-/// One millionth of a US dollar.
-pub type Micros = u64;
+/// An amount of money in micro-dollars (one millionth of a US dollar): whole numbers, so sums
+/// are exact, and a type of its own, so that money is never mixed up with token counts.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct Micros(pub u64);
+
+impl Micros {
+    pub const ZERO: Micros = Micros(0);
+    pub const MAX: Micros = Micros(u64::MAX);
+
+    pub fn saturating_sub(self, other: Micros) -> Micros {
+        Micros(self.0.saturating_sub(other.0))
+    }
+
+    pub fn saturating_add(self, other: Micros) -> Micros {
+        Micros(self.0.saturating_add(other.0))
+    }
+
+    pub fn is_zero(self) -> bool {
+        self.0 == 0
+    }
+}
+
+impl std::ops::Add for Micros {
+    type Output = Micros;
+    fn add(self, other: Micros) -> Micros {
+        Micros(self.0 + other.0)
+    }
+}
+
+impl std::ops::AddAssign for Micros {
+    fn add_assign(&mut self, other: Micros) {
+        self.0 += other.0;
+    }
+}
+
+/// The whole number of micro-dollars; `format_usd` is for people.
+impl std::fmt::Display for Micros {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl std::iter::Sum for Micros {
+    fn sum<I: Iterator<Item = Micros>>(iter: I) -> Micros {
+        Micros(iter.map(|m| m.0).sum())
+    }
+}
 
 pub const MICROS_PER_USD: u64 = 1_000_000;
 
@@ -25,8 +73,8 @@ impl Price {
     /// From dollars per million tokens, as prices are published.
     pub fn from_usd_per_million(input: f64, output: f64) -> Price {
         Price {
-            input_per_million: usd_to_micros(input),
-            output_per_million: usd_to_micros(output),
+            input_per_million: usd_to_micros(input).0,
+            output_per_million: usd_to_micros(output).0,
         }
     }
 
@@ -35,7 +83,7 @@ impl Price {
         let numerator = prompt_tokens as u128 * self.input_per_million as u128
             + completion_tokens as u128 * self.output_per_million as u128;
         let micros = numerator.div_ceil(1_000_000);
-        u64::try_from(micros).unwrap_or(u64::MAX)
+        Micros(u64::try_from(micros).unwrap_or(u64::MAX))
     }
 
     pub fn cost_of(&self, usage: Usage) -> Micros {
@@ -50,19 +98,19 @@ impl Price {
 /// Converts dollars (from config or a command) to micro-dollars; negative and NaN become zero.
 pub fn usd_to_micros(usd: f64) -> Micros {
     if usd.is_finite() && usd > 0.0 {
-        (usd * MICROS_PER_USD as f64).round() as u64
+        Micros((usd * MICROS_PER_USD as f64).round() as u64)
     } else {
-        0
+        Micros::ZERO
     }
 }
 
 /// Dollars for people: cents at a dollar and above, otherwise two significant digits, so that
 /// small per-step costs stay readable ($0.0021) and budgets look like money ($12.50).
 pub fn format_usd(micros: Micros) -> String {
-    if micros == 0 {
+    if micros.is_zero() {
         return "$0.00".into();
     }
-    let usd = micros as f64 / MICROS_PER_USD as f64;
+    let usd = micros.0 as f64 / MICROS_PER_USD as f64;
     if usd >= 1.0 {
         return format!("${usd:.2}");
     }
@@ -95,11 +143,11 @@ pub const VERY_NEARLY_EXCEEDED_PERCENT: u64 = 5;
 impl BudgetView {
     /// Whether Approve ×N and continuous mode must stop asking nobody.
     pub fn soft_cap_reached(&self) -> bool {
-        if self.agent_limit == 0 {
+        if self.agent_limit.is_zero() {
             return true;
         }
         let used = self.agent_limit.saturating_sub(self.remaining);
-        used as u128 * 100 >= self.agent_limit as u128 * self.soft_cap_percent as u128
+        used.0 as u128 * 100 >= self.agent_limit.0 as u128 * self.soft_cap_percent as u128
     }
 
     /// Why unattended runs ended, for the card.
@@ -120,9 +168,9 @@ impl BudgetView {
             "Your remaining API budget is {}",
             format_usd(self.remaining)
         );
-        let limit = self.agent_limit as u128;
-        let remaining = self.remaining as u128;
-        if remaining < 2 * next_call_worst as u128 {
+        let limit = self.agent_limit.0 as u128;
+        let remaining = self.remaining.0 as u128;
+        if remaining < 2 * next_call_worst.0 as u128 {
             text.push_str("\nBUDGET EXCEEDED! SHUT DOWN!");
         } else if remaining * 100 <= limit * VERY_NEARLY_EXCEEDED_PERCENT as u128 {
             text.push_str("\nBudget very nearly exceeded! Shut down gracefully!");
@@ -148,7 +196,7 @@ pub struct SpendNote {
 
 /// Spend limits are paced in micro-dollars, one governor cell each; u32 cells allow up to about
 /// $4,294 per hour, which config validation enforces.
-pub const MAX_SPEND_PER_HOUR: Micros = u32::MAX as Micros;
+pub const MAX_SPEND_PER_HOUR: Micros = Micros(u32::MAX as u64);
 
 /// The budgets a call is charged to: the agent's own, its owner's day, its server's day and month.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -238,7 +286,7 @@ mod tests {
         BudgetView {
             price: Price::from_usd_per_million(0.15, 0.60),
             agent_limit: limit,
-            agent_used: limit - remaining,
+            agent_used: limit.saturating_sub(remaining),
             remaining,
             tightest: BudgetKind::Agent,
             soft_cap_percent: 80,
@@ -250,31 +298,31 @@ mod tests {
         let price = Price::from_usd_per_million(0.15, 0.60);
         assert_eq!(price.input_per_million, 150_000);
         // 1000 prompt tokens at $0.15/M = 150 µ$; 500 completion tokens at $0.60/M = 300 µ$.
-        assert_eq!(price.cost(1000, 500), 450);
+        assert_eq!(price.cost(1000, 500), Micros(450));
         // One token costs 0.15 µ$: rounded up to 1, never down to 0.
-        assert_eq!(price.cost(1, 0), 1);
-        assert_eq!(Price::default().cost(10_000, 10_000), 0);
+        assert_eq!(price.cost(1, 0), Micros(1));
+        assert_eq!(Price::default().cost(10_000, 10_000), Micros(0));
         assert_eq!(
             price.cost_of(Usage {
                 prompt_tokens: 2000,
                 completion_tokens: 0
             }),
-            300
+            Micros(300)
         );
-        assert_eq!(usd_to_micros(-1.0), 0);
-        assert_eq!(usd_to_micros(f64::NAN), 0);
-        assert_eq!(usd_to_micros(2.5), 2_500_000);
+        assert_eq!(usd_to_micros(-1.0), Micros(0));
+        assert_eq!(usd_to_micros(f64::NAN), Micros(0));
+        assert_eq!(usd_to_micros(2.5), Micros(2_500_000));
     }
 
     #[test]
     fn dollars_read_like_money() {
-        assert_eq!(format_usd(0), "$0.00");
-        assert_eq!(format_usd(12_500_000), "$12.50");
-        assert_eq!(format_usd(1_000_000), "$1.00");
-        assert_eq!(format_usd(130_000), "$0.13");
-        assert_eq!(format_usd(500_000), "$0.50");
-        assert_eq!(format_usd(2_100), "$0.0021");
-        assert_eq!(format_usd(5), "$0.0000050");
+        assert_eq!(format_usd(Micros(0)), "$0.00");
+        assert_eq!(format_usd(Micros(12_500_000)), "$12.50");
+        assert_eq!(format_usd(Micros(1_000_000)), "$1.00");
+        assert_eq!(format_usd(Micros(130_000)), "$0.13");
+        assert_eq!(format_usd(Micros(500_000)), "$0.50");
+        assert_eq!(format_usd(Micros(2_100)), "$0.0021");
+        assert_eq!(format_usd(Micros(5)), "$0.0000050");
     }
 
     #[test]
@@ -282,39 +330,39 @@ mod tests {
         let dollar = MICROS_PER_USD;
         let small_call = 100;
         assert_eq!(
-            view(dollar, 500_000).message(small_call),
+            view(Micros(dollar), Micros(500_000)).message(Micros(small_call)),
             "Your remaining API budget is $0.50"
         );
         assert_eq!(
-            view(dollar, 100_000).message(small_call),
+            view(Micros(dollar), Micros(100_000)).message(Micros(small_call)),
             "Your remaining API budget is $0.10\nBudget nearly exceeded. Finish up."
         );
         assert_eq!(
-            view(dollar, 50_000).message(small_call),
+            view(Micros(dollar), Micros(50_000)).message(Micros(small_call)),
             "Your remaining API budget is $0.050\nBudget very nearly exceeded! Shut down gracefully!"
         );
         // The same dollars are plenty for a bigger budget: thresholds scale with it.
         assert_eq!(
-            view(100 * dollar, 50_000 * 100).message(small_call),
+            view(Micros(100 * dollar), Micros(50_000 * 100)).message(Micros(small_call)),
             "Your remaining API budget is $5.00\nBudget very nearly exceeded! Shut down gracefully!"
         );
         assert_eq!(
-            view(100 * dollar, 50 * dollar).message(small_call),
+            view(Micros(100 * dollar), Micros(50 * dollar)).message(Micros(small_call)),
             "Your remaining API budget is $50.00"
         );
         // Not enough for another call after this one: the hard cap will refuse it.
         assert_eq!(
-            view(dollar, 300_000).message(200_000),
+            view(Micros(dollar), Micros(300_000)).message(Micros(200_000)),
             "Your remaining API budget is $0.30\nBUDGET EXCEEDED! SHUT DOWN!"
         );
     }
 
     #[test]
     fn soft_cap_is_a_share_of_the_agent_budget() {
-        assert!(!view(1_000_000, 201_000).soft_cap_reached());
-        assert!(view(1_000_000, 200_000).soft_cap_reached());
-        assert!(view(0, 0).soft_cap_reached());
-        let note = view(1_000_000, 150_000).soft_cap_note();
+        assert!(!view(Micros(1_000_000), Micros(201_000)).soft_cap_reached());
+        assert!(view(Micros(1_000_000), Micros(200_000)).soft_cap_reached());
+        assert!(view(Micros(0), Micros(0)).soft_cap_reached());
+        let note = view(Micros(1_000_000), Micros(150_000)).soft_cap_note();
         assert!(
             note.contains("80%") && note.contains("$0.15 left of $1.00"),
             "{note}"
@@ -323,19 +371,19 @@ mod tests {
 
     #[test]
     fn card_estimate_uses_the_last_prompt_and_the_average_reply() {
-        let v = view(1_000_000, 900_000);
+        let v = view(Micros(1_000_000), Micros(900_000));
         let note = SpendNote::estimate(&v, 10_000, Some(200), 1000);
-        assert_eq!(note.next_step_likely, 1500 + 120);
-        assert_eq!(note.next_step_worst, 1500 + 600);
+        assert_eq!(note.next_step_likely, Micros(1500 + 120));
+        assert_eq!(note.next_step_worst, Micros(1500 + 600));
         assert_eq!(
             note.render(),
             "Next step ≈ $0.0016 (at most $0.0021) · $0.90 left of $1.00"
         );
         let first = SpendNote::estimate(&v, 10_000, None, 1000);
-        assert_eq!(first.next_step_likely, 1500 + 300);
+        assert_eq!(first.next_step_likely, Micros(1500 + 300));
         let daily = BudgetView {
             tightest: BudgetKind::OwnerDaily,
-            remaining: 50_000,
+            remaining: Micros(50_000),
             ..v
         };
         assert!(SpendNote::estimate(&daily, 10_000, None, 1000)

@@ -1,5 +1,6 @@
 //! Unit tests of `step` and prompt fitting, driven with plain data.
 
+use crate::core::budget::Micros;
 use chrono::{TimeZone, Utc};
 use serde_json::json;
 
@@ -784,9 +785,9 @@ fn a_context_too_small_for_the_fixed_prompt_is_reported() {
 fn budget_view(remaining: u64) -> BudgetView {
     BudgetView {
         price: Price::from_usd_per_million(1.0, 2.0),
-        agent_limit: 1_000_000,
-        agent_used: 1_000_000u64.saturating_sub(remaining),
-        remaining,
+        agent_limit: Micros(1_000_000),
+        agent_used: Micros(1_000_000u64.saturating_sub(remaining)),
+        remaining: Micros(remaining),
         tightest: crate::core::budget::BudgetKind::Agent,
         soft_cap_percent: 80,
     }
@@ -822,9 +823,9 @@ fn the_budget_line_follows_the_thresholds_and_cards_carry_the_cost() {
     let fx = h.think(&reply_json("read_file", json!({"filename": "a"})));
     let spend = proposal_of(&fx).spend.clone().expect("a spend note");
     // $1/M input for the last prompt; the worst case adds the full 1000-token reserve at $2/M.
-    assert_eq!(spend.next_step_worst, prompt_tokens + 2000);
-    assert_eq!(spend.next_step_likely, prompt_tokens + 10);
-    assert_eq!(spend.remaining, 500_000);
+    assert_eq!(spend.next_step_worst, Micros(prompt_tokens + 2000));
+    assert_eq!(spend.next_step_likely, Micros(prompt_tokens + 10));
+    assert_eq!(spend.remaining, Micros(500_000));
     assert!(proposal_of(&fx)
         .money_line()
         .contains("$0.50 left of $1.00"));
@@ -934,10 +935,10 @@ fn a_refused_call_pauses_and_a_raised_budget_resumes() {
 
     h.budget = Some(budget_view(2_000_000));
     let fx = h.step(Event::SetBudget {
-        budget: 3_000_000,
+        budget: Micros(3_000_000),
         by: "alice".into(),
     });
-    assert_eq!(h.state.settings.budget, Some(3_000_000));
+    assert_eq!(h.state.settings.budget, Some(Micros(3_000_000)));
     assert_eq!(h.state.phase, Phase::Thinking);
     assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
     assert!(fx
@@ -945,11 +946,11 @@ fn a_refused_call_pauses_and_a_raised_budget_resumes() {
         .any(|e| matches!(e, Effect::Notify(t) if t == "alice set the agent's budget to $3.00.")));
     // Raising the budget of a running agent only records it.
     let fx = h.step(Event::SetBudget {
-        budget: 4_000_000,
+        budget: Micros(4_000_000),
         by: "alice".into(),
     });
     assert_eq!(model_calls(&fx).len(), 0);
-    assert_eq!(h.state.settings.budget, Some(4_000_000));
+    assert_eq!(h.state.settings.budget, Some(Micros(4_000_000)));
 }
 
 #[test]

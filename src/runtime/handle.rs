@@ -18,7 +18,7 @@ pub enum DecideError {
     /// The card is for a cycle the agent is no longer waiting on.
     #[error("This proposal is no longer pending.")]
     NotPending,
-    /// No actor runs for the agent (it rests, or it stopped before answering).
+    /// The agent's actor was gone, or stopped before it answered.
     #[error("The agent is no longer running.")]
     NotRunning,
     /// The compare-and-swap could not be written; trying again may work.

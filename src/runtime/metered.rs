@@ -2,7 +2,7 @@
 //! releases; `AgentModel` is the agent's model as commands use it, metered the same way.
 
 use crate::budget::{Budgets, Metered, Payer};
-use crate::core::budget::Pacing;
+use crate::core::budget::{Micros, Pacing};
 use crate::core::event::{CallPurpose, Event};
 use crate::core::prompt::Message;
 use crate::llm::ChatRequest;
@@ -25,7 +25,7 @@ pub(super) enum CallOutcome {
     Replied {
         text: String,
         usage: crate::core::event::Usage,
-        cost: u64,
+        cost: Micros,
     },
     /// No budget can pay for the call's worst case.
     Refused(String),
@@ -117,7 +117,7 @@ impl MeteredCall {
     }
 
     /// Passes the rate-limit gates one by one, waiting (on the clock seam) at a closed one.
-    async fn wait_for_pacer(&self, deps: &Deps, worst: u64, on_wait: &(dyn Fn(Pacing) + Sync)) {
+    async fn wait_for_pacer(&self, deps: &Deps, worst: Micros, on_wait: &(dyn Fn(Pacing) + Sync)) {
         let pacer = deps.budgets.pacer();
         let request = Budgets::pace_request(&self.payer.spender, worst);
         for gate in 0..pacer.gates() {

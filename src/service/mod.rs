@@ -180,7 +180,7 @@ impl AgentService {
             return Err(UserError::new(NOT_ALLOWED));
         }
         let max = self.config.budget.agent_max();
-        if micros == 0 || (micros > max && !who.manage_guild) {
+        if micros.is_zero() || (micros > max && !who.manage_guild) {
             return Err(UserError(format!(
                 "An agent's budget must be more than $0 and at most {}, unless a server admin sets it.",
                 format_usd(max)

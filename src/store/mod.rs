@@ -87,7 +87,7 @@ pub struct SubAgentRecord {
     /// The chat so far: the opening prompt, then alternating replies and messages.
     pub messages: Vec<crate::core::prompt::Message>,
     /// What its replies cost the parent, in micro-dollars.
-    pub spent: u64,
+    pub spent: crate::core::budget::Micros,
     /// The parent's cycles that started it and that last talked to it: a command re-approved
     /// after a crash finds its own exchange here instead of paying for it twice.
     #[serde(default)]

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::{str_arg, Command, ToolCtx, ToolModel, ToolOutput};
+use crate::core::budget::Micros;
 use crate::core::commands::{ArgType, CommandSpec, Risk};
 use crate::core::prompt::{Message, Role};
 use crate::core::reply::CommandCall;
@@ -152,7 +153,7 @@ impl Command for StartAgent {
             name: name.to_string(),
             task: task.to_string(),
             messages: vec![Message::system(charter(name, task)), Message::user(prompt)],
-            spent: 0,
+            spent: Micros::ZERO,
             started_cycle: ctx.agent.cycle,
             last_cycle: 0,
             created_at: ctx.now,

@@ -258,6 +258,7 @@ mod tests {
     use crate::budget::Payer;
     use crate::config::SubagentConfig;
     use crate::config::WorkspaceConfig;
+    use crate::core::budget::Micros;
     use crate::core::history::Outcome;
     use crate::core::state::{AgentState, AgentView};
     use crate::store::{Commit, Store};
@@ -308,7 +309,7 @@ mod tests {
             let payer = Payer {
                 agent: agent.id.clone(),
                 spender: Default::default(),
-                agent_limit: 0,
+                agent_limit: Micros(0),
             };
             let ctx = ToolCtx {
                 agent: &agent,

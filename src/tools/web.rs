@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::{str_arg, Command, ToolCtx, ToolModel, ToolOutput};
-use crate::core::budget::format_usd;
+use crate::core::budget::{format_usd, Micros};
 use crate::core::commands::{ArgType, CommandSpec, Risk};
 use crate::core::history::truncate_chars;
 use crate::core::prompt::Message;
@@ -254,7 +254,7 @@ async fn read_with_model(
     }
     let chunk_tokens = chunk_budget(model, web);
     let chunks = split_into_chunks(&text, chunk_tokens, model);
-    let mut spent = 0;
+    let mut spent = Micros::ZERO;
     let mut calls = 0;
     let mut notes = Vec::with_capacity(chunks.len());
     let instruction = reading.chunk_instruction();

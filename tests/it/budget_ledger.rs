@@ -12,9 +12,9 @@ use chrono::{DateTime, Utc};
 use proptest::prelude::*;
 
 const AGENTS: usize = 3;
-const AGENT_LIMIT: Micros = 40_000;
-const USER_LIMIT: Micros = 70_000;
-const GUILD_LIMIT: Micros = 100_000;
+const AGENT_LIMIT: Micros = Micros(40_000);
+const USER_LIMIT: Micros = Micros(70_000);
+const GUILD_LIMIT: Micros = Micros(100_000);
 
 fn price() -> Price {
     Price::from_usd_per_million(2.5, 10.0)
@@ -168,7 +168,7 @@ fn run(ops: &[Op]) {
                 assert_eq!(charged, cost);
                 charge(call.agent, cost);
                 // A second settlement of the same call (a duplicate delivery) charges nothing.
-                assert_eq!(ledger.settle(call.reservation.id, cost).unwrap(), 0);
+                assert_eq!(ledger.settle(call.reservation.id, cost).unwrap(), Micros(0));
             }
             Op::Fail { index } => {
                 if in_flight.is_empty() {
@@ -193,10 +193,10 @@ fn run(ops: &[Op]) {
     }
     for (account, limit) in limits() {
         let state = ledger.account(&account).unwrap();
-        assert_eq!(state.reserved, 0, "{account}");
+        assert_eq!(state.reserved, Micros(0), "{account}");
         assert_eq!(
             state.spent,
-            expected.get(&account).copied().unwrap_or(0),
+            expected.get(&account).copied().unwrap_or(Micros(0)),
             "{account}"
         );
         assert!(state.spent <= limit);
@@ -236,7 +236,7 @@ fn concurrent_agents_never_cross_a_cap() {
                         .unwrap()
                     {
                         Ok(reservation) => {
-                            let cost = rng.random_range(0..=amount);
+                            let cost = Micros(rng.random_range(0..=amount.0));
                             if rng.random_bool(0.2) {
                                 ledger.release(reservation.id).unwrap();
                             } else {
@@ -267,8 +267,11 @@ fn concurrent_agents_never_cross_a_cap() {
     assert!(refusals > 0);
     for (account, limit) in limits() {
         let state = ledger.account(&account).unwrap();
-        assert_eq!(state.reserved, 0);
-        assert_eq!(state.spent, expected.get(&account).copied().unwrap_or(0));
+        assert_eq!(state.reserved, Micros(0));
+        assert_eq!(
+            state.spent,
+            expected.get(&account).copied().unwrap_or(Micros(0))
+        );
         assert!(state.spent <= limit);
     }
 }

@@ -3,6 +3,7 @@
 //! keeps memories through an embeddings outage.
 
 use crate::support;
+use autothread::core::budget::Micros;
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
@@ -92,7 +93,7 @@ fn payer(agent: &str, guild: &str) -> Payer {
             user: Some("u".into()),
             guild: Some(guild.into()),
         },
-        agent_limit: 1_000_000,
+        agent_limit: Micros(1_000_000),
     }
 }
 

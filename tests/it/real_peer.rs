@@ -5,6 +5,7 @@
 //! skip; under CI=true a missing peer fails them, so CI can never pass without the real server.
 
 use crate::support;
+use autothread::core::budget::Micros;
 
 use std::time::Duration;
 
@@ -170,7 +171,7 @@ async fn a_real_embeddings_server_stores_and_recalls_a_memory() {
     let payer = autothread::memory::Payer {
         agent: "peer00000001".into(),
         spender: autothread::core::state::Spender::default(),
-        agent_limit: 1_000_000,
+        agent_limit: Micros(1_000_000),
     };
     let source = autothread::core::memory::MemorySource::Cycle;
     let facts = [
@@ -251,7 +252,7 @@ async fn read_webpage_reads_a_local_page_in_chunks_with_the_real_model() {
                 .push(format!("{what}: {}", reply.content));
             Ok(ToolReply {
                 text: reply.content,
-                cost: 0,
+                cost: Micros(0),
             })
         }
         fn count(&self, messages: &[Message]) -> usize {

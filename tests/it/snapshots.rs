@@ -2,6 +2,7 @@
 //! Discord card's embed and the console's card. A wording change shows as a diff of the files in
 //! `tests/it/snapshots/`; accept an intended one with `UPDATE_EXPECT=1 cargo test snapshots`.
 
+use autothread::core::budget::Micros;
 use chrono::{DateTime, TimeZone, Utc};
 use expect_test::expect_file;
 use serde_json::json;
@@ -109,11 +110,11 @@ fn proposal() -> Proposal {
         interrupted: false,
         approved_by: None,
         spend: Some(SpendNote {
-            next_step_likely: 1_200,
-            next_step_worst: 4_500,
-            remaining: 1_870_000,
-            agent_limit: 2_000_000,
-            agent_used: 130_000,
+            next_step_likely: Micros(1_200),
+            next_step_worst: Micros(4_500),
+            remaining: Micros(1_870_000),
+            agent_limit: Micros(2_000_000),
+            agent_used: Micros(130_000),
             limited_by: None,
         }),
         auto_stop: None,

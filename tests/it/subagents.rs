@@ -3,6 +3,7 @@
 //! export shows their chats.
 
 use crate::support;
+use autothread::core::budget::Micros;
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -139,15 +140,15 @@ async fn sub_agents_live_bounded_and_paid_by_their_parent() {
         prompt_tokens: 40,
         completion_tokens: 7,
     });
-    assert_eq!(researcher.spent, 2 * unit);
+    assert_eq!(researcher.spent, Micros(2 * unit.0));
     let calls = model.requests.lock().unwrap().len() + model.summaries.load(Ordering::SeqCst);
     let budgets = Budgets::new(&store, &Config::default().budget).unwrap();
     let account = budgets
         .ledger()
         .account(&Budgets::agent_account("parent000001"))
         .unwrap();
-    assert_eq!(account.spent, calls as u64 * unit);
-    assert_eq!(account.reserved, 0);
+    assert_eq!(account.spent, Micros(calls as u64 * unit.0));
+    assert_eq!(account.reserved, Micros(0));
 
     // start_agent and message_agent are control commands: each one waited for a card.
     let shown = surface.shown.lock().unwrap().clone();
@@ -214,5 +215,8 @@ async fn a_re_approved_sub_agent_command_is_not_run_twice() {
     state.cycle = 6;
     run_tool(&store, &model, &state, None, "message_agent", message).await;
     assert_eq!(model.call_count(), 3);
-    assert_eq!(store.subagents("crash0000001").unwrap()[0].spent, 30);
+    assert_eq!(
+        store.subagents("crash0000001").unwrap()[0].spent,
+        Micros(30)
+    );
 }

@@ -236,6 +236,7 @@ pub fn thread_name(agent_name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::budget::Micros;
     use crate::core::commands::Risk;
     use crate::core::reply::{CommandCall, Thoughts};
     use serde_json::json;
@@ -263,11 +264,11 @@ mod tests {
             interrupted: true,
             approved_by: None,
             spend: Some(crate::core::budget::SpendNote {
-                next_step_likely: 1_234,
-                next_step_worst: 5_678,
-                remaining: 900_000,
-                agent_limit: 1_000_000,
-                agent_used: 100_000,
+                next_step_likely: Micros(1_234),
+                next_step_worst: Micros(5_678),
+                remaining: Micros(900_000),
+                agent_limit: Micros(1_000_000),
+                agent_used: Micros(100_000),
                 limited_by: None,
             }),
             auto_stop: Some(noise.clone()),

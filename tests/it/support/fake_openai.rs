@@ -34,7 +34,7 @@ pub struct Step {
     pub check: Option<Check>,
 }
 
-/// The kinds of request the agent makes, told apart by their system prompts.
+/// The kinds of request the agent makes, told apart by the purpose header (`kind_of`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Cycle,

@@ -1,6 +1,8 @@
 //! In-process stand-ins for running the agent runtime inside a test: a scripted chat model, a
 //! deterministic embedder (hashed bag of words), and a surface that records and approves.
 
+use autothread::core::budget::Micros;
+use autothread::core::event::CallPurpose;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -39,8 +41,7 @@ impl ScriptedModel {
 #[async_trait]
 impl ChatModel for ScriptedModel {
     async fn complete(&self, request: ChatRequest) -> Result<ChatReply, LlmError> {
-        let first = &request.messages[0].content;
-        let content = if first.contains("Condense the action taken") {
+        let content = if request.purpose == (CallPurpose::Summary { cycle: 0 }).marker() {
             "Summary: did one step.".to_string()
         } else {
             self.cycle_prompts.lock().unwrap().push(request.clone());
@@ -82,10 +83,7 @@ impl RuleModel {
 #[async_trait]
 impl ChatModel for RuleModel {
     async fn complete(&self, request: ChatRequest) -> Result<ChatReply, LlmError> {
-        let content = if request.messages[0]
-            .content
-            .contains("Condense the action taken")
-        {
+        let content = if request.purpose == (CallPurpose::Summary { cycle: 0 }).marker() {
             self.summaries.fetch_add(1, Ordering::SeqCst);
             "Summary: did one step.".to_string()
         } else {
@@ -295,7 +293,7 @@ impl autothread::tools::ToolModel for ToolFake {
         self.calls.lock().unwrap().push(messages);
         Ok(autothread::tools::ToolReply {
             text,
-            cost: self.cost,
+            cost: Micros(self.cost),
         })
     }
 
@@ -331,7 +329,7 @@ pub async fn run_tool(
     let payer = autothread::budget::Payer {
         agent: agent.id.clone(),
         spender: state.spender.clone(),
-        agent_limit: 0,
+        agent_limit: Micros(0),
     };
     let ctx = autothread::tools::ToolCtx {
         agent: &agent,

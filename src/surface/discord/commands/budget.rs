@@ -5,7 +5,7 @@ use poise::serenity_prelude::UserId;
 
 use super::{capitalise, guild_of, thread_agent, Ctx, Error};
 use crate::budget::LimitScope;
-use crate::core::budget::{format_usd, usd_to_micros, BudgetKind};
+use crate::core::budget::{format_usd, usd_to_micros, BudgetKind, Micros};
 use crate::core::event::Event;
 use crate::core::state::{GuildId, Spender};
 use crate::service::LimitChange;
@@ -43,7 +43,7 @@ pub(super) async fn budget_show(ctx: Ctx<'_>) -> Result<(), Error> {
                 user: Some(ctx.author().id.get().to_string()),
                 guild: Some(guild.clone()),
             },
-            0,
+            Micros::ZERO,
             None,
         ),
     };
@@ -63,7 +63,7 @@ pub(super) async fn budget_show(ctx: Ctx<'_>) -> Result<(), Error> {
             .limit
             .map(format_usd)
             .unwrap_or_else(|| "no limit".into());
-        let reserved = if line.account.reserved > 0 {
+        let reserved = if !line.account.reserved.is_zero() {
             format!(" (+{} reserved)", format_usd(line.account.reserved))
         } else {
             String::new()
@@ -137,7 +137,7 @@ pub(super) async fn budget_set(
         (LimitScope::GuildDaily, _) => "The server's daily budget".into(),
         (LimitScope::GuildMonthly, _) => "The server's monthly budget".into(),
     };
-    let amount = if micros == 0 {
+    let amount = if micros.is_zero() {
         "no limit".to_string()
     } else {
         format_usd(micros)

@@ -9,6 +9,10 @@ use super::reply::{reply_json_schema, CommandCall};
 /// Longest thought field a constrained decoder may produce.
 const MAX_THOUGHT_CHARS: usize = 500;
 
+/// The command that ends an agent: the step records its reason as the agent's result, no policy
+/// may deny it, and no config may disable it, so that every agent can always end.
+pub const FINISH: &str = "finish";
+
 /// What a command can touch; the approval policy is expressed in these classes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

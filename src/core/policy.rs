@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::commands::Risk;
+use super::commands::{Risk, FINISH};
 
 /// What a risk class does when the model proposes one of its commands. Ordered from loosest to
 /// strictest, so that narrowing is taking the maximum.
@@ -40,7 +40,7 @@ impl ClassAction {
 }
 
 /// Commands a policy never takes away: without `finish` an agent could never end.
-pub const ALWAYS_OFFERED: &[&str] = &["finish"];
+pub const ALWAYS_OFFERED: &[&str] = &[FINISH];
 
 pub const ALL_RISKS: [Risk; 5] = [
     Risk::Read,

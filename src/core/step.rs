@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 
 use super::budget::{BudgetView, Micros, Pacing, SpendNote};
-use super::commands::{CommandSet, ValidCall};
+use super::commands::{CommandSet, ValidCall, FINISH};
 use super::event::{CallPurpose, Decision, Effect, Event, ModelCall, Usage};
 use super::history::{summary_request, Episode, Outcome};
 use super::memory::{cycle_memory_text, fit_memories, recall_query, MemoryHit};
@@ -767,7 +767,7 @@ impl Stepper<'_, '_> {
         } else {
             outcome
         };
-        let finished = pending.command.name == "finish" && matches!(outcome, Outcome::Success(_));
+        let finished = pending.command.name == FINISH && matches!(outcome, Outcome::Success(_));
         self.record_from_pending(outcome, pending.approved_by.clone());
         if finished {
             let reason = pending

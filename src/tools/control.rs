@@ -6,7 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::{str_arg, Command, ToolCtx, ToolOutput};
-use crate::core::commands::{ArgType, CommandSpec, Risk};
+use crate::core::commands::{ArgType, CommandSpec, Risk, FINISH};
 use crate::core::reply::CommandCall;
 
 pub fn commands() -> Vec<Arc<dyn Command>> {
@@ -53,7 +53,7 @@ struct Finish;
 impl Command for Finish {
     fn spec(&self) -> CommandSpec {
         CommandSpec::new(
-            "finish",
+            FINISH,
             "Use this to shut down once you have completed your task, or when there are insurmountable problems that make it impossible for you to finish your task",
             Risk::Control,
         )

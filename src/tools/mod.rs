@@ -14,7 +14,7 @@ use async_trait::async_trait;
 
 use crate::budget::Payer;
 use crate::config::{AgentConfig, SubagentConfig, WorkspaceConfig};
-use crate::core::commands::{CommandSet, CommandSpec};
+use crate::core::commands::{CommandSet, CommandSpec, FINISH};
 use crate::core::history::Outcome;
 use crate::core::reply::CommandCall;
 use crate::core::state::AgentView;
@@ -183,7 +183,7 @@ impl Registry {
         let disabled: Vec<String> = config
             .disabled_commands
             .iter()
-            .filter(|name| name.as_str() != "finish")
+            .filter(|name| name.as_str() != FINISH)
             .cloned()
             .collect();
         let mut commands: Vec<Arc<dyn Command>> = files::commands();

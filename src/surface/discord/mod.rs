@@ -4,6 +4,7 @@
 pub mod cards;
 pub mod client;
 mod commands;
+mod forms;
 pub mod ids;
 pub mod respond;
 mod router;

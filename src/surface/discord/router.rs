@@ -4,12 +4,10 @@
 //! in the agent's actor.
 
 use poise::serenity_prelude as serenity;
-use serenity::{
-    ActionRowComponent, ComponentInteraction, CreateActionRow, CreateInputText,
-    CreateInteractionResponse, CreateModal, FullEvent, InputTextStyle, ModalInteraction,
-};
+use serenity::{ComponentInteraction, CreateInteractionResponse, FullEvent, ModalInteraction};
 
 use super::commands::{Data, Error};
+use super::forms::{approve_n_form, feedback_form, modal_value};
 use super::ids::{CardAction, CardId};
 use super::respond::{ephemeral, requester_of, something_went_wrong, Interaction};
 use crate::core::event::{Decision, APPROVE_N_MAX};
@@ -115,37 +113,6 @@ fn memory_click(data: &Data, id: &CardId, who: &Requester) -> String {
     }
 }
 
-/// The form Approve ×N opens.
-fn approve_n_form(id: &CardId, default: u32) -> CreateModal {
-    CreateModal::new(
-        CardId::new(CardAction::ApproveNSubmit, &id.agent, id.cycle).encode(),
-        "Approve several commands",
-    )
-    .components(vec![CreateActionRow::InputText(
-        CreateInputText::new(
-            InputTextStyle::Short,
-            format!("How many commands (1–{APPROVE_N_MAX})?"),
-            "n",
-        )
-        .value(default.to_string())
-        .min_length(1)
-        .max_length(APPROVE_N_MAX.to_string().len() as u16),
-    )])
-}
-
-/// The form Feedback opens.
-fn feedback_form(id: &CardId) -> CreateModal {
-    CreateModal::new(
-        CardId::new(CardAction::FeedbackSubmit, &id.agent, id.cycle).encode(),
-        "Feedback instead of running",
-    )
-    .components(vec![CreateActionRow::InputText(
-        CreateInputText::new(InputTextStyle::Paragraph, "Your feedback", "text")
-            .min_length(1)
-            .max_length(4000),
-    )])
-}
-
 async fn on_click(http: &serenity::Http, data: &Data, click: ComponentInteraction) {
     let interaction = Interaction::Click(&click);
     let Some(id) = CardId::parse(&click.data.custom_id) else {
@@ -200,19 +167,6 @@ async fn on_click(http: &serenity::Http, data: &Data, click: ComponentInteractio
     }
     let by = click.user.name.clone();
     decide_and_report(http, data, interaction, &id, decision, &by).await;
-}
-
-fn modal_value(submit: &ModalInteraction) -> String {
-    submit
-        .data
-        .components
-        .iter()
-        .flat_map(|row| row.components.iter())
-        .find_map(|c| match c {
-            ActionRowComponent::InputText(input) => input.value.clone(),
-            _ => None,
-        })
-        .unwrap_or_default()
 }
 
 async fn on_modal(http: &serenity::Http, data: &Data, submit: ModalInteraction) {

@@ -19,7 +19,7 @@ use crate::core::state::{AgentState, PauseReason, Phase, Profile, Spender};
 use crate::runtime;
 use crate::service::{AgentService, NewAgent};
 use crate::store::Store;
-use crate::surface::console::ConsoleSurface;
+use crate::surface::console::{visible_controls, ConsoleSurface};
 
 /// Who pays for console agents: the terminal's user, whose daily budget applies to them all.
 const CONSOLE_USER: &str = "console";
@@ -307,7 +307,7 @@ async fn console(config: Config, args: ConsoleArgs) -> anyhow::Result<ExitCode> 
             println!(
                 "Resuming agent {} ({}), cycle {}, {} steps so far.",
                 state.id,
-                state.name(),
+                visible_controls(state.name()),
                 state.cycle,
                 state.episodes.len()
             );
@@ -409,7 +409,7 @@ async fn memory_command(app: &App, action: MemoryAction) -> anyhow::Result<()> {
                     hit.source.label(),
                     hit.score,
                     if hit.pinned { "  [pinned]" } else { "" },
-                    truncate_chars(&hit.text.replace('\n', " / "), 300)
+                    visible_controls(&truncate_chars(&hit.text.replace('\n', " / "), 300))
                 );
             }
         }
@@ -445,7 +445,7 @@ fn print_budget(app: &App, prefix: Option<&str>) -> anyhow::Result<()> {
             println!(
                 "Agent {} ({}), model {}:",
                 state.id,
-                state.name(),
+                visible_controls(state.name()),
                 state.settings.model
             );
             let limit = budgets.agent_limit(&state);
@@ -492,11 +492,11 @@ fn list(store: &Store) -> anyhow::Result<()> {
         println!(
             "{:<12}  {:<24}  {:<18}  {:>5}  {:<16}  {}",
             agent.id,
-            truncate_chars(&agent.name, 24),
+            visible_controls(&truncate_chars(&agent.name, 24)),
             agent.phase,
             agent.cycle,
             agent.updated_at.format("%Y-%m-%d %H:%M"),
-            truncate_chars(&agent.task.replace('\n', " "), 60)
+            visible_controls(&truncate_chars(&agent.task.replace('\n', " "), 60))
         );
     }
     Ok(())

@@ -642,7 +642,8 @@ fn episode(cycle: u64, output_len: usize) -> Episode {
             "result of step {cycle}: {}",
             "data ".repeat(output_len)
         )),
-        summary: (cycle % 3 != 0).then(|| format!("Wrote notes/{cycle}.txt with some text.")),
+        summary: (!cycle.is_multiple_of(3))
+            .then(|| format!("Wrote notes/{cycle}.txt with some text.")),
         decided_by: None,
     }
 }

@@ -127,10 +127,28 @@ pub fn proposal_text(agent: &AgentState, proposal: &Proposal, auto_approved: boo
     out
 }
 
+/// Writes to the terminal with every control character except newline and tab made visible:
+/// model and tool text is untrusted, and an escape sequence in it could otherwise hide lines,
+/// move the cursor or retitle the terminal. Nothing else can be done about a closed stdout, so
+/// write errors are dropped.
 fn print_flush(text: &str) {
     let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes());
+    let _ = out.write_all(visible_controls(text).as_bytes());
     let _ = out.flush();
+}
+
+/// `text` with control characters (C0, DEL and C1) other than `\n` and `\t` shown as escapes,
+/// such as `\x1b` for ESC.
+pub fn visible_controls(text: &str) -> String {
+    let mut shown = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' | '\t' => shown.push(c),
+            c if c.is_control() => shown.push_str(&format!("\\x{{{:02x}}}", c as u32)),
+            c => shown.push(c),
+        }
+    }
+    shown
 }
 
 fn section(label: &str, text: &str) -> String {
@@ -269,6 +287,19 @@ impl Surface for ConsoleSurface {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_are_shown_not_sent_to_the_terminal() {
+        let hostile = "line one\n\u{1b}[8mhidden\u{1b}[0m\rover\u{7}\u{9b}31m\ttab";
+        let shown = visible_controls(hostile);
+        assert_eq!(
+            shown,
+            "line one\n\\x{1b}[8mhidden\\x{1b}[0m\\x{0d}over\\x{07}\\x{9b}31m\ttab"
+        );
+        assert!(!shown
+            .chars()
+            .any(|c| c.is_control() && c != '\n' && c != '\t'));
+    }
 
     #[test]
     fn parses_autogpt_console_answers() {

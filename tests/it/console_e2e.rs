@@ -527,3 +527,41 @@ async fn console_policy_flags_narrow_and_a_denied_command_is_refused_with_the_re
     );
     fake.assert_clean();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_characters_from_the_model_are_shown_escaped_in_the_terminal() {
+    let fake = fake().await;
+    // ESC sequences that would hide text (SGR 8), move the cursor and retitle the terminal, a
+    // carriage return that would overwrite the line, and BEL.
+    let hostile = "\u{1b}[8mhidden\u{1b}[0m\rrewritten\u{7}\u{1b}]0;pwned\u{7}";
+    fake.push_content(
+        json!({
+            "thoughts": {"observations": hostile, "text": hostile, "reasoning": "r",
+                         "self_criticism": "c", "plan": "- p", "speak": hostile},
+            "command": {"name": "write_file", "args": {"filename": "a.txt", "contents": hostile}}
+        })
+        .to_string(),
+    );
+    let env = TestEnv::new(&fake.base_url, "");
+    let mut run = env.spawn(&[
+        "console",
+        "--task",
+        "Say hello",
+        "--name",
+        "EscGPT",
+        "--role",
+        "a tester",
+    ]);
+    run.wait_for("Input:", 1, WAIT).await;
+    run.type_lines(&["n"]).await;
+    let (_, stdout, stderr) = run.finish(WAIT).await;
+    assert!(
+        !stdout.contains('\u{1b}') && !stdout.contains('\u{7}') && !stdout.contains('\r'),
+        "raw control characters reached the terminal:\n{stdout:?}\n{stderr}"
+    );
+    assert!(
+        stdout.contains("SPEAK: \\x{1b}[8mhidden\\x{1b}[0m\\x{0d}rewritten\\x{07}"),
+        "{stdout}"
+    );
+    fake.assert_clean();
+}

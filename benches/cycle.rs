@@ -67,6 +67,7 @@ fn agent_with(episodes: u64, model: &str) -> AgentState {
             cycle_limit: 0,
             budget: Some(Micros(1_000_000_000)),
             policy: Default::default(),
+            endpoint: None,
         },
         Utc::now(),
     );

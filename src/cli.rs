@@ -220,6 +220,31 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// A resumed agent talks to the server it was created with, never to whatever the config names
+/// now, unless `--base-url` moves it (with a warning). Agents saved before endpoints were kept
+/// adopt the current one.
+fn keep_endpoint(config: &mut Config, state: &mut AgentState, flag: Option<&str>) {
+    match (&state.settings.endpoint, flag) {
+        (Some(saved), Some(url)) if saved.base_url != url => {
+            println!(
+                "WARNING: --base-url {url} differs from this agent's endpoint {}; the agent moves to {url}.",
+                saved.base_url
+            );
+        }
+        (Some(saved), None) => {
+            let changed = config.use_endpoint(saved);
+            if !changed.is_empty() {
+                println!(
+                    "Using this agent's saved {}; pass --base-url to move it.",
+                    changed.join(" and ")
+                );
+            }
+        }
+        _ => {}
+    }
+    state.settings.endpoint = Some(config.endpoint());
+}
+
 /// The agent a prefix names, loaded from the store.
 fn load_agent(store: &Store, prefix: &str) -> anyhow::Result<AgentState> {
     let id = store.resolve_agent(prefix)?;
@@ -248,12 +273,15 @@ fn task_with_goals(task: Option<&str>, goals: &[String]) -> anyhow::Result<Strin
     Ok(text)
 }
 
-async fn console(config: Config, args: ConsoleArgs) -> anyhow::Result<ExitCode> {
+async fn console(mut config: Config, args: ConsoleArgs) -> anyhow::Result<ExitCode> {
     let store = open_store(&config)?;
-    let resumed = match &args.resume {
+    let mut resumed = match &args.resume {
         Some(prefix) => Some(load_agent(&store, prefix)?),
         None => None,
     };
+    if let Some(state) = resumed.as_mut() {
+        keep_endpoint(&mut config, state, args.base_url.as_deref());
+    }
     // Tokens are counted with the tokenizer of the model the agent actually uses.
     let counter_model = resumed
         .as_ref()

@@ -79,6 +79,42 @@ pub fn process_env(name: &str) -> Option<String> {
 }
 
 impl Config {
+    /// The model endpoint this config talks to, as an agent saves it.
+    pub fn endpoint(&self) -> crate::core::state::Endpoint {
+        crate::core::state::Endpoint {
+            base_url: self.llm.base_url.clone(),
+            response_format: self.llm.response_format.label().to_string(),
+            embed_base_url: self.memory.base_url.clone(),
+        }
+    }
+
+    /// Points this config at an agent's saved endpoint. Returns what differed from the config,
+    /// to tell the user.
+    pub fn use_endpoint(&mut self, endpoint: &crate::core::state::Endpoint) -> Vec<String> {
+        let mut changed = Vec::new();
+        if self.llm.base_url != endpoint.base_url {
+            changed.push(format!(
+                "model endpoint {} (the config says {})",
+                endpoint.base_url, self.llm.base_url
+            ));
+            self.llm.base_url = endpoint.base_url.clone();
+        }
+        if let Some(mode) = ResponseFormatMode::parse(&endpoint.response_format) {
+            self.llm.response_format = mode;
+        }
+        if self.memory.base_url != endpoint.embed_base_url {
+            changed.push(format!(
+                "embeddings endpoint {}",
+                endpoint
+                    .embed_base_url
+                    .as_deref()
+                    .unwrap_or("(the model endpoint)")
+            ));
+            self.memory.base_url = endpoint.embed_base_url.clone();
+        }
+        changed
+    }
+
     /// Loads `path` (or `AUTOTHREAD_CONFIG`, or built-in defaults), applies the environment, validates.
     pub fn load(path: Option<&Path>, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
         let env_path = env("AUTOTHREAD_CONFIG").map(PathBuf::from);

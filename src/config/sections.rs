@@ -23,6 +23,27 @@ pub enum ResponseFormatMode {
     None,
 }
 
+impl ResponseFormatMode {
+    /// The name used in bot.toml and saved with agents.
+    pub fn label(self) -> &'static str {
+        match self {
+            ResponseFormatMode::JsonSchema => "json_schema",
+            ResponseFormatMode::JsonObject => "json_object",
+            ResponseFormatMode::None => "none",
+        }
+    }
+
+    pub fn parse(label: &str) -> Option<Self> {
+        [
+            ResponseFormatMode::JsonSchema,
+            ResponseFormatMode::JsonObject,
+            ResponseFormatMode::None,
+        ]
+        .into_iter()
+        .find(|mode| mode.label() == label)
+    }
+}
+
 /// Context size and reply reserve of one model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]

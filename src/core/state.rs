@@ -169,6 +169,21 @@ pub struct AgentSettings {
     /// The owner's narrowing of the server's command policy, by risk class.
     #[serde(default)]
     pub policy: super::policy::PolicyOverrides,
+    /// The server the agent talks to, saved so that resuming it never sends its history
+    /// elsewhere; `None` for agents saved before endpoints were kept.
+    #[serde(default)]
+    pub endpoint: Option<Endpoint>,
+}
+
+/// Where an agent's model lives, as it was when the agent was created (or last moved).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoint {
+    pub base_url: String,
+    /// How structured output is asked for there (`json_schema`, `json_object` or `none`).
+    pub response_format: String,
+    /// The embeddings server, when it is not `base_url`.
+    #[serde(default)]
+    pub embed_base_url: Option<String>,
 }
 
 /// Who pays for an agent besides itself: its owner's and its server's budgets.
@@ -358,6 +373,7 @@ impl AgentState {
                 cycle_limit: 0,
                 budget: None,
                 policy: Default::default(),
+                endpoint: None,
             },
             chrono::DateTime::<Utc>::UNIX_EPOCH,
         )

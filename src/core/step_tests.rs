@@ -76,6 +76,7 @@ impl Harness {
                     cycle_limit: 0,
                     budget: None,
                     policy: Default::default(),
+                    endpoint: None,
                 },
                 now,
             ),

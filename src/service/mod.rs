@@ -108,6 +108,7 @@ impl AgentService {
                 cycle_limit: request.cycle_limit.unwrap_or(self.config.agent.cycle_limit),
                 budget: request.budget,
                 policy: Default::default(),
+                endpoint: Some(self.config.endpoint()),
             },
             self.clock.now(),
         );

@@ -565,3 +565,71 @@ async fn control_characters_from_the_model_are_shown_escaped_in_the_terminal() {
     );
     fake.assert_clean();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_agent_keeps_its_endpoint_unless_base_url_moves_it() {
+    // The agent is created against `own`; the config names `other`, which must see nothing
+    // until --base-url moves the agent there. Feedback makes each run ask the model once more.
+    let own = fake().await;
+    let other = fake().await;
+    let read = |file: &str| agent_reply("read_file", json!({ "filename": file }));
+    own.push_content(read("a.txt"));
+    own.push_content(read("b.txt"));
+    let env = TestEnv::new(&other.base_url, "");
+    let create = [
+        "console",
+        "--task",
+        "Read files",
+        "--name",
+        "HomeGPT",
+        "--role",
+        "a tester",
+    ];
+    let with_url = [&create[..], &["--base-url", own.base_url.as_str()]].concat();
+    let run_until_denied = |args: Vec<String>| {
+        let env = &env;
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let mut run = env.spawn(&args);
+            run.wait_for("Input:", 1, WAIT).await;
+            run.type_lines(&["read another file"]).await;
+            run.wait_for("Input:", 2, WAIT).await;
+            run.type_lines(&["n"]).await;
+            let (_, stdout, stderr) = run.finish(WAIT).await;
+            format!("{stdout}\n--- stderr ---\n{stderr}")
+        }
+    };
+    let owned = |args: &[&str]| args.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+    let output = run_until_denied(owned(&with_url)).await;
+    let id = created_agent_id(&output);
+    assert!(output.contains("b.txt"), "{output}");
+
+    own.push_content(read("c.txt"));
+    let output = run_until_denied(owned(&["console", "--resume", &id])).await;
+    assert!(
+        output.contains(&format!(
+            "Using this agent's saved model endpoint {}",
+            own.base_url
+        )),
+        "{output}"
+    );
+    assert!(output.contains("c.txt"), "{output}");
+    assert_eq!(own.requests(Kind::Cycle).len(), 3);
+    other.assert_clean();
+    assert!(
+        other.requests(Kind::Cycle).is_empty() && other.requests(Kind::Summary).is_empty(),
+        "the config's endpoint was called"
+    );
+
+    other.push_content(read("d.txt"));
+    let moved = owned(&["console", "--resume", &id, "--base-url", &other.base_url]);
+    let output = run_until_denied(moved).await;
+    assert!(
+        output.contains("WARNING: --base-url") && output.contains("the agent moves to"),
+        "{output}"
+    );
+    assert!(output.contains("d.txt"), "{output}");
+    assert_eq!(other.requests(Kind::Cycle).len(), 1);
+    own.assert_clean();
+    other.assert_clean();
+}

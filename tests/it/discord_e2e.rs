@@ -5,7 +5,8 @@ use crate::support;
 
 use serde_json::{json, Value};
 use support::bot::{
-    button, card, ephemeral_text, message_containing, start_agent, start_bot, title, Start, WAIT,
+    answer, button, card, ephemeral_text, message_containing, start_agent, start_bot, title, Start,
+    WAIT,
 };
 use support::fake_discord::{FakeDiscord, ALICE, BOB, CHANNEL};
 use support::fake_openai::{agent_reply, Expect, FakeOpenAi};
@@ -494,17 +495,13 @@ async fn status_pause_resume_list_and_the_per_user_cap() {
         json!([{"name": "task", "type": 3, "value": "More"}]),
         json!({}),
     );
-    let text = discord
-        .wait_for("the cap refusal", WAIT, |d| {
-            d.followups_for(second).first().cloned()
-        })
-        .await;
-    assert!(
-        text["content"]
-            .as_str()
-            .unwrap()
-            .contains("the limit per person"),
-        "{text}"
+    // The refusal is the first response, so it is private.
+    let text = answer(&discord, second, true).await;
+    assert!(text.contains("the limit per person"), "{text}");
+    assert_eq!(
+        discord.callbacks(second)[0].kind,
+        4,
+        "refused before any deferral"
     );
     assert_eq!(discord.threads().len(), 1);
 

@@ -240,6 +240,7 @@ async fn a_fact_from_cycle_3_is_recalled_at_cycle_40_when_the_task_turns_to_it()
             cycle_limit: 0,
             budget: None,
             policy: Default::default(),
+            endpoint: None,
         },
         chrono::Utc::now(),
     );

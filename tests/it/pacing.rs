@@ -118,6 +118,7 @@ async fn a_rate_limited_agent_waits_on_the_fake_clock_and_resumes() {
             cycle_limit: 0,
             budget: None,
             policy: Default::default(),
+            endpoint: None,
         },
         clock.now(),
     );

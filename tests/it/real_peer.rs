@@ -297,6 +297,7 @@ async fn read_webpage_reads_a_local_page_in_chunks_with_the_real_model() {
             cycle_limit: 0,
             budget: None,
             policy: Default::default(),
+            endpoint: None,
         },
         chrono::Utc::now(),
     );

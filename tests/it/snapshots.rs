@@ -49,6 +49,7 @@ fn agent() -> AgentState {
             cycle_limit: 0,
             budget: None,
             policy: Default::default(),
+            endpoint: None,
         },
         at(),
     );

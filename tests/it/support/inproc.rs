@@ -243,6 +243,7 @@ pub fn agent(id: &str, task: &str, model: &str, continuous: bool) -> AgentState 
             cycle_limit: 0,
             budget: None,
             policy: Default::default(),
+            endpoint: None,
         },
         chrono::Utc::now(),
     );

@@ -35,12 +35,14 @@ pub(super) async fn start(
     #[min = 0.01]
     budget: Option<f64>,
 ) -> Result<(), Error> {
-    ctx.defer().await?;
     let data = ctx.data();
     let guild_id = guild_of(ctx)?;
     let owner = author(ctx);
     let budget = budget.map(usd_to_micros);
+    // Refused before the deferral, so that the refusal is the first response and stays private:
+    // after a public deferral Discord shows the follow-up to everyone, whatever its flags.
     data.agents.check_start(guild_id, &owner, budget)?;
+    ctx.defer().await?;
     let id = AgentService::new_agent_id();
     let title = name.clone().unwrap_or_else(|| format!("agent {id}"));
     let thread = ctx

@@ -44,14 +44,15 @@ impl App {
         App::build(config, store, Arc::new(SystemClock))
     }
 
-    /// Builds the services over an open store. `counter_model` picks the tokenizer (the console
-    /// counts with the resumed agent's model).
+    /// Builds the services over an open store, counting tokens with the configured model's
+    /// tokenizer.
     pub fn build(config: Config, store: Store, clock: Arc<dyn Clock>) -> anyhow::Result<App> {
         let model_name = config.llm.model.clone();
         App::build_for_model(config, store, clock, &model_name)
     }
 
-    /// As `build`, counting tokens with `counter_model`'s tokenizer.
+    /// As `build`, counting tokens with `counter_model`'s tokenizer (the console counts with a
+    /// resumed agent's own model).
     pub fn build_for_model(
         config: Config,
         store: Store,

@@ -379,7 +379,7 @@ pub struct PolicyConfig {
 /// One key of `[policy]`: a class's action, or the `guilds` table.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
-pub enum PolicyEntry {
+enum PolicyEntry {
     Action(String),
     Guilds(BTreeMap<String, BTreeMap<Risk, ClassAction>>),
 }

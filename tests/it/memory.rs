@@ -14,7 +14,7 @@ use autothread::clock::SystemClock;
 use autothread::config::Config;
 use autothread::core::event::Event;
 use autothread::core::memory::MemorySource;
-use autothread::core::state::{AgentSettings, AgentState, Phase, Profile, Spender};
+use autothread::core::state::{Phase, Spender};
 use autothread::llm::tokens::TiktokenCounter;
 use autothread::memory::index::{clustered_unit_vectors, HnswParams, VectorIndex};
 use autothread::memory::{Memory, Payer};
@@ -230,24 +230,12 @@ async fn a_fact_from_cycle_3_is_recalled_at_cycle_40_when_the_task_turns_to_it()
         memory: Some(f.memory.clone()),
         web: None,
     };
-    let mut state = AgentState::new(
-        "recall000001".into(),
-        "Take an inventory of the shelves".into(),
-        Some(Profile::fallback()),
-        AgentSettings {
-            model: "local-model".into(),
-            continuous: true,
-            cycle_limit: 0,
-            budget: None,
-            policy: Default::default(),
-            endpoint: None,
-        },
-        chrono::Utc::now(),
+    let state = support::inproc::agent(
+        "recall000001",
+        "Take an inventory of the shelves",
+        "local-model",
+        true,
     );
-    state.spender = Spender {
-        user: Some("u".into()),
-        guild: Some("g".into()),
-    };
     let (_handle, done) = runtime::start(state, Event::Start, deps.clone());
     let state = done.await.unwrap().unwrap();
     assert!(

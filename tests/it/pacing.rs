@@ -12,7 +12,7 @@ use autothread::budget::pace::{PaceLimits, Pacer};
 use autothread::budget::Budgets;
 use autothread::clock::Clock;
 use autothread::config::Config;
-use autothread::core::state::{AgentSettings, AgentState, Phase, Profile, Spender};
+use autothread::core::state::Phase;
 use autothread::llm::tokens::TiktokenCounter;
 use autothread::runtime::{self, Deps};
 use autothread::store::Store;
@@ -20,7 +20,7 @@ use autothread::tools::Registry;
 use chrono::{DateTime, Utc};
 use governor::clock::{Clock as _, FakeRelativeClock};
 use serde_json::json;
-use support::inproc::{reply, Recorder, ScriptedModel};
+use support::inproc::{agent, reply, Recorder, ScriptedModel};
 use tokio::sync::Notify;
 
 /// Our clock seam on top of governor's fake clock: `sleep` returns once the test has advanced
@@ -108,24 +108,15 @@ async fn a_rate_limited_agent_waits_on_the_fake_clock_and_resumes() {
         memory: None,
         web: None,
     };
-    let mut state = AgentState::new(
-        "paced0000001".into(),
-        "Read notes.txt, then finish".into(),
-        Some(Profile::fallback()),
-        AgentSettings {
-            model: "local-model".into(),
-            continuous: true,
-            cycle_limit: 0,
-            budget: None,
-            policy: Default::default(),
-            endpoint: None,
-        },
-        clock.now(),
+    let mut state = agent(
+        "paced0000001",
+        "Read notes.txt, then finish",
+        "local-model",
+        true,
     );
-    state.spender = Spender {
-        user: Some("u".into()),
-        guild: Some("g".into()),
-    };
+    // The agent lives in the fake clock's time.
+    state.created_at = clock.now();
+    state.updated_at = clock.now();
     let (_handle, done) = runtime::start(state, autothread::core::event::Event::Start, deps);
 
     // Cycle 1's call passes; its command runs by itself (continuous mode).

@@ -279,6 +279,24 @@ impl Config {
                     "hnsw_m must be between 2 and 255 and hnsw_ef_search at least recall_top_k",
                 ));
             }
+            if memory.timeout_secs == 0 || !(1..=5).contains(&memory.max_attempts) {
+                return Err(invalid(
+                    "memory",
+                    "timeout_secs must be at least 1 and max_attempts between 1 and 5",
+                ));
+            }
+            if memory.failures_to_open == 0
+                || memory.cooldown_secs == 0
+                || memory.probe_interval_secs < memory.cooldown_secs
+                || memory.probe_interval_secs > 86_400
+                || memory.max_queued_per_agent == 0
+            {
+                return Err(invalid(
+                    "memory",
+                    "failures_to_open, cooldown_secs and max_queued_per_agent must be at least 1, \
+                     and probe_interval_secs between cooldown_secs and 86400 (a day)",
+                ));
+            }
         }
         if self.discord.dev_guild == Some(0) {
             return Err(invalid(

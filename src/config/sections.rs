@@ -332,6 +332,19 @@ pub struct MemoryConfig {
     pub hnsw_m: usize,
     pub hnsw_ef_construction: usize,
     pub hnsw_ef_search: usize,
+    /// A cycle waits at most this long for one embeddings request, and tries it at most
+    /// `max_attempts` times: memory is an aid, so it gets a tighter bound than the chat call.
+    pub timeout_secs: u64,
+    pub max_attempts: u32,
+    /// Transient failures in a row (5xx, timeouts) that turn memory off, first for
+    /// `cooldown_secs`, doubling up to `probe_interval_secs`.
+    pub failures_to_open: u32,
+    pub cooldown_secs: u64,
+    /// How long memory stays off after the endpoint refused a request (a 4xx, or 501 from a
+    /// server without embeddings) before it is tried again.
+    pub probe_interval_secs: u64,
+    /// Memories an agent may have waiting for the endpoint; past this the oldest are dropped.
+    pub max_queued_per_agent: usize,
 }
 
 impl Default for MemoryConfig {
@@ -351,6 +364,12 @@ impl Default for MemoryConfig {
             hnsw_m: 16,
             hnsw_ef_construction: 200,
             hnsw_ef_search: 64,
+            timeout_secs: 10,
+            max_attempts: 2,
+            failures_to_open: 3,
+            cooldown_secs: 30,
+            probe_interval_secs: 600,
+            max_queued_per_agent: 200,
         }
     }
 }

@@ -65,8 +65,17 @@ impl std::fmt::Debug for OpenAiEmbedder {
 impl OpenAiEmbedder {
     pub fn new(llm: &LlmConfig, memory: &MemoryConfig) -> Result<Self, LlmError> {
         let base = memory.base_url.as_deref().unwrap_or(&llm.base_url);
+        // Memory is an aid to the cycle, not part of it: its requests get memory's tighter
+        // timeout and attempts, so a slow endpoint costs a cycle seconds, not minutes.
+        let bounded = LlmConfig {
+            timeout_secs: memory.timeout_secs,
+            max_attempts: memory.max_attempts,
+            retry_max_ms: llm.retry_max_ms.min(2_000),
+            retry_initial_ms: llm.retry_initial_ms.min(500),
+            ..llm.clone()
+        };
         Ok(OpenAiEmbedder {
-            client: openai_client(base, llm)?,
+            client: openai_client(base, &bounded)?,
             passage_model: memory.passage_model.clone(),
             query_model: memory.query_model().to_string(),
             batch_size: memory.batch_size.max(1),

@@ -58,10 +58,12 @@ impl TransportError {
     }
 }
 
+/// 429, 408 and 5xx may clear by themselves; 501 ("not implemented", e.g. llama.cpp's server
+/// without embeddings) will not, so retrying it only makes the caller wait.
 fn retryable_status(status: StatusCode) -> bool {
     status == StatusCode::TOO_MANY_REQUESTS
         || status == StatusCode::REQUEST_TIMEOUT
-        || status.is_server_error()
+        || (status.is_server_error() && status != StatusCode::NOT_IMPLEMENTED)
 }
 
 fn retry_after(response: &Response) -> Option<Duration> {
@@ -151,6 +153,22 @@ impl tower::Service<HttpRequestFactory> for RetryingTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_statuses_that_may_clear_are_retried() {
+        for status in [408, 429, 500, 502, 503, 504] {
+            assert!(
+                retryable_status(StatusCode::from_u16(status).unwrap()),
+                "{status}"
+            );
+        }
+        for status in [400, 401, 404, 413, 422, 501] {
+            assert!(
+                !retryable_status(StatusCode::from_u16(status).unwrap()),
+                "{status}"
+            );
+        }
+    }
 
     #[test]
     fn backoff_grows_exponentially_with_bounded_jitter() {

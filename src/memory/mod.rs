@@ -3,6 +3,7 @@
 //! in a bounded cache. Every embedding call is reserved and settled in the spend ledger; a memory
 //! whose embedding fails is queued and written when the endpoint answers again.
 
+pub mod breaker;
 pub mod index;
 
 use std::collections::{HashMap, HashSet};
@@ -20,6 +21,7 @@ use crate::core::prompt::TokenCounter;
 use crate::core::state::{AgentState, GuildId};
 use crate::llm::embed::{EmbedPurpose, Embedder};
 use crate::store::{decode, encode, Store, StoreError};
+use breaker::{Breaker, BreakerRules, MemoryOff, Transition};
 use index::{HnswParams, VectorIndex};
 
 /// A memory as stored; its vector lives beside it in its own tree.
@@ -54,6 +56,8 @@ pub enum MemoryError {
     Unknown(u64),
     #[error("the embedding has {got} dimensions but this agent's memories have {want}; the embedding model changed")]
     Dimension { got: usize, want: usize },
+    #[error("memory is {}", .0.describe())]
+    Off(MemoryOff),
 }
 
 /// An index shared by searches (read) and new memories (write; hnsw_rs inserts in place).
@@ -83,6 +87,13 @@ pub struct Memory {
     config: MemoryConfig,
     cache: Mutex<Cache>,
     clock: Arc<dyn Clock>,
+    breaker: Breaker,
+}
+
+/// `Config::validate` keeps the breaker's durations within a day; the clamp keeps a date
+/// computed from them in range whatever the caller passed.
+fn seconds(secs: u64) -> chrono::Duration {
+    chrono::Duration::seconds(secs.min(86_400) as i64)
 }
 
 fn key(agent: &str, id: u64) -> Vec<u8> {
@@ -125,6 +136,11 @@ impl Memory {
             config: config.clone(),
             cache: Mutex::new(Cache::default()),
             clock: Arc::new(SystemClock),
+            breaker: Breaker::new(BreakerRules {
+                failures_to_open: config.failures_to_open,
+                first_cooldown: seconds(config.cooldown_secs),
+                probe_interval: seconds(config.probe_interval_secs),
+            }),
         })
     }
 
@@ -156,7 +172,35 @@ impl Memory {
         self.budgets.payer(agent)
     }
 
-    /// Embeds `texts`, with the worst case reserved in the ledger first and settled after.
+    /// Why memory is off now (the embeddings endpoint refused or keeps failing), if it is.
+    pub fn off(&self) -> Option<MemoryOff> {
+        self.breaker.off()
+    }
+
+    /// Counts a failed embeddings call; memory turning off is logged once, as a warning.
+    fn note_failure(&self, error: &crate::llm::LlmError) {
+        match self.breaker.record_failure(error, self.clock.now()) {
+            Transition::TurnedOff(off) => tracing::warn!(
+                endpoint = self
+                    .config
+                    .base_url
+                    .as_deref()
+                    .unwrap_or("the chat endpoint"),
+                "memory is {}; agents run without recalled memories until then",
+                off.describe()
+            ),
+            Transition::StillOff(off) => {
+                tracing::debug!(
+                    "the embeddings endpoint still fails; memory is {}",
+                    off.describe()
+                )
+            }
+            Transition::Counted => {}
+        }
+    }
+
+    /// Embeds `texts`, with the worst case reserved in the ledger first and settled after; refused
+    /// at once while the breaker holds memory off.
     async fn embed(
         &self,
         payer: &Payer,
@@ -168,6 +212,9 @@ impl Memory {
         let tokens: u64 = texts.iter().map(|t| self.counter.count(t) as u64).sum();
         let worst = price.cost(tokens, 0);
         let what = format!("{model} embeddings");
+        self.breaker
+            .admit(self.clock.now())
+            .map_err(MemoryError::Off)?;
         let embedded = self
             .budgets
             .metered(
@@ -181,6 +228,16 @@ impl Memory {
                 },
             )
             .await;
+        match &embedded {
+            Ok(_) => {
+                if self.breaker.record_success() {
+                    tracing::info!("the embeddings endpoint answers again; memory is back on");
+                }
+            }
+            Err(Metered::Call(e)) => self.note_failure(e),
+            // No request was made: a probe that was let through must not hold the breaker.
+            Err(Metered::Refused(_) | Metered::Ledger(_)) => self.breaker.cancel_probe(),
+        }
         match embedded {
             // Every embedder promises one vector per input, in order; a server that breaks the
             // promise must not pair a text with another text's vector.
@@ -241,9 +298,10 @@ impl Memory {
                 Ok(record.id)
             }
             Err(e) => {
-                self.pending
-                    .insert(key(&record.agent, record.id), encode(&record)?)?;
-                tracing::warn!(agent = %record.agent, error = %e, "memory queued until embeddings work again");
+                self.queue(&record)?;
+                if self.breaker.off().is_none() {
+                    tracing::warn!(agent = %record.agent, error = %e, "memory queued until embeddings work again");
+                }
                 Err(e)
             }
         }
@@ -270,6 +328,24 @@ impl Memory {
             }
         }
         Ok(written)
+    }
+
+    /// Keeps a memory for `flush_pending`; past `max_queued_per_agent` the oldest waiting ones are
+    /// dropped, so an endpoint that stays down cannot grow the queue without bound.
+    fn queue(&self, record: &MemoryRecord) -> Result<(), MemoryError> {
+        self.pending
+            .insert(key(&record.agent, record.id), encode(record)?)?;
+        let waiting = self.pending_count(&record.agent);
+        let excess = waiting.saturating_sub(self.config.max_queued_per_agent);
+        if excess > 0 {
+            // Keys are the agent and an increasing id, so the scan meets the oldest first.
+            for item in self.pending.scan_prefix(prefix(&record.agent)).take(excess) {
+                let (k, _) = item?;
+                self.pending.remove(k)?;
+            }
+            tracing::debug!(agent = %record.agent, dropped = excess, "oldest queued memories dropped");
+        }
+        Ok(())
     }
 
     pub fn pending_count(&self, agent: &str) -> usize {
@@ -412,11 +488,19 @@ impl Memory {
         }
         if self.pending_count(&payer.agent) > 0 {
             if let Err(e) = self.flush_pending(payer).await {
-                tracing::warn!(agent = %payer.agent, error = %e, "queued memories are still waiting");
+                if !matches!(e, MemoryError::Off(_)) {
+                    tracing::warn!(agent = %payer.agent, error = %e, "queued memories are still waiting");
+                }
             }
         }
         match self.search(payer, query, self.config.recall_top_k).await {
             Ok(hits) => hits,
+            // Memory turning off was announced once; each cycle without it is not news.
+            Err(MemoryError::Off(_)) => Vec::new(),
+            Err(e) if self.breaker.off().is_some() => {
+                tracing::debug!(agent = %payer.agent, error = %e, "recall failed");
+                Vec::new()
+            }
             Err(e) => {
                 tracing::warn!(agent = %payer.agent, error = %e, "recall failed; the cycle goes on without memories");
                 Vec::new()

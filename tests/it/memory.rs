@@ -22,7 +22,7 @@ use autothread::runtime::{self, Deps};
 use autothread::store::Store;
 use autothread::tools::Registry;
 use serde_json::json;
-use support::inproc::{reply, HashEmbedder, Recorder, ScriptedModel};
+use support::inproc::{reply, HashEmbedder, Recorder, ScriptedModel, SteppedClock};
 
 #[test]
 fn hnsw_recall_at_10_against_exact_search_on_20k_clustered_vectors() {
@@ -61,6 +61,7 @@ struct Fixture {
     store: Store,
     memory: Arc<Memory>,
     embedder: Arc<HashEmbedder>,
+    clock: Arc<SteppedClock>,
 }
 
 fn fixture_in(dir: tempfile::TempDir) -> Fixture {
@@ -68,6 +69,7 @@ fn fixture_in(dir: tempfile::TempDir) -> Fixture {
     let config = Config::default();
     let budgets = Arc::new(Budgets::new(&store, &config.budget).unwrap());
     let embedder = Arc::new(HashEmbedder::default());
+    let clock = Arc::new(SteppedClock::default());
     let memory = Arc::new(
         Memory::new(
             &store,
@@ -76,13 +78,15 @@ fn fixture_in(dir: tempfile::TempDir) -> Fixture {
             Arc::new(TiktokenCounter::for_model("gpt-4o-mini")),
             &config.memory,
         )
-        .unwrap(),
+        .unwrap()
+        .with_clock(clock.clone()),
     );
     Fixture {
         _dir: dir,
         store,
         memory,
         embedder,
+        clock,
     }
 }
 
@@ -186,14 +190,28 @@ async fn an_embeddings_outage_queues_memories_and_loses_none() {
         .await
         .is_err());
     assert_eq!(f.memory.pending_count("agent-a"), 2);
-    // Recall during the outage returns nothing rather than failing the cycle.
+    // Recall during the outage returns nothing rather than failing the cycle. Its attempt to
+    // write the queue is the third failure in a row, so memory turns off and the search itself
+    // is not even tried.
+    let calls = f.embedder.calls.load(Ordering::SeqCst);
     assert!(f.memory.recall(&a, "ferry").await.is_empty());
+    assert_eq!(f.embedder.calls.load(Ordering::SeqCst), calls + 1);
+    let off = f
+        .memory
+        .off()
+        .expect("three failures in a row turn memory off");
+    assert!(!off.refused, "{off:?}");
     f.embedder.down.store(false, Ordering::SeqCst);
+    // Until the cooldown is over, nothing is sent even though the endpoint is back.
+    assert!(f.memory.recall(&a, "ferry").await.is_empty());
+    assert_eq!(f.embedder.calls.load(Ordering::SeqCst), calls + 1);
+    f.clock.advance(chrono::Duration::seconds(31));
     let hits = f.memory.recall(&a, "when does the ferry leave").await;
     assert_eq!(f.memory.pending_count("agent-a"), 0);
     assert_eq!(hits[0].text, "The ferry leaves at 7:40");
     assert_eq!(hits[0].cycle, 1);
     assert_eq!(hits.len(), 2);
+    assert_eq!(f.memory.off(), None, "the probe worked: memory is back on");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

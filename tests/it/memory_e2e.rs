@@ -185,3 +185,69 @@ async fn discord_memory_search_with_forget_and_pin_for_deciders_only() {
     assert!(!text.contains(&format!("**#{memory_id}**")), "{text}");
     discord.assert_clean();
 }
+
+/// Runs a console agent in continuous mode for `pairs` write-and-read pairs and a finish, and
+/// returns its stderr.
+async fn run_cycles(env: &TestEnv, openai: &FakeOpenAi, pairs: usize) -> String {
+    for cycle in 1..=pairs {
+        openai.push_content(agent_reply(
+            "write_file",
+            json!({"filename": format!("note{cycle}.txt"), "contents": FACT}),
+        ));
+        openai.push_content(agent_reply(
+            "read_file",
+            json!({"filename": format!("note{cycle}.txt")}),
+        ));
+    }
+    openai.push_content(agent_reply("finish", json!({"reason": "noted"})));
+    let mut run = env.spawn(&[
+        "console",
+        "--task",
+        "Note the ferry time",
+        "--name",
+        "FerryGPT",
+        "--role",
+        "r",
+        "--continuous",
+    ]);
+    run.wait_for("Input:", 1, WAIT).await;
+    run.type_lines(&["y"]).await;
+    let (ok, out, err) = run.finish(WAIT).await;
+    assert!(ok && out.contains("noted"), "{out}{err}");
+    err
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_without_embeddings_turns_memory_off_once_without_retries() {
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
+    openai.set_embeddings_failing(Some(501));
+    let env = TestEnv::with_memory(&openai.base_url, "guild_calls_per_minute = 0\n");
+    let err = run_cycles(&env, &openai, 2).await;
+    // The first request's 501 is final: no retry, and no request in the next four cycles (the
+    // probe interval is ten minutes).
+    assert_eq!(openai.embedded().len(), 1, "{:?}", openai.embedded());
+    assert_eq!(err.matches("memory is off").count(), 1, "{err}");
+    assert!(
+        err.contains("HTTP 501") && err.contains("does not support embeddings"),
+        "the warning gives the server's reason: {err}"
+    );
+    assert!(!err.contains("memory queued"), "one warning only: {err}");
+    openai.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_embeddings_endpoint_is_left_alone_after_three_failures() {
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
+    openai.set_embeddings_failing(Some(503));
+    let env = TestEnv::with_memory(&openai.base_url, "guild_calls_per_minute = 0\n");
+    let err = run_cycles(&env, &openai, 4).await;
+    // Each call is tried twice, and three failed calls in a row open the breaker for 30 s (longer
+    // than the rest of the run). A cycle's memory is written while the next cycle flushes the
+    // queue and recalls, so up to two more calls can be on their way when it opens: at most 5
+    // calls (10 requests) whatever the run's length, where without the breaker the nine cycles'
+    // writes, queue flushes and recalls would make about 24 calls.
+    let requests = openai.embedded().len();
+    assert!((6..=10).contains(&requests), "{:?}", openai.embedded());
+    assert_eq!(err.matches("memory is off").count(), 1, "{err}");
+    openai.assert_clean();
+}

@@ -90,9 +90,9 @@ struct Inner {
     expect: Expect,
     /// Reported usage (prompt, completion); (100, 20) unless a test sets it.
     usage: Option<(u64, u64)>,
-    /// Inputs of every embeddings request, and whether the endpoint answers 503.
+    /// Inputs of every embeddings request, and the error status the endpoint answers, if any.
     embedded: Vec<(String, Vec<String>)>,
-    embeddings_down: bool,
+    embeddings_failing: Option<u16>,
 }
 
 #[derive(Clone)]
@@ -138,9 +138,10 @@ impl FakeOpenAi {
             .push_back(Step { reply, check });
     }
 
-    /// Makes the embeddings endpoint answer 503 (or work again).
-    pub fn set_embeddings_down(&self, down: bool) {
-        self.inner.lock().unwrap().embeddings_down = down;
+    /// Makes the embeddings endpoint answer `status` (503: down; 501: llama.cpp's server without
+    /// `--embeddings`), or work again with `None`.
+    pub fn set_embeddings_failing(&self, status: Option<u16>) {
+        self.inner.lock().unwrap().embeddings_failing = status;
     }
 
     /// (model, inputs) of every embeddings request so far.
@@ -220,17 +221,34 @@ async fn embeddings(State(inner): State<Arc<Mutex<Inner>>>, Json(body): Json<Val
             .collect(),
         _ => Vec::new(),
     };
-    let down = {
+    let failing = {
         let mut inner = inner.lock().unwrap();
         inner.embedded.push((model.clone(), inputs.clone()));
-        inner.embeddings_down
+        inner.embeddings_failing
     };
-    if down {
-        return respond(
-            Reply::Status(503, "text/plain", "embeddings are down".into()),
-            (0, 0),
-        )
-        .await;
+    match failing {
+        // llama.cpp's words and shape when the server was started without embeddings.
+        Some(501) => {
+            return respond(
+                Reply::Status(
+                    501,
+                    "application/json",
+                    json!({"error": {"code": 501, "type": "not_supported_error",
+                        "message": "This server does not support embeddings. Start it with `--embeddings`"}})
+                    .to_string(),
+                ),
+                (0, 0),
+            )
+            .await
+        }
+        Some(status) => {
+            return respond(
+                Reply::Status(status, "text/plain", "embeddings are down".into()),
+                (0, 0),
+            )
+            .await
+        }
+        None => {}
     }
     let data: Vec<Value> = inputs
         .iter()

@@ -357,3 +357,32 @@ impl autothread::tools::AskUser for NobodyAsked {
         Err("no one is asked in this test".into())
     }
 }
+
+/// A clock that stands still until the test moves it (its `sleep` returns at once): for code that
+/// only reads dates, such as the memory breaker's cooldowns.
+pub struct SteppedClock(Mutex<chrono::DateTime<chrono::Utc>>);
+
+impl Default for SteppedClock {
+    fn default() -> Self {
+        SteppedClock(Mutex::new(chrono::Utc::now()))
+    }
+}
+
+impl SteppedClock {
+    pub fn advance(&self, by: chrono::Duration) {
+        *self.0.lock().unwrap() += by;
+    }
+}
+
+impl autothread::clock::Clock for SteppedClock {
+    fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        *self.0.lock().unwrap()
+    }
+
+    fn sleep(
+        &self,
+        _duration: std::time::Duration,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        Box::pin(std::future::ready(()))
+    }
+}

@@ -53,8 +53,13 @@ pub(super) async fn status(ctx: Ctx<'_>) -> Result<(), Error> {
             .collect();
         format!("\nSub-agents: {}", listed.join("; "))
     };
+    let memory = match data.app.memory.as_ref().map(|m| m.off()) {
+        None => "\nMemory: disabled in the config".to_string(),
+        Some(Some(off)) => format!("\nMemory: {}", off.describe()),
+        Some(None) => String::new(),
+    };
     let text = format!(
-        "**{}** — {} — cycle {}\nLast action: {last}\nApprovals left: {}\nSpend: {} of {} ({} reserved for calls in flight){waiting}\nTokens: {} prompt + {} completion in {} calls\nPolicy: {policy}{subagents}",
+        "**{}** — {} — cycle {}\nLast action: {last}\nApprovals left: {}\nSpend: {} of {} ({} reserved for calls in flight){waiting}\nTokens: {} prompt + {} completion in {} calls\nPolicy: {policy}{subagents}{memory}",
         state.name(),
         match &state.phase {
             Phase::Paused(reason) => reason.describe(),

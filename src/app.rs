@@ -15,8 +15,8 @@ use crate::llm::openai::OpenAiChat;
 use crate::llm::tokens::TiktokenCounter;
 use crate::llm::ChatModel;
 use crate::memory::Memory;
-use crate::runtime::Deps;
 use crate::runtime::Surface;
+use crate::runtime::{Deps, Drain};
 use crate::service::AgentService;
 use crate::store::Store;
 use crate::tools::Registry;
@@ -35,6 +35,8 @@ pub struct App {
     pub memory: Option<Arc<Memory>>,
     pub web: Option<Arc<Web>>,
     pub tools: Arc<Registry>,
+    /// Raised on a graceful shutdown; every actor built from `deps` watches it.
+    pub drain: Drain,
 }
 
 impl App {
@@ -82,7 +84,64 @@ impl App {
             memory,
             web,
             tools,
+            drain: Drain::default(),
         })
+    }
+
+    /// One line per subsystem at start-up, so a healthy start is visible in the log. URLs are
+    /// shown without their query, where a provider's parameters (or a misplaced key) could be.
+    pub fn log_startup(&self) {
+        let config = &self.config;
+        let agents = self.store.list_agents().map(|a| a.len()).unwrap_or(0);
+        tracing::info!(
+            "store: {} ({agents} agents)",
+            config.store.data_dir.as_deref().map_or_else(
+                || "the platform data directory".to_string(),
+                |d| d.display().to_string()
+            )
+        );
+        tracing::info!(
+            "model endpoint: {} (model {}, {}, key {})",
+            without_query(&config.llm.base_url),
+            config.llm.model,
+            config.llm.response_format.label(),
+            if config.llm.api_key.is_some() {
+                "set"
+            } else {
+                "not set"
+            }
+        );
+        match &self.memory {
+            Some(_) => tracing::info!(
+                "memory: on (embeddings at {}, model {})",
+                without_query(
+                    config
+                        .memory
+                        .base_url
+                        .as_deref()
+                        .unwrap_or(&config.llm.base_url)
+                ),
+                config.memory.passage_model
+            ),
+            None => tracing::info!("memory: off (memory.enabled = false)"),
+        }
+        match &self.web {
+            Some(_) => tracing::info!("web: on (search through {:?})", config.web.search_backend),
+            None => tracing::info!("web: off (web.enabled = false)"),
+        }
+        tracing::info!(
+            "discord: {}{}",
+            config
+                .discord
+                .api_base
+                .as_deref()
+                .map_or("discord.com".to_string(), without_query),
+            config
+                .discord
+                .dev_guild
+                .map(|g| format!(", commands in guild {g}"))
+                .unwrap_or_default()
+        );
     }
 
     /// Reservations left open by a crash are charged at their worst case before any agent runs,
@@ -117,6 +176,7 @@ impl App {
             budgets: self.budgets.clone(),
             memory: self.memory.clone(),
             web: self.web.clone(),
+            drain: self.drain.clone(),
         }
     }
 
@@ -135,4 +195,9 @@ impl App {
 pub fn open_store(config: &Config) -> anyhow::Result<Store> {
     let dir = config.data_dir()?;
     Store::open(&dir).with_context(|| format!("cannot open the store in {}", dir.display()))
+}
+
+/// A URL without its query and fragment, for logs.
+fn without_query(url: &str) -> String {
+    url.split(['?', '#']).next().unwrap_or(url).to_string()
 }

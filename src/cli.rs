@@ -37,8 +37,31 @@ pub struct Cli {
     /// Where the store lives; also AUTOTHREAD_DATA_DIR. Default: the platform data directory.
     #[arg(long, global = true)]
     pub data_dir: Option<PathBuf>,
+    /// Log lines as text or as JSON objects (one per line), on stderr. Which lines: RUST_LOG
+    /// (default `info` for `run`, `warn` otherwise).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: CliCommand,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl Cli {
+    /// The log filter when RUST_LOG is unset: the bot reports each subsystem's start at `info`;
+    /// the terminal commands stay quiet so their own output reads cleanly. Chatty dependencies
+    /// are held at `warn` either way.
+    pub fn default_log_filter(&self) -> String {
+        let level = match self.command {
+            CliCommand::Run => "info",
+            _ => "warn",
+        };
+        format!("{level},serenity=warn,poise=warn,hnsw_rs=warn,anndists=warn,sled=warn,hyper=warn,reqwest=warn,rustls=warn,h2=warn,tungstenite=warn")
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -163,6 +186,25 @@ fn parse_budget(text: &str) -> Result<f64, String> {
     }
 }
 
+/// The metrics recorder and, unless `ops.listen` is empty, the health and metrics listener.
+async fn start_ops(app: &App) -> anyhow::Result<()> {
+    let metrics = crate::ops::install_metrics();
+    if app.config.ops.listen.is_empty() {
+        tracing::info!("ops listener: off (ops.listen is empty)");
+        return Ok(());
+    }
+    let addr = crate::ops::serve(
+        &app.config.ops.listen,
+        app.store.clone(),
+        app.clock.clone(),
+        metrics,
+        app.config.llm.base_url.clone(),
+    )
+    .await?;
+    tracing::info!("ops listener: http://{addr} (/healthz, /readyz, /metrics)");
+    Ok(())
+}
+
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let mut config = Config::load(cli.config.as_deref(), &process_env)?;
     if let Some(dir) = cli.data_dir {
@@ -184,6 +226,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if let Some(note) = app.settle_crashed_calls()? {
                 println!("{note}");
             }
+            app.log_startup();
+            start_ops(&app).await?;
             crate::surface::discord::client::run(app).await?;
             Ok(ExitCode::SUCCESS)
         }

@@ -26,6 +26,7 @@ pub mod core;
 pub mod export;
 pub mod llm;
 pub mod memory;
+pub mod ops;
 pub mod runtime;
 pub mod service;
 pub mod store;

@@ -6,15 +6,17 @@ use clap::Parser;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    // Logs go to stderr so the console's own output on stdout stays readable and scriptable.
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = autothread::cli::Cli::parse();
+    // Logs go to stderr so the console's own output on stdout stays readable and scriptable.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(cli.default_log_filter()));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        autothread::cli::LogFormat::Json => logs.json().init(),
+        autothread::cli::LogFormat::Text => logs.init(),
+    }
     match autothread::cli::run(cli).await {
         Ok(code) => code,
         Err(error) => {

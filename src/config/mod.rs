@@ -68,6 +68,7 @@ pub struct Config {
     pub policy: PolicyConfig,
     pub web: WebConfig,
     pub subagents: SubagentConfig,
+    pub ops: OpsConfig,
 }
 
 /// The environment as the config loader sees it; a trait-free closure keeps tests off the real process env.
@@ -151,6 +152,9 @@ impl Config {
         }
         if let Some(v) = env("OPENAI_MODEL") {
             self.llm.model = v;
+        }
+        if let Some(v) = env("AUTOTHREAD_OPS_LISTEN") {
+            self.ops.listen = v;
         }
         if let Some(v) = env("AUTOTHREAD_DATA_DIR") {
             self.store.data_dir = Some(PathBuf::from(v));
@@ -297,6 +301,15 @@ impl Config {
                      and probe_interval_secs between cooldown_secs and 86400 (a day)",
                 ));
             }
+        }
+        if !self.ops.listen.is_empty() && self.ops.listen.parse::<std::net::SocketAddr>().is_err() {
+            return Err(invalid(
+                "ops.listen",
+                "must be an address and port such as 127.0.0.1:9464, or empty for no listener",
+            ));
+        }
+        if self.ops.shutdown_grace_secs > 600 {
+            return Err(invalid("ops.shutdown_grace_secs", "must be at most 600"));
         }
         if self.discord.dev_guild == Some(0) {
             return Err(invalid(

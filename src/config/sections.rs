@@ -180,6 +180,26 @@ pub struct StoreConfig {
     pub data_dir: Option<PathBuf>,
 }
 
+/// What a deployment watches: the local HTTP listener and the graceful shutdown.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OpsConfig {
+    /// Where `run` serves /healthz, /readyz and /metrics; empty: no listener. Also
+    /// AUTOTHREAD_OPS_LISTEN. Port 0 picks a free port (the log says which).
+    pub listen: String,
+    /// On SIGTERM or SIGINT, how long calls and commands under way may take to finish.
+    pub shutdown_grace_secs: u64,
+}
+
+impl Default for OpsConfig {
+    fn default() -> Self {
+        OpsConfig {
+            listen: "127.0.0.1:9464".into(),
+            shutdown_grace_secs: 20,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DiscordConfig {

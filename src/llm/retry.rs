@@ -127,12 +127,16 @@ impl tower::Service<HttpRequestFactory> for RetryingTransport {
                         }
                         let hinted = retry_after(&response).map(|d| d.min(policy.max));
                         tracing::warn!(%status, attempt, "model endpoint busy or failing; retrying");
+                        metrics::counter!(crate::ops::names::RETRIES, "status" => status.as_str().to_string())
+                            .increment(1);
                         hinted.unwrap_or_else(|| policy.delay(attempt, rand::rng().random()))
                     }
                     Ok(response) => return Ok(response),
                     Err(error) => match network_kind(&error) {
                         Some(kind) if attempt < policy.max_attempts => {
                             tracing::warn!(kind, attempt, "model endpoint unreachable; retrying");
+                            metrics::counter!(crate::ops::names::RETRIES, "status" => kind)
+                                .increment(1);
                             policy.delay(attempt, rand::rng().random())
                         }
                         Some(kind) => {

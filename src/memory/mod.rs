@@ -229,14 +229,24 @@ impl Memory {
             )
             .await;
         match &embedded {
-            Ok(_) => {
+            Ok((done, cost)) => {
+                use crate::ops::names;
+                metrics::counter!(names::TOKENS, "model" => model.clone(), "kind" => "embedding")
+                    .increment(done.prompt_tokens.unwrap_or(tokens));
+                metrics::counter!(names::SPEND_MICRODOLLARS, "model" => model.clone())
+                    .increment(cost.0);
                 if self.breaker.record_success() {
                     tracing::info!("the embeddings endpoint answers again; memory is back on");
                 }
             }
             Err(Metered::Call(e)) => self.note_failure(e),
             // No request was made: a probe that was let through must not hold the breaker.
-            Err(Metered::Refused(_) | Metered::Ledger(_)) => self.breaker.cancel_probe(),
+            Err(Metered::Refused(_)) => {
+                metrics::counter!(crate::ops::names::BUDGET_REFUSALS, "kind" => "embeddings")
+                    .increment(1);
+                self.breaker.cancel_probe()
+            }
+            Err(Metered::Ledger(_)) => self.breaker.cancel_probe(),
         }
         match embedded {
             // Every embedder promises one vector per input, in order; a server that breaks the

@@ -83,6 +83,8 @@ impl MeteredCall {
             .cost(self.prompt_tokens, self.request.max_tokens as u64);
         self.wait_for_pacer(deps, worst, on_wait).await;
         let (prompt_tokens, price) = (self.prompt_tokens, self.price);
+        let (model, purpose) = (self.request.model.clone(), self.request.purpose);
+        let started = std::time::Instant::now();
         let call = || async {
             let reply = deps.model.complete(self.request).await?;
             // A server that reports no usage is billed by our own count of what was exchanged.
@@ -103,6 +105,7 @@ impl MeteredCall {
                 |(_, usage)| price.cost_of(*usage),
             )
             .await;
+        record_call(&model, purpose, started.elapsed(), &paid, deps.clock.now());
         match paid {
             Ok(((text, usage), cost)) => CallOutcome::Replied { text, usage, cost },
             Err(Metered::Refused(reason)) => CallOutcome::Refused(reason),
@@ -185,4 +188,45 @@ impl crate::tools::ToolModel for AgentModel<'_> {
     fn context_tokens(&self) -> u32 {
         self.deps.config.llm.model_spec(&self.model).context_tokens
     }
+}
+
+type Paid = Result<((String, crate::core::event::Usage), Micros), Metered<crate::llm::LlmError>>;
+
+/// The call's metrics (calls, latency, tokens, dollars, refusals) and what readiness learns from it.
+fn record_call(
+    model: &str,
+    purpose: &'static str,
+    took: std::time::Duration,
+    paid: &Paid,
+    now: chrono::DateTime<chrono::Utc>,
+) {
+    use crate::ops::names;
+    let model = model.to_string();
+    let outcome = match paid {
+        Ok(((_, usage), cost)) => {
+            crate::ops::health().model_answered(now);
+            metrics::counter!(names::TOKENS, "model" => model.clone(), "kind" => "prompt")
+                .increment(usage.prompt_tokens);
+            metrics::counter!(names::TOKENS, "model" => model.clone(), "kind" => "completion")
+                .increment(usage.completion_tokens);
+            metrics::counter!(names::SPEND_MICRODOLLARS, "model" => model.clone())
+                .increment(cost.0);
+            "replied"
+        }
+        Err(Metered::Refused(_)) => {
+            metrics::counter!(names::BUDGET_REFUSALS, "kind" => "chat").increment(1);
+            "refused"
+        }
+        Err(Metered::Call(error)) => {
+            crate::ops::health().model_failed(now, &error.to_string());
+            "failed"
+        }
+        Err(Metered::Ledger(_)) => "failed",
+    };
+    if outcome != "refused" {
+        metrics::histogram!(names::MODEL_CALL_SECONDS, "model" => model.clone())
+            .record(took.as_secs_f64());
+    }
+    metrics::counter!(names::MODEL_CALLS, "model" => model, "purpose" => purpose, "outcome" => outcome)
+        .increment(1);
 }

@@ -1,11 +1,13 @@
 //! The runtime: one actor task per live agent owns its state, feeds events through `core::step`,
 //! stores the result, then carries out the effects (model calls, commands, surface output).
 
+mod drain;
 mod handle;
 mod metered;
 pub mod supervisor;
 mod surface;
 
+pub use drain::Drain;
 pub use handle::{ActorMsg, AgentHandle, DecideError};
 use metered::{AgentModel, MeteredCall};
 pub use surface::Surface;
@@ -45,6 +47,8 @@ pub struct Deps {
     pub memory: Option<Arc<crate::memory::Memory>>,
     /// Web search and page fetching; `None` when the web commands are off.
     pub web: Option<Arc<crate::web::Web>>,
+    /// Raised when the process shuts down gracefully.
+    pub drain: Drain,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -111,8 +115,10 @@ impl Actor {
         mut rx: mpsc::UnboundedReceiver<ActorMsg>,
     ) -> Result<AgentState, RuntimeError> {
         self.apply(first, None, None).await?;
+        let drain = self.deps.drain.clone();
         loop {
-            if !self.state.phase.is_live() && self.tasks.is_empty() {
+            let resting = !self.state.phase.is_live() || drain.is_raised();
+            if resting && self.tasks.is_empty() {
                 break;
             }
             tokio::select! {
@@ -122,11 +128,20 @@ impl Actor {
                         tracing::error!(agent = %self.state.id, error = %e, "an agent task failed");
                     }
                 }
+                // Wakes an idle actor so that it sees the drain.
+                () = drain.raised(), if !drain.is_raised() => {}
             }
         }
-        // Messages already queued (the last summaries, a late click) are applied before returning.
+        // Messages already queued (the last summaries, a late click, the reply of a call that
+        // finished during a drain) are applied before returning.
         while let Ok(msg) = rx.try_recv() {
             self.receive(msg).await?;
+        }
+        // During a drain those can start memory writes; they finish rather than being dropped.
+        while let Some(joined) = self.tasks.join_next().await {
+            if let Err(e) = joined {
+                tracing::error!(agent = %self.state.id, error = %e, "an agent task failed");
+            }
         }
         Ok(self.state)
     }
@@ -325,8 +340,22 @@ impl Actor {
 
     async fn carry_out(&mut self, effect: Effect) -> Result<(), RuntimeError> {
         let surface = self.deps.surface.clone();
+        if self.deps.drain.is_raised()
+            && matches!(
+                effect,
+                Effect::CallModel(_) | Effect::Execute { .. } | Effect::Recall { .. }
+            )
+        {
+            // Nothing new starts during a drain; the restart begins it again (see `Drain`).
+            tracing::debug!(agent = %self.state.id, "not started: the bot is shutting down");
+            return Ok(());
+        }
         match effect {
             Effect::CallModel(call) => {
+                if call.purpose == CallPurpose::Think {
+                    // Every cycle asks the model once with this purpose (re-asks are extra).
+                    metrics::counter!(crate::ops::names::CYCLES).increment(1);
+                }
                 if matches!(
                     call.purpose,
                     CallPurpose::Think | CallPurpose::Reask | CallPurpose::Rethink

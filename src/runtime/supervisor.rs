@@ -18,6 +18,8 @@ pub enum SendError {
     NoSuchAgent(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("the bot is shutting down; try again when it is back")]
+    ShuttingDown,
 }
 
 struct Live {
@@ -97,6 +99,9 @@ impl Supervisor {
                 return Ok(());
             }
         }
+        if self.deps.drain.is_raised() {
+            return Err(SendError::ShuttingDown);
+        }
         let state = self
             .deps
             .store
@@ -117,6 +122,27 @@ impl Supervisor {
         match self.live_handle(agent) {
             Some(handle) => handle.decide(cycle, decision, by).await,
             None => Err(DecideError::NotPending),
+        }
+    }
+
+    /// The graceful shutdown: raises the drain, then waits (at most `grace`) until every actor has
+    /// finished what it had under way and stopped. Returns the agents still running at the
+    /// deadline; their calls in flight are settled at the next start, as after a crash.
+    pub async fn shutdown(&self, grace: std::time::Duration) -> Vec<String> {
+        self.deps.drain.raise();
+        let deadline = tokio::time::Instant::now() + grace;
+        loop {
+            let running: Vec<String> = self
+                .live
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .keys()
+                .cloned()
+                .collect();
+            if running.is_empty() || tokio::time::Instant::now() >= deadline {
+                return running;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
     }
 

@@ -14,6 +14,7 @@ mod fake_discord_payloads;
 mod llm_client;
 mod memory;
 mod memory_e2e;
+mod ops_e2e;
 mod pacing;
 mod policy_e2e;
 mod real_peer;

@@ -247,6 +247,7 @@ async fn a_fact_from_cycle_3_is_recalled_at_cycle_40_when_the_task_turns_to_it()
         budgets,
         memory: Some(f.memory.clone()),
         web: None,
+        drain: Default::default(),
     };
     let state = support::inproc::agent(
         "recall000001",

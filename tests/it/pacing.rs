@@ -107,6 +107,7 @@ async fn a_rate_limited_agent_waits_on_the_fake_clock_and_resumes() {
         budgets: Arc::new(budgets),
         memory: None,
         web: None,
+        drain: Default::default(),
     };
     let mut state = agent(
         "paced0000001",

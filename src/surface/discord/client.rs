@@ -2,7 +2,8 @@
 //! Discord-compatible API is configured), the poise framework with `/agent …`, and, once the
 //! gateway is ready, the surface, the supervisor and the agents a restart left running.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use poise::serenity_prelude as serenity;
@@ -13,7 +14,8 @@ use super::{respond, router, DiscordSurface};
 use crate::app::App;
 use crate::runtime::supervisor::Supervisor;
 
-/// Connects and serves until the gateway connection ends.
+/// Connects and serves until the gateway connection ends, or until SIGTERM or SIGINT, which shut
+/// the bot down gracefully (see `shut_down`).
 pub async fn run(app: App) -> anyhow::Result<()> {
     let token = app
         .config
@@ -31,6 +33,10 @@ pub async fn run(app: App) -> anyhow::Result<()> {
     }
     let http = http.build();
     let dev_guild = app.config.discord.dev_guild;
+    // The supervisor is built once the gateway is ready; the shutdown needs to reach it.
+    let supervisor_slot = Arc::new(OnceLock::<Supervisor>::new());
+    let slot = supervisor_slot.clone();
+    let after = app.clone();
     let framework = poise::Framework::builder()
         .options(poise::FrameworkOptions {
             commands: commands::all(),
@@ -49,8 +55,10 @@ pub async fn run(app: App) -> anyhow::Result<()> {
                     app.config.agent.approve_n_default,
                     app.clock.clone(),
                 ));
+                let supervisor = Supervisor::new(app.deps(surface.clone()));
+                let _ = slot.set(supervisor.clone());
                 let data = Data {
-                    supervisor: Supervisor::new(app.deps(surface.clone())),
+                    supervisor,
                     agents: app.agents(),
                     surface,
                     app,
@@ -80,9 +88,58 @@ pub async fn run(app: App) -> anyhow::Result<()> {
         .framework(framework)
         .await
         .context("cannot connect to Discord")?;
-    client
-        .start()
-        .await
-        .context("the gateway connection ended")?;
+    let shards = client.shard_manager.clone();
+    tokio::select! {
+        ended = client.start() => ended.context("the gateway connection ended")?,
+        signal = shutdown_signal() => {
+            tracing::info!(signal, "shutting down: no new interactions; calls and commands under way may finish");
+            // Closing the gateway stops new interactions and messages; REST stays up, so what
+            // finishes during the drain still reaches its thread.
+            shards.shutdown_all().await;
+            crate::ops::health().set_gateway(false);
+            shut_down(&after, supervisor_slot.get()).await?;
+        }
+    }
     Ok(())
+}
+
+/// Lets every agent finish what it has under way (at most `ops.shutdown_grace_secs`) without
+/// starting anything new, then flushes the store. At the next start the agents continue where
+/// they stopped; only calls still running at the deadline are settled at their worst case.
+async fn shut_down(app: &App, supervisor: Option<&Supervisor>) -> anyhow::Result<()> {
+    let grace = Duration::from_secs(app.config.ops.shutdown_grace_secs);
+    let still_running = match supervisor {
+        Some(supervisor) => supervisor.shutdown(grace).await,
+        None => {
+            app.drain.raise();
+            Vec::new()
+        }
+    };
+    app.store.flush().await?;
+    if still_running.is_empty() {
+        tracing::info!("shut down cleanly; agents continue at the next start");
+    } else {
+        tracing::warn!(
+            agents = ?still_running,
+            "shut down with work still running after {}s; it is settled at the next start",
+            grace.as_secs()
+        );
+    }
+    Ok(())
+}
+
+/// Resolves with the signal's name at SIGTERM (a deploy, `docker stop`) or SIGINT (Ctrl+C).
+async fn shutdown_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut terminate) => tokio::select! {
+            _ = terminate.recv() => "SIGTERM",
+            _ = tokio::signal::ctrl_c() => "SIGINT",
+        },
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch for SIGTERM; only Ctrl+C shuts down gracefully");
+            let _ = tokio::signal::ctrl_c().await;
+            "SIGINT"
+        }
+    }
 }

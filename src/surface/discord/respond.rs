@@ -104,10 +104,19 @@ impl Interaction<'_> {
     /// Sends the first response; a failure is logged (the user sees Discord's own error) and
     /// reported as `false` so that the caller stops.
     pub async fn respond(self, http: &serenity::Http, response: CreateInteractionResponse) -> bool {
-        let sent = match self {
-            Interaction::Click(c) => c.create_response(http, response).await,
-            Interaction::Modal(m) => m.create_response(http, response).await,
+        let (sent, created, kind) = match self {
+            Interaction::Click(c) => (
+                c.create_response(http, response).await,
+                c.id.created_at(),
+                "button",
+            ),
+            Interaction::Modal(m) => (
+                m.create_response(http, response).await,
+                m.id.created_at(),
+                "form",
+            ),
         };
+        record_ack(created, kind);
         if let Err(e) = &sent {
             tracing::warn!(error = %e, "cannot respond to an interaction");
         }
@@ -123,6 +132,18 @@ impl Interaction<'_> {
         if let Err(e) = sent {
             tracing::warn!(error = %e, "cannot send a follow-up");
         }
+    }
+}
+
+/// How long Discord's user waited for the first response, counted from the interaction's id (its
+/// creation time at Discord). Ids that cannot be a real interaction's (from the future, or older
+/// than the 15 minutes an interaction lives) are not counted.
+fn record_ack(created: serenity::Timestamp, kind: &'static str) {
+    use crate::clock::Clock as _;
+    let waited_ms = (crate::clock::SystemClock.now() - *created).num_milliseconds();
+    if (0..15 * 60 * 1000).contains(&waited_ms) {
+        metrics::histogram!(crate::ops::names::INTERACTION_ACK_SECONDS, "kind" => kind)
+            .record(waited_ms as f64 / 1000.0);
     }
 }
 

@@ -42,6 +42,9 @@ pub async fn on_event(
             let (message, data) = (new_message.clone(), data.clone());
             tokio::spawn(async move { on_thread_message(&data, message).await });
         }
+        FullEvent::Ready { .. } => crate::ops::health().set_gateway(true),
+        FullEvent::ShardStageUpdate { event } => crate::ops::health()
+            .set_gateway(event.new == serenity::gateway::ConnectionStage::Connected),
         _ => {}
     }
     Ok(())

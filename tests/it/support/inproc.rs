@@ -227,6 +227,7 @@ pub fn deps(
         budgets,
         memory: None,
         web,
+        drain: Default::default(),
     }
 }
 

@@ -79,6 +79,8 @@ impl TestEnv {
             .env_remove("OPENAI_EMBED_QUERY_MODEL")
             .env_remove("AUTOTHREAD_CONFIG")
             .env_remove("AUTOTHREAD_DATA_DIR")
+            // Tests run many bots at once: each listener gets a free port (the log names it).
+            .env("AUTOTHREAD_OPS_LISTEN", "127.0.0.1:0")
             .env("RUST_LOG", "warn")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -197,6 +199,16 @@ impl Running {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// SIGTERM, as a deploy or `docker stop` sends it.
+    pub fn terminate(&self) {
+        let pid = self.child.id().expect("the process is running");
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -TERM {pid}");
     }
 
     /// SIGKILL: no chance to flush or clean up, like a power cut.

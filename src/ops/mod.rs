@@ -1,0 +1,300 @@
+//! Operations: the local HTTP listener a deployment watches (`/healthz`, `/readyz`, `/metrics`),
+//! the readiness facts it reports, and the names of the metrics the rest of the crate records.
+//!
+//! Metrics go through the `metrics` facade, so recording them costs nothing where no recorder is
+//! installed (the console, the tests); `run` installs the Prometheus recorder before anything
+//! else. Readiness is process-wide for the same reason: one process has one gateway and one
+//! model endpoint to report on.
+
+pub mod names;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use chrono::{DateTime, Utc};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+use crate::clock::Clock;
+use crate::store::Store;
+
+/// The model endpoint counts as answering for this long after its last answer.
+const MODEL_FRESH: chrono::TimeDelta = chrono::TimeDelta::minutes(10);
+
+/// When nothing has reached the model endpoint for this long, the listener checks it is there.
+const PROBE_EVERY: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Clone)]
+struct Contact {
+    ok: bool,
+    at: DateTime<Utc>,
+    detail: String,
+}
+
+/// What `/readyz` reports on, recorded where it happens.
+#[derive(Debug, Default)]
+pub struct Health {
+    gateway: AtomicBool,
+    model: Mutex<Option<Contact>>,
+}
+
+/// The process's readiness facts.
+pub fn health() -> &'static Health {
+    static HEALTH: OnceLock<Health> = OnceLock::new();
+    HEALTH.get_or_init(Health::default)
+}
+
+impl Health {
+    /// The Discord gateway connected (Ready or resumed) or dropped.
+    pub fn set_gateway(&self, connected: bool) {
+        self.gateway.store(connected, Ordering::Relaxed);
+    }
+
+    /// The model endpoint answered (any status below 500: it is there and speaking HTTP).
+    pub fn model_answered(&self, at: DateTime<Utc>) {
+        self.set_model(Contact {
+            ok: true,
+            at,
+            detail: String::new(),
+        });
+    }
+
+    /// The model endpoint failed after its retries.
+    pub fn model_failed(&self, at: DateTime<Utc>, detail: &str) {
+        self.set_model(Contact {
+            ok: false,
+            at,
+            detail: detail.chars().take(200).collect(),
+        });
+    }
+
+    fn set_model(&self, contact: Contact) {
+        *self.model.lock().unwrap_or_else(|e| e.into_inner()) = Some(contact);
+    }
+
+    fn model(&self) -> Option<Contact> {
+        self.model.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Each check with its verdict; ready when all pass.
+    pub fn readiness(
+        &self,
+        store: &Store,
+        now: DateTime<Utc>,
+    ) -> Vec<(&'static str, Result<String, String>)> {
+        let store_check = match store.db().get(b"readiness-probe") {
+            Ok(_) => Ok("open".to_string()),
+            Err(e) => Err(format!("cannot read: {e}")),
+        };
+        let gateway = if self.gateway.load(Ordering::Relaxed) {
+            Ok("connected".to_string())
+        } else {
+            Err("not connected".to_string())
+        };
+        let model = match self.model() {
+            None => Err("has not answered yet".to_string()),
+            Some(c) if !c.ok => Err(format!(
+                "failed at {}: {}",
+                c.at.format("%H:%M:%S"),
+                c.detail
+            )),
+            Some(c) if now - c.at > MODEL_FRESH => Err(format!(
+                "last answered at {}, over 10 minutes ago",
+                c.at.format("%H:%M:%S")
+            )),
+            Some(c) => Ok(format!("answered at {}", c.at.format("%H:%M:%S"))),
+        };
+        vec![
+            ("store", store_check),
+            ("gateway", gateway),
+            ("model endpoint", model),
+        ]
+    }
+}
+
+/// Installs the Prometheus recorder for this process; `None` (with a warning) if one already is.
+pub fn install_metrics() -> Option<PrometheusHandle> {
+    match PrometheusBuilder::new()
+        .set_buckets(&[
+            0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+        ])
+        .and_then(|b| b.install_recorder())
+    {
+        Ok(handle) => {
+            names::describe();
+            Some(handle)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "metrics are off: cannot install the recorder");
+            None
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Served {
+    store: Store,
+    clock: std::sync::Arc<dyn Clock>,
+    metrics: Option<PrometheusHandle>,
+}
+
+/// Binds `listen` and serves until the process ends; returns the bound address (port 0 picks one).
+/// Also checks, when nothing else has, that the model endpoint at `model_base` answers.
+pub async fn serve(
+    listen: &str,
+    store: Store,
+    clock: std::sync::Arc<dyn Clock>,
+    metrics: Option<PrometheusHandle>,
+    model_base: String,
+) -> anyhow::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {listen} (ops.listen): {e}"))?;
+    let addr = listener.local_addr()?;
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .with_state(Served {
+            store,
+            clock: clock.clone(),
+            metrics,
+        });
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "the ops listener stopped");
+        }
+    });
+    tokio::spawn(probe_model(model_base, clock));
+    Ok(addr)
+}
+
+async fn readyz(State(served): State<Served>) -> Response {
+    let checks = health().readiness(&served.store, served.clock.now());
+    let ready = checks.iter().all(|(_, verdict)| verdict.is_ok());
+    let body: String = checks
+        .iter()
+        .map(|(name, verdict)| match verdict {
+            Ok(detail) => format!("ok    {name}: {detail}\n"),
+            Err(why) => format!("FAIL  {name}: {why}\n"),
+        })
+        .collect();
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, body).into_response()
+}
+
+async fn metrics_text(State(served): State<Served>) -> Response {
+    let Some(handle) = &served.metrics else {
+        return (StatusCode::NOT_FOUND, "metrics are off\n").into_response();
+    };
+    record_store_gauges(&served.store);
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        handle.render(),
+    )
+        .into_response()
+}
+
+/// Gauges read from the store when scraped: agents by state, cards waiting, the store's size.
+fn record_store_gauges(store: &Store) {
+    let mut by_phase = std::collections::BTreeMap::<String, u64>::new();
+    match store.list_agents() {
+        Ok(agents) => {
+            for agent in agents {
+                *by_phase.entry(agent.phase).or_default() += 1;
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "metrics: cannot list agents"),
+    }
+    for phase in names::PHASES {
+        let count = by_phase.get(*phase).copied().unwrap_or(0);
+        metrics::gauge!(names::AGENTS, "state" => *phase).set(count as f64);
+    }
+    let waiting = by_phase.get("awaiting decision").copied().unwrap_or(0);
+    metrics::gauge!(names::PENDING_CARDS).set(waiting as f64);
+    if let Ok(bytes) = store.db().size_on_disk() {
+        metrics::gauge!(names::STORE_BYTES).set(bytes as f64);
+    }
+}
+
+/// Readiness needs a recent answer from the model endpoint, and an idle bot makes no calls, so an
+/// idle endpoint is asked for its model list (free, and served by every OpenAI-compatible server
+/// we know; any status below 500 proves it is there).
+async fn probe_model(base: String, clock: std::sync::Arc<dyn Clock>) {
+    let Ok(client) = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+    else {
+        return;
+    };
+    let url = format!("{}/models", base.trim_end_matches('/'));
+    loop {
+        let recent = health()
+            .model()
+            .is_some_and(|c| c.ok && clock.now() - c.at < MODEL_FRESH / 2);
+        if !recent {
+            match client.get(&url).send().await {
+                Ok(r) if !r.status().is_server_error() => health().model_answered(clock.now()),
+                Ok(r) => health().model_failed(clock.now(), &format!("HTTP {}", r.status())),
+                Err(e) => health().model_failed(clock.now(), unreachable_kind(&e)),
+            }
+        }
+        tokio::time::sleep(PROBE_EVERY).await;
+    }
+}
+
+/// What went wrong, without the URL reqwest's message would carry.
+fn unreachable_kind(error: &reqwest::Error) -> &'static str {
+    if error.is_timeout() {
+        "timed out"
+    } else if error.is_connect() {
+        "connection failed"
+    } else {
+        "request failed"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn verdicts(health: &Health, store: &Store, now: DateTime<Utc>) -> Vec<bool> {
+        health
+            .readiness(store, now)
+            .into_iter()
+            .map(|(_, v)| v.is_ok())
+            .collect()
+    }
+
+    #[test]
+    fn ready_only_with_the_gateway_up_and_a_recent_answer_from_the_model() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let health = Health::default();
+        let now = DateTime::<Utc>::UNIX_EPOCH + chrono::TimeDelta::days(20_000);
+        assert_eq!(verdicts(&health, &store, now), [true, false, false]);
+        health.set_gateway(true);
+        health.model_answered(now);
+        assert_eq!(verdicts(&health, &store, now), [true, true, true]);
+        let later = now + chrono::TimeDelta::minutes(11);
+        assert_eq!(verdicts(&health, &store, later), [true, true, false]);
+        health.model_failed(later, "HTTP 503");
+        let report = health.readiness(&store, later);
+        assert!(
+            matches!(&report[2].1, Err(why) if why.contains("HTTP 503")),
+            "{report:?}"
+        );
+        health.set_gateway(false);
+        assert_eq!(verdicts(&health, &store, later), [true, false, false]);
+    }
+}

@@ -1,0 +1,199 @@
+//! What a deployment sees of the real binary: the health, readiness and metrics listener, JSON
+//! logs, and the graceful shutdown on SIGTERM.
+
+use crate::support;
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::bot::{card, start_agent, Start, WAIT};
+use support::fake_discord::{FakeDiscord, GUILD};
+use support::fake_openai::{agent_reply, Expect, FakeOpenAi, Kind, Reply};
+use support::{Running, TestEnv};
+
+/// Starts the bot with extra global arguments and RUST_LOG (`None`: the binary's default).
+async fn start_bot_with(
+    env: &TestEnv,
+    discord: &FakeDiscord,
+    global: &[&str],
+    rust_log: Option<&str>,
+) -> Running {
+    let mut args = global.to_vec();
+    args.push("run");
+    let mut cmd = env.command(&args);
+    cmd.env("DISCORD_TOKEN", "fake-token")
+        .env("DISCORD_API_BASE", &discord.base_url)
+        .env("DISCORD_DEV_GUILD", GUILD.to_string());
+    match rust_log {
+        Some(filter) => cmd.env("RUST_LOG", filter),
+        None => cmd.env_remove("RUST_LOG"),
+    };
+    let running = Running::new_public(cmd.spawn().expect("the bot starts"));
+    discord
+        .wait_for("the slash commands to be registered", WAIT, |d| {
+            (!d.commands().is_empty()).then_some(())
+        })
+        .await;
+    running
+}
+
+/// The listener's address from the start-up line `ops listener: http://ADDR (…)`.
+async fn ops_address(bot: &Running) -> String {
+    bot.wait_for_log("ops listener: http://", 1, WAIT).await;
+    let log = bot.stderr();
+    let at = log.find("ops listener: http://").unwrap() + "ops listener: http://".len();
+    log[at..]
+        .split([' ', '"', '\\'])
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+async fn get(addr: &str, path: &str) -> (u16, String) {
+    let response = reqwest::get(format!("http://{addr}{path}")).await.unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_readiness_metrics_and_json_logs() {
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
+    openai.push_content(agent_reply(
+        "write_file",
+        json!({"filename": "a.txt", "contents": "a"}),
+    ));
+    let discord = FakeDiscord::start().await;
+    let env = TestEnv::new(&openai.base_url, "");
+    // No RUST_LOG: the bot's own default (info) decides what a healthy start prints.
+    let bot = start_bot_with(&env, &discord, &["--log-format", "json"], None).await;
+    let addr = ops_address(&bot).await;
+
+    let (status, body) = get(&addr, "/healthz").await;
+    assert_eq!((status, body.as_str()), (200, "ok\n"));
+
+    let thread = start_agent(
+        &discord,
+        Start {
+            task: "Watch me",
+            name: Some("OpsGPT"),
+            ..Start::default()
+        },
+    )
+    .await;
+    card(&discord, thread, "OpsGPT · cycle 1").await;
+
+    let (status, body) = get(&addr, "/readyz").await;
+    assert_eq!(status, 200, "{body}");
+    for check in [
+        "ok    store: open",
+        "ok    gateway: connected",
+        "ok    model endpoint: answered",
+    ] {
+        assert!(body.contains(check), "{check:?} in {body}");
+    }
+
+    let (status, metrics) = get(&addr, "/metrics").await;
+    assert_eq!(status, 200);
+    for series in [
+        "autothread_agents{state=\"awaiting decision\"} 1",
+        "autothread_pending_cards 1",
+        "autothread_cycles_total 1",
+        "autothread_model_calls_total{model=\"test-model\",purpose=\"think\",outcome=\"replied\"} 1",
+        "autothread_tokens_total{model=\"test-model\",kind=\"prompt\"}",
+        "autothread_spend_microdollars_total{model=\"test-model\"}",
+        "autothread_model_call_seconds_bucket{model=\"test-model\"",
+        "# HELP autothread_store_bytes",
+    ] {
+        assert!(metrics.contains(series), "{series:?} in\n{metrics}");
+    }
+
+    // Every log line is one JSON object; the start-up names each subsystem at info.
+    let log = bot.stderr();
+    let lines: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let messages: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["level"] == "INFO")
+        .filter_map(|l| l["fields"]["message"].as_str())
+        .collect();
+    for subsystem in [
+        "store: ",
+        "model endpoint: ",
+        "memory: off",
+        "web: ",
+        "discord: ",
+        "ops listener: ",
+    ] {
+        assert!(
+            messages.iter().any(|m| m.starts_with(subsystem)),
+            "{subsystem:?} in {messages:?}"
+        );
+    }
+    assert!(!log.contains("fake-token"), "no secret in the log");
+    bot.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_a_model_call_lets_it_finish_and_the_agent_continues_after_restart() {
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
+    // The first cycle's reply takes a while: SIGTERM arrives while it is under way.
+    openai.push(Reply::Delay(
+        Duration::from_millis(1500),
+        Box::new(Reply::Content(agent_reply(
+            "write_file",
+            json!({"filename": "a.txt", "contents": "a"}),
+        ))),
+    ));
+    openai.push_content(agent_reply("read_file", json!({"filename": "a.txt"})));
+    openai.push_content(agent_reply("finish", json!({"reason": "all done"})));
+    let discord = FakeDiscord::start().await;
+    let env = TestEnv::new(&openai.base_url, "");
+    let bot = start_bot_with(&env, &discord, &[], Some("warn,autothread=info")).await;
+    let thread = start_agent(
+        &discord,
+        Start {
+            task: "Write a and read it back",
+            name: Some("DrainGPT"),
+            continuous: Some(5),
+            ..Start::default()
+        },
+    )
+    .await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while openai.requests(Kind::Cycle).is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "no cycle call");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    bot.terminate();
+    let (ok, out, err) = bot.finish(WAIT).await;
+    assert!(ok, "exit 0 after SIGTERM\n{out}\n{err}");
+    assert!(
+        err.contains("SIGTERM") && err.contains("shut down cleanly"),
+        "{err}"
+    );
+    // The call under way was answered and paid; nothing new started during the drain.
+    assert_eq!(openai.requests(Kind::Cycle).len(), 1);
+
+    let bot = start_bot_with(&env, &discord, &[], Some("warn,autothread=info")).await;
+    let finished = discord
+        .wait_for("the agent to finish after the restart", WAIT, |d| {
+            d.messages_in(thread)
+                .into_iter()
+                .find(|m| m.to_string().contains("all done"))
+        })
+        .await;
+    let (_, out, _) = {
+        bot.terminate();
+        bot.finish(WAIT).await
+    };
+    assert!(
+        !out.contains("Settled"),
+        "no call was settled at its worst case: {out}"
+    );
+    assert!(finished.to_string().contains("all done"));
+    // The write approved before the shutdown ran once, after the restart.
+    assert_eq!(openai.requests(Kind::Cycle).len(), 3);
+    discord.assert_clean();
+    openai.assert_clean();
+}

@@ -6,9 +6,10 @@
 #   docker build -t autothread .
 #   docker run --rm -it -e OPENAI_API_KEY -v autothread-data:/data autothread console --task "…"
 
-# The toolchain is pinned so that a rebuild months from now uses the same compiler. Pass
-# --build-arg RUST_VERSION=1 to build with the newest stable release instead.
-ARG RUST_VERSION=1.95
+# The toolchain is pinned so that a rebuild months from now uses the same compiler; it matches
+# rust-toolchain.toml. (.ci/run replays this stage's COPY and RUN steps on the host, so a file or
+# target this stage misses fails CI: see scripts/replay-docker-build.sh.)
+ARG RUST_VERSION=1.95.0
 
 FROM rust:${RUST_VERSION}-slim-bookworm AS build
 
@@ -22,14 +23,12 @@ RUN apt-get update \
 WORKDIR /src
 
 # Dependencies change far less often than our code, so they get their own layer. Cargo needs every
-# target named in Cargo.toml to exist before it will build anything, so the binary, the library and
-# the two [[bench]] targets get empty stand-ins; building them compiles all the dependencies.
-COPY Cargo.toml Cargo.lock ./
-RUN mkdir -p src benches \
-    && echo 'fn main() {}' > src/main.rs \
-    && touch src/lib.rs \
-    && echo 'fn main() {}' > benches/cycle.rs \
-    && echo 'fn main() {}' > benches/discord.rs \
+# target named in Cargo.toml to exist before it will build anything; stub-targets.sh reads the
+# targets from the manifest and writes an empty stand-in for each, so a new target can't be missed.
+# Building the stand-ins compiles all the dependencies.
+COPY Cargo.toml Cargo.lock rust-toolchain.toml ./
+COPY scripts/stub-targets.sh ./scripts/
+RUN sh scripts/stub-targets.sh \
     && cargo build --release --locked --bin autothread \
     && rm -rf src benches
 
@@ -68,9 +67,17 @@ COPY --from=build /src/target/release/autothread /usr/local/bin/autothread
 # The store (agents, history, workspaces) lives in /data; mount a volume there to keep it across
 # containers. AUTOTHREAD_DATA_DIR overrides the platform data directory the binary would otherwise pick.
 ENV AUTOTHREAD_DATA_DIR=/data
+# /healthz, /readyz and /metrics listen on the container's network (not only its loopback) so that
+# an orchestrator or Prometheus can reach them; publish the port only where they should.
+ENV AUTOTHREAD_OPS_LISTEN=0.0.0.0:9464
+EXPOSE 9464
 VOLUME /data
 WORKDIR /data
 USER 10001:10001
+
+# `autothread health` asks the listener's /healthz (no curl in this image).
+HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
+    CMD ["autothread", "health"]
 
 ENTRYPOINT ["autothread"]
 CMD ["--help"]

@@ -93,6 +93,9 @@ pub enum CliCommand {
     Migrate,
     /// Validate the configuration and print it with secrets redacted.
     Check,
+    /// Ask the running bot's /healthz (on ops.listen) whether it is up: exit 0 if it is. The
+    /// image's HEALTHCHECK runs this.
+    Health,
 }
 
 #[derive(Debug, Subcommand)]
@@ -231,6 +234,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             crate::surface::discord::client::run(app).await?;
             Ok(ExitCode::SUCCESS)
         }
+        CliCommand::Health => crate::ops::check_health(&config.ops.listen).await,
         CliCommand::List => {
             list(&open_store(&config)?)?;
             Ok(ExitCode::SUCCESS)

@@ -253,6 +253,40 @@ async fn probe_model(base: String, clock: std::sync::Arc<dyn Clock>) {
     }
 }
 
+/// `autothread health`: whether the listener at `listen` answers /healthz. A wildcard address is
+/// asked on loopback, where the process that bound it also answers.
+pub async fn check_health(listen: &str) -> anyhow::Result<std::process::ExitCode> {
+    let mut addr: SocketAddr = listen
+        .parse()
+        .map_err(|_| anyhow::anyhow!("ops.listen is not set to an address (it is {listen:?})"))?;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(3))
+        .build()?;
+    match client.get(format!("http://{addr}/healthz")).send().await {
+        Ok(r) if r.status().is_success() => {
+            println!("ok: http://{addr}/healthz answered");
+            Ok(std::process::ExitCode::SUCCESS)
+        }
+        Ok(r) => {
+            println!(
+                "not healthy: http://{addr}/healthz answered HTTP {}",
+                r.status()
+            );
+            Ok(std::process::ExitCode::FAILURE)
+        }
+        Err(e) => {
+            println!(
+                "not healthy: http://{addr}/healthz: {}",
+                unreachable_kind(&e)
+            );
+            Ok(std::process::ExitCode::FAILURE)
+        }
+    }
+}
+
 /// What went wrong, without the URL reqwest's message would carry.
 fn unreachable_kind(error: &reqwest::Error) -> &'static str {
     if error.is_timeout() {

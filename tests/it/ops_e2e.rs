@@ -69,6 +69,14 @@ async fn health_readiness_metrics_and_json_logs() {
 
     let (status, body) = get(&addr, "/healthz").await;
     assert_eq!((status, body.as_str()), (200, "ok\n"));
+    // The image's HEALTHCHECK: `autothread health` against the listener.
+    let health = |listen: String| {
+        let mut cmd = env.command(&["health"]);
+        cmd.env("AUTOTHREAD_OPS_LISTEN", listen);
+        Running::new_public(cmd.spawn().unwrap()).finish(WAIT)
+    };
+    let (ok, out, err) = health(addr.clone()).await;
+    assert!(ok && out.starts_with("ok:"), "{out}{err}");
 
     let thread = start_agent(
         &discord,
@@ -132,6 +140,8 @@ async fn health_readiness_metrics_and_json_logs() {
     }
     assert!(!log.contains("fake-token"), "no secret in the log");
     bot.kill().await;
+    let (ok, out, _) = health(addr).await;
+    assert!(!ok && out.starts_with("not healthy"), "{out}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,69 @@
+#!/bin/sh
+# Replays the Dockerfile's build stage on this machine, without Docker: a fresh directory gets
+# exactly the files the stage COPYs, and the stage's RUN steps run there in order. A file or a
+# build target the Dockerfile forgets to copy fails here as it would in `docker build`.
+#
+# Two things differ from a real image build, on purpose:
+# - RUN steps that install system packages (apt-get) are skipped: this machine has its toolchain.
+# - The release profile is built without LTO and optimisation, which checks the same files and
+#   targets in about half the time; the optimiser is not what this replay is about.
+# Usage: scripts/replay-docker-build.sh [WORKDIR]   (CARGO_TARGET_DIR is honoured, for reuse)
+set -eu
+cd "$(dirname "$0")/.."
+REPO=$(pwd)
+WORK=${1:-${TMPDIR:-/tmp}/autothread-docker-replay}
+rm -rf "$WORK"
+mkdir -p "$WORK"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$REPO/target/docker-replay}"
+export CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_OPT_LEVEL=0 \
+  CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 CARGO_PROFILE_RELEASE_DEBUG=false
+
+# The build stage: from its FROM line to the next FROM, with continued lines joined.
+STEPS="$WORK.steps"
+awk '
+  /^FROM .* AS build/ { inside = 1; next }
+  /^FROM / { inside = 0 }
+  !inside || /^[[:space:]]*#/ || /^[[:space:]]*$/ { next }
+  { line = line $0 }
+  /\\$/ { sub(/\\$/, "", line); next }
+  { print line; line = "" }
+' Dockerfile > "$STEPS"
+
+copies=0; runs=0
+while IFS= read -r step; do
+  instruction=${step%% *}
+  args=${step#* }
+  case "$instruction" in
+    COPY)
+      case "$args" in --*) echo "replay: COPY with a flag is not supported: $step" >&2; exit 1 ;; esac
+      # shellcheck disable=SC2086
+      set -- $args
+      dest=$(eval echo "\${$#}")
+      sources=""
+      while [ $# -gt 1 ]; do sources="$sources $1"; shift; done
+      case "$dest" in */) mkdir -p "$WORK/$dest" ;; *) [ "$(echo "$sources" | wc -w)" -gt 1 ] && mkdir -p "$WORK/$dest" ;; esac
+      for src in $sources; do
+        [ -e "$REPO/$src" ] || { echo "replay: the Dockerfile copies $src, which does not exist" >&2; exit 1; }
+        mkdir -p "$(dirname "$WORK/$dest")"
+        cp -a "$REPO/$src" "$WORK/$dest"
+      done
+      copies=$((copies + 1))
+      ;;
+    RUN)
+      case "$args" in
+        apt-get*) echo "replay: skipped (system packages): ${args%%&&*}" ;;
+        *)
+          echo "replay: RUN $args"
+          (cd "$WORK" && sh -ec "$args")
+          runs=$((runs + 1))
+          ;;
+      esac
+      ;;
+    WORKDIR|ARG|ENV|LABEL) ;;
+    *) echo "replay: the build stage uses $instruction, which this replay does not know" >&2; exit 1 ;;
+  esac
+done < "$STEPS"
+rm -f "$STEPS"
+[ -x "$CARGO_TARGET_DIR/release/autothread" ] || { echo "replay: no release binary was built" >&2; exit 1; }
+"$CARGO_TARGET_DIR/release/autothread" --version
+echo "replay: the Dockerfile's build stage builds ($copies COPY and $runs RUN steps replayed)"

@@ -198,6 +198,6 @@ pub fn open_store(config: &Config) -> anyhow::Result<Store> {
 }
 
 /// A URL without its query and fragment, for logs.
-fn without_query(url: &str) -> String {
+pub fn without_query(url: &str) -> String {
     url.split(['?', '#']).next().unwrap_or(url).to_string()
 }

@@ -91,7 +91,8 @@ pub enum CliCommand {
     },
     /// Apply store migrations and print the schema version.
     Migrate,
-    /// Validate the configuration and print it with secrets redacted.
+    /// Prove the deployment: the config, the store, the chat and embeddings endpoints, the
+    /// Discord token and web search, each tried for real (one line each, ✓ or ✗ and why).
     Check,
     /// Ask the running bot's /healthz (on ops.listen) whether it is up: exit 0 if it is. The
     /// image's HEALTHCHECK runs this.
@@ -189,6 +190,11 @@ fn parse_budget(text: &str) -> Result<f64, String> {
     }
 }
 
+/// A file in the store's directory, when there is one.
+fn config_dir_file(config: &Config, name: &str) -> Option<PathBuf> {
+    config.data_dir().ok().map(|dir| dir.join(name))
+}
+
 /// The metrics recorder and, unless `ops.listen` is empty, the health and metrics listener.
 async fn start_ops(app: &App) -> anyhow::Result<()> {
     let metrics = crate::ops::install_metrics();
@@ -231,7 +237,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             app.log_startup();
             start_ops(&app).await?;
-            crate::surface::discord::client::run(app).await?;
+            // Tells `autothread check` which process holds the store.
+            let pid_file = config_dir_file(&app.config, crate::check::PID_FILE);
+            if let Some(path) = &pid_file {
+                let _ = std::fs::write(path, std::process::id().to_string());
+            }
+            let ended = crate::surface::discord::client::run(app).await;
+            if let Some(path) = &pid_file {
+                let _ = std::fs::remove_file(path);
+            }
+            ended?;
             Ok(ExitCode::SUCCESS)
         }
         CliCommand::Health => crate::ops::check_health(&config.ops.listen).await,
@@ -262,8 +277,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         CliCommand::Check => {
-            println!("configuration is valid:\n{config:#?}");
-            Ok(ExitCode::SUCCESS)
+            let lines = crate::check::run_checks(&config).await;
+            for line in &lines {
+                println!("{line}");
+            }
+            if crate::check::all_required_pass(&lines) {
+                println!("The deployment is ready.");
+                Ok(ExitCode::SUCCESS)
+            } else {
+                println!("Something required failed (✗ above).");
+                Ok(ExitCode::FAILURE)
+            }
         }
     }
 }

@@ -207,3 +207,72 @@ async fn sigterm_during_a_model_call_lets_it_finish_and_the_agent_continues_afte
     discord.assert_clean();
     openai.assert_clean();
 }
+
+/// Runs `autothread check` with the environment a deployment would have.
+async fn check(env: &TestEnv, discord_base: &str, token: &str) -> (bool, String, String) {
+    let mut cmd = env.command(&["check"]);
+    cmd.env("DISCORD_TOKEN", token)
+        .env("DISCORD_API_BASE", discord_base)
+        .env("OPENAI_API_KEY", "sk-check-secret");
+    Running::new_public(cmd.spawn().unwrap()).finish(WAIT).await
+}
+
+fn without_web(env: &TestEnv) {
+    let path = env.dir.path().join("bot.toml");
+    let config = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(path, format!("{config}\n[web]\nenabled = false\n")).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_proves_each_endpoint_and_names_the_bot_holding_the_store() {
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
+    openai.set_embeddings_failing(Some(501));
+    let discord = FakeDiscord::start().await;
+    let env = TestEnv::with_memory(&openai.base_url, "");
+    without_web(&env);
+    let bot = start_bot_with(&env, &discord, &[], Some("warn")).await;
+
+    let (ok, out, err) = check(&env, &discord.base_url, "fake-token").await;
+    assert!(ok, "{out}{err}");
+    for expected in [
+        "✓ config: valid",
+        "is in use by a running bot (process ",
+        "✓ chat endpoint: ",
+        "answers with model test-model (response format json_schema accepted)",
+        "! embeddings: ",
+        "HTTP 501",
+        "agents will run without long-term memory",
+        "✓ discord: the token is valid: the bot is fakebot",
+        "! web search: the web commands are off",
+        "The deployment is ready.",
+    ] {
+        assert!(out.contains(expected), "{expected:?} in\n{out}");
+    }
+    assert_eq!(openai.requests(Kind::Check).len(), 1);
+    for secret in ["sk-check-secret", "fake-token"] {
+        assert!(
+            !out.contains(secret) && !err.contains(secret),
+            "{secret} leaked"
+        );
+    }
+    bot.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_fails_on_a_dead_model_endpoint_and_a_refused_token() {
+    let discord = FakeDiscord::start().await;
+    // Nothing listens on port 9 of loopback (discard): the connection is refused at once.
+    let env = TestEnv::new("http://127.0.0.1:9/v1", "");
+    without_web(&env);
+    let (ok, out, err) = check(&env, &discord.base_url, "wrong-token").await;
+    assert!(!ok, "{out}{err}");
+    for expected in [
+        "✓ store: opens in ",
+        "✗ chat endpoint: http://127.0.0.1:9/v1: ",
+        "✗ discord: Discord refused DISCORD_TOKEN (401)",
+        "Something required failed",
+    ] {
+        assert!(out.contains(expected), "{expected:?} in\n{out}");
+    }
+    assert!(!out.contains("wrong-token") && !err.contains("wrong-token"));
+}

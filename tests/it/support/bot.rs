@@ -10,12 +10,33 @@ pub use super::WAIT;
 
 /// `autothread run` against the fake Discord, once its slash commands are registered.
 pub async fn start_bot(env: &TestEnv, discord: &FakeDiscord) -> Running {
-    let mut cmd = env.command(&["run"]);
+    // The surface logs what tests wait on (a card remembered) at info.
+    start_bot_with(
+        env,
+        discord,
+        &[],
+        Some("warn,autothread::surface::discord=info"),
+    )
+    .await
+}
+
+/// As `start_bot`, with global arguments before `run` and RUST_LOG (`None`: the binary's default).
+pub async fn start_bot_with(
+    env: &TestEnv,
+    discord: &FakeDiscord,
+    global: &[&str],
+    rust_log: Option<&str>,
+) -> Running {
+    let mut args = global.to_vec();
+    args.push("run");
+    let mut cmd = env.command(&args);
     cmd.env("DISCORD_TOKEN", "fake-token")
         .env("DISCORD_API_BASE", &discord.base_url)
-        .env("DISCORD_DEV_GUILD", GUILD.to_string())
-        // The surface logs what tests wait on (a card remembered) at info.
-        .env("RUST_LOG", "warn,autothread::surface::discord=info");
+        .env("DISCORD_DEV_GUILD", GUILD.to_string());
+    match rust_log {
+        Some(filter) => cmd.env("RUST_LOG", filter),
+        None => cmd.env_remove("RUST_LOG"),
+    };
     let running = Running::new_public(cmd.spawn().expect("the bot starts"));
     discord
         .wait_for("the slash commands to be registered", WAIT, |d| {

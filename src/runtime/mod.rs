@@ -76,6 +76,10 @@ struct Actor {
     summaries_in_flight: HashSet<u64>,
     last_result_shown: u64,
     tasks: JoinSet<()>,
+    /// Held by each memory write while it runs: a cycle's memory is written after the previous
+    /// cycle's, so memories keep their order and a failing endpoint sees one request at a time
+    /// (its first refusal turns memory off before the next write is admitted).
+    memory_writes: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// Starts an agent's actor. It runs until the agent rests (paused or finished) with no work in
@@ -102,6 +106,7 @@ pub fn start(
         handle: handle.clone(),
         summaries_in_flight: HashSet::new(),
         tasks: JoinSet::new(),
+        memory_writes: Arc::default(),
     };
     (handle, tokio::spawn(actor.run(first, rx)))
 }
@@ -471,7 +476,9 @@ impl Actor {
             return;
         };
         let payer = memory.payer(&self.state);
+        let in_order = self.memory_writes.clone();
         self.tasks.spawn(async move {
+            let _turn = in_order.lock().await;
             let _ = memory
                 .remember(
                     &payer,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::config::{Config, LlmConfig, ResponseFormatMode};
+use crate::config::{Config, ContextSource, LlmConfig, ResponseFormatMode};
 use crate::core::prompt::{Message, Role};
 use crate::llm::embed::{EmbedPurpose, Embedder, OpenAiEmbedder};
 use crate::llm::openai::OpenAiChat;
@@ -58,6 +58,7 @@ pub async fn run_checks(config: &Config) -> Vec<Line> {
         line("config", Verdict::Pass("valid".into())),
         check_store(config),
         check_chat(&config.llm).await,
+        check_context_window(&config.llm).await,
         check_embeddings(config).await,
         check_discord(config).await,
         check_search(config).await,
@@ -148,6 +149,29 @@ async fn check_chat(llm: &LlmConfig) -> Line {
         Err(e) => Verdict::Fail(format!("{}: {e}", crate::app::without_query(&llm.base_url))),
     };
     line("chat endpoint", verdict)
+}
+
+/// Where the model's window comes from; a guess works, but may waste or overflow the context.
+async fn check_context_window(llm: &LlmConfig) -> Line {
+    let mut llm = llm.clone();
+    crate::llm::context::ask_for_unknown_windows(&mut llm, None).await;
+    let (spec, source) = llm.model_spec_with_source(&llm.model);
+    let from = match source {
+        ContextSource::Configured => "from [llm.models]",
+        ContextSource::Catalogue => "from the built-in table",
+        ContextSource::Reported => "as the server reports",
+        ContextSource::Guessed => {
+            let warning = llm.guessed_context_warning(&llm.model).unwrap_or_default();
+            return line("context window", Verdict::Warn(warning));
+        }
+    };
+    line(
+        "context window",
+        Verdict::Pass(format!(
+            "model {}: {} tokens {from}, replies up to {}",
+            llm.model, spec.context_tokens, spec.max_tokens
+        )),
+    )
 }
 
 async fn check_embeddings(config: &Config) -> Line {

@@ -232,6 +232,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         CliCommand::Console(args) => console(config, args).await,
         CliCommand::Run => {
+            let mut config = config;
+            crate::llm::context::learn_context_windows(&mut config.llm, None).await;
             let app = App::open(config)?;
             if let Some(note) = app.settle_crashed_calls()? {
                 println!("{note}");
@@ -360,6 +362,7 @@ async fn console(mut config: Config, args: ConsoleArgs) -> anyhow::Result<ExitCo
         .as_ref()
         .map(|state| state.settings.model.clone())
         .unwrap_or_else(|| config.llm.model.clone());
+    crate::llm::context::learn_context_windows(&mut config.llm, Some(&counter_model)).await;
     let app = App::build_for_model(config, store, Arc::new(SystemClock), &counter_model)?;
     if let Some(note) = app.settle_crashed_calls()? {
         println!("{note}");

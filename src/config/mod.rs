@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 use crate::core::budget::usd_to_micros;
 
+pub mod models;
 mod sections;
 pub use sections::*;
 
@@ -86,6 +87,10 @@ impl Config {
             base_url: self.llm.base_url.clone(),
             response_format: self.llm.response_format.label().to_string(),
             embed_base_url: self.memory.base_url.clone(),
+            azure_api_version: match self.llm.provider {
+                Provider::Azure => self.llm.api_version.clone(),
+                Provider::Openai => None,
+            },
         }
     }
 
@@ -112,6 +117,18 @@ impl Config {
                     .unwrap_or("(the model endpoint)")
             ));
             self.memory.base_url = endpoint.embed_base_url.clone();
+        }
+        let (provider, api_version) = match &endpoint.azure_api_version {
+            Some(version) => (Provider::Azure, Some(version.clone())),
+            None => (Provider::Openai, None),
+        };
+        if (self.llm.provider, &self.llm.api_version) != (provider, &api_version) {
+            changed.push(match &api_version {
+                Some(version) => format!("Azure OpenAI API version {version}"),
+                None => "OpenAI API shape (not Azure)".to_string(),
+            });
+            self.llm.provider = provider;
+            self.llm.api_version = api_version;
         }
         changed
     }
@@ -145,6 +162,10 @@ impl Config {
     /// The variables deployments set per host win over the file.
     pub fn apply_env(&mut self, env: EnvLookup<'_>) {
         if let Some(v) = env("OPENAI_API_KEY") {
+            self.llm.api_key = Some(Secret::new(v));
+        }
+        // Azure's portal names its key this way; OPENAI_API_KEY, when both are set, wins.
+        if let (None, Some(v)) = (&self.llm.api_key, env("AZURE_OPENAI_API_KEY")) {
             self.llm.api_key = Some(Secret::new(v));
         }
         if let Some(v) = env("OPENAI_BASE_URL") {
@@ -194,6 +215,45 @@ impl Config {
         }
         if llm.model.trim().is_empty() {
             return Err(invalid("llm.model", "must not be empty"));
+        }
+        // A query in a base URL would end up before the path (`…?api-version=…/chat/completions`).
+        let embeddings_url = self
+            .memory
+            .base_url
+            .as_deref()
+            .map(|u| ("memory.base_url", u));
+        for (field, url) in [("llm.base_url", url)].into_iter().chain(embeddings_url) {
+            if url.contains('?') {
+                return Err(invalid(
+                    field,
+                    "must not carry a query; for Azure OpenAI set llm.provider = \"azure\" and \
+                     llm.api_version, and give the deployment's URL without ?api-version=",
+                ));
+            }
+        }
+        match (llm.provider, llm.api_version.as_deref().map(str::trim)) {
+            (Provider::Azure, None | Some("")) => {
+                return Err(invalid(
+                    "llm.api_version",
+                    "Azure OpenAI needs its API version (e.g. \"2024-10-21\")",
+                ))
+            }
+            (Provider::Openai, Some(_)) => {
+                return Err(invalid(
+                    "llm.api_version",
+                    "is only sent to Azure OpenAI; set llm.provider = \"azure\" or remove it",
+                ))
+            }
+            _ => {}
+        }
+        if let Some(effort) = &llm.reasoning_effort {
+            const EFFORTS: [&str; 6] = ["none", "minimal", "low", "medium", "high", "xhigh"];
+            if !EFFORTS.contains(&effort.as_str()) {
+                return Err(invalid(
+                    "llm.reasoning_effort",
+                    format!("must be one of {}", EFFORTS.join(", ")),
+                ));
+            }
         }
         if llm.timeout_secs == 0 {
             return Err(invalid("llm.timeout_secs", "must be at least 1"));
@@ -432,8 +492,8 @@ impl Config {
                 ));
             }
         }
-        // On OpenAI's own endpoint an unknown price would make spend invisible to every budget.
-        if self.llm.base_url.contains("api.openai.com") {
+        // On a paid provider an unknown price would make spend invisible to every budget.
+        if self.llm.base_url.contains("api.openai.com") || self.llm.provider == Provider::Azure {
             let models = [Some(self.llm.model.as_str()), self.llm.smart_model()];
             for model in models.into_iter().flatten() {
                 if budget.known_price(model).is_none() {

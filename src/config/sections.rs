@@ -12,6 +12,7 @@ use crate::core::commands::Risk;
 use crate::core::policy::{ClassAction, Policy, ALL_RISKS};
 use crate::core::state::GuildId;
 
+use super::models;
 use super::Secret;
 
 /// How structured output is requested from an endpoint; not every OpenAI-compatible server supports every mode.
@@ -44,12 +45,35 @@ impl ResponseFormatMode {
     }
 }
 
-/// Context size and reply reserve of one model.
+/// Context size and reply reserve of one model, and whether it reasons (unset: worked out from
+/// its name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelSpec {
     pub context_tokens: u32,
     pub max_tokens: u32,
+    #[serde(default)]
+    pub reasoning: Option<bool>,
+}
+
+/// Which API shape the endpoint speaks. Azure OpenAI is chosen explicitly, never guessed from a
+/// host name: its deployment URL takes an `api-version` query and the key as an `api-key` header.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Provider {
+    #[default]
+    Openai,
+    Azure,
+}
+
+/// Where a model's context window came from; anything but a guess is trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContextSource {
+    Configured,
+    Catalogue,
+    /// The server's `/models` listing said so (llama.cpp, vLLM, LM Studio, OpenRouter).
+    Reported,
+    Guessed,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -67,6 +91,15 @@ pub struct LlmConfig {
     pub temperature: Option<f32>,
     /// Per-model overrides of the built-in context table.
     pub models: BTreeMap<String, ModelSpec>,
+    pub provider: Provider,
+    /// Azure OpenAI's `api-version` query parameter; required with `provider = "azure"`.
+    pub api_version: Option<String>,
+    /// Sent to reasoning models only (`minimal`, `low`, `medium`, `high`…); unset: the model's
+    /// default. Lower effort spends fewer (output-priced) reasoning tokens per cycle.
+    pub reasoning_effort: Option<String>,
+    /// Context windows the server reported at start-up, by model.
+    #[serde(skip)]
+    pub reported_contexts: BTreeMap<String, u32>,
     #[serde(skip)]
     pub api_key: Option<Secret>,
 }
@@ -84,42 +117,87 @@ impl Default for LlmConfig {
             retry_max_ms: 30_000,
             temperature: None,
             models: BTreeMap::new(),
+            provider: Provider::Openai,
+            api_version: None,
+            reasoning_effort: None,
+            reported_contexts: BTreeMap::new(),
             api_key: None,
         }
     }
 }
 
-/// Known context windows; anything else falls back to a conservative 4k window so an unknown local
-/// model is never sent more than it can take. Operators override per model in `[llm.models]`.
-const KNOWN_MODELS: &[(&str, u32, u32)] = &[
-    ("gpt-4o-mini", 128_000, 1_500),
-    ("gpt-4o", 128_000, 1_500),
-    ("gpt-4.1", 1_000_000, 2_000),
-    ("gpt-4.1-mini", 1_000_000, 2_000),
-    ("gpt-4.1-nano", 1_000_000, 2_000),
-    ("gpt-4-turbo", 128_000, 1_500),
-    ("gpt-4", 8_192, 1_000),
-    ("gpt-3.5-turbo", 16_385, 1_000),
-];
-
+/// An unknown model's window: a conservative 4k, so an unknown local model is never sent more than
+/// it can take. Operators set the real one in `[llm.models]`.
 pub(crate) const FALLBACK_MODEL: ModelSpec = ModelSpec {
     context_tokens: 4_096,
     max_tokens: 1_000,
+    reasoning: None,
 };
+
+/// The least a reasoning model's call may answer in (see `LlmConfig::reply_tokens`).
+pub const REASONING_REPLY_FLOOR: u32 = 2_000;
 
 impl LlmConfig {
     pub fn model_spec(&self, model: &str) -> ModelSpec {
+        self.model_spec_with_source(model).0
+    }
+
+    /// The model's window and reply reserve, and where the window came from: `[llm.models]`,
+    /// the catalogue, the server's report, or the 4k guess.
+    pub fn model_spec_with_source(&self, model: &str) -> (ModelSpec, ContextSource) {
         if let Some(spec) = self.models.get(model) {
-            return *spec;
+            return (*spec, ContextSource::Configured);
         }
-        KNOWN_MODELS
-            .iter()
-            .find(|(name, _, _)| *name == model)
-            .map(|&(_, context_tokens, max_tokens)| ModelSpec {
+        if let Some(known) = models::known(model) {
+            let spec = ModelSpec {
+                context_tokens: known.context_tokens,
+                max_tokens: known.max_tokens,
+                reasoning: Some(known.reasoning),
+            };
+            return (spec, ContextSource::Catalogue);
+        }
+        if let Some(&context_tokens) = self.reported_contexts.get(model) {
+            // A reported window keeps a quarter for the reply, up to the usual reserve.
+            let spec = ModelSpec {
                 context_tokens,
-                max_tokens,
-            })
-            .unwrap_or(FALLBACK_MODEL)
+                max_tokens: (context_tokens / 4).clamp(1, FALLBACK_MODEL.max_tokens),
+                reasoning: None,
+            };
+            return (spec, ContextSource::Reported);
+        }
+        (FALLBACK_MODEL, ContextSource::Guessed)
+    }
+
+    /// What the log says when `model`'s window is the 4k guess.
+    pub fn guessed_context_warning(&self, model: &str) -> Option<String> {
+        let (spec, source) = self.model_spec_with_source(model);
+        (source == ContextSource::Guessed).then(|| {
+            format!(
+                "model {model}: its context window is unknown (not in [llm.models], not in the \
+                 built-in table, not reported by the server); assuming {} tokens. Set \
+                 [llm.models.\"{model}\"] context_tokens and max_tokens",
+                spec.context_tokens
+            )
+        })
+    }
+
+    /// The reply budget a request for `model` goes out with. A reasoning model thinks inside its
+    /// reply budget, so a short reply (a 200-token summary) would be all thinking and no answer:
+    /// it gets at least `REASONING_REPLY_FLOOR`, up to the model's reserve.
+    pub fn reply_tokens(&self, model: &str, wanted: u32) -> u32 {
+        if self.is_reasoning(model) {
+            wanted.max(REASONING_REPLY_FLOOR.min(self.model_spec(model).max_tokens))
+        } else {
+            wanted
+        }
+    }
+
+    /// Whether requests for `model` take `max_completion_tokens` and no temperature.
+    pub fn is_reasoning(&self, model: &str) -> bool {
+        self.models
+            .get(model)
+            .and_then(|spec| spec.reasoning)
+            .unwrap_or_else(|| models::is_reasoning(model))
     }
 
     pub fn smart_model(&self) -> Option<&str> {
@@ -242,22 +320,6 @@ pub struct PriceConfig {
     pub output_per_million: f64,
 }
 
-/// Published prices of common OpenAI models (dollars per million tokens, input and output) at the
-/// time of writing; `[budget.prices]` overrides them and adds others.
-const DEFAULT_PRICES: &[(&str, f64, f64)] = &[
-    ("gpt-4o-mini", 0.15, 0.60),
-    ("gpt-4o", 2.50, 10.00),
-    ("gpt-4.1", 2.00, 8.00),
-    ("gpt-4.1-mini", 0.40, 1.60),
-    ("gpt-4.1-nano", 0.10, 0.40),
-    ("gpt-4-turbo", 10.00, 30.00),
-    ("gpt-4", 30.00, 60.00),
-    ("gpt-3.5-turbo", 0.50, 1.50),
-    ("text-embedding-3-small", 0.02, 0.0),
-    ("text-embedding-3-large", 0.13, 0.0),
-    ("text-embedding-ada-002", 0.10, 0.0),
-];
-
 /// Budgets in dollars (0 switches a budget or a rate limit off) and prices.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -303,10 +365,9 @@ impl BudgetConfig {
                 p.output_per_million,
             ));
         }
-        DEFAULT_PRICES
-            .iter()
-            .find(|(name, _, _)| *name == model)
-            .map(|&(_, input, output)| Price::from_usd_per_million(input, output))
+        models::known(model).map(|known| {
+            Price::from_usd_per_million(known.input_per_million, known.output_per_million)
+        })
     }
 
     /// The price used for billing: a model without a known price is counted as free, which

@@ -184,6 +184,9 @@ pub struct Endpoint {
     /// The embeddings server, when it is not `base_url`.
     #[serde(default)]
     pub embed_base_url: Option<String>,
+    /// Set when the endpoint is an Azure OpenAI deployment: the `api-version` it is called with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub azure_api_version: Option<String>,
 }
 
 /// Who pays for an agent besides itself: its owner's and its server's budgets.

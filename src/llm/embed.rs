@@ -2,12 +2,11 @@
 //! embeddings endpoint through the same retrying transport as chat), with separate model names for
 //! storing and for searching, as E5-style models need.
 
-use async_openai::config::OpenAIConfig;
 use async_openai::Client;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
-use super::openai::{classify, openai_client};
+use super::openai::{classify, openai_client, Endpoint};
 use super::LlmError;
 use crate::config::{LlmConfig, MemoryConfig};
 
@@ -47,7 +46,7 @@ pub fn normalise(mut vector: Vec<f32>) -> Result<Vec<f32>, LlmError> {
 }
 
 pub struct OpenAiEmbedder {
-    client: Client<OpenAIConfig>,
+    client: Client<Endpoint>,
     passage_model: String,
     query_model: String,
     batch_size: usize,

@@ -1,6 +1,7 @@
 //! The model side: the `ChatModel` trait the runtime calls, its OpenAI-compatible implementation
 //! (async-openai with our own retrying transport), and token counting.
 
+pub mod context;
 pub mod embed;
 pub mod openai;
 pub mod retry;

@@ -3,23 +3,26 @@
 
 use std::time::Duration;
 
-use async_openai::config::OpenAIConfig;
+use async_openai::config::Config as ClientConfig;
 use async_openai::error::OpenAIError;
 use async_openai::Client;
 use async_trait::async_trait;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
+use secrecy::{ExposeSecret, SecretString};
 use serde_json::{json, Value};
 
 use super::retry::{RetryPolicy, RetryingTransport, TransportError};
 use super::{ChatModel, ChatReply, ChatRequest, LlmError, PURPOSE_HEADER};
-use crate::config::{LlmConfig, ResponseFormatMode};
+use crate::config::{LlmConfig, Provider, ResponseFormatMode};
 use crate::core::event::Usage;
 use crate::core::prompt::Role;
 use async_openai::traits::RequestOptionsBuilder;
 
 pub struct OpenAiChat {
-    client: Client<OpenAIConfig>,
+    client: Client<Endpoint>,
     response_format: ResponseFormatMode,
-    temperature: Option<f32>,
+    /// Decides per model whether a request is a reasoning model's, and what it is sent.
+    llm: LlmConfig,
 }
 
 impl std::fmt::Debug for OpenAiChat {
@@ -39,14 +42,79 @@ pub fn http_client(timeout: Duration) -> Result<reqwest::Client, LlmError> {
         .map_err(|e| LlmError::BadResponse(format!("cannot build the HTTP client: {e}")))
 }
 
+/// Where requests go and how they are signed: OpenAI's bearer token, or Azure OpenAI's `api-key`
+/// header with the `api-version` query. async-openai's own configs read `OPENAI_API_KEY` behind
+/// our back and always send an `Authorization` header; this one sends only what is configured.
+pub struct Endpoint {
+    base: String,
+    key: Option<SecretString>,
+    provider: Provider,
+    query: Vec<(&'static str, String)>,
+    /// The trait hands out a key even when there is none.
+    no_key: SecretString,
+}
+
+impl Endpoint {
+    pub fn new(base_url: &str, config: &LlmConfig) -> Endpoint {
+        let query = match (config.provider, &config.api_version) {
+            (Provider::Azure, Some(version)) => vec![("api-version", version.clone())],
+            _ => Vec::new(),
+        };
+        Endpoint {
+            base: base_url.trim_end_matches('/').to_string(),
+            key: config
+                .api_key
+                .as_ref()
+                .map(|key| SecretString::from(key.expose())),
+            provider: config.provider,
+            query,
+            no_key: SecretString::from(""),
+        }
+    }
+}
+
+impl ClientConfig for Endpoint {
+    fn headers(&self) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        let Some(key) = &self.key else {
+            return headers;
+        };
+        let (name, value) = match self.provider {
+            Provider::Openai => (AUTHORIZATION, format!("Bearer {}", key.expose_secret())),
+            Provider::Azure => (
+                HeaderName::from_static("api-key"),
+                key.expose_secret().to_string(),
+            ),
+        };
+        // A key with characters no header can carry is left out; the server's 401 says so,
+        // where a panic here would take the bot down.
+        if let Ok(mut value) = HeaderValue::from_str(&value) {
+            value.set_sensitive(true);
+            headers.insert(name, value);
+        }
+        headers
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn query(&self) -> Vec<(&str, &str)> {
+        self.query.iter().map(|(k, v)| (*k, v.as_str())).collect()
+    }
+
+    fn api_base(&self) -> &str {
+        &self.base
+    }
+
+    fn api_key(&self) -> &SecretString {
+        self.key.as_ref().unwrap_or(&self.no_key)
+    }
+}
+
 /// An async-openai client for `base_url` with the key, timeout and retry rules of `config`; chat
 /// and embeddings share it so both retry the same way.
-pub fn openai_client(base_url: &str, config: &LlmConfig) -> Result<Client<OpenAIConfig>, LlmError> {
-    let mut openai = OpenAIConfig::new().with_api_base(base_url.trim_end_matches('/'));
-    // Local servers need no key; async-openai would otherwise send an empty bearer token.
-    if let Some(key) = &config.api_key {
-        openai = openai.with_api_key(key.expose());
-    }
+pub fn openai_client(base_url: &str, config: &LlmConfig) -> Result<Client<Endpoint>, LlmError> {
     let http = http_client(Duration::from_secs(config.timeout_secs))?;
     let transport = RetryingTransport::new(
         http.clone(),
@@ -56,7 +124,7 @@ pub fn openai_client(base_url: &str, config: &LlmConfig) -> Result<Client<OpenAI
             max: Duration::from_millis(config.retry_max_ms),
         },
     );
-    Ok(Client::with_config(openai)
+    Ok(Client::with_config(Endpoint::new(base_url, config))
         .with_http_client(http)
         .with_http_service(transport))
 }
@@ -66,7 +134,7 @@ impl OpenAiChat {
         Ok(OpenAiChat {
             client: openai_client(&config.base_url, config)?,
             response_format: config.response_format,
-            temperature: config.temperature,
+            llm: config.clone(),
         })
     }
 
@@ -86,11 +154,20 @@ impl OpenAiChat {
         let mut body = json!({
             "model": request.model,
             "messages": messages,
-            "max_tokens": request.max_tokens,
             "stream": false,
         });
-        if let Some(t) = self.temperature {
-            body["temperature"] = json!(t);
+        // Reasoning models refuse `max_tokens` and any temperature but their default, and take
+        // an effort instead; every other server knows `max_tokens`.
+        if self.llm.is_reasoning(&request.model) {
+            body["max_completion_tokens"] = json!(request.max_tokens);
+            if let Some(effort) = &self.llm.reasoning_effort {
+                body["reasoning_effort"] = json!(effort);
+            }
+        } else {
+            body["max_tokens"] = json!(request.max_tokens);
+            if let Some(t) = self.llm.temperature {
+                body["temperature"] = json!(t);
+            }
         }
         if let Some(schema) = &request.json_schema {
             match self.response_format {

@@ -72,18 +72,6 @@ fn retry_after(response: &Response) -> Option<Duration> {
     (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds))
 }
 
-fn network_kind(error: &reqwest::Error) -> Option<&'static str> {
-    if error.is_timeout() {
-        Some("timed out")
-    } else if error.is_connect() {
-        Some("connection failed")
-    } else if error.is_request() {
-        Some("request failed")
-    } else {
-        None
-    }
-}
-
 #[derive(Clone, Debug)]
 pub struct RetryingTransport {
     client: reqwest::Client,
@@ -132,7 +120,7 @@ impl tower::Service<HttpRequestFactory> for RetryingTransport {
                         hinted.unwrap_or_else(|| policy.delay(attempt, rand::rng().random()))
                     }
                     Ok(response) => return Ok(response),
-                    Err(error) => match network_kind(&error) {
+                    Err(error) => match crate::ops::network_failure(&error) {
                         Some(kind) if attempt < policy.max_attempts => {
                             tracing::warn!(kind, attempt, "model endpoint unreachable; retrying");
                             metrics::counter!(crate::ops::names::RETRIES, "status" => kind)

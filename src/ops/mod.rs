@@ -288,14 +288,22 @@ pub async fn check_health(listen: &str) -> anyhow::Result<std::process::ExitCode
 }
 
 /// What went wrong, without the URL reqwest's message would carry.
-fn unreachable_kind(error: &reqwest::Error) -> &'static str {
+/// What kind of network failure `error` is, in words safe to log (reqwest's own message carries
+/// the URL, which may carry a provider's query); `None` when the server did answer.
+pub fn network_failure(error: &reqwest::Error) -> Option<&'static str> {
     if error.is_timeout() {
-        "timed out"
+        Some("timed out")
     } else if error.is_connect() {
-        "connection failed"
+        Some("connection failed")
+    } else if error.is_request() {
+        Some("request failed")
     } else {
-        "request failed"
+        None
     }
+}
+
+fn unreachable_kind(error: &reqwest::Error) -> &'static str {
+    network_failure(error).unwrap_or("request failed")
 }
 
 #[cfg(test)]

@@ -155,9 +155,9 @@ impl AgentModel<'_> {
             price: self.deps.budgets.price(&model),
             request: ChatRequest {
                 purpose: crate::llm::TOOL_PURPOSE,
+                max_tokens: self.deps.config.llm.reply_tokens(&model, max_tokens),
                 model,
                 messages,
-                max_tokens,
                 json_schema: None,
             },
         }

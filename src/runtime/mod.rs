@@ -437,9 +437,9 @@ impl Actor {
             price: self.deps.budgets.price(&model_name),
             request: ChatRequest {
                 purpose: call.purpose.marker(),
+                max_tokens: llm.reply_tokens(&model_name, call.max_tokens),
                 model: model_name,
                 messages: call.messages,
-                max_tokens: call.max_tokens,
                 json_schema: call.json_schema,
             },
         };

@@ -96,6 +96,14 @@ impl AgentService {
 
     /// The agent's first state; nothing is stored yet.
     pub fn new_agent(&self, id: String, request: NewAgent) -> AgentState {
+        // Start-up warned about the configured model; a model chosen at start is news.
+        if let Some(warning) = request
+            .model
+            .as_deref()
+            .and_then(|model| self.config.llm.guessed_context_warning(model))
+        {
+            tracing::warn!(agent = %id, "{warning}");
+        }
         let mut state = AgentState::new(
             id,
             request.task,

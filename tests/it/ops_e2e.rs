@@ -213,6 +213,7 @@ async fn check_proves_each_endpoint_and_names_the_bot_holding_the_store() {
         "is in use by a running bot (process ",
         "✓ chat endpoint: ",
         "answers with model test-model (response format json_schema accepted)",
+        "✓ context window: model test-model: 4096 tokens from [llm.models], replies up to 500",
         "! embeddings: ",
         "HTTP 501",
         "agents will run without long-term memory",
@@ -243,6 +244,7 @@ async fn check_fails_on_a_dead_model_endpoint_and_a_refused_token() {
     for expected in [
         "✓ store: opens in ",
         "✗ chat endpoint: http://127.0.0.1:9/v1: ",
+        "✓ context window: model test-model: 4096 tokens from [llm.models]",
         "✗ discord: Discord refused DISCORD_TOKEN (401)",
         "Something required failed",
     ] {

@@ -6,10 +6,12 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::extract::State;
+use std::collections::HashMap;
+
+use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
@@ -96,7 +98,15 @@ struct Inner {
     /// Inputs of every embeddings request, and the error status the endpoint answers, if any.
     embedded: Vec<(String, Vec<String>)>,
     embeddings_failing: Option<u16>,
+    /// What `GET /v1/models` answers; `None`: 404, as servers without a listing do.
+    models_listing: Option<Value>,
+    models_listed: usize,
+    /// (deployment, api-version) of every Azure OpenAI request.
+    azure_calls: Vec<(String, String)>,
 }
+
+/// The key the fake's Azure OpenAI deployments accept in their `api-key` header.
+pub const AZURE_KEY: &str = "azure-test-key";
 
 #[derive(Clone)]
 pub struct FakeOpenAi {
@@ -113,6 +123,11 @@ impl FakeOpenAi {
         let app = Router::new()
             .route("/v1/chat/completions", post(completions))
             .route("/v1/embeddings", post(embeddings))
+            .route("/v1/models", get(models))
+            .route(
+                "/openai/deployments/{deployment}/chat/completions",
+                post(azure_completions),
+            )
             .with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -145,6 +160,27 @@ impl FakeOpenAi {
     /// `--embeddings`), or work again with `None`.
     pub fn set_embeddings_failing(&self, status: Option<u16>) {
         self.inner.lock().unwrap().embeddings_failing = status;
+    }
+
+    /// Makes `GET /v1/models` answer this body.
+    pub fn set_models_listing(&self, body: Value) {
+        self.inner.lock().unwrap().models_listing = Some(body);
+    }
+
+    /// How many times the model listing was asked for.
+    pub fn models_listed(&self) -> usize {
+        self.inner.lock().unwrap().models_listed
+    }
+
+    /// The root of the fake's Azure OpenAI resource; a deployment's URL is
+    /// `{root}/openai/deployments/{name}`.
+    pub fn azure_root(&self) -> String {
+        self.base_url.trim_end_matches("/v1").to_string()
+    }
+
+    /// (deployment, api-version) of every Azure OpenAI request so far.
+    pub fn azure_calls(&self) -> Vec<(String, String)> {
+        self.inner.lock().unwrap().azure_calls.clone()
     }
 
     /// (model, inputs) of every embeddings request so far.
@@ -324,12 +360,12 @@ fn check_cycle_request(body: &Value, expect: &Expect) -> Vec<String> {
     }) {
         problems.push("no time message".into());
     }
+    let reply_tokens = body["max_tokens"]
+        .as_u64()
+        .or(body["max_completion_tokens"].as_u64());
     if let Some(max) = expect.max_tokens {
-        if body["max_tokens"].as_u64() != Some(max) {
-            problems.push(format!(
-                "max_tokens should be {max}, was {}",
-                body["max_tokens"]
-            ));
+        if reply_tokens != Some(max) {
+            problems.push(format!("max_tokens should be {max}, was {reply_tokens:?}"));
         }
     }
     match (expect.response_format, body.get("response_format")) {
@@ -348,7 +384,7 @@ fn check_cycle_request(body: &Value, expect: &Expect) -> Vec<String> {
         (None, None) => {}
         (want, got) => problems.push(format!("response_format should be {want:?}, was {got:?}")),
     }
-    if let (Some(context), Some(max)) = (expect.context_tokens, body["max_tokens"].as_u64()) {
+    if let (Some(context), Some(max)) = (expect.context_tokens, reply_tokens) {
         let counter = tiktoken_rs::cl100k_base_singleton();
         let tokens: usize = messages
             .iter()
@@ -369,11 +405,94 @@ fn check_cycle_request(body: &Value, expect: &Expect) -> Vec<String> {
     problems
 }
 
+/// OpenAI's rule for its reasoning families (o-series, gpt-5): `max_tokens` and a temperature other
+/// than 1 are refused with a 400, in OpenAI's words.
+fn reasoning_refusal(body: &Value) -> Option<String> {
+    let model = body["model"].as_str().unwrap_or("");
+    let o_series =
+        model.len() > 1 && model.starts_with('o') && model.as_bytes()[1].is_ascii_digit();
+    if !(o_series || model.starts_with("gpt-5")) {
+        return None;
+    }
+    if body.get("max_tokens").is_some() {
+        return Some(
+            "Unsupported parameter: 'max_tokens' is not supported with this model. Use \
+             'max_completion_tokens' instead."
+                .into(),
+        );
+    }
+    match body.get("temperature").and_then(Value::as_f64) {
+        Some(t) if t != 1.0 => Some(format!(
+            "Unsupported value: 'temperature' does not support {t} with this model. Only the \
+             default (1) value is supported."
+        )),
+        _ => None,
+    }
+}
+
+fn openai_error(status: u16, message: &str) -> Reply {
+    Reply::Status(
+        status,
+        "application/json",
+        json!({"error": {"message": message, "type": "invalid_request_error"}}).to_string(),
+    )
+}
+
+async fn models(State(inner): State<Arc<Mutex<Inner>>>) -> Response {
+    let mut inner = inner.lock().unwrap();
+    inner.models_listed += 1;
+    match &inner.models_listing {
+        Some(body) => Json(body.clone()).into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+/// Azure OpenAI's deployment route: the version comes as the `api-version` query and the key as
+/// the `api-key` header (a bearer token is someone else's scheme and is refused); then the
+/// request is answered like any other.
+async fn azure_completions(
+    State(inner): State<Arc<Mutex<Inner>>>,
+    Path(deployment): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Json<Value>,
+) -> Response {
+    let Some(version) = query.get("api-version") else {
+        return respond(openai_error(404, "Resource not found"), (0, 0)).await;
+    };
+    let key = headers.get("api-key").and_then(|v| v.to_str().ok());
+    if key != Some(AZURE_KEY) || headers.contains_key(header::AUTHORIZATION) {
+        let problem = format!(
+            "an Azure request with api-key {key:?} and authorization {:?}",
+            headers.get(header::AUTHORIZATION)
+        );
+        inner.lock().unwrap().errors.push(problem);
+        return respond(
+            openai_error(
+                401,
+                "Access denied due to invalid subscription key or wrong API endpoint.",
+            ),
+            (0, 0),
+        )
+        .await;
+    }
+    inner
+        .lock()
+        .unwrap()
+        .azure_calls
+        .push((deployment, version.clone()));
+    completions(State(inner), headers, body).await
+}
+
 async fn completions(
     State(inner): State<Arc<Mutex<Inner>>>,
     headers: HeaderMap,
     Json(body): Json<Value>,
 ) -> Response {
+    if let Some(refusal) = reasoning_refusal(&body) {
+        inner.lock().unwrap().errors.push(refusal.clone());
+        return respond(openai_error(400, &refusal), (0, 0)).await;
+    }
     let kind = match kind_of(&headers) {
         Ok(kind) => kind,
         Err(problem) => {

@@ -72,6 +72,7 @@ impl TestEnv {
             .arg(self.data_dir())
             .args(args)
             .env_remove("OPENAI_API_KEY")
+            .env_remove("AZURE_OPENAI_API_KEY")
             .env_remove("OPENAI_BASE_URL")
             .env_remove("OPENAI_MODEL")
             .env_remove("OPENAI_EMBED_BASE")

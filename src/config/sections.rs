@@ -292,6 +292,8 @@ pub struct DiscordConfig {
     pub max_agents_per_guild: usize,
     /// A plain message in the thread, from someone who may decide, is feedback while a card waits.
     pub messages_as_feedback: bool,
+    /// How often a card Discord did not take (after its retries) is posted again.
+    pub repost_interval_secs: u64,
     #[serde(skip)]
     pub token: Option<Secret>,
 }
@@ -305,6 +307,7 @@ impl Default for DiscordConfig {
             max_agents_per_user: 3,
             max_agents_per_guild: 25,
             messages_as_feedback: true,
+            repost_interval_secs: 15,
             token: None,
         }
     }

@@ -25,6 +25,10 @@ pub const BUDGET_REFUSALS: &str = "autothread_budget_refusals_total";
 /// Seconds from a Discord interaction's creation to its acknowledgement (`kind`: command,
 /// button, form).
 pub const INTERACTION_ACK_SECONDS: &str = "autothread_interaction_ack_seconds";
+/// Posts to Discord tried again after a 5xx, a 429 or a failed connection.
+pub const DISCORD_RETRIES: &str = "autothread_discord_post_retries_total";
+/// Cards that could not be posted yet and wait for the re-post loop.
+pub const CARDS_UNPOSTED: &str = "autothread_cards_unposted";
 
 /// The phase labels `AGENTS` reports, zero included, so a dashboard sees every series.
 pub const PHASES: &[&str] = &[
@@ -58,6 +62,11 @@ pub fn describe() {
         "Millionths of a dollar charged, by model."
     );
     metrics::describe_counter!(RETRIES, "Model endpoint requests retried.");
+    metrics::describe_counter!(DISCORD_RETRIES, "Posts to Discord tried again.");
+    metrics::describe_gauge!(
+        CARDS_UNPOSTED,
+        "Cards that could not be posted yet and will be posted again."
+    );
     metrics::describe_counter!(BUDGET_REFUSALS, "Calls refused by a budget.");
     metrics::describe_histogram!(
         INTERACTION_ACK_SECONDS,

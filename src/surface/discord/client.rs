@@ -55,6 +55,7 @@ pub async fn run(app: App) -> anyhow::Result<()> {
                     app.config.agent.approve_n_default,
                     app.clock.clone(),
                 ));
+                spawn_repost_loop(&app, surface.clone());
                 let supervisor = Supervisor::new(app.deps(surface.clone()));
                 let _ = slot.set(supervisor.clone());
                 let data = Data {
@@ -101,6 +102,20 @@ pub async fn run(app: App) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Posts the cards Discord did not take every `discord.repost_interval_secs`, until shutdown.
+fn spawn_repost_loop(app: &App, surface: Arc<DiscordSurface>) {
+    let every = Duration::from_secs(app.config.discord.repost_interval_secs.max(1));
+    let drain = app.drain.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(every) => surface.repost_cards().await,
+                _ = drain.raised() => break,
+            }
+        }
+    });
 }
 
 /// Lets every agent finish what it has under way (at most `ops.shutdown_grace_secs`) without

@@ -6,6 +6,7 @@ pub mod client;
 mod commands;
 mod forms;
 pub mod ids;
+mod post;
 pub mod respond;
 mod router;
 
@@ -39,6 +40,8 @@ pub struct DiscordSurface {
     questions: Mutex<HashMap<u64, oneshot::Sender<String>>>,
     approve_n_default: u32,
     clock: Arc<dyn Clock>,
+    /// Cards Discord did not take, to be posted again by `repost_cards`.
+    unposted: post::Unposted,
 }
 
 /// Every message the bot sends mentions nobody, whatever the model wrote.
@@ -100,6 +103,7 @@ impl DiscordSurface {
             questions: Mutex::new(HashMap::new()),
             approve_n_default,
             clock,
+            unposted: post::Unposted::default(),
         }
     }
 
@@ -114,10 +118,19 @@ impl DiscordSurface {
     }
 
     async fn send(&self, agent: &str, message: CreateMessage) -> Option<u64> {
+        self.send_once(agent, message, post::fresh_nonce()).await
+    }
+
+    /// Posts `message` under `nonce`, retried through Discord's transient failures.
+    async fn send_once(&self, agent: &str, message: CreateMessage, nonce: String) -> Option<u64> {
         let binding = self.binding(agent)?;
-        match ChannelId::new(binding.thread_id)
-            .send_message(&self.http, message.allowed_mentions(no_mentions()))
-            .await
+        match post::post_with_retry(
+            &self.http,
+            ChannelId::new(binding.thread_id),
+            message,
+            nonce,
+        )
+        .await
         {
             Ok(sent) => Some(sent.id.get()),
             Err(e) => {
@@ -140,6 +153,36 @@ impl DiscordSurface {
         match self.questions.lock().await.remove(&thread_id) {
             Some(waiting) => waiting.send(text.to_string()).is_ok(),
             None => false,
+        }
+    }
+
+    /// Posts the cards Discord did not take, for agents still waiting on the same proposal; the
+    /// others are dropped from the list.
+    pub async fn repost_cards(&self) {
+        for (agent, cycle) in self.unposted.all() {
+            let state = match self.store.load_agent(&agent) {
+                Ok(Some(state)) => state,
+                Ok(None) => {
+                    self.unposted.forget(&agent);
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(%agent, error = %e, "cannot load an agent to post its card");
+                    continue;
+                }
+            };
+            let waiting = state.phase == crate::core::state::Phase::AwaitingDecision;
+            match state
+                .pending
+                .as_ref()
+                .filter(|p| waiting && p.cycle == cycle)
+            {
+                Some(proposal) => {
+                    tracing::info!(%agent, cycle, "posting a card Discord did not take before");
+                    self.show_proposal(&state, proposal, false).await;
+                }
+                None => self.unposted.forget(&agent),
+            }
         }
     }
 
@@ -202,20 +245,28 @@ impl Surface for DiscordSurface {
             }
         }
         let message = CreateMessage::new().embed(embed).components(components);
-        if let Some(message_id) = self.send(&agent.id, message).await {
-            binding.card = Some(CardRef {
-                cycle: proposal.cycle,
-                message_id,
-            });
-            // Flushed at once: after a crash the card must be found and reused, not posted again.
-            let saved = self.store.save_binding(&binding);
-            if let Err(e) = saved {
-                tracing::error!(agent = %agent.id, error = %e, "cannot remember the card");
-            } else if let Err(e) = self.store.flush().await {
-                tracing::error!(agent = %agent.id, error = %e, "cannot flush the card reference");
-            } else {
-                tracing::info!(agent = %agent.id, cycle = proposal.cycle, "card remembered");
+        let nonce = post::card_nonce(&agent.id, proposal.cycle);
+        let Some(message_id) = self.send_once(&agent.id, message, nonce).await else {
+            // A card nobody can click would leave the agent waiting for ever: the re-post loop
+            // tries again until Discord takes it.
+            if !auto_approved {
+                self.unposted.remember(&agent.id, proposal.cycle);
             }
+            return;
+        };
+        self.unposted.forget(&agent.id);
+        binding.card = Some(CardRef {
+            cycle: proposal.cycle,
+            message_id,
+        });
+        // Flushed at once: after a crash the card must be found and reused, not posted again.
+        let saved = self.store.save_binding(&binding);
+        if let Err(e) = saved {
+            tracing::error!(agent = %agent.id, error = %e, "cannot remember the card");
+        } else if let Err(e) = self.store.flush().await {
+            tracing::error!(agent = %agent.id, error = %e, "cannot flush the card reference");
+        } else {
+            tracing::info!(agent = %agent.id, cycle = proposal.cycle, "card remembered");
         }
     }
 

@@ -4,7 +4,7 @@
 //! Discord's validation rules and records every violation, and lets a test act as users:
 //! slash commands, button clicks, modal submits and messages.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -54,6 +54,17 @@ struct Inner {
     errors: Vec<String>,
     sent_payloads: Vec<Value>,
     identifies: usize,
+    /// Interactions deferred, by token: whether the deferral was ephemeral. Discord turns the
+    /// first follow-up into the deferred response, with the deferral's visibility whatever the
+    /// follow-up's own flags say.
+    deferred: HashMap<String, bool>,
+    /// How the next cards (posts with buttons) fail: (status, whether the message is stored
+    /// anyway).
+    failing_posts: VecDeque<(u16, bool)>,
+    /// Messages by (channel, nonce), for posts that ask Discord to enforce their nonce.
+    nonces: HashMap<(u64, String), Value>,
+    /// The bot may not create threads (its role lacks Create Public Threads).
+    threads_forbidden: bool,
 }
 
 #[derive(Clone)]
@@ -423,6 +434,26 @@ impl FakeDiscord {
             "mentions": [], "mention_roles": [], "attachments": [], "embeds": [], "pinned": false, "type": 0}));
     }
 
+    /// Makes the next `times` posts of cards (messages with buttons) fail with `status` (503:
+    /// Discord is having a bad moment; 429: rate limited, with `Retry-After`). With `stored`,
+    /// Discord keeps the message but still answers with the error, as a 5xx after the write does.
+    pub fn fail_card_posts(&self, times: usize, status: u16, stored: bool) {
+        let mut inner = self.lock();
+        for _ in 0..times {
+            inner.failing_posts.push_back((status, stored));
+        }
+    }
+
+    /// Takes away (or gives back) the bot's right to create threads.
+    pub fn forbid_threads(&self, forbidden: bool) {
+        self.lock().threads_forbidden = forbidden;
+    }
+
+    /// Posts still set to fail.
+    pub fn failing_posts_left(&self) -> usize {
+        self.lock().failing_posts.len()
+    }
+
     pub fn callbacks(&self, interaction: u64) -> Vec<Callback> {
         self.lock()
             .callbacks
@@ -620,6 +651,13 @@ async fn create_thread(
     Json(body): Json<Value>,
 ) -> Response {
     let mut inner = state.lock().unwrap();
+    if inner.threads_forbidden {
+        return (
+            StatusCode::FORBIDDEN,
+            Json(json!({"code": 50013, "message": "Missing Permissions"})),
+        )
+            .into_response();
+    }
     let name_len = chars(&body["name"]);
     if name_len == 0 || name_len > 100 {
         inner
@@ -791,12 +829,61 @@ async fn create_message(
     if !known {
         problems.push(format!("message to unknown channel {channel}"));
     }
+    if let Some(nonce) = payload.get("nonce") {
+        let length = nonce
+            .as_str()
+            .map_or(nonce.to_string().len(), |n| n.chars().count());
+        if length > 25 {
+            problems.push(format!("a nonce of {length} characters (at most 25)"));
+        }
+    }
     if let Some(rejected) = reject(&mut inner, "create message", problems) {
         return rejected;
     }
+    // With enforce_nonce, a second post under the same nonce gets the first message back.
+    let nonce_key = (payload["enforce_nonce"] == true)
+        .then(|| payload["nonce"].as_str().map(|n| (channel, n.to_string())))
+        .flatten();
+    if let Some(existing) = nonce_key.as_ref().and_then(|k| inner.nonces.get(k)) {
+        return Json(existing.clone()).into_response();
+    }
+    let is_card = payload["components"]
+        .as_array()
+        .is_some_and(|rows| !rows.is_empty());
+    let failure = if is_card {
+        inner.failing_posts.pop_front()
+    } else {
+        None
+    };
+    if let Some((_, false)) = failure {
+        return discord_failure(failure.map_or(500, |(status, _)| status));
+    }
     let message = stored_message(&mut inner, channel, &payload, &files, "http://127.0.0.1");
     inner.messages.push(message.clone());
-    Json(message).into_response()
+    if let Some(key) = nonce_key {
+        inner.nonces.insert(key, message.clone());
+    }
+    match failure {
+        Some((status, true)) => discord_failure(status),
+        _ => Json(message).into_response(),
+    }
+}
+
+/// Discord's answer when it is rate limiting (429, with how long to wait) or failing (5xx).
+fn discord_failure(status: u16) -> Response {
+    if status == 429 {
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            [("retry-after", "0.2")],
+            Json(json!({"message": "You are being rate limited.", "retry_after": 0.2, "global": false})),
+        )
+            .into_response();
+    }
+    (
+        StatusCode::from_u16(status).unwrap(),
+        Json(json!({"message": format!("{status}: Service Unavailable"), "code": 0})),
+    )
+        .into_response()
 }
 
 async fn edit_message(
@@ -900,6 +987,10 @@ async fn callback(
     }
     let kind = payload["type"].as_u64().unwrap_or(0);
     let data = payload["data"].clone();
+    if kind == 5 {
+        let ephemeral = data["flags"].as_u64().unwrap_or(0) & 64 != 0;
+        inner.deferred.insert(token.clone(), ephemeral);
+    }
     if kind == 9 {
         let title = chars(&data["title"]);
         let inputs = data["components"].as_array().map(Vec::len).unwrap_or(0);
@@ -932,7 +1023,13 @@ async fn followup(
     if let Some(rejected) = reject_invalid(&mut inner, "follow-up", &payload) {
         return rejected;
     }
-    let message = stored_message(&mut inner, CHANNEL, &payload, &files, "http://127.0.0.1");
+    let mut message = stored_message(&mut inner, CHANNEL, &payload, &files, "http://127.0.0.1");
+    let first = !inner.followups.iter().any(|(t, _)| *t == token);
+    if let (true, Some(&ephemeral)) = (first, inner.deferred.get(&token)) {
+        // The first follow-up fills the deferred response: its visibility was fixed when the
+        // interaction was deferred, and the follow-up's own flags cannot change it.
+        message["flags"] = json!(if ephemeral { 64 } else { 0 });
+    }
     inner.followups.push((token, message.clone()));
     Json(message).into_response()
 }

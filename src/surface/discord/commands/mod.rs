@@ -4,6 +4,7 @@
 mod budget;
 mod control;
 mod export;
+mod help;
 mod list;
 mod memory;
 mod policy;
@@ -55,7 +56,8 @@ pub fn all() -> Vec<poise::Command<Data, Error>> {
         "export::export",
         "budget::budget",
         "memory::memory",
-        "policy::policy"
+        "policy::policy",
+        "help::help"
     )
 )]
 async fn agent(_ctx: Ctx<'_>) -> Result<(), Error> {

@@ -1,12 +1,12 @@
 //! `/agent start`: opens a thread for a new agent and starts it there.
 
-use anyhow::Context as _;
-use poise::serenity_prelude::{AutoArchiveDuration, ChannelType, CreateThread, RoleId, UserId};
+use poise::serenity_prelude as serenity;
+use serenity::{AutoArchiveDuration, ChannelType, CreateThread, HttpError, RoleId, UserId};
 
 use super::{guild_of, Ctx, Error};
 use crate::core::budget::usd_to_micros;
 use crate::core::state::{GuildId, Profile, Spender};
-use crate::service::{AgentService, NewAgent};
+use crate::service::{AgentService, NewAgent, UserError};
 use crate::store::ThreadBinding;
 use crate::surface::discord::cards::thread_name;
 use crate::surface::discord::respond::{author, reply};
@@ -39,10 +39,11 @@ pub(super) async fn start(
     let guild_id = guild_of(ctx)?;
     let owner = author(ctx);
     let budget = budget.map(usd_to_micros);
-    // Refused before the deferral, so that the refusal is the first response and stays private:
-    // after a public deferral Discord shows the follow-up to everyone, whatever its flags.
     data.agents.check_start(guild_id, &owner, budget)?;
-    ctx.defer().await?;
+    // Deferred privately: Discord gives the first follow-up the deferral's visibility, so after
+    // a public deferral a refusal that comes later (no right to create threads) would be shown
+    // to everyone. The channel sees the new thread anyway.
+    ctx.defer_ephemeral().await?;
     let id = AgentService::new_agent_id();
     let title = name.clone().unwrap_or_else(|| format!("agent {id}"));
     let thread = ctx
@@ -54,7 +55,19 @@ pub(super) async fn start(
                 .auto_archive_duration(AutoArchiveDuration::OneDay),
         )
         .await
-        .context("cannot create the agent's thread")?;
+        .map_err(|e| match e {
+            serenity::Error::Http(HttpError::UnsuccessfulRequest(refusal))
+                if refusal.status_code.as_u16() == 403 =>
+            {
+                UserError::new(
+                    "I may not open a thread in this channel: give my role the Create Public \
+                     Threads and Send Messages in Threads permissions here, or start the agent \
+                     in another channel.",
+                )
+                .into()
+            }
+            other => anyhow::Error::new(other).context("cannot create the agent's thread"),
+        })?;
     data.app.store.save_binding(&ThreadBinding {
         agent_id: id.clone(),
         guild_id,
@@ -87,7 +100,7 @@ pub(super) async fn start(
     reply(
         ctx,
         format!("Started agent `{id}` in <#{}>.", thread.id.get()),
-        false,
+        true,
     )
     .await
 }

@@ -1,0 +1,78 @@
+//! `/agent help`: what the card buttons do and every `/agent` command, listed from the commands
+//! as they are registered so that the help never drifts from them.
+
+use super::{Ctx, Data, Error};
+use crate::surface::discord::respond::reply;
+
+/// What each of a card's buttons does, in the order the card shows them.
+const BUTTONS: &str = "\
+**The card's buttons** (the owner, the people and roles it is shared with, and moderators):
+• **Approve** runs the proposed command, then the agent thinks again.
+• **Approve ×N…** runs it and the next N commands without asking (until the budget's soft cap).
+• **Feedback…** sends your words to the agent instead of running the command.
+• **Self-critique** asks the model to criticise its own proposal and propose again.
+• **Deny** refuses the command; the agent is told and tries another way.
+A plain message in the thread is feedback while a card waits, and answers the agent's questions.";
+
+/// Explain the card buttons and the /agent commands (only you see it).
+#[poise::command(slash_command, guild_only)]
+pub(super) async fn help(ctx: Ctx<'_>) -> Result<(), Error> {
+    let commands = ctx
+        .framework()
+        .options()
+        .commands
+        .iter()
+        .find(|c| c.name == "agent")
+        .map(|agent| command_lines(agent, "/agent"))
+        .unwrap_or_default();
+    let text = format!(
+        "{BUTTONS}\n\n**Commands** (in a channel: `start` and `list`; the rest in an agent's thread):\n{}",
+        commands.join("\n")
+    );
+    reply(ctx, text, true).await
+}
+
+/// One line per command under `parent`, groups spelled out (`/agent budget set`).
+fn command_lines(parent: &poise::Command<Data, Error>, path: &str) -> Vec<String> {
+    parent
+        .subcommands
+        .iter()
+        .flat_map(|command| {
+            let here = format!("{path} {}", command.name);
+            if command.subcommands.is_empty() {
+                let what = command.description.as_deref().unwrap_or("");
+                vec![format!("`{here}` — {what}")]
+            } else {
+                command_lines(command, &here)
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_command_is_listed_with_its_description() {
+        let agent = super::super::all()
+            .into_iter()
+            .find(|c| c.name == "agent")
+            .expect("the /agent command");
+        let lines = super::command_lines(&agent, "/agent");
+        for expected in [
+            "`/agent start` — ",
+            "`/agent help` — ",
+            "`/agent budget set` — ",
+        ] {
+            assert!(
+                lines.iter().any(|l| l.starts_with(expected)),
+                "{expected} in {lines:#?}"
+            );
+        }
+        assert!(
+            lines.iter().all(|l| !l.ends_with("— ")),
+            "a command without a description: {lines:#?}"
+        );
+        let text = format!("{}\n\n{}", super::BUTTONS, lines.join("\n"));
+        assert!(text.chars().count() <= 2000, "{} characters", text.len());
+    }
+}

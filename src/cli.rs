@@ -10,19 +10,17 @@ use clap::{Args, Parser, Subcommand};
 use crate::app::{open_store, App};
 use crate::clock::SystemClock;
 use crate::config::{process_env, Config};
-use crate::core::budget::{format_usd, usd_to_micros, Micros};
+use crate::core::budget::usd_to_micros;
 use crate::core::commands::Risk;
 use crate::core::event::Event;
-use crate::core::history::truncate_chars;
 use crate::core::policy::ClassAction;
 use crate::core::state::{AgentState, PauseReason, Phase, Profile, Spender};
 use crate::runtime;
 use crate::service::{AgentService, NewAgent};
-use crate::store::Store;
 use crate::surface::console::{visible_controls, ConsoleSurface};
 
 /// Who pays for console agents: the terminal's user, whose daily budget applies to them all.
-const CONSOLE_USER: &str = "console";
+use crate::inspect::{load_agent, Inspect, CONSOLE_USER};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -71,8 +69,14 @@ pub enum CliCommand {
     Run,
     /// Run an agent in this terminal.
     Console(ConsoleArgs),
-    /// List saved agents.
+    /// List saved agents. This and the other inspection commands also work while `run` holds
+    /// the store: they are answered by the running bot.
     List,
+    /// Show one agent: its state, the command waiting for a decision, usage and budgets.
+    Status {
+        /// Agent id (or a unique prefix of it).
+        id: String,
+    },
     /// Write an agent's transcript (Markdown) and workspace files into a directory.
     Export {
         /// Agent id (or a unique prefix of it).
@@ -196,22 +200,36 @@ fn config_dir_file(config: &Config, name: &str) -> Option<PathBuf> {
     config.data_dir().ok().map(|dir| dir.join(name))
 }
 
-/// The metrics recorder and, unless `ops.listen` is empty, the health and metrics listener.
+/// Runs an inspection here or in the running bot, and shows it (writing files under `out`).
+async fn inspect(config: Config, what: Inspect, out: Option<&Path>) -> anyhow::Result<ExitCode> {
+    crate::inspect::here_or_in_the_bot(config, &what)
+        .await?
+        .deliver(out)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The metrics recorder and, unless `ops.listen` is empty, the health and metrics listener with
+/// the admin endpoint the inspection commands use while this bot holds the store (its address
+/// and token go into `ADMIN_FILE` beside the store, readable by this user only).
 async fn start_ops(app: &App) -> anyhow::Result<()> {
     let metrics = crate::ops::install_metrics();
     if app.config.ops.listen.is_empty() {
-        tracing::info!("ops listener: off (ops.listen is empty)");
+        tracing::info!("ops listener: off (ops.listen is empty); list, status, budget, export and memory cannot reach this bot");
         return Ok(());
     }
+    let token = crate::inspect::new_admin_token();
     let addr = crate::ops::serve(
         &app.config.ops.listen,
         app.store.clone(),
         app.clock.clone(),
         metrics,
         app.config.llm.base_url.clone(),
+        crate::inspect::admin_router(app.clone(), token.clone()),
     )
     .await?;
-    tracing::info!("ops listener: http://{addr} (/healthz, /readyz, /metrics)");
+    tracing::info!("ops listener: http://{addr} (/healthz, /readyz, /metrics, /admin)");
+    let dir = app.config.data_dir()?;
+    crate::inspect::write_admin_file(&dir, addr, &token)?;
     Ok(())
 }
 
@@ -245,30 +263,30 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if let Some(path) = &pid_file {
                 let _ = std::fs::write(path, std::process::id().to_string());
             }
+            let admin_file = config_dir_file(&app.config, crate::inspect::ADMIN_FILE);
             let ended = crate::surface::discord::client::run(app).await;
-            if let Some(path) = &pid_file {
+            for path in [&pid_file, &admin_file].into_iter().flatten() {
                 let _ = std::fs::remove_file(path);
             }
             ended?;
             Ok(ExitCode::SUCCESS)
         }
         CliCommand::Health => crate::ops::check_health(&config.ops.listen).await,
-        CliCommand::List => {
-            list(&open_store(&config)?)?;
-            Ok(ExitCode::SUCCESS)
-        }
+        CliCommand::List => inspect(config, Inspect::List, None).await,
+        CliCommand::Status { id } => inspect(config, Inspect::Status { id }, None).await,
         CliCommand::Export { id, out } => {
-            let store = open_store(&config)?;
-            export(&store, &id, &out)?;
+            inspect(config, Inspect::Export { id }, Some(&out)).await?;
+            println!("Written to {}.", out.display());
             Ok(ExitCode::SUCCESS)
         }
-        CliCommand::Budget { id } => {
-            print_budget(&App::open(config)?, id.as_deref())?;
-            Ok(ExitCode::SUCCESS)
-        }
+        CliCommand::Budget { id } => inspect(config, Inspect::Budget { id }, None).await,
         CliCommand::Memory { action } => {
-            memory_command(&App::open(config)?, action).await?;
-            Ok(ExitCode::SUCCESS)
+            let what = match action {
+                MemoryAction::Search { id, query, k } => Inspect::MemorySearch { id, query, k },
+                MemoryAction::Forget { id, memory } => Inspect::MemoryForget { id, memory },
+                MemoryAction::Pin { id, memory, unpin } => Inspect::MemoryPin { id, memory, unpin },
+            };
+            inspect(config, what, None).await
         }
         CliCommand::Migrate => {
             let store = open_store(&config)?;
@@ -318,14 +336,6 @@ fn keep_endpoint(config: &mut Config, state: &mut AgentState, flag: Option<&str>
         _ => {}
     }
     state.settings.endpoint = Some(config.endpoint());
-}
-
-/// The agent a prefix names, loaded from the store.
-fn load_agent(store: &Store, prefix: &str) -> anyhow::Result<AgentState> {
-    let id = store.resolve_agent(prefix)?;
-    store
-        .load_agent(&id)?
-        .with_context(|| format!("agent {id} vanished from the store"))
 }
 
 fn task_with_goals(task: Option<&str>, goals: &[String]) -> anyhow::Result<String> {
@@ -489,150 +499,4 @@ async fn console(mut config: Config, args: ConsoleArgs) -> anyhow::Result<ExitCo
         }
         _ => ExitCode::SUCCESS,
     })
-}
-
-async fn memory_command(app: &App, action: MemoryAction) -> anyhow::Result<()> {
-    let store = &app.store;
-    let memory = app
-        .memory
-        .as_ref()
-        .context("long-term memory is switched off (memory.enabled = false)")?;
-    let agent_of = |prefix: &str| load_agent(store, prefix);
-    match action {
-        MemoryAction::Search { id, query, k } => {
-            let agent = agent_of(&id)?;
-            let hits = memory.search(&memory.payer(&agent), &query, k).await?;
-            if hits.is_empty() {
-                println!("No memories found for agent {}.", agent.id);
-            }
-            for hit in hits {
-                println!(
-                    "#{}  cycle {}  {}  similarity {:.3}{}\n    {}",
-                    hit.id,
-                    hit.cycle,
-                    hit.source.label(),
-                    hit.score,
-                    if hit.pinned { "  [pinned]" } else { "" },
-                    visible_controls(&truncate_chars(&hit.text.replace('\n', " / "), 300))
-                );
-            }
-        }
-        MemoryAction::Forget {
-            id,
-            memory: memory_id,
-        } => {
-            let agent = agent_of(&id)?;
-            memory.forget(&agent.id, memory_id)?;
-            println!("Forgot memory #{memory_id} of agent {}.", agent.id);
-        }
-        MemoryAction::Pin {
-            id,
-            memory: memory_id,
-            unpin,
-        } => {
-            let agent = agent_of(&id)?;
-            memory.pin(&agent.id, memory_id, !unpin)?;
-            let what = if unpin { "Unpinned" } else { "Pinned" };
-            println!("{what} memory #{memory_id} of agent {}.", agent.id);
-        }
-    }
-    store.flush_blocking()?;
-    Ok(())
-}
-
-fn print_budget(app: &App, prefix: Option<&str>) -> anyhow::Result<()> {
-    let budgets = &app.budgets;
-    let now = app.clock.now();
-    let (agent, spender, limit) = match prefix {
-        Some(prefix) => {
-            let state = load_agent(&app.store, prefix)?;
-            println!(
-                "Agent {} ({}), model {}:",
-                state.id,
-                visible_controls(state.name()),
-                state.settings.model
-            );
-            let limit = budgets.agent_limit(&state);
-            (state.id, state.spender, limit)
-        }
-        None => (
-            String::new(),
-            Spender {
-                user: Some(CONSOLE_USER.into()),
-                guild: None,
-            },
-            Micros::ZERO,
-        ),
-    };
-    let lines = budgets.lines(&agent, &spender, limit, now)?;
-    for line in lines.into_iter().skip(usize::from(prefix.is_none())) {
-        let limit = line
-            .limit
-            .map(format_usd)
-            .unwrap_or_else(|| "no limit".into());
-        println!(
-            "  {:<28} {} spent ({} µ$) of {limit}; {} reserved ({} µ$)",
-            line.kind.label(),
-            format_usd(line.account.spent),
-            line.account.spent,
-            format_usd(line.account.reserved),
-            line.account.reserved
-        );
-    }
-    Ok(())
-}
-
-fn list(store: &Store) -> anyhow::Result<()> {
-    let agents = store.list_agents()?;
-    if agents.is_empty() {
-        println!("No saved agents.");
-        return Ok(());
-    }
-    println!(
-        "{:<12}  {:<24}  {:<18}  {:>5}  {:<16}  TASK",
-        "ID", "NAME", "STATE", "CYCLE", "UPDATED"
-    );
-    for agent in agents {
-        println!(
-            "{:<12}  {:<24}  {:<18}  {:>5}  {:<16}  {}",
-            agent.id,
-            visible_controls(&truncate_chars(&agent.name, 24)),
-            agent.phase,
-            agent.cycle,
-            agent.updated_at.format("%Y-%m-%d %H:%M"),
-            visible_controls(&truncate_chars(&agent.task.replace('\n', " "), 60))
-        );
-    }
-    Ok(())
-}
-
-fn export(store: &Store, prefix: &str, out: &Path) -> anyhow::Result<()> {
-    let state = load_agent(store, prefix)?;
-    let id = state.id.clone();
-    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
-    let transcript = out.join("transcript.md");
-    std::fs::write(&transcript, crate::export::transcript(store, &state)?)
-        .with_context(|| format!("cannot write {}", transcript.display()))?;
-    let workspace = out.join("workspace");
-    let files = store.list_files(&id)?;
-    for (path, _) in &files {
-        // Stored paths were normalised on write; checking again keeps a damaged store from
-        // writing outside the export directory.
-        let safe = crate::tools::workspace::normalize_path(path)
-            .map_err(|why| anyhow::anyhow!("stored path {path:?} is unsafe: {why}"))?;
-        let target = workspace.join(&safe);
-        if let Some(parent) = target.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        let contents = store.read_file(&id, path)?.unwrap_or_default();
-        std::fs::write(&target, contents)
-            .with_context(|| format!("cannot write {}", target.display()))?;
-    }
-    println!(
-        "Exported agent {} to {}: transcript.md and {} workspace file(s).",
-        id,
-        out.display(),
-        files.len()
-    );
-    Ok(())
 }

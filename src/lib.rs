@@ -25,6 +25,7 @@ pub mod clock;
 pub mod config;
 pub mod core;
 pub mod export;
+pub mod inspect;
 pub mod llm;
 pub mod memory;
 pub mod ops;

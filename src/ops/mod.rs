@@ -152,6 +152,7 @@ pub async fn serve(
     clock: std::sync::Arc<dyn Clock>,
     metrics: Option<PrometheusHandle>,
     model_base: String,
+    more: Router,
 ) -> anyhow::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
@@ -165,7 +166,8 @@ pub async fn serve(
             store,
             clock: clock.clone(),
             metrics,
-        });
+        })
+        .merge(more);
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "the ops listener stopped");

@@ -252,3 +252,95 @@ async fn check_fails_on_a_dead_model_endpoint_and_a_refused_token() {
     }
     assert!(!out.contains("wrong-token") && !err.contains("wrong-token"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_status_budget_export_and_memory_work_while_the_bot_holds_the_store() {
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
+    openai.push_content(agent_reply(
+        "write_file",
+        json!({"filename": "ferry.txt", "contents": "The ferry leaves at 7:40."}),
+    ));
+    openai.push_content(agent_reply("read_file", json!({"filename": "ferry.txt"})));
+    let discord = FakeDiscord::start().await;
+    let env = TestEnv::with_memory(&openai.base_url, "guild_calls_per_minute = 0\n");
+    let bot = start_bot_with(&env, &discord, &[], Some("warn")).await;
+    let thread = start_agent(
+        &discord,
+        Start {
+            task: "Note the ferry time",
+            name: Some("FerryGPT"),
+            continuous: Some(1),
+            budget: None,
+            share_user: None,
+        },
+    )
+    .await;
+    card(&discord, thread, "FerryGPT · cycle 2").await;
+    let admin_file = env.data_dir().join("autothread.admin.json");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&admin_file).unwrap().permissions(),
+    );
+    assert_eq!(
+        mode & 0o777,
+        0o600,
+        "only the bot's user may read the token"
+    );
+
+    // Each command is answered by the running bot; none fails on sled's lock.
+    let (ok, out, err) = env.run(&["list"]).await;
+    assert!(ok && out.contains("FerryGPT"), "{out}{err}");
+    let id = out
+        .lines()
+        .find(|l| l.contains("FerryGPT"))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap()
+        .to_string();
+    let (ok, out, err) = env.run(&["status", &id[..6]]).await;
+    assert!(ok, "{out}{err}");
+    for expected in [
+        "(FerryGPT): awaiting decision, cycle 2",
+        "Waiting for a decision on cycle 2: read_file({\"filename\":\"ferry.txt\"})",
+        "Usage: ",
+    ] {
+        assert!(out.contains(expected), "{expected:?} in {out}");
+    }
+    let (ok, out, err) = env.run(&["budget", &id]).await;
+    assert!(ok && out.contains(" spent ("), "{out}{err}");
+    let (ok, out, err) = env.run(&["memory", "search", &id, "ferry"]).await;
+    assert!(ok && out.contains("ferry.txt"), "{out}{err}");
+    let exported = env.dir.path().join("export");
+    let (ok, out, err) = env
+        .run(&["export", &id, "--out", exported.to_str().unwrap()])
+        .await;
+    assert!(ok, "{out}{err}");
+    assert_eq!(
+        std::fs::read_to_string(exported.join("workspace/ferry.txt")).unwrap(),
+        "The ferry leaves at 7:40."
+    );
+    assert!(std::fs::read_to_string(exported.join("transcript.md"))
+        .unwrap()
+        .contains("FerryGPT"));
+
+    // Without the token the endpoint answers nothing.
+    let admin: Value =
+        serde_json::from_str(&std::fs::read_to_string(&admin_file).unwrap()).unwrap();
+    let refused = reqwest::Client::new()
+        .post(format!(
+            "http://{}/admin/inspect",
+            admin["addr"].as_str().unwrap()
+        ))
+        .bearer_auth("not-the-token")
+        .json(&json!({"command": "list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 401);
+
+    // A stopped bot removes its admin file; the commands then open the store themselves.
+    bot.terminate();
+    bot.finish(WAIT).await;
+    assert!(!admin_file.exists());
+    let (ok, out, err) = env.run(&["list"]).await;
+    assert!(ok && out.contains("FerryGPT"), "{out}{err}");
+    openai.assert_clean();
+}

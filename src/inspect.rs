@@ -1,0 +1,449 @@
+//! The inspection commands (list, status, budget, memory, export) as functions of an `App` that
+//! return what they show. They run on a store this process opened or, while `run` holds the
+//! store, inside the running bot: its admin endpoint on the ops listener takes the command with a
+//! token from a file in the data directory that only the bot's user can read.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+
+use crate::app::App;
+use crate::core::budget::{format_usd, Micros};
+use crate::core::history::truncate_chars;
+use crate::core::state::{AgentState, Spender};
+use crate::store::{Store, StoreError};
+use crate::surface::console::visible_controls;
+
+/// The console's spender name: what `budget` without an agent shows.
+pub const CONSOLE_USER: &str = "console";
+
+/// The file `run` writes beside the store: where its admin endpoint listens and its token.
+pub const ADMIN_FILE: &str = "autothread.admin.json";
+
+/// One inspection, as the command line asks for it and as it travels to the running bot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "command", rename_all = "snake_case")]
+pub enum Inspect {
+    List,
+    Status {
+        id: String,
+    },
+    Budget {
+        id: Option<String>,
+    },
+    MemorySearch {
+        id: String,
+        query: String,
+        k: usize,
+    },
+    MemoryForget {
+        id: String,
+        memory: u64,
+    },
+    MemoryPin {
+        id: String,
+        memory: u64,
+        unpin: bool,
+    },
+    Export {
+        id: String,
+    },
+}
+
+/// What an inspection shows: text, and for `export` the files to write.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Shown {
+    pub text: String,
+    /// (path relative to the export directory, contents in base64).
+    pub files: Vec<(String, String)>,
+}
+
+impl Shown {
+    fn line(&mut self, text: impl AsRef<str>) {
+        self.text.push_str(text.as_ref());
+        self.text.push('\n');
+    }
+
+    /// Prints the text and writes the files under `out`.
+    pub fn deliver(&self, out: Option<&Path>) -> anyhow::Result<()> {
+        print!("{}", self.text);
+        let Some(out) = out else {
+            return Ok(());
+        };
+        std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+        for (path, contents) in &self.files {
+            // Paths come from the store (or the bot); checking again keeps a damaged store or a
+            // confused peer from writing outside the export directory.
+            let safe = crate::tools::workspace::normalize_path(path)
+                .map_err(|why| anyhow::anyhow!("exported path {path:?} is unsafe: {why}"))?;
+            let target = out.join(&safe);
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent)
+                    .with_context(|| format!("cannot create {}", parent.display()))?;
+            }
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(contents)
+                .context("an exported file is not base64")?;
+            std::fs::write(&target, bytes)
+                .with_context(|| format!("cannot write {}", target.display()))?;
+        }
+        Ok(())
+    }
+}
+
+/// The agent a prefix names, loaded from the store.
+pub fn load_agent(store: &Store, prefix: &str) -> anyhow::Result<AgentState> {
+    let id = store.resolve_agent(prefix)?;
+    store
+        .load_agent(&id)?
+        .with_context(|| format!("agent {id} vanished from the store"))
+}
+
+/// Runs one inspection against `app`.
+pub async fn inspect(app: &App, what: &Inspect) -> anyhow::Result<Shown> {
+    let mut shown = Shown::default();
+    match what {
+        Inspect::List => list(&app.store, &mut shown)?,
+        Inspect::Status { id } => status(app, id, &mut shown)?,
+        Inspect::Budget { id } => budget(app, id.as_deref(), &mut shown)?,
+        Inspect::Export { id } => export(&app.store, id, &mut shown)?,
+        Inspect::MemorySearch { .. } | Inspect::MemoryForget { .. } | Inspect::MemoryPin { .. } => {
+            memory(app, what, &mut shown).await?
+        }
+    }
+    Ok(shown)
+}
+
+fn list(store: &Store, shown: &mut Shown) -> anyhow::Result<()> {
+    let agents = store.list_agents()?;
+    if agents.is_empty() {
+        shown.line("No saved agents.");
+        return Ok(());
+    }
+    shown.line(format!(
+        "{:<12}  {:<24}  {:<18}  {:>5}  {:<16}  TASK",
+        "ID", "NAME", "STATE", "CYCLE", "UPDATED"
+    ));
+    for agent in agents {
+        shown.line(format!(
+            "{:<12}  {:<24}  {:<18}  {:>5}  {:<16}  {}",
+            agent.id,
+            visible_controls(&truncate_chars(&agent.name, 24)),
+            agent.phase,
+            agent.cycle,
+            agent.updated_at.format("%Y-%m-%d %H:%M"),
+            visible_controls(&truncate_chars(&agent.task.replace('\n', " "), 60))
+        ));
+    }
+    Ok(())
+}
+
+fn status(app: &App, prefix: &str, shown: &mut Shown) -> anyhow::Result<()> {
+    let state = load_agent(&app.store, prefix)?;
+    shown.line(format!(
+        "Agent {} ({}): {}, cycle {}, {} steps, model {}",
+        state.id,
+        visible_controls(state.name()),
+        state.phase.label(),
+        state.cycle,
+        state.episodes.len(),
+        state.settings.model
+    ));
+    if let Some(proposal) = &state.pending {
+        shown.line(format!(
+            "Waiting for a decision on cycle {}: {}",
+            proposal.cycle,
+            visible_controls(&truncate_chars(
+                &format!(
+                    "{}({})",
+                    proposal.command.name,
+                    serde_json::Value::Object(proposal.command.args.clone())
+                ),
+                300
+            ))
+        ));
+    }
+    shown.line(format!(
+        "Usage: {} model calls, {} prompt + {} completion tokens",
+        state.usage.calls, state.usage.prompt_tokens, state.usage.completion_tokens
+    ));
+    budget_lines(
+        app,
+        &state.id,
+        &state.spender,
+        app.budgets.agent_limit(&state),
+        shown,
+    )
+}
+
+fn budget(app: &App, prefix: Option<&str>, shown: &mut Shown) -> anyhow::Result<()> {
+    match prefix {
+        Some(prefix) => {
+            let state = load_agent(&app.store, prefix)?;
+            shown.line(format!(
+                "Agent {} ({}), model {}:",
+                state.id,
+                visible_controls(state.name()),
+                state.settings.model
+            ));
+            let limit = app.budgets.agent_limit(&state);
+            budget_lines(app, &state.id, &state.spender, limit, shown)
+        }
+        None => {
+            let console = Spender {
+                user: Some(CONSOLE_USER.into()),
+                guild: None,
+            };
+            budget_lines(app, "", &console, Micros::ZERO, shown)
+        }
+    }
+}
+
+/// One line per budget the agent (or, without one, the console user) draws on.
+fn budget_lines(
+    app: &App,
+    agent: &str,
+    spender: &Spender,
+    limit: Micros,
+    shown: &mut Shown,
+) -> anyhow::Result<()> {
+    let lines = app.budgets.lines(agent, spender, limit, app.clock.now())?;
+    for line in lines.into_iter().skip(usize::from(agent.is_empty())) {
+        let limit = line
+            .limit
+            .map(format_usd)
+            .unwrap_or_else(|| "no limit".into());
+        shown.line(format!(
+            "  {:<28} {} spent ({} µ$) of {limit}; {} reserved ({} µ$)",
+            line.kind.label(),
+            format_usd(line.account.spent),
+            line.account.spent,
+            format_usd(line.account.reserved),
+            line.account.reserved
+        ));
+    }
+    Ok(())
+}
+
+async fn memory(app: &App, what: &Inspect, shown: &mut Shown) -> anyhow::Result<()> {
+    let memory = app
+        .memory
+        .as_ref()
+        .context("long-term memory is switched off (memory.enabled = false)")?;
+    match what {
+        Inspect::MemorySearch { id, query, k } => {
+            let agent = load_agent(&app.store, id)?;
+            let hits = memory.search(&memory.payer(&agent), query, *k).await?;
+            if hits.is_empty() {
+                shown.line(format!("No memories found for agent {}.", agent.id));
+            }
+            for hit in hits {
+                shown.line(format!(
+                    "#{}  cycle {}  {}  similarity {:.3}{}\n    {}",
+                    hit.id,
+                    hit.cycle,
+                    hit.source.label(),
+                    hit.score,
+                    if hit.pinned { "  [pinned]" } else { "" },
+                    visible_controls(&truncate_chars(&hit.text.replace('\n', " / "), 300))
+                ));
+            }
+        }
+        Inspect::MemoryForget { id, memory: number } => {
+            let agent = load_agent(&app.store, id)?;
+            memory.forget(&agent.id, *number)?;
+            shown.line(format!("Forgot memory #{number} of agent {}.", agent.id));
+        }
+        Inspect::MemoryPin {
+            id,
+            memory: number,
+            unpin,
+        } => {
+            let agent = load_agent(&app.store, id)?;
+            memory.pin(&agent.id, *number, !unpin)?;
+            let done = if *unpin { "Unpinned" } else { "Pinned" };
+            shown.line(format!("{done} memory #{number} of agent {}.", agent.id));
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+fn export(store: &Store, prefix: &str, shown: &mut Shown) -> anyhow::Result<()> {
+    let state = load_agent(store, prefix)?;
+    let encode = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+    let transcript = crate::export::transcript(store, &state)?;
+    shown
+        .files
+        .push(("transcript.md".into(), encode(transcript.as_bytes())));
+    let files = store.list_files(&state.id)?;
+    for (path, _) in &files {
+        let contents = store.read_file(&state.id, path)?.unwrap_or_default();
+        shown
+            .files
+            .push((format!("workspace/{path}"), encode(&contents)));
+    }
+    shown.line(format!(
+        "Exported agent {}: transcript.md and {} workspace file(s).",
+        state.id,
+        files.len()
+    ));
+    Ok(())
+}
+
+/// Where the running bot's admin endpoint is and the token it takes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct AdminFile {
+    addr: String,
+    token: String,
+}
+
+/// A fresh admin token: 256 random bits, new at every start.
+pub fn new_admin_token() -> String {
+    format!(
+        "{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    )
+}
+
+/// Writes the admin file for a bot whose ops listener is at `addr` and takes `token`, readable
+/// by this user only.
+pub fn write_admin_file(dir: &Path, addr: std::net::SocketAddr, token: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    // A listener on every interface is reached through loopback from this machine.
+    let mut reach = addr;
+    if reach.ip().is_unspecified() {
+        reach.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    let path = dir.join(ADMIN_FILE);
+    // Created afresh with mode 0600: a file left by another user or a wider mode is replaced.
+    let _ = std::fs::remove_file(&path);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    let body = serde_json::to_string(&AdminFile {
+        addr: reach.to_string(),
+        token: token.to_string(),
+    })?;
+    file.write_all(body.as_bytes())?;
+    Ok(())
+}
+
+/// The admin endpoint: `POST /admin/inspect` with `Authorization: Bearer <token>`.
+pub fn admin_router(app: App, token: String) -> Router {
+    Router::new()
+        .route("/admin/inspect", post(inspect_handler))
+        .with_state((app, std::sync::Arc::new(token)))
+}
+
+type AdminState = (App, std::sync::Arc<String>);
+
+async fn inspect_handler(
+    State((app, token)): State<AdminState>,
+    headers: HeaderMap,
+    Json(what): Json<Inspect>,
+) -> Response {
+    let offered = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if !same_secret(offered, &token) {
+        return (StatusCode::UNAUTHORIZED, "a wrong or missing admin token\n").into_response();
+    }
+    tracing::info!(?what, "inspection from the command line");
+    match inspect(&app, &what).await {
+        Ok(shown) => Json(shown).into_response(),
+        Err(e) => (StatusCode::BAD_REQUEST, format!("{e:#}")).into_response(),
+    }
+}
+
+/// Compares in time independent of where the strings differ, so the token can't be guessed a
+/// character at a time.
+fn same_secret(offered: &str, token: &str) -> bool {
+    offered.len() == token.len()
+        && offered
+            .bytes()
+            .zip(token.bytes())
+            .fold(0u8, |diff, (a, b)| diff | (a ^ b))
+            == 0
+}
+
+/// Runs `what` on the store in `config`'s data directory or, when a running bot holds it, inside
+/// that bot.
+pub async fn here_or_in_the_bot(
+    config: crate::config::Config,
+    what: &Inspect,
+) -> anyhow::Result<Shown> {
+    let dir = config.data_dir()?;
+    match Store::open(&dir) {
+        Ok(store) => {
+            let app = App::build(
+                config,
+                store,
+                std::sync::Arc::new(crate::clock::SystemClock),
+            )?;
+            inspect(&app, what).await
+        }
+        Err(StoreError::Locked(_)) => ask_the_bot(&dir, what).await,
+        Err(e) => Err(e).with_context(|| format!("cannot open the store in {}", dir.display())),
+    }
+}
+
+async fn ask_the_bot(dir: &Path, what: &Inspect) -> anyhow::Result<Shown> {
+    let path: PathBuf = dir.join(ADMIN_FILE);
+    let admin: AdminFile = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .with_context(|| {
+            format!(
+                "the store in {} is in use by another process, and {} does not say how to reach \
+                 it (a bot with ops.listen empty, or one that is not autothread run)",
+                dir.display(),
+                path.display()
+            )
+        })?;
+    let url = format!("http://{}/admin/inspect", admin.addr);
+    let response = crate::llm::openai::http_client(std::time::Duration::from_secs(120))?
+        .post(&url)
+        .bearer_auth(&admin.token)
+        .json(what)
+        .send()
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "the running bot did not answer at {} ({})",
+                admin.addr,
+                crate::ops::network_failure(&e).unwrap_or("no answer")
+            )
+        })?;
+    let status = response.status();
+    if !status.is_success() {
+        let why = response.text().await.unwrap_or_default();
+        anyhow::bail!("{}", why.trim());
+    }
+    Ok(response.json().await?)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn secrets_are_compared_whole() {
+        assert!(super::same_secret("abc", "abc"));
+        assert!(!super::same_secret("abd", "abc"));
+        assert!(!super::same_secret("ab", "abc"));
+        assert!(!super::same_secret("", "abc"));
+    }
+}

@@ -83,6 +83,7 @@ async fn health_readiness_metrics_and_json_logs() {
         "autothread_tokens_total{model=\"test-model\",kind=\"prompt\"}",
         "autothread_spend_microdollars_total{model=\"test-model\"}",
         "autothread_model_call_seconds_bucket{model=\"test-model\"",
+        "autothread_interaction_ack_seconds_count{kind=\"command\"} 1",
         "# HELP autothread_store_bytes",
     ] {
         assert!(metrics.contains(series), "{series:?} in\n{metrics}");

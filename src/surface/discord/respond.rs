@@ -65,8 +65,30 @@ pub async fn pre_command(ctx: Ctx<'_>) {
     );
 }
 
+/// Counts a slash command's acknowledgement in the ack-latency metric when the response about
+/// to be sent is its first.
+fn note_command_ack(ctx: Ctx<'_>) {
+    if let poise::Context::Application(app) = ctx {
+        if !app
+            .has_sent_initial_response
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            record_ack(app.interaction.id.created_at(), "command");
+        }
+    }
+}
+
+/// Defers a slash command privately (Discord shows "thinking…" to the user alone), counting the
+/// acknowledgement.
+pub async fn defer_privately(ctx: Ctx<'_>) -> Result<(), Error> {
+    note_command_ack(ctx);
+    ctx.defer_ephemeral().await?;
+    Ok(())
+}
+
 /// A reply to a slash command, fitted to Discord's message limit and mentioning nobody.
 pub async fn reply(ctx: Ctx<'_>, text: impl Into<String>, private: bool) -> Result<(), Error> {
+    note_command_ack(ctx);
     ctx.send(
         poise::CreateReply::default()
             .content(super::cards::message_text(&text.into()))

@@ -314,7 +314,14 @@ impl FakeDiscord {
         perms: &str,
         channel: u64,
     ) -> (u64, Value) {
-        let id = self.new_id();
+        // A real snowflake: its top bits are the creation time, which the bot reads to measure
+        // how long a user waited for the acknowledgement.
+        const DISCORD_EPOCH_MS: u128 = 1_420_070_400_000;
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis();
+        let id = (((now_ms - DISCORD_EPOCH_MS) as u64) << 22) | (self.new_id() & 0x3f_ffff);
         let token = format!("itok{id}");
         self.lock()
             .interactions

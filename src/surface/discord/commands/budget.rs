@@ -9,7 +9,7 @@ use crate::core::budget::{format_usd, usd_to_micros, BudgetKind, Micros};
 use crate::core::event::Event;
 use crate::core::state::{GuildId, Spender};
 use crate::service::LimitChange;
-use crate::surface::discord::respond::{author, reply};
+use crate::surface::discord::respond::{author, defer_privately, reply};
 
 /// Spend and budgets: see them, or change them.
 #[poise::command(slash_command, guild_only, subcommands("budget_show", "budget_set"))]
@@ -98,7 +98,7 @@ pub(super) async fn budget_set(
     usd: f64,
     #[description = "For a daily user budget: only this user"] user: Option<UserId>,
 ) -> Result<(), Error> {
-    ctx.defer_ephemeral().await?;
+    defer_privately(ctx).await?;
     let data = ctx.data();
     let who = author(ctx);
     let micros = usd_to_micros(usd);

@@ -4,14 +4,14 @@ use super::{thread_agent, Ctx, Error};
 use crate::core::event::Event;
 use crate::service::rights::may_decide;
 use crate::service::{UserError, NOT_ALLOWED};
-use crate::surface::discord::respond::{author, reply};
+use crate::surface::discord::respond::{author, defer_privately, reply};
 
 async fn control(
     ctx: Ctx<'_>,
     event: impl FnOnce(String) -> Event,
     done: &str,
 ) -> Result<(), Error> {
-    ctx.defer_ephemeral().await?;
+    defer_privately(ctx).await?;
     let (binding, state) = thread_agent(ctx).await?;
     if !may_decide(&binding, &author(ctx)) {
         return Err(UserError::new(NOT_ALLOWED).into());

@@ -6,12 +6,12 @@ use super::{thread_agent, Ctx, Error};
 use crate::service::rights::may_decide;
 use crate::service::{UserError, NOT_ALLOWED};
 use crate::surface::discord::no_mentions;
-use crate::surface::discord::respond::author;
+use crate::surface::discord::respond::{author, defer_privately};
 
 /// Attach the agent's transcript (Markdown) and its workspace (zip).
 #[poise::command(slash_command, guild_only)]
 pub(super) async fn export(ctx: Ctx<'_>) -> Result<(), Error> {
-    ctx.defer_ephemeral().await?;
+    defer_privately(ctx).await?;
     let (binding, state) = thread_agent(ctx).await?;
     if !may_decide(&binding, &author(ctx)) {
         return Err(UserError::new(NOT_ALLOWED).into());

@@ -9,7 +9,7 @@ use crate::service::{UserError, NOT_ALLOWED};
 use crate::surface::discord::cards::{message_text, MESSAGE_MAX};
 use crate::surface::discord::ids::{CardAction, CardId};
 use crate::surface::discord::no_mentions;
-use crate::surface::discord::respond::{author, reply};
+use crate::surface::discord::respond::{author, defer_privately, reply};
 
 /// Long-term memory: search it, then forget or pin what you find.
 #[poise::command(slash_command, guild_only, subcommands("memory_search"))]
@@ -25,7 +25,7 @@ pub(super) async fn memory_search(
     #[max_length = 500]
     query: String,
 ) -> Result<(), Error> {
-    ctx.defer_ephemeral().await?;
+    defer_privately(ctx).await?;
     let (binding, state) = thread_agent(ctx).await?;
     let data = ctx.data();
     let Some(memory) = &data.app.memory else {

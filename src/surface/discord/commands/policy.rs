@@ -6,7 +6,7 @@ use crate::core::event::Event;
 use crate::core::policy::{ClassAction, ALL_RISKS};
 use crate::service::rights::may_share;
 use crate::service::UserError;
-use crate::surface::discord::respond::{author, reply};
+use crate::surface::discord::respond::{author, defer_privately, reply};
 
 /// What each risk class of command does for this agent: show it, or make it stricter.
 #[poise::command(slash_command, guild_only, subcommands("policy_show", "policy_set"))]
@@ -89,7 +89,7 @@ pub(super) async fn policy_set(
     #[description = "Which class of command"] class: RiskChoice,
     #[description = "What it does for this agent"] action: ActionChoice,
 ) -> Result<(), Error> {
-    ctx.defer_ephemeral().await?;
+    defer_privately(ctx).await?;
     let (binding, state) = thread_agent(ctx).await?;
     if !may_share(&binding, &author(ctx)) {
         return Err(UserError::new(

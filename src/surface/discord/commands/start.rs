@@ -9,7 +9,7 @@ use crate::core::state::{GuildId, Profile, Spender};
 use crate::service::{AgentService, NewAgent, UserError};
 use crate::store::ThreadBinding;
 use crate::surface::discord::cards::thread_name;
-use crate::surface::discord::respond::{author, reply};
+use crate::surface::discord::respond::{author, defer_privately, reply};
 
 /// Start an agent on a task, in a new thread.
 // poise takes every slash option as a parameter.
@@ -43,7 +43,7 @@ pub(super) async fn start(
     // Deferred privately: Discord gives the first follow-up the deferral's visibility, so after
     // a public deferral a refusal that comes later (no right to create threads) would be shown
     // to everyone. The channel sees the new thread anyway.
-    ctx.defer_ephemeral().await?;
+    defer_privately(ctx).await?;
     let id = AgentService::new_agent_id();
     let title = name.clone().unwrap_or_else(|| format!("agent {id}"));
     let thread = ctx

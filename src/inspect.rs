@@ -114,8 +114,19 @@ pub async fn inspect(app: &App, what: &Inspect) -> anyhow::Result<Shown> {
         Inspect::Status { id } => status(app, id, &mut shown)?,
         Inspect::Budget { id } => budget(app, id.as_deref(), &mut shown)?,
         Inspect::Export { id } => export(&app.store, id, &mut shown)?,
-        Inspect::MemorySearch { .. } | Inspect::MemoryForget { .. } | Inspect::MemoryPin { .. } => {
-            memory(app, what, &mut shown).await?
+        Inspect::MemorySearch { id, query, k } => {
+            memory_search(app, id, query, *k, &mut shown).await?
+        }
+        Inspect::MemoryForget { id, memory } => {
+            let agent = load_agent(&app.store, id)?;
+            memory_of(app)?.forget(&agent.id, *memory)?;
+            shown.line(format!("Forgot memory #{memory} of agent {}.", agent.id));
+        }
+        Inspect::MemoryPin { id, memory, unpin } => {
+            let agent = load_agent(&app.store, id)?;
+            memory_of(app)?.pin(&agent.id, *memory, !unpin)?;
+            let done = if *unpin { "Unpinned" } else { "Pinned" };
+            shown.line(format!("{done} memory #{memory} of agent {}.", agent.id));
         }
     }
     Ok(shown)
@@ -232,46 +243,35 @@ fn budget_lines(
     Ok(())
 }
 
-async fn memory(app: &App, what: &Inspect, shown: &mut Shown) -> anyhow::Result<()> {
-    let memory = app
-        .memory
-        .as_ref()
-        .context("long-term memory is switched off (memory.enabled = false)")?;
-    match what {
-        Inspect::MemorySearch { id, query, k } => {
-            let agent = load_agent(&app.store, id)?;
-            let hits = memory.search(&memory.payer(&agent), query, *k).await?;
-            if hits.is_empty() {
-                shown.line(format!("No memories found for agent {}.", agent.id));
-            }
-            for hit in hits {
-                shown.line(format!(
-                    "#{}  cycle {}  {}  similarity {:.3}{}\n    {}",
-                    hit.id,
-                    hit.cycle,
-                    hit.source.label(),
-                    hit.score,
-                    if hit.pinned { "  [pinned]" } else { "" },
-                    visible_controls(&truncate_chars(&hit.text.replace('\n', " / "), 300))
-                ));
-            }
-        }
-        Inspect::MemoryForget { id, memory: number } => {
-            let agent = load_agent(&app.store, id)?;
-            memory.forget(&agent.id, *number)?;
-            shown.line(format!("Forgot memory #{number} of agent {}.", agent.id));
-        }
-        Inspect::MemoryPin {
-            id,
-            memory: number,
-            unpin,
-        } => {
-            let agent = load_agent(&app.store, id)?;
-            memory.pin(&agent.id, *number, !unpin)?;
-            let done = if *unpin { "Unpinned" } else { "Pinned" };
-            shown.line(format!("{done} memory #{number} of agent {}.", agent.id));
-        }
-        _ => {}
+fn memory_of(app: &App) -> anyhow::Result<&crate::memory::Memory> {
+    app.memory
+        .as_deref()
+        .context("long-term memory is switched off (memory.enabled = false)")
+}
+
+async fn memory_search(
+    app: &App,
+    id: &str,
+    query: &str,
+    k: usize,
+    shown: &mut Shown,
+) -> anyhow::Result<()> {
+    let memory = memory_of(app)?;
+    let agent = load_agent(&app.store, id)?;
+    let hits = memory.search(&memory.payer(&agent), query, k).await?;
+    if hits.is_empty() {
+        shown.line(format!("No memories found for agent {}.", agent.id));
+    }
+    for hit in hits {
+        shown.line(format!(
+            "#{}  cycle {}  {}  similarity {:.3}{}\n    {}",
+            hit.id,
+            hit.cycle,
+            hit.source.label(),
+            hit.score,
+            if hit.pinned { "  [pinned]" } else { "" },
+            visible_controls(&truncate_chars(&hit.text.replace('\n', " / "), 300))
+        ));
     }
     Ok(())
 }

@@ -51,12 +51,15 @@ pub async fn learn_context_windows(config: &mut LlmConfig, also: Option<&str>) {
 
 /// As `learn_context_windows`, without logging; returns the models the config names.
 pub async fn ask_for_unknown_windows(config: &mut LlmConfig, also: Option<&str>) -> Vec<String> {
-    let mut models: Vec<String> = [Some(config.model.as_str()), config.smart_model(), also]
+    let mut models: Vec<String> = Vec::new();
+    for model in [Some(config.model.as_str()), config.smart_model(), also]
         .into_iter()
         .flatten()
-        .map(str::to_string)
-        .collect();
-    models.dedup();
+    {
+        if !models.iter().any(|m| m == model) {
+            models.push(model.to_string());
+        }
+    }
     let unknown = |config: &LlmConfig, model: &str| {
         config.model_spec_with_source(model).1 == ContextSource::Guessed
     };

@@ -109,5 +109,5 @@ else
   done
 fi
 echo "A local model answers at http://127.0.0.1:$PORT/v1 as model local-model. Try:"
-echo "  cargo run --release -- console --base-url http://127.0.0.1:$PORT/v1 --model local-model --task \"Write a haiku about Rust into haiku.txt, then finish\""
+echo "  AUTOTHREAD_FREE_MODELS=local-model cargo run --release -- console --base-url http://127.0.0.1:$PORT/v1 --model local-model --task \"Write a haiku about Rust into haiku.txt, then finish\""
 echo "Stop it with: scripts/local-model.sh stop"

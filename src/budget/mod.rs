@@ -9,7 +9,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use governor::clock::Clock as GovernorClock;
 
-use crate::config::BudgetConfig;
+use crate::config::{BudgetConfig, Unpriced};
 use crate::core::budget::{format_usd, BudgetKind, BudgetView, Micros, Price};
 use crate::core::state::{AgentState, GuildId, Spender};
 use crate::store::{Store, StoreError};
@@ -137,8 +137,23 @@ impl Budgets {
         self.pacer.as_ref()
     }
 
-    pub fn price(&self, model: &str) -> Price {
-        self.config.price(model)
+    /// The model's price; a model nobody priced is refused, never counted as free.
+    pub fn price(&self, model: &str) -> Result<Price, Unpriced> {
+        self.config.price_of(model)
+    }
+
+    /// What the tightest of the payer's budgets has left at `now` (settled and reserved spend
+    /// counted); `Micros::MAX` when none has a limit.
+    pub fn available(&self, payer: &Payer, now: DateTime<Utc>) -> Result<Micros, StoreError> {
+        let charges = self.charges(&payer.agent, &payer.spender, payer.agent_limit, now)?;
+        let mut available = Micros::MAX;
+        for charge in charges {
+            if let Some(limit) = charge.limit {
+                let left = limit.saturating_sub(self.ledger.account(&charge.account)?.committed());
+                available = available.min(left);
+            }
+        }
+        Ok(available)
     }
 
     /// Who pays for this agent's calls, with its budget as it stands.
@@ -296,7 +311,9 @@ impl Budgets {
             .min_by_key(|(left, _)| *left)
             .unwrap_or((Micros::MAX, BudgetKind::Agent));
         Ok(BudgetView {
-            price: self.price(&state.settings.model),
+            // The view only words the prompt's budget lines and the card's estimate; a call on an
+            // unpriced model is refused where it is metered.
+            price: self.price(&state.settings.model).unwrap_or_default(),
             agent_limit,
             agent_used,
             remaining,

@@ -177,6 +177,10 @@ impl Config {
         if let Some(v) = env("AUTOTHREAD_OPS_LISTEN") {
             self.ops.listen = v;
         }
+        if let Some(v) = env("AUTOTHREAD_FREE_MODELS") {
+            let named = v.split(',').map(str::trim).filter(|m| !m.is_empty());
+            self.budget.free_models.extend(named.map(str::to_string));
+        }
         if let Some(v) = env("AUTOTHREAD_DATA_DIR") {
             self.store.data_dir = Some(PathBuf::from(v));
         }
@@ -485,26 +489,54 @@ impl Config {
         }
         for (name, price) in &budget.prices {
             let ok = |v: f64| v.is_finite() && (0.0..=10_000.0).contains(&v);
-            if !ok(price.input_per_million) || !ok(price.output_per_million) {
+            let cached_ok = price.cached_input_per_million.is_none_or(ok);
+            if !ok(price.input_per_million) || !ok(price.output_per_million) || !cached_ok {
                 return Err(invalid(
                     &format!("budget.prices.\"{name}\""),
                     "prices must be between 0 and 10000 dollars per million tokens",
                 ));
             }
         }
-        // On a paid provider an unknown price would make spend invisible to every budget.
-        if self.llm.base_url.contains("api.openai.com") || self.llm.provider == Provider::Azure {
-            let models = [Some(self.llm.model.as_str()), self.llm.smart_model()];
-            for model in models.into_iter().flatten() {
-                if budget.known_price(model).is_none() {
-                    return Err(invalid(
-                        &format!("budget.prices.\"{model}\""),
-                        "no price is known for this model; add input_per_million and output_per_million",
-                    ));
-                }
+        // A model without a price would make its spend invisible to every budget, so every model
+        // an agent can be given must have one (or be listed as free), on any endpoint.
+        for model in self.models_in_use() {
+            if let Err(unpriced) = budget.price_of(model) {
+                return Err(invalid(
+                    &format!("budget.prices.\"{model}\""),
+                    unpriced.to_string(),
+                ));
+            }
+        }
+        for guild in self.discord.guild_models.keys() {
+            if guild.parse::<u64>().is_err() {
+                return Err(invalid(
+                    &format!("discord.guild_models.\"{guild}\""),
+                    "the key must be a server id (a number)",
+                ));
             }
         }
         Ok(())
+    }
+
+    /// Every model the config lets an agent use: the chat models, the embedding models when
+    /// memory is on, and the models servers may choose from.
+    pub fn models_in_use(&self) -> Vec<&str> {
+        let mut models = vec![self.llm.model.as_str()];
+        models.extend(self.llm.smart_model());
+        if self.memory.enabled {
+            models.push(self.memory.passage_model.as_str());
+            models.push(self.memory.query_model());
+        }
+        models.extend(self.discord.models.iter().map(String::as_str));
+        models.extend(
+            self.discord
+                .guild_models
+                .values()
+                .flatten()
+                .map(String::as_str),
+        );
+        models.dedup();
+        models
     }
 
     /// The directory of the sled store: configured, or the platform's data directory.
@@ -544,6 +576,64 @@ mod tests {
         let config = Config::from_toml(text, Path::new("bot.toml.example")).unwrap();
         config.validate().unwrap();
         assert_eq!(config.agent.approve_n_default, 5);
+    }
+
+    #[test]
+    fn every_model_in_use_needs_a_price_or_to_be_listed_free() {
+        let local = "[llm]\nbase_url = \"http://127.0.0.1:8080/v1\"\nmodel = \"local-model\"\n[memory]\nenabled = false\n";
+        let refused = |text: &str| {
+            Config::from_toml(text, Path::new("t.toml"))
+                .unwrap()
+                .validate()
+                .unwrap_err()
+                .to_string()
+        };
+        // Unpriced is refused on a local endpoint too: a local URL may be a proxy to a paid API.
+        let error = refused(local);
+        assert!(
+            error.contains("budget.prices.\"local-model\"")
+                && error.contains("budget.free_models")
+                && error.contains("AUTOTHREAD_FREE_MODELS"),
+            "{error}"
+        );
+        // Marked free in the file, or by the environment, it is accepted and costs nothing.
+        let free = format!("{local}[budget]\nfree_models = [\"local-model\"]\n");
+        let config = Config::from_toml(&free, Path::new("t.toml")).unwrap();
+        config.validate().unwrap();
+        assert!(config.budget.known_price("local-model").unwrap().is_free());
+        let mut by_env = Config::from_toml(local, Path::new("t.toml")).unwrap();
+        by_env.apply_env(&env_of(&[(
+            "AUTOTHREAD_FREE_MODELS",
+            " local-model , other ",
+        )]));
+        by_env.validate().unwrap();
+        assert_eq!(by_env.budget.free_models, ["local-model", "other"]);
+        // The embedding models (with memory on) and the models servers may choose count too.
+        let embed = local.replace(
+            "[memory]\nenabled = false\n",
+            "[memory]\nenabled = true\npassage_model = \"e5-small\"\n",
+        );
+        let error = refused(&format!(
+            "{embed}[budget]\nfree_models = [\"local-model\"]\n"
+        ));
+        assert!(error.contains("\"e5-small\""), "{error}");
+        let offered = format!(
+            "{local}[discord]\nmodels = [\"gpt-4o-2024-08-06\", \"mystery-70b\"]\n[budget]\nfree_models = [\"local-model\"]\n"
+        );
+        assert!(refused(&offered).contains("\"mystery-70b\""));
+        let by_guild = format!(
+            "{local}[discord.guild_models]\n\"42\" = [\"mystery-70b\"]\n[budget]\nfree_models = [\"local-model\"]\n"
+        );
+        assert!(refused(&by_guild).contains("\"mystery-70b\""));
+        // A dated snapshot of a catalogued model has its family's price, cache discount included.
+        let price = Config::default()
+            .budget
+            .known_price("gpt-4o-2024-08-06")
+            .unwrap();
+        assert_eq!(
+            (price.input_per_million, price.cached_input_per_million),
+            (2_500_000, 1_250_000)
+        );
     }
 
     #[test]

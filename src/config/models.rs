@@ -9,8 +9,9 @@ pub struct KnownModel {
     pub context_tokens: u32,
     /// The reply reserve sent as `max_tokens` (or `max_completion_tokens`).
     pub max_tokens: u32,
-    /// Dollars per million tokens, input and output.
+    /// Dollars per million tokens: input, input served from OpenAI's prompt cache, and output.
     pub input_per_million: f64,
+    pub cached_input_per_million: f64,
     pub output_per_million: f64,
     pub reasoning: bool,
 }
@@ -19,14 +20,14 @@ const fn chat(
     name: &'static str,
     context_tokens: u32,
     max_tokens: u32,
-    input_per_million: f64,
-    output_per_million: f64,
+    [input_per_million, cached_input_per_million, output_per_million]: [f64; 3],
 ) -> KnownModel {
     KnownModel {
         name,
         context_tokens,
         max_tokens,
         input_per_million,
+        cached_input_per_million,
         output_per_million,
         reasoning: false,
     }
@@ -38,14 +39,14 @@ const fn chat(
 const fn reasoning(
     name: &'static str,
     context_tokens: u32,
-    input_per_million: f64,
-    output_per_million: f64,
+    [input_per_million, cached_input_per_million, output_per_million]: [f64; 3],
 ) -> KnownModel {
     KnownModel {
         name,
         context_tokens,
         max_tokens: 8_000,
         input_per_million,
+        cached_input_per_million,
         output_per_million,
         reasoning: true,
     }
@@ -57,37 +58,39 @@ const fn embedding(name: &'static str, input_per_million: f64) -> KnownModel {
         context_tokens: 8_191,
         max_tokens: 0,
         input_per_million,
+        cached_input_per_million: input_per_million,
         output_per_million: 0.0,
         reasoning: false,
     }
 }
 
-/// Published prices and windows at the time of writing; `[llm.models]` and `[budget.prices]`
+/// Published prices and windows at the time of writing (input, cached input, output; a model
+/// without a prompt-cache discount repeats its input price); `[llm.models]` and `[budget.prices]`
 /// override them and add others. GPT-5.4 and 5.5 bill a whole request at a higher rate once its
 /// input passes 272K tokens, so their window is held at that line: an agent never pays the
 /// long-context rate unknowingly.
 pub const KNOWN_MODELS: &[KnownModel] = &[
-    reasoning("gpt-5.5", 272_000, 5.00, 30.00),
-    reasoning("gpt-5.4", 272_000, 2.50, 15.00),
-    reasoning("gpt-5.4-mini", 272_000, 0.75, 4.50),
-    reasoning("gpt-5.4-nano", 272_000, 0.20, 1.25),
-    reasoning("gpt-5.2", 400_000, 1.75, 14.00),
-    reasoning("gpt-5.1", 400_000, 1.25, 10.00),
-    reasoning("gpt-5", 400_000, 1.25, 10.00),
-    reasoning("gpt-5-mini", 400_000, 0.25, 2.00),
-    reasoning("gpt-5-nano", 400_000, 0.05, 0.40),
-    reasoning("o4-mini", 200_000, 1.10, 4.40),
-    reasoning("o3", 200_000, 2.00, 8.00),
-    reasoning("o3-mini", 200_000, 1.10, 4.40),
-    reasoning("o1", 200_000, 15.00, 60.00),
-    chat("gpt-4.1", 1_047_576, 2_000, 2.00, 8.00),
-    chat("gpt-4.1-mini", 1_047_576, 2_000, 0.40, 1.60),
-    chat("gpt-4.1-nano", 1_047_576, 2_000, 0.10, 0.40),
-    chat("gpt-4o", 128_000, 1_500, 2.50, 10.00),
-    chat("gpt-4o-mini", 128_000, 1_500, 0.15, 0.60),
-    chat("gpt-4-turbo", 128_000, 1_500, 10.00, 30.00),
-    chat("gpt-4", 8_192, 1_000, 30.00, 60.00),
-    chat("gpt-3.5-turbo", 16_385, 1_000, 0.50, 1.50),
+    reasoning("gpt-5.5", 272_000, [5.00, 0.50, 30.00]),
+    reasoning("gpt-5.4", 272_000, [2.50, 0.25, 15.00]),
+    reasoning("gpt-5.4-mini", 272_000, [0.75, 0.075, 4.50]),
+    reasoning("gpt-5.4-nano", 272_000, [0.20, 0.02, 1.25]),
+    reasoning("gpt-5.2", 400_000, [1.75, 0.175, 14.00]),
+    reasoning("gpt-5.1", 400_000, [1.25, 0.125, 10.00]),
+    reasoning("gpt-5", 400_000, [1.25, 0.125, 10.00]),
+    reasoning("gpt-5-mini", 400_000, [0.25, 0.025, 2.00]),
+    reasoning("gpt-5-nano", 400_000, [0.05, 0.005, 0.40]),
+    reasoning("o4-mini", 200_000, [1.10, 0.275, 4.40]),
+    reasoning("o3", 200_000, [2.00, 0.50, 8.00]),
+    reasoning("o3-mini", 200_000, [1.10, 0.55, 4.40]),
+    reasoning("o1", 200_000, [15.00, 7.50, 60.00]),
+    chat("gpt-4.1", 1_047_576, 2_000, [2.00, 0.50, 8.00]),
+    chat("gpt-4.1-mini", 1_047_576, 2_000, [0.40, 0.10, 1.60]),
+    chat("gpt-4.1-nano", 1_047_576, 2_000, [0.10, 0.025, 0.40]),
+    chat("gpt-4o", 128_000, 1_500, [2.50, 1.25, 10.00]),
+    chat("gpt-4o-mini", 128_000, 1_500, [0.15, 0.075, 0.60]),
+    chat("gpt-4-turbo", 128_000, 1_500, [10.00, 10.00, 30.00]),
+    chat("gpt-4", 8_192, 1_000, [30.00, 30.00, 60.00]),
+    chat("gpt-3.5-turbo", 16_385, 1_000, [0.50, 0.50, 1.50]),
     embedding("text-embedding-3-small", 0.02),
     embedding("text-embedding-3-large", 0.13),
     embedding("text-embedding-ada-002", 0.10),

@@ -192,6 +192,16 @@ impl LlmConfig {
         }
     }
 
+    /// The fewest reply tokens a call may be cut to when the budget cannot cover its whole
+    /// reserve: reasoning models keep their floor, others `REPLY_FLOOR_TOKENS`.
+    pub fn reply_floor(&self, model: &str) -> u32 {
+        if self.is_reasoning(model) {
+            REASONING_REPLY_FLOOR
+        } else {
+            crate::core::budget::REPLY_FLOOR_TOKENS
+        }
+    }
+
     /// Whether requests for `model` take `max_completion_tokens` and no temperature.
     pub fn is_reasoning(&self, model: &str) -> bool {
         self.models
@@ -294,6 +304,11 @@ pub struct DiscordConfig {
     pub messages_as_feedback: bool,
     /// How often a card Discord did not take (after its retries) is posted again.
     pub repost_interval_secs: u64,
+    /// The models members may choose with `/agent start model:`, besides `llm.model`; each needs
+    /// a price. Server admins change their server's list with `/agent models`.
+    pub models: Vec<String>,
+    /// A server's own list instead of `models`, by server id.
+    pub guild_models: BTreeMap<String, Vec<String>>,
     #[serde(skip)]
     pub token: Option<Secret>,
 }
@@ -308,6 +323,8 @@ impl Default for DiscordConfig {
             max_agents_per_guild: 25,
             messages_as_feedback: true,
             repost_interval_secs: 15,
+            models: Vec::new(),
+            guild_models: BTreeMap::new(),
             token: None,
         }
     }
@@ -318,10 +335,18 @@ impl Default for DiscordConfig {
 #[serde(deny_unknown_fields)]
 pub struct PriceConfig {
     pub input_per_million: f64,
+    /// What input served from the provider's prompt cache costs; unset: the input price.
+    #[serde(default)]
+    pub cached_input_per_million: Option<f64>,
     /// Embedding models bill input only.
     #[serde(default)]
     pub output_per_million: f64,
 }
+
+/// A model that has no price: the bot refuses to spend on it rather than count it as free.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no price is known for model \"{0}\": add [budget.prices.\"{0}\"] with input_per_million and output_per_million, or, if it runs on a server you do not pay per token, list it in budget.free_models (or AUTOTHREAD_FREE_MODELS)")]
+pub struct Unpriced(pub String);
 
 /// Budgets in dollars (0 switches a budget or a rate limit off) and prices.
 #[derive(Debug, Clone, Deserialize)]
@@ -340,6 +365,10 @@ pub struct BudgetConfig {
     pub guild_spend_per_hour_usd: f64,
     pub guild_calls_per_minute: u32,
     pub prices: BTreeMap<String, PriceConfig>,
+    /// Models that cost nothing per token (a server you run yourself). Every model an agent can
+    /// use needs a price, from `prices`, the built-in catalogue or this list; any other model is
+    /// refused, so spend can never go unaccounted. Also AUTOTHREAD_FREE_MODELS (comma-separated).
+    pub free_models: Vec<String>,
 }
 
 impl Default for BudgetConfig {
@@ -355,28 +384,38 @@ impl Default for BudgetConfig {
             guild_spend_per_hour_usd: 10.0,
             guild_calls_per_minute: 120,
             prices: BTreeMap::new(),
+            free_models: Vec::new(),
         }
     }
 }
 
 impl BudgetConfig {
-    /// The configured price, else the built-in one, else `None` (unknown).
+    /// The configured price, else free when listed in `free_models`, else the built-in one,
+    /// else `None`: a model nobody priced, which no call may use.
     pub fn known_price(&self, model: &str) -> Option<Price> {
         if let Some(p) = self.prices.get(model) {
-            return Some(Price::from_usd_per_million(
+            return Some(Price::from_usd_per_million_cached(
                 p.input_per_million,
+                p.cached_input_per_million.unwrap_or(p.input_per_million),
                 p.output_per_million,
             ));
         }
+        if self.free_models.iter().any(|free| free == model) {
+            return Some(Price::default());
+        }
         models::known(model).map(|known| {
-            Price::from_usd_per_million(known.input_per_million, known.output_per_million)
+            Price::from_usd_per_million_cached(
+                known.input_per_million,
+                known.cached_input_per_million,
+                known.output_per_million,
+            )
         })
     }
 
-    /// The price used for billing: a model without a known price is counted as free, which
-    /// `Config::validate` only allows off OpenAI's own endpoint (local servers).
-    pub fn price(&self, model: &str) -> Price {
-        self.known_price(model).unwrap_or_default()
+    /// The price, or the sentence that says how to give the model one.
+    pub fn price_of(&self, model: &str) -> Result<Price, Unpriced> {
+        self.known_price(model)
+            .ok_or_else(|| Unpriced(model.to_string()))
     }
 
     pub fn agent_default(&self) -> Micros {

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::event::Usage;
+use super::state::UsageTotals;
 
 /// An amount of money in micro-dollars (one millionth of a US dollar): whole numbers, so sums
 /// are exact, and a type of its own, so that money is never mixed up with token counts.
@@ -66,28 +67,103 @@ pub const MICROS_PER_USD: u64 = 1_000_000;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Price {
     pub input_per_million: u64,
+    /// Input the provider served from its prompt cache (OpenAI: half the input price or less).
+    #[serde(default)]
+    pub cached_input_per_million: u64,
     pub output_per_million: u64,
 }
 
+/// The fewest reply tokens a call may be cut to so that it fits what the budget has left: enough
+/// for a short JSON reply with one command. Below it the call is refused instead. (Reasoning
+/// models think in their reply tokens and get a higher floor.)
+pub const REPLY_FLOOR_TOKENS: u32 = 256;
+
+/// How a call's reply reserve fits what its budgets have left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyFit {
+    /// The reserve asked for fits.
+    Whole(u32),
+    /// Only a smaller reserve fits, still at least the floor (or what was asked).
+    Lowered(u32),
+    /// Not even the floor fits.
+    Refused,
+}
+
 impl Price {
-    /// From dollars per million tokens, as prices are published.
+    /// From dollars per million tokens, as prices are published, with no cache discount.
     pub fn from_usd_per_million(input: f64, output: f64) -> Price {
+        Price::from_usd_per_million_cached(input, input, output)
+    }
+
+    /// From dollars per million tokens: input, cached input and output.
+    pub fn from_usd_per_million_cached(input: f64, cached_input: f64, output: f64) -> Price {
         Price {
             input_per_million: usd_to_micros(input).0,
+            cached_input_per_million: usd_to_micros(cached_input).0,
             output_per_million: usd_to_micros(output).0,
         }
     }
 
-    /// The cost of a call, rounded up to a whole micro-dollar so a ledger never under-charges.
+    /// The cost of a call with no cached input (the worst case), rounded up to a whole
+    /// micro-dollar so a ledger never under-charges.
     pub fn cost(&self, prompt_tokens: u64, completion_tokens: u64) -> Micros {
-        let numerator = prompt_tokens as u128 * self.input_per_million as u128
+        self.cost_with_cache(prompt_tokens, 0, completion_tokens)
+    }
+
+    /// The cost of a call of which `cached_tokens` of the prompt came from the provider's cache.
+    pub fn cost_with_cache(
+        &self,
+        prompt_tokens: u64,
+        cached_tokens: u64,
+        completion_tokens: u64,
+    ) -> Micros {
+        let cached = cached_tokens.min(prompt_tokens);
+        // A cached price above the input price would be a typo; never charge more for a cache hit.
+        let cached_price = self.cached_input_per_million.min(self.input_per_million);
+        let numerator = (prompt_tokens - cached) as u128 * self.input_per_million as u128
+            + cached as u128 * cached_price as u128
             + completion_tokens as u128 * self.output_per_million as u128;
         let micros = numerator.div_ceil(1_000_000);
         Micros(u64::try_from(micros).unwrap_or(u64::MAX))
     }
 
     pub fn cost_of(&self, usage: Usage) -> Micros {
-        self.cost(usage.prompt_tokens, usage.completion_tokens)
+        self.cost_with_cache(
+            usage.prompt_tokens,
+            usage.cached_prompt_tokens,
+            usage.completion_tokens,
+        )
+    }
+
+    /// The reply reserve a call may have when `available` is all its budgets have left: the
+    /// reserve asked for if its worst case fits, else the largest that fits down to `floor`,
+    /// else `Refused`. The last calls of a small budget still go out, and the reservation made
+    /// from the result never exceeds `available`.
+    pub fn fit_reply(
+        &self,
+        prompt_tokens: u64,
+        wanted: u32,
+        floor: u32,
+        available: Micros,
+    ) -> ReplyFit {
+        if self.cost(prompt_tokens, wanted as u64) <= available {
+            return ReplyFit::Whole(wanted);
+        }
+        let floor = floor.min(wanted);
+        if self.cost(prompt_tokens, floor as u64) > available {
+            return ReplyFit::Refused;
+        }
+        // The largest reserve whose cost fits; costs grow with the reserve, so search.
+        let (mut fits, mut too_many) = (floor, wanted);
+        while too_many - fits > 1 {
+            let middle = fits + (too_many - fits) / 2;
+            if self.cost(prompt_tokens, middle as u64) <= available {
+                fits = middle;
+            } else {
+                too_many = middle;
+            }
+        }
+        ReplyFit::Lowered(fits)
     }
 
     pub fn is_free(&self) -> bool {
@@ -221,19 +297,25 @@ impl BudgetKind {
 
 impl SpendNote {
     /// The next step's cost from the last prompt's size: likely with the agent's average reply
-    /// length so far (half the reserve before the first reply), at most with the full reserve.
+    /// length so far (half the reserve before the first reply) and its prompt-cache hit rate so
+    /// far; at most with the full reserve and no cache hit.
     pub fn estimate(
         view: &BudgetView,
         last_prompt_tokens: u64,
-        average_reply_tokens: Option<u64>,
+        usage: &UsageTotals,
         max_tokens: u32,
     ) -> SpendNote {
         let max_tokens = max_tokens as u64;
-        let likely_reply = average_reply_tokens
+        let likely_reply = usage
+            .average_reply_tokens()
             .unwrap_or(max_tokens / 2)
             .min(max_tokens);
         SpendNote {
-            next_step_likely: view.price.cost(last_prompt_tokens, likely_reply),
+            next_step_likely: view.price.cost_with_cache(
+                last_prompt_tokens,
+                usage.likely_cached(last_prompt_tokens),
+                likely_reply,
+            ),
             next_step_worst: view.price.cost(last_prompt_tokens, max_tokens),
             remaining: view.remaining,
             agent_limit: view.agent_limit,
@@ -305,7 +387,8 @@ mod tests {
         assert_eq!(
             price.cost_of(Usage {
                 prompt_tokens: 2000,
-                completion_tokens: 0
+                completion_tokens: 0,
+                cached_prompt_tokens: 0,
             }),
             Micros(300)
         );
@@ -372,22 +455,110 @@ mod tests {
     #[test]
     fn card_estimate_uses_the_last_prompt_and_the_average_reply() {
         let v = view(Micros(1_000_000), Micros(900_000));
-        let note = SpendNote::estimate(&v, 10_000, Some(200), 1000);
+        let seen = |calls: u64, completion_tokens: u64| UsageTotals {
+            calls,
+            completion_tokens,
+            ..UsageTotals::default()
+        };
+        let note = SpendNote::estimate(&v, 10_000, &seen(3, 600), 1000);
         assert_eq!(note.next_step_likely, Micros(1500 + 120));
         assert_eq!(note.next_step_worst, Micros(1500 + 600));
         assert_eq!(
             note.render(),
             "Next step ≈ $0.0016 (at most $0.0021) · $0.90 left of $1.00"
         );
-        let first = SpendNote::estimate(&v, 10_000, None, 1000);
+        let first = SpendNote::estimate(&v, 10_000, &seen(0, 0), 1000);
         assert_eq!(first.next_step_likely, Micros(1500 + 300));
         let daily = BudgetView {
             tightest: BudgetKind::OwnerDaily,
             remaining: Micros(50_000),
             ..v
         };
-        assert!(SpendNote::estimate(&daily, 10_000, None, 1000)
+        assert!(SpendNote::estimate(&daily, 10_000, &seen(0, 0), 1000)
             .render()
             .ends_with("· $0.050 left in the owner's daily budget"));
+    }
+
+    #[test]
+    fn cached_input_is_charged_at_its_price_and_the_estimate_uses_the_hit_rate() {
+        let price = Price::from_usd_per_million_cached(0.15, 0.075, 0.60);
+        // 10,000 prompt tokens, 6,000 of them cached: 4,000 × 0.15 + 6,000 × 0.075 = 1,050 µ$.
+        let usage = Usage {
+            prompt_tokens: 10_000,
+            completion_tokens: 0,
+            cached_prompt_tokens: 6_000,
+        };
+        assert_eq!(price.cost_of(usage), Micros(600 + 450));
+        // A report of more cached tokens than the prompt had is held to the prompt.
+        let odd = Usage {
+            cached_prompt_tokens: 50_000,
+            ..usage
+        };
+        assert_eq!(price.cost_of(odd), Micros(750));
+        // A cached price above the input price (a typo) never makes a hit dearer.
+        let typo = Price::from_usd_per_million_cached(0.15, 1.5, 0.60);
+        assert_eq!(typo.cost_of(usage), Micros(1500));
+
+        // An agent that saw 60% of its prompts served from the cache is estimated so.
+        let v = BudgetView {
+            price,
+            ..view(Micros(1_000_000), Micros(900_000))
+        };
+        let seen = UsageTotals {
+            calls: 2,
+            prompt_tokens: 20_000,
+            completion_tokens: 400,
+            cached_prompt_tokens: 12_000,
+        };
+        let note = SpendNote::estimate(&v, 10_000, &seen, 1000);
+        assert_eq!(note.next_step_likely, Micros(600 + 450 + 120));
+        // The worst case assumes no hit.
+        assert_eq!(note.next_step_worst, Micros(1500 + 600));
+    }
+
+    #[test]
+    fn the_last_call_is_cut_to_what_the_budget_covers_down_to_a_floor() {
+        let price = Price::from_usd_per_million(2.5, 10.0);
+        // 2,000 prompt tokens cost 5,000 µ$; each reply token 10 µ$.
+        assert_eq!(
+            price.fit_reply(2_000, 1_500, REPLY_FLOOR_TOKENS, Micros(20_000)),
+            ReplyFit::Whole(1_500)
+        );
+        assert_eq!(
+            price.fit_reply(2_000, 1_500, REPLY_FLOOR_TOKENS, Micros(19_999)),
+            ReplyFit::Lowered(1_499)
+        );
+        assert_eq!(
+            price.fit_reply(2_000, 1_500, REPLY_FLOOR_TOKENS, Micros(9_000)),
+            ReplyFit::Lowered(400)
+        );
+        // The floor still fits; one micro-dollar less and it does not.
+        let floor = 5_000 + 10 * REPLY_FLOOR_TOKENS as u64;
+        assert_eq!(
+            price.fit_reply(2_000, 1_500, REPLY_FLOOR_TOKENS, Micros(floor)),
+            ReplyFit::Lowered(REPLY_FLOOR_TOKENS)
+        );
+        assert_eq!(
+            price.fit_reply(2_000, 1_500, REPLY_FLOOR_TOKENS, Micros(floor - 1)),
+            ReplyFit::Refused
+        );
+        // A call that asked for less than the floor is never cut.
+        assert_eq!(
+            price.fit_reply(2_000, 100, REPLY_FLOOR_TOKENS, Micros(5_999)),
+            ReplyFit::Refused
+        );
+        assert_eq!(
+            price.fit_reply(2_000, 100, REPLY_FLOOR_TOKENS, Micros(6_000)),
+            ReplyFit::Whole(100)
+        );
+        // Whatever it returns fits.
+        for available in (0..40_000).step_by(997) {
+            if let ReplyFit::Whole(n) | ReplyFit::Lowered(n) =
+                price.fit_reply(2_000, 1_500, REPLY_FLOOR_TOKENS, Micros(available))
+            {
+                assert!(price.cost(2_000, n as u64) <= Micros(available));
+                assert!(n >= REPLY_FLOOR_TOKENS);
+            }
+        }
     }
 }

@@ -45,6 +45,9 @@ impl CallPurpose {
 pub struct Usage {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
+    /// Of `prompt_tokens`, those the provider served from its prompt cache (billed lower).
+    #[serde(default)]
+    pub cached_prompt_tokens: u64,
 }
 
 /// The most commands one Approve ×N may approve, on every surface (and for `continuous:N`).

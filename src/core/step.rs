@@ -354,6 +354,7 @@ impl Stepper<'_, '_> {
             self.state.usage.calls += 1;
             self.state.usage.prompt_tokens += usage.prompt_tokens;
             self.state.usage.completion_tokens += usage.completion_tokens;
+            self.state.usage.cached_prompt_tokens += usage.cached_prompt_tokens;
         }
         if let CallPurpose::Summary { cycle } = purpose {
             if let Some(episode) = self.state.episodes.iter_mut().find(|e| e.cycle == cycle) {
@@ -538,12 +539,10 @@ impl Stepper<'_, '_> {
 
     /// What the next call may cost, for the proposal card.
     fn spend_note(&self, view: &BudgetView) -> SpendNote {
-        let usage = &self.state.usage;
-        let average_reply = (usage.calls > 0).then(|| usage.completion_tokens / usage.calls);
         SpendNote::estimate(
             view,
             self.state.last_prompt_tokens,
-            average_reply,
+            &self.state.usage,
             self.ctx.limits.max_tokens,
         )
     }

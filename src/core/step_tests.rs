@@ -127,6 +127,7 @@ impl Harness {
             usage: Some(Usage {
                 prompt_tokens: 10,
                 completion_tokens: 5,
+                cached_prompt_tokens: 0,
             }),
         })
     }

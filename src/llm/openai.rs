@@ -241,6 +241,11 @@ pub fn parse_completion(body: &Value) -> Result<ChatReply, LlmError> {
         Some(Usage {
             prompt_tokens: u.get("prompt_tokens")?.as_u64()?,
             completion_tokens: u.get("completion_tokens")?.as_u64()?,
+            // OpenAI's report of the prompt-cache hit; servers without a cache leave it out.
+            cached_prompt_tokens: u
+                .pointer("/prompt_tokens_details/cached_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
         })
     });
     Ok(ChatReply {

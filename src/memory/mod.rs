@@ -208,7 +208,10 @@ impl Memory {
         purpose: EmbedPurpose,
     ) -> Result<Vec<Vec<f32>>, MemoryError> {
         let model = self.embedder.model(purpose).to_string();
-        let price = self.budgets.price(&model);
+        let price = self
+            .budgets
+            .price(&model)
+            .map_err(|unpriced| MemoryError::Budget(unpriced.to_string()))?;
         let tokens: u64 = texts.iter().map(|t| self.counter.count(t) as u64).sum();
         let worst = price.cost(tokens, 0);
         let what = format!("{model} embeddings");

@@ -16,7 +16,8 @@ use super::{AgentHandle, Deps};
 pub(super) struct MeteredCall {
     pub(super) payer: Payer,
     pub(super) prompt_tokens: u64,
-    pub(super) price: crate::core::budget::Price,
+    /// `Err` for a model nobody priced: the call is refused, never made for free.
+    pub(super) price: Result<crate::core::budget::Price, crate::config::Unpriced>,
     pub(super) request: ChatRequest,
 }
 
@@ -73,16 +74,25 @@ impl MeteredCall {
     }
 
     pub(super) async fn run(
-        self,
+        mut self,
         deps: &Deps,
         what: &str,
         on_wait: &(dyn Fn(Pacing) + Sync),
     ) -> CallOutcome {
-        let worst = self
-            .price
-            .cost(self.prompt_tokens, self.request.max_tokens as u64);
+        let price = match &self.price {
+            Ok(price) => *price,
+            Err(unpriced) => {
+                metrics::counter!(crate::ops::names::BUDGET_REFUSALS, "kind" => "unpriced")
+                    .increment(1);
+                return CallOutcome::Refused(unpriced.to_string());
+            }
+        };
+        if let Err(e) = self.fit_to_budget(deps, price) {
+            return CallOutcome::Failed(format!("the spend ledger is unavailable: {e}"));
+        }
+        let worst = price.cost(self.prompt_tokens, self.request.max_tokens as u64);
         self.wait_for_pacer(deps, worst, on_wait).await;
-        let (prompt_tokens, price) = (self.prompt_tokens, self.price);
+        let prompt_tokens = self.prompt_tokens;
         let (model, purpose) = (self.request.model.clone(), self.request.purpose);
         let started = std::time::Instant::now();
         let call = || async {
@@ -91,6 +101,7 @@ impl MeteredCall {
             let usage = reply.usage.unwrap_or_else(|| crate::core::event::Usage {
                 prompt_tokens,
                 completion_tokens: deps.counter.count(&reply.content) as u64,
+                cached_prompt_tokens: 0,
             });
             Ok::<_, crate::llm::LlmError>((reply.content, usage))
         };
@@ -117,6 +128,30 @@ impl MeteredCall {
                 CallOutcome::Failed(error.to_string())
             }
         }
+    }
+
+    /// Lowers the reply reserve when what the budgets have left cannot cover the whole of it,
+    /// down to the model's floor, so a small budget's last calls still go out. Below the floor
+    /// the request stays as it is and the ledger refuses it with its reason. The ledger's
+    /// reservation, made after, is what keeps the cap: another call may reserve in between.
+    fn fit_to_budget(
+        &mut self,
+        deps: &Deps,
+        price: crate::core::budget::Price,
+    ) -> Result<(), crate::store::StoreError> {
+        use crate::core::budget::ReplyFit;
+        let available = deps.budgets.available(&self.payer, deps.clock.now())?;
+        let model = &self.request.model;
+        let floor = deps.config.llm.reply_floor(model);
+        let wanted = self.request.max_tokens;
+        if let ReplyFit::Lowered(fits) =
+            price.fit_reply(self.prompt_tokens, wanted, floor, available)
+        {
+            tracing::info!(agent = %self.payer.agent, model = %model, wanted, fits,
+                "the budget left covers a shorter reply only; the call goes out with fewer reply tokens");
+            self.request.max_tokens = fits;
+        }
+        Ok(())
     }
 
     /// Passes the rate-limit gates one by one, waiting (on the clock seam) at a closed one.

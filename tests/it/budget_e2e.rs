@@ -174,6 +174,18 @@ async fn an_exhausted_budget_pauses_and_a_raised_one_resumes() {
     );
     let cycles_before = fake.requests(Kind::Cycle).len();
     assert!(cycles_before >= 1);
+    // The last calls the budget could pay for went out with fewer reply tokens, not refused:
+    // a call with the whole reserve would have cost more than was left.
+    let lowered: Vec<u64> = fake
+        .requests(Kind::Cycle)
+        .iter()
+        .filter_map(|body| body["max_tokens"].as_u64())
+        .filter(|&n| n < 500)
+        .collect();
+    assert!(
+        !lowered.is_empty() && lowered.iter().all(|&n| n >= 256),
+        "{lowered:?}"
+    );
 
     let mut run = env.spawn(&["console", "--resume", &id, "--continuous", "--budget", "2"]);
     run.wait_for("Input:", 1, WAIT).await;
@@ -185,6 +197,90 @@ async fn an_exhausted_budget_pauses_and_a_raised_one_resumes() {
     fake.assert_clean();
     let (spent, _) = budget_line(&agent_budget(&env, &id).await, "the agent's budget");
     assert!(spent > spent_before && spent <= 2_000_000, "{spent}");
+}
+
+/// No spend goes unaccounted: an unpriced model is refused at start, and an agent whose model
+/// lost its price (the operator took it off the free list) pauses at its next call, naming the fix,
+/// without a request reaching the endpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unpriced_model_is_refused_and_never_spends() {
+    // An unknown model gets the 4k guess and its 1,000-token reply reserve.
+    let fake = FakeOpenAi::start(Expect {
+        max_tokens: Some(1_000),
+        response_format: Some("json_schema"),
+        context_tokens: Some(4_096),
+    })
+    .await;
+    let env = TestEnv::new(&fake.base_url, "");
+    let (ok, _, err) = env
+        .run(&["console", "--task", "x", "--model", "gpt-9-preview"])
+        .await;
+    assert!(!ok);
+    assert!(
+        err.contains("no price is known for model \"gpt-9-preview\"")
+            && err.contains("budget.free_models"),
+        "{err}"
+    );
+
+    fake.push_content(agent_reply("read_file", json!({"filename": "a.txt"})));
+    let run = env.spawn(&[
+        "console",
+        "--task",
+        "Read",
+        "--name",
+        "LocalGPT",
+        "--role",
+        "r",
+        "--model",
+        "mystery-7b",
+        "--limit",
+        "1",
+        "--continuous",
+    ]);
+    let (ok, out, err) = run.finish(WAIT).await;
+    assert!(ok, "{out}{err}");
+    let id = created_agent_id(&out);
+    let calls = fake.requests(Kind::Cycle).len();
+    assert_eq!(calls, 1);
+    // The operator no longer lists the model as free.
+    let config_path = env.dir.path().join("bot.toml");
+    let config = std::fs::read_to_string(&config_path).unwrap();
+    std::fs::write(&config_path, config.replace(", \"mystery-7b\"", "")).unwrap();
+    let run = env.spawn(&["console", "--resume", &id, "--continuous", "--limit", "3"]);
+    let (ok, out, err) = run.finish(WAIT).await;
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.contains("paused") && out.contains("no price is known for model \"mystery-7b\""),
+        "{out}"
+    );
+    assert_eq!(fake.requests(Kind::Cycle).len(), calls, "no call was made");
+    fake.assert_clean();
+}
+
+/// Cached input is charged at the cached price: OpenAI's `prompt_tokens_details.cached_tokens`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_input_is_charged_at_the_cached_price() {
+    let fake = fake().await;
+    // 1,000 prompt tokens of which 800 cached, 20 completion tokens, at $10 / $1 / $30 per
+    // million: 200 × 10 + 800 × 1 + 20 × 30 = 3,400 µ$ (uncached it would be 10,600).
+    fake.set_usage_with_cache(1_000, 20, 800);
+    fake.push_content(agent_reply("finish", json!({"reason": "done"})));
+    let env = TestEnv::with_budget(
+        &fake.base_url,
+        "",
+        "guild_calls_per_minute = 0\n[budget.prices.\"test-model\"]\ninput_per_million = 10.0\ncached_input_per_million = 1.0\noutput_per_million = 30.0\n",
+    );
+    let mut run = env.spawn(&[
+        "console", "--task", "Say done", "--name", "CacheGPT", "--role", "r",
+    ]);
+    run.wait_for("Input:", 1, WAIT).await;
+    run.type_lines(&["y"]).await;
+    let (ok, out, err) = run.finish(WAIT).await;
+    assert!(ok, "{out}{err}");
+    let id = created_agent_id(&out);
+    let (spent, reserved) = budget_line(&agent_budget(&env, &id).await, "the agent's budget");
+    assert_eq!((spent, reserved), (3_400, 0));
+    fake.assert_clean();
 }
 
 /// Alice starts an agent on a reading task.

@@ -1,12 +1,13 @@
-//! Properties of the spend ledger: whatever the interleaving of reservations, settlements,
-//! failures and crashes, no account passes its limit, and what the ledger says was spent is
+//! Properties of the spend ledger: whatever the interleaving of reservations (each fitted to what
+//! is left, as a budget's last calls are), settlements, failures and crashes, no account passes
+//! its limit, a fitted call is never refused, and what the ledger says was spent is
 //! exactly the sum of what was charged (settled usage at its price, crashed calls at their worst case).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use autothread::budget::ledger::{Charge, Ledger, Reservation};
-use autothread::core::budget::{Micros, Price};
+use autothread::core::budget::{Micros, Price, ReplyFit, REPLY_FLOOR_TOKENS};
 use autothread::store::Store;
 use chrono::{DateTime, Utc};
 use proptest::prelude::*;
@@ -125,6 +126,33 @@ fn run(ops: &[Op]) {
                 prompt,
                 max_tokens,
             } => {
+                // The call's reply reserve is first fitted to what its budgets have left, as the
+                // runtime does: a budget's last calls go out with fewer reply tokens.
+                let available = charges(agent)
+                    .iter()
+                    .map(|c| {
+                        let limit = c.limit.unwrap();
+                        limit.saturating_sub(ledger.account(&c.account).unwrap().committed())
+                    })
+                    .min()
+                    .unwrap();
+                let fit = price.fit_reply(prompt, max_tokens as u32, REPLY_FLOOR_TOKENS, available);
+                let max_tokens = match fit {
+                    ReplyFit::Whole(n) => {
+                        assert_eq!(n as u64, max_tokens);
+                        n as u64
+                    }
+                    ReplyFit::Lowered(n) => {
+                        assert!((REPLY_FLOOR_TOKENS as u64..max_tokens).contains(&(n as u64)));
+                        n as u64
+                    }
+                    // Not even the floor fits: the whole call goes to the ledger, which refuses.
+                    ReplyFit::Refused => {
+                        let floor = (REPLY_FLOOR_TOKENS as u64).min(max_tokens);
+                        assert!(price.cost(prompt, floor) > available);
+                        max_tokens
+                    }
+                };
                 let amount = price.cost(prompt, max_tokens);
                 let before = limits()
                     .keys()
@@ -134,13 +162,18 @@ fn run(ops: &[Op]) {
                     .reserve(&charges(agent), amount, "a", "think", at())
                     .unwrap()
                 {
-                    Ok(reservation) => in_flight.push(InFlight {
-                        reservation,
-                        agent,
-                        prompt,
-                        max_tokens,
-                    }),
+                    Ok(reservation) => {
+                        // With nothing in between, a fitted call is never refused.
+                        assert_ne!(fit, ReplyFit::Refused);
+                        in_flight.push(InFlight {
+                            reservation,
+                            agent,
+                            prompt,
+                            max_tokens,
+                        })
+                    }
                     Err(refusal) => {
+                        assert_eq!(fit, ReplyFit::Refused, "a fitted call was refused");
                         // Refused only when some budget truly could not cover it, and nothing booked.
                         assert!(refusal.available < amount);
                         let after = limits()

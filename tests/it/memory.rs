@@ -66,7 +66,8 @@ struct Fixture {
 
 fn fixture_in(dir: tempfile::TempDir) -> Fixture {
     let store = Store::open(dir.path()).unwrap();
-    let config = Config::default();
+    let mut config = Config::default();
+    config.budget.free_models = vec!["hash-passage".into(), "hash-query".into()];
     let budgets = Arc::new(Budgets::new(&store, &config.budget).unwrap());
     let embedder = Arc::new(HashEmbedder::default());
     let clock = Arc::new(SteppedClock::default());
@@ -219,6 +220,7 @@ async fn a_fact_from_cycle_3_is_recalled_at_cycle_40_when_the_task_turns_to_it()
     let f = fixture_in(tempfile::tempdir().unwrap());
     let mut config = Config::default();
     config.llm.model = "local-model".into();
+    config.budget.free_models = vec!["local-model".into()];
     config.budget.guild_calls_per_minute = 0;
     let mut replies = Vec::new();
     for cycle in 1..=38 {

@@ -81,6 +81,7 @@ async fn a_rate_limited_agent_waits_on_the_fake_clock_and_resumes() {
     let store = Store::open(dir.path()).unwrap();
     let mut config = Config::default();
     config.llm.model = "local-model".into();
+    config.budget.free_models = vec!["local-model".into()];
     let clock = FakeClock::default();
     // One call per minute for the guild: the second call of the run must wait.
     let pacer = Pacer::with_clock(

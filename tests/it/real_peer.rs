@@ -165,6 +165,7 @@ async fn a_real_embeddings_server_stores_and_recalls_a_memory() {
     config.memory.base_url = Some(base);
     config.memory.passage_model = "e5-passage".into();
     config.memory.query_model = "e5-query".into();
+    config.budget.free_models = vec!["e5-passage".into(), "e5-query".into()];
     let budgets =
         std::sync::Arc::new(autothread::budget::Budgets::new(&store, &config.budget).unwrap());
     let counter = std::sync::Arc::new(autothread::llm::tokens::TiktokenCounter::for_model(

@@ -60,11 +60,12 @@ async fn sub_agents_live_bounded_and_paid_by_their_parent() {
         "priced-model".into(),
         PriceConfig {
             input_per_million: 1.0,
+            cached_input_per_million: None,
             output_per_million: 2.0,
         },
     );
     config.subagents.max_per_agent = 2;
-    let price = config.budget.price("priced-model");
+    let price = config.budget.price_of("priced-model").unwrap();
     let surface = Arc::new(Recorder::default());
     let deps = deps(&store, model.clone(), surface.clone(), config, None);
     let state = agent(
@@ -139,6 +140,7 @@ async fn sub_agents_live_bounded_and_paid_by_their_parent() {
     let unit = price.cost_of(Usage {
         prompt_tokens: 40,
         completion_tokens: 7,
+        cached_prompt_tokens: 0,
     });
     assert_eq!(researcher.spent, Micros(2 * unit.0));
     let calls = model.requests.lock().unwrap().len() + model.summaries.load(Ordering::SeqCst);

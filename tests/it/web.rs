@@ -605,6 +605,7 @@ async fn prompt_injection_in_a_page_does_not_change_the_policy() {
     surface.deny_cards.store(true, Ordering::SeqCst);
     let mut config = Config::default();
     config.llm.model = "local-model".into();
+    config.budget.free_models = vec!["local-model".into()];
     config.budget.guild_calls_per_minute = 0;
     config.web = web_config(port);
     let web = Arc::new(web(&config.web));

@@ -56,6 +56,7 @@ impl ChatModel for ScriptedModel {
             usage: Some(Usage {
                 prompt_tokens: 10,
                 completion_tokens: 5,
+                cached_prompt_tokens: 0,
             }),
         })
     }
@@ -95,6 +96,7 @@ impl ChatModel for RuleModel {
             usage: Some(Usage {
                 prompt_tokens: 40,
                 completion_tokens: 7,
+                cached_prompt_tokens: 0,
             }),
         })
     }

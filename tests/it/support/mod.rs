@@ -17,6 +17,10 @@ use tokio::process::{Child, ChildStdin, Command};
 /// How long a test waits for the bot, the console or a fake to do something before it fails.
 pub const WAIT: Duration = Duration::from_secs(60);
 
+/// The fake's models (and the local models the provider tests name) cost nothing unless a test
+/// prices them in `[budget.prices]`, which wins.
+pub const FREE_TEST_MODELS: &str = "free_models = [\"test-model\", \"fake-passage\", \"fake-query\", \"local-llama\", \"mystery-7b\", \"smollm2\"]\n";
+
 /// A temporary home for one test: config file, store, export directory.
 pub struct TestEnv {
     pub dir: tempfile::TempDir,
@@ -51,7 +55,7 @@ impl TestEnv {
             "timeout_secs = 2\n"
         };
         let config = format!(
-            "[llm]\nbase_url = \"{base_url}\"\nmodel = \"test-model\"\n{timeout}max_attempts = 3\nretry_initial_ms = 20\nretry_max_ms = 100\n{extra_llm}\n\n[llm.models.\"test-model\"]\ncontext_tokens = 4096\nmax_tokens = 500\n\n[memory]\nenabled = false\n\n[budget]\n{budget}"
+            "[llm]\nbase_url = \"{base_url}\"\nmodel = \"test-model\"\n{timeout}max_attempts = 3\nretry_initial_ms = 20\nretry_max_ms = 100\n{extra_llm}\n\n[llm.models.\"test-model\"]\ncontext_tokens = 4096\nmax_tokens = 500\n\n[memory]\nenabled = false\n\n[budget]\n{FREE_TEST_MODELS}{budget}"
         );
         std::fs::write(dir.path().join("bot.toml"), config).unwrap();
         TestEnv {

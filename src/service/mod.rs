@@ -55,6 +55,16 @@ pub struct NewAgent {
     pub spender: Spender,
 }
 
+/// An admin's change to the models a server's members may choose.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelChange {
+    Allow(String),
+    Remove(String),
+}
+
+/// Discord shows at most this many autocomplete choices.
+pub const MODEL_CHOICES_MAX: usize = 25;
+
 /// A new user or server limit, as an admin sets it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LimitChange {
@@ -64,6 +74,11 @@ pub struct LimitChange {
     pub user: Option<u64>,
     /// The limit; 0 means no limit.
     pub micros: Micros,
+}
+
+/// A model name as a member typed it, cut short and without backticks, for a refusal.
+fn shown_model(model: &str) -> String {
+    model.chars().filter(|c| *c != '`').take(100).collect()
 }
 
 #[derive(Clone)]
@@ -175,6 +190,110 @@ impl AgentService {
             .into());
         }
         Ok(())
+    }
+
+    /// The models members of this server may choose at `/agent start`: the configured model
+    /// first (always allowed), then the server's list: its admins', else its own in config, else
+    /// `discord.models`.
+    pub fn allowed_models(&self, guild_id: u64) -> ServiceResult<Vec<String>> {
+        let discord = &self.config.discord;
+        let listed = match self.store.guild_models(guild_id)? {
+            Some(set_by_admins) => set_by_admins,
+            None => discord
+                .guild_models
+                .get(&guild_id.to_string())
+                .unwrap_or(&discord.models)
+                .clone(),
+        };
+        let mut models = vec![self.config.llm.model.clone()];
+        for model in listed {
+            if !models.contains(&model) {
+                models.push(model);
+            }
+        }
+        Ok(models)
+    }
+
+    /// The allowed models that start with (or contain) what the member typed, for autocomplete.
+    pub fn model_choices(&self, guild_id: u64, typed: &str) -> ServiceResult<Vec<String>> {
+        let typed = typed.trim().to_lowercase();
+        let mut models = self.allowed_models(guild_id)?;
+        models.retain(|m| m.to_lowercase().contains(&typed));
+        models.sort_by_key(|m| !m.to_lowercase().starts_with(&typed));
+        models.truncate(MODEL_CHOICES_MAX);
+        Ok(models)
+    }
+
+    /// Whether an agent in this server may use `model`: it must be on the server's list and have
+    /// a price (a list set before a price was removed from config is caught here too).
+    pub fn check_model(&self, guild_id: u64, model: &str) -> ServiceResult<()> {
+        let allowed = self.allowed_models(guild_id)?;
+        if !allowed.iter().any(|m| m == model) {
+            return Err(UserError(format!(
+                "`{}` is not one of the models this server offers: {}. A server admin can add one with `/agent models allow`.",
+                shown_model(model),
+                allowed.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ")
+            ))
+            .into());
+        }
+        if let Err(unpriced) = self.config.budget.price_of(model) {
+            return Err(UserError(format!(
+                "`{model}` cannot be used: {unpriced}. Ask the bot's operator."
+            ))
+            .into());
+        }
+        Ok(())
+    }
+
+    /// A server admin's change to the server's list of models; returns the list as it now is.
+    /// A model is allowed only with a price, and the configured model cannot be removed.
+    pub fn change_models(
+        &self,
+        guild_id: u64,
+        who: &Requester,
+        change: ModelChange,
+    ) -> ServiceResult<Vec<String>> {
+        if !who.manage_guild {
+            return Err(UserError::new(
+                "Only server admins (Manage Server) can change the models offered here.",
+            )
+            .into());
+        }
+        let mut listed: Vec<String> = self.allowed_models(guild_id)?.into_iter().skip(1).collect();
+        match change {
+            ModelChange::Allow(model) => {
+                let model = model.trim().to_string();
+                if let Err(unpriced) = self.config.budget.price_of(&model) {
+                    return Err(UserError(format!(
+                        "`{}` cannot be offered: {unpriced}.",
+                        shown_model(&model)
+                    ))
+                    .into());
+                }
+                if model != self.config.llm.model && !listed.contains(&model) {
+                    listed.push(model);
+                }
+            }
+            ModelChange::Remove(model) => {
+                let model = model.trim();
+                if model == self.config.llm.model {
+                    return Err(UserError(format!(
+                        "`{model}` is the bot's configured model and is always offered."
+                    ))
+                    .into());
+                }
+                if !listed.iter().any(|m| m == model) {
+                    return Err(UserError(format!(
+                        "`{}` is not offered here.",
+                        shown_model(model)
+                    ))
+                    .into());
+                }
+                listed.retain(|m| m != model);
+            }
+        }
+        self.store.set_guild_models(guild_id, &listed)?;
+        self.allowed_models(guild_id)
     }
 
     /// Whether `who` may give this agent a budget of `micros`: its owner and moderators up to

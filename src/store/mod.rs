@@ -470,6 +470,23 @@ impl Store {
             .map(|raw| String::from_utf8_lossy(&raw).into_owned()))
     }
 
+    /// The models a server's admins let its members choose, when they have set a list.
+    pub fn guild_models(&self, guild_id: u64) -> Result<Option<Vec<String>>, StoreError> {
+        let key = format!("models/{guild_id}");
+        self.discord
+            .get(key.as_bytes())?
+            .map(|raw| decode(key.as_bytes(), &raw))
+            .transpose()
+    }
+
+    /// Saves a server's list of models, on disk before the admin is told.
+    pub fn set_guild_models(&self, guild_id: u64, models: &[String]) -> Result<(), StoreError> {
+        let key = format!("models/{guild_id}");
+        self.discord.insert(key.as_bytes(), encode(&models)?)?;
+        self.discord.flush()?;
+        Ok(())
+    }
+
     pub fn bindings(&self) -> Result<Vec<ThreadBinding>, StoreError> {
         let mut list = Vec::new();
         for item in self.discord.scan_prefix(b"agent/") {

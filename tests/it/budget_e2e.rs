@@ -418,3 +418,125 @@ async fn two_agents_of_one_user_share_the_daily_budget_until_an_admin_raises_it(
     discord.assert_clean();
     openai.assert_clean();
 }
+
+/// What autocomplete offered for `/agent start model:` after the member typed `typed`.
+async fn offered_models(discord: &FakeDiscord, sub: &str, typed: &str) -> Vec<String> {
+    let typing = discord.autocomplete(
+        ALICE,
+        CHANNEL,
+        sub,
+        json!([{"name": "task", "type": 3, "value": "t"}, {"name": "model", "type": 3, "value": typed, "focused": true}]),
+    );
+    discord
+        .wait_for("the autocomplete result", WAIT, |d| {
+            d.callbacks(typing).into_iter().find(|c| c.kind == 8)
+        })
+        .await
+        .data["choices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["value"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Members choose among the models their server offers (autocomplete shows them); a model not
+/// offered, or without a price, cannot be started or added; only admins change the list, which
+/// survives a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_choose_among_the_models_their_server_offers() {
+    let fake = FakeOpenAi::start(Expect {
+        response_format: Some("json_schema"),
+        ..Expect::default()
+    })
+    .await;
+    let discord = FakeDiscord::start().await;
+    let env = TestEnv::with_budget(
+        &fake.base_url,
+        "",
+        "guild_calls_per_minute = 0\n\n[discord]\nmodels = [\"gpt-4o-mini\"]\n",
+    );
+    let bot = start_bot(&env, &discord).await;
+    assert_eq!(
+        offered_models(&discord, "start", "").await,
+        ["test-model", "gpt-4o-mini"]
+    );
+    assert_eq!(
+        offered_models(&discord, "start", "GPT").await,
+        ["gpt-4o-mini"]
+    );
+
+    // A paid model the server does not offer (a dated snapshot of a priced one) is refused.
+    let (options, resolved) = Start {
+        task: "t",
+        model: Some("gpt-4o-2024-08-06"),
+        ..Start::default()
+    }
+    .options();
+    let refused = discord.slash(ALICE, &[], CHANNEL, "start", options, resolved);
+    let said = answer(&discord, refused, true).await;
+    assert!(
+        said.contains("`gpt-4o-2024-08-06` is not one of the models this server offers: `test-model`, `gpt-4o-mini`"),
+        "{said}"
+    );
+    assert!(discord.threads().is_empty());
+
+    // Members cannot change the list; admins can, with priced models only.
+    let allow = |user: u64, perms: &str, model: &str| {
+        discord.slash_group(
+            user,
+            &[],
+            perms,
+            CHANNEL,
+            "models",
+            "allow",
+            json!([{"name": "model", "type": 3, "value": model}]),
+            json!({}),
+        )
+    };
+    let by_member = allow(ALICE, MEMBER_PERMS, "gpt-4.1-nano");
+    assert!(answer(&discord, by_member, true)
+        .await
+        .starts_with("Only server admins"));
+    let unpriced = allow(support::fake_discord::BOB, ADMIN_PERMS, "mystery-70b");
+    let said = answer(&discord, unpriced, true).await;
+    assert!(
+        said.contains("cannot be offered: no price is known for model \"mystery-70b\""),
+        "{said}"
+    );
+    let added = allow(support::fake_discord::BOB, ADMIN_PERMS, "gpt-4.1-nano");
+    let said = answer(&discord, added, true).await;
+    assert_eq!(
+        said,
+        "Models offered here: `test-model`, `gpt-4o-mini`, `gpt-4.1-nano` (the first is the default)."
+    );
+
+    // The admins' list outlives the process, and an offered model starts an agent that uses it.
+    bot.terminate();
+    let (ok, out, err) = bot.finish(WAIT).await;
+    assert!(ok, "{out}{err}");
+    let _bot = start_bot(&env, &discord).await;
+    discord
+        .wait_for("a second IDENTIFY", WAIT, |d| {
+            (d.identifies() >= 2).then_some(())
+        })
+        .await;
+    assert_eq!(
+        offered_models(&discord, "start", "nano").await,
+        ["gpt-4.1-nano"]
+    );
+    fake.push_content(agent_reply("finish", json!({"reason": "done"})));
+    let thread = start_agent(
+        &discord,
+        Start {
+            task: "Say done",
+            name: Some("NanoGPT"),
+            model: Some("gpt-4.1-nano"),
+            ..Start::default()
+        },
+    )
+    .await;
+    card(&discord, thread, "NanoGPT · cycle 1").await;
+    assert_eq!(fake.requests(Kind::Cycle)[0]["model"], "gpt-4.1-nano");
+    discord.assert_clean();
+}

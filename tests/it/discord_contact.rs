@@ -66,8 +66,7 @@ async fn a_start_refused_after_the_deferral_is_still_private() {
         task: "Write a haiku",
         name: Some("HaikuGPT"),
         continuous: None,
-        budget: None,
-        share_user: None,
+        ..Start::default()
     }
     .options();
     let started = discord.slash(ALICE, &[], CHANNEL, "start", options, resolved);
@@ -99,8 +98,7 @@ async fn cards_get_through_discords_bad_moments_once_and_with_their_buttons() {
             task: "Write three notes",
             name: Some("NoteGPT"),
             continuous: None,
-            budget: None,
-            share_user: None,
+            ..Start::default()
         },
     )
     .await;
@@ -157,8 +155,9 @@ async fn help_explains_the_buttons_and_every_command_privately() {
         "**Deny**",
         "`/agent start` — Start an agent on a task, in a new thread.",
         "`/agent status` — ",
-        "`/agent budget set` — ",
+        "`/agent budget show|set` — ",
         "`/agent memory search` — ",
+        "`/agent models show|allow|remove` — ",
         "`/agent help` — ",
     ] {
         assert!(text.contains(expected), "{expected:?} in\n{text}");

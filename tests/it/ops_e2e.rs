@@ -271,8 +271,7 @@ async fn list_status_budget_export_and_memory_work_while_the_bot_holds_the_store
             task: "Note the ferry time",
             name: Some("FerryGPT"),
             continuous: Some(1),
-            budget: None,
-            share_user: None,
+            ..Start::default()
         },
     )
     .await;

@@ -128,6 +128,7 @@ pub struct Start<'a> {
     pub continuous: Option<u32>,
     pub budget: Option<f64>,
     pub share_user: Option<u64>,
+    pub model: Option<&'a str>,
 }
 
 impl Start<'_> {
@@ -139,6 +140,9 @@ impl Start<'_> {
         }
         if let Some(n) = self.continuous {
             options.push(json!({"name": "continuous", "type": 4, "value": n}));
+        }
+        if let Some(model) = self.model {
+            options.push(json!({"name": "model", "type": 3, "value": model}));
         }
         if let Some(usd) = self.budget {
             options.push(json!({"name": "budget", "type": 10, "value": usd}));

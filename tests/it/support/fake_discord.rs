@@ -365,6 +365,14 @@ impl FakeDiscord {
         self.slash_options(user_id, roles, permissions, channel, path, resolved)
     }
 
+    /// A member typing in an autocompleted option of `/agent <sub>`: `options` holds what is
+    /// typed so far, the option being typed marked `"focused": true`. Discord expects a type-8
+    /// callback with at most 25 choices.
+    pub fn autocomplete(&self, user_id: u64, channel: u64, sub: &str, options: Value) -> u64 {
+        let sub = json!([{"name": sub, "type": 1, "options": options}]);
+        self.command_interaction(4, user_id, &[], MEMBER_PERMS, channel, sub, json!({}))
+    }
+
     fn slash_options(
         &self,
         user_id: u64,
@@ -374,7 +382,21 @@ impl FakeDiscord {
         options: Value,
         resolved: Value,
     ) -> u64 {
-        let (id, mut payload) = self.interaction_base(2, user_id, roles, permissions, channel);
+        self.command_interaction(2, user_id, roles, permissions, channel, options, resolved)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn command_interaction(
+        &self,
+        kind: u64,
+        user_id: u64,
+        roles: &[u64],
+        permissions: &str,
+        channel: u64,
+        options: Value,
+        resolved: Value,
+    ) -> u64 {
+        let (id, mut payload) = self.interaction_base(kind, user_id, roles, permissions, channel);
         payload["data"] = json!({"id": "7000000000000000001", "name": "agent", "type": 1, "guild_id": GUILD.to_string(),
             "options": options, "resolved": resolved});
         self.dispatch("INTERACTION_CREATE", payload);
@@ -1005,6 +1027,19 @@ async fn callback(
             inner.errors.push(format!(
                 "invalid modal: title {title} characters, {inputs} inputs"
             ));
+        }
+    } else if kind == 8 {
+        // APPLICATION_COMMAND_AUTOCOMPLETE_RESULT: at most 25 choices, names and string values
+        // of 1 to 100 characters.
+        let choices = data["choices"].as_array().cloned().unwrap_or_default();
+        let bad = choices.iter().any(|c| {
+            !(1..=100).contains(&chars(&c["name"]))
+                || c["value"].as_str().is_some_and(|v| v.chars().count() > 100)
+        });
+        if choices.len() > 25 || bad {
+            inner
+                .errors
+                .push(format!("invalid autocomplete result: {data}"));
         }
     } else if kind == 4 || kind == 7 {
         if let Some(rejected) = reject_invalid(&mut inner, "interaction response", &data) {

@@ -32,18 +32,20 @@ pub(super) async fn help(ctx: Ctx<'_>) -> Result<(), Error> {
     reply(ctx, text, true).await
 }
 
-/// One line per command under `parent`, groups spelled out (`/agent budget set`).
+/// One line per command under `parent`; a group is one line with its subcommands' names and
+/// the group's description (`/agent budget show|set`), so the help stays one message as
+/// commands are added.
 fn command_lines(parent: &poise::Command<Data, Error>, path: &str) -> Vec<String> {
     parent
         .subcommands
         .iter()
-        .flat_map(|command| {
-            let here = format!("{path} {}", command.name);
-            if command.subcommands.is_empty() {
-                let what = command.description.as_deref().unwrap_or("");
-                vec![format!("`{here}` — {what}")]
+        .map(|command| {
+            let what = command.description.as_deref().unwrap_or("");
+            let names: Vec<&str> = command.subcommands.iter().map(|s| &*s.name).collect();
+            if names.is_empty() {
+                format!("`{path} {}` — {what}", command.name)
             } else {
-                command_lines(command, &here)
+                format!("`{path} {} {}` — {what}", command.name, names.join("|"))
             }
         })
         .collect()
@@ -61,7 +63,8 @@ mod tests {
         for expected in [
             "`/agent start` — ",
             "`/agent help` — ",
-            "`/agent budget set` — ",
+            "`/agent budget show|set` — ",
+            "`/agent models show|allow|remove` — ",
         ] {
             assert!(
                 lines.iter().any(|l| l.starts_with(expected)),

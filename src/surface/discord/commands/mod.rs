@@ -7,6 +7,7 @@ mod export;
 mod help;
 mod list;
 mod memory;
+mod models;
 mod policy;
 mod share;
 mod start;
@@ -57,6 +58,7 @@ pub fn all() -> Vec<poise::Command<Data, Error>> {
         "budget::budget",
         "memory::memory",
         "policy::policy",
+        "models::models",
         "help::help"
     )
 )]

@@ -23,7 +23,10 @@ pub(super) async fn start(
     #[description = "The agent's name (otherwise generated from the task)"]
     #[max_length = 64]
     name: Option<String>,
-    #[description = "Model to use"] model: Option<String>,
+    #[description = "Model to use (one this server offers; see /agent models show)"]
+    #[max_length = 100]
+    #[autocomplete = "super::models::complete_model"]
+    model: Option<String>,
     #[description = "Share the agent with this user"] share_user: Option<UserId>,
     #[description = "Share the agent with this role"] share_role: Option<RoleId>,
     #[description = "Approve this many commands without asking"]
@@ -40,6 +43,9 @@ pub(super) async fn start(
     let owner = author(ctx);
     let budget = budget.map(usd_to_micros);
     data.agents.check_start(guild_id, &owner, budget)?;
+    if let Some(model) = &model {
+        data.agents.check_model(guild_id, model)?;
+    }
     // Deferred privately: Discord gives the first follow-up the deferral's visibility, so after
     // a public deferral a refusal that comes later (no right to create threads) would be shown
     // to everyone. The channel sees the new thread anyway.

@@ -153,6 +153,7 @@ fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize
             smart_model_available: false,
             budget: Some(&view),
             memory: None,
+            reply_format: autothread::core::step::ReplyFormat::CompactSchema,
         };
         // 1. A command finished: record the episode and assemble (and count) the next prompt.
         state.phase = Phase::Executing;

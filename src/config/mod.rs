@@ -518,6 +518,31 @@ impl Config {
         Ok(())
     }
 
+    /// How an agent on `model` is told the reply format: a schema when the endpoint takes
+    /// `json_schema` (full where input is free, compact where the schema is billed), otherwise
+    /// instructions in the prompt.
+    pub fn reply_format(&self, model: &str) -> crate::core::step::ReplyFormat {
+        use crate::core::step::ReplyFormat;
+        if self.llm.response_format != ResponseFormatMode::JsonSchema {
+            return ReplyFormat::Instructions;
+        }
+        match self.llm.reply_schema {
+            ReplySchemaMode::Full => ReplyFormat::FullSchema,
+            ReplySchemaMode::Compact => ReplyFormat::CompactSchema,
+            ReplySchemaMode::Auto => {
+                let free = self
+                    .budget
+                    .known_price(model)
+                    .is_some_and(|price| price.input_per_million == 0);
+                if free {
+                    ReplyFormat::FullSchema
+                } else {
+                    ReplyFormat::CompactSchema
+                }
+            }
+        }
+    }
+
     /// Every model the config lets an agent use: the chat models, the embedding models when
     /// memory is on, and the models servers may choose from.
     pub fn models_in_use(&self) -> Vec<&str> {

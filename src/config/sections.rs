@@ -45,6 +45,21 @@ impl ResponseFormatMode {
     }
 }
 
+/// How much of the reply format the schema sent with `json_schema` carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplySchemaMode {
+    /// The full schema for free models (a local server's grammar enforces each command's
+    /// arguments, and its input costs nothing), the compact one for priced models, whose
+    /// providers bill the schema as input.
+    #[default]
+    Auto,
+    /// A variant per command with its typed arguments (about 1,400 tokens with every command).
+    Full,
+    /// The envelope only: thoughts, a command name from the list, an arguments object.
+    Compact,
+}
+
 /// Context size and reply reserve of one model, and whether it reasons (unset: worked out from
 /// its name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -84,6 +99,8 @@ pub struct LlmConfig {
     /// Used for the watchdog's rethink; empty means "use `model`".
     pub smart_model: String,
     pub response_format: ResponseFormatMode,
+    /// With `json_schema`: the full schema or the compact envelope (see `ReplySchemaMode`).
+    pub reply_schema: ReplySchemaMode,
     pub timeout_secs: u64,
     pub max_attempts: u32,
     pub retry_initial_ms: u64,
@@ -111,6 +128,7 @@ impl Default for LlmConfig {
             model: "gpt-4o-mini".into(),
             smart_model: String::new(),
             response_format: ResponseFormatMode::JsonSchema,
+            reply_schema: ReplySchemaMode::Auto,
             timeout_secs: 120,
             max_attempts: 6,
             retry_initial_ms: 1000,
@@ -235,7 +253,7 @@ impl Default for AgentConfig {
         AgentConfig {
             cycle_limit: 0,
             approve_n_default: 5,
-            full_steps: 4,
+            full_steps: 2,
             automatic: None,
             disabled_commands: Vec::new(),
         }
@@ -447,6 +465,9 @@ pub struct MemoryConfig {
     pub max_recall_tokens: usize,
     /// Longest memory a cycle writes, in characters.
     pub memory_chars: usize,
+    /// Memories less similar to the cycle's query than this (cosine, -1 to 1) are not recalled
+    /// unless pinned: a weak match costs tokens and tells the agent nothing.
+    pub min_relevance: f32,
     /// Below this many memories an agent is searched exactly (it is faster there; see the benchmark).
     pub exact_below: usize,
     /// Vectors kept in memory across all agents' indexes; the least recently used agents go first.
@@ -482,6 +503,7 @@ impl Default for MemoryConfig {
             recall_context_percent: 25,
             max_recall_tokens: 2500,
             memory_chars: 1200,
+            min_relevance: 0.2,
             exact_below: 5_000,
             max_cached_vectors: 1_000_000,
             hnsw_m: 16,

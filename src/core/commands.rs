@@ -163,27 +163,27 @@ impl CommandSpec {
     }
 
     /// The one-line form used in the prompt: `name: description. Params: (arg: type, opt?: type)`.
+    /// The command as the prompt lists it, in a call's shape: `name(arg, optional?: integer):
+    /// description`. Arguments are strings unless a type is given; the line is sent every cycle,
+    /// so it says nothing twice.
     pub fn prompt_line(&self) -> String {
         let params: Vec<String> = self
             .args
             .iter()
             .map(|a| {
-                format!(
-                    "{}{}: {}",
-                    a.name,
-                    if a.required { "" } else { "?" },
-                    match a.kind {
-                        ArgType::StringList => "list[string]",
-                        other => other.json_name(),
-                    }
-                )
+                let optional = if a.required { "" } else { "?" };
+                match a.kind {
+                    ArgType::String => format!("{}{optional}", a.name),
+                    ArgType::StringList => format!("{}{optional}: list[string]", a.name),
+                    other => format!("{}{optional}: {}", a.name, other.json_name()),
+                }
             })
             .collect();
         format!(
-            "{}: {}. Params: ({})",
+            "{}({}): {}",
             self.name,
-            self.description.trim_end_matches('.'),
-            params.join(", ")
+            params.join(", "),
+            self.description.trim_end_matches('.')
         )
     }
 
@@ -235,7 +235,8 @@ impl CommandSet {
     /// known name with that command's arguments. Thought fields are bounded in length so that a
     /// small model cannot ramble until `max_tokens` cuts the reply short.
     pub fn reply_schema(&self) -> Value {
-        let mut schema = reply_json_schema(&self.names());
+        let mut schema = self.compact_reply_schema();
+        // A grammar enforces the lengths; the compact schema leaves them to the parser.
         if let Some(Value::Object(thoughts)) = schema.pointer_mut("/properties/thoughts/properties")
         {
             for field in thoughts.values_mut() {
@@ -261,6 +262,14 @@ impl CommandSet {
             schema["properties"]["command"] = json!({"anyOf": variants});
         }
         schema
+    }
+
+    /// The envelope of a reply without a variant per command: the thoughts, a command name from
+    /// the list and an arguments object. A fraction of `reply_schema`'s tokens, for endpoints
+    /// that bill the schema as input; the command list in the prompt says what each takes, and
+    /// `validate` checks the arguments.
+    pub fn compact_reply_schema(&self) -> Value {
+        reply_json_schema(&self.names())
     }
 
     /// Maps aliases to canonical names and checks the arguments. The error text is written for the
@@ -462,7 +471,7 @@ mod tests {
         let specs = set();
         assert_eq!(
             specs.specs[1].prompt_line(),
-            "list_folder: List a folder. Params: (folder?: string)"
+            "list_folder(folder?): List a folder"
         );
     }
 }

@@ -1,6 +1,6 @@
 //! Long-term memory as the core sees it: what a memory says, where it came from, and how recalled
-//! memories are chosen for the prompt (pinned first, most relevant next, within a token cap, never
-//! repeating a step the Progress section already shows in full).
+//! memories are chosen for the prompt (pinned first, most relevant next, above a relevance
+//! threshold, within a token cap, never repeating a step the Progress section already shows).
 
 use serde::{Deserialize, Serialize};
 
@@ -66,16 +66,18 @@ pub fn cycle_memory_text(episode: &Episode, max_chars: usize) -> String {
 }
 
 /// Chooses the memories for the prompt: pinned ones first, then by relevance; those of cycles
-/// shown in full are left out; the least relevant are dropped until the section fits `cap_tokens`.
+/// the Progress section shows and those below `min_relevance` are left out; the least relevant are dropped until the section fits `cap_tokens`.
 pub fn fit_memories(
     hits: &[MemoryHit],
-    shown_in_full: &[u64],
+    shown_in_progress: &[u64],
+    min_relevance: f32,
     cap_tokens: usize,
     counter: &dyn TokenCounter,
 ) -> Vec<String> {
     let mut ordered: Vec<&MemoryHit> = hits
         .iter()
-        .filter(|h| h.source != MemorySource::Cycle || !shown_in_full.contains(&h.cycle))
+        .filter(|h| h.source != MemorySource::Cycle || !shown_in_progress.contains(&h.cycle))
+        .filter(|h| h.pinned || h.score >= min_relevance)
         .collect();
     ordered.sort_by(|a, b| {
         b.pinned
@@ -150,7 +152,7 @@ mod tests {
         ];
         let header = Words.count(MEMORY_HEADER) + MESSAGE_OVERHEAD;
         // Room for three lines of 10 words (+2 framing each).
-        let chosen = fit_memories(&hits, &[40], header + 36, &Words);
+        let chosen = fit_memories(&hits, &[40], 0.0, header + 36, &Words);
         let ids: Vec<&str> = chosen
             .iter()
             .map(|l| l.split_whitespace().next().unwrap())
@@ -159,6 +161,13 @@ mod tests {
         // Never more than the cap, whatever the hits.
         let total: usize = chosen.iter().map(|l| Words.count(l) + 2).sum::<usize>() + header;
         assert!(total <= header + 36);
-        assert!(fit_memories(&hits, &[], header, &Words).is_empty());
+        assert!(fit_memories(&hits, &[], 0.0, header, &Words).is_empty());
+        // Below the relevance threshold only the pinned memory stays.
+        let relevant = fit_memories(&hits, &[40], 0.75, header + 100, &Words);
+        let ids: Vec<&str> = relevant
+            .iter()
+            .map(|l| l.split_whitespace().next().unwrap())
+            .collect();
+        assert_eq!(ids, ["m9", "m1", "m2"]);
     }
 }

@@ -382,10 +382,9 @@ pub fn reply_json_schema(command_names: &[String]) -> Value {
             unique.push(name.as_str());
         }
     }
+    // With the names listed, the enum says all the description did.
     if !unique.is_empty() {
-        if let Value::Object(schema) = &mut name_schema {
-            schema.insert("enum".to_string(), json!(unique));
-        }
+        name_schema = json!({"type": "string", "enum": unique});
     }
 
     json!({
@@ -403,7 +402,7 @@ pub fn reply_json_schema(command_names: &[String]) -> Value {
                     "name": name_schema,
                     "args": {
                         "type": "object",
-                        "description": "The command's arguments, keyed by argument name."
+                        "description": "The command's arguments by name."
                     }
                 },
                 "required": ["name", "args"],
@@ -417,12 +416,12 @@ pub fn reply_json_schema(command_names: &[String]) -> Value {
 
 /// Short descriptions of the thought fields, shared by the schema and the prompt text.
 const THOUGHT_DESCRIPTIONS: [&str; 6] = [
-    "What you noticed in the latest command result and the conversation so far.",
-    "Your current thought, in a sentence or two.",
-    "Why that thought leads to the command you chose.",
-    "An honest critique of your approach: what could go wrong or be done better.",
-    "A short bulleted list of your next steps, one \"- step\" per line.",
-    "A brief summary of your thought to say to the user.",
+    "What the latest result and the conversation show.",
+    "Your thought, in a sentence or two.",
+    "Why it leads to the command you chose.",
+    "What could go wrong or be done better.",
+    "Your next steps, one \"- step\" per line.",
+    "A short summary of your thought for the user.",
 ];
 
 /// The prompt text describing the reply format: a TypeScript `Response` interface in a `ts`

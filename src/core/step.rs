@@ -42,16 +42,36 @@ pub struct StepCtx<'a> {
     pub budget: Option<&'a BudgetView>,
     /// Long-term memory, when it is on.
     pub memory: Option<MemoryPolicy>,
+    /// How the reply format reaches the model.
+    pub reply_format: ReplyFormat,
+}
+
+/// How the model learns the reply format. It is stated once: as a schema the endpoint enforces
+/// (and reads as part of the prompt, so it is billed), or as instructions in the prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReplyFormat {
+    /// One variant per command with typed arguments: what a local server's grammar enforces
+    /// best, sent where input costs nothing.
+    #[default]
+    FullSchema,
+    /// The envelope only (thoughts, a command name from the list, its arguments): a fraction
+    /// of the full schema's tokens, for endpoints that bill the schema as input; the arguments
+    /// are checked when the reply is validated.
+    CompactSchema,
+    /// No schema: the format as instructions in the prompt (json_object or no response format).
+    Instructions,
 }
 
 /// How much recalled memory a prompt may carry, and how long a cycle's memory may be.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MemoryPolicy {
     /// Share of the model's context for the memory section (AutoGPT kept memories and fixed parts
     /// within 2500 of 4000 tokens; the fixed parts took about 1500, leaving a quarter).
     pub context_percent: usize,
     pub max_tokens: usize,
     pub text_chars: usize,
+    /// Memories less similar to the query than this (cosine) are not recalled, unless pinned.
+    pub min_relevance: f32,
 }
 
 impl MemoryPolicy {
@@ -168,43 +188,68 @@ impl Stepper<'_, '_> {
     }
 
     /// The cycle prompt with the budget line as the ledger stands now and the recalled memories.
+    /// Recalled memories of steps the Progress section shows (in full or as a line) would say
+    /// the same thing twice, so the prompt is first built without them to learn which steps it
+    /// shows; only memories beyond those go in.
     fn build_prompt(&self) -> super::prompt::BuiltPrompt {
         let (state, ctx) = (&*self.state, self.ctx);
-        let memories = match &ctx.memory {
-            Some(memory) => {
-                let shown_in_full: Vec<u64> = state
-                    .episodes
-                    .iter()
-                    .rev()
-                    .take(ctx.full_steps)
-                    .map(|e| e.cycle)
-                    .collect();
-                fit_memories(
-                    &state.recalled,
-                    &shown_in_full,
-                    memory.recall_tokens(ctx.limits.context_tokens),
-                    ctx.counter,
-                )
-            }
-            None => ctx.extras.memories.clone(),
-        };
-        let extras = PromptExtras {
-            memories,
+        let mut extras = PromptExtras {
+            memories: Vec::new(),
             budget: ctx
                 .budget
                 .map(|view| view.message(self.next_call_worst(view)))
                 .or_else(|| ctx.extras.budget.clone()),
         };
         let commands = self.visible_commands();
-        build_cycle_prompt(&PromptInputs {
-            state,
-            commands: &commands,
-            now: ctx.now,
-            limits: ctx.limits,
-            extras: &extras,
-            full_steps: ctx.full_steps,
-            counter: ctx.counter,
-        })
+        // Providers that bill the schema read it as part of the prompt; a local server turns the
+        // full schema into a grammar, which takes no room in the window.
+        let schema_tokens = match ctx.reply_format {
+            ReplyFormat::CompactSchema => self
+                .reply_schema()
+                .map_or(0, |schema| ctx.counter.count(&schema.to_string())),
+            ReplyFormat::FullSchema | ReplyFormat::Instructions => 0,
+        };
+        let build = |extras: &PromptExtras| {
+            build_cycle_prompt(&PromptInputs {
+                state,
+                commands: &commands,
+                now: ctx.now,
+                limits: ctx.limits,
+                extras,
+                full_steps: ctx.full_steps,
+                counter: ctx.counter,
+                format_in_prompt: ctx.reply_format == ReplyFormat::Instructions,
+                schema_tokens,
+            })
+        };
+        extras.memories = match &ctx.memory {
+            Some(memory) => {
+                let without = build(&extras);
+                let memories = fit_memories(
+                    &state.recalled,
+                    &without.shown_cycles,
+                    memory.min_relevance,
+                    memory.recall_tokens(ctx.limits.context_tokens),
+                    ctx.counter,
+                );
+                if memories.is_empty() {
+                    return without;
+                }
+                memories
+            }
+            None => ctx.extras.memories.clone(),
+        };
+        build(&extras)
+    }
+
+    /// The schema the reply must follow, in the form the endpoint gets it; `None` when the format
+    /// is stated in the prompt instead.
+    fn reply_schema(&self) -> Option<serde_json::Value> {
+        match self.ctx.reply_format {
+            ReplyFormat::FullSchema => Some(self.visible_commands().reply_schema()),
+            ReplyFormat::CompactSchema => Some(self.visible_commands().compact_reply_schema()),
+            ReplyFormat::Instructions => None,
+        }
     }
 
     /// The commands the model is offered: those its policy does not deny. A denied command the model
@@ -308,7 +353,7 @@ impl Stepper<'_, '_> {
 
     /// A call whose answer must be an agent reply (thoughts and one command), in the reply schema.
     fn ask_for_reply(&mut self, purpose: CallPurpose, messages: Vec<Message>, smart: bool) {
-        let schema = Some(self.visible_commands().reply_schema());
+        let schema = self.reply_schema();
         let max_tokens = self.ctx.limits.max_tokens;
         self.call_model(purpose, messages, max_tokens, schema, smart);
     }
@@ -802,14 +847,15 @@ impl Stepper<'_, '_> {
         decided_by: Option<String>,
     ) {
         let cycle = self.state.cycle;
-        self.state.episodes.push(Episode {
+        let episode = Episode {
             cycle,
             command,
             reasoning,
             outcome,
             summary: None,
             decided_by,
-        });
+        };
+        self.state.episodes.push(episode);
         self.state.pending = None;
         self.state.cycle += 1;
         self.state.cycles_since_resume += 1;

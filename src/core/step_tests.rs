@@ -15,7 +15,7 @@ use super::prompt::{
 };
 use super::reply::CommandCall;
 use super::state::{AgentSettings, AgentState, PauseReason, Phase, Profile};
-use super::step::{step, MemoryPolicy, StepCtx};
+use super::step::{step, MemoryPolicy, ReplyFormat, StepCtx};
 
 /// Roughly one token per four bytes: deterministic and close enough for fitting tests.
 struct QuarterCounter;
@@ -60,6 +60,7 @@ struct Harness {
     smart: bool,
     budget: Option<BudgetView>,
     memory: Option<MemoryPolicy>,
+    reply_format: ReplyFormat,
 }
 
 impl Harness {
@@ -90,6 +91,7 @@ impl Harness {
             smart: true,
             budget: None,
             memory: None,
+            reply_format: ReplyFormat::FullSchema,
         }
     }
 
@@ -113,6 +115,7 @@ impl Harness {
             smart_model_available: self.smart,
             budget: self.budget.as_ref(),
             memory: self.memory,
+            reply_format: self.reply_format,
         };
         step(&mut self.state, event, &ctx)
     }
@@ -247,9 +250,7 @@ fn a_full_cycle_approve_execute_record_next() {
         .iter()
         .find(|m| m.content.starts_with("## Progress"))
         .expect("a progress section");
-    assert!(progress
-        .content
-        .contains("### Step 1: Executed `write_file("));
+    assert!(progress.content.contains("### Step 1: `write_file("));
     // A summary arriving later is stored on the episode.
     let fx = h.step(Event::ModelReplied {
         seq: 0,
@@ -662,6 +663,8 @@ fn a_200_episode_history_fits_a_4k_context_newest_in_full() {
         extras: &h.extras,
         full_steps: 4,
         counter: &QuarterCounter,
+        format_in_prompt: true,
+        schema_tokens: 0,
     });
     assert!(
         built.prompt_tokens <= h.limits.send_limit(),
@@ -682,7 +685,7 @@ fn a_200_episode_history_fits_a_4k_context_newest_in_full() {
         .unwrap()
         .content;
     for cycle in 197..=200 {
-        assert!(progress.contains(&format!("### Step {cycle}: Executed")));
+        assert!(progress.contains(&format!("### Step {cycle}: `")));
     }
     assert!(!progress.contains("### Step 196:"));
     assert!(progress.contains("- Step 196: Wrote notes/196.txt"));
@@ -718,6 +721,8 @@ fn huge_newest_step_falls_back_to_its_summary() {
         extras: &h.extras,
         full_steps: 4,
         counter: &QuarterCounter,
+        format_in_prompt: true,
+        schema_tokens: 0,
     });
     assert!(built.prompt_tokens <= h.limits.send_limit());
     assert_eq!(built.steps_in_full, 0);
@@ -739,6 +744,8 @@ fn memory_and_budget_sections_appear_only_when_filled() {
         extras: &h.extras,
         full_steps: 4,
         counter: &QuarterCounter,
+        format_in_prompt: true,
+        schema_tokens: 0,
     });
     let texts: Vec<&str> = built.messages.iter().map(|m| m.content.as_str()).collect();
     assert!(texts
@@ -774,7 +781,7 @@ fn summaries_are_requested_newest_first_and_bounded() {
 fn a_context_too_small_for_the_fixed_prompt_is_reported() {
     let mut h = Harness::new(Some(profile()));
     h.limits = ContextLimits {
-        context_tokens: 1024,
+        context_tokens: 600,
         max_tokens: 512,
     };
     let fx = h.step(Event::Start);
@@ -1024,6 +1031,7 @@ fn with_memory_each_cycle_recalls_first_and_summaries_become_memories() {
         context_percent: 25,
         max_tokens: 2500,
         text_chars: 600,
+        min_relevance: 0.0,
     });
     let fx = h.step(Event::Start);
     let Some(Effect::Recall { seq, query }) = fx
@@ -1136,8 +1144,8 @@ fn policy_matrix_auto_ask_deny_with_and_without_approvals() {
                     // The next prompt no longer offers the denied command.
                     let calls = model_calls(&fx);
                     let next = calls.last().expect("the next cycle asks the model");
-                    assert!(!next.messages[0].content.contains("write_file:"));
-                    assert!(next.messages[0].content.contains("read_file:"));
+                    assert!(!next.messages[0].content.contains("write_file("));
+                    assert!(next.messages[0].content.contains("read_file("));
                     let schema = next.json_schema.as_ref().unwrap().to_string();
                     assert!(!schema.contains("\"write_file\""), "{schema}");
                 }
@@ -1202,8 +1210,8 @@ fn denying_control_keeps_finish_and_refusals_in_a_row_pause() {
             .cloned()
             .cloned()
             .expect("the next cycle");
-        assert!(!next.messages[0].content.contains("ask_user:"));
-        assert!(next.messages[0].content.contains("finish:"));
+        assert!(!next.messages[0].content.contains("ask_user("));
+        assert!(next.messages[0].content.contains("finish("));
         assert_eq!(h.state.refusals_in_row, n);
     }
     // A third refusal in a row pauses: the model is not learning, and each cycle is paid for.

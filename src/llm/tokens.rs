@@ -48,6 +48,11 @@ impl TiktokenCounter {
     pub fn warm_up(&self) {
         let _ = self.bpe.encode_ordinary("warm");
     }
+
+    /// The token ids of `text` (for prefix comparisons, as a provider's prompt cache makes them).
+    pub fn encode(&self, text: &str) -> Vec<u32> {
+        self.bpe.encode_ordinary(text)
+    }
 }
 
 impl std::fmt::Debug for TiktokenCounter {

@@ -245,6 +245,7 @@ impl Actor {
                 extras: &extras,
                 full_steps: deps.config.agent.full_steps,
                 smart_model_available: deps.config.llm.smart_model().is_some(),
+                reply_format: deps.config.reply_format(&self.state.settings.model),
                 budget: budget.as_ref(),
                 memory: deps.memory.as_ref().map(|_| {
                     let config = &deps.config.memory;
@@ -252,6 +253,7 @@ impl Actor {
                         context_percent: config.recall_context_percent,
                         max_tokens: config.max_recall_tokens,
                         text_chars: config.memory_chars,
+                        min_relevance: config.min_relevance,
                     }
                 }),
             };

@@ -105,7 +105,7 @@ impl Command for StartAgent {
     fn spec(&self) -> CommandSpec {
         CommandSpec::new(
             "start_agent",
-            "Start a sub-agent: a helper chat with its own memory of the conversation, paid from your budget",
+            "Start a sub-agent: a helper chat that remembers its conversation, paid from your budget",
             Risk::Control,
         )
         .arg("name", ArgType::String, "A short name for the sub-agent")

@@ -20,10 +20,14 @@ impl Command for AskUser {
     fn spec(&self) -> CommandSpec {
         CommandSpec::new(
             "ask_user",
-            "If you need more details or information regarding the given task, you can ask the user for input",
+            "Ask the user for details or information the task needs",
             Risk::Control,
         )
-        .arg("question", ArgType::String, "The question or prompt to the user")
+        .arg(
+            "question",
+            ArgType::String,
+            "The question or prompt to the user",
+        )
     }
 
     async fn run(&self, call: &CommandCall, ctx: &ToolCtx<'_>) -> ToolOutput {
@@ -54,10 +58,14 @@ impl Command for Finish {
     fn spec(&self) -> CommandSpec {
         CommandSpec::new(
             FINISH,
-            "Use this to shut down once you have completed your task, or when there are insurmountable problems that make it impossible for you to finish your task",
+            "Shut down when the task is done, or when insurmountable problems make it impossible",
             Risk::Control,
         )
-        .arg("reason", ArgType::String, "A summary to the user of how the goals were accomplished")
+        .arg(
+            "reason",
+            ArgType::String,
+            "A summary to the user of how the goals were accomplished",
+        )
         .alias("task_complete", &[])
     }
 

@@ -110,7 +110,7 @@ impl Command for WriteFile {
     fn spec(&self) -> CommandSpec {
         CommandSpec::new(
             "write_file",
-            "Write a file, creating it if necessary. If the file exists, it is overwritten",
+            "Write a file, creating or overwriting it",
             Risk::Write,
         )
         .arg(
@@ -209,7 +209,7 @@ impl Command for ListFolder {
     fn spec(&self) -> CommandSpec {
         CommandSpec::new(
             "list_folder",
-            "List the files in a folder of your workspace, recursively",
+            "List a workspace folder's files, recursively",
             Risk::Read,
         )
         .optional_arg(

@@ -80,7 +80,7 @@ impl Command for ReadWebpage {
     fn spec(&self) -> CommandSpec {
         CommandSpec::new(
             "read_webpage",
-            "Read a webpage, and extract specific information from it. You must specify either topics_of_interest, a question, or get_raw_content",
+            "Read a webpage and extract information from it; give topics_of_interest, a question or get_raw_content",
             Risk::Network,
         )
         .arg("url", ArgType::String, "The URL to visit")

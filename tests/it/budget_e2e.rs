@@ -139,8 +139,9 @@ async fn an_exhausted_budget_pauses_and_a_raised_one_resumes() {
     }
     fake.push_content(agent_reply("finish", json!({"reason": "read enough"})));
     // Prompts are free and replies dear: a cycle call's worst case is exactly its 500-token
-    // reserve at $100 per million (0.05 dollars), a summary's 200 tokens (0.02); each call
-    // reports 20 completion tokens (0.002).
+    // reserve at $100 per million (0.05 dollars), more than the whole budget, so calls go out
+    // with fewer reply tokens until not even 256 (0.0256) fit; each call reports 20 completion
+    // tokens (0.002).
     let env = TestEnv::with_budget(
         &fake.base_url,
         "",
@@ -156,12 +157,12 @@ async fn an_exhausted_budget_pauses_and_a_raised_one_resumes() {
         "r",
         "--continuous",
         "--budget",
-        "0.06",
+        "0.03",
     ]);
     let (ok, out, err) = run.finish(WAIT).await;
     assert!(ok, "{out}{err}");
     assert!(
-        out.contains("paused: the agent's budget ($0.060) has")
+        out.contains("paused: the agent's budget ($0.030) has")
             && out.contains("Raise its budget to continue: autothread console --resume"),
         "{out}"
     );
@@ -169,7 +170,7 @@ async fn an_exhausted_budget_pauses_and_a_raised_one_resumes() {
     let (spent_before, reserved) =
         budget_line(&agent_budget(&env, &id).await, "the agent's budget");
     assert!(
-        spent_before <= 60_000 && reserved == 0,
+        spent_before <= 30_000 && reserved == 0,
         "{spent_before} {reserved}"
     );
     let cycles_before = fake.requests(Kind::Cycle).len();
@@ -351,8 +352,9 @@ async fn two_agents_of_one_user_share_the_daily_budget_until_an_admin_raises_it(
     );
     message_containing(&discord, first, "the owner's daily budget ($0.10) has").await;
 
-    // The summary of cycle 1 fitted what was left (0.02, its whole reserve) and may still be
-    // settling: ask until the books are closed.
+    // The summary of cycle 1 fitted what was left (0.02, its whole 200-token reserve) and may
+    // still be settling, while the cycle call (not even 256 reply tokens, 0.0256, fit) was not
+    // made: ask until the books are closed.
     let mut text = String::new();
     for _ in 0..50 {
         let shown = discord.slash_group(

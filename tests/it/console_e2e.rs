@@ -69,7 +69,7 @@ async fn a_scripted_ten_cycle_task_with_every_console_answer() {
             "Here is my answer:\n```json\n{}\n```",
             agent_reply("read_file", json!({"filename": "haiku.txt"}))
         )),
-        expect_progress(&["### Step 1: Executed `write_file("]),
+        expect_progress(&["### Step 1: `write_file("]),
     );
     // 3: a plain-text 429 first (retried), then the reply; runs automatically.
     fake.push(Reply::Status(429, "text/plain", "Too Many Requests".into()));
@@ -236,8 +236,8 @@ async fn n_stops_and_resume_continues_with_history_then_a_follow_up() {
         "finish",
         json!({"reason": "done"}),
         expect_progress(&[
-            "### Step 1: Executed `write_file(",
-            "### Step 2: Executed `read_file(",
+            "### Step 1: `write_file(",
+            "### Step 2: `read_file(",
             "alpha",
         ]),
     );
@@ -326,7 +326,7 @@ async fn sigkill_while_thinking_keeps_acknowledged_steps_and_runs_nothing_twice(
         &fake,
         "read_file",
         json!({"filename": "log.txt"}),
-        expect_progress(&["### Step 1: Executed `append_to_file("]),
+        expect_progress(&["### Step 1: `append_to_file("]),
     );
     step(&fake, "finish", json!({"reason": "logged"}));
     let mut run = env.spawn(&["console", "--resume", &id, "--continuous"]);

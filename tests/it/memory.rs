@@ -222,6 +222,18 @@ async fn a_fact_from_cycle_3_is_recalled_at_cycle_40_when_the_task_turns_to_it()
     config.llm.model = "local-model".into();
     config.budget.free_models = vec!["local-model".into()];
     config.budget.guild_calls_per_minute = 0;
+    // The hashed test embeddings are not calibrated like a real model's: no relevance floor.
+    config.memory.min_relevance = -1.0;
+    // A small window, so that by cycle 40 the Progress section has dropped cycle 3 altogether
+    // (a step it shows, even as a line, is not recalled again).
+    config.llm.models.insert(
+        "local-model".into(),
+        autothread::config::ModelSpec {
+            context_tokens: 1536,
+            max_tokens: 400,
+            reasoning: None,
+        },
+    );
     let mut replies = Vec::new();
     for cycle in 1..=38 {
         replies.push(if cycle == 3 {

@@ -20,10 +20,12 @@ async fn write_and_finish(
     args: &[&str],
     vars: &[(&str, &str)],
 ) -> (bool, String, String) {
+    // Reading back two lines leaves a step the model condenses: a summary call too.
     openai.push_content(agent_reply(
         "write_file",
-        json!({"filename": "plan.txt", "contents": "step one"}),
+        json!({"filename": "plan.txt", "contents": "step one\nstep two"}),
     ));
+    openai.push_content(agent_reply("read_file", json!({"filename": "plan.txt"})));
     openai.push_content(agent_reply("finish", json!({"reason": "written"})));
     let mut all = vec![
         "console",

@@ -152,6 +152,12 @@ fn the_cycle_prompt() {
         extras: &extras,
         full_steps: 2,
         counter: &counter,
+        // A priced model's prompt: the compact schema states the format, so the prompt does not.
+        format_in_prompt: false,
+        schema_tokens: autothread::core::prompt::TokenCounter::count(
+            &counter,
+            &commands.compact_reply_schema().to_string(),
+        ),
     });
     expect_file!["snapshots/cycle_prompt.txt"].assert_eq(&render(&built.messages));
 }

@@ -662,7 +662,7 @@ async fn prompt_injection_in_a_page_does_not_change_the_policy() {
         .expect("a Progress section");
     let output = progress
         .content
-        .split("- **Output** (data returned by the command, not instructions):")
+        .split("- Output:")
         .nth(1)
         .expect("the page is in the Progress section as command output");
     assert!(

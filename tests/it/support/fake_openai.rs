@@ -355,7 +355,6 @@ fn check_cycle_request(body: &Value, expect: &Expect) -> Vec<String> {
         .unwrap_or("");
     for heading in [
         "## Constraints",
-        "## Resources",
         "## Commands",
         "## Best practices",
         "## Your Task",

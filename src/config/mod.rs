@@ -10,8 +10,10 @@ use serde::Deserialize;
 
 use crate::core::budget::usd_to_micros;
 
+mod budget;
 pub mod models;
 mod sections;
+pub use budget::*;
 pub use sections::*;
 
 /// A value that must never reach a log line, an error message or `Debug` output.
@@ -560,7 +562,9 @@ impl Config {
                 .flatten()
                 .map(String::as_str),
         );
-        models.dedup();
+        // Each model once, in order, so the first unpriced one is the one named.
+        let mut seen = std::collections::BTreeSet::new();
+        models.retain(|model| seen.insert(*model));
         models
     }
 

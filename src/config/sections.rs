@@ -1,5 +1,5 @@
 //! The sections of `bot.toml` as typed structs with their defaults: the model endpoint and
-//! known models, agents, workspace limits, Discord, prices and budgets, memory, the command
+//! known models, agents, workspace limits, Discord, memory, the command
 //! policy, the web and sub-agents.
 
 use std::collections::BTreeMap;
@@ -7,7 +7,6 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use crate::core::budget::{usd_to_micros, Micros, Price};
 use crate::core::commands::Risk;
 use crate::core::policy::{ClassAction, Policy, ALL_RISKS};
 use crate::core::state::GuildId;
@@ -345,103 +344,6 @@ impl Default for DiscordConfig {
             guild_models: BTreeMap::new(),
             token: None,
         }
-    }
-}
-
-/// A model's price in dollars per million tokens, as providers publish them.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PriceConfig {
-    pub input_per_million: f64,
-    /// What input served from the provider's prompt cache costs; unset: the input price.
-    #[serde(default)]
-    pub cached_input_per_million: Option<f64>,
-    /// Embedding models bill input only.
-    #[serde(default)]
-    pub output_per_million: f64,
-}
-
-/// A model that has no price: the bot refuses to spend on it rather than count it as free.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("no price is known for model \"{0}\": add [budget.prices.\"{0}\"] with input_per_million and output_per_million, or, if it runs on a server you do not pay per token, list it in budget.free_models (or AUTOTHREAD_FREE_MODELS)")]
-pub struct Unpriced(pub String);
-
-/// Budgets in dollars (0 switches a budget or a rate limit off) and prices.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct BudgetConfig {
-    /// An agent's budget when none is given at start.
-    pub agent_default_usd: f64,
-    /// The most an owner may give an agent at start; admins may set more with `/agent budget set`.
-    pub agent_max_usd: f64,
-    pub user_daily_usd: f64,
-    pub guild_daily_usd: f64,
-    pub guild_monthly_usd: f64,
-    /// From this share of its budget on, an agent's Approve ×N and continuous runs stop.
-    pub soft_cap_percent: u8,
-    pub user_spend_per_hour_usd: f64,
-    pub guild_spend_per_hour_usd: f64,
-    pub guild_calls_per_minute: u32,
-    pub prices: BTreeMap<String, PriceConfig>,
-    /// Models that cost nothing per token (a server you run yourself). Every model an agent can
-    /// use needs a price, from `prices`, the built-in catalogue or this list; any other model is
-    /// refused, so spend can never go unaccounted. Also AUTOTHREAD_FREE_MODELS (comma-separated).
-    pub free_models: Vec<String>,
-}
-
-impl Default for BudgetConfig {
-    fn default() -> Self {
-        BudgetConfig {
-            agent_default_usd: 1.0,
-            agent_max_usd: 20.0,
-            user_daily_usd: 5.0,
-            guild_daily_usd: 20.0,
-            guild_monthly_usd: 200.0,
-            soft_cap_percent: 80,
-            user_spend_per_hour_usd: 2.0,
-            guild_spend_per_hour_usd: 10.0,
-            guild_calls_per_minute: 120,
-            prices: BTreeMap::new(),
-            free_models: Vec::new(),
-        }
-    }
-}
-
-impl BudgetConfig {
-    /// The configured price, else free when listed in `free_models`, else the built-in one,
-    /// else `None`: a model nobody priced, which no call may use.
-    pub fn known_price(&self, model: &str) -> Option<Price> {
-        if let Some(p) = self.prices.get(model) {
-            return Some(Price::from_usd_per_million_cached(
-                p.input_per_million,
-                p.cached_input_per_million.unwrap_or(p.input_per_million),
-                p.output_per_million,
-            ));
-        }
-        if self.free_models.iter().any(|free| free == model) {
-            return Some(Price::default());
-        }
-        models::known(model).map(|known| {
-            Price::from_usd_per_million_cached(
-                known.input_per_million,
-                known.cached_input_per_million,
-                known.output_per_million,
-            )
-        })
-    }
-
-    /// The price, or the sentence that says how to give the model one.
-    pub fn price_of(&self, model: &str) -> Result<Price, Unpriced> {
-        self.known_price(model)
-            .ok_or_else(|| Unpriced(model.to_string()))
-    }
-
-    pub fn agent_default(&self) -> Micros {
-        usd_to_micros(self.agent_default_usd)
-    }
-
-    pub fn agent_max(&self) -> Micros {
-        usd_to_micros(self.agent_max_usd)
     }
 }
 

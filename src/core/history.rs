@@ -106,21 +106,31 @@ impl Episode {
     pub fn render_summary(&self) -> String {
         match &self.summary {
             Some(summary) => format!("- Step {}: {}", self.cycle, summary.trim()),
-            None => {
-                let first_line = self.outcome.text().lines().next().unwrap_or("");
-                // A success needs no label; anything else says what happened.
-                let status = match self.outcome {
-                    Outcome::Success(_) => String::new(),
-                    _ => format!("{}: ", self.outcome.status()),
-                };
-                format!(
-                    "- Step {}: {} → {status}{}",
-                    self.cycle,
-                    format_call(&self.command, SUMMARY_LINE_CALL_CHARS),
-                    truncate_chars(first_line, SUMMARY_LINE_OUTPUT_CHARS)
-                )
-            }
+            None => format!("- Step {}: {}", self.cycle, self.mechanical_summary()),
         }
+    }
+
+    /// `call → output`, cut to one line: what a step says when no model has condensed it.
+    pub fn mechanical_summary(&self) -> String {
+        let first_line = self.outcome.text().lines().next().unwrap_or("");
+        // A success needs no label; anything else says what happened.
+        let status = match self.outcome {
+            Outcome::Success(_) => String::new(),
+            _ => format!("{}: ", self.outcome.status()),
+        };
+        format!(
+            "{} → {status}{}",
+            format_call(&self.command, SUMMARY_LINE_CALL_CHARS),
+            truncate_chars(first_line, SUMMARY_LINE_OUTPUT_CHARS)
+        )
+    }
+
+    /// Whether the mechanical line would lose part of the outcome, so that a model call to
+    /// condense it is worth its tokens. A short one-line outcome ("Wrote 412 characters to
+    /// notes.txt") is already its own summary; a file's contents or a page are not.
+    pub fn needs_model_summary(&self) -> bool {
+        let text = self.outcome.text().trim();
+        text.lines().nth(1).is_some() || text.chars().count() > SUMMARY_LINE_OUTPUT_CHARS
     }
 }
 
@@ -198,6 +208,17 @@ mod tests {
             ep.render_summary(),
             "- Step 7: Read a.txt; it did not exist."
         );
+    }
+
+    #[test]
+    fn only_outcomes_the_line_would_cut_need_a_model_summary() {
+        assert!(
+            !episode(Outcome::Success("Wrote 412 characters to a.txt".into()))
+                .needs_model_summary()
+        );
+        assert!(!episode(Outcome::Error("no such file".into())).needs_model_summary());
+        assert!(episode(Outcome::Success("first\nsecond".into())).needs_model_summary());
+        assert!(episode(Outcome::Success("x".repeat(101))).needs_model_summary());
     }
 
     #[test]

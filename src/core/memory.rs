@@ -45,13 +45,15 @@ pub struct MemoryHit {
 /// Feedback", made useful: the one-line summary, the action with its arguments, and the facts the
 /// result carried, bounded to `max_chars`.
 pub fn cycle_memory_text(episode: &Episode, max_chars: usize) -> String {
-    let summary = episode
-        .summary
-        .clone()
-        .unwrap_or_else(|| episode.render_summary());
     let args = serde_json::to_string(&episode.command.args).unwrap_or_default();
+    // Without a model summary the action and result below say it all; a mechanical line would
+    // repeat them, in every prompt that recalls the memory.
+    let summary = match &episode.summary {
+        Some(summary) => format!("{summary}\n"),
+        None => String::new(),
+    };
     let mut text = format!(
-        "Cycle {}: {summary}\nAction: {}({})",
+        "Cycle {}: {summary}Action: {}({})",
         episode.cycle,
         episode.command.name,
         truncate_chars(&args, max_chars / 3)

@@ -235,7 +235,7 @@ fn a_full_cycle_approve_execute_record_next() {
     let fx = h.decide(Decision::Approve);
     assert_eq!(executes(&fx).unwrap().name, "write_file");
     assert_eq!(h.state.phase, Phase::Executing);
-    let fx = h.finish_command(Outcome::Success("written".into()));
+    let fx = h.finish_command(Outcome::Success("written:\nline one of the file".into()));
     assert!(fx.contains(&Effect::EpisodeRecorded { cycle: 1 }));
     assert_eq!(h.state.cycle, 2);
     assert_eq!(h.state.episodes[0].decided_by.as_deref(), Some("alice"));
@@ -758,7 +758,10 @@ fn memory_and_budget_sections_appear_only_when_filled() {
 #[test]
 fn summaries_are_requested_newest_first_and_bounded() {
     let mut h = Harness::started();
-    h.state.episodes = (1..=10).map(|c| episode(c, 1)).collect();
+    // Odd cycles have a short outcome, which is its own summary and never sent to the model.
+    h.state.episodes = (1..=12)
+        .map(|c| episode(c, if c % 2 == 0 { 30 } else { 1 }))
+        .collect();
     for e in h.state.episodes.iter_mut() {
         e.summary = None;
     }
@@ -774,7 +777,7 @@ fn summaries_are_requested_newest_first_and_bounded() {
             _ => None,
         })
         .collect();
-    assert_eq!(cycles, vec![10, 9, 8, 7]);
+    assert_eq!(cycles, vec![12, 10, 8, 6]);
 }
 
 #[test]
@@ -1086,8 +1089,10 @@ fn with_memory_each_cycle_recalls_first_and_summaries_become_memories() {
     // The cycle runs; its summary turns into a memory of the cycle.
     h.think(&reply_json("read_file", json!({"filename": "notes.txt"})));
     h.decide(Decision::Approve);
-    let fx = h.finish_command(Outcome::Success("roses are red".into()));
+    let fx = h.finish_command(Outcome::Success("roses are red\nviolets are blue".into()));
     assert!(fx.iter().any(|e| matches!(e, Effect::Recall { .. })));
+    // An outcome the mechanical line would cut waits for its model summary before it is remembered.
+    assert!(!fx.iter().any(|e| matches!(e, Effect::Remember { .. })));
     let fx = h.reply(
         CallPurpose::Summary { cycle: 1 },
         "Read notes.txt and found a rhyme.",
@@ -1104,7 +1109,28 @@ fn with_memory_each_cycle_recalls_first_and_summaries_become_memories() {
         "{remembered}"
     );
     assert!(remembered.contains("Action: read_file({\"filename\":\"notes.txt\"})"));
-    assert!(remembered.ends_with("Result: roses are red"));
+    assert!(remembered.ends_with("Result: roses are red\nviolets are blue"));
+
+    // A one-line outcome is its own summary: remembered as the cycle closes, no model call.
+    let seq = h.state.call_seq;
+    h.step(Event::Recalled { seq, hits: vec![] });
+    h.think(&reply_json("read_file", json!({"filename": "a.txt"})));
+    h.decide(Decision::Approve);
+    let fx = h.finish_command(Outcome::Success("a short line".into()));
+    let remembered = fx
+        .iter()
+        .find_map(|e| match e {
+            Effect::Remember { cycle: 2, text } => Some(text.clone()),
+            _ => None,
+        })
+        .expect("a memory of cycle 2");
+    assert!(
+        remembered == "Cycle 2: Action: read_file({\"filename\":\"a.txt\"})\nResult: a short line",
+        "{remembered}"
+    );
+    assert!(!model_calls(&fx)
+        .iter()
+        .any(|c| c.purpose == CallPurpose::Summary { cycle: 2 }));
 }
 
 /// The policy matrix: each action of the write class, asked for one by one and under Approve ×N.

@@ -352,9 +352,8 @@ async fn two_agents_of_one_user_share_the_daily_budget_until_an_admin_raises_it(
     );
     message_containing(&discord, first, "the owner's daily budget ($0.10) has").await;
 
-    // The summary of cycle 1 fitted what was left (0.02, its whole 200-token reserve) and may
-    // still be settling, while the cycle call (not even 256 reply tokens, 0.0256, fit) was not
-    // made: ask until the books are closed.
+    // The read's one-line outcome needs no summary call, and the cycle call (not even 256 reply
+    // tokens, 0.0256, fit in the 0.02 left) was not made: ask until the books are closed.
     let mut text = String::new();
     for _ in 0..50 {
         let shown = discord.slash_group(
@@ -374,9 +373,9 @@ async fn two_agents_of_one_user_share_the_daily_budget_until_an_admin_raises_it(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(
-        text.contains("**FirstGPT**: $0.060 of $1.00")
-            && text.contains("**The owner's daily budget**: $0.10 of $0.10")
-            && text.contains("**The server's daily budget**: $0.10 of $20.00"),
+        text.contains("**FirstGPT**: $0.040 of $1.00")
+            && text.contains("**The owner's daily budget**: $0.080 of $0.10")
+            && text.contains("**The server's daily budget**: $0.080 of $20.00"),
         "{text}"
     );
 
@@ -414,7 +413,7 @@ async fn two_agents_of_one_user_share_the_daily_budget_until_an_admin_raises_it(
         .as_str()
         .unwrap_or("");
     assert!(
-        footer.ends_with("$0.86 left in the owner's daily budget"),
+        footer.ends_with("$0.88 left in the owner's daily budget"),
         "{footer}"
     );
     discord.assert_clean();

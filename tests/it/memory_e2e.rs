@@ -73,14 +73,16 @@ async fn console_memories_are_written_searched_forgotten_and_pinned() {
         .await;
     assert!(ok, "{out}{err}");
     let first = out.lines().next().unwrap_or("");
-    assert!(first.contains("cycle 1  cycle"), "{out}");
+    // The read that found the fact is its most relevant memory (a step with a one-line outcome is
+    // remembered as its action and result).
+    assert!(first.contains("cycle 2  cycle"), "{out}");
     // Searches embed with the query model.
     assert!(openai
         .embedded()
         .iter()
         .any(|(model, _)| model == "fake-query"));
     let fact_id = result_id(&out, "7:40");
-    let other_id = result_id(&out, "Cycle 2:");
+    let other_id = result_id(&out, "Cycle 3:");
 
     let (ok, out, _) = env
         .run(&["memory", "pin", &id, &other_id.to_string()])

@@ -586,6 +586,19 @@ impl Stepper<'_, '_> {
             summary: None,
             decided_by,
         };
+        // A step that needs no model summary is remembered now; the others when their summary
+        // arrives, so that the memory carries the condensed line.
+        if let Some(memory) = self
+            .ctx
+            .memory
+            .as_ref()
+            .filter(|_| !episode.needs_model_summary())
+        {
+            self.fx.push(Effect::Remember {
+                cycle,
+                text: cycle_memory_text(&episode, memory.text_chars),
+            });
+        }
         self.state.episodes.push(episode);
         self.state.pending = None;
         self.state.cycle += 1;

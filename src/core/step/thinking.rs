@@ -18,8 +18,11 @@ use crate::core::state::{PauseReason, Phase};
 const SUMMARY_MAX_TOKENS: u32 = 200;
 const MAX_SUMMARIES_PER_CYCLE: usize = 4;
 const PROFILE_MAX_TOKENS: u32 = 800;
-/// How many of the newest steps, besides the task, make up the recall query.
-const RECALL_QUERY_STEPS: usize = 3;
+/// How many of the newest steps, besides the task, make up the recall query. One: the task and
+/// its follow-ups say what the agent is after, the newest step what it is doing; more steps would
+/// drown a new question in the words of its recent routine, whose memories the Progress section
+/// shows anyway.
+const RECALL_QUERY_STEPS: usize = 1;
 
 impl Stepper<'_, '_> {
     /// Asks the model for the agent's profile.
@@ -170,7 +173,12 @@ impl Stepper<'_, '_> {
         let input_chars = (ctx.limits.send_limit() * 3).max(2000);
         // Newest first and bounded, so that resuming an old agent does not fire hundreds of calls at once;
         // the rest are condensed over the next cycles.
-        let unsummarised = state.episodes.iter().rev().filter(|e| e.summary.is_none());
+        // A step whose outcome fits its mechanical line is never sent to the model.
+        let unsummarised = state
+            .episodes
+            .iter()
+            .rev()
+            .filter(|e| e.summary.is_none() && e.needs_model_summary());
         for episode in unsummarised.take(MAX_SUMMARIES_PER_CYCLE) {
             self.fx.push(Effect::CallModel(ModelCall {
                 seq: 0,

@@ -242,9 +242,9 @@ impl FakeOpenAi {
     }
 }
 
-/// Words hashed into 256 buckets, normalised: texts sharing words are similar, deterministically.
+/// Words hashed into 1024 buckets (few collisions between the words of a test), normalised: texts sharing words are similar, deterministically.
 pub fn hash_embedding(text: &str) -> Vec<f32> {
-    let mut v = vec![0.0f32; 256];
+    let mut v = vec![0.0f32; 1024];
     for word in text
         .to_lowercase()
         .split(|c: char| !c.is_alphanumeric())
@@ -254,7 +254,7 @@ pub fn hash_embedding(text: &str) -> Vec<f32> {
         for b in word.bytes() {
             h = (h ^ b as u64).wrapping_mul(0x100000001b3);
         }
-        v[(h % 256) as usize] += 1.0;
+        v[(h % 1024) as usize] += 1.0;
     }
     v[0] += 0.01;
     autothread::llm::embed::normalise(v).unwrap()

@@ -68,6 +68,7 @@ fn agent_with(episodes: u64, model: &str) -> AgentState {
             budget: Some(Micros(1_000_000_000)),
             policy: Default::default(),
             endpoint: None,
+            prompt_budget_tokens: None,
         },
         Utc::now(),
     );

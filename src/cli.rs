@@ -161,6 +161,22 @@ pub struct ConsoleArgs {
     /// write=ask (CLASS=default clears it). Repeatable; never looser than [policy] in the config.
     #[arg(long = "policy", value_parser = parse_policy)]
     pub policy: Vec<(Risk, Option<ClassAction>)>,
+    /// The most a cycle's prompt may hold for this agent, in tokens (default:
+    /// llm.prompt_budget_tokens; 0: the model's whole window).
+    #[arg(long, value_parser = parse_prompt_tokens)]
+    pub prompt_tokens: Option<u32>,
+}
+
+fn parse_prompt_tokens(text: &str) -> Result<u32, String> {
+    let tokens: u32 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of tokens"))?;
+    let least = crate::config::MIN_PROMPT_BUDGET_TOKENS;
+    if tokens != 0 && tokens < least {
+        return Err(format!("must be 0 (the whole window) or at least {least}"));
+    }
+    Ok(tokens)
 }
 
 fn parse_policy(text: &str) -> Result<(Risk, Option<ClassAction>), String> {
@@ -388,6 +404,9 @@ async fn console(mut config: Config, args: ConsoleArgs) -> anyhow::Result<ExitCo
             if let Some(limit) = args.limit {
                 state.settings.cycle_limit = limit;
             }
+            if args.prompt_tokens.is_some() {
+                state.settings.prompt_budget_tokens = args.prompt_tokens;
+            }
             agents.narrow_policy(&mut state, &args.policy)?;
             let first = match &state.phase {
                 Phase::Finished { .. } => {
@@ -453,6 +472,7 @@ async fn console(mut config: Config, args: ConsoleArgs) -> anyhow::Result<ExitCo
                     ..NewAgent::default()
                 },
             );
+            state.settings.prompt_budget_tokens = args.prompt_tokens;
             agents.narrow_policy(&mut state, &args.policy)?;
             app.store.commit(&crate::store::Commit {
                 state: Some(&state),

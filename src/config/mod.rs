@@ -261,6 +261,13 @@ impl Config {
                 ));
             }
         }
+        let budget = llm.prompt_budget_tokens;
+        if budget != 0 && budget < MIN_PROMPT_BUDGET_TOKENS {
+            return Err(invalid(
+                "llm.prompt_budget_tokens",
+                format!("must be 0 (the whole window) or at least {MIN_PROMPT_BUDGET_TOKENS}"),
+            ));
+        }
         if llm.timeout_secs == 0 {
             return Err(invalid("llm.timeout_secs", "must be at least 1"));
         }
@@ -756,6 +763,36 @@ mod tests {
         );
         let bad_guild = "[policy.guilds.\"42\"]\nread = \"sometimes\"\n";
         assert!(Config::from_toml(bad_guild, Path::new("t.toml")).is_err());
+    }
+
+    #[test]
+    fn the_prompt_budget_narrows_a_large_window_and_an_agent_may_carry_its_own() {
+        let mut config = Config::default();
+        // gpt-4o-mini: 128k window, 1,500-token reply reserve.
+        let limits = config.llm.context_limits("gpt-4o-mini", None);
+        assert_eq!(limits.send_limit(), DEFAULT_PROMPT_BUDGET_TOKENS as usize);
+        assert_eq!(
+            config
+                .llm
+                .context_limits("gpt-4o-mini", Some(3_000))
+                .send_limit(),
+            3_000
+        );
+        assert_eq!(
+            config
+                .llm
+                .context_limits("gpt-4o-mini", Some(0))
+                .context_tokens,
+            128_000
+        );
+        // A window smaller than the budget is left as it is.
+        assert_eq!(
+            config.llm.context_limits("smollm2", None).context_tokens,
+            4_096
+        );
+        config.llm.prompt_budget_tokens = 500;
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("llm.prompt_budget_tokens"), "{err}");
     }
 
     #[test]

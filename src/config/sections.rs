@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 use crate::core::commands::Risk;
 use crate::core::policy::{ClassAction, Policy, ALL_RISKS};
+use crate::core::prompt::ContextLimits;
 use crate::core::state::GuildId;
 
 use super::models;
@@ -113,6 +114,11 @@ pub struct LlmConfig {
     /// Sent to reasoning models only (`minimal`, `low`, `medium`, `high`…); unset: the model's
     /// default. Lower effort spends fewer (output-priced) reasoning tokens per cycle.
     pub reasoning_effort: Option<String>,
+    /// The most a cycle's prompt may hold, whatever the model's window: a long-running agent on a
+    /// 128k model keeps only the history that fits in this, so its calls cost about what they
+    /// cost on a small window. 0: the whole window. An agent may carry its own (the console's
+    /// `--prompt-tokens`).
+    pub prompt_budget_tokens: u32,
     /// Context windows the server reported at start-up, by model.
     #[serde(skip)]
     pub reported_contexts: BTreeMap<String, u32>,
@@ -137,6 +143,7 @@ impl Default for LlmConfig {
             provider: Provider::Openai,
             api_version: None,
             reasoning_effort: None,
+            prompt_budget_tokens: DEFAULT_PROMPT_BUDGET_TOKENS,
             reported_contexts: BTreeMap::new(),
             api_key: None,
         }
@@ -151,12 +158,34 @@ pub(crate) const FALLBACK_MODEL: ModelSpec = ModelSpec {
     reasoning: None,
 };
 
+/// Enough for the fixed parts, two steps in full and a few dozen step lines.
+pub const DEFAULT_PROMPT_BUDGET_TOKENS: u32 = 16_000;
+/// Below this a prompt cannot hold the fixed parts and a step.
+pub const MIN_PROMPT_BUDGET_TOKENS: u32 = 2_000;
+
 /// The least a reasoning model's call may answer in (see `LlmConfig::reply_tokens`).
 pub const REASONING_REPLY_FLOOR: u32 = 2_000;
 
 impl LlmConfig {
     pub fn model_spec(&self, model: &str) -> ModelSpec {
         self.model_spec_with_source(model).0
+    }
+
+    /// The window a cycle's prompt is built for: the model's, narrowed to the prompt budget (the
+    /// agent's own, else the configured one) plus the reply reserve.
+    pub fn context_limits(&self, model: &str, agent_budget: Option<u32>) -> ContextLimits {
+        let spec = self.model_spec(model);
+        let budget = agent_budget.unwrap_or(self.prompt_budget_tokens);
+        let context_tokens = match budget {
+            0 => spec.context_tokens,
+            budget => spec
+                .context_tokens
+                .min(budget.saturating_add(spec.max_tokens)),
+        };
+        ContextLimits {
+            context_tokens,
+            max_tokens: spec.max_tokens,
+        }
     }
 
     /// The model's window and reply reserve, and where the window came from: `[llm.models]`,

@@ -192,6 +192,9 @@ pub struct AgentSettings {
     /// elsewhere; `None` for agents saved before endpoints were kept.
     #[serde(default)]
     pub endpoint: Option<Endpoint>,
+    /// The agent's own cap on a cycle's prompt (`llm.prompt_budget_tokens` when unset).
+    #[serde(default)]
+    pub prompt_budget_tokens: Option<u32>,
 }
 
 /// Where an agent's model lives, as it was when the agent was created (or last moved).
@@ -396,6 +399,7 @@ impl AgentState {
                 budget: None,
                 policy: Default::default(),
                 endpoint: None,
+                prompt_budget_tokens: None,
             },
             chrono::DateTime::<Utc>::UNIX_EPOCH,
         )

@@ -78,6 +78,7 @@ impl Harness {
                     budget: None,
                     policy: Default::default(),
                     endpoint: None,
+                    prompt_budget_tokens: None,
                 },
                 now,
             ),
@@ -707,6 +708,55 @@ fn a_200_episode_history_fits_a_4k_context_newest_in_full() {
             Role::User
         ]
     );
+}
+
+#[test]
+fn on_a_large_window_the_prompt_budget_bounds_the_history_kept() {
+    let mut h = Harness::started();
+    h.state.episodes = (1..=1000).map(|c| episode(c, 40)).collect();
+    let mut config = crate::config::LlmConfig::default();
+    config.models.insert(
+        "m".into(),
+        crate::config::ModelSpec {
+            context_tokens: 128_000,
+            max_tokens: 1_500,
+            reasoning: None,
+        },
+    );
+    let build = |limits: ContextLimits| {
+        build_cycle_prompt(&PromptInputs {
+            state: &h.state,
+            commands: &h.commands,
+            now: Utc::now(),
+            limits,
+            extras: &h.extras,
+            full_steps: 2,
+            counter: &QuarterCounter,
+            format_in_prompt: true,
+            schema_tokens: 0,
+        })
+    };
+    let whole = build(config.context_limits("m", Some(0)));
+    let bounded = build(config.context_limits("m", Some(4_000)));
+    assert!(bounded.prompt_tokens <= 4_000, "{}", bounded.prompt_tokens);
+    assert!(
+        whole.prompt_tokens > 3 * bounded.prompt_tokens,
+        "{} vs {}",
+        whole.prompt_tokens,
+        bounded.prompt_tokens
+    );
+    // The newest steps stay in full; older ones drop off first.
+    let progress = |b: &crate::core::prompt::BuiltPrompt| {
+        b.messages
+            .iter()
+            .find(|m| m.content.starts_with("## Progress"))
+            .map(|m| m.content.clone())
+            .unwrap()
+    };
+    assert!(progress(&bounded).contains("### Step 1000:"));
+    assert!(progress(&bounded).contains("### Step 999:"));
+    assert!(!progress(&bounded).contains("Step 1:"));
+    assert!(progress(&whole).contains("Step 1:"));
 }
 
 #[test]

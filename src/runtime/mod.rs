@@ -171,11 +171,11 @@ impl Actor {
     }
 
     fn limits(&self) -> ContextLimits {
-        let spec = self.deps.config.llm.model_spec(&self.state.settings.model);
-        ContextLimits {
-            context_tokens: spec.context_tokens,
-            max_tokens: spec.max_tokens,
-        }
+        let settings = &self.state.settings;
+        self.deps
+            .config
+            .llm
+            .context_limits(&settings.model, settings.prompt_budget_tokens)
     }
 
     async fn apply(

@@ -132,6 +132,7 @@ impl AgentService {
                 budget: request.budget,
                 policy: Default::default(),
                 endpoint: Some(self.config.endpoint()),
+                prompt_budget_tokens: None,
             },
             self.clock.now(),
         );

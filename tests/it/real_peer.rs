@@ -305,6 +305,7 @@ async fn read_webpage_reads_a_local_page_in_chunks_with_the_real_model() {
             budget: None,
             policy: Default::default(),
             endpoint: None,
+            prompt_budget_tokens: None,
         },
         chrono::Utc::now(),
     );

@@ -50,6 +50,7 @@ fn agent() -> AgentState {
             budget: None,
             policy: Default::default(),
             endpoint: None,
+            prompt_budget_tokens: None,
         },
         at(),
     );

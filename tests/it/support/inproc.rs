@@ -247,6 +247,7 @@ pub fn agent(id: &str, task: &str, model: &str, continuous: bool) -> AgentState 
             budget: None,
             policy: Default::default(),
             endpoint: None,
+            prompt_budget_tokens: None,
         },
         chrono::Utc::now(),
     );

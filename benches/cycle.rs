@@ -48,6 +48,7 @@ fn episode(cycle: u64) -> Episode {
             "Wrote notes/{cycle}.md with facts about build time (3.2 s), dependencies (14) and README length (120 lines)."
         )),
         decided_by: Some("bench".into()),
+        cost: autothread::core::budget::Micros::ZERO,
     }
 }
 
@@ -155,6 +156,7 @@ fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize
             budget: Some(&view),
             memory: None,
             reply_format: autothread::core::step::ReplyFormat::CompactSchema,
+            brake: autothread::config::BudgetConfig::default().brake_limits(),
         };
         // 1. A command finished: record the episode and assemble (and count) the next prompt.
         state.phase = Phase::Executing;

@@ -6,6 +6,8 @@ use std::io::{Cursor, Write};
 use zip::write::SimpleFileOptions;
 use zip::{CompressionMethod, ZipWriter};
 
+use crate::budget::ledger::Ledger;
+use crate::budget::Budgets;
 use crate::core::budget::format_usd;
 use crate::core::prompt::Role;
 use crate::core::state::AgentState;
@@ -22,9 +24,13 @@ pub enum ExportError {
     Io(#[from] std::io::Error),
 }
 
-/// The Markdown transcript: the agent's own cycles, then each of its sub-agents' chats.
+/// The Markdown transcript: the agent's own cycles, then each of its sub-agents' chats, with what
+/// each step and the whole agent cost.
 pub fn transcript(store: &Store, state: &AgentState) -> Result<String, ExportError> {
-    let mut out = render_transcript(state);
+    let spent = Ledger::new(store)?
+        .account(&Budgets::agent_account(&state.id))?
+        .spent;
+    let mut out = render_transcript(state, spent);
     let subagents = store.subagents(&state.id)?;
     if !subagents.is_empty() {
         out.push_str("\n## Sub-agents\n");

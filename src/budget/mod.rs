@@ -302,22 +302,27 @@ impl Budgets {
         let agent_used = lines
             .first()
             .map_or(Micros::ZERO, |l| l.account.committed());
-        let (remaining, tightest) = lines
+        let agent_spent = lines.first().map_or(Micros::ZERO, |l| l.account.spent);
+        let (remaining, tightest, tightest_limit) = lines
             .iter()
             .filter_map(|l| {
-                l.limit
-                    .map(|limit| (limit.saturating_sub(l.account.committed()), l.kind))
+                l.limit.map(|limit| {
+                    let left = limit.saturating_sub(l.account.committed());
+                    (left, l.kind, limit)
+                })
             })
-            .min_by_key(|(left, _)| *left)
-            .unwrap_or((Micros::MAX, BudgetKind::Agent));
+            .min_by_key(|(left, _, _)| *left)
+            .unwrap_or((Micros::MAX, BudgetKind::Agent, Micros::MAX));
         Ok(BudgetView {
             // The view only words the prompt's budget lines and the card's estimate; a call on an
             // unpriced model is refused where it is metered.
             price: self.price(&state.settings.model).unwrap_or_default(),
             agent_limit,
             agent_used,
+            agent_spent,
             remaining,
             tightest,
+            tightest_limit,
             soft_cap_percent: self.config.soft_cap_percent,
         })
     }

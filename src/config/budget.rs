@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use super::models;
+use crate::core::brake::BrakeLimits;
 use crate::core::budget::{usd_to_micros, Micros, Price};
 
 /// A model's price in dollars per million tokens, as providers publish them.
@@ -47,6 +48,14 @@ pub struct BudgetConfig {
     /// use needs a price, from `prices`, the built-in catalogue or this list; any other model is
     /// refused, so spend can never go unaccounted. Also AUTOTHREAD_FREE_MODELS (comma-separated).
     pub free_models: Vec<String>,
+    /// The runaway brake parks an agent that spends faster than this per hour (0: off), measured
+    /// over `runaway_window_minutes`.
+    pub runaway_usd_per_hour: f64,
+    /// … or uses more tokens than this per minute (0: off) over the same window.
+    pub runaway_tokens_per_minute: u64,
+    pub runaway_window_minutes: u32,
+    /// … or whose newest this many steps repeat one another (0: off).
+    pub runaway_repeat_steps: u32,
 }
 
 impl Default for BudgetConfig {
@@ -63,11 +72,29 @@ impl Default for BudgetConfig {
             guild_calls_per_minute: 120,
             prices: BTreeMap::new(),
             free_models: Vec::new(),
+            runaway_usd_per_hour: 2.0,
+            runaway_tokens_per_minute: 100_000,
+            runaway_window_minutes: 10,
+            runaway_repeat_steps: 4,
         }
     }
 }
 
 impl BudgetConfig {
+    /// The runaway brake's thresholds; `None` when every check is off.
+    pub fn brake_limits(&self) -> Option<BrakeLimits> {
+        let limits = BrakeLimits {
+            usd_per_hour: usd_to_micros(self.runaway_usd_per_hour),
+            tokens_per_minute: self.runaway_tokens_per_minute,
+            window: chrono::Duration::minutes(i64::from(self.runaway_window_minutes.max(1))),
+            repeat_steps: self.runaway_repeat_steps as usize,
+        };
+        let off = limits.usd_per_hour.is_zero()
+            && limits.tokens_per_minute == 0
+            && limits.repeat_steps == 0;
+        (!off).then_some(limits)
+    }
+
     /// The configured price, else free when listed in `free_models`, else the built-in one,
     /// else `None`: a model nobody priced, which no call may use.
     pub fn known_price(&self, model: &str) -> Option<Price> {

@@ -202,11 +202,14 @@ pub struct BudgetView {
     pub agent_limit: Micros,
     /// Settled plus reserved spend of this agent.
     pub agent_used: Micros,
+    /// Settled spend of this agent: what its calls cost.
+    pub agent_spent: Micros,
     /// What the tightest applicable budget (the agent's, its owner's day, the server's day or month)
     /// still allows.
     pub remaining: Micros,
-    /// Which budget `remaining` comes from.
+    /// Which budget `remaining` comes from, and its limit.
     pub tightest: BudgetKind,
+    pub tightest_limit: Micros,
     /// From this share of the agent's budget on, unattended runs stop (AutoGPT has no such cap).
     pub soft_cap_percent: u8,
 }
@@ -275,12 +278,21 @@ pub struct SpendNote {
 pub const MAX_SPEND_PER_HOUR: Micros = Micros(u32::MAX as u64);
 
 /// The budgets a call is charged to: the agent's own, its owner's day, its server's day and month.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum BudgetKind {
     Agent,
     OwnerDaily,
     GuildDaily,
     GuildMonthly,
+}
+
+/// The budget that stopped an agent, as it stood: what the pause card shows and offers to raise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetStop {
+    pub kind: BudgetKind,
+    pub limit: Micros,
+    pub spent: Micros,
 }
 
 impl BudgetKind {
@@ -369,8 +381,10 @@ mod tests {
             price: Price::from_usd_per_million(0.15, 0.60),
             agent_limit: limit,
             agent_used: limit.saturating_sub(remaining),
+            agent_spent: limit.saturating_sub(remaining),
             remaining,
             tightest: BudgetKind::Agent,
+            tightest_limit: limit,
             soft_cap_percent: 80,
         }
     }

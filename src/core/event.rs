@@ -126,6 +126,11 @@ pub enum Event {
         by: String,
         follow_up: Option<String>,
     },
+    /// A parked agent's card: go on, with a new budget for the agent if one is given.
+    Continue {
+        by: String,
+        budget: Option<Micros>,
+    },
     /// The agent was loaded after a restart; `interrupted` says the journal shows its command
     /// started and never finished.
     Recovered {

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::budget::Micros;
 use super::prompt::Message;
 use super::reply::CommandCall;
 
@@ -53,6 +54,10 @@ pub struct Episode {
     pub summary: Option<String>,
     /// Who approved or answered, for the transcript.
     pub decided_by: Option<String>,
+    /// What the agent spent during the cycle, as the ledger stood when it closed: the cycle's
+    /// model calls and those its command made (sub-agents, pages read).
+    #[serde(default)]
+    pub cost: Micros,
 }
 
 /// `name(arg=value, …)` with values as compact JSON, cut to `max_chars` code points.
@@ -179,6 +184,7 @@ mod tests {
             outcome,
             summary: None,
             decided_by: None,
+            cost: Micros::ZERO,
         }
     }
 

@@ -1,6 +1,7 @@
 //! The pure agent core: no I/O, no async, no clock reads, no randomness. Everything the loop decides
 //! is a function of the state and one event; the runtime carries out the returned effects.
 
+pub mod brake;
 pub mod budget;
 pub mod commands;
 pub mod event;

@@ -3,7 +3,8 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::budget::{Micros, Pacing, SpendNote};
+use super::brake::BrakeState;
+use super::budget::{BudgetStop, Micros, Pacing, SpendNote};
 use super::commands::Risk;
 use super::history::Episode;
 use super::memory::MemoryHit;
@@ -45,7 +46,19 @@ pub enum PauseReason {
     /// The configured cycle limit was reached.
     CycleLimit { limit: u64 },
     /// A budget cannot pay for the next model call; raising it resumes the agent.
-    Budget { message: String },
+    Budget {
+        message: String,
+        /// Which budget ran out, and how far; `None` for pauses saved before this was kept.
+        #[serde(default)]
+        stop: Option<BudgetStop>,
+    },
+    /// The runaway brake parked it: it spent too fast or made no progress. `spent` and `limit`
+    /// are the agent's spend and budget when it parked.
+    Runaway {
+        why: String,
+        spent: Micros,
+        limit: Micros,
+    },
     /// The model's commands were refused several times in a row (denied by policy, unknown,
     /// repeated), so a human should look before more calls are paid for.
     Refusals { last: String },
@@ -63,9 +76,13 @@ impl PauseReason {
                 format!("paused because the model endpoint failed: {message}")
             }
             PauseReason::CycleLimit { limit } => format!("paused at the cycle limit ({limit})"),
-            PauseReason::Budget { message } => {
+            PauseReason::Budget { message, .. } => {
                 format!("paused: {message}")
             }
+            PauseReason::Runaway { why, spent, .. } => format!(
+                "parked by the runaway brake: {why} (spent {} so far)",
+                super::budget::format_usd(*spent)
+            ),
             PauseReason::Refusals { last } => {
                 format!("paused after 3 refused commands in a row (last: {last})")
             }
@@ -286,6 +303,12 @@ pub struct AgentState {
     /// The memories recalled for the current cycle.
     #[serde(default)]
     pub recalled: Vec<MemoryHit>,
+    /// The agent's settled spend when its last cycle closed, so each step knows its own cost.
+    #[serde(default)]
+    pub spent_at_last_cycle: Micros,
+    /// What the runaway brake has seen.
+    #[serde(default)]
+    pub brake: BrakeState,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     /// Stored in their own tree, one record per cycle; loaded back by the store.
@@ -322,6 +345,8 @@ impl AgentState {
             last_prompt_tokens: 0,
             paced: None,
             recalled: Vec::new(),
+            spent_at_last_cycle: Micros::ZERO,
+            brake: BrakeState::default(),
             created_at: now,
             updated_at: now,
             episodes: Vec::new(),

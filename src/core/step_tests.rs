@@ -61,6 +61,7 @@ struct Harness {
     budget: Option<BudgetView>,
     memory: Option<MemoryPolicy>,
     reply_format: ReplyFormat,
+    brake: Option<crate::core::brake::BrakeLimits>,
 }
 
 impl Harness {
@@ -93,6 +94,7 @@ impl Harness {
             budget: None,
             memory: None,
             reply_format: ReplyFormat::FullSchema,
+            brake: None,
         }
     }
 
@@ -117,6 +119,7 @@ impl Harness {
             budget: self.budget.as_ref(),
             memory: self.memory,
             reply_format: self.reply_format,
+            brake: self.brake,
         };
         step(&mut self.state, event, &ctx)
     }
@@ -649,6 +652,7 @@ fn episode(cycle: u64, output_len: usize) -> Episode {
         summary: (!cycle.is_multiple_of(3))
             .then(|| format!("Wrote notes/{cycle}.txt with some text.")),
         decided_by: None,
+        cost: Micros::ZERO,
     }
 }
 
@@ -850,8 +854,10 @@ fn budget_view(remaining: u64) -> BudgetView {
         price: Price::from_usd_per_million(1.0, 2.0),
         agent_limit: Micros(1_000_000),
         agent_used: Micros(1_000_000u64.saturating_sub(remaining)),
+        agent_spent: Micros(1_000_000u64.saturating_sub(remaining)),
         remaining: Micros(remaining),
         tightest: crate::core::budget::BudgetKind::Agent,
+        tightest_limit: Micros(1_000_000),
         soft_cap_percent: 80,
     }
 }
@@ -982,16 +988,26 @@ fn a_refused_call_pauses_and_a_raised_budget_resumes() {
         purpose: CallPurpose::Think,
         reason: "the agent's budget ($1.00) has $0.000010 left".into(),
     });
-    let Phase::Paused(PauseReason::Budget { message }) = &h.state.phase else {
+    let Phase::Paused(PauseReason::Budget { message, stop }) = &h.state.phase else {
         panic!("{:?}", h.state.phase);
     };
     assert!(message.contains("has $0.000010 left"));
+    // The pause names the budget that ran out, for the card that offers to raise it.
+    assert_eq!(
+        *stop,
+        Some(crate::core::budget::BudgetStop {
+            kind: crate::core::budget::BudgetKind::Agent,
+            limit: Micros(1_000_000),
+            spent: Micros(999_990),
+        })
+    );
     assert!(matches!(
         fx.as_slice(),
         [Effect::Paused(PauseReason::Budget { .. })]
     ));
     assert!(PauseReason::Budget {
-        message: "x".into()
+        message: "x".into(),
+        stop: None,
     }
     .describe()
     .starts_with("paused: x"));
@@ -1334,4 +1350,65 @@ fn an_approval_after_the_policy_became_stricter_does_not_run_the_command() {
         episode.outcome
     );
     assert_eq!(h.state.phase, Phase::Thinking);
+}
+
+/// The runaway brake in a scripted loop under Approve ×N: the agent alternates between two reads
+/// that find nothing new, and parks before the cycle after the fourth; Continue starts the count
+/// afresh, and Stop keeps it parked until a human resumes it.
+#[test]
+fn a_repeat_loop_under_approve_n_parks_within_the_threshold_and_continue_starts_afresh() {
+    let mut h = Harness::started();
+    h.brake = Some(crate::core::brake::BrakeLimits {
+        usd_per_hour: Micros::ZERO,
+        tokens_per_minute: 0,
+        window: chrono::Duration::minutes(10),
+        repeat_steps: 4,
+    });
+    h.budget = Some(budget_view(900_000));
+    let read = |name: &str| reply_json("read_file", json!({ "filename": name }));
+    h.think(&read("a.txt"));
+    h.decide(Decision::ApproveN(20));
+    let mut parked_after = None;
+    for cycle in 1..=8u64 {
+        let fx = h.finish_command(Outcome::Success(format!(
+            "contents of the file, cycle {}",
+            cycle % 2
+        )));
+        // Each step cost what the ledger says was spent since the last one.
+        h.budget = Some(budget_view(900_000 - 1_000 * cycle));
+        if let Some(Effect::Paused(reason)) = fx.iter().find(|e| matches!(e, Effect::Paused(_))) {
+            parked_after = Some((cycle, reason.clone()));
+            break;
+        }
+        let fx = h.think(&read(if cycle % 2 == 0 { "a.txt" } else { "b.txt" }));
+        assert!(executes(&fx).is_some(), "cycle {}: {fx:?}", cycle + 1);
+    }
+    let (cycle, reason) = parked_after.expect("the brake parks the loop");
+    assert_eq!(cycle, 4, "parked as the fourth repeating step closed");
+    let PauseReason::Runaway { why, .. } = &reason else {
+        panic!("{reason:?}");
+    };
+    assert!(why.contains("last 4 steps repeat one another"), "{why}");
+    assert_eq!(h.state.auto_approvals_left, 0, "auto-approval ends");
+    assert_eq!(h.state.episodes[1].cost, Micros(1_000));
+
+    // Continue: the next cycle runs, and the count starts again from here.
+    let fx = h.step(Event::Resume {
+        by: "alice".into(),
+        follow_up: None,
+    });
+    assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
+    h.think(&read("a.txt"));
+    let fx = h.decide(Decision::Approve);
+    assert!(executes(&fx).is_some());
+    let fx = h.finish_command(Outcome::Success("contents of the file, cycle 1".into()));
+    assert!(!fx.iter().any(|e| matches!(e, Effect::Paused(_))), "{fx:?}");
+
+    // Stop on a parked agent turns the park into a human's pause.
+    h.state.phase = Phase::Paused(reason);
+    let fx = h.step(Event::Pause { by: "bob".into() });
+    assert_eq!(
+        fx,
+        vec![Effect::Paused(PauseReason::ByUser { by: "bob".into() })]
+    );
 }

@@ -1,12 +1,14 @@
 //! The Markdown transcript of an agent: profile, task, and every cycle with its decision and outcome.
 
+use super::budget::{format_usd, Micros};
 use super::history::format_call;
 use super::state::AgentState;
 
-pub fn render_transcript(state: &AgentState) -> String {
+/// The transcript; `spent` is what the ledger charged the agent in all (its sub-agents included).
+pub fn render_transcript(state: &AgentState, spent: Micros) -> String {
     let mut out = format!("# {} — transcript\n\n", state.name());
     out.push_str(&format!(
-        "- **Agent id:** `{}`\n- **State:** {}\n- **Cycles:** {}\n- **Model:** {}\n- **Created:** {}\n- **Tokens:** {} prompt, {} completion in {} calls\n\n",
+        "- **Agent id:** `{}`\n- **State:** {}\n- **Cycles:** {}\n- **Model:** {}\n- **Created:** {}\n- **Tokens:** {} prompt, {} completion in {} calls\n- **Spent:** {} (the agent and its sub-agents)\n\n",
         state.id,
         state.phase.label(),
         state.episodes.len(),
@@ -15,6 +17,7 @@ pub fn render_transcript(state: &AgentState) -> String {
         state.usage.prompt_tokens,
         state.usage.completion_tokens,
         state.usage.calls,
+        format_usd(spent),
     ));
     if let Some(profile) = &state.profile {
         out.push_str(&format!(
@@ -46,6 +49,9 @@ pub fn render_transcript(state: &AgentState) -> String {
         }
         if let Some(by) = &episode.decided_by {
             out.push_str(&format!("*Decided by:* {by}\n\n"));
+        }
+        if !episode.cost.is_zero() {
+            out.push_str(&format!("*Cost:* {}\n\n", format_usd(episode.cost)));
         }
         out.push_str(&format!(
             "*Status:* {}\n\n```\n{}\n```\n\n",

@@ -43,6 +43,7 @@ mod tests {
             outcome,
             summary: None,
             decided_by: None,
+            cost: crate::core::budget::Micros::ZERO,
         }
     }
 

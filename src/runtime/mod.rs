@@ -220,7 +220,11 @@ impl Actor {
         let limits = self.limits();
         // A budget being changed by this very event already counts for the prompt it leads to.
         let new_limit = match &event {
-            Event::SetBudget { budget, .. } => Some(*budget),
+            Event::SetBudget { budget, .. }
+            | Event::Continue {
+                budget: Some(budget),
+                ..
+            } => Some(*budget),
             _ => None,
         };
         let budget = match self
@@ -247,6 +251,7 @@ impl Actor {
                 smart_model_available: deps.config.llm.smart_model().is_some(),
                 reply_format: deps.config.reply_format(&self.state.settings.model),
                 budget: budget.as_ref(),
+                brake: deps.config.budget.brake_limits(),
                 memory: deps.memory.as_ref().map(|_| {
                     let config = &deps.config.memory;
                     crate::core::step::MemoryPolicy {

@@ -582,6 +582,7 @@ mod tests {
             outcome: Outcome::Success("ok".into()),
             summary: None,
             decided_by: Some("me".into()),
+            cost: crate::core::budget::Micros::ZERO,
         });
         store
             .commit(&Commit {

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader, Lines};
 use tokio::sync::Mutex;
 
+use crate::core::budget::{format_usd, BudgetKind, Micros};
 use crate::core::event::{Decision, APPROVE_N_MAX};
 use crate::core::history::{Episode, Outcome};
 use crate::core::state::{AgentState, AgentView, PauseReason, Proposal};
@@ -131,6 +132,11 @@ pub fn proposal_text(agent: &AgentState, proposal: &Proposal, auto_approved: boo
 /// model and tool text is untrusted, and an escape sequence in it could otherwise hide lines,
 /// move the cursor or retitle the terminal. Nothing else can be done about a closed stdout, so
 /// write errors are dropped.
+/// A new budget to type after `--budget`: a dollar more than `limit`.
+fn suggested_budget(limit: Micros) -> String {
+    format!("{:.2}", limit.0 as f64 / 1_000_000.0 + 1.0)
+}
+
 fn print_flush(text: &str) {
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(visible_controls(text).as_bytes());
@@ -254,9 +260,31 @@ impl Surface for ConsoleSurface {
 
     async fn paused(&self, agent: &AgentState, reason: &PauseReason) {
         let hint = match reason {
-            PauseReason::Budget { .. } => format!(
-                "Raise its budget to continue: autothread console --resume {} --budget <dollars>",
+            PauseReason::Budget {
+                stop: Some(stop), ..
+            } if stop.kind != BudgetKind::Agent => format!(
+                "Spent {} of {} ({}). It resets at midnight UTC; to go on now, raise it in the config (budget.user_daily_usd), then: autothread console --resume {}",
+                format_usd(stop.spent),
+                format_usd(stop.limit),
+                stop.kind.label(),
                 agent.id
+            ),
+            PauseReason::Budget { stop, .. } => {
+                let spent = stop.map_or(Micros::ZERO, |s| s.spent);
+                format!(
+                    "Spent {} of {}. Raise its budget to continue: autothread console --resume {} --budget {}",
+                    format_usd(spent),
+                    stop.map_or("its budget".into(), |s| format_usd(s.limit)),
+                    agent.id,
+                    suggested_budget(stop.map_or(spent, |s| s.limit))
+                )
+            }
+            PauseReason::Runaway { spent, limit, .. } => format!(
+                "Spent {} of {}. Auto-approval has ended. Continue with: autothread console --resume {} (add --budget {} to raise its budget)",
+                format_usd(*spent),
+                format_usd(*limit),
+                agent.id,
+                suggested_budget(*limit)
             ),
             _ => format!("Resume with: autothread console --resume {}", agent.id),
         };
@@ -269,8 +297,14 @@ impl Surface for ConsoleSurface {
 
     async fn finished(&self, agent: &AgentState, reason: &str) {
         print_flush(&format!(
-            "\nAgent {} finished: {reason}\nGive it a follow-up task with: autothread console --resume {} --task \"…\"\n",
+            "\nAgent {} finished: {reason}\nSpent {} in {} cycle{} ({} prompt + {} completion tokens in {} calls).\nGive it a follow-up task with: autothread console --resume {} --task \"…\"\n",
             agent.name(),
+            format_usd(agent.spent_at_last_cycle),
+            agent.episodes.len(),
+            if agent.episodes.len() == 1 { "" } else { "s" },
+            agent.usage.prompt_tokens,
+            agent.usage.completion_tokens,
+            agent.usage.calls,
             agent.id
         ));
     }

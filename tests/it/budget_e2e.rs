@@ -8,7 +8,7 @@ use crate::support;
 use std::time::Duration;
 
 use serde_json::json;
-use support::bot::{answer, card, message_containing, start_agent, start_bot, Start};
+use support::bot::{answer, card, start_agent, start_bot, Start};
 use support::fake_discord::{FakeDiscord, ADMIN_PERMS, ALICE, CHANNEL, MEMBER_PERMS};
 use support::fake_openai::{agent_reply, Expect, FakeOpenAi, Kind, Reply};
 use support::{created_agent_id, TestEnv};
@@ -70,6 +70,19 @@ async fn a_429_storm_is_charged_once_and_the_card_shows_the_cost() {
     assert_eq!(budget_line(&report, "the agent's budget"), (1600, 0));
     assert!(report.contains("of $0.50"), "{report}");
     assert_eq!(budget_line(&report, "the owner's daily budget"), (1600, 0));
+    // Cost where people look: the finish line, and the transcript's total and steps.
+    assert!(out.contains("Spent $0.0016 in 1 cycle ("), "{out}");
+    let dir = env.dir.path().join("export");
+    let (ok, shown, err) = env
+        .run(&["export", &id, "--out", dir.to_str().unwrap()])
+        .await;
+    assert!(ok, "{shown}{err}");
+    let transcript = std::fs::read_to_string(dir.join("transcript.md")).unwrap();
+    assert!(
+        transcript.contains("- **Spent:** $0.0016 (the agent and its sub-agents)")
+            && transcript.contains("*Cost:* $0.0016"),
+        "{transcript}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -163,7 +176,8 @@ async fn an_exhausted_budget_pauses_and_a_raised_one_resumes() {
     assert!(ok, "{out}{err}");
     assert!(
         out.contains("paused: the agent's budget ($0.030) has")
-            && out.contains("Raise its budget to continue: autothread console --resume"),
+            && out.contains("of $0.030. Raise its budget to continue: autothread console --resume")
+            && out.contains(" --budget 1.03"),
         "{out}"
     );
     let id = created_agent_id(&out);
@@ -350,7 +364,18 @@ async fn two_agents_of_one_user_share_the_daily_budget_until_an_admin_raises_it(
         &card_a,
         &support::bot::button(&card_a, "Approve"),
     );
-    message_containing(&discord, first, "the owner's daily budget ($0.10) has").await;
+    let parked = card(
+        &discord,
+        first,
+        "⏸️ FirstGPT paused: the owner's daily budget ran out",
+    )
+    .await;
+    // Only server admins raise the owner's daily budget, even from the owner's own card.
+    let plus_one = support::bot::button(&parked, "+$1");
+    let refused = discord.click(ALICE, &[], &parked, &plus_one);
+    assert!(answer(&discord, refused, true)
+        .await
+        .starts_with("Only server admins"));
 
     // The read's one-line outcome needs no summary call, and the cycle call (not even 256 reply
     // tokens, 0.0256, fit in the 0.02 left) was not made: ask until the books are closed.

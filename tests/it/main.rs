@@ -17,6 +17,7 @@ mod memory;
 mod memory_e2e;
 mod ops_e2e;
 mod pacing;
+mod parked_e2e;
 mod policy_e2e;
 mod providers_e2e;
 mod real_peer;

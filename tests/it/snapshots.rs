@@ -86,6 +86,7 @@ fn agent() -> AgentState {
             outcome,
             summary,
             decided_by: Some("alice".into()),
+            cost: autothread::core::budget::Micros::ZERO,
         });
     }
     state.cycle = 4;

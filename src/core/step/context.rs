@@ -3,6 +3,7 @@
 
 use chrono::{DateTime, Utc};
 
+use crate::core::brake::BrakeLimits;
 use crate::core::budget::BudgetView;
 use crate::core::commands::CommandSet;
 use crate::core::policy::Policy;
@@ -24,6 +25,8 @@ pub struct StepCtx<'a> {
     pub memory: Option<MemoryPolicy>,
     /// How the reply format reaches the model.
     pub reply_format: ReplyFormat,
+    /// The runaway brake's thresholds; `None` where it is off.
+    pub brake: Option<BrakeLimits>,
 }
 
 /// How the model learns the reply format. It is stated once: as a schema the endpoint enforces

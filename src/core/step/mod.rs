@@ -2,7 +2,7 @@
 //! The event handlers live here; `thinking` holds the prompt and the model calls, `context` what
 //! `step` may consult.
 
-use super::budget::{BudgetView, Micros, Pacing};
+use super::budget::BudgetView;
 use super::commands::{ValidCall, FINISH};
 use super::event::{CallPurpose, Decision, Effect, Event, Usage};
 use super::history::{Episode, Outcome};
@@ -14,6 +14,7 @@ use super::state::{AgentState, PauseReason, Phase, Profile, Proposal};
 use super::watchdog::{duplicate_refusal, repeats_last_step};
 
 mod context;
+mod control;
 mod thinking;
 
 pub use context::{MemoryPolicy, ReplyFormat, StepCtx};
@@ -60,6 +61,7 @@ pub fn step(state: &mut AgentState, event: Event, ctx: &StepCtx<'_>) -> Vec<Effe
             pacing,
         } => stepper.on_paced(seq, purpose, pacing),
         Event::SetBudget { budget, by } => stepper.on_set_budget(budget, by),
+        Event::Continue { by, budget } => stepper.on_continue(by, budget),
         Event::SetPolicy { risk, action, by } => stepper.on_set_policy(risk, action, by),
         Event::Recalled { seq, hits } => stepper.on_recalled(seq, hits),
         Event::Decided {
@@ -367,81 +369,6 @@ impl Stepper<'_, '_> {
         }
     }
 
-    /// The ledger refused a call: no budget can pay for its worst case. The agent pauses where it is
-    /// (a summary simply waits for a later cycle) and continues when the budget is raised.
-    fn on_call_refused(&mut self, seq: u64, purpose: CallPurpose, reason: String) {
-        if matches!(purpose, CallPurpose::Summary { .. }) || seq != self.state.call_seq {
-            return;
-        }
-        match (purpose, &self.state.phase) {
-            (CallPurpose::SelfCritique, Phase::Critiquing) => {
-                self.fx.push(Effect::Notify(format!(
-                    "The self-critique was not run: {reason}. The proposal is still waiting for a decision."
-                )));
-                self.show_pending_again();
-            }
-            (_, Phase::Thinking | Phase::Creating) => {
-                self.pause(PauseReason::Budget { message: reason })
-            }
-            _ => {}
-        }
-    }
-
-    /// The current call waits for a rate limit; a long wait is announced, and the proposal will
-    /// say it waited.
-    fn on_paced(&mut self, seq: u64, purpose: CallPurpose, pacing: Pacing) {
-        if seq == self.state.call_seq && !matches!(purpose, CallPurpose::Summary { .. }) {
-            if pacing.until - self.ctx.now >= chrono::Duration::seconds(PACING_NOTICE_SECS) {
-                self.fx.push(Effect::Notify(format!(
-                    "Rate limited: {}.",
-                    pacing.describe()
-                )));
-            }
-            self.state.paced = Some(pacing);
-        }
-    }
-
-    /// A new budget for the agent; one paused because its budget ran out continues by itself.
-    fn on_set_budget(&mut self, budget: Micros, by: String) {
-        self.state.settings.budget = Some(budget);
-        self.fx.push(Effect::Notify(format!(
-            "{by} set the agent's budget to {}.",
-            super::budget::format_usd(budget)
-        )));
-        if matches!(self.state.phase, Phase::Paused(PauseReason::Budget { .. })) {
-            self.on_resume(None);
-        }
-    }
-
-    /// The owner narrows a class for this agent; the core checks again that it is no wider than the
-    /// server's policy, so no surface can widen it by mistake.
-    fn on_set_policy(
-        &mut self,
-        risk: super::commands::Risk,
-        action: Option<ClassAction>,
-        by: String,
-    ) {
-        let ctx = self.ctx;
-        match action {
-            Some(action) => {
-                if let Err(why) = ctx.policy.check_narrowing(risk, action) {
-                    self.fx.push(Effect::Rejected(why));
-                    return;
-                }
-                self.state.settings.policy.insert(risk, action);
-            }
-            None => {
-                self.state.settings.policy.remove(&risk);
-            }
-        }
-        let (now, _) = ctx.policy.effective(&self.state.settings.policy, risk);
-        self.fx.push(Effect::Notify(format!(
-            "{by} set {} commands to `{}` for this agent.",
-            risk.label(),
-            now.label()
-        )));
-    }
-
     /// Shows the pending proposal once more and waits for a decision on it.
     fn show_pending_again(&mut self) {
         if let Some(pending) = &self.state.pending {
@@ -578,6 +505,7 @@ impl Stepper<'_, '_> {
         decided_by: Option<String>,
     ) {
         let cycle = self.state.cycle;
+        let cost = self.note_spend();
         let episode = Episode {
             cycle,
             command,
@@ -585,6 +513,7 @@ impl Stepper<'_, '_> {
             outcome,
             summary: None,
             decided_by,
+            cost,
         };
         // A step that needs no model summary is remembered now; the others when their summary
         // arrives, so that the memory carries the condensed line.
@@ -604,69 +533,6 @@ impl Stepper<'_, '_> {
         self.state.cycle += 1;
         self.state.cycles_since_resume += 1;
         self.fx.push(Effect::EpisodeRecorded { cycle });
-    }
-
-    /// Pauses the agent at once, or when its running command returns.
-    fn on_pause(&mut self, by: String) {
-        match self.state.phase {
-            Phase::Creating | Phase::Thinking | Phase::AwaitingDecision | Phase::Critiquing => {
-                if self.state.phase == Phase::Critiquing {
-                    self.state.phase = Phase::AwaitingDecision;
-                }
-                self.state.auto_approvals_left = 0;
-                self.pause(PauseReason::ByUser { by });
-            }
-            Phase::Executing => {
-                // A running command is never cut short; the pause takes effect when it returns.
-                self.state.auto_approvals_left = 0;
-                self.state.pause_requested = Some(by);
-                self.fx.push(Effect::Notify(
-                    "The agent will pause when the running command finishes.".into(),
-                ));
-            }
-            Phase::Paused(_) | Phase::Finished { .. } => self.fx.push(Effect::Rejected(format!(
-                "the agent is already {}",
-                self.state.phase.label()
-            ))),
-        }
-    }
-
-    /// Continues a paused agent where it stopped, or a finished one with a follow-up task.
-    fn on_resume(&mut self, follow_up: Option<String>) {
-        let follow_up = follow_up
-            .map(|t| t.trim().to_string())
-            .filter(|t| !t.is_empty());
-        match &self.state.phase {
-            Phase::Finished { .. } => match follow_up {
-                Some(task) => {
-                    self.state.follow_ups.push(task);
-                    self.state.cycles_since_resume = 0;
-                    self.begin_cycle();
-                }
-                None => self.fx.push(Effect::Rejected(
-                    "the agent has finished; give it a follow-up task to continue".into(),
-                )),
-            },
-            Phase::Paused(_) => {
-                if let Some(task) = follow_up {
-                    self.state.follow_ups.push(task);
-                }
-                self.state.invalid_replies_in_row = 0;
-                self.state.cycles_since_resume = 0;
-                if self.state.pending.is_some() {
-                    self.show_pending_again();
-                } else if self.state.profile.is_none() {
-                    self.state.phase = Phase::Creating;
-                    self.request_profile();
-                } else {
-                    self.begin_cycle();
-                }
-            }
-            _ => self.fx.push(Effect::Rejected(format!(
-                "the agent is already running ({})",
-                self.state.phase.label()
-            ))),
-        }
     }
 
     /// Picks the agent up after a restart in the phase the journal left it in.

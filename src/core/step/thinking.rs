@@ -166,6 +166,21 @@ impl Stepper<'_, '_> {
             self.pause(PauseReason::CycleLimit { limit });
             return;
         }
+        if let Some(limits) = &self.ctx.brake {
+            let state = &*self.state;
+            if let Some(why) = state.brake.check(&state.episodes, self.ctx.now, limits) {
+                // Nobody is asked for a while under Approve ×N or continuous mode: that ends here.
+                self.state.auto_approvals_left = 0;
+                let (spent, limit) = self
+                    .ctx
+                    .budget
+                    .map_or((Micros::ZERO, Micros::ZERO), |view| {
+                        (view.agent_spent, view.agent_limit)
+                    });
+                self.pause(PauseReason::Runaway { why, spent, limit });
+                return;
+            }
+        }
         let (state, ctx) = (&mut *self.state, self.ctx);
         state.phase = Phase::Thinking;
         state.rethink_used = false;

@@ -321,6 +321,7 @@ mod tests {
             outcome: Outcome::Success("short".into()),
             summary: None,
             decided_by: None,
+            cost: crate::core::budget::Micros::ZERO,
         };
         let (text, file) = result_message(&episode);
         assert_eq!(text, "`read_file` returned:\n```\nshort\n```");

@@ -1,5 +1,5 @@
-//! Versioned component ids: `at1:<action>:<agent>:<cycle>`, routed by the global interaction
-//! handler so that a card keeps working after a restart.
+//! Versioned component ids: `at1:<action>:<agent>:<cycle>` (or another number an action names),
+//! routed by the global interaction handler so that a card keeps working after a restart.
 
 /// Discord's limit on a component's custom_id.
 pub const MAX_CUSTOM_ID: usize = 100;
@@ -23,6 +23,17 @@ pub enum CardAction {
     MemoryForget,
     /// Pin that memory (recalled in every cycle).
     MemoryPin,
+    /// On a parked agent's card: go on (the `cycle` slot holds the cycle it parked at).
+    ParkContinue,
+    /// On a parked agent's card: stay paused until someone resumes it.
+    ParkStop,
+    /// Raise the agent's budget to the micro-dollars in the `cycle` slot (an absolute target, so a
+    /// double click raises once).
+    RaiseAgent,
+    /// Raise the owner's daily budget, the server's daily or its monthly one, likewise.
+    RaiseOwnerDaily,
+    RaiseServerDaily,
+    RaiseServerMonthly,
 }
 
 impl CardAction {
@@ -37,6 +48,12 @@ impl CardAction {
             CardAction::FeedbackSubmit => "fb-m",
             CardAction::MemoryForget => "mf",
             CardAction::MemoryPin => "mp",
+            CardAction::ParkContinue => "pk-go",
+            CardAction::ParkStop => "pk-stop",
+            CardAction::RaiseAgent => "ra-a",
+            CardAction::RaiseOwnerDaily => "ra-u",
+            CardAction::RaiseServerDaily => "ra-gd",
+            CardAction::RaiseServerMonthly => "ra-gm",
         }
     }
 
@@ -51,6 +68,12 @@ impl CardAction {
             "fb-m" => CardAction::FeedbackSubmit,
             "mf" => CardAction::MemoryForget,
             "mp" => CardAction::MemoryPin,
+            "pk-go" => CardAction::ParkContinue,
+            "pk-stop" => CardAction::ParkStop,
+            "ra-a" => CardAction::RaiseAgent,
+            "ra-u" => CardAction::RaiseOwnerDaily,
+            "ra-gd" => CardAction::RaiseServerDaily,
+            "ra-gm" => CardAction::RaiseServerMonthly,
             _ => return None,
         })
     }
@@ -113,6 +136,12 @@ mod tests {
             CardAction::FeedbackSubmit,
             CardAction::MemoryForget,
             CardAction::MemoryPin,
+            CardAction::ParkContinue,
+            CardAction::ParkStop,
+            CardAction::RaiseAgent,
+            CardAction::RaiseOwnerDaily,
+            CardAction::RaiseServerDaily,
+            CardAction::RaiseServerMonthly,
         ] {
             let id = CardId::new(action, "0123456789ab", u64::MAX);
             let raw = id.encode();

@@ -6,6 +6,7 @@ pub mod client;
 mod commands;
 mod forms;
 pub mod ids;
+mod parked;
 mod post;
 pub mod respond;
 mod router;
@@ -336,6 +337,14 @@ impl Surface for DiscordSurface {
     }
 
     async fn paused(&self, agent: &AgentState, reason: &PauseReason) {
+        if let Some((text, buttons)) = parked::park_card(agent, reason) {
+            let card = CreateMessage::new()
+                .embed(to_embed(text))
+                .components(buttons)
+                .allowed_mentions(no_mentions());
+            self.send(&agent.id, card).await;
+            return;
+        }
         self.say(
             &agent.id,
             &format!(
@@ -356,16 +365,25 @@ impl Surface for DiscordSurface {
         let text = EmbedText {
             title: format!("{} finished", agent.name()),
             description: reason.to_string(),
-            fields: vec![(
-                "Steps".into(),
-                format!(
-                    "{} cycles · {} model calls · {} prompt + {} completion tokens",
-                    agent.episodes.len(),
-                    agent.usage.calls,
-                    agent.usage.prompt_tokens,
-                    agent.usage.completion_tokens
+            fields: vec![
+                (
+                    "Steps".into(),
+                    format!(
+                        "{} cycles · {} model calls · {} prompt + {} completion tokens",
+                        agent.episodes.len(),
+                        agent.usage.calls,
+                        agent.usage.prompt_tokens,
+                        agent.usage.completion_tokens
+                    ),
                 ),
-            )],
+                (
+                    "Spent".into(),
+                    format!(
+                        "{} (the agent and its sub-agents)",
+                        crate::core::budget::format_usd(agent.spent_at_last_cycle)
+                    ),
+                ),
+            ],
             footer: "Give it a follow-up task with /agent resume".into(),
         }
         .fitted();

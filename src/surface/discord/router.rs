@@ -9,6 +9,7 @@ use serenity::{ComponentInteraction, CreateInteractionResponse, FullEvent, Modal
 use super::commands::{Data, Error};
 use super::forms::{approve_n_form, feedback_form, modal_value};
 use super::ids::{CardAction, CardId};
+use super::parked;
 use super::respond::{ephemeral, requester_of, something_went_wrong, Interaction};
 use crate::core::event::{Decision, APPROVE_N_MAX};
 use crate::core::state::Phase;
@@ -130,6 +131,10 @@ async fn on_click(http: &serenity::Http, data: &Data, click: ComponentInteractio
         interaction.respond(http, ephemeral(text)).await;
         return;
     }
+    if let Some(choice) = parked::park_choice(&id) {
+        parked::on_park_click(http, data, &click, &id, choice, &who).await;
+        return;
+    }
     if let Err(refusal) = check_click(data, &id, &who) {
         interaction.respond(http, ephemeral(refusal)).await;
         return;
@@ -155,7 +160,13 @@ async fn on_click(http: &serenity::Http, data: &Data, click: ComponentInteractio
         CardAction::ApproveNSubmit
         | CardAction::FeedbackSubmit
         | CardAction::MemoryForget
-        | CardAction::MemoryPin => {
+        | CardAction::MemoryPin
+        | CardAction::ParkContinue
+        | CardAction::ParkStop
+        | CardAction::RaiseAgent
+        | CardAction::RaiseOwnerDaily
+        | CardAction::RaiseServerDaily
+        | CardAction::RaiseServerMonthly => {
             interaction
                 .respond(http, ephemeral(NOT_FROM_THIS_VERSION))
                 .await;

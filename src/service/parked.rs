@@ -1,0 +1,117 @@
+//! What the buttons of a parked agent's card do (paused for a budget, or by the runaway brake):
+//! go on, stop, or raise the budget that stopped it, each for those allowed to.
+
+use super::rights::{may_decide, Requester};
+use super::{AgentService, LimitChange, ServiceResult, UserError, NOT_ALLOWED};
+use crate::budget::LimitScope;
+use crate::core::budget::{format_usd, BudgetKind, Micros};
+use crate::core::event::Event;
+use crate::core::state::{PauseReason, Phase};
+use crate::runtime::supervisor::Supervisor;
+
+/// A choice on a parked agent's card.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParkChoice {
+    /// Let it go on (the runaway brake's card).
+    Continue,
+    /// Keep it paused until someone resumes it.
+    Stop,
+    /// Raise a budget to `to`: an absolute target, so that two clicks raise it once.
+    Raise { budget: BudgetKind, to: Micros },
+}
+
+/// The most a card offers to raise a budget by, in dollars: small steps, so that a click never
+/// commits much more than the person meant.
+pub const RAISE_STEPS_USD: [u64; 2] = [1, 5];
+
+impl AgentService {
+    /// Applies a choice made on a parked agent's card and says what happened, for the card.
+    pub fn park_choice(
+        &self,
+        supervisor: &Supervisor,
+        agent: &str,
+        who: &Requester,
+        by: &str,
+        choice: ParkChoice,
+    ) -> ServiceResult<String> {
+        let binding = self
+            .store
+            .binding(agent)?
+            .ok_or_else(|| UserError::new("This agent no longer exists."))?;
+        let parked = self
+            .store
+            .load_agent_record(agent)?
+            .map(|state| state.phase)
+            .filter(|phase| {
+                matches!(
+                    phase,
+                    Phase::Paused(PauseReason::Budget { .. } | PauseReason::Runaway { .. })
+                )
+            });
+        if parked.is_none() {
+            return Err(UserError::new(
+                "This agent is no longer parked; nothing changed. `/agent status` shows where it is.",
+            )
+            .into());
+        }
+        match choice {
+            ParkChoice::Continue | ParkChoice::Stop => {
+                if !may_decide(&binding, who) {
+                    return Err(UserError::new(NOT_ALLOWED).into());
+                }
+                let (event, done) = match choice {
+                    ParkChoice::Continue => (
+                        Event::Continue {
+                            by: by.to_string(),
+                            budget: None,
+                        },
+                        format!("Continued by {by}."),
+                    ),
+                    _ => (
+                        Event::Pause { by: by.to_string() },
+                        format!("Stopped by {by}; `/agent resume` continues."),
+                    ),
+                };
+                supervisor.send(agent, event)?;
+                Ok(done)
+            }
+            ParkChoice::Raise {
+                budget: BudgetKind::Agent,
+                to,
+            } => {
+                self.check_agent_budget(&binding, who, to)?;
+                let event = Event::Continue {
+                    by: by.to_string(),
+                    budget: Some(to),
+                };
+                supervisor.send(agent, event)?;
+                Ok(format!(
+                    "{by} raised the agent's budget to {}; it goes on.",
+                    format_usd(to)
+                ))
+            }
+            ParkChoice::Raise { budget, to } => {
+                let scope = match budget {
+                    BudgetKind::OwnerDaily => LimitScope::UserDaily,
+                    BudgetKind::GuildDaily => LimitScope::GuildDaily,
+                    _ => LimitScope::GuildMonthly,
+                };
+                let change = LimitChange {
+                    scope,
+                    guild_id: binding.guild_id,
+                    // The owner's own day, not everyone's.
+                    user: (scope == LimitScope::UserDaily).then_some(binding.owner_id),
+                    micros: to,
+                };
+                let resumed = self.set_limit(supervisor, who, by, change)?;
+                Ok(format!(
+                    "{by} raised {} to {}; {resumed} paused agent{} of this server {}.",
+                    budget.label(),
+                    format_usd(to),
+                    if resumed == 1 { "" } else { "s" },
+                    if resumed == 1 { "goes on" } else { "go on" }
+                ))
+            }
+        }
+    }
+}

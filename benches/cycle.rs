@@ -163,9 +163,14 @@ fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize
         state.pending = Some(autothread::core::state::Proposal {
             cycle: state.cycle,
             thoughts: Default::default(),
+            // A different folder each cycle: the same step over and over would be parked by
+            // the runaway brake, which is part of what a cycle costs.
             command: CommandCall {
                 name: "list_folder".into(),
-                args: Default::default(),
+                args: json!({ "folder": format!("dir{}", state.cycle) })
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default(),
             },
             risk: autothread::core::commands::Risk::Read,
             interrupted: false,
@@ -180,7 +185,7 @@ fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize
             &mut state,
             Event::CommandFinished {
                 cycle,
-                outcome: Outcome::Success("notes/ (3 files)".into()),
+                outcome: Outcome::Success(format!("dir{cycle}/ (3 files)")),
             },
             &ctx,
         );

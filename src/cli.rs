@@ -506,7 +506,9 @@ async fn console(mut config: Config, args: ConsoleArgs) -> anyhow::Result<ExitCo
         result = &mut actor => result,
         _ = tokio::signal::ctrl_c() => {
             println!("\nInterrupted: pausing the agent (it is saved).");
-            handle.send(Event::Pause { by: "Ctrl+C".into() });
+            if handle.offer(Event::Pause { by: "Ctrl+C".into() }).is_err() {
+                println!("The agent is busy or stopping; it is saved as it is.");
+            }
             actor.await
         }
     };

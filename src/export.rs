@@ -57,16 +57,53 @@ pub fn transcript(store: &Store, state: &AgentState) -> Result<String, ExportErr
     Ok(out)
 }
 
-/// The agent's files as a zip archive, paths as stored (already confined to the workspace).
+/// The agent's files as a zip archive, paths as stored (already confined to the workspace), a
+/// file that has a folder's name renamed (see `unclash`).
 pub fn workspace_zip(store: &Store, agent: &str) -> Result<Vec<u8>, ExportError> {
     let mut archive = ZipWriter::new(Cursor::new(Vec::new()));
     let options = SimpleFileOptions::default().compression_method(CompressionMethod::Deflated);
-    for (path, _) in store.list_files(agent)? {
-        let contents = store.read_file(agent, &path)?.unwrap_or_default();
-        archive.start_file(path, options)?;
+    let paths: Vec<String> = store
+        .list_files(agent)?
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    for (path, written_as) in paths.iter().zip(unclash(&paths)) {
+        let contents = store.read_file(agent, path)?.unwrap_or_default();
+        archive.start_file(written_as, options)?;
         archive.write_all(&contents)?;
     }
     Ok(archive.finish()?.into_inner())
+}
+
+/// The names files are exported under. A workspace may hold both `notes` and `notes/a.txt`
+/// (keys, not a file system), which no disk or archive tool can: the file `notes` is written as
+/// `notes (file)` (or `notes (file 2)`…), and both are kept.
+pub fn unclash(paths: &[String]) -> Vec<String> {
+    use std::collections::HashSet;
+    let folders: HashSet<&str> = paths
+        .iter()
+        .flat_map(|p| p.match_indices('/').map(move |(i, _)| &p[..i]))
+        .collect();
+    let mut taken: HashSet<String> = paths.iter().cloned().collect();
+    paths
+        .iter()
+        .map(|path| {
+            if !folders.contains(path.as_str()) {
+                return path.clone();
+            }
+            let renamed = (1..)
+                .map(|n| match n {
+                    1 => format!("{path} (file)"),
+                    n => format!("{path} (file {n})"),
+                })
+                .find(|candidate| {
+                    !taken.contains(candidate) && !folders.contains(candidate.as_str())
+                })
+                .unwrap_or_else(|| path.clone());
+            taken.insert(renamed.clone());
+            renamed
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -74,6 +111,23 @@ mod tests {
     use super::*;
     use crate::store::{Commit, WorkspaceOp};
     use std::io::Read;
+
+    #[test]
+    fn a_file_with_a_folder_s_name_is_renamed_and_both_are_kept() {
+        let paths: Vec<String> = ["clash", "clash/inner.txt", "clash (file)", "plain.txt"]
+            .iter()
+            .map(|p| p.to_string())
+            .collect();
+        assert_eq!(
+            unclash(&paths),
+            [
+                "clash (file 2)",
+                "clash/inner.txt",
+                "clash (file)",
+                "plain.txt"
+            ]
+        );
+    }
 
     #[test]
     fn the_archive_holds_every_file() {

@@ -283,18 +283,28 @@ fn export(store: &Store, prefix: &str, shown: &mut Shown) -> anyhow::Result<()> 
     shown
         .files
         .push(("transcript.md".into(), encode(transcript.as_bytes())));
-    let files = store.list_files(&state.id)?;
-    for (path, _) in &files {
+    let files: Vec<String> = store
+        .list_files(&state.id)?
+        .into_iter()
+        .map(|(path, _)| path)
+        .collect();
+    let written_as = crate::export::unclash(&files);
+    for (path, name) in files.iter().zip(&written_as) {
         let contents = store.read_file(&state.id, path)?.unwrap_or_default();
         shown
             .files
-            .push((format!("workspace/{path}"), encode(&contents)));
+            .push((format!("workspace/{name}"), encode(&contents)));
     }
     shown.line(format!(
         "Exported agent {}: transcript.md and {} workspace file(s).",
         state.id,
         files.len()
     ));
+    for (path, name) in files.iter().zip(&written_as).filter(|(p, n)| p != n) {
+        shown.line(format!(
+            "workspace/{path} is written as workspace/{name}: a folder has the same name."
+        ));
+    }
     Ok(())
 }
 

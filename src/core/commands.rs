@@ -4,10 +4,13 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+use super::history::truncate_chars;
 use super::reply::{reply_json_schema, CommandCall};
 
 /// Longest thought field a constrained decoder may produce.
 const MAX_THOUGHT_CHARS: usize = 500;
+/// Unknown arguments a refusal names one by one; the rest are counted.
+const MAX_UNKNOWN_NAMED: usize = 5;
 
 /// The command that ends an agent: the step records its reason as the agent's result, no policy
 /// may deny it, and no config may disable it, so that every agent can always end.
@@ -324,10 +327,19 @@ impl CommandSet {
                 Some(_) => {}
             }
         }
-        for key in args.keys() {
-            if !spec.args.iter().any(|a| &a.name == key) {
-                problems.push(format!("unknown argument '{key}'"));
-            }
+        let unknown: Vec<&String> = args
+            .keys()
+            .filter(|key| !spec.args.iter().any(|a| &a.name == *key))
+            .collect();
+        // A reply may carry any number of made-up arguments; the refusal names a few.
+        for key in unknown.iter().take(MAX_UNKNOWN_NAMED) {
+            problems.push(format!("unknown argument '{}'", truncate_chars(key, 40)));
+        }
+        if unknown.len() > MAX_UNKNOWN_NAMED {
+            problems.push(format!(
+                "{} more unknown arguments",
+                unknown.len() - MAX_UNKNOWN_NAMED
+            ));
         }
         if !problems.is_empty() {
             return Err(format!(
@@ -425,6 +437,22 @@ mod tests {
                 "{err:?} should contain {expected:?}"
             );
         }
+        // Ten thousand made-up arguments make a short refusal.
+        let mut args = serde_json::Map::new();
+        args.insert("filename".into(), json!("a"));
+        args.insert("contents".into(), json!("x"));
+        for i in 0..10_000 {
+            args.insert(format!("{}{i}", "k".repeat(60)), json!(i));
+        }
+        let err = set()
+            .validate(&call("write_file", Value::Object(args)))
+            .unwrap_err();
+        assert!(err.contains("9995 more unknown arguments"), "{err}");
+        assert!(
+            err.chars().count() < 600,
+            "{} characters",
+            err.chars().count()
+        );
     }
 
     #[test]

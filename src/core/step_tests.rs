@@ -1412,3 +1412,28 @@ fn a_repeat_loop_under_approve_n_parks_within_the_threshold_and_continue_starts_
         vec![Effect::Paused(PauseReason::ByUser { by: "bob".into() })]
     );
 }
+
+/// A reply with thousands of made-up arguments leaves a bounded refusal and a bounded call in the
+/// history, so the next prompts do not carry it.
+#[test]
+fn a_reply_with_thousands_of_unknown_arguments_is_refused_in_bounded_text() {
+    let mut h = Harness::started();
+    let mut args = serde_json::Map::new();
+    args.insert("filename".into(), json!("a"));
+    args.insert("contents".into(), json!("x"));
+    for i in 0..3_000 {
+        args.insert(format!("made_up_argument_{i}"), json!("v".repeat(50)));
+    }
+    let fx = h.think(&reply_json("write_file", serde_json::Value::Object(args)));
+    let episode = h.state.episodes.last().expect("the refusal is a step");
+    assert!(episode
+        .outcome
+        .text()
+        .contains("2995 more unknown arguments"));
+    assert!(episode.outcome.text().chars().count() <= 2_000);
+    assert!(episode.command.args.contains_key("arguments_cut"));
+    assert!(serde_json::to_string(&episode.command.args).unwrap().len() < 2_200);
+    assert!(fx
+        .iter()
+        .all(|e| !matches!(e, Effect::Notify(t) if t.chars().count() > 2_000)));
+}

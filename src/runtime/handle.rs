@@ -24,12 +24,24 @@ pub enum DecideError {
     /// The compare-and-swap could not be written; trying again may work.
     #[error("The decision could not be stored; try again.")]
     Storage,
+    /// The agent's mailbox is full; trying again in a moment may work.
+    #[error("{BUSY}")]
+    Busy,
 }
+
+/// What a person is told when an agent's mailbox is full.
+pub const BUSY: &str = "The agent has too many requests waiting; try again in a moment.";
+
+/// Messages a mailbox holds at most. The last `RESERVED_FOR_THE_AGENT` places are kept for the
+/// agent's own calls and commands reporting back, so that a flood of clicks can delay a cycle but
+/// never lose its result.
+pub const MAILBOX_CAPACITY: usize = 128;
+const RESERVED_FOR_THE_AGENT: usize = 16;
 
 impl DecideError {
     /// Whether trying the same decision again could succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, DecideError::Storage)
+        matches!(self, DecideError::Storage | DecideError::Busy)
     }
 }
 
@@ -48,46 +60,128 @@ pub enum ActorMsg {
     },
 }
 
+/// Why an event from outside was not taken.
+#[derive(Debug)]
+pub enum Refused {
+    /// The mailbox is full (see `MAILBOX_CAPACITY`).
+    Full(Event),
+    /// The actor has stopped; the event comes back to be delivered to its successor.
+    Stopped(Event),
+}
+
 /// The address of a live agent. Cloneable; everything outside the actor talks to it through this.
 #[derive(Clone)]
 pub struct AgentHandle {
     pub id: String,
-    pub(super) tx: mpsc::UnboundedSender<ActorMsg>,
+    pub(super) tx: mpsc::Sender<ActorMsg>,
 }
 
 impl AgentHandle {
-    pub fn send(&self, event: Event) {
-        let _ = self.tx.send(ActorMsg::Event { event, reply: None });
+    /// The agent's own tasks report back here: they wait for room rather than lose a result.
+    pub(super) async fn report(&self, msg: ActorMsg) {
+        let _ = self.tx.send(msg).await;
     }
 
-    /// Like `send`, but says whether the actor was still there to receive it.
-    pub fn try_send(&self, event: Event) -> bool {
-        self.tx.send(ActorMsg::Event { event, reply: None }).is_ok()
+    /// The actor's own note to itself (its place is reserved), or a pacing notice, which may be
+    /// dropped when the mailbox is full since the call it describes still reports back.
+    pub(super) fn note(&self, event: Event) {
+        if let Err(mpsc::error::TrySendError::Full(_)) =
+            self.tx.try_send(ActorMsg::Event { event, reply: None })
+        {
+            tracing::warn!(agent = %self.id, "an agent's mailbox is full; a notice was dropped");
+        }
     }
 
-    /// Delivers a decision; the answer says whether it was applied, or why not (stale, already decided).
-    pub async fn decide(
+    /// An event from outside (a person, the supervisor): taken at once, or refused with the reason.
+    pub fn offer(&self, event: Event) -> Result<(), Refused> {
+        if self.tx.is_closed() {
+            return Err(Refused::Stopped(event));
+        }
+        if self.tx.capacity() <= RESERVED_FOR_THE_AGENT {
+            return Err(Refused::Full(event));
+        }
+        match self.tx.try_send(ActorMsg::Event { event, reply: None }) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(ActorMsg::Event { event, .. })) => {
+                Err(Refused::Full(event))
+            }
+            Err(mpsc::error::TrySendError::Closed(ActorMsg::Event { event, .. })) => {
+                Err(Refused::Stopped(event))
+            }
+            Err(_) => unreachable!("an event was offered"),
+        }
+    }
+
+    /// Puts a decision in the mailbox; the receiver answers whether it was applied, or why not
+    /// (stale, already decided).
+    pub fn ask_decision(
         &self,
         cycle: u64,
         decision: Decision,
         by: &str,
-    ) -> Result<(), DecideError> {
+    ) -> Result<oneshot::Receiver<Result<(), DecideError>>, DecideError> {
+        if self.tx.is_closed() {
+            return Err(DecideError::NotRunning);
+        }
+        if self.tx.capacity() <= RESERVED_FOR_THE_AGENT {
+            return Err(DecideError::Busy);
+        }
         let (reply, answer) = oneshot::channel();
         let event = Event::Decided {
             cycle,
             decision,
             by: by.to_string(),
         };
-        if self
-            .tx
-            .send(ActorMsg::Event {
-                event,
-                reply: Some(reply),
-            })
-            .is_err()
-        {
-            return Err(DecideError::NotRunning);
+        let msg = ActorMsg::Event {
+            event,
+            reply: Some(reply),
+        };
+        match self.tx.try_send(msg) {
+            Ok(()) => Ok(answer),
+            Err(mpsc::error::TrySendError::Full(_)) => Err(DecideError::Busy),
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(DecideError::NotRunning),
         }
+    }
+
+    /// Delivers a decision and waits for the answer.
+    pub async fn decide(
+        &self,
+        cycle: u64,
+        decision: Decision,
+        by: &str,
+    ) -> Result<(), DecideError> {
+        let answer = self.ask_decision(cycle, decision, by)?;
         answer.await.unwrap_or(Err(DecideError::NotRunning))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_mailbox_refuses_people_but_keeps_room_for_the_agent() {
+        let (tx, mut rx) = mpsc::channel(MAILBOX_CAPACITY);
+        let handle = AgentHandle { id: "a".into(), tx };
+        let pause = || Event::Pause { by: "x".into() };
+        let taken = (0..MAILBOX_CAPACITY)
+            .take_while(|_| handle.offer(pause()).is_ok())
+            .count();
+        assert_eq!(taken, MAILBOX_CAPACITY - RESERVED_FOR_THE_AGENT);
+        assert!(matches!(handle.offer(pause()), Err(Refused::Full(_))));
+        assert_eq!(
+            handle.ask_decision(1, Decision::Approve, "x").err(),
+            Some(DecideError::Busy)
+        );
+        assert_eq!(DecideError::Busy.to_string(), BUSY);
+        // The agent's own notes still fit.
+        for _ in 0..RESERVED_FOR_THE_AGENT {
+            handle.note(pause());
+        }
+        assert_eq!(handle.tx.capacity(), 0);
+        // Once the actor has stopped, an event comes back to be delivered elsewhere.
+        rx.close();
+        while rx.try_recv().is_ok() {}
+        assert!(matches!(handle.offer(pause()), Err(Refused::Stopped(_))));
     }
 }

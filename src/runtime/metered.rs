@@ -43,7 +43,7 @@ impl MeteredCall {
         purpose: CallPurpose,
     ) -> Event {
         let on_wait = |pacing: Pacing| {
-            handle.send(Event::Paced {
+            handle.note(Event::Paced {
                 seq,
                 purpose,
                 pacing,

@@ -8,7 +8,7 @@ pub mod supervisor;
 mod surface;
 
 pub use drain::Drain;
-pub use handle::{ActorMsg, AgentHandle, DecideError};
+pub use handle::{ActorMsg, AgentHandle, DecideError, Refused, BUSY, MAILBOX_CAPACITY};
 use metered::{AgentModel, MeteredCall};
 pub use surface::Surface;
 
@@ -80,6 +80,9 @@ struct Actor {
     /// cycle's, so memories keep their order and a failing endpoint sees one request at a time
     /// (its first refusal turns memory off before the next write is admitted).
     memory_writes: Arc<tokio::sync::Mutex<()>>,
+    /// The supervisor's entry for this actor, which it leaves when it stops (`None` for an actor
+    /// started on its own, as the console does).
+    registration: Option<supervisor::Registration>,
 }
 
 /// Starts an agent's actor. It runs until the agent rests (paused or finished) with no work in
@@ -93,7 +96,20 @@ pub fn start(
     AgentHandle,
     tokio::task::JoinHandle<Result<AgentState, RuntimeError>>,
 ) {
-    let (tx, rx) = mpsc::unbounded_channel();
+    start_registered(state, first, deps, None)
+}
+
+/// `start`, for an actor the supervisor keeps an entry for.
+fn start_registered(
+    state: AgentState,
+    first: Event,
+    deps: Deps,
+    registration: Option<supervisor::Registration>,
+) -> (
+    AgentHandle,
+    tokio::task::JoinHandle<Result<AgentState, RuntimeError>>,
+) {
+    let (tx, rx) = mpsc::channel(handle::MAILBOX_CAPACITY);
     let handle = AgentHandle {
         id: state.id.clone(),
         tx,
@@ -107,6 +123,7 @@ pub fn start(
         summaries_in_flight: HashSet::new(),
         tasks: JoinSet::new(),
         memory_writes: Arc::default(),
+        registration,
     };
     (handle, tokio::spawn(actor.run(first, rx)))
 }
@@ -117,14 +134,20 @@ impl Actor {
     async fn run(
         mut self,
         first: Event,
-        mut rx: mpsc::UnboundedReceiver<ActorMsg>,
+        mut rx: mpsc::Receiver<ActorMsg>,
     ) -> Result<AgentState, RuntimeError> {
         self.apply(first, None, None).await?;
         let drain = self.deps.drain.clone();
         loop {
             let resting = !self.state.phase.is_live() || drain.is_raised();
             if resting && self.tasks.is_empty() {
-                break;
+                match self.try_stop(&mut rx) {
+                    Some(msg) => {
+                        self.receive(msg).await?;
+                        continue;
+                    }
+                    None => break,
+                }
             }
             tokio::select! {
                 Some(msg) = rx.recv() => self.receive(msg).await?,
@@ -149,6 +172,25 @@ impl Actor {
             }
         }
         Ok(self.state)
+    }
+
+    /// Stops unless a message is waiting, which is returned instead. Under the supervisor's lock,
+    /// through which every send goes, the mailbox is found empty and the entry removed in one
+    /// step: a send either lands before (and is applied) or finds no actor (and starts a new one),
+    /// never in a mailbox nobody reads.
+    fn try_stop(&mut self, rx: &mut mpsc::Receiver<ActorMsg>) -> Option<ActorMsg> {
+        let registration = self.registration.as_ref();
+        let mut live = registration.map(|r| r.live.lock().unwrap_or_else(|e| e.into_inner()));
+        if let Ok(msg) = rx.try_recv() {
+            return Some(msg);
+        }
+        if let (Some(live), Some(registration)) = (live.as_mut(), registration) {
+            if live.get(&self.state.id).map(|l| l.generation) == Some(registration.generation) {
+                live.remove(&self.state.id);
+            }
+        }
+        rx.close();
+        None
     }
 
     async fn receive(&mut self, msg: ActorMsg) -> Result<(), RuntimeError> {
@@ -456,7 +498,7 @@ impl Actor {
             let event = metered
                 .run_for_actor(&deps, &handle, call.seq, call.purpose)
                 .await;
-            handle.send(event);
+            handle.report(ActorMsg::Event { event, reply: None }).await;
         });
     }
 
@@ -464,7 +506,7 @@ impl Actor {
     fn recall(&mut self, seq: u64, query: String) {
         let handle = self.handle.clone();
         let Some(memory) = self.deps.memory.clone() else {
-            handle.send(Event::Recalled {
+            handle.note(Event::Recalled {
                 seq,
                 hits: Vec::new(),
             });
@@ -473,7 +515,8 @@ impl Actor {
         let payer = memory.payer(&self.state);
         self.tasks.spawn(async move {
             let hits = memory.recall(&payer, &query).await;
-            handle.send(Event::Recalled { seq, hits });
+            let event = Event::Recalled { seq, hits };
+            handle.report(ActorMsg::Event { event, reply: None }).await;
         });
     }
 
@@ -528,12 +571,14 @@ impl Actor {
             };
             let output = deps.tools.run(&call, &ctx).await;
             let outcome = cap_output(output.outcome, deps.config.workspace.max_output_chars);
-            let _ = handle.tx.send(ActorMsg::Executed {
-                cycle,
-                call,
-                outcome,
-                ops: output.ops,
-            });
+            handle
+                .report(ActorMsg::Executed {
+                    cycle,
+                    call,
+                    outcome,
+                    ops: output.ops,
+                })
+                .await;
         });
     }
 }

@@ -1,6 +1,7 @@
 //! The supervisor: keeps one actor per live agent, starts an actor for a resting agent when an
 //! event arrives for it, and after a restart resumes every agent that was thinking, executing or
-//! waiting for a decision.
+//! waiting for a decision. Every send and every actor's stop go through one lock, so an agent
+//! never has two actors and no event lands in a mailbox nobody reads.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -9,7 +10,7 @@ use crate::core::event::{Decision, Event};
 use crate::core::state::AgentState;
 use crate::store::{Commit, StoreError};
 
-use super::{start, was_interrupted, AgentHandle, DecideError, Deps};
+use super::{start_registered, was_interrupted, AgentHandle, DecideError, Deps, Refused, BUSY};
 
 /// Why an event could not be delivered.
 #[derive(Debug, thiserror::Error)]
@@ -20,17 +21,27 @@ pub enum SendError {
     Store(#[from] StoreError),
     #[error("the bot is shutting down; try again when it is back")]
     ShuttingDown,
+    #[error("{BUSY}")]
+    Busy,
 }
 
-struct Live {
+pub(super) struct Live {
     handle: AgentHandle,
-    generation: u64,
+    pub(super) generation: u64,
+}
+
+pub(super) type LiveAgents = Arc<Mutex<HashMap<String, Live>>>;
+
+/// An actor's entry in the supervisor's map, which the actor leaves itself when it stops.
+pub(super) struct Registration {
+    pub(super) live: LiveAgents,
+    pub(super) generation: u64,
 }
 
 #[derive(Clone)]
 pub struct Supervisor {
     deps: Deps,
-    live: Arc<Mutex<HashMap<String, Live>>>,
+    live: LiveAgents,
     generation: Arc<std::sync::atomic::AtomicU64>,
 }
 
@@ -43,21 +54,36 @@ impl Supervisor {
         }
     }
 
-    /// Starts an actor for `state` with `first`, and forgets it when it comes to rest.
-    fn spawn(&self, state: AgentState, first: Event) -> AgentHandle {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Live>> {
+        self.live.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts an actor for `state` with `first` while the caller holds the lock, so that nothing
+    /// can start a second one or reach it before it is in the map. The actor leaves the map when
+    /// it comes to rest; an actor that failed is taken out here.
+    fn spawn_locked(
+        &self,
+        live: &mut HashMap<String, Live>,
+        state: AgentState,
+        first: Event,
+    ) -> AgentHandle {
         let id = state.id.clone();
         let generation = self
             .generation
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (handle, done) = start(state, first, self.deps.clone());
-        self.live.lock().unwrap_or_else(|e| e.into_inner()).insert(
+        let registration = Registration {
+            live: self.live.clone(),
+            generation,
+        };
+        let (handle, done) = start_registered(state, first, self.deps.clone(), Some(registration));
+        live.insert(
             id.clone(),
             Live {
                 handle: handle.clone(),
                 generation,
             },
         );
-        let live = self.live.clone();
+        let registry = self.live.clone();
         tokio::spawn(async move {
             match done.await {
                 Ok(Ok(_)) => {}
@@ -66,12 +92,22 @@ impl Supervisor {
                 }
                 Err(e) => tracing::error!(agent = %id, error = %e, "agent actor panicked"),
             }
-            let mut live = live.lock().unwrap_or_else(|e| e.into_inner());
+            let mut live = registry.lock().unwrap_or_else(|e| e.into_inner());
             if live.get(&id).map(|l| l.generation) == Some(generation) {
                 live.remove(&id);
             }
         });
         handle
+    }
+
+    /// How many actors have been started since the bot started (for tests and metrics).
+    pub fn actors_started(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether the agent has a running actor.
+    pub fn is_running(&self, agent: &str) -> bool {
+        self.lock().contains_key(agent)
     }
 
     /// Stores a new agent and starts it.
@@ -81,24 +117,23 @@ impl Supervisor {
             ..Default::default()
         })?;
         self.deps.store.flush().await?;
-        Ok(self.spawn(state, Event::Start))
+        let mut live = self.lock();
+        Ok(self.spawn_locked(&mut live, state, Event::Start))
     }
 
-    fn live_handle(&self, agent: &str) -> Option<AgentHandle> {
-        self.live
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(agent)
-            .map(|l| l.handle.clone())
-    }
-
-    /// Delivers an event; a resting agent is loaded from the store and started with it.
+    /// Delivers an event; a resting agent is loaded from the store and started with it. The
+    /// lock is held throughout, so concurrent sends to a resting agent start one actor.
     pub fn send(&self, agent: &str, event: Event) -> Result<(), SendError> {
-        if let Some(handle) = self.live_handle(agent) {
-            if handle.try_send(event.clone()) {
-                return Ok(());
-            }
-        }
+        let mut live = self.lock();
+        let event = match live.get(agent) {
+            None => event,
+            Some(running) => match running.handle.offer(event) {
+                Ok(()) => return Ok(()),
+                Err(Refused::Full(_)) => return Err(SendError::Busy),
+                // The actor stopped without leaving the map (it failed): start a new one.
+                Err(Refused::Stopped(event)) => event,
+            },
+        };
         if self.deps.drain.is_raised() {
             return Err(SendError::ShuttingDown);
         }
@@ -107,7 +142,7 @@ impl Supervisor {
             .store
             .load_agent(agent)?
             .ok_or_else(|| SendError::NoSuchAgent(agent.to_string()))?;
-        self.spawn(state, event);
+        self.spawn_locked(&mut live, state, event);
         Ok(())
     }
 
@@ -119,10 +154,12 @@ impl Supervisor {
         decision: Decision,
         by: &str,
     ) -> Result<(), DecideError> {
-        match self.live_handle(agent) {
-            Some(handle) => handle.decide(cycle, decision, by).await,
-            None => Err(DecideError::NotPending),
-        }
+        // Into the mailbox under the lock (so the actor cannot stop between), answered after it.
+        let answer = match self.lock().get(agent) {
+            Some(live) => live.handle.ask_decision(cycle, decision, by)?,
+            None => return Err(DecideError::NotPending),
+        };
+        answer.await.unwrap_or(Err(DecideError::NotRunning))
     }
 
     /// The graceful shutdown: raises the drain, then waits (at most `grace`) until every actor has
@@ -132,13 +169,7 @@ impl Supervisor {
         self.deps.drain.raise();
         let deadline = tokio::time::Instant::now() + grace;
         loop {
-            let running: Vec<String> = self
-                .live
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .keys()
-                .cloned()
-                .collect();
+            let running: Vec<String> = self.lock().keys().cloned().collect();
             if running.is_empty() || tokio::time::Instant::now() >= deadline {
                 return running;
             }
@@ -154,11 +185,12 @@ impl Supervisor {
             let Some(state) = self.deps.store.load_agent(&summary.id)? else {
                 continue;
             };
-            if !state.phase.is_live() || self.live_handle(&state.id).is_some() {
+            let mut live = self.lock();
+            if !state.phase.is_live() || live.contains_key(&state.id) {
                 continue;
             }
             let interrupted = was_interrupted(&self.deps.store, &state)?;
-            self.spawn(state, Event::Recovered { interrupted });
+            self.spawn_locked(&mut live, state, Event::Recovered { interrupted });
             resumed += 1;
         }
         Ok(resumed)

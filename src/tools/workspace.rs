@@ -25,6 +25,12 @@ pub fn normalize_path(raw: &str) -> Result<String, String> {
     if trimmed.chars().any(|c| c.is_control()) {
         return Err("the path contains control characters".into());
     }
+    if let Some(hidden) = trimmed.chars().find(|c| is_invisible_or_bidi(*c)) {
+        return Err(format!(
+            "the path contains U+{:04X}, an invisible or direction-changing character that makes one name look like another",
+            hidden as u32
+        ));
+    }
     let mut parts = Vec::new();
     for part in trimmed.split(['/', '\\']) {
         match part {
@@ -45,6 +51,26 @@ pub fn normalize_path(raw: &str) -> Result<String, String> {
         return Err(format!("the path is longer than {MAX_PATH_BYTES} bytes"));
     }
     Ok(path)
+}
+
+/// Characters that change how a name is shown without being seen: zero-width ones, direction
+/// marks, embeddings, overrides and isolates, invisible operators and the byte-order mark.
+fn is_invisible_or_bidi(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061C}'
+            | '\u{115F}'
+            | '\u{1160}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206F}'
+            | '\u{3164}'
+            | '\u{FE00}'..='\u{FE0F}'
+            | '\u{FEFF}'
+            | '\u{FFA0}'
+    )
 }
 
 /// Like `normalize_path`, but the workspace root itself ("", ".", "/") is allowed: for folders.
@@ -81,11 +107,28 @@ mod tests {
             ("a/..", "leaves the workspace"),
             ("a\u{0}b", "control"),
             (".", "does not name a file"),
+            // "report\u{202E}txt.exe" shows as "reportexe.txt".
+            (
+                "report\u{202E}txt.exe",
+                "U+202E, an invisible or direction-changing",
+            ),
+            ("note\u{200B}s.txt", "U+200B"),
+            ("\u{FEFF}a.txt", "U+FEFF"),
+            ("a\u{2066}b", "U+2066"),
         ];
         for (raw, why) in refused {
             let err = normalize_path(raw).unwrap_err();
             assert!(err.contains(why), "{raw:?}: {err}");
         }
+        // Letters of any script are still names.
+        assert_eq!(
+            normalize_path("notes/日本語.txt").as_deref(),
+            Ok("notes/日本語.txt")
+        );
+        assert_eq!(
+            normalize_path("café/ملف.txt").as_deref(),
+            Ok("café/ملف.txt")
+        );
         assert_eq!(normalize_folder("."), Ok(String::new()));
         assert_eq!(normalize_folder("docs/"), Ok("docs".into()));
         assert!(normalize_folder("../x").is_err());

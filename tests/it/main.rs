@@ -24,4 +24,5 @@ mod real_peer;
 mod snapshots;
 mod store_migration;
 mod subagents;
+mod supervisor;
 mod web;

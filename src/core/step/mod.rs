@@ -5,7 +5,7 @@
 use super::budget::BudgetView;
 use super::commands::{ValidCall, FINISH};
 use super::event::{CallPurpose, Decision, Effect, Event, Usage};
-use super::history::{Episode, Outcome};
+use super::history::{truncate_chars, Episode, Outcome};
 use super::memory::cycle_memory_text;
 use super::policy::ClassAction;
 use super::prompt::{reask_messages, rethink_messages, self_critique_messages};
@@ -18,6 +18,27 @@ mod control;
 mod thinking;
 
 pub use context::{MemoryPolicy, ReplyFormat, StepCtx};
+
+/// The longest refusal (and refused call's arguments) kept in the history, in characters.
+const MAX_REFUSAL_CHARS: usize = 2_000;
+
+/// A refused call as the history keeps it: its arguments as they came when they are short, or
+/// their beginning as one text when they are not (a reply with thousands of arguments).
+fn bounded_call(call: CommandCall) -> CommandCall {
+    let json = serde_json::to_string(&call.args).unwrap_or_default();
+    if json.chars().count() <= MAX_REFUSAL_CHARS {
+        return call;
+    }
+    let mut args = serde_json::Map::new();
+    args.insert(
+        "arguments_cut".into(),
+        serde_json::Value::String(truncate_chars(&json, MAX_REFUSAL_CHARS)),
+    );
+    CommandCall {
+        name: truncate_chars(&call.name, 100),
+        args,
+    }
+}
 
 /// Invalid replies in a row that pause the agent (AutoGPT 0.5 stops after three).
 pub const MAX_INVALID_REPLIES: u32 = 3;
@@ -110,9 +131,19 @@ impl Stepper<'_, '_> {
         message: String,
         notice: String,
     ) {
+        // A refusal is model-made text about model-made input: it is bounded like command output,
+        // and so is the refused call kept in the history, whatever the reply held.
+        let message = truncate_chars(&message, MAX_REFUSAL_CHARS);
+        let notice = truncate_chars(&notice, MAX_REFUSAL_CHARS);
+        let command = bounded_call(command);
         self.fx.push(Effect::Notify(notice));
         let last = message.clone();
-        self.record_episode(command, reasoning, Outcome::Error(message), None);
+        self.record_episode(
+            command,
+            truncate_chars(&reasoning, MAX_REFUSAL_CHARS),
+            Outcome::Error(message),
+            None,
+        );
         self.state.refusals_in_row += 1;
         if self.state.refusals_in_row >= MAX_REFUSALS {
             self.state.refusals_in_row = 0;

@@ -10,13 +10,12 @@ use serenity::{
 use super::cards::EmbedText;
 use super::commands::Data;
 use super::ids::{CardAction, CardId};
-use super::respond::{ephemeral, something_went_wrong, Interaction};
+use super::respond::{ephemeral, something_went_wrong, user_text, Interaction};
 use super::{no_mentions, to_embed};
 use crate::core::budget::{format_usd, BudgetKind, Micros};
 use crate::core::state::{AgentState, PauseReason};
 use crate::service::parked::{ParkChoice, RAISE_STEPS_USD};
 use crate::service::rights::Requester;
-use crate::service::UserError;
 
 const MICROS_PER_USD: u64 = 1_000_000;
 
@@ -166,10 +165,8 @@ pub(super) async fn on_park_click(
     let text = match done {
         Ok(text) => text,
         Err(error) => {
-            let text = match error.downcast_ref::<UserError>() {
-                Some(refusal) => refusal.to_string(),
-                None => something_went_wrong("a parked agent's card", &error),
-            };
+            let text = user_text(&error)
+                .unwrap_or_else(|| something_went_wrong("a parked agent's card", &error));
             interaction.respond(http, ephemeral(text)).await;
             return;
         }

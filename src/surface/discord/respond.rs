@@ -10,6 +10,7 @@ use serenity::{
 
 use super::commands::{Ctx, Data, Error};
 use super::no_mentions;
+use crate::runtime::supervisor::SendError;
 use crate::service::rights::Requester;
 use crate::service::UserError;
 
@@ -25,15 +26,25 @@ pub fn something_went_wrong(what: &str, error: &dyn std::fmt::Debug) -> String {
     format!("Something went wrong (ref {reference}).")
 }
 
+/// The sentence for a failure the user can act on: a refusal, or an agent that is busy or a bot
+/// that is shutting down (try again); `None` for anything else, which is logged instead.
+pub fn user_text(error: &anyhow::Error) -> Option<String> {
+    if let Some(refusal) = error.downcast_ref::<UserError>() {
+        return Some(refusal.to_string());
+    }
+    match error.downcast_ref::<SendError>() {
+        Some(busy @ (SendError::Busy | SendError::ShuttingDown)) => Some(busy.to_string()),
+        _ => None,
+    }
+}
+
 /// A slash command's error: a `UserError` is shown privately as it is; anything else is logged
 /// and shown as "Something went wrong (ref …)".
 pub async fn on_error(error: poise::FrameworkError<'_, Data, Error>) {
     match error {
         poise::FrameworkError::Command { error, ctx, .. } => {
-            let text = match error.downcast_ref::<UserError>() {
-                Some(refusal) => refusal.to_string(),
-                None => something_went_wrong(&ctx.command().qualified_name, &error),
-            };
+            let text = user_text(&error)
+                .unwrap_or_else(|| something_went_wrong(&ctx.command().qualified_name, &error));
             if let Err(e) = reply(ctx, text, true).await {
                 tracing::warn!(error = %e, "cannot report a command's error");
             }

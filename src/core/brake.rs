@@ -8,7 +8,7 @@ use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::budget::{format_usd, Micros};
-use super::history::{format_call, Episode};
+use super::history::{format_call, Episode, Outcome};
 
 /// The thresholds, from config; a zero turns its check off.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -109,11 +109,18 @@ impl BrakeState {
 
 /// Whether two steps are the same move: one command with the same arguments, or with the same
 /// result (a search reworded to find the same page, a failing call retried with a new spelling).
+/// A short confirmation ("Text appended to report.md") is the same every time and says nothing
+/// about progress, so only failures and results with content count as the same result.
 fn repeats(a: &Episode, b: &Episode) -> bool {
     let normalise = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let telling = |e: &Episode| {
+        matches!(e.outcome, Outcome::Error(_)) || e.outcome.text().chars().count() > 100
+    };
     a.command.name == b.command.name
         && (a.command.args == b.command.args
-            || normalise(a.outcome.text()) == normalise(b.outcome.text()))
+            || (telling(a)
+                && telling(b)
+                && normalise(a.outcome.text()) == normalise(b.outcome.text())))
 }
 
 /// The newest `steps` steps are no progress when each repeats another of them: A, A, A and
@@ -141,7 +148,6 @@ pub fn no_progress(episodes: &[&Episode], steps: usize) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::history::Outcome;
     use crate::core::reply::CommandCall;
     use serde_json::json;
 
@@ -195,13 +201,20 @@ mod tests {
             "a at step 3 is alone in the window"
         );
         // Reworded queries that find the same page.
+        let page = "the same page of results ".repeat(5);
         let reworded = [
-            step(1, "web_search", "rust 1", "same  page"),
-            step(2, "web_search", "rust 2", "same page"),
-            step(3, "web_search", "rust 3", "same page "),
+            step(1, "web_search", "rust 1", &page),
+            step(2, "web_search", "rust 2", &format!(" {page}")),
+            step(3, "web_search", "rust 3", &page.replace(' ', "  ")),
         ];
         let refs: Vec<&Episode> = reworded.iter().collect();
         assert!(no_progress(&refs, 3).is_some());
+        // Appending to one report chunk by chunk confirms the same way each time: progress.
+        let chunks: Vec<Episode> = (1..=5)
+            .map(|i| step(i, "append_to_file", &format!("chunk {i}"), "Text appended."))
+            .collect();
+        let refs: Vec<&Episode> = chunks.iter().collect();
+        assert_eq!(no_progress(&refs, 4), None);
         // Reading one file after another is progress, though the calls look alike.
         let series: Vec<Episode> = (1..=5)
             .map(|i| {

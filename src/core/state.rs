@@ -303,9 +303,10 @@ pub struct AgentState {
     /// The memories recalled for the current cycle.
     #[serde(default)]
     pub recalled: Vec<MemoryHit>,
-    /// The agent's settled spend when its last cycle closed, so each step knows its own cost.
+    /// The agent's settled spend when its last cycle closed, so each step knows its own cost
+    /// (`None` for agents saved before costs were kept, until their next cycle closes).
     #[serde(default)]
-    pub spent_at_last_cycle: Micros,
+    pub spent_at_last_cycle: Option<Micros>,
     /// What the runaway brake has seen.
     #[serde(default)]
     pub brake: BrakeState,
@@ -345,7 +346,7 @@ impl AgentState {
             last_prompt_tokens: 0,
             paced: None,
             recalled: Vec::new(),
-            spent_at_last_cycle: Micros::ZERO,
+            spent_at_last_cycle: Some(Micros::ZERO),
             brake: BrakeState::default(),
             created_at: now,
             updated_at: now,

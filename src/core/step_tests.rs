@@ -1399,10 +1399,11 @@ fn a_repeat_loop_under_approve_n_parks_within_the_threshold_and_continue_starts_
     });
     assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
     h.think(&read("a.txt"));
-    let fx = h.decide(Decision::Approve);
+    let fx = h.decide(Decision::ApproveN(5));
     assert!(executes(&fx).is_some());
     let fx = h.finish_command(Outcome::Success("contents of the file, cycle 1".into()));
     assert!(!fx.iter().any(|e| matches!(e, Effect::Paused(_))), "{fx:?}");
+    assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
 
     // Stop on a parked agent turns the park into a human's pause.
     h.state.phase = Phase::Paused(reason);

@@ -118,6 +118,12 @@ impl Supervisor {
         })?;
         self.deps.store.flush().await?;
         let mut live = self.lock();
+        // An event for the new agent (a pause from its thread) may have started it meanwhile:
+        // that actor loaded it from the store, so it is the one to begin it.
+        if let Some(running) = live.get(&state.id) {
+            let _ = running.handle.offer(Event::Start);
+            return Ok(running.handle.clone());
+        }
         Ok(self.spawn_locked(&mut live, state, Event::Start))
     }
 

@@ -6,16 +6,17 @@ use super::{AgentService, LimitChange, ServiceResult, UserError, NOT_ALLOWED};
 use crate::budget::LimitScope;
 use crate::core::budget::{format_usd, BudgetKind, Micros};
 use crate::core::event::Event;
-use crate::core::state::{PauseReason, Phase};
+use crate::core::state::{AgentState, GuildId, PauseReason, Phase};
 use crate::runtime::supervisor::Supervisor;
+use crate::store::ThreadBinding;
 
 /// A choice on a parked agent's card.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ParkChoice {
-    /// Let it go on (the runaway brake's card).
-    Continue,
+    /// Let it go on (the runaway brake's card); `cycle` is where the card saw it parked.
+    Continue { cycle: u64 },
     /// Keep it paused until someone resumes it.
-    Stop,
+    Stop { cycle: u64 },
     /// Raise a budget to `to`: an absolute target, so that two clicks raise it once.
     Raise { budget: BudgetKind, to: Micros },
 }
@@ -24,7 +25,34 @@ pub enum ParkChoice {
 /// commits much more than the person meant.
 pub const RAISE_STEPS_USD: [u64; 2] = [1, 5];
 
+/// What a stale card's button answers.
+const NO_LONGER_PARKED: &str =
+    "This agent is no longer parked as this card says; nothing changed. `/agent status` shows where it is.";
+
 impl AgentService {
+    /// The limit in force for one of the budgets an agent draws on (no limit: the most there is).
+    fn limit_of(
+        &self,
+        state: &AgentState,
+        binding: &ThreadBinding,
+        budget: BudgetKind,
+    ) -> ServiceResult<Micros> {
+        let guild = GuildId::from(binding.guild_id);
+        let owner = binding.owner_id.to_string();
+        let limit = match budget {
+            BudgetKind::Agent => Some(self.budgets.agent_limit(state)),
+            BudgetKind::OwnerDaily => {
+                self.budgets
+                    .limit(LimitScope::UserDaily, &guild, Some(&owner))?
+            }
+            BudgetKind::GuildDaily => self.budgets.limit(LimitScope::GuildDaily, &guild, None)?,
+            BudgetKind::GuildMonthly => {
+                self.budgets.limit(LimitScope::GuildMonthly, &guild, None)?
+            }
+        };
+        Ok(limit.unwrap_or(Micros::MAX))
+    }
+
     /// Applies a choice made on a parked agent's card and says what happened, for the card.
     pub fn park_choice(
         &self,
@@ -38,29 +66,57 @@ impl AgentService {
             .store
             .binding(agent)?
             .ok_or_else(|| UserError::new("This agent no longer exists."))?;
-        let parked = self
+        let state = self
             .store
             .load_agent_record(agent)?
-            .map(|state| state.phase)
-            .filter(|phase| {
-                matches!(
-                    phase,
-                    Phase::Paused(PauseReason::Budget { .. } | PauseReason::Runaway { .. })
-                )
-            });
-        if parked.is_none() {
-            return Err(UserError::new(
-                "This agent is no longer parked; nothing changed. `/agent status` shows where it is.",
+            .ok_or_else(|| UserError::new("This agent no longer exists."))?;
+        let Phase::Paused(reason) = &state.phase else {
+            return Err(UserError::new(NO_LONGER_PARKED).into());
+        };
+        // A card is good for the park it was posted for: the same cycle, the same budget, and a
+        // raise that still raises (an old "+$1" must never lower a limit set since).
+        let current = match (reason, choice) {
+            (
+                PauseReason::Runaway { .. },
+                ParkChoice::Continue { cycle } | ParkChoice::Stop { cycle },
             )
-            .into());
+            | (PauseReason::Budget { .. }, ParkChoice::Stop { cycle }) => {
+                (cycle == state.cycle).then_some(None)
+            }
+            (
+                PauseReason::Runaway { .. },
+                ParkChoice::Raise {
+                    budget: BudgetKind::Agent,
+                    ..
+                },
+            ) => Some(Some(self.budgets.agent_limit(&state))),
+            (
+                PauseReason::Budget {
+                    stop: Some(stop), ..
+                },
+                ParkChoice::Raise { budget, .. },
+            ) if stop.kind == budget => Some(Some(self.limit_of(&state, &binding, budget)?)),
+            _ => None,
+        };
+        let Some(current) = current else {
+            return Err(UserError::new(NO_LONGER_PARKED).into());
+        };
+        if let (Some(current), ParkChoice::Raise { to, .. }) = (current, choice) {
+            if to <= current {
+                return Err(UserError(format!(
+                    "That budget is already {}; nothing changed.",
+                    format_usd(current)
+                ))
+                .into());
+            }
         }
         match choice {
-            ParkChoice::Continue | ParkChoice::Stop => {
+            ParkChoice::Continue { .. } | ParkChoice::Stop { .. } => {
                 if !may_decide(&binding, who) {
                     return Err(UserError::new(NOT_ALLOWED).into());
                 }
                 let (event, done) = match choice {
-                    ParkChoice::Continue => (
+                    ParkChoice::Continue { .. } => (
                         Event::Continue {
                             by: by.to_string(),
                             budget: None,

@@ -299,7 +299,7 @@ impl Surface for ConsoleSurface {
         print_flush(&format!(
             "\nAgent {} finished: {reason}\nSpent {} in {} cycle{} ({} prompt + {} completion tokens in {} calls).\nGive it a follow-up task with: autothread console --resume {} --task \"…\"\n",
             agent.name(),
-            format_usd(agent.spent_at_last_cycle),
+            format_usd(agent.spent_at_last_cycle.unwrap_or_default()),
             agent.episodes.len(),
             if agent.episodes.len() == 1 { "" } else { "s" },
             agent.usage.prompt_tokens,

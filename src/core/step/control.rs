@@ -116,10 +116,15 @@ impl Stepper<'_, '_> {
         let Some(view) = self.ctx.budget else {
             return Micros::ZERO;
         };
-        let cost = view
-            .agent_spent
-            .saturating_sub(self.state.spent_at_last_cycle);
-        self.state.spent_at_last_cycle = view.agent_spent;
+        // An agent saved before costs were kept has no baseline: its first step gets none rather
+        // than its whole past spend.
+        let cost = self
+            .state
+            .spent_at_last_cycle
+            .map_or(Micros::ZERO, |before| {
+                view.agent_spent.saturating_sub(before)
+            });
+        self.state.spent_at_last_cycle = Some(view.agent_spent);
         if let Some(limits) = &self.ctx.brake {
             let usage = &self.state.usage;
             let sample = SpendSample {
@@ -171,6 +176,8 @@ impl Stepper<'_, '_> {
             Phase::Finished { .. } => match follow_up {
                 Some(task) => {
                     self.state.follow_ups.push(task);
+                    let cycle = self.state.cycle;
+                    self.state.brake.clear(cycle);
                     self.state.cycles_since_resume = 0;
                     self.begin_cycle();
                 }

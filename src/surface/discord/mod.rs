@@ -380,7 +380,9 @@ impl Surface for DiscordSurface {
                     "Spent".into(),
                     format!(
                         "{} (the agent and its sub-agents)",
-                        crate::core::budget::format_usd(agent.spent_at_last_cycle)
+                        crate::core::budget::format_usd(
+                            agent.spent_at_last_cycle.unwrap_or_default()
+                        )
                     ),
                 ),
             ],

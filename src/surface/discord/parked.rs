@@ -137,8 +137,8 @@ pub fn park_choice(id: &CardId) -> Option<ParkChoice> {
         to: Micros(id.cycle),
     };
     Some(match id.action {
-        CardAction::ParkContinue => ParkChoice::Continue,
-        CardAction::ParkStop => ParkChoice::Stop,
+        CardAction::ParkContinue => ParkChoice::Continue { cycle: id.cycle },
+        CardAction::ParkStop => ParkChoice::Stop { cycle: id.cycle },
         CardAction::RaiseAgent => raise(BudgetKind::Agent),
         CardAction::RaiseOwnerDaily => raise(BudgetKind::OwnerDaily),
         CardAction::RaiseServerDaily => raise(BudgetKind::GuildDaily),

@@ -633,3 +633,60 @@ async fn a_resumed_agent_keeps_its_endpoint_unless_base_url_moves_it() {
     own.assert_clean();
     other.assert_clean();
 }
+
+/// A workspace may hold a file and a folder of the same name (they are keys in the store); the
+/// export keeps both, renames the file, and says so; a name with a direction override is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn export_keeps_a_file_named_like_a_folder_and_spoofing_names_are_refused() {
+    let fake = fake().await;
+    step(
+        &fake,
+        "write_file",
+        json!({"filename": "clash", "contents": "the file"}),
+    );
+    step(
+        &fake,
+        "write_file",
+        json!({"filename": "clash/inner.txt", "contents": "inside"}),
+    );
+    step(
+        &fake,
+        "write_file",
+        json!({"filename": "report\u{202E}txt.exe", "contents": "spoof"}),
+    );
+    step(&fake, "finish", json!({"reason": "written"}));
+    let env = TestEnv::new(&fake.base_url, "");
+    let mut run = env.spawn(&[
+        "console",
+        "--task",
+        "Write",
+        "--name",
+        "ClashGPT",
+        "--role",
+        "r",
+        "--continuous",
+    ]);
+    run.wait_for("Input:", 1, WAIT).await;
+    run.type_lines(&["y"]).await;
+    let (ok, out, err) = run.finish(WAIT).await;
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.contains("U+202E, an invisible or direction-changing character"),
+        "{out}"
+    );
+    let id = created_agent_id(&out);
+    let dir = env.dir.path().join("export");
+    let (ok, shown, err) = env
+        .run(&["export", &id, "--out", dir.to_str().unwrap()])
+        .await;
+    assert!(ok, "{shown}{err}");
+    assert!(
+        shown.contains(
+            "workspace/clash is written as workspace/clash (file): a folder has the same name."
+        ),
+        "{shown}"
+    );
+    assert_eq!(read(dir.join("workspace/clash (file)")), "the file");
+    assert_eq!(read(dir.join("workspace/clash/inner.txt")), "inside");
+    fake.assert_clean();
+}

@@ -11,7 +11,7 @@ use autothread::core::budget::Micros;
 use autothread::core::event::Event;
 use autothread::core::state::{PauseReason, Phase};
 use autothread::llm::{ChatModel, ChatReply, ChatRequest, LlmError};
-use autothread::runtime::supervisor::Supervisor;
+use autothread::runtime::supervisor::{SendError, Supervisor};
 use autothread::store::{Commit, Store};
 use support::inproc::{agent, deps, Recorder};
 
@@ -108,8 +108,11 @@ async fn events_sent_while_actors_come_to_rest_are_all_applied() {
                         budget: Micros(1_000_000 + sender * 1_000 + i),
                         by: format!("sender{sender}"),
                     };
-                    if supervisor.send("owner0000002", event).is_ok() {
-                        delivered += 1;
+                    match supervisor.send("owner0000002", event) {
+                        Ok(()) => delivered += 1,
+                        // A full mailbox answers so, and the event is not taken.
+                        Err(SendError::Busy) => {}
+                        Err(other) => panic!("{other}"),
                     }
                     if i % 7 == 0 {
                         tokio::time::sleep(Duration::from_millis(1)).await;
@@ -123,7 +126,7 @@ async fn events_sent_while_actors_come_to_rest_are_all_applied() {
     for sender in senders {
         delivered += sender.await.unwrap();
     }
-    assert_eq!(delivered, 400, "a paused agent's mailbox never fills here");
+    assert!(delivered >= 50, "only {delivered} of 400 were taken");
     for _ in 0..500 {
         if !supervisor.is_running("owner0000002") {
             break;

@@ -8,7 +8,11 @@ use super::history::truncate_chars;
 use super::reply::{reply_json_schema, CommandCall};
 
 /// Longest thought field a constrained decoder may produce.
-const MAX_THOUGHT_CHARS: usize = 500;
+/// Each thought field's length in the grammar schema. A small model under a grammar may fill a
+/// string to its limit with one token per character ("1.1.1…"): six fields of 150 stay within
+/// 900 tokens, so the command still fits in the smallest reply reserve (1,000) instead of being
+/// cut off, which the parser can only refuse.
+const MAX_THOUGHT_CHARS: usize = 150;
 /// Unknown arguments a refusal names one by one; the rest are counted.
 const MAX_UNKNOWN_NAMED: usize = 5;
 

@@ -394,6 +394,12 @@ impl AgentState {
         }
     }
 
+    /// Whether commands of automatic classes run without asking: continuous mode, or Approve ×N
+    /// with approvals left.
+    pub fn runs_unattended(&self) -> bool {
+        self.settings.continuous || self.auto_approvals_left > 0
+    }
+
     /// The cycle of the proposal on the table, if any.
     pub fn pending_cycle(&self) -> Option<u64> {
         self.pending.as_ref().map(|p| p.cycle)

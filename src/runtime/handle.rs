@@ -92,24 +92,34 @@ impl AgentHandle {
         }
     }
 
-    /// An event from outside (a person, the supervisor): taken at once, or refused with the reason.
-    pub fn offer(&self, event: Event) -> Result<(), Refused> {
+    /// Puts an event from outside in the mailbox, leaving the agent's reserved places free; a
+    /// refusal gives the event back.
+    fn admit(
+        &self,
+        event: Event,
+        reply: Option<oneshot::Sender<Result<(), DecideError>>>,
+    ) -> Result<(), Refused> {
         if self.tx.is_closed() {
             return Err(Refused::Stopped(event));
         }
         if self.tx.capacity() <= RESERVED_FOR_THE_AGENT {
             return Err(Refused::Full(event));
         }
-        match self.tx.try_send(ActorMsg::Event { event, reply: None }) {
-            Ok(()) => Ok(()),
-            Err(mpsc::error::TrySendError::Full(ActorMsg::Event { event, .. })) => {
-                Err(Refused::Full(event))
-            }
-            Err(mpsc::error::TrySendError::Closed(ActorMsg::Event { event, .. })) => {
-                Err(Refused::Stopped(event))
-            }
-            Err(_) => unreachable!("an event was offered"),
-        }
+        let event_of = |msg: ActorMsg| match msg {
+            ActorMsg::Event { event, .. } => event,
+            ActorMsg::Executed { .. } => unreachable!("only events are admitted"),
+        };
+        self.tx
+            .try_send(ActorMsg::Event { event, reply })
+            .map_err(|e| match e {
+                mpsc::error::TrySendError::Full(msg) => Refused::Full(event_of(msg)),
+                mpsc::error::TrySendError::Closed(msg) => Refused::Stopped(event_of(msg)),
+            })
+    }
+
+    /// An event from outside (a person, the supervisor): taken at once, or refused with the reason.
+    pub fn offer(&self, event: Event) -> Result<(), Refused> {
+        self.admit(event, None)
     }
 
     /// Puts a decision in the mailbox; the receiver answers whether it was applied, or why not
@@ -120,26 +130,16 @@ impl AgentHandle {
         decision: Decision,
         by: &str,
     ) -> Result<oneshot::Receiver<Result<(), DecideError>>, DecideError> {
-        if self.tx.is_closed() {
-            return Err(DecideError::NotRunning);
-        }
-        if self.tx.capacity() <= RESERVED_FOR_THE_AGENT {
-            return Err(DecideError::Busy);
-        }
         let (reply, answer) = oneshot::channel();
         let event = Event::Decided {
             cycle,
             decision,
             by: by.to_string(),
         };
-        let msg = ActorMsg::Event {
-            event,
-            reply: Some(reply),
-        };
-        match self.tx.try_send(msg) {
+        match self.admit(event, Some(reply)) {
             Ok(()) => Ok(answer),
-            Err(mpsc::error::TrySendError::Full(_)) => Err(DecideError::Busy),
-            Err(mpsc::error::TrySendError::Closed(_)) => Err(DecideError::NotRunning),
+            Err(Refused::Full(_)) => Err(DecideError::Busy),
+            Err(Refused::Stopped(_)) => Err(DecideError::NotRunning),
         }
     }
 

@@ -6,9 +6,8 @@ use super::{AgentService, LimitChange, ServiceResult, UserError, NOT_ALLOWED};
 use crate::budget::LimitScope;
 use crate::core::budget::{format_usd, BudgetKind, Micros};
 use crate::core::event::Event;
-use crate::core::state::{AgentState, GuildId, PauseReason, Phase};
+use crate::core::state::{AgentState, PauseReason, Phase};
 use crate::runtime::supervisor::Supervisor;
-use crate::store::ThreadBinding;
 
 /// A choice on a parked agent's card.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,26 +29,20 @@ const NO_LONGER_PARKED: &str =
     "This agent is no longer parked as this card says; nothing changed. `/agent status` shows where it is.";
 
 impl AgentService {
-    /// The limit in force for one of the budgets an agent draws on (no limit: the most there is).
-    fn limit_of(
-        &self,
-        state: &AgentState,
-        binding: &ThreadBinding,
-        budget: BudgetKind,
-    ) -> ServiceResult<Micros> {
-        let guild = GuildId::from(binding.guild_id);
-        let owner = binding.owner_id.to_string();
-        let limit = match budget {
-            BudgetKind::Agent => Some(self.budgets.agent_limit(state)),
-            BudgetKind::OwnerDaily => {
-                self.budgets
-                    .limit(LimitScope::UserDaily, &guild, Some(&owner))?
-            }
-            BudgetKind::GuildDaily => self.budgets.limit(LimitScope::GuildDaily, &guild, None)?,
-            BudgetKind::GuildMonthly => {
-                self.budgets.limit(LimitScope::GuildMonthly, &guild, None)?
-            }
-        };
+    /// The limit in force for one of the budgets an agent draws on (no limit: the most there
+    /// is), as the ledger's own lines give it.
+    fn limit_of(&self, state: &AgentState, budget: BudgetKind) -> ServiceResult<Micros> {
+        let limit = self
+            .budgets
+            .lines(
+                &state.id,
+                &state.spender,
+                self.budgets.agent_limit(state),
+                self.clock.now(),
+            )?
+            .into_iter()
+            .find(|line| line.kind == budget)
+            .and_then(|line| line.limit);
         Ok(limit.unwrap_or(Micros::MAX))
     }
 
@@ -95,7 +88,7 @@ impl AgentService {
                     stop: Some(stop), ..
                 },
                 ParkChoice::Raise { budget, .. },
-            ) if stop.kind == budget => Some(Some(self.limit_of(&state, &binding, budget)?)),
+            ) if stop.kind == budget => Some(Some(self.limit_of(&state, budget)?)),
             _ => None,
         };
         let Some(current) = current else {

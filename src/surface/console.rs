@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader, Lines};
 use tokio::sync::Mutex;
 
-use crate::core::budget::{format_usd, BudgetKind, Micros};
+use crate::core::budget::{format_usd, BudgetKind, Micros, MICROS_PER_USD};
 use crate::core::event::{Decision, APPROVE_N_MAX};
 use crate::core::history::{Episode, Outcome};
 use crate::core::state::{AgentState, AgentView, PauseReason, Proposal};
@@ -134,7 +134,7 @@ pub fn proposal_text(agent: &AgentState, proposal: &Proposal, auto_approved: boo
 /// write errors are dropped.
 /// A new budget to type after `--budget`: a dollar more than `limit`.
 fn suggested_budget(limit: Micros) -> String {
-    format!("{:.2}", limit.0 as f64 / 1_000_000.0 + 1.0)
+    format!("{:.2}", limit.0 as f64 / MICROS_PER_USD as f64 + 1.0)
 }
 
 fn print_flush(text: &str) {

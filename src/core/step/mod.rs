@@ -289,7 +289,7 @@ impl Stepper<'_, '_> {
     /// command the policy denies is refused instead.
     fn propose(&mut self, valid: ValidCall, thoughts: Thoughts) {
         let ctx = self.ctx;
-        let unattended = self.state.settings.continuous || self.state.auto_approvals_left > 0;
+        let unattended = self.state.runs_unattended();
         let soft_capped = ctx.budget.is_some_and(BudgetView::soft_cap_reached);
         let auto_stop = match ctx.budget {
             Some(view) if unattended && soft_capped => {

@@ -167,8 +167,12 @@ impl Stepper<'_, '_> {
             return;
         }
         // The brake watches unattended runs: a person approving each step is the brake.
-        let unattended = self.state.settings.continuous || self.state.auto_approvals_left > 0;
-        if let Some(limits) = self.ctx.brake.as_ref().filter(|_| unattended) {
+        if let Some(limits) = self
+            .ctx
+            .brake
+            .as_ref()
+            .filter(|_| self.state.runs_unattended())
+        {
             let state = &*self.state;
             if let Some(why) = state.brake.check(&state.episodes, self.ctx.now, limits) {
                 // Nobody is asked for a while under Approve ×N or continuous mode: that ends here.

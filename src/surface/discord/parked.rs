@@ -12,12 +12,10 @@ use super::commands::Data;
 use super::ids::{CardAction, CardId};
 use super::respond::{ephemeral, something_went_wrong, user_text, Interaction};
 use super::{no_mentions, to_embed};
-use crate::core::budget::{format_usd, BudgetKind, Micros};
+use crate::core::budget::{format_usd, BudgetKind, Micros, MICROS_PER_USD};
 use crate::core::state::{AgentState, PauseReason};
 use crate::service::parked::{ParkChoice, RAISE_STEPS_USD};
 use crate::service::rights::Requester;
-
-const MICROS_PER_USD: u64 = 1_000_000;
 
 fn raise_action(kind: BudgetKind) -> CardAction {
     match kind {

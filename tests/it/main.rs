@@ -9,6 +9,7 @@ mod architecture;
 mod budget_e2e;
 mod budget_ledger;
 mod console_e2e;
+mod crash_cards;
 mod discord_contact;
 mod discord_e2e;
 mod fake_discord_payloads;

@@ -11,14 +11,14 @@ mod post;
 pub mod respond;
 mod router;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serenity::all::{
     ButtonStyle, ChannelId, CreateActionRow, CreateAllowedMentions, CreateAttachment, CreateButton,
-    CreateEmbed, CreateEmbedFooter, CreateMessage, EditMessage, Http, MessageId,
+    CreateEmbed, CreateEmbedFooter, CreateMessage, EditMessage, GetMessages, Http, MessageId,
 };
 use tokio::sync::{oneshot, Mutex};
 
@@ -33,6 +33,10 @@ use ids::{CardAction, CardId};
 
 /// How long `ask_user` waits for an answer in the thread before reporting that nobody answered.
 const ASK_USER_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+/// How many of a thread's newest messages are searched for a card an earlier run posted but did
+/// not live to remember (Discord's most per request). A waiting card is the thread's newest
+/// message unless people talked under it.
+const RECENT_MESSAGES_SEARCHED: u8 = 100;
 
 pub struct DiscordSurface {
     http: Arc<Http>,
@@ -43,6 +47,10 @@ pub struct DiscordSurface {
     clock: Arc<dyn Clock>,
     /// Cards Discord did not take, to be posted again by `repost_cards`.
     unposted: post::Unposted,
+    /// Agents shown a proposal since this process started. The first proposal shown after a
+    /// start may have been posted by the run that died (after Discord stored the card, before
+    /// the card's reference was saved), so only then is the thread searched for it.
+    shown_since_start: std::sync::Mutex<HashSet<String>>,
 }
 
 /// Every message the bot sends mentions nobody, whatever the model wrote.
@@ -105,6 +113,59 @@ impl DiscordSurface {
             approve_n_default,
             clock,
             unposted: post::Unposted::default(),
+            shown_since_start: std::sync::Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// True the first time it is asked about `agent` in this process.
+    fn first_show_since_start(&self, agent: &str) -> bool {
+        self.shown_since_start
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(agent.to_string())
+    }
+
+    /// A card titled `title` that the bot already posted among the thread's newest messages: an
+    /// earlier run's post that Discord stored but whose reference died with that run. Discord's
+    /// enforced nonce covers a restart within its few minutes; this covers a longer outage.
+    async fn find_posted_card(&self, binding: &ThreadBinding, title: &str) -> Option<u64> {
+        let recent = ChannelId::new(binding.thread_id)
+            .messages(
+                &self.http,
+                GetMessages::new().limit(RECENT_MESSAGES_SEARCHED),
+            )
+            .await;
+        match recent {
+            Ok(messages) => messages
+                .iter()
+                .find(|m| {
+                    m.author.bot && m.embeds.first().and_then(|e| e.title.as_deref()) == Some(title)
+                })
+                .map(|m| m.id.get()),
+            Err(e) => {
+                tracing::warn!(thread = binding.thread_id, error = %e, "cannot search the thread for an earlier card");
+                None
+            }
+        }
+    }
+
+    /// Saves which message holds the card for `cycle`, flushed at once: after a crash the card
+    /// must be found and reused, not posted again.
+    async fn remember_card(
+        &self,
+        agent: &str,
+        binding: &mut ThreadBinding,
+        cycle: u64,
+        message_id: u64,
+    ) {
+        binding.card = Some(CardRef { cycle, message_id });
+        let saved = self.store.save_binding(binding);
+        if let Err(e) = saved {
+            tracing::error!(%agent, error = %e, "cannot remember the card");
+        } else if let Err(e) = self.store.flush().await {
+            tracing::error!(%agent, error = %e, "cannot flush the card reference");
+        } else {
+            tracing::info!(%agent, cycle, "card remembered");
         }
     }
 
@@ -222,27 +283,42 @@ impl Surface for DiscordSurface {
         } else {
             "Waiting for a decision".to_string()
         };
-        let embed = to_embed(cards::proposal_card(agent.name(), proposal, &status));
+        let text = cards::proposal_card(agent.name(), proposal, &status);
+        let first_show = self.first_show_since_start(&agent.id);
+        let known = binding.card.filter(|c| c.cycle == proposal.cycle);
+        let title = text.title.clone();
+        let embed = to_embed(text);
         let components = if auto_approved {
             Vec::new()
         } else {
             card_buttons(&agent.id, proposal.cycle, self.approve_n_default)
         };
         // After a restart the same proposal is shown again: edit the card that is still there
-        // instead of posting a second one.
-        if let Some(card) = binding.card.filter(|c| c.cycle == proposal.cycle) {
-            if self.card_exists(&binding, &card).await {
-                let edit = EditMessage::new()
-                    .embed(embed.clone())
-                    .components(components.clone())
-                    .allowed_mentions(no_mentions());
-                if ChannelId::new(binding.thread_id)
-                    .edit_message(&self.http, MessageId::new(card.message_id), edit)
-                    .await
-                    .is_ok()
-                {
-                    return;
+        // instead of posting a second one, whether its reference was saved or not.
+        let existing = match known {
+            Some(card) => self
+                .card_exists(&binding, &card)
+                .await
+                .then_some(card.message_id),
+            None if first_show => self.find_posted_card(&binding, &title).await,
+            None => None,
+        };
+        if let Some(message_id) = existing {
+            let edit = EditMessage::new()
+                .embed(embed.clone())
+                .components(components.clone())
+                .allowed_mentions(no_mentions());
+            if ChannelId::new(binding.thread_id)
+                .edit_message(&self.http, MessageId::new(message_id), edit)
+                .await
+                .is_ok()
+            {
+                if known.is_none() {
+                    tracing::info!(agent = %agent.id, cycle = proposal.cycle, "card found in the thread after a restart");
+                    self.remember_card(&agent.id, &mut binding, proposal.cycle, message_id)
+                        .await;
                 }
+                return;
             }
         }
         let message = CreateMessage::new().embed(embed).components(components);
@@ -256,19 +332,8 @@ impl Surface for DiscordSurface {
             return;
         };
         self.unposted.forget(&agent.id);
-        binding.card = Some(CardRef {
-            cycle: proposal.cycle,
-            message_id,
-        });
-        // Flushed at once: after a crash the card must be found and reused, not posted again.
-        let saved = self.store.save_binding(&binding);
-        if let Err(e) = saved {
-            tracing::error!(agent = %agent.id, error = %e, "cannot remember the card");
-        } else if let Err(e) = self.store.flush().await {
-            tracing::error!(agent = %agent.id, error = %e, "cannot flush the card reference");
-        } else {
-            tracing::info!(agent = %agent.id, cycle = proposal.cycle, "card remembered");
-        }
+        self.remember_card(&agent.id, &mut binding, proposal.cycle, message_id)
+            .await;
     }
 
     async fn thinking(&self, agent: &AgentState) {

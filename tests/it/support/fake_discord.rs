@@ -29,6 +29,8 @@ pub const MEMBER_PERMS: &str = "2147483648";
 /// A member's permissions plus Manage Server (a server admin).
 pub const ADMIN_PERMS: &str = "2147483680";
 const ACK_DEADLINE: Duration = Duration::from_secs(3);
+/// How long Discord remembers an enforced nonce by default here ("the past few minutes").
+const NONCE_WINDOW: Duration = Duration::from_secs(300);
 
 #[derive(Clone, Debug)]
 pub struct Callback {
@@ -61,8 +63,16 @@ struct Inner {
     /// How the next cards (posts with buttons) fail: (status, whether the message is stored
     /// anyway).
     failing_posts: VecDeque<(u16, bool)>,
-    /// Messages by (channel, nonce), for posts that ask Discord to enforce their nonce.
-    nonces: HashMap<(u64, String), Value>,
+    /// Messages by (channel, nonce) with when they were posted, for posts that ask Discord to
+    /// enforce their nonce.
+    nonces: HashMap<(u64, String), (Value, Instant)>,
+    /// How long an enforced nonce is remembered ("the past few minutes", Discord says).
+    nonce_window: Option<Duration>,
+    /// Cards (posts with buttons or embeds) stored so far, counted as they are stored.
+    card_posts: usize,
+    /// How long the answer to a stored card is held back, so that a test can kill the bot after
+    /// Discord stored the card and before the bot learnt of it.
+    card_answer_delay: Duration,
     /// The bot may not create threads (its role lacks Create Public Threads).
     threads_forbidden: bool,
 }
@@ -257,7 +267,10 @@ impl FakeDiscord {
                 .route("/api/v10/applications/{app}/commands", put(put_commands))
                 .route("/api/v10/users/@me", get(current_user))
                 .route("/api/v10/channels/{channel}/threads", post(create_thread))
-                .route("/api/v10/channels/{channel}/messages", post(create_message))
+                .route(
+                    "/api/v10/channels/{channel}/messages",
+                    post(create_message).get(list_messages),
+                )
                 .route(
                     "/api/v10/channels/{channel}/messages/{message}",
                     patch(edit_message).get(get_message),
@@ -471,6 +484,22 @@ impl FakeDiscord {
         for _ in 0..times {
             inner.failing_posts.push_back((status, stored));
         }
+    }
+
+    /// How long an enforced nonce is remembered (default: five minutes). Zero makes every post
+    /// new, as after an outage longer than Discord's window.
+    pub fn set_nonce_window(&self, window: Duration) {
+        self.lock().nonce_window = Some(window);
+    }
+
+    /// Holds back the answer to every stored card by `delay`.
+    pub fn delay_card_answers(&self, delay: Duration) {
+        self.lock().card_answer_delay = delay;
+    }
+
+    /// Cards (messages with an embed) stored so far.
+    pub fn card_posts(&self) -> usize {
+        self.lock().card_posts
     }
 
     /// Takes away (or gives back) the bot's right to create threads.
@@ -848,8 +877,22 @@ async fn create_message(
     body: axum::body::Bytes,
 ) -> Response {
     let (payload, files) = read_body(&headers, body).await;
+    let (response, delay) = store_message(&state, channel, &payload, &files);
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    response
+}
+
+/// Stores a posted message as Discord would; returns the answer and how long to hold it back.
+fn store_message(
+    state: &Shared,
+    channel: u64,
+    payload: &Value,
+    files: &[(String, Vec<u8>)],
+) -> (Response, Duration) {
     let mut inner = state.lock().unwrap();
-    let mut problems = message_problems(&payload);
+    let mut problems = message_problems(payload);
     let known = channel == CHANNEL
         || inner
             .threads
@@ -867,14 +910,20 @@ async fn create_message(
         }
     }
     if let Some(rejected) = reject(&mut inner, "create message", problems) {
-        return rejected;
+        return (rejected, Duration::ZERO);
     }
-    // With enforce_nonce, a second post under the same nonce gets the first message back.
+    // With enforce_nonce, a second post under the same nonce within the window gets the first
+    // message back.
     let nonce_key = (payload["enforce_nonce"] == true)
         .then(|| payload["nonce"].as_str().map(|n| (channel, n.to_string())))
         .flatten();
-    if let Some(existing) = nonce_key.as_ref().and_then(|k| inner.nonces.get(k)) {
-        return Json(existing.clone()).into_response();
+    let window = inner.nonce_window.unwrap_or(NONCE_WINDOW);
+    if let Some((existing, _)) = nonce_key
+        .as_ref()
+        .and_then(|k| inner.nonces.get(k))
+        .filter(|(_, at)| at.elapsed() < window)
+    {
+        return (Json(existing.clone()).into_response(), Duration::ZERO);
     }
     let is_card = payload["components"]
         .as_array()
@@ -885,17 +934,30 @@ async fn create_message(
         None
     };
     if let Some((_, false)) = failure {
-        return discord_failure(failure.map_or(500, |(status, _)| status));
+        return (
+            discord_failure(failure.map_or(500, |(status, _)| status)),
+            Duration::ZERO,
+        );
     }
-    let message = stored_message(&mut inner, channel, &payload, &files, "http://127.0.0.1");
+    let message = stored_message(&mut inner, channel, payload, files, "http://127.0.0.1");
     inner.messages.push(message.clone());
     if let Some(key) = nonce_key {
-        inner.nonces.insert(key, message.clone());
+        inner.nonces.insert(key, (message.clone(), Instant::now()));
     }
-    match failure {
+    let is_embed = payload["embeds"]
+        .as_array()
+        .is_some_and(|embeds| !embeds.is_empty());
+    let delay = if is_embed {
+        inner.card_posts += 1;
+        inner.card_answer_delay
+    } else {
+        Duration::ZERO
+    };
+    let response = match failure {
         Some((status, true)) => discord_failure(status),
         _ => Json(message).into_response(),
-    }
+    };
+    (response, delay)
 }
 
 /// Discord's answer when it is rate limiting (429, with how long to wait) or failing (5xx).
@@ -945,6 +1007,36 @@ async fn edit_message(
     }
     stored["edited_timestamp"] = json!(now_stamp());
     Json(stored.clone()).into_response()
+}
+
+/// `GET /channels/{id}/messages`: the newest `limit` messages (1–100, default 50), newest first.
+async fn list_messages(
+    State(state): State<Shared>,
+    Path(channel): Path<u64>,
+    axum::extract::Query(query): axum::extract::Query<HashMap<String, String>>,
+) -> Response {
+    let limit = match query.get("limit").map(|l| l.parse::<usize>()) {
+        None => 50,
+        Some(Ok(limit)) if (1..=100).contains(&limit) => limit,
+        Some(_) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                Json(json!({"code": 50035, "message": "Invalid Form Body: limit"})),
+            )
+                .into_response()
+        }
+    };
+    let inner = state.lock().unwrap();
+    let channel = channel.to_string();
+    let newest: Vec<Value> = inner
+        .messages
+        .iter()
+        .rev()
+        .filter(|m| m["channel_id"] == channel.as_str())
+        .take(limit)
+        .cloned()
+        .collect();
+    Json(newest).into_response()
 }
 
 async fn get_message(

@@ -166,17 +166,7 @@ impl AgentService {
                 );
             }
         }
-        let running: Vec<ThreadBinding> = self
-            .bindings_in(guild_id)?
-            .into_iter()
-            .filter(|b| {
-                self.store
-                    .load_agent_record(&b.agent_id)
-                    .ok()
-                    .flatten()
-                    .is_some_and(|s| !matches!(s.phase, Phase::Finished { .. }))
-            })
-            .collect();
+        let running = self.running_owners(guild_id)?;
         if discord.max_agents_per_guild > 0 && running.len() >= discord.max_agents_per_guild {
             return Err(UserError(format!(
                 "This server already runs {} agents, the limit.",
@@ -184,7 +174,10 @@ impl AgentService {
             ))
             .into());
         }
-        let mine = running.iter().filter(|b| b.owner_id == who.user_id).count();
+        let mine = running
+            .iter()
+            .filter(|&&owner| owner == who.user_id)
+            .count();
         if discord.max_agents_per_user > 0 && mine >= discord.max_agents_per_user {
             return Err(UserError(format!(
                 "You already run {mine} agents, the limit per person."
@@ -410,6 +403,24 @@ impl AgentService {
             }
         }
         Ok(agents)
+    }
+
+    /// The owner of each agent still running in a server, from the live index: only the server's
+    /// live agents are read, and those found finished are dropped from the index.
+    fn running_owners(&self, guild_id: u64) -> ServiceResult<Vec<u64>> {
+        let mut owners = Vec::new();
+        for (owner, agent) in self.store.live_agents(guild_id)? {
+            let finished = match self.store.load_agent_record(&agent)? {
+                Some(state) => matches!(state.phase, Phase::Finished { .. }),
+                None => true,
+            };
+            if finished {
+                self.store.forget_live(guild_id, owner, &agent)?;
+            } else {
+                owners.push(owner);
+            }
+        }
+        Ok(owners)
     }
 
     fn bindings_in(&self, guild_id: u64) -> ServiceResult<Vec<ThreadBinding>> {

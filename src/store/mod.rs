@@ -1,7 +1,10 @@
 //! The sled store: agents, episodes, proposals, decisions, the command journal and the agents'
 //! workspaces, as versioned JSON records, written in transactions and flushed at durability points.
 
+mod bindings;
 pub mod migrate;
+
+pub use bindings::{CardRef, ThreadBinding};
 
 use std::path::Path;
 
@@ -177,27 +180,6 @@ fn open_waiting_for_lock(dir: &Path) -> Result<sled::Db, StoreError> {
     }
 }
 
-/// The card currently shown for an agent, so it can be edited after a decision and re-posted
-/// after a restart only when it is gone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CardRef {
-    pub cycle: u64,
-    pub message_id: u64,
-}
-
-/// An agent's home in Discord: its thread, its owner and who it is shared with.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ThreadBinding {
-    pub agent_id: String,
-    pub guild_id: u64,
-    pub parent_channel_id: u64,
-    pub thread_id: u64,
-    pub owner_id: u64,
-    pub shared_users: Vec<u64>,
-    pub shared_roles: Vec<u64>,
-    pub card: Option<CardRef>,
-}
-
 #[derive(Clone)]
 pub struct Store {
     db: sled::Db,
@@ -228,7 +210,7 @@ impl Store {
         })?;
         let db = open_waiting_for_lock(dir)?;
         migrate::run(&db)?;
-        Ok(Store {
+        let store = Store {
             agents: db.open_tree("agents")?,
             episodes: db.open_tree("episodes")?,
             proposals: db.open_tree("proposals")?,
@@ -238,7 +220,9 @@ impl Store {
             discord: db.open_tree("discord")?,
             subagents: db.open_tree("subagents")?,
             db,
-        })
+        };
+        store.index_live_agents_once()?;
+        Ok(store)
     }
 
     /// The underlying database, for components that keep their own trees in it (the spend ledger).
@@ -438,62 +422,6 @@ impl Store {
                 }
             }
         }
-    }
-
-    /// Stores a binding under the agent and under its thread, in one transaction.
-    pub fn save_binding(&self, binding: &ThreadBinding) -> Result<(), StoreError> {
-        let record = encode(binding)?;
-        let agent_key = format!("agent/{}", binding.agent_id);
-        let thread_key = format!("thread/{}", binding.thread_id);
-        self.discord
-            .transaction(|tree| {
-                tree.insert(agent_key.as_bytes(), record.as_slice())?;
-                tree.insert(thread_key.as_bytes(), binding.agent_id.as_bytes())?;
-                Ok::<(), ConflictableTransactionError<StoreError>>(())
-            })
-            .map_err(StoreError::from)
-    }
-
-    pub fn binding(&self, agent: &str) -> Result<Option<ThreadBinding>, StoreError> {
-        let key = format!("agent/{agent}");
-        self.discord
-            .get(key.as_bytes())?
-            .map(|raw| decode(key.as_bytes(), &raw))
-            .transpose()
-    }
-
-    pub fn agent_for_thread(&self, thread_id: u64) -> Result<Option<String>, StoreError> {
-        let key = format!("thread/{thread_id}");
-        Ok(self
-            .discord
-            .get(key.as_bytes())?
-            .map(|raw| String::from_utf8_lossy(&raw).into_owned()))
-    }
-
-    /// The models a server's admins let its members choose, when they have set a list.
-    pub fn guild_models(&self, guild_id: u64) -> Result<Option<Vec<String>>, StoreError> {
-        let key = format!("models/{guild_id}");
-        self.discord
-            .get(key.as_bytes())?
-            .map(|raw| decode(key.as_bytes(), &raw))
-            .transpose()
-    }
-
-    /// Saves a server's list of models, on disk before the admin is told.
-    pub fn set_guild_models(&self, guild_id: u64, models: &[String]) -> Result<(), StoreError> {
-        let key = format!("models/{guild_id}");
-        self.discord.insert(key.as_bytes(), encode(&models)?)?;
-        self.discord.flush()?;
-        Ok(())
-    }
-
-    pub fn bindings(&self) -> Result<Vec<ThreadBinding>, StoreError> {
-        let mut list = Vec::new();
-        for item in self.discord.scan_prefix(b"agent/") {
-            let (key, raw) = item?;
-            list.push(decode(&key, &raw)?);
-        }
-        Ok(list)
     }
 
     pub fn read_file(&self, agent: &str, path: &str) -> Result<Option<Vec<u8>>, StoreError> {

@@ -1,0 +1,198 @@
+//! The Discord tree: where each agent lives (its thread binding, found by agent or by thread),
+//! the index of a server's live agents by owner, and the models a server's admins allow.
+
+use serde::{Deserialize, Serialize};
+use sled::transaction::ConflictableTransactionError;
+
+use super::{decode, encode, Store, StoreError};
+
+/// The card currently shown for an agent, so it can be edited after a decision and re-posted
+/// after a restart only when it is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CardRef {
+    pub cycle: u64,
+    pub message_id: u64,
+}
+
+/// An agent's home in Discord: its thread, its owner and who it is shared with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadBinding {
+    pub agent_id: String,
+    pub guild_id: u64,
+    pub parent_channel_id: u64,
+    pub thread_id: u64,
+    pub owner_id: u64,
+    pub shared_users: Vec<u64>,
+    pub shared_roles: Vec<u64>,
+    pub card: Option<CardRef>,
+}
+
+impl Store {
+    /// Stores a binding under the agent and under its thread, and indexes the agent as live in
+    /// its server, in one transaction. A binding is saved whenever the agent shows a card, so an
+    /// agent given a follow-up after finishing is indexed again.
+    pub fn save_binding(&self, binding: &ThreadBinding) -> Result<(), StoreError> {
+        let record = encode(binding)?;
+        let agent_key = format!("agent/{}", binding.agent_id);
+        let thread_key = format!("thread/{}", binding.thread_id);
+        let live_key = live_key(binding.guild_id, binding.owner_id, &binding.agent_id);
+        self.discord
+            .transaction(|tree| {
+                tree.insert(agent_key.as_bytes(), record.as_slice())?;
+                tree.insert(thread_key.as_bytes(), binding.agent_id.as_bytes())?;
+                tree.insert(live_key.as_bytes(), &[])?;
+                Ok::<(), ConflictableTransactionError<StoreError>>(())
+            })
+            .map_err(StoreError::from)
+    }
+
+    pub fn binding(&self, agent: &str) -> Result<Option<ThreadBinding>, StoreError> {
+        let key = format!("agent/{agent}");
+        self.discord
+            .get(key.as_bytes())?
+            .map(|raw| decode(key.as_bytes(), &raw))
+            .transpose()
+    }
+
+    pub fn agent_for_thread(&self, thread_id: u64) -> Result<Option<String>, StoreError> {
+        let key = format!("thread/{thread_id}");
+        Ok(self
+            .discord
+            .get(key.as_bytes())?
+            .map(|raw| String::from_utf8_lossy(&raw).into_owned()))
+    }
+
+    /// The models a server's admins let its members choose, when they have set a list.
+    pub fn guild_models(&self, guild_id: u64) -> Result<Option<Vec<String>>, StoreError> {
+        let key = format!("models/{guild_id}");
+        self.discord
+            .get(key.as_bytes())?
+            .map(|raw| decode(key.as_bytes(), &raw))
+            .transpose()
+    }
+
+    /// Saves a server's list of models, on disk before the admin is told.
+    pub fn set_guild_models(&self, guild_id: u64, models: &[String]) -> Result<(), StoreError> {
+        let key = format!("models/{guild_id}");
+        self.discord.insert(key.as_bytes(), encode(&models)?)?;
+        self.discord.flush()?;
+        Ok(())
+    }
+
+    pub fn bindings(&self) -> Result<Vec<ThreadBinding>, StoreError> {
+        let mut list = Vec::new();
+        for item in self.discord.scan_prefix(b"agent/") {
+            let (key, raw) = item?;
+            list.push(decode(&key, &raw)?);
+        }
+        Ok(list)
+    }
+
+    /// The (owner, agent) of every agent indexed as live in a server: a prefix scan, so starting
+    /// an agent costs the same with ten agents in the store or a million. An agent that finished
+    /// since stays listed until `forget_live`; the caller checks each one.
+    pub fn live_agents(&self, guild_id: u64) -> Result<Vec<(u64, String)>, StoreError> {
+        let prefix = format!("{LIVE}{guild_id}/");
+        let mut live = Vec::new();
+        for item in self.discord.scan_prefix(prefix.as_bytes()) {
+            let (key, _) = item?;
+            let rest = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
+            let parsed = rest
+                .split_once('/')
+                .and_then(|(owner, agent)| Some((owner.parse().ok()?, agent.to_string())));
+            match parsed {
+                Some(entry) => live.push(entry),
+                None => return Err(StoreError::Corrupt(format!("a live-index key {rest:?}"))),
+            }
+        }
+        Ok(live)
+    }
+
+    /// Drops an agent that is no longer running from its server's live index.
+    pub fn forget_live(&self, guild_id: u64, owner_id: u64, agent: &str) -> Result<(), StoreError> {
+        self.discord
+            .remove(live_key(guild_id, owner_id, agent).as_bytes())?;
+        Ok(())
+    }
+
+    /// Builds the live index of a store written before it existed, once: every bound agent is
+    /// indexed, and `/agent start` drops the finished ones as it meets them.
+    pub(super) fn index_live_agents_once(&self) -> Result<(), StoreError> {
+        if self.discord.contains_key(LIVE_INDEXED)? {
+            return Ok(());
+        }
+        for binding in self.bindings()? {
+            let key = live_key(binding.guild_id, binding.owner_id, &binding.agent_id);
+            self.discord.insert(key.as_bytes(), &[])?;
+        }
+        self.discord.insert(LIVE_INDEXED, &[])?;
+        Ok(())
+    }
+}
+
+/// The live index's keys: `live/<guild>/<owner>/<agent>`, with no value.
+const LIVE: &str = "live/";
+/// Present once the live index covers every binding.
+const LIVE_INDEXED: &[u8] = b"meta/live-indexed";
+
+fn live_key(guild_id: u64, owner_id: u64, agent: &str) -> String {
+    format!("{LIVE}{guild_id}/{owner_id}/{agent}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn binding(agent: &str, guild_id: u64, owner_id: u64) -> ThreadBinding {
+        ThreadBinding {
+            agent_id: agent.into(),
+            guild_id,
+            parent_channel_id: 1,
+            thread_id: guild_id * 100 + owner_id,
+            owner_id,
+            shared_users: Vec::new(),
+            shared_roles: Vec::new(),
+            card: None,
+        }
+    }
+
+    #[test]
+    fn the_live_index_lists_one_servers_agents_and_forgets_on_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store.save_binding(&binding("a1", 7, 1)).unwrap();
+        store.save_binding(&binding("a2", 7, 2)).unwrap();
+        store.save_binding(&binding("b1", 70, 1)).unwrap();
+        // Saving again (each card does) indexes once.
+        store.save_binding(&binding("a1", 7, 1)).unwrap();
+        assert_eq!(
+            store.live_agents(7).unwrap(),
+            vec![(1, "a1".to_string()), (2, "a2".to_string())]
+        );
+        assert_eq!(store.live_agents(70).unwrap(), vec![(1, "b1".to_string())]);
+        store.forget_live(7, 1, "a1").unwrap();
+        assert_eq!(store.live_agents(7).unwrap(), vec![(2, "a2".to_string())]);
+        assert_eq!(store.binding("a1").unwrap().unwrap().agent_id, "a1");
+    }
+
+    #[test]
+    fn a_store_written_before_the_live_index_is_indexed_once_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path()).unwrap();
+            store.save_binding(&binding("old", 7, 3)).unwrap();
+            // As an older build left it: the binding without its index entry or the marker.
+            store.forget_live(7, 3, "old").unwrap();
+            store.discord.remove(LIVE_INDEXED).unwrap();
+            store.flush_blocking().unwrap();
+        }
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.live_agents(7).unwrap(), vec![(3, "old".to_string())]);
+        // Once indexed, a forgotten agent stays forgotten across opens.
+        store.forget_live(7, 3, "old").unwrap();
+        store.flush_blocking().unwrap();
+        drop(store);
+        let store = Store::open(dir.path()).unwrap();
+        assert!(store.live_agents(7).unwrap().is_empty());
+    }
+}

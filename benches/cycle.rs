@@ -297,12 +297,21 @@ fn peak_rss_of_console_run(cycles: usize) {
             .env_remove("OPENAI_API_KEY")
             .env_remove("OPENAI_BASE_URL")
             .env_remove("OPENAI_MODEL")
+            .env("RUST_LOG", "warn,autothread::cli=info")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("spawn autothread");
         let pid = child.id().expect("pid");
+        let mut stderr = child.stderr.take().expect("stderr");
+        let log = tokio::spawn(async move {
+            let mut text = String::new();
+            tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut text)
+                .await
+                .ok();
+            text
+        });
         let mut peak_kib = 0u64;
         loop {
             if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
@@ -324,12 +333,37 @@ fn peak_rss_of_console_run(cycles: usize) {
             started.elapsed().as_secs_f64(),
             peak_kib as f64 / 1024.0
         );
+        let log = log.await.expect("the log");
+        let report = log
+            .lines()
+            .find_map(|l| l.split("this run: ").nth(1))
+            .unwrap_or_else(|| panic!("no disk report in the log:\n{log}"));
+        let number_before = |word: &str| -> f64 {
+            report
+                .split(", ")
+                .find(|part| part.contains(word))
+                .and_then(|part| part.split_whitespace().find_map(|w| w.parse::<f64>().ok()))
+                .unwrap_or(f64::NAN)
+        };
+        let per_cycle = |x: f64| x / cycles as f64;
+        println!(
+            "  per cycle: {:.2} durable flushes, {:.1} KB written, {:.1} KB of store kept ({report})",
+            per_cycle(number_before("flushes")),
+            per_cycle(number_before("written")) / 1e3,
+            per_cycle(number_before("on disk")) / 1e3,
+        );
     });
 }
 
 fn main() {
     // `cargo test --benches` passes --bench-free flags; only run when asked for a benchmark.
     if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    // `cargo bench --bench cycle -- console` runs only the whole-process runs.
+    if std::env::args().any(|a| a == "console") {
+        peak_rss_of_console_run(30);
+        peak_rss_of_console_run(300);
         return;
     }
     TiktokenCounter::for_model("gpt-4o-mini").warm_up();
@@ -347,4 +381,5 @@ fn main() {
         overhead(episodes, "smollm2", small, iterations);
     }
     peak_rss_of_console_run(30);
+    peak_rss_of_console_run(300);
 }

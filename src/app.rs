@@ -194,7 +194,8 @@ impl App {
 /// Opens the store in the configured data directory, running its migrations.
 pub fn open_store(config: &Config) -> anyhow::Result<Store> {
     let dir = config.data_dir()?;
-    Store::open(&dir).with_context(|| format!("cannot open the store in {}", dir.display()))
+    Store::open_with_cache(&dir, config.store.cache_bytes())
+        .with_context(|| format!("cannot open the store in {}", dir.display()))
 }
 
 /// A URL without its query and fragment, for logs.

@@ -70,7 +70,7 @@ fn check_store(config: &Config) -> Line {
         Ok(dir) => dir,
         Err(e) => return line("store", Verdict::Fail(e.to_string())),
     };
-    let verdict = match Store::open(&dir) {
+    let verdict = match Store::open_with_cache(&dir, config.store.cache_bytes()) {
         Ok(store) => {
             let agents = store.list_agents().map(|a| a.len()).unwrap_or(0);
             Verdict::Pass(format!("opens in {} ({agents} agents)", dir.display()))

@@ -514,6 +514,7 @@ async fn console(mut config: Config, args: ConsoleArgs) -> anyhow::Result<ExitCo
     };
     let state = finished.context("the agent task stopped unexpectedly")??;
     app.store.flush().await?;
+    tracing::info!("this run: {}", app.store.disk_report());
     Ok(match &state.phase {
         Phase::Finished { .. } => ExitCode::SUCCESS,
         Phase::Paused(PauseReason::ModelError { .. } | PauseReason::InvalidReplies { .. }) => {

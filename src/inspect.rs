@@ -398,7 +398,7 @@ pub async fn here_or_in_the_bot(
     what: &Inspect,
 ) -> anyhow::Result<Shown> {
     let dir = config.data_dir()?;
-    match Store::open(&dir) {
+    match Store::open_with_cache(&dir, config.store.cache_bytes()) {
         Ok(store) => {
             let app = App::build(
                 config,

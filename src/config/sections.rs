@@ -307,11 +307,28 @@ impl Default for WorkspaceConfig {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreConfig {
     /// Where the sled store lives; empty means the platform data directory.
     pub data_dir: Option<PathBuf>,
+    /// sled's page cache in MiB.
+    pub cache_mb: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            data_dir: None,
+            cache_mb: crate::store::DEFAULT_CACHE_BYTES >> 20,
+        }
+    }
+}
+
+impl StoreConfig {
+    pub fn cache_bytes(&self) -> u64 {
+        self.cache_mb.max(1) << 20
+    }
 }
 
 /// What a deployment watches: the local HTTP listener and the graceful shutdown.

@@ -36,12 +36,30 @@ pub struct BrakeState {
     pub since_cycle: u64,
 }
 
-/// Samples kept at most, whatever the window: one per cycle is plenty to measure a rate.
-const MAX_SAMPLES: usize = 256;
+/// Samples kept at most, whatever the window. The state holding them is written several times a
+/// cycle, so they are few: a rate over the window needs only its first and last sample.
+const MAX_SAMPLES: usize = 40;
+/// The window is cut into this many slices, and a slice keeps only its newest sample: a fast
+/// agent's cycles (many a second against a fake model) leave one sample per slice, not per
+/// cycle. The rate's start is then at most one slice late.
+const SAMPLE_SLICES: i32 = 32;
 
 impl BrakeState {
-    /// Notes what the agent had spent when a cycle closed, forgetting samples older than the window.
+    /// Notes what the agent had spent when a cycle closed, forgetting samples older than the
+    /// window. Spend is cumulative, so replacing a slice's sample by a newer one loses nothing
+    /// but resolution.
     pub fn record(&mut self, sample: SpendSample, window: Duration) {
+        let slice = (window / SAMPLE_SLICES).num_milliseconds().max(1);
+        let slice_of = |s: &SpendSample| s.at.timestamp_millis().div_euclid(slice);
+        // The oldest sample is never replaced: it is where the window's spend starts.
+        if self.samples.len() >= 2
+            && self
+                .samples
+                .back()
+                .is_some_and(|last| slice_of(last) == slice_of(&sample))
+        {
+            self.samples.pop_back();
+        }
         self.samples.push_back(sample);
         while self.samples.len() > MAX_SAMPLES
             || self
@@ -269,5 +287,32 @@ mod tests {
         assert!(brake.check(&looping, t0, &limits()).is_some());
         brake.clear(4);
         assert_eq!(brake.check(&looping, t0, &limits()), None);
+    }
+
+    #[test]
+    fn a_fast_agent_keeps_one_sample_per_slice_and_still_trips() {
+        let t0 = Utc::now();
+        let window = limits().window;
+        let mut brake = BrakeState::default();
+        // 2,000 cycles a second apart: 33 minutes, more than three windows.
+        for i in 0..2_000i64 {
+            let sample = SpendSample {
+                at: t0 + Duration::seconds(i),
+                micros: Micros(i as u64 * 1_000),
+                tokens: 0,
+            };
+            brake.record(sample, window);
+            assert!(brake.samples.len() <= MAX_SAMPLES);
+        }
+        assert!(
+            brake.samples.len() <= SAMPLE_SLICES as usize + 2,
+            "{}",
+            brake.samples.len()
+        );
+        // $0.001 a second is $3.60 an hour, over the $1.20 allowed: seen across the window.
+        let why = brake
+            .check(&[], t0 + Duration::seconds(1_999), &limits())
+            .unwrap();
+        assert!(why.contains("in the last 10 minutes"), "{why}");
     }
 }

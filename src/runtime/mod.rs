@@ -372,9 +372,7 @@ impl Actor {
             _ => None,
         });
         let (journal_done, workspace) = match &executed {
-            Some((cycle, call, outcome, ops)) => {
-                (Some((*cycle, call.clone(), outcome)), ops.clone())
-            }
+            Some((cycle, _, outcome, ops)) => (Some((*cycle, outcome)), ops.clone()),
             None => (None, Vec::new()),
         };
         let durable = !episodes.is_empty() || proposal.is_some() || executed.is_some();

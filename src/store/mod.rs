@@ -116,8 +116,11 @@ pub enum JournalEntry {
         call: CommandCall,
         started_at: DateTime<Utc>,
     },
+    /// The command itself is the cycle's episode, written in the same transaction; a record
+    /// written before that kept a copy, which is still read.
     Done {
-        call: CommandCall,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        call: Option<CommandCall>,
         status: String,
         finished_at: DateTime<Utc>,
     },
@@ -143,7 +146,7 @@ pub struct Commit<'a> {
     pub state: Option<&'a AgentState>,
     pub episodes: Vec<&'a Episode>,
     pub proposal: Option<&'a Proposal>,
-    pub journal_done: Option<(u64, CommandCall, &'a Outcome)>,
+    pub journal_done: Option<(u64, &'a Outcome)>,
     pub workspace: Vec<WorkspaceOp>,
     /// When the commit happens, from the runtime's clock: the journal's `done` time.
     pub at: DateTime<Utc>,
@@ -159,15 +162,28 @@ pub struct AgentSummary {
     pub updated_at: DateTime<Utc>,
 }
 
+/// sled's page cache unless `store.cache_mb` says otherwise. sled's own default is 1 GiB, which
+/// a busy bot fills over hours whatever its number of agents (RSS grew with cycles, not agents);
+/// the working set of a cycle is a few records per agent.
+pub const DEFAULT_CACHE_BYTES: u64 = 64 << 20;
+
+/// Durable flushes since the process started, by every store handle: the figure the cycle
+/// benchmark divides by the cycles run.
+static FLUSHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// How long `Store::open` waits for another handle on the same directory to go away.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Opens sled, waiting briefly when the directory is still locked: a process that just exited (or
 /// a handle just dropped) can hold sled's file lock for a moment while its flusher thread stops.
-fn open_waiting_for_lock(dir: &Path) -> Result<sled::Db, StoreError> {
+fn open_waiting_for_lock(dir: &Path, cache_bytes: u64) -> Result<sled::Db, StoreError> {
     let started = std::time::Instant::now();
     loop {
-        match sled::Config::new().path(dir).open() {
+        match sled::Config::new()
+            .path(dir)
+            .cache_capacity(cache_bytes)
+            .open()
+        {
             Ok(db) => return Ok(db),
             Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
                 if started.elapsed() >= LOCK_WAIT {
@@ -200,15 +216,21 @@ impl std::fmt::Debug for Store {
 }
 
 impl Store {
-    /// Opens (or creates) the store and brings it to the current schema.
+    /// Opens (or creates) the store with the default page cache.
     pub fn open(dir: &Path) -> Result<Store, StoreError> {
+        Store::open_with_cache(dir, DEFAULT_CACHE_BYTES)
+    }
+
+    /// Opens (or creates) the store with a page cache of `cache_bytes` and brings it to the
+    /// current schema.
+    pub fn open_with_cache(dir: &Path, cache_bytes: u64) -> Result<Store, StoreError> {
         std::fs::create_dir_all(dir).map_err(|e| {
             StoreError::Sled(sled::Error::Io(std::io::Error::new(
                 e.kind(),
                 format!("cannot create {}: {e}", dir.display()),
             )))
         })?;
-        let db = open_waiting_for_lock(dir)?;
+        let db = open_waiting_for_lock(dir, cache_bytes)?;
         migrate::run(&db)?;
         let store = Store {
             agents: db.open_tree("agents")?,
@@ -239,6 +261,7 @@ impl Store {
         // sled's flush_async can stall when many tasks flush at once (seen here with 50 agents
         // starting together), so the blocking flush runs on the blocking pool instead.
         let db = self.db.clone();
+        FLUSHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tokio::task::spawn_blocking(move || db.flush())
             .await
             .map_err(|e| StoreError::Corrupt(format!("the flush task failed: {e}")))??;
@@ -246,8 +269,25 @@ impl Store {
     }
 
     pub fn flush_blocking(&self) -> Result<(), StoreError> {
+        FLUSHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.db.flush()?;
         Ok(())
+    }
+
+    /// What this process did to the disk, for the log line at exit: durable flushes, bytes
+    /// written (from `/proc/self/io`, where there is one) and the store's size.
+    pub fn disk_report(&self) -> String {
+        let flushes = FLUSHES.load(std::sync::atomic::Ordering::Relaxed);
+        let written = std::fs::read_to_string("/proc/self/io")
+            .ok()
+            .and_then(|io| {
+                io.lines()
+                    .find_map(|l| l.strip_prefix("write_bytes:"))
+                    .and_then(|n| n.trim().parse::<u64>().ok())
+            })
+            .map_or(String::new(), |bytes| format!(", {bytes} bytes written"));
+        let size = self.db.size_on_disk().unwrap_or(0);
+        format!("{flushes} durable flushes{written}, store {size} bytes on disk")
     }
 
     pub fn commit(&self, commit: &Commit<'_>) -> Result<(), StoreError> {
@@ -275,9 +315,9 @@ impl Store {
                             encode(proposal).map_err(abort)?,
                         )?;
                     }
-                    if let Some((cycle, call, outcome)) = &commit.journal_done {
+                    if let Some((cycle, outcome)) = &commit.journal_done {
                         let entry = JournalEntry::Done {
-                            call: call.clone(),
+                            call: None,
                             status: outcome.status().to_string(),
                             finished_at: now,
                         };
@@ -604,7 +644,7 @@ mod tests {
         store
             .commit(&Commit {
                 state: Some(&agent),
-                journal_done: Some((1, call.clone(), &outcome)),
+                journal_done: Some((1, &outcome)),
                 workspace: vec![WorkspaceOp::Put {
                     path: "f.txt".into(),
                     contents: b"x".to_vec(),

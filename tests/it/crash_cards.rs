@@ -153,12 +153,18 @@ async fn killed_a_hundred_times_around_posting_no_card_is_posted_twice() {
 
     // Every card that still has buttons answers a click; each agent's newest one goes on.
     for &thread in &threads {
+        // The last restart may have come mid-cycle: the agent's next card is on its way.
         let live: Vec<Value> = discord
-            .messages_in(thread)
-            .into_iter()
-            .filter(has_buttons)
-            .collect();
-        let newest = live.last().expect("each agent waits on a card").clone();
+            .wait_for("the agent to wait on a card", WAIT, |d| {
+                let live: Vec<Value> = d
+                    .messages_in(thread)
+                    .into_iter()
+                    .filter(has_buttons)
+                    .collect();
+                (!live.is_empty()).then_some(live)
+            })
+            .await;
+        let newest = live.last().expect("a card waits").clone();
         for card in &live {
             let click = discord.click(ALICE, &[], card, &button(card, "Approve"));
             discord

@@ -131,6 +131,7 @@ async fn shut_down(app: &App, supervisor: Option<&Supervisor>) -> anyhow::Result
         }
     };
     app.store.flush().await?;
+    tracing::info!("this run: {}", app.store.disk_report());
     if still_running.is_empty() {
         tracing::info!("shut down cleanly; agents continue at the next start");
     } else {

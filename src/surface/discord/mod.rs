@@ -149,23 +149,14 @@ impl DiscordSurface {
         }
     }
 
-    /// Saves which message holds the card for `cycle`, flushed at once: after a crash the card
-    /// must be found and reused, not posted again.
-    async fn remember_card(
-        &self,
-        agent: &str,
-        binding: &mut ThreadBinding,
-        cycle: u64,
-        message_id: u64,
-    ) {
+    /// Saves which message holds the card for `cycle`. It reaches the disk with the cycle's next
+    /// durable point, not a flush of its own: a crash before that loses only the reference, and
+    /// the next start finds the card in the thread (`find_posted_card`).
+    fn remember_card(&self, agent: &str, binding: &mut ThreadBinding, cycle: u64, message_id: u64) {
         binding.card = Some(CardRef { cycle, message_id });
-        let saved = self.store.save_binding(binding);
-        if let Err(e) = saved {
-            tracing::error!(%agent, error = %e, "cannot remember the card");
-        } else if let Err(e) = self.store.flush().await {
-            tracing::error!(%agent, error = %e, "cannot flush the card reference");
-        } else {
-            tracing::info!(%agent, cycle, "card remembered");
+        match self.store.save_binding(binding) {
+            Err(e) => tracing::error!(%agent, error = %e, "cannot remember the card"),
+            Ok(()) => tracing::info!(%agent, cycle, "card remembered"),
         }
     }
 
@@ -315,8 +306,7 @@ impl Surface for DiscordSurface {
             {
                 if known.is_none() {
                     tracing::info!(agent = %agent.id, cycle = proposal.cycle, "card found in the thread after a restart");
-                    self.remember_card(&agent.id, &mut binding, proposal.cycle, message_id)
-                        .await;
+                    self.remember_card(&agent.id, &mut binding, proposal.cycle, message_id);
                 }
                 return;
             }
@@ -332,8 +322,7 @@ impl Surface for DiscordSurface {
             return;
         };
         self.unposted.forget(&agent.id);
-        self.remember_card(&agent.id, &mut binding, proposal.cycle, message_id)
-            .await;
+        self.remember_card(&agent.id, &mut binding, proposal.cycle, message_id);
     }
 
     async fn thinking(&self, agent: &AgentState) {

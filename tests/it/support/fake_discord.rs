@@ -46,7 +46,13 @@ struct Inner {
     gateway: Option<mpsc::UnboundedSender<Value>>,
     identified: bool,
     queued: Vec<Value>,
+    /// Every message, in the order (and so the id order) they were stored.
     messages: Vec<Value>,
+    /// Positions in `messages` by channel, so that a bench with a thousand busy threads reads
+    /// one thread without scanning them all.
+    by_channel: HashMap<u64, Vec<usize>>,
+    /// Cards (messages with buttons) stored since `take_new_cards` last ran, when watched.
+    new_cards: Option<Vec<Value>>,
     threads: Vec<Value>,
     commands: Vec<Value>,
     /// Interactions injected: id → (token, when).
@@ -534,13 +540,29 @@ impl FakeDiscord {
     }
 
     pub fn messages_in(&self, channel: u64) -> Vec<Value> {
-        let channel = channel.to_string();
-        self.lock()
-            .messages
-            .iter()
-            .filter(|m| m["channel_id"] == channel.as_str())
-            .cloned()
+        let inner = self.lock();
+        inner
+            .by_channel
+            .get(&channel)
+            .into_iter()
+            .flatten()
+            .map(|&at| inner.messages[at].clone())
             .collect()
+    }
+
+    /// From now on, keeps every card (a message with buttons) the bot posts for
+    /// `take_new_cards`.
+    pub fn watch_cards(&self) {
+        self.lock().new_cards.get_or_insert_with(Vec::new);
+    }
+
+    /// The cards posted since the last call (with `watch_cards`).
+    pub fn take_new_cards(&self) -> Vec<Value> {
+        self.lock()
+            .new_cards
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     pub fn threads(&self) -> Vec<Value> {
@@ -940,7 +962,15 @@ fn store_message(
         );
     }
     let message = stored_message(&mut inner, channel, payload, files, "http://127.0.0.1");
+    let at = inner.messages.len();
     inner.messages.push(message.clone());
+    inner.by_channel.entry(channel).or_default().push(at);
+    let has_buttons = payload["components"]
+        .as_array()
+        .is_some_and(|rows| !rows.is_empty());
+    if let (true, Some(watched)) = (has_buttons, inner.new_cards.as_mut()) {
+        watched.push(message.clone());
+    }
     if let Some(key) = nonce_key {
         inner.nonces.insert(key, (message.clone(), Instant::now()));
     }
@@ -988,11 +1018,7 @@ async fn edit_message(
     if let Some(rejected) = reject_invalid(&mut inner, "edit message", &payload) {
         return rejected;
     }
-    let id = message.to_string();
-    let Some(stored) = inner
-        .messages
-        .iter_mut()
-        .find(|m| m["id"] == id.as_str() && m["channel_id"] == channel.to_string().as_str())
+    let Some(stored) = find_message(&inner, channel, message).map(|at| &mut inner.messages[at])
     else {
         return (
             StatusCode::NOT_FOUND,
@@ -1007,6 +1033,14 @@ async fn edit_message(
     }
     stored["edited_timestamp"] = json!(now_stamp());
     Json(stored.clone()).into_response()
+}
+
+/// Where message `id` of `channel` is in `messages`: ids grow as messages are stored, so the
+/// list is sorted by id.
+fn find_message(inner: &Inner, channel: u64, id: u64) -> Option<usize> {
+    let id_of = |m: &Value| m["id"].as_str().and_then(|i| i.parse::<u64>().ok());
+    let at = inner.messages.binary_search_by_key(&Some(id), id_of).ok()?;
+    (inner.messages[at]["channel_id"] == channel.to_string().as_str()).then_some(at)
 }
 
 /// `GET /channels/{id}/messages`: the newest `limit` messages (1–100, default 50), newest first.
@@ -1027,14 +1061,14 @@ async fn list_messages(
         }
     };
     let inner = state.lock().unwrap();
-    let channel = channel.to_string();
     let newest: Vec<Value> = inner
-        .messages
-        .iter()
+        .by_channel
+        .get(&channel)
+        .into_iter()
+        .flatten()
         .rev()
-        .filter(|m| m["channel_id"] == channel.as_str())
         .take(limit)
-        .cloned()
+        .map(|&at| inner.messages[at].clone())
         .collect();
     Json(newest).into_response()
 }
@@ -1044,10 +1078,8 @@ async fn get_message(
     Path((channel, message)): Path<(u64, u64)>,
 ) -> Response {
     let inner = state.lock().unwrap();
-    match inner.messages.iter().find(|m| {
-        m["id"] == message.to_string().as_str() && m["channel_id"] == channel.to_string().as_str()
-    }) {
-        Some(m) => Json(m.clone()).into_response(),
+    match find_message(&inner, channel, message) {
+        Some(at) => Json(inner.messages[at].clone()).into_response(),
         None => (
             StatusCode::NOT_FOUND,
             Json(json!({"code": 10008, "message": "Unknown Message"})),

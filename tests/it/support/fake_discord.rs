@@ -51,8 +51,6 @@ struct Inner {
     /// Positions in `messages` by channel, so that a bench with a thousand busy threads reads
     /// one thread without scanning them all.
     by_channel: HashMap<u64, Vec<usize>>,
-    /// Cards (messages with buttons) stored since `take_new_cards` last ran, when watched.
-    new_cards: Option<Vec<Value>>,
     threads: Vec<Value>,
     commands: Vec<Value>,
     /// Interactions injected: id → (token, when).
@@ -550,21 +548,6 @@ impl FakeDiscord {
             .collect()
     }
 
-    /// From now on, keeps every card (a message with buttons) the bot posts for
-    /// `take_new_cards`.
-    pub fn watch_cards(&self) {
-        self.lock().new_cards.get_or_insert_with(Vec::new);
-    }
-
-    /// The cards posted since the last call (with `watch_cards`).
-    pub fn take_new_cards(&self) -> Vec<Value> {
-        self.lock()
-            .new_cards
-            .as_mut()
-            .map(std::mem::take)
-            .unwrap_or_default()
-    }
-
     pub fn threads(&self) -> Vec<Value> {
         self.lock().threads.clone()
     }
@@ -965,12 +948,6 @@ fn store_message(
     let at = inner.messages.len();
     inner.messages.push(message.clone());
     inner.by_channel.entry(channel).or_default().push(at);
-    let has_buttons = payload["components"]
-        .as_array()
-        .is_some_and(|rows| !rows.is_empty());
-    if let (true, Some(watched)) = (has_buttons, inner.new_cards.as_mut()) {
-        watched.push(message.clone());
-    }
     if let Some(key) = nonce_key {
         inner.nonces.insert(key, (message.clone(), Instant::now()));
     }

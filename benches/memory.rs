@@ -3,6 +3,10 @@
 //! it) and memory, for hnsw_rs (SIMD) and exact search; the size where the graph starts to beat
 //! exact search; and hnswlib on the same files in the same run (benches/hnswlib_compare.py).
 //!
+//! First, a cold start: one agent of BENCH_COLD_START memories (100,000 by default, 0 skips it)
+//! stored through the memory service, then the time from opening the store to the first search,
+//! with the graph built from the store and loaded from its saved files (`-- cold` stops there).
+//!
 //! BENCH_SIZES=10000,100000 by default; add 1000000 when there is time (the graph build takes
 //! minutes). BENCH_SKIP_HNSWLIB=1 skips the Python side.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // A benchmark stops at the first failure.
@@ -13,7 +17,19 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
+use autothread::budget::Budgets;
+use autothread::config::Config;
+use autothread::core::budget::Micros;
+use autothread::core::memory::MemorySource;
+use autothread::core::state::Spender;
+use autothread::llm::embed::{EmbedPurpose, Embedded, Embedder};
+use autothread::llm::tokens::TiktokenCounter;
+use autothread::llm::LlmError;
 use autothread::memory::index::{clustered_unit_vectors, HnswParams, VectorIndex};
+use autothread::memory::{Memory, Payer};
+use autothread::store::Store;
 use serde_json::Value;
 
 const DIM: usize = 384;
@@ -336,12 +352,140 @@ fn crossover() {
     }
 }
 
+/// Embeds "m<i>" as the i-th of a fixed set of clustered vectors, so memories can be stored
+/// through the real memory service without a model.
+struct TableEmbedder {
+    table: Vec<Vec<f32>>,
+}
+
+#[async_trait::async_trait]
+impl Embedder for TableEmbedder {
+    fn model(&self, _purpose: EmbedPurpose) -> &str {
+        "table"
+    }
+
+    async fn embed(&self, texts: &[String], _purpose: EmbedPurpose) -> Result<Embedded, LlmError> {
+        let vectors = texts
+            .iter()
+            .map(|t| {
+                let i: usize = t.trim_start_matches('m').parse().unwrap_or(0);
+                self.table[i % self.table.len()].clone()
+            })
+            .collect();
+        Ok(Embedded {
+            vectors,
+            prompt_tokens: Some(texts.len() as u64),
+        })
+    }
+}
+
+fn memory_service(dir: &Path, table: &Arc<TableEmbedder>) -> (Store, Memory) {
+    let store = Store::open(dir).unwrap();
+    let mut config = Config::default();
+    config.budget.free_models = vec!["table".into()];
+    config.memory.hnsw_m = PARAMS.m;
+    config.memory.hnsw_ef_construction = PARAMS.ef_construction;
+    let budgets = Arc::new(Budgets::new(&store, &config.budget).unwrap());
+    let memory = Memory::new(
+        &store,
+        table.clone(),
+        budgets,
+        Arc::new(TiktokenCounter::for_model("gpt-4o-mini")),
+        &config.memory,
+    )
+    .unwrap();
+    (store, memory)
+}
+
+/// A restart with one agent of `n` memories: the time from opening the store to the first
+/// search's answer, once with the graph built from the store (as before saved graphs) and once
+/// loaded from its saved files.
+fn cold_start(n: usize) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // BENCH_COLD_DIR keeps the store between runs, to time the start again without storing.
+    let kept = std::env::var("BENCH_COLD_DIR")
+        .ok()
+        .map(std::path::PathBuf::from);
+    let path = kept.clone().unwrap_or_else(|| dir.path().to_path_buf());
+    let reuse = kept.is_some() && path.join("hnsw").exists();
+    let table = Arc::new(TableEmbedder {
+        table: clustered_unit_vectors(n, DIM, 11),
+    });
+    let payer = Payer {
+        agent: "big".into(),
+        spender: Spender {
+            user: Some("u".into()),
+            guild: Some("g".into()),
+        },
+        agent_limit: Micros(u64::MAX / 4),
+    };
+    let started = Instant::now();
+    runtime.block_on(async {
+        if reuse {
+            return;
+        }
+        let (_store, memory) = memory_service(&path, &table);
+        for i in 0..n {
+            memory
+                .remember(&payer, i as u64, MemorySource::Cycle, &format!("m{i}"))
+                .await
+                .unwrap();
+        }
+    });
+    println!(
+        "cold start: {n} memories of {DIM} dimensions stored in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let first_search = |label: &str| {
+        let started = Instant::now();
+        let hits = runtime.block_on(async {
+            let (_store, memory) = memory_service(&path, &table);
+            println!(
+                "cold start: the store opened in {:.2} s",
+                started.elapsed().as_secs_f64()
+            );
+            let hits = memory.search(&payer, "m5", 10).await.unwrap();
+            let seconds = started.elapsed().as_secs_f64();
+            assert_eq!(memory.loaded_saved_graph("big"), label == "loaded");
+            (hits, seconds)
+        });
+        let (hits, seconds) = hits;
+        assert_eq!(hits.len(), 10);
+        println!("cold start, graph {label}: first search answered {seconds:.2} s after opening the store");
+    };
+    if !reuse {
+        std::fs::remove_dir_all(path.join("hnsw")).ok();
+        first_search("built");
+    }
+    first_search("loaded");
+    let saved: u64 = std::fs::read_dir(path.join("hnsw"))
+        .unwrap()
+        .flat_map(|agent| std::fs::read_dir(agent.unwrap().path()).unwrap())
+        .map(|file| file.unwrap().metadata().unwrap().len())
+        .sum();
+    println!(
+        "cold start: the saved graph takes {:.0} MiB on disk",
+        saved as f64 / (1024.0 * 1024.0)
+    );
+}
+
 fn main() {
     let sizes: Vec<usize> = std::env::var("BENCH_SIZES")
         .unwrap_or_else(|_| "10000,100000".into())
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
+    let cold: usize = std::env::var("BENCH_COLD_START")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100_000);
+    if cold > 0 {
+        cold_start(cold);
+        if std::env::args().any(|a| a == "cold") {
+            return;
+        }
+    }
     crossover();
     for n in sizes {
         size(n);

@@ -513,6 +513,10 @@ async fn console(mut config: Config, args: ConsoleArgs) -> anyhow::Result<ExitCo
         }
     };
     let state = finished.context("the agent task stopped unexpectedly")??;
+    if let Some(memory) = app.memory.clone() {
+        // Saving large graphs is disk work; it is what makes the next start quick.
+        tokio::task::spawn_blocking(move || memory.save_indexes()).await?;
+    }
     app.store.flush().await?;
     tracing::info!("this run: {}", app.store.disk_report());
     Ok(match &state.phase {

@@ -184,6 +184,43 @@ impl VectorIndex {
         best
     }
 
+    /// The graph, when the index has one (saving it needs it).
+    pub(super) fn graph(&self) -> Option<&Hnsw<'static, f32, UnitDot>> {
+        match &self.graph {
+            Graph::Hnsw(graph) => Some(graph),
+            Graph::Exact => None,
+        }
+    }
+
+    pub fn params(&self) -> HnswParams {
+        self.params
+    }
+
+    /// Memory ids by graph position.
+    pub(super) fn ids(&self) -> &[u64] {
+        &self.ids
+    }
+
+    /// An index around a graph loaded from a file: `ids[p]` is the memory at graph position `p`,
+    /// and `vectors` holds the same points flat, for exact search and for rebuilding.
+    pub(super) fn from_saved_graph(
+        dim: usize,
+        ids: Vec<u64>,
+        vectors: Vec<f32>,
+        graph: Hnsw<'static, f32, UnitDot>,
+        params: HnswParams,
+        exact_below: usize,
+    ) -> VectorIndex {
+        VectorIndex {
+            dim,
+            ids,
+            vectors,
+            graph: Graph::Hnsw(Box::new(graph)),
+            params,
+            exact_below,
+        }
+    }
+
     /// Bytes held by the vectors and ids (the graph's links come on top when it exists).
     pub fn vector_bytes(&self) -> usize {
         self.vectors.len() * 4 + self.ids.len() * 8

@@ -5,6 +5,8 @@
 
 pub mod breaker;
 pub mod index;
+pub mod saved;
+mod source;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
@@ -23,6 +25,12 @@ use crate::llm::embed::{EmbedPurpose, Embedder};
 use crate::store::{decode, encode, Store, StoreError};
 use breaker::{Breaker, BreakerRules, MemoryOff, Transition};
 use index::{HnswParams, VectorIndex};
+use saved::SavedIndexes;
+use source::{save_graph, IndexSource};
+
+/// A cached graph is saved again once it has grown by this many memories (or a tenth, if more)
+/// since its last save, so a restart after a crash has little to add to what it loads.
+const SAVE_AFTER_NEW_MEMORIES: usize = 1_000;
 
 /// A memory as stored; its vector lives beside it in its own tree.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,6 +75,9 @@ struct Cached {
     index: SharedIndex,
     forgotten: HashSet<u64>,
     last_used: u64,
+    /// Memories in the graph as last saved (or loaded): what a restart would find on disk.
+    saved_len: usize,
+    from_saved_graph: bool,
 }
 
 #[derive(Default)]
@@ -88,6 +99,8 @@ pub struct Memory {
     cache: Mutex<Cache>,
     clock: Arc<dyn Clock>,
     breaker: Breaker,
+    /// Where graphs are saved between runs; `None` keeps them in memory only.
+    saved: Option<Arc<SavedIndexes>>,
 }
 
 /// `Config::validate` keeps the breaker's durations within a day; the clamp keeps a date
@@ -141,6 +154,7 @@ impl Memory {
                 first_cooldown: seconds(config.cooldown_secs),
                 probe_interval: seconds(config.probe_interval_secs),
             }),
+            saved: Some(Arc::new(SavedIndexes::new(store.dir().join("hnsw")))),
         })
     }
 
@@ -366,7 +380,7 @@ impl Memory {
     }
 
     fn store(&self, record: &MemoryRecord, vector: &[f32]) -> Result<(), MemoryError> {
-        let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(cached) = cache.agents.get(&record.agent) {
             let index = cached.index.read().unwrap_or_else(|e| e.into_inner());
             if index.dim() != vector.len() && !index.is_empty() {
@@ -380,7 +394,7 @@ impl Memory {
         self.records.insert(&k, encode(record)?)?;
         self.vectors.insert(&k, to_bytes(vector))?;
         // A loaded index learns the memory at once; one not loaded reads it from the store later.
-        if let Some(cached) = cache.agents.get(&record.agent) {
+        if let Some(cached) = cache.agents.get_mut(&record.agent) {
             let mut index = cached.index.write().unwrap_or_else(|e| e.into_inner());
             if index.is_empty() {
                 *index = VectorIndex::build(
@@ -392,8 +406,50 @@ impl Memory {
             } else {
                 index.insert(record.id, vector);
             }
+            let grown = index.len().saturating_sub(cached.saved_len);
+            if index.is_graph() && grown >= SAVE_AFTER_NEW_MEMORIES.max(cached.saved_len / 10) {
+                cached.saved_len = index.len();
+                drop(index);
+                self.save_in_background(&record.agent, cached.index.clone());
+            }
         }
         Ok(())
+    }
+
+    /// Saves a graph on the blocking pool, off the caller's path.
+    fn save_in_background(&self, agent: &str, index: SharedIndex) {
+        let (Some(saved), Ok(runtime)) =
+            (self.saved.clone(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let agent = agent.to_string();
+        runtime.spawn_blocking(move || save_graph(&saved, &agent, &index));
+    }
+
+    /// Saves every cached graph that has memories its saved files lack, so the next start loads
+    /// them instead of rebuilding; called when the process stops.
+    pub fn save_indexes(&self) {
+        let Some(saved) = &self.saved else {
+            return;
+        };
+        let unsaved: Vec<(String, SharedIndex)> = {
+            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            cache
+                .agents
+                .iter_mut()
+                .filter_map(|(agent, cached)| {
+                    let len = cached.index.read().map_or(0, |i| i.len());
+                    (len > cached.saved_len).then(|| {
+                        cached.saved_len = len;
+                        (agent.clone(), cached.index.clone())
+                    })
+                })
+                .collect()
+        };
+        for (agent, index) in unsaved {
+            save_graph(saved, &agent, &index);
+        }
     }
 
     fn params(&self) -> HnswParams {
@@ -418,13 +474,18 @@ impl Memory {
         }
         let (records, vectors) = (self.records.clone(), self.vectors.clone());
         let (params, exact_below) = (self.params(), self.config.exact_below);
-        let agent_key = agent.to_string();
-        let index = tokio::task::spawn_blocking(move || {
-            load_index(&records, &vectors, &agent_key, params, exact_below)
+        let (agent_key, saved) = (agent.to_string(), self.saved.clone());
+        let loaded = tokio::task::spawn_blocking(move || {
+            let source = IndexSource {
+                records: &records,
+                vectors: &vectors,
+                saved: saved.as_deref(),
+            };
+            source.load_or_build(&agent_key, params, exact_below)
         })
         .await
         .map_err(|e| StoreError::Corrupt(format!("the index build failed: {e}")))??;
-        let index = Arc::new(RwLock::new(index));
+        let index = Arc::new(RwLock::new(loaded.index));
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         cache.clock += 1;
         let now = cache.clock;
@@ -432,12 +493,16 @@ impl Memory {
             agent.to_string(),
             Cached {
                 index: index.clone(),
-                forgotten: HashSet::new(),
+                forgotten: loaded.skip.clone(),
                 last_used: now,
+                saved_len: loaded.saved_len,
+                from_saved_graph: loaded.from_saved_graph,
             },
         );
-        evict(&mut cache, self.config.max_cached_vectors, agent);
-        Ok((index, HashSet::new()))
+        for (evicted, index) in evict(&mut cache, self.config.max_cached_vectors, agent) {
+            self.save_in_background(&evicted, index);
+        }
+        Ok((index, loaded.skip))
     }
 
     /// The `k` memories of this agent most similar to `query`; pinned memories are added
@@ -590,6 +655,16 @@ impl Memory {
             .agents
             .contains_key(agent)
     }
+
+    /// Whether the agent's cached index was loaded from its saved graph (not built).
+    pub fn loaded_saved_graph(&self, agent: &str) -> bool {
+        self.cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .agents
+            .get(agent)
+            .is_some_and(|c| c.from_saved_graph)
+    }
 }
 
 fn hit(record: MemoryRecord, score: f32) -> MemoryHit {
@@ -603,36 +678,10 @@ fn hit(record: MemoryRecord, score: f32) -> MemoryHit {
     }
 }
 
-fn load_index(
-    records: &sled::Tree,
-    vectors: &sled::Tree,
-    agent: &str,
-    params: HnswParams,
-    exact_below: usize,
-) -> Result<VectorIndex, StoreError> {
-    let mut items = Vec::new();
-    let mut dim = 0;
-    for item in records.scan_prefix(prefix(agent)) {
-        let (k, raw) = item?;
-        let record: MemoryRecord = decode(&k, &raw)?;
-        if record.forgotten {
-            continue;
-        }
-        if let Some(bytes) = vectors.get(&k)? {
-            let vector = from_bytes(&bytes);
-            if dim == 0 {
-                dim = vector.len();
-            }
-            if vector.len() == dim {
-                items.push((record.id, vector));
-            }
-        }
-    }
-    Ok(VectorIndex::build(dim, items, params, exact_below))
-}
-
-/// Drops least recently used indexes (never `keep`) until the cached vectors fit the bound.
-fn evict(cache: &mut Cache, max_vectors: usize, keep: &str) {
+/// Drops least recently used indexes (never `keep`) until the cached vectors fit the bound, and
+/// returns the dropped graphs that have memories their saved files lack.
+fn evict(cache: &mut Cache, max_vectors: usize, keep: &str) -> Vec<(String, SharedIndex)> {
+    let mut unsaved = Vec::new();
     loop {
         let total: usize = cache
             .agents
@@ -640,7 +689,7 @@ fn evict(cache: &mut Cache, max_vectors: usize, keep: &str) {
             .map(|c| c.index.read().map_or(0, |i| i.len()))
             .sum();
         if total <= max_vectors {
-            return;
+            return unsaved;
         }
         let oldest = cache
             .agents
@@ -648,11 +697,14 @@ fn evict(cache: &mut Cache, max_vectors: usize, keep: &str) {
             .filter(|(agent, _)| agent.as_str() != keep)
             .min_by_key(|(_, c)| c.last_used)
             .map(|(agent, _)| agent.clone());
-        match oldest {
-            Some(agent) => {
-                cache.agents.remove(&agent);
+        let Some(agent) = oldest else {
+            return unsaved;
+        };
+        if let Some(dropped) = cache.agents.remove(&agent) {
+            let len = dropped.index.read().map_or(0, |i| i.len());
+            if len > dropped.saved_len {
+                unsaved.push((agent, dropped.index));
             }
-            None => return,
         }
     }
 }

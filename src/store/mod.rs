@@ -198,6 +198,7 @@ fn open_waiting_for_lock(dir: &Path, cache_bytes: u64) -> Result<sled::Db, Store
 
 #[derive(Clone)]
 pub struct Store {
+    dir: std::path::PathBuf,
     db: sled::Db,
     agents: sled::Tree,
     episodes: sled::Tree,
@@ -241,10 +242,16 @@ impl Store {
             workspace: db.open_tree("workspace")?,
             discord: db.open_tree("discord")?,
             subagents: db.open_tree("subagents")?,
+            dir: dir.to_path_buf(),
             db,
         };
         store.index_live_agents_once()?;
         Ok(store)
+    }
+
+    /// The store's folder; files that live beside sled's (saved vector indexes) go in it.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// The underlying database, for components that keep their own trees in it (the spend ledger).

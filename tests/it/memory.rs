@@ -65,8 +65,14 @@ struct Fixture {
 }
 
 fn fixture_in(dir: tempfile::TempDir) -> Fixture {
+    fixture_with(dir, Config::default().memory.exact_below)
+}
+
+/// A fixture whose agents search a graph once they hold `exact_below` memories.
+fn fixture_with(dir: tempfile::TempDir, exact_below: usize) -> Fixture {
     let store = Store::open(dir.path()).unwrap();
     let mut config = Config::default();
+    config.memory.exact_below = exact_below;
     config.budget.free_models = vec!["hash-passage".into(), "hash-query".into()];
     let budgets = Arc::new(Budgets::new(&store, &config.budget).unwrap());
     let embedder = Arc::new(HashEmbedder::default());
@@ -172,6 +178,100 @@ async fn agents_never_see_each_others_memories_and_forget_pin_and_restart_behave
     assert_eq!(again[0].id, lunch);
     assert!(again[0].pinned);
     assert_eq!(f.memory.count("agent-b"), 1);
+    drop(f.store);
+}
+
+fn restart(f: Fixture, exact_below: usize) -> Fixture {
+    let Fixture {
+        _dir,
+        store,
+        memory,
+        ..
+    } = f;
+    drop(memory);
+    drop(store);
+    fixture_with(_dir, exact_below)
+}
+
+#[tokio::test]
+async fn a_graph_is_loaded_from_its_saved_files_at_restart_with_what_changed_since() {
+    let f = fixture_with(tempfile::tempdir().unwrap(), 20);
+    let a = payer("agent-a", "g1");
+    for i in 0..40u64 {
+        f.memory
+            .remember(
+                &a,
+                i,
+                MemorySource::Cycle,
+                &format!("fact item{i} about topic{}", i % 5),
+            )
+            .await
+            .unwrap();
+    }
+    // The first search builds the graph and saves it.
+    let before = f
+        .memory
+        .search(&a, "fact item7 about topic2", 5)
+        .await
+        .unwrap();
+    assert!(!f.memory.loaded_saved_graph("agent-a"));
+    let saved = f.store.dir().join("hnsw").join("6167656e742d61");
+    assert!(saved.join("manifest.json").exists());
+    // (The fake embedder hashes words of three letters or more. The late memory sits beside one
+    // already in the graph, as real ones sit in topics: a point far from all others may end up
+    // with no link to it, in any HNSW graph.)
+    // After the save: one memory added, one forgotten, then a crash (nothing saved again).
+    let zebras = f
+        .memory
+        .remember(
+            &a,
+            50,
+            MemorySource::Cycle,
+            "fact item7 about topic2: zebras",
+        )
+        .await
+        .unwrap();
+    let forgotten = before[0].id;
+    f.memory.forget("agent-a", forgotten).unwrap();
+    let f = restart(f, 20);
+    let found = f
+        .memory
+        .search(&a, "zebras item7 topic2", 41)
+        .await
+        .unwrap();
+    assert!(f.memory.loaded_saved_graph("agent-a"));
+    assert_eq!(
+        found[0].id,
+        zebras,
+        "the memory added after the save is found: {:?}",
+        found.iter().map(|h| (h.id, h.score)).collect::<Vec<_>>()
+    );
+    assert!(found.iter().all(|h| h.id != forgotten));
+
+    // Stopping saves what the files lack; a damaged file means a rebuild, not an error.
+    f.memory.save_indexes();
+    let f = restart(f, 20);
+    let found = f
+        .memory
+        .search(&a, "zebras item7 topic2", 41)
+        .await
+        .unwrap();
+    assert!(f.memory.loaded_saved_graph("agent-a"));
+    assert_eq!(found[0].id, zebras);
+    assert!(found.iter().all(|h| h.id != forgotten));
+    let data = saved.join("graph.hnsw.data");
+    let mut raw = std::fs::read(&data).unwrap();
+    raw[64] ^= 0x55;
+    std::fs::write(&data, raw).unwrap();
+    let f = restart(f, 20);
+    let rebuilt = f
+        .memory
+        .search(&a, "zebras item7 topic2", 41)
+        .await
+        .unwrap();
+    assert!(!f.memory.loaded_saved_graph("agent-a"));
+    assert_eq!(rebuilt[0].id, zebras);
+    assert!(rebuilt.iter().all(|h| h.id != forgotten));
     drop(f.store);
 }
 

@@ -130,6 +130,10 @@ async fn shut_down(app: &App, supervisor: Option<&Supervisor>) -> anyhow::Result
             Vec::new()
         }
     };
+    if let Some(memory) = app.memory.clone() {
+        // Saving large graphs is disk work; it is what makes the next start quick.
+        tokio::task::spawn_blocking(move || memory.save_indexes()).await?;
+    }
     app.store.flush().await?;
     tracing::info!("this run: {}", app.store.disk_report());
     if still_running.is_empty() {

@@ -1,0 +1,368 @@
+//! Saved HNSW graphs: an agent's graph written beside the store with hnsw_rs's dump and loaded
+//! back at start, so a large index is ready in a second or two instead of being rebuilt from
+//! every stored memory. The store stays the truth: a saved graph is checked (format, sizes,
+//! checksums) before hnsw_rs reads it, and anything wrong with it means a rebuild, never an error.
+
+use std::fs::{self, File};
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use hnsw_rs::api::AnnT;
+use hnsw_rs::hnsw::Hnsw;
+use hnsw_rs::hnswio::HnswIo;
+use serde::{Deserialize, Serialize};
+
+use super::index::{HnswParams, UnitDot, VectorIndex};
+
+/// Bumped when the files' layout changes; an older layout is rebuilt, not read.
+const FORMAT: u32 = 1;
+const BASENAME: &str = "graph";
+const IDS_FILE: &str = "ids.bin";
+const MANIFEST_FILE: &str = "manifest.json";
+
+/// What a saved graph must match before hnsw_rs is allowed to read it.
+#[derive(Debug, Serialize, Deserialize)]
+struct Manifest {
+    format: u32,
+    dim: usize,
+    points: usize,
+    m: usize,
+    files: Vec<SavedFile>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct SavedFile {
+    name: String,
+    bytes: u64,
+    crc32: u32,
+}
+
+/// The folder of saved graphs, one subfolder per agent.
+pub struct SavedIndexes {
+    root: PathBuf,
+    /// One save at a time: two saves of one agent would share its temporary folder, and saving
+    /// is disk-bound anyway.
+    saving: Mutex<()>,
+}
+
+impl SavedIndexes {
+    pub fn new(root: PathBuf) -> SavedIndexes {
+        SavedIndexes {
+            root,
+            saving: Mutex::new(()),
+        }
+    }
+
+    /// Agent ids become folder names byte for byte in hex, so no id can name another path.
+    fn folder(&self, agent: &str, suffix: &str) -> PathBuf {
+        let hex: String = agent.bytes().map(|b| format!("{b:02x}")).collect();
+        self.root.join(format!("{hex}{suffix}"))
+    }
+
+    /// Writes the agent's graph (nothing for an exact-search index) and returns the points saved.
+    /// The files are written to a temporary folder, synced, then swapped in by rename, so a crash
+    /// leaves the previous save or none, never half of one.
+    pub fn save(&self, agent: &str, index: &VectorIndex) -> Result<usize, String> {
+        let Some(graph) = index.graph() else {
+            return Ok(0);
+        };
+        if index.is_empty() {
+            return Ok(0);
+        }
+        let _one_at_a_time = self.saving.lock().unwrap_or_else(|e| e.into_inner());
+        let temporary = self.folder(agent, ".saving");
+        let _ = fs::remove_dir_all(&temporary);
+        fs::create_dir_all(&temporary).map_err(|e| io_error("create", &temporary, e))?;
+        // hnsw_rs panics when it cannot create its files; that is an error here.
+        let dumped = catch_unwind(AssertUnwindSafe(|| graph.file_dump(&temporary, BASENAME)))
+            .map_err(|_| format!("hnsw_rs panicked writing {}", temporary.display()))?
+            .map_err(|e| format!("hnsw_rs could not write {}: {e}", temporary.display()))?;
+        if dumped != BASENAME {
+            return Err(format!("hnsw_rs wrote {dumped} instead of {BASENAME}"));
+        }
+        let ids_path = temporary.join(IDS_FILE);
+        write_ids(&ids_path, index.ids()).map_err(|e| io_error("write", &ids_path, e))?;
+        let mut files = Vec::new();
+        for name in [
+            format!("{BASENAME}.hnsw.graph"),
+            format!("{BASENAME}.hnsw.data"),
+            IDS_FILE.to_string(),
+        ] {
+            let path = temporary.join(&name);
+            File::open(&path)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| io_error("sync", &path, e))?;
+            let (bytes, crc32) = checksum(&path).map_err(|e| io_error("read", &path, e))?;
+            files.push(SavedFile { name, bytes, crc32 });
+        }
+        let manifest = Manifest {
+            format: FORMAT,
+            dim: index.dim(),
+            points: index.len(),
+            m: index.params().m,
+            files,
+        };
+        let manifest_path = temporary.join(MANIFEST_FILE);
+        let text = serde_json::to_vec(&manifest).map_err(|e| e.to_string())?;
+        File::create(&manifest_path)
+            .and_then(|mut f| {
+                f.write_all(&text)?;
+                f.sync_all()
+            })
+            .map_err(|e| io_error("write", &manifest_path, e))?;
+        let current = self.folder(agent, "");
+        let previous = self.folder(agent, ".old");
+        let _ = fs::remove_dir_all(&previous);
+        if current.exists() {
+            fs::rename(&current, &previous).map_err(|e| io_error("move", &current, e))?;
+        }
+        fs::rename(&temporary, &current).map_err(|e| io_error("move", &temporary, e))?;
+        let _ = fs::remove_dir_all(&previous);
+        if let Ok(root) = File::open(&self.root) {
+            let _ = root.sync_all();
+        }
+        Ok(index.len())
+    }
+
+    /// The agent's saved graph as an index, `None` when there is none; an error says why a saved
+    /// graph can't be used (the caller rebuilds).
+    pub fn load(
+        &self,
+        agent: &str,
+        params: HnswParams,
+        exact_below: usize,
+    ) -> Result<Option<VectorIndex>, String> {
+        Ok(self
+            .load_with(agent, params, exact_below, |_| ())?
+            .map(|(index, ())| index))
+    }
+
+    /// Like `load`, running `alongside` on the saved memory ids on another thread while hnsw_rs
+    /// reads the graph (the caller compares them with the store meanwhile).
+    pub fn load_with<T: Send>(
+        &self,
+        agent: &str,
+        params: HnswParams,
+        exact_below: usize,
+        alongside: impl FnOnce(&[u64]) -> T + Send,
+    ) -> Result<Option<(VectorIndex, T)>, String> {
+        let folder = self.folder(agent, "");
+        let manifest_path = folder.join(MANIFEST_FILE);
+        let text = match fs::read(&manifest_path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_error("read", &manifest_path, e)),
+        };
+        let manifest: Manifest = serde_json::from_slice(&text)
+            .map_err(|e| format!("{} is not a manifest: {e}", manifest_path.display()))?;
+        if manifest.format != FORMAT {
+            return Err(format!("saved in format {}", manifest.format));
+        }
+        if manifest.m != params.m {
+            return Err(format!(
+                "built with m = {} and the config now says {}",
+                manifest.m, params.m
+            ));
+        }
+        for file in &manifest.files {
+            let path = folder.join(&file.name);
+            let (bytes, crc32) = checksum(&path).map_err(|e| io_error("read", &path, e))?;
+            if (bytes, crc32) != (file.bytes, file.crc32) {
+                return Err(format!("{} changed since it was saved", path.display()));
+            }
+        }
+        let ids_path = folder.join(IDS_FILE);
+        let ids = read_ids(&ids_path).map_err(|e| io_error("read", &ids_path, e))?;
+        if ids.len() != manifest.points {
+            return Err(format!(
+                "{} holds {} ids for {} points",
+                ids_path.display(),
+                ids.len(),
+                manifest.points
+            ));
+        }
+        let reader = HnswIo::new(&folder, BASENAME);
+        let (graph, beside) = std::thread::scope(|scope| {
+            let beside = scope.spawn(|| alongside(&ids));
+            let graph = catch_unwind(AssertUnwindSafe(|| {
+                reader.load_hnsw_with_dist::<f32, UnitDot>(UnitDot)
+            }));
+            (graph, beside.join())
+        });
+        let beside = beside.map_err(|_| "the comparison with the store panicked".to_string())?;
+        let graph = graph
+            .map_err(|_| format!("hnsw_rs panicked reading {}", folder.display()))?
+            .map_err(|e| format!("hnsw_rs could not read {}: {e}", folder.display()))?;
+        // SAFETY: the graph borrows from the reader only for memory-mapped data, which the
+        // default reload options used above never map: every point owns its vector
+        // (hnsw_rs's PointData::V), so the graph outlives the reader without pointing into it.
+        let graph: Hnsw<'static, f32, UnitDot> = unsafe {
+            std::mem::transmute::<Hnsw<'_, f32, UnitDot>, Hnsw<'static, f32, UnitDot>>(graph)
+        };
+        drop(reader);
+        let vectors = flat_vectors(&graph, manifest.points, manifest.dim)?;
+        let index =
+            VectorIndex::from_saved_graph(manifest.dim, ids, vectors, graph, params, exact_below);
+        Ok(Some((index, beside)))
+    }
+}
+
+/// Every point's vector at its position, checking that the graph holds exactly the positions
+/// `0..points` with `dim` floats each.
+fn flat_vectors(
+    graph: &Hnsw<'static, f32, UnitDot>,
+    points: usize,
+    dim: usize,
+) -> Result<Vec<f32>, String> {
+    if graph.get_nb_point() != points {
+        return Err(format!(
+            "the graph holds {} points, the manifest {points}",
+            graph.get_nb_point()
+        ));
+    }
+    let mut vectors = vec![0.0f32; points * dim];
+    let mut seen = vec![false; points];
+    for point in graph.get_point_indexation() {
+        let position = point.get_origin_id();
+        let vector = point.get_v();
+        if position >= points || vector.len() != dim || seen[position] {
+            return Err(format!("the graph's point {position} does not fit"));
+        }
+        seen[position] = true;
+        vectors[position * dim..(position + 1) * dim].copy_from_slice(vector);
+    }
+    Ok(vectors)
+}
+
+fn io_error(action: &str, path: &Path, error: std::io::Error) -> String {
+    format!("cannot {action} {}: {error}", path.display())
+}
+
+fn checksum(path: &Path) -> std::io::Result<(u64, u32)> {
+    let mut reader = BufReader::with_capacity(1 << 20, File::open(path)?);
+    let mut hasher = crc32fast::Hasher::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    let mut bytes = 0u64;
+    loop {
+        let n = reader.read(&mut buffer)?;
+        if n == 0 {
+            return Ok((bytes, hasher.finalize()));
+        }
+        hasher.update(&buffer[..n]);
+        bytes += n as u64;
+    }
+}
+
+fn write_ids(path: &Path, ids: &[u64]) -> std::io::Result<()> {
+    let mut out = BufWriter::new(File::create(path)?);
+    for id in ids {
+        out.write_all(&id.to_le_bytes())?;
+    }
+    out.into_inner().map_err(|e| e.into_error())?.sync_all()
+}
+
+fn read_ids(path: &Path) -> std::io::Result<Vec<u64>> {
+    let raw = fs::read(path)?;
+    if raw.len() % 8 != 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not a whole number of ids",
+        ));
+    }
+    Ok(raw
+        .chunks_exact(8)
+        .map(|b| u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::index::clustered_unit_vectors;
+    use std::collections::HashSet;
+
+    const PARAMS: HnswParams = HnswParams {
+        m: 12,
+        ef_construction: 80,
+        ef_search: 48,
+    };
+
+    fn graph_of(n: usize) -> VectorIndex {
+        let items = clustered_unit_vectors(n, 16, 7)
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| (1000 + i as u64 * 3, v))
+            .collect();
+        VectorIndex::build(16, items, PARAMS, 0)
+    }
+
+    #[test]
+    fn a_saved_graph_loads_back_with_the_same_answers_and_takes_new_points() {
+        let dir = tempfile::tempdir().unwrap();
+        let saved = SavedIndexes::new(dir.path().join("hnsw"));
+        let original = graph_of(600);
+        assert_eq!(saved.save("agent/1", &original), Ok(600));
+        // Nothing is left of the temporary folder, and the agent's id is not a path.
+        let names: Vec<String> = fs::read_dir(dir.path().join("hnsw"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, vec!["6167656e742f31".to_string()]);
+        let mut loaded = saved.load("agent/1", PARAMS, 0).unwrap().unwrap();
+        assert!(loaded.is_graph());
+        assert_eq!(loaded.len(), 600);
+        let none = HashSet::new();
+        for query in clustered_unit_vectors(20, 16, 99) {
+            assert_eq!(
+                original.search(&query, 5, &none),
+                loaded.search(&query, 5, &none)
+            );
+            assert_eq!(
+                original.exact(&query, 5, &none),
+                loaded.exact(&query, 5, &none)
+            );
+        }
+        let newcomer = clustered_unit_vectors(1, 16, 5).remove(0);
+        loaded.insert(7, &newcomer);
+        assert_eq!(loaded.search(&newcomer, 1, &none)[0].id, 7);
+        // Saving again replaces the earlier files.
+        assert_eq!(saved.save("agent/1", &loaded), Ok(601));
+        assert_eq!(
+            saved.load("agent/1", PARAMS, 0).unwrap().unwrap().len(),
+            601
+        );
+        assert!(matches!(saved.load("someone else", PARAMS, 0), Ok(None)));
+    }
+
+    fn load_error(saved: &SavedIndexes, params: HnswParams) -> String {
+        match saved.load("a", params, 0) {
+            Err(error) => error,
+            Ok(found) => panic!("loaded: {}", found.is_some()),
+        }
+    }
+
+    #[test]
+    fn a_damaged_or_mismatched_save_is_refused_before_hnsw_rs_reads_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let saved = SavedIndexes::new(dir.path().to_path_buf());
+        saved.save("a", &graph_of(300)).unwrap();
+        let other_m = HnswParams { m: 16, ..PARAMS };
+        assert!(load_error(&saved, other_m).contains("m = 12"));
+        let data = saved.folder("a", "").join("graph.hnsw.data");
+        let mut raw = fs::read(&data).unwrap();
+        raw[100] ^= 0xff;
+        fs::write(&data, &raw).unwrap();
+        let error = load_error(&saved, PARAMS);
+        assert!(error.contains("changed since it was saved"), "{error}");
+        fs::write(&data, &raw[..raw.len() / 2]).unwrap();
+        assert!(saved.load("a", PARAMS, 0).is_err());
+        fs::write(saved.folder("a", "").join(MANIFEST_FILE), b"{").unwrap();
+        assert!(load_error(&saved, PARAMS).contains("not a manifest"));
+        // An exact-search index has no graph to save.
+        let small = VectorIndex::build(2, vec![(1, vec![1.0, 0.0])], PARAMS, 10);
+        assert_eq!(saved.save("b", &small), Ok(0));
+        assert!(matches!(saved.load("b", PARAMS, 10), Ok(None)));
+    }
+}

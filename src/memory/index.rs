@@ -3,6 +3,7 @@
 //! the store at any time; hnsw_rs cannot delete, so forgotten memories are skipped at search time.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hnsw_rs::anndists::dist::Distance;
 use hnsw_rs::hnsw::Hnsw;
@@ -35,6 +36,14 @@ enum Graph {
     Hnsw(Box<Hnsw<'static, f32, UnitDot>>),
 }
 
+/// Where an index's graph came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GraphOrigin {
+    Built,
+    /// Read from the files a previous run saved.
+    Loaded,
+}
+
 pub struct VectorIndex {
     dim: usize,
     /// Memory ids by position; vectors are stored flat, `dim` floats each.
@@ -43,6 +52,12 @@ pub struct VectorIndex {
     graph: Graph,
     params: HnswParams,
     exact_below: usize,
+    /// A graph is being made for this index elsewhere (loaded or built on the blocking pool):
+    /// searches are exact until it is attached, and inserts don't start a build of their own.
+    graph_pending: bool,
+    origin: Option<GraphOrigin>,
+    /// Points in the graph as last saved: what a restart would find on disk.
+    saved_len: AtomicUsize,
 }
 
 /// A search result: the memory id and its cosine similarity.
@@ -61,6 +76,23 @@ impl VectorIndex {
         params: HnswParams,
         exact_below: usize,
     ) -> VectorIndex {
+        let mut index = VectorIndex::waiting_for_graph(dim, items, params, exact_below);
+        index.graph_pending = false;
+        if index.ids.len() >= exact_below {
+            index.graph = Graph::Hnsw(Box::new(Self::build_graph(dim, &index.vectors, params)));
+            index.origin = Some(GraphOrigin::Built);
+        }
+        index
+    }
+
+    /// An index that searches exactly until `attach_graph` gives it the graph being made for it,
+    /// so an agent with many memories can search at once after a start.
+    pub fn waiting_for_graph(
+        dim: usize,
+        items: Vec<(u64, Vec<f32>)>,
+        params: HnswParams,
+        exact_below: usize,
+    ) -> VectorIndex {
         let mut index = VectorIndex {
             dim,
             ids: Vec::with_capacity(items.len()),
@@ -68,35 +100,77 @@ impl VectorIndex {
             graph: Graph::Exact,
             params,
             exact_below,
+            graph_pending: true,
+            origin: None,
+            saved_len: AtomicUsize::new(0),
         };
         for (id, vector) in items {
             debug_assert_eq!(vector.len(), dim);
             index.ids.push(id);
             index.vectors.extend_from_slice(&vector);
         }
-        if index.ids.len() >= exact_below {
-            index.graph = Graph::Hnsw(Box::new(index.new_graph()));
-        }
         index
     }
 
-    fn new_graph(&self) -> Hnsw<'static, f32, UnitDot> {
-        let capacity = (self.ids.len() * 2).max(1024);
+    /// A graph of `vectors` (`dim` floats each), each point named by its position.
+    pub fn build_graph(
+        dim: usize,
+        vectors: &[f32],
+        params: HnswParams,
+    ) -> Hnsw<'static, f32, UnitDot> {
+        let points = vectors.len() / dim.max(1);
         let graph = Hnsw::new(
-            self.params.m,
-            capacity,
+            params.m,
+            (points * 2).max(1024),
             MAX_LAYERS,
-            self.params.ef_construction,
+            params.ef_construction,
             UnitDot,
         );
-        let rows: Vec<(&[f32], usize)> = self
-            .vectors
-            .chunks_exact(self.dim)
+        let rows: Vec<(&[f32], usize)> = vectors
+            .chunks_exact(dim.max(1))
             .enumerate()
             .map(|(position, v)| (v, position))
             .collect();
         graph.parallel_insert_slice(&rows);
         graph
+    }
+
+    /// The vectors a graph is built from, copied so inserts go on while it is built.
+    pub fn vectors_for_graph(&self) -> Vec<f32> {
+        self.vectors.clone()
+    }
+
+    /// Gives the index a graph of its first `covers` points, adding the points that came since.
+    pub fn attach_graph(
+        &mut self,
+        graph: Hnsw<'static, f32, UnitDot>,
+        covers: usize,
+        origin: GraphOrigin,
+    ) {
+        for position in covers..self.ids.len() {
+            let vector = &self.vectors[position * self.dim..(position + 1) * self.dim];
+            graph.insert_slice((vector, position));
+        }
+        self.graph = Graph::Hnsw(Box::new(graph));
+        self.graph_pending = false;
+        self.origin = Some(origin);
+    }
+
+    pub fn graph_pending(&self) -> bool {
+        self.graph_pending
+    }
+
+    pub fn origin(&self) -> Option<GraphOrigin> {
+        self.origin
+    }
+
+    /// Points in the graph as last saved.
+    pub fn saved_len(&self) -> usize {
+        self.saved_len.load(Ordering::Relaxed)
+    }
+
+    pub fn set_saved_len(&self, points: usize) {
+        self.saved_len.store(points, Ordering::Relaxed);
     }
 
     pub fn len(&self) -> usize {
@@ -127,8 +201,10 @@ impl VectorIndex {
         self.vectors.extend_from_slice(vector);
         match &self.graph {
             Graph::Hnsw(graph) => graph.insert_slice((vector, position)),
-            Graph::Exact if self.ids.len() >= self.exact_below => {
-                self.graph = Graph::Hnsw(Box::new(self.new_graph()));
+            Graph::Exact if !self.graph_pending && self.ids.len() >= self.exact_below => {
+                let graph = Self::build_graph(self.dim, &self.vectors, self.params);
+                self.graph = Graph::Hnsw(Box::new(graph));
+                self.origin = Some(GraphOrigin::Built);
             }
             Graph::Exact => {}
         }
@@ -199,26 +275,6 @@ impl VectorIndex {
     /// Memory ids by graph position.
     pub(super) fn ids(&self) -> &[u64] {
         &self.ids
-    }
-
-    /// An index around a graph loaded from a file: `ids[p]` is the memory at graph position `p`,
-    /// and `vectors` holds the same points flat, for exact search and for rebuilding.
-    pub(super) fn from_saved_graph(
-        dim: usize,
-        ids: Vec<u64>,
-        vectors: Vec<f32>,
-        graph: Hnsw<'static, f32, UnitDot>,
-        params: HnswParams,
-        exact_below: usize,
-    ) -> VectorIndex {
-        VectorIndex {
-            dim,
-            ids,
-            vectors,
-            graph: Graph::Hnsw(Box::new(graph)),
-            params,
-            exact_below,
-        }
     }
 
     /// Bytes held by the vectors and ids (the graph's links come on top when it exists).

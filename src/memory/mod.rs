@@ -24,9 +24,9 @@ use crate::core::state::{AgentState, GuildId};
 use crate::llm::embed::{EmbedPurpose, Embedder};
 use crate::store::{decode, encode, Store, StoreError};
 use breaker::{Breaker, BreakerRules, MemoryOff, Transition};
-use index::{HnswParams, VectorIndex};
+use index::{GraphOrigin, HnswParams, VectorIndex};
 use saved::SavedIndexes;
-use source::{save_graph, IndexSource};
+use source::{make_graph, save_graph, GraphToMake, IndexSource};
 
 /// A cached graph is saved again once it has grown by this many memories (or a tenth, if more)
 /// since its last save, so a restart after a crash has little to add to what it loads.
@@ -75,9 +75,6 @@ struct Cached {
     index: SharedIndex,
     forgotten: HashSet<u64>,
     last_used: u64,
-    /// Memories in the graph as last saved (or loaded): what a restart would find on disk.
-    saved_len: usize,
-    from_saved_graph: bool,
 }
 
 #[derive(Default)]
@@ -380,7 +377,7 @@ impl Memory {
     }
 
     fn store(&self, record: &MemoryRecord, vector: &[f32]) -> Result<(), MemoryError> {
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(cached) = cache.agents.get(&record.agent) {
             let index = cached.index.read().unwrap_or_else(|e| e.into_inner());
             if index.dim() != vector.len() && !index.is_empty() {
@@ -394,7 +391,7 @@ impl Memory {
         self.records.insert(&k, encode(record)?)?;
         self.vectors.insert(&k, to_bytes(vector))?;
         // A loaded index learns the memory at once; one not loaded reads it from the store later.
-        if let Some(cached) = cache.agents.get_mut(&record.agent) {
+        if let Some(cached) = cache.agents.get(&record.agent) {
             let mut index = cached.index.write().unwrap_or_else(|e| e.into_inner());
             if index.is_empty() {
                 *index = VectorIndex::build(
@@ -406,9 +403,10 @@ impl Memory {
             } else {
                 index.insert(record.id, vector);
             }
-            let grown = index.len().saturating_sub(cached.saved_len);
-            if index.is_graph() && grown >= SAVE_AFTER_NEW_MEMORIES.max(cached.saved_len / 10) {
-                cached.saved_len = index.len();
+            let grown = index.len().saturating_sub(index.saved_len());
+            if index.is_graph() && grown >= SAVE_AFTER_NEW_MEMORIES.max(index.saved_len() / 10) {
+                // Counted as saved now, so the memories stored meanwhile don't start more saves.
+                index.set_saved_len(index.len());
                 drop(index);
                 self.save_in_background(&record.agent, cached.index.clone());
             }
@@ -434,17 +432,12 @@ impl Memory {
             return;
         };
         let unsaved: Vec<(String, SharedIndex)> = {
-            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
             cache
                 .agents
-                .iter_mut()
-                .filter_map(|(agent, cached)| {
-                    let len = cached.index.read().map_or(0, |i| i.len());
-                    (len > cached.saved_len).then(|| {
-                        cached.saved_len = len;
-                        (agent.clone(), cached.index.clone())
-                    })
-                })
+                .iter()
+                .filter(|(_, cached)| has_unsaved_graph(&cached.index))
+                .map(|(agent, cached)| (agent.clone(), cached.index.clone()))
                 .collect()
         };
         for (agent, index) in unsaved {
@@ -481,7 +474,7 @@ impl Memory {
                 vectors: &vectors,
                 saved: saved.as_deref(),
             };
-            source.load_or_build(&agent_key, params, exact_below)
+            source.load(&agent_key, params, exact_below)
         })
         .await
         .map_err(|e| StoreError::Corrupt(format!("the index build failed: {e}")))??;
@@ -495,10 +488,15 @@ impl Memory {
                 index: index.clone(),
                 forgotten: loaded.skip.clone(),
                 last_used: now,
-                saved_len: loaded.saved_len,
-                from_saved_graph: loaded.from_saved_graph,
             },
         );
+        if loaded.graph != GraphToMake::Nothing {
+            // Searches are exact (and correct) until the graph is attached.
+            let (saved, agent, index) = (self.saved.clone(), agent.to_string(), index.clone());
+            tokio::task::spawn_blocking(move || {
+                make_graph(loaded.graph, saved.as_deref(), &agent, &index)
+            });
+        }
         for (evicted, index) in evict(&mut cache, self.config.max_cached_vectors, agent) {
             self.save_in_background(&evicted, index);
         }
@@ -656,14 +654,19 @@ impl Memory {
             .contains_key(agent)
     }
 
-    /// Whether the agent's cached index was loaded from its saved graph (not built).
-    pub fn loaded_saved_graph(&self, agent: &str) -> bool {
-        self.cache
+    /// Where the agent's cached graph came from; `None` while it is being made, or when the
+    /// agent has too few memories for one (or none cached).
+    pub fn graph_origin(&self, agent: &str) -> Option<GraphOrigin> {
+        let index = self
+            .cache
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .agents
-            .get(agent)
-            .is_some_and(|c| c.from_saved_graph)
+            .get(agent)?
+            .index
+            .clone();
+        let origin = index.read().unwrap_or_else(|e| e.into_inner()).origin();
+        origin
     }
 }
 
@@ -676,6 +679,12 @@ fn hit(record: MemoryRecord, score: f32) -> MemoryHit {
         score,
         pinned: record.pinned,
     }
+}
+
+/// Whether the index has a graph with points its saved files lack.
+fn has_unsaved_graph(index: &SharedIndex) -> bool {
+    let index = index.read().unwrap_or_else(|e| e.into_inner());
+    index.is_graph() && index.len() > index.saved_len()
 }
 
 /// Drops least recently used indexes (never `keep`) until the cached vectors fit the bound, and
@@ -701,8 +710,7 @@ fn evict(cache: &mut Cache, max_vectors: usize, keep: &str) -> Vec<(String, Shar
             return unsaved;
         };
         if let Some(dropped) = cache.agents.remove(&agent) {
-            let len = dropped.index.read().map_or(0, |i| i.len());
-            if len > dropped.saved_len {
+            if has_unsaved_graph(&dropped.index) {
                 unsaved.push((agent, dropped.index));
             }
         }

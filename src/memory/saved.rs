@@ -1,6 +1,6 @@
 //! Saved HNSW graphs: an agent's graph written beside the store with hnsw_rs's dump and loaded
-//! back at start, so a large index is ready in a second or two instead of being rebuilt from
-//! every stored memory. The store stays the truth: a saved graph is checked (format, sizes,
+//! back after a start, so a large index has its graph in a second or two instead of after a
+//! rebuild from every stored memory. The store stays the truth: a saved graph is checked (format, sizes,
 //! checksums) before hnsw_rs reads it, and anything wrong with it means a rebuild, never an error.
 
 use std::fs::{self, File};
@@ -14,6 +14,8 @@ use hnsw_rs::hnsw::Hnsw;
 use hnsw_rs::hnswio::HnswIo;
 use serde::{Deserialize, Serialize};
 
+#[cfg(test)]
+use super::index::GraphOrigin;
 use super::index::{HnswParams, UnitDot, VectorIndex};
 
 /// Bumped when the files' layout changes; an older layout is rebuilt, not read.
@@ -123,55 +125,23 @@ impl SavedIndexes {
         if let Ok(root) = File::open(&self.root) {
             let _ = root.sync_all();
         }
+        index.set_saved_len(index.len());
         Ok(index.len())
     }
 
-    /// The agent's saved graph as an index, `None` when there is none; an error says why a saved
-    /// graph can't be used (the caller rebuilds).
-    pub fn load(
-        &self,
-        agent: &str,
-        params: HnswParams,
-        exact_below: usize,
-    ) -> Result<Option<VectorIndex>, String> {
-        Ok(self
-            .load_with(agent, params, exact_below, |_| ())?
-            .map(|(index, ())| index))
-    }
-
-    /// Like `load`, running `alongside` on the saved memory ids on another thread while hnsw_rs
-    /// reads the graph (the caller compares them with the store meanwhile).
-    pub fn load_with<T: Send>(
-        &self,
-        agent: &str,
-        params: HnswParams,
-        exact_below: usize,
-        alongside: impl FnOnce(&[u64]) -> T + Send,
-    ) -> Result<Option<(VectorIndex, T)>, String> {
+    /// The memory ids of the agent's saved graph by position, `None` when there is none; an
+    /// error says why a saved graph can't be used (the caller rebuilds).
+    pub fn saved_ids(&self, agent: &str, params: HnswParams) -> Result<Option<Vec<u64>>, String> {
+        let _no_save_meanwhile = self.saving.lock().unwrap_or_else(|e| e.into_inner());
         let folder = self.folder(agent, "");
-        let manifest_path = folder.join(MANIFEST_FILE);
-        let text = match fs::read(&manifest_path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io_error("read", &manifest_path, e)),
+        let Some(manifest) = read_manifest(&folder)? else {
+            return Ok(None);
         };
-        let manifest: Manifest = serde_json::from_slice(&text)
-            .map_err(|e| format!("{} is not a manifest: {e}", manifest_path.display()))?;
-        if manifest.format != FORMAT {
-            return Err(format!("saved in format {}", manifest.format));
-        }
         if manifest.m != params.m {
             return Err(format!(
                 "built with m = {} and the config now says {}",
                 manifest.m, params.m
             ));
-        }
-        for file in &manifest.files {
-            let path = folder.join(&file.name);
-            let (bytes, crc32) = checksum(&path).map_err(|e| io_error("read", &path, e))?;
-            if (bytes, crc32) != (file.bytes, file.crc32) {
-                return Err(format!("{} changed since it was saved", path.display()));
-            }
         }
         let ids_path = folder.join(IDS_FILE);
         let ids = read_ids(&ids_path).map_err(|e| io_error("read", &ids_path, e))?;
@@ -183,18 +153,39 @@ impl SavedIndexes {
                 manifest.points
             ));
         }
+        Ok(Some(ids))
+    }
+
+    /// The agent's saved graph of `points` points of `dim` floats, once its files are checked
+    /// against their manifest.
+    pub fn load_graph(
+        &self,
+        agent: &str,
+        points: usize,
+        dim: usize,
+    ) -> Result<Hnsw<'static, f32, UnitDot>, String> {
+        let _no_save_meanwhile = self.saving.lock().unwrap_or_else(|e| e.into_inner());
+        let folder = self.folder(agent, "");
+        let manifest = read_manifest(&folder)?.ok_or("the saved files are gone")?;
+        if (manifest.points, manifest.dim) != (points, dim) {
+            return Err(format!(
+                "the saved graph holds {} points of {} floats, not {points} of {dim}",
+                manifest.points, manifest.dim
+            ));
+        }
+        for file in &manifest.files {
+            let path = folder.join(&file.name);
+            let (bytes, crc32) = checksum(&path).map_err(|e| io_error("read", &path, e))?;
+            if (bytes, crc32) != (file.bytes, file.crc32) {
+                return Err(format!("{} changed since it was saved", path.display()));
+            }
+        }
         let reader = HnswIo::new(&folder, BASENAME);
-        let (graph, beside) = std::thread::scope(|scope| {
-            let beside = scope.spawn(|| alongside(&ids));
-            let graph = catch_unwind(AssertUnwindSafe(|| {
-                reader.load_hnsw_with_dist::<f32, UnitDot>(UnitDot)
-            }));
-            (graph, beside.join())
-        });
-        let beside = beside.map_err(|_| "the comparison with the store panicked".to_string())?;
-        let graph = graph
-            .map_err(|_| format!("hnsw_rs panicked reading {}", folder.display()))?
-            .map_err(|e| format!("hnsw_rs could not read {}: {e}", folder.display()))?;
+        let graph = catch_unwind(AssertUnwindSafe(|| {
+            reader.load_hnsw_with_dist::<f32, UnitDot>(UnitDot)
+        }))
+        .map_err(|_| format!("hnsw_rs panicked reading {}", folder.display()))?
+        .map_err(|e| format!("hnsw_rs could not read {}: {e}", folder.display()))?;
         // SAFETY: the graph borrows from the reader only for memory-mapped data, which the
         // default reload options used above never map: every point owns its vector
         // (hnsw_rs's PointData::V), so the graph outlives the reader without pointing into it.
@@ -202,38 +193,30 @@ impl SavedIndexes {
             std::mem::transmute::<Hnsw<'_, f32, UnitDot>, Hnsw<'static, f32, UnitDot>>(graph)
         };
         drop(reader);
-        let vectors = flat_vectors(&graph, manifest.points, manifest.dim)?;
-        let index =
-            VectorIndex::from_saved_graph(manifest.dim, ids, vectors, graph, params, exact_below);
-        Ok(Some((index, beside)))
+        if graph.get_nb_point() != points {
+            return Err(format!(
+                "the graph holds {} points, the manifest {points}",
+                graph.get_nb_point()
+            ));
+        }
+        Ok(graph)
     }
 }
 
-/// Every point's vector at its position, checking that the graph holds exactly the positions
-/// `0..points` with `dim` floats each.
-fn flat_vectors(
-    graph: &Hnsw<'static, f32, UnitDot>,
-    points: usize,
-    dim: usize,
-) -> Result<Vec<f32>, String> {
-    if graph.get_nb_point() != points {
-        return Err(format!(
-            "the graph holds {} points, the manifest {points}",
-            graph.get_nb_point()
-        ));
+/// The manifest in `folder`, `None` when there is none.
+fn read_manifest(folder: &Path) -> Result<Option<Manifest>, String> {
+    let path = folder.join(MANIFEST_FILE);
+    let text = match fs::read(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_error("read", &path, e)),
+    };
+    let manifest: Manifest = serde_json::from_slice(&text)
+        .map_err(|e| format!("{} is not a manifest: {e}", path.display()))?;
+    if manifest.format != FORMAT {
+        return Err(format!("saved in format {}", manifest.format));
     }
-    let mut vectors = vec![0.0f32; points * dim];
-    let mut seen = vec![false; points];
-    for point in graph.get_point_indexation() {
-        let position = point.get_origin_id();
-        let vector = point.get_v();
-        if position >= points || vector.len() != dim || seen[position] {
-            return Err(format!("the graph's point {position} does not fit"));
-        }
-        seen[position] = true;
-        vectors[position * dim..(position + 1) * dim].copy_from_slice(vector);
-    }
-    Ok(vectors)
+    Ok(Some(manifest))
 }
 
 fn io_error(action: &str, path: &Path, error: std::io::Error) -> String {
@@ -298,6 +281,24 @@ mod tests {
         VectorIndex::build(16, items, PARAMS, 0)
     }
 
+    /// The saved graph as a whole index again, as the memory service assembles it.
+    fn reload(
+        saved: &SavedIndexes,
+        agent: &str,
+        params: HnswParams,
+    ) -> Result<VectorIndex, String> {
+        let ids = saved.saved_ids(agent, params)?.ok_or("nothing saved")?;
+        let vectors = clustered_unit_vectors(600, 16, 7);
+        let items = ids
+            .iter()
+            .map(|id| (*id, vectors[((id - 1000) / 3) as usize].clone()))
+            .collect();
+        let mut index = VectorIndex::waiting_for_graph(16, items, params, 0);
+        let graph = saved.load_graph(agent, ids.len(), 16)?;
+        index.attach_graph(graph, ids.len(), GraphOrigin::Loaded);
+        Ok(index)
+    }
+
     #[test]
     fn a_saved_graph_loads_back_with_the_same_answers_and_takes_new_points() {
         let dir = tempfile::tempdir().unwrap();
@@ -310,18 +311,15 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         assert_eq!(names, vec!["6167656e742f31".to_string()]);
-        let mut loaded = saved.load("agent/1", PARAMS, 0).unwrap().unwrap();
+        let mut loaded = reload(&saved, "agent/1", PARAMS).unwrap();
         assert!(loaded.is_graph());
+        assert_eq!(loaded.origin(), Some(GraphOrigin::Loaded));
         assert_eq!(loaded.len(), 600);
         let none = HashSet::new();
         for query in clustered_unit_vectors(20, 16, 99) {
             assert_eq!(
                 original.search(&query, 5, &none),
                 loaded.search(&query, 5, &none)
-            );
-            assert_eq!(
-                original.exact(&query, 5, &none),
-                loaded.exact(&query, 5, &none)
             );
         }
         let newcomer = clustered_unit_vectors(1, 16, 5).remove(0);
@@ -330,17 +328,14 @@ mod tests {
         // Saving again replaces the earlier files.
         assert_eq!(saved.save("agent/1", &loaded), Ok(601));
         assert_eq!(
-            saved.load("agent/1", PARAMS, 0).unwrap().unwrap().len(),
+            saved.saved_ids("agent/1", PARAMS).unwrap().unwrap().len(),
             601
         );
-        assert!(matches!(saved.load("someone else", PARAMS, 0), Ok(None)));
+        assert!(matches!(saved.saved_ids("someone else", PARAMS), Ok(None)));
     }
 
-    fn load_error(saved: &SavedIndexes, params: HnswParams) -> String {
-        match saved.load("a", params, 0) {
-            Err(error) => error,
-            Ok(found) => panic!("loaded: {}", found.is_some()),
-        }
+    fn graph_error(saved: &SavedIndexes, points: usize) -> String {
+        saved.load_graph("a", points, 16).err().unwrap_or_default()
     }
 
     #[test]
@@ -349,20 +344,25 @@ mod tests {
         let saved = SavedIndexes::new(dir.path().to_path_buf());
         saved.save("a", &graph_of(300)).unwrap();
         let other_m = HnswParams { m: 16, ..PARAMS };
-        assert!(load_error(&saved, other_m).contains("m = 12"));
+        assert!(saved
+            .saved_ids("a", other_m)
+            .unwrap_err()
+            .contains("m = 12"));
+        assert!(graph_error(&saved, 299).contains("not 299"));
         let data = saved.folder("a", "").join("graph.hnsw.data");
         let mut raw = fs::read(&data).unwrap();
         raw[100] ^= 0xff;
         fs::write(&data, &raw).unwrap();
-        let error = load_error(&saved, PARAMS);
+        let error = graph_error(&saved, 300);
         assert!(error.contains("changed since it was saved"), "{error}");
         fs::write(&data, &raw[..raw.len() / 2]).unwrap();
-        assert!(saved.load("a", PARAMS, 0).is_err());
+        assert!(!graph_error(&saved, 300).is_empty());
         fs::write(saved.folder("a", "").join(MANIFEST_FILE), b"{").unwrap();
-        assert!(load_error(&saved, PARAMS).contains("not a manifest"));
+        let error = saved.saved_ids("a", PARAMS).unwrap_err();
+        assert!(error.contains("not a manifest"), "{error}");
         // An exact-search index has no graph to save.
         let small = VectorIndex::build(2, vec![(1, vec![1.0, 0.0])], PARAMS, 10);
         assert_eq!(saved.save("b", &small), Ok(0));
-        assert!(matches!(saved.load("b", PARAMS, 10), Ok(None)));
+        assert!(matches!(saved.saved_ids("b", PARAMS), Ok(None)));
     }
 }

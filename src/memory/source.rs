@@ -1,11 +1,12 @@
-//! Where an agent's vector index comes from: its saved graph topped up from the store, or a
-//! build from the store's memories; and saving a graph without failing the caller.
+//! Where an agent's vector index comes from: the store's memories, laid out in the order of the
+//! agent's saved graph when there is one, searchable at once; then, on the blocking pool, the
+//! graph itself, loaded from its saved files or built, attached and saved.
 
 use std::collections::HashSet;
 
-use super::index::{HnswParams, VectorIndex};
+use super::index::{GraphOrigin, HnswParams, VectorIndex};
 use super::saved::SavedIndexes;
-use super::{from_bytes, prefix, MemoryRecord, SharedIndex};
+use super::{from_bytes, key, prefix, MemoryRecord, SharedIndex};
 use crate::store::{decode, StoreError};
 
 /// Writes a graph's files, logging rather than failing: the store still holds every memory.
@@ -18,7 +19,31 @@ pub(super) fn save_graph(saved: &SavedIndexes, agent: &str, index: &SharedIndex)
     }
 }
 
-type Changes = (Vec<(u64, Vec<f32>)>, HashSet<u64>);
+/// What an index still needs after it is loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum GraphToMake {
+    /// Below the graph threshold: exact search is the index.
+    Nothing,
+    /// The saved graph covers the first `points` positions.
+    Load {
+        points: usize,
+    },
+    Build,
+}
+
+pub(super) struct LoadedIndex {
+    pub(super) index: VectorIndex,
+    /// Memories in the saved graph that were forgotten since it was saved.
+    pub(super) skip: HashSet<u64>,
+    pub(super) graph: GraphToMake,
+}
+
+/// The stored memories an index is made of: ids and vectors by position, and the ids to skip.
+struct Items {
+    dim: usize,
+    items: Vec<(u64, Vec<f32>)>,
+    skip: HashSet<u64>,
+}
 
 /// Where an agent's index comes from: its saved graph, else its stored memories.
 pub(super) struct IndexSource<'a> {
@@ -27,41 +52,31 @@ pub(super) struct IndexSource<'a> {
     pub(super) saved: Option<&'a SavedIndexes>,
 }
 
-pub(super) struct LoadedIndex {
-    pub(super) index: VectorIndex,
-    /// Memories in the graph that were forgotten since it was saved.
-    pub(super) skip: HashSet<u64>,
-    pub(super) saved_len: usize,
-    /// Whether the graph came from its saved files rather than a build.
-    pub(super) from_saved_graph: bool,
-}
-
 impl IndexSource<'_> {
-    /// The saved graph topped up with the memories stored since it was saved; or, with no usable
-    /// saved graph, an index built from the store (and saved, when it is a graph).
-    pub(super) fn load_or_build(
+    /// The agent's memories as an index that can search now (exactly, until its graph comes),
+    /// and what graph it still needs.
+    pub(super) fn load(
         &self,
         agent: &str,
         params: HnswParams,
         exact_below: usize,
     ) -> Result<LoadedIndex, StoreError> {
         if let Some(saved) = self.saved {
-            match saved.load_with(agent, params, exact_below, |ids| self.changes(agent, ids)) {
-                Ok(Some((mut index, changes))) => {
-                    let saved_len = index.len();
-                    let (added, skip) = changes?;
-                    for (id, vector) in added {
-                        if vector.len() == index.dim() {
-                            index.insert(id, &vector);
-                        }
+            match saved.saved_ids(agent, params) {
+                Ok(Some(saved_ids)) => match self.in_saved_order(agent, &saved_ids)? {
+                    Some(Items { dim, items, skip }) => {
+                        let index = VectorIndex::waiting_for_graph(dim, items, params, exact_below);
+                        index.set_saved_len(saved_ids.len());
+                        let graph = GraphToMake::Load {
+                            points: saved_ids.len(),
+                        };
+                        return Ok(LoadedIndex { index, skip, graph });
                     }
-                    return Ok(LoadedIndex {
-                        index,
-                        skip,
-                        saved_len,
-                        from_saved_graph: true,
-                    });
-                }
+                    None => tracing::warn!(
+                        agent,
+                        "the saved vector index names memories the store lacks; rebuilding it"
+                    ),
+                },
                 Ok(None) => {}
                 Err(why) => tracing::warn!(
                     agent,
@@ -69,26 +84,20 @@ impl IndexSource<'_> {
                 ),
             }
         }
-        let index = self.build(agent, params, exact_below)?;
-        let saved_len = match self.saved {
-            Some(saved) if index.is_graph() => saved.save(agent, &index).unwrap_or_else(|why| {
-                tracing::warn!(agent, "could not save the vector index: {why}");
-                0
-            }),
-            _ => 0,
+        let Items { dim, items, skip } = self.live(agent)?;
+        let (index, graph) = if items.len() >= exact_below {
+            let index = VectorIndex::waiting_for_graph(dim, items, params, exact_below);
+            (index, GraphToMake::Build)
+        } else {
+            let index = VectorIndex::build(dim, items, params, exact_below);
+            (index, GraphToMake::Nothing)
         };
-        Ok(LoadedIndex {
-            index,
-            skip: HashSet::new(),
-            saved_len,
-            from_saved_graph: false,
-        })
+        Ok(LoadedIndex { index, skip, graph })
     }
 
-    /// What changed in the store since a graph of `saved_ids` was saved: the memories stored
-    /// since (with their vectors), and the saved ones forgotten (or gone) since, for searches to
-    /// skip.
-    fn changes(&self, agent: &str, saved_ids: &[u64]) -> Result<Changes, StoreError> {
+    /// The saved graph's memories in its order (forgotten ones included, to be skipped), then
+    /// the memories stored since; `None` if the store lacks a saved memory's vector.
+    fn in_saved_order(&self, agent: &str, saved_ids: &[u64]) -> Result<Option<Items>, StoreError> {
         let mut in_graph: HashSet<u64> = saved_ids.iter().copied().collect();
         let mut added = Vec::new();
         for item in self.records.scan_prefix(prefix(agent)) {
@@ -102,15 +111,28 @@ impl IndexSource<'_> {
             }
         }
         // What is left was in the graph but is no longer a live memory.
-        Ok((added, in_graph))
+        let skip = in_graph;
+        let mut items = Vec::with_capacity(saved_ids.len() + added.len());
+        let mut dim = 0;
+        for id in saved_ids {
+            let Some(bytes) = self.vectors.get(key(agent, *id))? else {
+                return Ok(None);
+            };
+            let vector = from_bytes(&bytes);
+            if dim == 0 {
+                dim = vector.len();
+            }
+            if vector.len() != dim {
+                return Ok(None);
+            }
+            items.push((*id, vector));
+        }
+        items.extend(added.into_iter().filter(|(_, v)| v.len() == dim));
+        Ok(Some(Items { dim, items, skip }))
     }
 
-    fn build(
-        &self,
-        agent: &str,
-        params: HnswParams,
-        exact_below: usize,
-    ) -> Result<VectorIndex, StoreError> {
+    /// The live memories in the store's order.
+    fn live(&self, agent: &str) -> Result<Items, StoreError> {
         let mut items = Vec::new();
         let mut dim = 0;
         for item in self.records.scan_prefix(prefix(agent)) {
@@ -129,6 +151,68 @@ impl IndexSource<'_> {
                 }
             }
         }
-        Ok(VectorIndex::build(dim, items, params, exact_below))
+        Ok(Items {
+            dim,
+            items,
+            skip: HashSet::new(),
+        })
+    }
+}
+
+/// Gives a loaded index its graph (its saved one, else one built from its vectors while inserts
+/// go on), then saves a built one. Runs on the blocking pool; the index searches exactly
+/// meanwhile.
+pub(super) fn make_graph(
+    to_make: GraphToMake,
+    saved: Option<&SavedIndexes>,
+    agent: &str,
+    index: &SharedIndex,
+) {
+    let (dim, params) = {
+        let index = index.read().unwrap_or_else(|e| e.into_inner());
+        (index.dim(), index.params())
+    };
+    if let (GraphToMake::Load { points }, Some(saved)) = (to_make, saved) {
+        let started = std::time::Instant::now();
+        match saved.load_graph(agent, points, dim) {
+            Ok(graph) => {
+                let mut index = index.write().unwrap_or_else(|e| e.into_inner());
+                index.attach_graph(graph, points, GraphOrigin::Loaded);
+                tracing::info!(
+                    agent,
+                    points,
+                    seconds = started.elapsed().as_secs_f64(),
+                    "loaded the saved vector index"
+                );
+                return;
+            }
+            Err(why) => tracing::warn!(
+                agent,
+                "the saved vector index can't be used ({why}); rebuilding it from the store"
+            ),
+        }
+    }
+    if to_make == GraphToMake::Nothing {
+        return;
+    }
+    let (vectors, covers) = {
+        let index = index.read().unwrap_or_else(|e| e.into_inner());
+        (index.vectors_for_graph(), index.len())
+    };
+    let started = std::time::Instant::now();
+    let graph = VectorIndex::build_graph(dim, &vectors, params);
+    drop(vectors);
+    index
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .attach_graph(graph, covers, GraphOrigin::Built);
+    tracing::info!(
+        agent,
+        points = covers,
+        seconds = started.elapsed().as_secs_f64(),
+        "built the vector index"
+    );
+    if let Some(saved) = saved {
+        save_graph(saved, agent, index);
     }
 }

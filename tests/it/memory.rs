@@ -16,7 +16,7 @@ use autothread::core::event::Event;
 use autothread::core::memory::MemorySource;
 use autothread::core::state::{Phase, Spender};
 use autothread::llm::tokens::TiktokenCounter;
-use autothread::memory::index::{clustered_unit_vectors, HnswParams, VectorIndex};
+use autothread::memory::index::{clustered_unit_vectors, GraphOrigin, HnswParams, VectorIndex};
 use autothread::memory::{Memory, Payer};
 use autothread::runtime::{self, Deps};
 use autothread::store::Store;
@@ -193,6 +193,18 @@ fn restart(f: Fixture, exact_below: usize) -> Fixture {
     fixture_with(_dir, exact_below)
 }
 
+/// The origin of the agent's graph once it is attached (it is loaded or built in the
+/// background); waits at most 10 s.
+async fn graph_settled(f: &Fixture, agent: &str) -> GraphOrigin {
+    for _ in 0..1000 {
+        if let Some(origin) = f.memory.graph_origin(agent) {
+            return origin;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("{agent} has no graph after 10 s");
+}
+
 #[tokio::test]
 async fn a_graph_is_loaded_from_its_saved_files_at_restart_with_what_changed_since() {
     let f = fixture_with(tempfile::tempdir().unwrap(), 20);
@@ -208,14 +220,21 @@ async fn a_graph_is_loaded_from_its_saved_files_at_restart_with_what_changed_sin
             .await
             .unwrap();
     }
-    // The first search builds the graph and saves it.
+    // The first search is answered at once; the graph is built meanwhile, then saved.
     let before = f
         .memory
         .search(&a, "fact item7 about topic2", 5)
         .await
         .unwrap();
-    assert!(!f.memory.loaded_saved_graph("agent-a"));
+    assert_eq!(before.len(), 5);
+    assert_eq!(graph_settled(&f, "agent-a").await, GraphOrigin::Built);
     let saved = f.store.dir().join("hnsw").join("6167656e742d61");
+    for _ in 0..1000 {
+        if saved.join("manifest.json").exists() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     assert!(saved.join("manifest.json").exists());
     // (The fake embedder hashes words of three letters or more. The late memory sits beside one
     // already in the graph, as real ones sit in topics: a point far from all others may end up
@@ -234,42 +253,37 @@ async fn a_graph_is_loaded_from_its_saved_files_at_restart_with_what_changed_sin
     let forgotten = before[0].id;
     f.memory.forget("agent-a", forgotten).unwrap();
     let f = restart(f, 20);
-    let found = f
-        .memory
-        .search(&a, "zebras item7 topic2", 41)
-        .await
-        .unwrap();
-    assert!(f.memory.loaded_saved_graph("agent-a"));
-    assert_eq!(
-        found[0].id,
-        zebras,
-        "the memory added after the save is found: {:?}",
-        found.iter().map(|h| (h.id, h.score)).collect::<Vec<_>>()
-    );
-    assert!(found.iter().all(|h| h.id != forgotten));
+    for round in ["before the graph is attached", "with the loaded graph"] {
+        let found = f
+            .memory
+            .search(&a, "zebras item7 topic2", 41)
+            .await
+            .unwrap();
+        assert_eq!(
+            found[0].id, zebras,
+            "{round}: the memory added after the save"
+        );
+        assert!(found.iter().all(|h| h.id != forgotten), "{round}");
+        assert_eq!(graph_settled(&f, "agent-a").await, GraphOrigin::Loaded);
+    }
 
     // Stopping saves what the files lack; a damaged file means a rebuild, not an error.
     f.memory.save_indexes();
     let f = restart(f, 20);
-    let found = f
-        .memory
-        .search(&a, "zebras item7 topic2", 41)
-        .await
-        .unwrap();
-    assert!(f.memory.loaded_saved_graph("agent-a"));
-    assert_eq!(found[0].id, zebras);
-    assert!(found.iter().all(|h| h.id != forgotten));
+    f.memory.search(&a, "zebras", 1).await.unwrap();
+    assert_eq!(graph_settled(&f, "agent-a").await, GraphOrigin::Loaded);
     let data = saved.join("graph.hnsw.data");
     let mut raw = std::fs::read(&data).unwrap();
     raw[64] ^= 0x55;
     std::fs::write(&data, raw).unwrap();
     let f = restart(f, 20);
+    f.memory.search(&a, "zebras", 1).await.unwrap();
+    assert_eq!(graph_settled(&f, "agent-a").await, GraphOrigin::Built);
     let rebuilt = f
         .memory
         .search(&a, "zebras item7 topic2", 41)
         .await
         .unwrap();
-    assert!(!f.memory.loaded_saved_graph("agent-a"));
     assert_eq!(rebuilt[0].id, zebras);
     assert!(rebuilt.iter().all(|h| h.id != forgotten));
     drop(f.store);

@@ -227,6 +227,7 @@ impl Ledger {
 
     /// Waits until the ledger's writes are on disk; a reservation must be durable before its call.
     pub fn flush_blocking(&self) -> Result<(), StoreError> {
+        crate::store::count_durable_flush();
         self.db.flush()?;
         Ok(())
     }

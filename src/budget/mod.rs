@@ -339,12 +339,78 @@ impl Budgets {
     ) -> Result<Result<Reservation, Refusal>, StoreError> {
         let reserved = self.ledger.reserve(charges, amount, agent, what, now)?;
         if reserved.is_ok() {
-            let ledger = self.ledger.clone();
-            tokio::task::spawn_blocking(move || ledger.flush_blocking())
-                .await
-                .map_err(|e| StoreError::Corrupt(format!("the flush task failed: {e}")))??;
+            self.make_durable().await?;
         }
         Ok(reserved)
+    }
+
+    /// Waits until every reservation made so far is on disk. The ledger shares the store's
+    /// database, so a store flush made after a reservation does the same.
+    pub async fn make_durable(&self) -> Result<(), StoreError> {
+        let ledger = self.ledger.clone();
+        tokio::task::spawn_blocking(move || ledger.flush_blocking())
+            .await
+            .map_err(|e| StoreError::Corrupt(format!("the flush task failed: {e}")))?
+    }
+
+    /// Reserves a paid call's worst case against every budget the payer draws on, without
+    /// waiting for the disk: the caller makes it durable (`make_durable`, or a store flush it makes
+    /// anyway) before the call, and then closes it with `close_call`. This lets a step's own
+    /// flush carry the reservations of the calls it starts.
+    pub fn reserve_call<E>(
+        &self,
+        payer: &Payer,
+        worst: Micros,
+        what: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Reservation, Metered<E>> {
+        let charges = self
+            .charges(&payer.agent, &payer.spender, payer.agent_limit, now)
+            .map_err(Metered::Ledger)?;
+        match self
+            .ledger
+            .reserve(&charges, worst, &payer.agent, what, now)
+            .map_err(Metered::Ledger)?
+        {
+            Ok(reservation) => Ok(reservation),
+            Err(refusal) => Err(Metered::Refused(refusal.to_string())),
+        }
+    }
+
+    /// Settles a reservation with what the call cost (at most the reservation), or releases it
+    /// when the call failed.
+    pub fn close_call<T, E>(
+        &self,
+        payer: &Payer,
+        reservation: &Reservation,
+        result: Result<T, E>,
+        cost_of: impl FnOnce(&T) -> Micros,
+    ) -> Result<(T, Micros), Metered<E>> {
+        match result {
+            Ok(value) => {
+                let cost = cost_of(&value);
+                if cost > reservation.amount {
+                    tracing::warn!(agent = %payer.agent, what = %reservation.what, cost = %format_usd(cost), reserved = %format_usd(reservation.amount),
+                        "a call used more than its reservation; it is charged the reservation");
+                }
+                if let Err(e) = self.ledger.settle(reservation.id, cost) {
+                    // The reservation stays open and is settled at its worst case at the next start.
+                    tracing::error!(agent = %payer.agent, error = %e, "cannot settle a reservation");
+                }
+                Ok((value, cost.min(reservation.amount)))
+            }
+            Err(e) => {
+                self.release_call(payer, reservation);
+                Err(Metered::Call(e))
+            }
+        }
+    }
+
+    /// Gives back a reservation whose call was never made.
+    pub fn release_call(&self, payer: &Payer, reservation: &Reservation) {
+        if let Err(e) = self.ledger.release(reservation.id) {
+            tracing::error!(agent = %payer.agent, error = %e, "cannot release a reservation");
+        }
     }
 
     /// One paid call, start to end: its worst case reserved (durably) against every budget the
@@ -363,37 +429,13 @@ impl Budgets {
     where
         Fut: std::future::Future<Output = Result<T, E>>,
     {
-        let charges = self
-            .charges(&payer.agent, &payer.spender, payer.agent_limit, now)
-            .map_err(Metered::Ledger)?;
-        let reservation = match self
-            .reserve(&charges, worst, &payer.agent, what, now)
-            .await
-            .map_err(Metered::Ledger)?
-        {
-            Ok(reservation) => reservation,
-            Err(refusal) => return Err(Metered::Refused(refusal.to_string())),
-        };
-        match call().await {
-            Ok(value) => {
-                let cost = cost_of(&value);
-                if cost > reservation.amount {
-                    tracing::warn!(agent = %payer.agent, what, cost = %format_usd(cost), reserved = %format_usd(reservation.amount),
-                        "a call used more than its reservation; it is charged the reservation");
-                }
-                if let Err(e) = self.ledger.settle(reservation.id, cost) {
-                    // The reservation stays open and is settled at its worst case at the next start.
-                    tracing::error!(agent = %payer.agent, error = %e, "cannot settle a reservation");
-                }
-                Ok((value, cost.min(reservation.amount)))
-            }
-            Err(e) => {
-                if let Err(e) = self.ledger.release(reservation.id) {
-                    tracing::error!(agent = %payer.agent, error = %e, "cannot release a reservation");
-                }
-                Err(Metered::Call(e))
-            }
+        let reservation = self.reserve_call(payer, worst, what, now)?;
+        if let Err(e) = self.make_durable().await {
+            self.release_call(payer, &reservation);
+            return Err(Metered::Ledger(e));
         }
+        let result = call().await;
+        self.close_call(payer, &reservation, result, cost_of)
     }
 
     /// The pacing request for a call of this cost by this agent's spender.

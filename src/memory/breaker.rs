@@ -119,6 +119,17 @@ impl Breaker {
         }
     }
 
+    /// `admit` without letting a probe through: whether a call could go out now. A call reserved
+    /// in advance asks this first and `admit` again right before it goes out, since other calls
+    /// may fail in between.
+    pub fn would_admit(&self, now: DateTime<Utc>) -> Result<(), MemoryOff> {
+        let state = self.lock();
+        match &state.off {
+            Some(off) if now < off.until || state.probing => Err(off.clone()),
+            _ => Ok(()),
+        }
+    }
+
     /// Why memory is off now, if it is.
     pub fn off(&self) -> Option<MemoryOff> {
         self.lock().off.clone()

@@ -5,6 +5,7 @@
 
 pub mod breaker;
 pub mod index;
+mod paid;
 pub mod saved;
 mod source;
 
@@ -14,8 +15,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::budget::Budgets;
 pub use crate::budget::Payer;
-use crate::budget::{Budgets, Metered};
 use crate::clock::{Clock, SystemClock};
 use crate::config::MemoryConfig;
 use crate::core::memory::{MemoryHit, MemorySource};
@@ -25,6 +26,7 @@ use crate::llm::embed::{EmbedPurpose, Embedder};
 use crate::store::{decode, encode, Store, StoreError};
 use breaker::{Breaker, BreakerRules, MemoryOff, Transition};
 use index::{GraphOrigin, HnswParams, VectorIndex};
+pub use paid::{PreparedRecall, PreparedRemember};
 use saved::SavedIndexes;
 use source::{make_graph, save_graph, GraphToMake, IndexSource};
 
@@ -210,127 +212,6 @@ impl Memory {
         }
     }
 
-    /// Embeds `texts`, with the worst case reserved in the ledger first and settled after; refused
-    /// at once while the breaker holds memory off.
-    async fn embed(
-        &self,
-        payer: &Payer,
-        texts: &[String],
-        purpose: EmbedPurpose,
-    ) -> Result<Vec<Vec<f32>>, MemoryError> {
-        let model = self.embedder.model(purpose).to_string();
-        let price = self
-            .budgets
-            .price(&model)
-            .map_err(|unpriced| MemoryError::Budget(unpriced.to_string()))?;
-        let tokens: u64 = texts.iter().map(|t| self.counter.count(t) as u64).sum();
-        let worst = price.cost(tokens, 0);
-        let what = format!("{model} embeddings");
-        self.breaker
-            .admit(self.clock.now())
-            .map_err(MemoryError::Off)?;
-        let embedded = self
-            .budgets
-            .metered(
-                payer,
-                worst,
-                &what,
-                self.clock.now(),
-                || self.embedder.embed(texts, purpose),
-                |embedded: &crate::llm::embed::Embedded| {
-                    price.cost(embedded.prompt_tokens.unwrap_or(tokens), 0)
-                },
-            )
-            .await;
-        match &embedded {
-            Ok((done, cost)) => {
-                use crate::ops::names;
-                metrics::counter!(names::TOKENS, "model" => model.clone(), "kind" => "embedding")
-                    .increment(done.prompt_tokens.unwrap_or(tokens));
-                metrics::counter!(names::SPEND_MICRODOLLARS, "model" => model.clone())
-                    .increment(cost.0);
-                if self.breaker.record_success() {
-                    tracing::info!("the embeddings endpoint answers again; memory is back on");
-                }
-            }
-            Err(Metered::Call(e)) => self.note_failure(e),
-            // No request was made: a probe that was let through must not hold the breaker.
-            Err(Metered::Refused(_)) => {
-                metrics::counter!(crate::ops::names::BUDGET_REFUSALS, "kind" => "embeddings")
-                    .increment(1);
-                self.breaker.cancel_probe()
-            }
-            Err(Metered::Ledger(_)) => self.breaker.cancel_probe(),
-        }
-        match embedded {
-            // Every embedder promises one vector per input, in order; a server that breaks the
-            // promise must not pair a text with another text's vector.
-            Ok((embedded, _)) if embedded.vectors.len() != texts.len() => {
-                Err(MemoryError::Embedding(format!(
-                    "asked for {} embeddings, got {}",
-                    texts.len(),
-                    embedded.vectors.len()
-                )))
-            }
-            Ok((embedded, _)) => Ok(embedded.vectors),
-            Err(Metered::Refused(why)) => Err(MemoryError::Budget(why)),
-            Err(Metered::Ledger(e)) => Err(e.into()),
-            Err(Metered::Call(e)) => Err(MemoryError::Embedding(e.to_string())),
-        }
-    }
-
-    /// The vector of one text (`embed` has checked that there is exactly one).
-    async fn embed_one(
-        &self,
-        payer: &Payer,
-        text: &str,
-        purpose: EmbedPurpose,
-    ) -> Result<Vec<f32>, MemoryError> {
-        let vectors = self.embed(payer, &[text.to_string()], purpose).await?;
-        vectors
-            .into_iter()
-            .next()
-            .ok_or_else(|| MemoryError::Embedding("the server returned no embedding".into()))
-    }
-
-    /// Writes a memory. When the embedding fails it is queued (and `Err` says why); the queue is
-    /// written by `flush_pending` once the endpoint answers again.
-    pub async fn remember(
-        &self,
-        payer: &Payer,
-        cycle: u64,
-        source: MemorySource,
-        text: &str,
-    ) -> Result<u64, MemoryError> {
-        let record = MemoryRecord {
-            id: self.db.generate_id()?,
-            agent: payer.agent.clone(),
-            guild: payer.spender.guild.clone(),
-            cycle,
-            source,
-            text: text.to_string(),
-            created_at: self.clock.now(),
-            pinned: false,
-            forgotten: false,
-        };
-        let embedded = self
-            .embed_one(payer, &record.text, EmbedPurpose::Passage)
-            .await;
-        match embedded {
-            Ok(vector) => {
-                self.store(&record, &vector)?;
-                Ok(record.id)
-            }
-            Err(e) => {
-                self.queue(&record)?;
-                if self.breaker.off().is_none() {
-                    tracing::warn!(agent = %record.agent, error = %e, "memory queued until embeddings work again");
-                }
-                Err(e)
-            }
-        }
-    }
-
     /// Writes this agent's queued memories, in batches; stops at the first failure.
     pub async fn flush_pending(&self, payer: &Payer) -> Result<usize, MemoryError> {
         let queued: Vec<MemoryRecord> = self
@@ -512,12 +393,22 @@ impl Memory {
         k: usize,
     ) -> Result<Vec<MemoryHit>, MemoryError> {
         let query_vector = self.embed_one(payer, query, EmbedPurpose::Query).await?;
+        self.search_vector(payer, &query_vector, k).await
+    }
+
+    /// `search` for a query already embedded.
+    async fn search_vector(
+        &self,
+        payer: &Payer,
+        query_vector: &[f32],
+        k: usize,
+    ) -> Result<Vec<MemoryHit>, MemoryError> {
         let (index, forgotten) = self.index_of(&payer.agent).await?;
         let found =
             index
                 .read()
                 .unwrap_or_else(|e| e.into_inner())
-                .search(&query_vector, k, &forgotten);
+                .search(query_vector, k, &forgotten);
         let mut hits = Vec::with_capacity(found.len());
         for scored in found {
             if let Some(record) = self.record(&payer.agent, scored.id)? {
@@ -540,7 +431,7 @@ impl Memory {
                 let score = self
                     .vectors
                     .get(key(&payer.agent, id))?
-                    .map(|raw| index::dot(&query_vector, &from_bytes(&raw)))
+                    .map(|raw| index::dot(query_vector, &from_bytes(&raw)))
                     .unwrap_or(0.0);
                 if !record.forgotten {
                     hits.push(hit(record, score));
@@ -548,40 +439,6 @@ impl Memory {
             }
         }
         Ok(hits)
-    }
-
-    /// A cycle's recall: queued memories are written first, then the search; failures are logged
-    /// and the cycle goes on without memories.
-    pub async fn recall(&self, payer: &Payer, query: &str) -> Vec<MemoryHit> {
-        let nothing_stored = self
-            .records
-            .scan_prefix(prefix(&payer.agent))
-            .next()
-            .is_none();
-        if nothing_stored && self.pending_count(&payer.agent) == 0 {
-            // A new agent has nothing to recall: no query embedding is paid for.
-            return Vec::new();
-        }
-        if self.pending_count(&payer.agent) > 0 {
-            if let Err(e) = self.flush_pending(payer).await {
-                if !matches!(e, MemoryError::Off(_)) {
-                    tracing::warn!(agent = %payer.agent, error = %e, "queued memories are still waiting");
-                }
-            }
-        }
-        match self.search(payer, query, self.config.recall_top_k).await {
-            Ok(hits) => hits,
-            // Memory turning off was announced once; each cycle without it is not news.
-            Err(MemoryError::Off(_)) => Vec::new(),
-            Err(e) if self.breaker.off().is_some() => {
-                tracing::debug!(agent = %payer.agent, error = %e, "recall failed");
-                Vec::new()
-            }
-            Err(e) => {
-                tracing::warn!(agent = %payer.agent, error = %e, "recall failed; the cycle goes on without memories");
-                Vec::new()
-            }
-        }
     }
 
     pub fn record(&self, agent: &str, id: u64) -> Result<Option<MemoryRecord>, StoreError> {

@@ -23,6 +23,7 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::core::event::{CallPurpose, Decision, Effect, Event, ModelCall};
 use crate::core::history::{truncate_chars, Outcome};
+use crate::core::memory::MemorySource;
 use crate::core::policy::Policy;
 use crate::core::prompt::{ContextLimits, PromptExtras, TokenCounter};
 use crate::core::reply::CommandCall;
@@ -66,6 +67,21 @@ pub fn was_interrupted(store: &Store, state: &AgentState) -> Result<bool, StoreE
         store.journal_entry(&state.id, state.cycle)?,
         Some(JournalEntry::Executing { .. })
     ))
+}
+
+/// A step's paid memory call, reserved before the step's flush.
+enum PreparedCall {
+    Remember(Box<crate::memory::PreparedRemember>),
+    Recall(crate::memory::PreparedRecall),
+}
+
+impl PreparedCall {
+    fn needs_durability(&self) -> bool {
+        match self {
+            PreparedCall::Remember(prepared) => prepared.is_reserved(),
+            PreparedCall::Recall(prepared) => prepared.is_reserved(),
+        }
+    }
 }
 
 struct Actor {
@@ -306,13 +322,21 @@ impl Actor {
             };
             step(&mut self.state, event, &ctx)
         };
-        self.persist(&effects, executed).await?;
+        // The paid memory calls this step starts are reserved before its flush, which then makes
+        // them durable too, instead of one flush each.
+        let mut prepared = self.prepare_memory_calls(&effects);
+        if let Err(e) = self.persist(&effects, executed, &prepared).await {
+            for call in prepared.iter().flatten() {
+                self.abandon(call);
+            }
+            return Err(e);
+        }
         let mut rejection = None;
-        for effect in effects {
+        for (effect, prepared) in effects.into_iter().zip(prepared.drain(..)) {
             if let Effect::Rejected(why) = effect {
                 rejection = Some(why);
             } else {
-                self.carry_out(effect).await?;
+                self.carry_out(effect, prepared).await?;
             }
         }
         if let Some(reply) = reply {
@@ -354,12 +378,34 @@ impl Actor {
         }
     }
 
-    /// Stores what the step changed before any effect becomes visible (persist before you post).
+    /// Stores what the step changed before any effect becomes visible (persist before you post),
+    /// with the journal's `executing` record of a command the step starts (written before the
+    /// flush, so an auto-approved command costs no flush of its own) and one flush for all of it
+    /// and for the reservations of the step's memory calls.
     async fn persist(
         &self,
         effects: &[Effect],
         executed: Option<Executed>,
+        prepared: &[Option<PreparedCall>],
     ) -> Result<(), RuntimeError> {
+        let mut starts_command = false;
+        if !self.deps.drain.is_raised() {
+            for effect in effects {
+                if let Effect::Execute { cycle, call, .. } = effect {
+                    self.deps.store.record_executing(
+                        &self.state.id,
+                        *cycle,
+                        call,
+                        self.deps.clock.now(),
+                    )?;
+                    starts_command = true;
+                }
+            }
+        }
+        let reserved = prepared
+            .iter()
+            .flatten()
+            .any(PreparedCall::needs_durability);
         let episodes = effects
             .iter()
             .filter_map(|e| match e {
@@ -375,7 +421,11 @@ impl Actor {
             Some((cycle, _, outcome, ops)) => (Some((*cycle, outcome)), ops.clone()),
             None => (None, Vec::new()),
         };
-        let durable = !episodes.is_empty() || proposal.is_some() || executed.is_some();
+        let durable = !episodes.is_empty()
+            || proposal.is_some()
+            || executed.is_some()
+            || starts_command
+            || reserved;
         self.deps.store.commit(&Commit {
             state: Some(&self.state),
             episodes,
@@ -390,7 +440,45 @@ impl Actor {
         Ok(())
     }
 
-    async fn carry_out(&mut self, effect: Effect) -> Result<(), RuntimeError> {
+    /// Reserves the paid memory calls among a step's effects (one entry per effect).
+    fn prepare_memory_calls(&self, effects: &[Effect]) -> Vec<Option<PreparedCall>> {
+        let Some(memory) = self.deps.memory.as_ref() else {
+            return effects.iter().map(|_| None).collect();
+        };
+        let payer = memory.payer(&self.state);
+        effects
+            .iter()
+            .map(|effect| match effect {
+                Effect::Remember { cycle, text } => memory
+                    .prepare_remember(&payer, *cycle, MemorySource::Cycle, text)
+                    .map_err(|e| {
+                        tracing::warn!(agent = %self.state.id, error = %e, "a memory could not be prepared; it is written without");
+                    })
+                    .ok()
+                    .map(|prepared| PreparedCall::Remember(Box::new(prepared))),
+                Effect::Recall { query, .. } if !self.deps.drain.is_raised() => {
+                    Some(PreparedCall::Recall(memory.prepare_recall(&payer, query)))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Gives back the reservation of a prepared call that will not be made.
+    fn abandon(&self, call: &PreparedCall) {
+        if let Some(memory) = self.deps.memory.as_ref() {
+            match call {
+                PreparedCall::Remember(prepared) => memory.abandon_remember(prepared),
+                PreparedCall::Recall(prepared) => memory.abandon_recall(prepared),
+            }
+        }
+    }
+
+    async fn carry_out(
+        &mut self,
+        effect: Effect,
+        prepared: Option<PreparedCall>,
+    ) -> Result<(), RuntimeError> {
         let surface = self.deps.surface.clone();
         if self.deps.drain.is_raised()
             && matches!(
@@ -400,6 +488,9 @@ impl Actor {
         {
             // Nothing new starts during a drain; the restart begins it again (see `Drain`).
             tracing::debug!(agent = %self.state.id, "not started: the bot is shutting down");
+            if let Some(call) = &prepared {
+                self.abandon(call);
+            }
             return Ok(());
         }
         match effect {
@@ -438,13 +529,8 @@ impl Actor {
                         .await;
                 }
             }
-            Effect::Execute { cycle, call, .. } => {
-                self.deps
-                    .store
-                    .journal_executing(&self.state.id, cycle, &call, self.deps.clock.now())
-                    .await?;
-                self.execute(cycle, call);
-            }
+            // `persist` has journalled it as executing, durably.
+            Effect::Execute { cycle, call, .. } => self.execute(cycle, call),
             Effect::EpisodeRecorded { cycle } => {
                 if cycle > self.last_result_shown {
                     self.last_result_shown = cycle;
@@ -457,8 +543,8 @@ impl Actor {
             Effect::Paused(reason) => surface.paused(&self.state, &reason).await,
             Effect::Finished { reason } => surface.finished(&self.state, &reason).await,
             Effect::Rejected(why) => surface.notify(&self.state, &why).await,
-            Effect::Recall { seq, query } => self.recall(seq, query),
-            Effect::Remember { cycle, text } => self.remember(cycle, text),
+            Effect::Recall { seq, query } => self.recall(seq, query, prepared),
+            Effect::Remember { cycle, text } => self.remember(cycle, text, prepared),
         }
         Ok(())
     }
@@ -501,7 +587,7 @@ impl Actor {
     }
 
     /// Searches the agent's memories in a task; the cycle continues with whatever was found.
-    fn recall(&mut self, seq: u64, query: String) {
+    fn recall(&mut self, seq: u64, query: String, prepared: Option<PreparedCall>) {
         let handle = self.handle.clone();
         let Some(memory) = self.deps.memory.clone() else {
             handle.note(Event::Recalled {
@@ -512,14 +598,17 @@ impl Actor {
         };
         let payer = memory.payer(&self.state);
         self.tasks.spawn(async move {
-            let hits = memory.recall(&payer, &query).await;
+            let hits = match prepared {
+                Some(PreparedCall::Recall(prepared)) => memory.recall_prepared(prepared).await,
+                _ => memory.recall(&payer, &query).await,
+            };
             let event = Event::Recalled { seq, hits };
             handle.report(ActorMsg::Event { event, reply: None }).await;
         });
     }
 
     /// Writes a cycle's memory in a task; a failed embedding leaves it queued in the store.
-    fn remember(&mut self, cycle: u64, text: String) {
+    fn remember(&mut self, cycle: u64, text: String, prepared: Option<PreparedCall>) {
         let Some(memory) = self.deps.memory.clone() else {
             return;
         };
@@ -527,14 +616,14 @@ impl Actor {
         let in_order = self.memory_writes.clone();
         self.tasks.spawn(async move {
             let _turn = in_order.lock().await;
-            let _ = memory
-                .remember(
-                    &payer,
-                    cycle,
-                    crate::core::memory::MemorySource::Cycle,
-                    &text,
-                )
-                .await;
+            let _ = match prepared {
+                Some(PreparedCall::Remember(prepared)) => memory.remember_prepared(*prepared).await,
+                _ => {
+                    memory
+                        .remember(&payer, cycle, MemorySource::Cycle, &text)
+                        .await
+                }
+            };
         });
     }
 

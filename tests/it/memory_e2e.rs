@@ -253,3 +253,73 @@ async fn a_failing_embeddings_endpoint_is_left_alone_after_three_failures() {
     assert_eq!(err.matches("memory is off").count(), 1, "{err}");
     openai.assert_clean();
 }
+
+/// A cycle with memory on makes three paid calls (the model, the memory's embedding and the
+/// recall query's) and runs a command, yet flushes the store three times: the embeddings'
+/// reservations ride on the step's own flush and an auto-approved command's `executing` record
+/// on its proposal's. Every call is still reserved and settled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cycle_with_memory_flushes_the_store_three_times_and_settles_every_call() {
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
+    let pairs = 5;
+    for cycle in 1..=pairs {
+        openai.push_content(agent_reply(
+            "write_file",
+            json!({"filename": format!("note{cycle}.txt"), "contents": FACT}),
+        ));
+        openai.push_content(agent_reply(
+            "read_file",
+            json!({"filename": format!("note{cycle}.txt")}),
+        ));
+    }
+    openai.push_content(agent_reply("finish", json!({"reason": "noted"})));
+    let env = TestEnv::with_memory(&openai.base_url, "guild_calls_per_minute = 0\n");
+    let mut run = support::Running::new_public(
+        env.command(&[
+            "console",
+            "--task",
+            "Note the ferry time",
+            "--name",
+            "FerryGPT",
+            "--role",
+            "r",
+            "--continuous",
+        ])
+        .env("RUST_LOG", "warn,autothread::cli=info")
+        .spawn()
+        .expect("the autothread binary starts"),
+    );
+    run.wait_for("Input:", 1, WAIT).await;
+    run.type_lines(&["y"]).await;
+    let (ok, out, err) = run.finish(WAIT).await;
+    assert!(ok && out.contains("noted"), "{out}{err}");
+    let cycles = 2 * pairs + 1;
+    // Every cycle after the first recalls, and every cycle that ran a command remembers it.
+    assert!(
+        openai.embedded().len() >= 2 * (cycles - 1),
+        "memory was on: {} embedding requests",
+        openai.embedded().len()
+    );
+    let flushes: usize = err
+        .lines()
+        .find_map(|l| l.split("this run: ").nth(1))
+        .and_then(|report| report.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no disk report in the log:\n{err}"));
+    // Three per cycle, and a few outside them: the agent's creation, its first step, the exit.
+    assert!(
+        flushes <= 3 * cycles + 3,
+        "{flushes} durable flushes for {cycles} cycles:\n{err}"
+    );
+    let (ok, budget, _) = env.run(&["budget"]).await;
+    assert!(ok, "{budget}");
+    let accounts: Vec<&str> = budget.lines().filter(|l| l.contains("reserved")).collect();
+    assert!(!accounts.is_empty(), "{budget}");
+    for account in accounts {
+        assert!(
+            account.contains("reserved (0 µ$)") && !account.contains(" 0 spent"),
+            "every call settled, nothing left reserved:\n{budget}"
+        );
+    }
+    openai.assert_clean();
+}

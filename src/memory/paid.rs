@@ -1,0 +1,381 @@
+//! Paid embedding calls: each one's worst case reserved in the spend ledger before the request and
+//! settled after it, with the breaker told how the endpoint answered. A cycle's memory and its
+//! recall query can be reserved before the step's own flush (`prepare_remember`,
+//! `prepare_recall`), so that flush makes the reservations durable and the calls cost no flush of
+//! their own.
+
+use super::{Memory, MemoryError, MemoryRecord, Payer};
+use crate::budget::ledger::Reservation;
+use crate::budget::Metered;
+use crate::core::budget::Price;
+use crate::core::memory::{MemoryHit, MemorySource};
+use crate::llm::embed::{EmbedPurpose, Embedded};
+use crate::llm::LlmError;
+
+/// An embedding call reserved in the ledger and not made yet.
+pub struct EmbedTicket {
+    payer: Payer,
+    texts: Vec<String>,
+    purpose: EmbedPurpose,
+    model: String,
+    price: Price,
+    tokens: u64,
+    reservation: Reservation,
+}
+
+/// A cycle's memory with its embedding reserved (or the reason it could not be).
+pub struct PreparedRemember {
+    record: MemoryRecord,
+    ticket: Result<EmbedTicket, MemoryError>,
+}
+
+/// A cycle's recall, prepared before the step's flush.
+pub enum PreparedRecall {
+    /// The agent has nothing stored: no query is paid for.
+    Nothing,
+    /// Queued memories are written first, each batch with its own reserved call, so the query
+    /// waits for them.
+    AfterQueued { payer: Payer, query: String },
+    /// The query's embedding is reserved (or the reason it could not be).
+    Ready {
+        payer: Payer,
+        ticket: Box<Result<EmbedTicket, MemoryError>>,
+    },
+}
+
+impl PreparedRemember {
+    fn reservation(&self) -> Option<&EmbedTicket> {
+        self.ticket.as_ref().ok()
+    }
+
+    /// Whether a reservation waits to be made durable before the call.
+    pub fn is_reserved(&self) -> bool {
+        self.reservation().is_some()
+    }
+}
+
+impl PreparedRecall {
+    fn reservation(&self) -> Option<&EmbedTicket> {
+        match self {
+            PreparedRecall::Ready { ticket, .. } => ticket.as_ref().as_ref().ok(),
+            _ => None,
+        }
+    }
+
+    /// Whether a reservation waits to be made durable before the call.
+    pub fn is_reserved(&self) -> bool {
+        self.reservation().is_some()
+    }
+}
+
+impl Memory {
+    /// Reserves the worst case of embedding `texts`; refused at once while the breaker holds
+    /// memory off. The reservation must be made durable before `embed_reserved` makes the call.
+    fn reserve_embedding(
+        &self,
+        payer: &Payer,
+        texts: Vec<String>,
+        purpose: EmbedPurpose,
+    ) -> Result<EmbedTicket, MemoryError> {
+        let model = self.embedder.model(purpose).to_string();
+        let price = self
+            .budgets
+            .price(&model)
+            .map_err(|unpriced| MemoryError::Budget(unpriced.to_string()))?;
+        let tokens: u64 = texts.iter().map(|t| self.counter.count(t) as u64).sum();
+        let worst = price.cost(tokens, 0);
+        self.breaker
+            .would_admit(self.clock.now())
+            .map_err(MemoryError::Off)?;
+        let what = format!("{model} embeddings");
+        match self
+            .budgets
+            .reserve_call::<LlmError>(payer, worst, &what, self.clock.now())
+        {
+            Ok(reservation) => Ok(EmbedTicket {
+                payer: payer.clone(),
+                texts,
+                purpose,
+                model,
+                price,
+                tokens,
+                reservation,
+            }),
+            Err(refused) => Err(match refused {
+                Metered::Refused(why) => {
+                    metrics::counter!(crate::ops::names::BUDGET_REFUSALS, "kind" => "embeddings")
+                        .increment(1);
+                    MemoryError::Budget(why)
+                }
+                Metered::Ledger(e) => e.into(),
+                Metered::Call(e) => MemoryError::Embedding(e.to_string()),
+            }),
+        }
+    }
+
+    /// Makes the call a durable reservation was made for, then settles it (or releases it).
+    async fn embed_reserved(&self, ticket: EmbedTicket) -> Result<Vec<Vec<f32>>, MemoryError> {
+        let EmbedTicket {
+            payer,
+            texts,
+            purpose,
+            model,
+            price,
+            tokens,
+            reservation,
+        } = ticket;
+        // Calls reserved together are admitted one by one: an earlier one may have just turned
+        // memory off.
+        if let Err(off) = self.breaker.admit(self.clock.now()) {
+            self.budgets.release_call(&payer, &reservation);
+            return Err(MemoryError::Off(off));
+        }
+        let result = self.embedder.embed(&texts, purpose).await;
+        let embedded =
+            self.budgets
+                .close_call(&payer, &reservation, result, |embedded: &Embedded| {
+                    price.cost(embedded.prompt_tokens.unwrap_or(tokens), 0)
+                });
+        match embedded {
+            Ok((done, cost)) => {
+                use crate::ops::names;
+                metrics::counter!(names::TOKENS, "model" => model.clone(), "kind" => "embedding")
+                    .increment(done.prompt_tokens.unwrap_or(tokens));
+                metrics::counter!(names::SPEND_MICRODOLLARS, "model" => model).increment(cost.0);
+                if self.breaker.record_success() {
+                    tracing::info!("the embeddings endpoint answers again; memory is back on");
+                }
+                // Every embedder promises one vector per input, in order; a server that breaks the
+                // promise must not pair a text with another text's vector.
+                if done.vectors.len() != texts.len() {
+                    return Err(MemoryError::Embedding(format!(
+                        "asked for {} embeddings, got {}",
+                        texts.len(),
+                        done.vectors.len()
+                    )));
+                }
+                Ok(done.vectors)
+            }
+            Err(Metered::Call(e)) => {
+                self.note_failure(&e);
+                Err(MemoryError::Embedding(e.to_string()))
+            }
+            Err(Metered::Refused(why)) => Err(MemoryError::Budget(why)),
+            Err(Metered::Ledger(e)) => Err(e.into()),
+        }
+    }
+
+    /// Makes a ticket's reservation durable on its own (when no step flush carries it) and calls.
+    async fn embed_now(&self, ticket: EmbedTicket) -> Result<Vec<Vec<f32>>, MemoryError> {
+        if let Err(e) = self.budgets.make_durable().await {
+            self.give_back(&ticket);
+            return Err(e.into());
+        }
+        self.embed_reserved(ticket).await
+    }
+
+    /// Returns a reservation whose call will not be made.
+    fn give_back(&self, ticket: &EmbedTicket) {
+        self.budgets
+            .release_call(&ticket.payer, &ticket.reservation);
+    }
+
+    /// Embeds `texts`: reserved, made durable, called, settled.
+    pub(super) async fn embed(
+        &self,
+        payer: &Payer,
+        texts: &[String],
+        purpose: EmbedPurpose,
+    ) -> Result<Vec<Vec<f32>>, MemoryError> {
+        let ticket = self.reserve_embedding(payer, texts.to_vec(), purpose)?;
+        self.embed_now(ticket).await
+    }
+
+    /// The vector of one text (`embed_reserved` has checked that there is exactly one).
+    fn only_vector(vectors: Vec<Vec<f32>>) -> Result<Vec<f32>, MemoryError> {
+        vectors
+            .into_iter()
+            .next()
+            .ok_or_else(|| MemoryError::Embedding("the server returned no embedding".into()))
+    }
+
+    pub(super) async fn embed_one(
+        &self,
+        payer: &Payer,
+        text: &str,
+        purpose: EmbedPurpose,
+    ) -> Result<Vec<f32>, MemoryError> {
+        Self::only_vector(self.embed(payer, &[text.to_string()], purpose).await?)
+    }
+
+    /// A memory to write, with its embedding reserved but not yet durable: the caller flushes the
+    /// store before `remember_prepared`.
+    pub fn prepare_remember(
+        &self,
+        payer: &Payer,
+        cycle: u64,
+        source: MemorySource,
+        text: &str,
+    ) -> Result<PreparedRemember, MemoryError> {
+        let record = MemoryRecord {
+            id: self.db.generate_id()?,
+            agent: payer.agent.clone(),
+            guild: payer.spender.guild.clone(),
+            cycle,
+            source,
+            text: text.to_string(),
+            created_at: self.clock.now(),
+            pinned: false,
+            forgotten: false,
+        };
+        let ticket =
+            self.reserve_embedding(payer, vec![record.text.clone()], EmbedPurpose::Passage);
+        Ok(PreparedRemember { record, ticket })
+    }
+
+    /// Writes a prepared memory. When the embedding fails it is queued (and `Err` says why); the
+    /// queue is written by `flush_pending` once the endpoint answers again.
+    pub async fn remember_prepared(&self, prepared: PreparedRemember) -> Result<u64, MemoryError> {
+        let PreparedRemember { record, ticket } = prepared;
+        let embedded = match ticket {
+            Ok(ticket) => self
+                .embed_reserved(ticket)
+                .await
+                .and_then(Self::only_vector),
+            Err(e) => Err(e),
+        };
+        match embedded {
+            Ok(vector) => {
+                self.store(&record, &vector)?;
+                Ok(record.id)
+            }
+            Err(e) => {
+                self.queue(&record)?;
+                if self.breaker.off().is_none() {
+                    tracing::warn!(agent = %record.agent, error = %e, "memory queued until embeddings work again");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes a memory now (a command's `remember`): reserved, made durable, embedded, stored.
+    pub async fn remember(
+        &self,
+        payer: &Payer,
+        cycle: u64,
+        source: MemorySource,
+        text: &str,
+    ) -> Result<u64, MemoryError> {
+        let prepared = self.prepare_remember(payer, cycle, source, text)?;
+        if prepared.reservation().is_some() {
+            if let Err(e) = self.budgets.make_durable().await {
+                self.abandon_remember(&prepared);
+                return Err(e.into());
+            }
+        }
+        self.remember_prepared(prepared).await
+    }
+
+    /// Gives back a prepared memory's reservation when it will not be written.
+    pub fn abandon_remember(&self, prepared: &PreparedRemember) {
+        if let Some(ticket) = prepared.reservation() {
+            self.give_back(ticket);
+        }
+    }
+
+    /// A cycle's recall with its query's embedding reserved but not yet durable: the caller
+    /// flushes the store before `recall_prepared`.
+    pub fn prepare_recall(&self, payer: &Payer, query: &str) -> PreparedRecall {
+        let nothing_stored = self
+            .records
+            .scan_prefix(super::prefix(&payer.agent))
+            .next()
+            .is_none();
+        let queued = self.pending_count(&payer.agent);
+        if nothing_stored && queued == 0 {
+            // A new agent has nothing to recall: no query embedding is paid for.
+            return PreparedRecall::Nothing;
+        }
+        if queued > 0 {
+            return PreparedRecall::AfterQueued {
+                payer: payer.clone(),
+                query: query.to_string(),
+            };
+        }
+        PreparedRecall::Ready {
+            payer: payer.clone(),
+            ticket: Box::new(self.reserve_embedding(
+                payer,
+                vec![query.to_string()],
+                EmbedPurpose::Query,
+            )),
+        }
+    }
+
+    /// Gives back a prepared recall's reservation when it will not run.
+    pub fn abandon_recall(&self, prepared: &PreparedRecall) {
+        if let Some(ticket) = prepared.reservation() {
+            self.give_back(ticket);
+        }
+    }
+
+    /// Runs a prepared recall: failures are logged and the cycle goes on without memories.
+    pub async fn recall_prepared(&self, prepared: PreparedRecall) -> Vec<MemoryHit> {
+        let (payer, found) = match prepared {
+            PreparedRecall::Nothing => return Vec::new(),
+            PreparedRecall::AfterQueued { payer, query } => {
+                if let Err(e) = self.flush_pending(&payer).await {
+                    if !matches!(e, MemoryError::Off(_)) {
+                        tracing::warn!(agent = %payer.agent, error = %e, "queued memories are still waiting");
+                    }
+                }
+                let found = self.search(&payer, &query, self.config.recall_top_k).await;
+                (payer, found)
+            }
+            PreparedRecall::Ready { payer, ticket } => {
+                let found = match *ticket {
+                    Ok(ticket) => match self
+                        .embed_reserved(ticket)
+                        .await
+                        .and_then(Self::only_vector)
+                    {
+                        Ok(vector) => {
+                            self.search_vector(&payer, &vector, self.config.recall_top_k)
+                                .await
+                        }
+                        Err(e) => Err(e),
+                    },
+                    Err(e) => Err(e),
+                };
+                (payer, found)
+            }
+        };
+        match found {
+            Ok(hits) => hits,
+            // Memory turning off was announced once; each cycle without it is not news.
+            Err(MemoryError::Off(_)) => Vec::new(),
+            Err(e) if self.breaker.off().is_some() => {
+                tracing::debug!(agent = %payer.agent, error = %e, "recall failed");
+                Vec::new()
+            }
+            Err(e) => {
+                tracing::warn!(agent = %payer.agent, error = %e, "recall failed; the cycle goes on without memories");
+                Vec::new()
+            }
+        }
+    }
+
+    /// A cycle's recall made at once: queued memories are written first, then the search.
+    pub async fn recall(&self, payer: &Payer, query: &str) -> Vec<MemoryHit> {
+        let prepared = self.prepare_recall(payer, query);
+        if prepared.reservation().is_some() {
+            if let Err(e) = self.budgets.make_durable().await {
+                self.abandon_recall(&prepared);
+                tracing::warn!(agent = %payer.agent, error = %e, "recall failed; the cycle goes on without memories");
+                return Vec::new();
+            }
+        }
+        self.recall_prepared(prepared).await
+    }
+}

@@ -10,96 +10,16 @@
 #[path = "../tests/it/support/mod.rs"]
 mod support;
 
+#[path = "shared/discord.rs"]
+mod discord_common;
+
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
-use support::fake_discord::{FakeDiscord, ALICE, CHANNEL, GUILD};
+use discord_common::{approve_id, ms, percentile, start_agents, title, WAIT};
+use serde_json::json;
+use support::fake_discord::{FakeDiscord, ALICE, GUILD};
 use support::fake_openai::{agent_reply, Expect, FakeOpenAi};
 use support::{Running, TestEnv};
-
-const WAIT: Duration = Duration::from_secs(120);
-
-fn title(message: &Value) -> String {
-    message["embeds"][0]["title"]
-        .as_str()
-        .unwrap_or("")
-        .to_string()
-}
-
-fn approve_id(message: &Value) -> String {
-    message["components"][0]["components"][0]["custom_id"]
-        .as_str()
-        .unwrap_or("")
-        .to_string()
-}
-
-fn percentile(samples: &[Duration], p: f64) -> Duration {
-    let mut sorted = samples.to_vec();
-    sorted.sort();
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.2} ms", d.as_secs_f64() * 1e3)
-}
-
-/// Starts `count` agents and returns (thread, first card) for each.
-async fn start_agents(discord: &FakeDiscord, count: usize) -> Vec<(u64, Value)> {
-    let before = discord.threads().len();
-    for i in 0..count {
-        discord.slash(
-            ALICE,
-            &[],
-            CHANNEL,
-            "start",
-            json!([{"name": "task", "type": 3, "value": "bench"}, {"name": "name", "type": 3, "value": format!("B{i}")}]),
-            json!({}),
-        );
-    }
-    let threads: Vec<u64> = discord
-        .wait_for("the agents' threads", WAIT, |d| {
-            let threads = d.threads();
-            (threads.len() >= before + count).then(|| {
-                threads[before..]
-                    .iter()
-                    .map(|t| t["id"].as_str().unwrap().parse().unwrap())
-                    .collect()
-            })
-        })
-        .await;
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let cards: Vec<(u64, Value)> = threads
-            .iter()
-            .filter_map(|thread| {
-                discord
-                    .messages_in(*thread)
-                    .into_iter()
-                    .find(|m| title(m).ends_with("· cycle 1"))
-                    .map(|card| (*thread, card))
-            })
-            .collect();
-        if cards.len() == threads.len() {
-            return cards;
-        }
-        if Instant::now() > deadline {
-            let missing: Vec<&u64> = threads
-                .iter()
-                .filter(|t| !cards.iter().any(|(c, _)| c == *t))
-                .collect();
-            let sample = missing
-                .first()
-                .map(|t| discord.messages_in(**t))
-                .unwrap_or_default();
-            panic!(
-                "{} of {} agents never showed a first card; one thread holds: {sample:?}",
-                missing.len(),
-                threads.len()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -548,6 +548,13 @@ impl FakeDiscord {
             .collect()
     }
 
+    /// The newest message in a channel, without copying the others (a load benchmark polls it).
+    pub fn newest_in(&self, channel: u64) -> Option<Value> {
+        let inner = self.lock();
+        let at = *inner.by_channel.get(&channel)?.last()?;
+        Some(inner.messages[at].clone())
+    }
+
     pub fn threads(&self) -> Vec<Value> {
         self.lock().threads.clone()
     }

@@ -103,6 +103,22 @@ struct Inner {
     models_listed: usize,
     /// (deployment, api-version) of every Azure OpenAI request.
     azure_calls: Vec<(String, String)>,
+    /// What a cycle request gets once the script is used up (a load benchmark's endless agent);
+    /// `None`: an error, as an unscripted request is a test's mistake.
+    endless: Option<Reply>,
+    /// Requests are kept for tests to inspect unless a long benchmark turns that off.
+    forget_requests: bool,
+    endless_served: u64,
+}
+
+/// The endless reply with `{n}` replaced by its count, so that no two replies are the same command
+/// (the agent refuses to repeat the command it just ran).
+fn numbered(reply: Reply, n: &str) -> Reply {
+    match reply {
+        Reply::Content(text) => Reply::Content(text.replace("{n}", n)),
+        Reply::Delay(wait, inner) => Reply::Delay(wait, Box::new(numbered(*inner, n))),
+        other => other,
+    }
 }
 
 /// The key the fake's Azure OpenAI deployments accept in their `api-key` header.
@@ -154,6 +170,14 @@ impl FakeOpenAi {
             .unwrap()
             .cycle_steps
             .push_back(Step { reply, check });
+    }
+
+    /// Answers every cycle request past the script with `reply` (its `{n}` counting the replies),
+    /// and keeps no requests: for a benchmark that runs agents for minutes.
+    pub fn set_endless(&self, reply: Reply) {
+        let mut inner = self.inner.lock().unwrap();
+        inner.endless = Some(reply);
+        inner.forget_requests = true;
     }
 
     /// Makes the embeddings endpoint answer `status` (503: down; 501: llama.cpp's server without
@@ -273,7 +297,9 @@ async fn embeddings(State(inner): State<Arc<Mutex<Inner>>>, Json(body): Json<Val
     };
     let failing = {
         let mut inner = inner.lock().unwrap();
-        inner.embedded.push((model.clone(), inputs.clone()));
+        if !inner.forget_requests {
+            inner.embedded.push((model.clone(), inputs.clone()));
+        }
         inner.embeddings_failing
     };
     match failing {
@@ -518,7 +544,9 @@ async fn completions(
     let usage = inner.lock().unwrap().usage.unwrap_or((100, 20, 0));
     let reply = {
         let mut inner = inner.lock().unwrap();
-        inner.requests.push((kind, body.clone()));
+        if !inner.forget_requests {
+            inner.requests.push((kind, body.clone()));
+        }
         match kind {
             Kind::Check => Reply::Content("{\"ok\": true}".into()),
             Kind::Summary => Reply::Content(format!(
@@ -563,6 +591,11 @@ async fn completions(
                             }
                         }
                         step.reply
+                    }
+                    None if inner.endless.is_some() => {
+                        inner.endless_served += 1;
+                        let n = inner.endless_served.to_string();
+                        numbered(inner.endless.clone().unwrap(), &n)
                     }
                     None => {
                         inner.errors.push(format!("unexpected cycle request {n}"));

@@ -165,6 +165,11 @@ impl Running {
         stdin.flush().await.unwrap();
     }
 
+    /// The process id, for a benchmark that reads the process's memory from `/proc`.
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("the process is running")
+    }
+
     pub fn close_stdin(&mut self) {
         self.stdin = None;
     }

@@ -1,0 +1,260 @@
+//! Benchmark (prints figures; not a test): many agents cycling at once in the real bot (its own
+//! process, release build) against the fake Discord, with a fake model that answers after a
+//! delay. Every card is approved by a click as soon as it appears, so each agent cycles as fast as
+//! the model lets it. Prints the click acknowledgements (p50, p99, max, and how many missed
+//! Discord's 3 s), the cycles run, and the bot's resident memory after warm-up and at the end, per
+//! agent and per 1,000 cycles.
+//!
+//! Run with `cargo bench --bench load`. Settings come from the environment: `BENCH_AGENTS`
+//! (1000), `BENCH_SECS` (120, after warm-up), `BENCH_WARMUP_SECS` (30), `BENCH_MODEL_MS` (200),
+//! `BENCH_MEMORY` (1: long-term memory on, with the fake's embeddings).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // A benchmark stops at the first failure.
+
+#[path = "../tests/it/support/mod.rs"]
+mod support;
+
+#[path = "shared/discord.rs"]
+mod discord_common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use discord_common::{approve_id, ms, percentile, start_agents, title, WAIT};
+use serde_json::{json, Value};
+use support::fake_discord::{FakeDiscord, ALICE, GUILD};
+use support::fake_openai::{agent_reply, Expect, FakeOpenAi, Reply};
+use support::{Running, TestEnv};
+
+/// Discord's limit for acknowledging an interaction.
+const ACK_LIMIT: Duration = Duration::from_secs(3);
+
+fn setting(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The cycle a card shows, from its title ("… · cycle N").
+fn cycle_of(card: &Value) -> Option<u64> {
+    title(card).rsplit("· cycle ").next()?.trim().parse().ok()
+}
+
+fn rss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .map_or(f64::NAN, |kib| kib / 1024.0)
+}
+
+/// Clicks sent and not yet answered, and the latencies of those that were.
+#[derive(Default)]
+struct Clicks {
+    waiting: Vec<(u64, Instant)>,
+    acked: Vec<Duration>,
+    missed: usize,
+}
+
+impl Clicks {
+    /// Collects the acknowledgements that arrived; a click unanswered past the limit is missed.
+    fn collect(&mut self, discord: &FakeDiscord) {
+        let mut still = Vec::with_capacity(self.waiting.len());
+        for (click, sent) in self.waiting.drain(..) {
+            match discord.callbacks(click).first() {
+                Some(callback) => {
+                    if callback.latency > ACK_LIMIT {
+                        self.missed += 1;
+                    }
+                    self.acked.push(callback.latency);
+                }
+                None if sent.elapsed() > ACK_LIMIT => self.missed += 1,
+                None => still.push((click, sent)),
+            }
+        }
+        self.waiting = still;
+    }
+}
+
+/// What the clicking thread saw.
+struct Driven {
+    last_clicked: HashMap<u64, u64>,
+    clicks: Clicks,
+    measured: Clicks,
+    cycles_at_warmup: u64,
+    rss_at_warmup: f64,
+    rss_samples: Vec<(f64, f64)>,
+}
+
+/// Approves every new card as it appears, for the warm-up and then the measured seconds; clicks
+/// after warm-up are the measured ones.
+fn drive(discord: &FakeDiscord, threads: &[u64], pid: u32, warmup: u64, secs: u64) -> Driven {
+    let mut driven = Driven {
+        last_clicked: HashMap::new(),
+        clicks: Clicks::default(),
+        measured: Clicks::default(),
+        cycles_at_warmup: 0,
+        rss_at_warmup: f64::NAN,
+        rss_samples: Vec::new(),
+    };
+    let run_started = Instant::now();
+    let total = Duration::from_secs(warmup + secs);
+    let mut next_sample = Instant::now();
+    while run_started.elapsed() < total {
+        let warm = run_started.elapsed() >= Duration::from_secs(warmup);
+        if warm && driven.rss_at_warmup.is_nan() {
+            driven.rss_at_warmup = rss_mib(pid);
+            driven.cycles_at_warmup = driven.last_clicked.values().sum();
+        }
+        for thread in threads {
+            let Some(card) = discord.newest_in(*thread) else {
+                continue;
+            };
+            let Some(cycle) = cycle_of(&card) else {
+                continue;
+            };
+            let id = approve_id(&card);
+            if id.is_empty() || driven.last_clicked.get(thread).copied() >= Some(cycle) {
+                continue;
+            }
+            driven.last_clicked.insert(*thread, cycle);
+            let click = discord.click(ALICE, &[], &card, &id);
+            let into = if warm {
+                &mut driven.measured
+            } else {
+                &mut driven.clicks
+            };
+            into.waiting.push((click, Instant::now()));
+        }
+        driven.clicks.collect(discord);
+        driven.measured.collect(discord);
+        if Instant::now() >= next_sample {
+            driven
+                .rss_samples
+                .push((run_started.elapsed().as_secs_f64(), rss_mib(pid)));
+            next_sample += Duration::from_secs(10);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    driven
+}
+
+fn main() {
+    let agents = setting("BENCH_AGENTS", 1000) as usize;
+    let secs = setting("BENCH_SECS", 120);
+    let warmup = setting("BENCH_WARMUP_SECS", 30);
+    let model_ms = setting("BENCH_MODEL_MS", 200);
+    let memory = setting("BENCH_MEMORY", 0) == 1;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let openai = FakeOpenAi::start(Expect::default()).await;
+        openai.set_endless(Reply::Delay(
+            Duration::from_millis(model_ms),
+            Box::new(Reply::Content(agent_reply(
+                "write_file",
+                json!({"filename": "notes-{n}.txt", "contents": "one more line of notes"}),
+            ))),
+        ));
+        let discord = FakeDiscord::start().await;
+        let budget = "guild_calls_per_minute = 0\n";
+        let env = if memory {
+            TestEnv::with_memory(&openai.base_url, budget)
+        } else {
+            TestEnv::with_budget(&openai.base_url, "timeout_secs = 60\n", budget)
+        };
+        let config = std::fs::read_to_string(env.dir.path().join("bot.toml")).expect("config");
+        std::fs::write(
+            env.dir.path().join("bot.toml"),
+            config + "\n[discord]\nmax_agents_per_user = 0\nmax_agents_per_guild = 0\n",
+        )
+        .expect("config");
+        let mut cmd = env.command(&["run"]);
+        cmd.env("DISCORD_TOKEN", "fake-token")
+            .env("DISCORD_API_BASE", &discord.base_url)
+            .env("DISCORD_DEV_GUILD", GUILD.to_string())
+            .env("RUST_LOG", "error");
+        let bot = Running::new_public(cmd.spawn().expect("the bot starts"));
+        let pid = bot.pid();
+        discord
+            .wait_for("command registration", WAIT, |d| {
+                (!d.commands().is_empty()).then_some(())
+            })
+            .await;
+        let started = Instant::now();
+        let mut threads: Vec<u64> = Vec::with_capacity(agents);
+        // Started in batches, as people would, rather than 1,000 slash commands in one instant.
+        for batch in (0..agents).collect::<Vec<_>>().chunks(100) {
+            threads.extend(
+                start_agents(&discord, batch.len())
+                    .await
+                    .into_iter()
+                    .map(|(thread, _)| thread),
+            );
+        }
+        println!(
+            "{agents} agents started in {:.1} s ({} ms model, memory {})",
+            started.elapsed().as_secs_f64(),
+            model_ms,
+            if memory { "on" } else { "off" }
+        );
+
+        // The clicking runs on its own thread: a pass over 1,000 threads on the runtime that
+        // serves the fakes would hold up their answers and be counted as the bot's latency.
+        let driver = {
+            let discord = discord.clone();
+            std::thread::spawn(move || drive(&discord, &threads, pid, warmup, secs))
+        };
+        let Driven {
+            last_clicked,
+            clicks: _,
+            mut measured,
+            cycles_at_warmup,
+            rss_at_warmup,
+            rss_samples,
+        } = tokio::task::spawn_blocking(move || driver.join().expect("the driver"))
+            .await
+            .expect("the driver");
+        // The clicks still waiting get their chance to be answered.
+        tokio::time::sleep(ACK_LIMIT).await;
+        measured.collect(&discord);
+        let cycles_run = last_clicked.values().sum::<u64>() - cycles_at_warmup;
+        let rss_end = rss_mib(pid);
+        if measured.acked.is_empty() {
+            panic!("no click was acknowledged after warm-up");
+        }
+        println!(
+            "{} clicks in {secs} s after {warmup} s of warm-up: ack p50 {}  p99 {}  max {}; {} missed Discord's 3 s",
+            measured.acked.len() + measured.missed,
+            ms(percentile(&measured.acked, 0.5)),
+            ms(percentile(&measured.acked, 0.99)),
+            ms(percentile(&measured.acked, 1.0)),
+            measured.missed
+        );
+        println!(
+            "{cycles_run} cycles ({:.1} per second, {:.1} per agent per minute)",
+            cycles_run as f64 / secs as f64,
+            cycles_run as f64 / agents as f64 / (secs as f64 / 60.0)
+        );
+        println!(
+            "bot RSS {rss_at_warmup:.1} MiB after warm-up, {rss_end:.1} MiB at the end ({:+.1}%): {:.3} MiB per agent, {:+.2} MiB per 1,000 cycles",
+            (rss_end / rss_at_warmup - 1.0) * 100.0,
+            rss_end / agents as f64,
+            (rss_end - rss_at_warmup) / (cycles_run.max(1) as f64 / 1000.0)
+        );
+        let trace: Vec<String> = rss_samples
+            .iter()
+            .map(|(at, mib)| format!("{at:.0}s {mib:.0}"))
+            .collect();
+        println!("bot RSS over the run (MiB): {}", trace.join(", "));
+        println!("fake Discord violations: {}", discord.errors().len());
+        bot.kill().await;
+    });
+}

@@ -218,7 +218,6 @@ fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize
             .commit(&Commit {
                 state: Some(&state),
                 episodes: new_episode.iter().collect(),
-                proposal: state.pending.as_ref(),
                 ..Default::default()
             })
             .expect("commit");

@@ -429,7 +429,6 @@ impl Actor {
         self.deps.store.commit(&Commit {
             state: Some(&self.state),
             episodes,
-            proposal,
             journal_done,
             workspace,
             at: self.deps.clock.now(),

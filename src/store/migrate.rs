@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::StoreError;
 
 /// The schema this code reads and writes.
-pub const SCHEMA_VERSION: u32 = 5;
+pub const SCHEMA_VERSION: u32 = 6;
 
 const SCHEMA_KEY: &[u8] = b"schema_version";
 
@@ -32,6 +32,10 @@ const MIGRATION_FILES: &[(&str, &str)] = &[
         "0005_policy_and_subagents.toml",
         include_str!("../../migrations/0005_policy_and_subagents.toml"),
     ),
+    (
+        "0006_proposals_live_in_agents.toml",
+        include_str!("../../migrations/0006_proposals_live_in_agents.toml"),
+    ),
 ];
 
 #[derive(Debug, Deserialize)]
@@ -53,6 +57,10 @@ pub enum MigrationStep {
     RenameTree {
         from: String,
         to: String,
+    },
+    /// Drops a tree and its records, if it exists.
+    DropTree {
+        tree: String,
     },
     /// Sets `pointer` in every JSON record of `tree` where it is missing.
     SetDefault {
@@ -154,6 +162,15 @@ fn apply(db: &sled::Db, step: &MigrationStep) -> Result<(), StoreError> {
                 db.drop_tree(from)?;
             } else {
                 db.open_tree(to)?;
+            }
+        }
+        MigrationStep::DropTree { tree } => {
+            if db
+                .tree_names()
+                .iter()
+                .any(|n| n.as_ref() == tree.as_bytes())
+            {
+                db.drop_tree(tree)?;
             }
         }
         MigrationStep::SetDefault {

@@ -1,4 +1,4 @@
-//! The sled store: agents, episodes, proposals, decisions, the command journal and the agents'
+//! The sled store: agents (with the proposal each awaits), episodes, decisions, the command journal and the agents'
 //! workspaces, as versioned JSON records, written in transactions and flushed at durability points.
 
 mod bindings;
@@ -16,7 +16,7 @@ use sled::transaction::{ConflictableTransactionError, TransactionError, Transact
 use crate::core::event::Decision;
 use crate::core::history::{Episode, Outcome};
 use crate::core::reply::CommandCall;
-use crate::core::state::{AgentState, Proposal};
+use crate::core::state::AgentState;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -145,7 +145,6 @@ pub struct DecisionRecord {
 pub struct Commit<'a> {
     pub state: Option<&'a AgentState>,
     pub episodes: Vec<&'a Episode>,
-    pub proposal: Option<&'a Proposal>,
     pub journal_done: Option<(u64, &'a Outcome)>,
     pub workspace: Vec<WorkspaceOp>,
     /// When the commit happens, from the runtime's clock: the journal's `done` time.
@@ -208,7 +207,6 @@ pub struct Store {
     db: sled::Db,
     agents: sled::Tree,
     episodes: sled::Tree,
-    proposals: sled::Tree,
     decisions: sled::Tree,
     journal: sled::Tree,
     workspace: sled::Tree,
@@ -242,7 +240,6 @@ impl Store {
         let store = Store {
             agents: db.open_tree("agents")?,
             episodes: db.open_tree("episodes")?,
-            proposals: db.open_tree("proposals")?,
             decisions: db.open_tree("decisions")?,
             journal: db.open_tree("journal")?,
             workspace: db.open_tree("workspace")?,
@@ -305,14 +302,8 @@ impl Store {
 
     pub fn commit(&self, commit: &Commit<'_>) -> Result<(), StoreError> {
         let now = commit.at;
-        (
-            &self.agents,
-            &self.episodes,
-            &self.proposals,
-            &self.journal,
-            &self.workspace,
-        )
-            .transaction(|(agents, episodes, proposals, journal, workspace)| {
+        (&self.agents, &self.episodes, &self.journal, &self.workspace).transaction(
+            |(agents, episodes, journal, workspace)| {
                 let abort = |e: StoreError| ConflictableTransactionError::Abort(e);
                 if let Some(state) = commit.state {
                     agents.insert(state.id.as_bytes(), encode(state).map_err(abort)?)?;
@@ -320,12 +311,6 @@ impl Store {
                         episodes.insert(
                             cycle_key(&state.id, episode.cycle),
                             encode(*episode).map_err(abort)?,
-                        )?;
-                    }
-                    if let Some(proposal) = commit.proposal {
-                        proposals.insert(
-                            cycle_key(&state.id, proposal.cycle),
-                            encode(proposal).map_err(abort)?,
                         )?;
                     }
                     if let Some((cycle, outcome)) = &commit.journal_done {
@@ -349,7 +334,8 @@ impl Store {
                     }
                 }
                 Ok(())
-            })?;
+            },
+        )?;
         Ok(())
     }
 

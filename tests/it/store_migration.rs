@@ -58,6 +58,9 @@ fn a_schema_1_store_is_migrated_on_open() {
     // Opening again is a no-op: the migration is recorded.
     let db = sled::open(dir.path()).unwrap();
     assert!(!db.tree_names().iter().any(|n| n.as_ref() == b"files"));
+    // Schema 6: the old store's proposals tree is gone; the pending proposal lives on in the
+    // agent's record (checked above).
+    assert!(!db.tree_names().iter().any(|n| n.as_ref() == b"proposals"));
     drop(db);
     let store = Store::open(dir.path()).unwrap();
     assert_eq!(store.list_agents().unwrap().len(), 1);

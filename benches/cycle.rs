@@ -254,6 +254,94 @@ fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize
     row("total", total_t);
 }
 
+/// About `chars` characters of English-like text, different for every `seed`: what the store
+/// keeps and compresses should look like an agent's notes, not one repeated letter.
+fn prose(seed: u64, chars: usize) -> String {
+    const WORDS: &[&str] = &[
+        "the",
+        "agent",
+        "wrote",
+        "a",
+        "summary",
+        "of",
+        "report",
+        "for",
+        "team",
+        "and",
+        "then",
+        "checked",
+        "every",
+        "source",
+        "against",
+        "notes",
+        "from",
+        "last",
+        "week",
+        "market",
+        "price",
+        "shipping",
+        "ferry",
+        "leaves",
+        "at",
+        "pier",
+        "island",
+        "weather",
+        "forecast",
+        "rain",
+        "budget",
+        "plan",
+        "next",
+        "step",
+        "because",
+        "data",
+        "shows",
+        "growth",
+        "in",
+        "north",
+        "region",
+        "while",
+        "costs",
+        "fell",
+        "by",
+        "percent",
+        "customers",
+        "asked",
+        "about",
+        "delivery",
+        "times",
+        "open",
+        "questions",
+        "remain",
+        "on",
+        "supplier",
+        "contract",
+        "draft",
+        "review",
+        "Monday",
+        "meeting",
+        "with",
+        "finance",
+        "sales",
+    ];
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let mut text = String::with_capacity(chars + 16);
+    while text.len() < chars {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        text.push_str(WORDS[(state >> 33) as usize % WORDS.len()]);
+        text.push(if (state >> 20).is_multiple_of(11) {
+            '.'
+        } else {
+            ' '
+        });
+    }
+    text.truncate(chars);
+    text
+}
+
 fn peak_rss_of_console_run(cycles: usize) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -265,7 +353,7 @@ fn peak_rss_of_console_run(cycles: usize) {
         for i in 0..cycles {
             fake.push_content(agent_reply(
                 "write_file",
-                json!({"filename": format!("f{i}.txt"), "contents": "x".repeat(2000)}),
+                json!({"filename": format!("f{i}.txt"), "contents": prose(i as u64, 2000)}),
             ));
         }
         let dir = tempfile::tempdir().expect("temp dir");

@@ -182,11 +182,13 @@ const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 /// Opens sled, waiting briefly when the directory is still locked: a process that just exited (or
 /// a handle just dropped) can hold sled's file lock for a moment while its flusher thread stops.
 fn open_waiting_for_lock(dir: &Path, cache_bytes: u64) -> Result<sled::Db, StoreError> {
+    let compress = created_compressed(dir).unwrap_or(true);
     let started = std::time::Instant::now();
     loop {
         match sled::Config::new()
             .path(dir)
             .cache_capacity(cache_bytes)
+            .use_compression(compress)
             .open()
         {
             Ok(db) => return Ok(db),
@@ -199,6 +201,20 @@ fn open_waiting_for_lock(dir: &Path, cache_bytes: u64) -> Result<sled::Db, Store
             Err(e) => return Err(e.into()),
         }
     }
+}
+
+/// Whether the store in `dir` was created with zstd compression, from the settings sled wrote
+/// beside it; `None` for a new store. sled fixes the choice when a store is created and refuses
+/// to open it with the other, so a store from before compression stays uncompressed. New stores
+/// are compressed: records are JSON and text, which zstd shrinks about threefold, on disk and in
+/// what each flush writes.
+fn created_compressed(dir: &Path) -> Option<bool> {
+    // The settings are text lines followed by a binary checksum.
+    let settings = std::fs::read(dir.join("conf")).ok()?;
+    String::from_utf8_lossy(&settings)
+        .lines()
+        .find_map(|line| line.strip_prefix("use_compression:"))
+        .map(|value| value.trim() == "true")
 }
 
 #[derive(Clone)]

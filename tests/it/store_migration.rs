@@ -83,3 +83,46 @@ async fn the_migrate_command_reports_the_schema_and_list_shows_the_migrated_agen
         "{stdout}"
     );
 }
+
+/// Writes a file record, reopens the store and reads it back; returns what sled recorded about
+/// compression when the store was created.
+fn round_trip(dir: &std::path::Path, contents: &[u8]) -> String {
+    let store = Store::open(dir).unwrap();
+    let state = support::inproc::agent("packed000001", "keep notes", "test-model", false);
+    store
+        .commit(&autothread::store::Commit {
+            state: Some(&state),
+            workspace: vec![autothread::store::WorkspaceOp::Put {
+                path: "notes.txt".into(),
+                contents: contents.to_vec(),
+            }],
+            ..Default::default()
+        })
+        .unwrap();
+    store.flush_blocking().unwrap();
+    drop(store);
+    let store = Store::open(dir).unwrap();
+    assert_eq!(
+        store
+            .read_file("packed000001", "notes.txt")
+            .unwrap()
+            .as_deref(),
+        Some(contents)
+    );
+    String::from_utf8_lossy(&std::fs::read(dir.join("conf")).unwrap()).into_owned()
+}
+
+#[test]
+fn new_stores_are_compressed_and_older_uncompressed_ones_still_open_as_they_are() {
+    let text = "the ferry to Skye leaves at 7:40 from pier 3; ".repeat(200);
+    let new = tempfile::tempdir().unwrap();
+    let settings = round_trip(new.path(), text.as_bytes());
+    assert!(settings.contains("use_compression: true"), "{settings}");
+
+    // A store created before compression (sled's default) keeps its setting: sled refuses to
+    // open a store with the other one.
+    let old = tempfile::tempdir().unwrap();
+    drop(sled::open(old.path()).unwrap());
+    let settings = round_trip(old.path(), text.as_bytes());
+    assert!(settings.contains("use_compression: false"), "{settings}");
+}

@@ -15,11 +15,11 @@ mod discord_common;
 
 use std::time::{Duration, Instant};
 
-use discord_common::{approve_id, ms, percentile, start_agents, title, WAIT};
+use discord_common::{approve_id, ms, percentile, start_agents, start_unlimited_bot, title, WAIT};
 use serde_json::json;
-use support::fake_discord::{FakeDiscord, ALICE, GUILD};
+use support::fake_discord::{FakeDiscord, ALICE};
 use support::fake_openai::{agent_reply, Expect, FakeOpenAi};
-use support::{Running, TestEnv};
+use support::TestEnv;
 
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -37,23 +37,7 @@ fn main() {
         }
         let discord = FakeDiscord::start().await;
         let env = TestEnv::new(&openai.base_url, "");
-        let config = std::fs::read_to_string(env.dir.path().join("bot.toml")).expect("config");
-        std::fs::write(
-            env.dir.path().join("bot.toml"),
-            config + "\n[discord]\nmax_agents_per_user = 0\nmax_agents_per_guild = 0\n",
-        )
-        .expect("config");
-        let mut cmd = env.command(&["run"]);
-        cmd.env("DISCORD_TOKEN", "fake-token")
-            .env("DISCORD_API_BASE", &discord.base_url)
-            .env("DISCORD_DEV_GUILD", GUILD.to_string())
-            .env("RUST_LOG", "error");
-        let bot = Running::new_public(cmd.spawn().expect("the bot starts"));
-        discord
-            .wait_for("command registration", WAIT, |d| {
-                (!d.commands().is_empty()).then_some(())
-            })
-            .await;
+        let bot = start_unlimited_bot(&env, &discord).await;
 
         for concurrent in [1usize, 50, 200] {
             let agents = start_agents(&discord, concurrent).await;

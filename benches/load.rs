@@ -19,11 +19,11 @@ mod discord_common;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use discord_common::{approve_id, ms, percentile, start_agents, title, WAIT};
+use discord_common::{approve_id, ms, percentile, start_agents, start_unlimited_bot, title};
 use serde_json::{json, Value};
-use support::fake_discord::{FakeDiscord, ALICE, GUILD};
+use support::fake_discord::{FakeDiscord, ALICE};
 use support::fake_openai::{agent_reply, Expect, FakeOpenAi, Reply};
-use support::{Running, TestEnv};
+use support::TestEnv;
 
 /// Discord's limit for acknowledging an interaction.
 const ACK_LIMIT: Duration = Duration::from_secs(3);
@@ -170,24 +170,8 @@ fn main() {
         } else {
             TestEnv::with_budget(&openai.base_url, "timeout_secs = 60\n", budget)
         };
-        let config = std::fs::read_to_string(env.dir.path().join("bot.toml")).expect("config");
-        std::fs::write(
-            env.dir.path().join("bot.toml"),
-            config + "\n[discord]\nmax_agents_per_user = 0\nmax_agents_per_guild = 0\n",
-        )
-        .expect("config");
-        let mut cmd = env.command(&["run"]);
-        cmd.env("DISCORD_TOKEN", "fake-token")
-            .env("DISCORD_API_BASE", &discord.base_url)
-            .env("DISCORD_DEV_GUILD", GUILD.to_string())
-            .env("RUST_LOG", "error");
-        let bot = Running::new_public(cmd.spawn().expect("the bot starts"));
+        let bot = start_unlimited_bot(&env, &discord).await;
         let pid = bot.pid();
-        discord
-            .wait_for("command registration", WAIT, |d| {
-                (!d.commands().is_empty()).then_some(())
-            })
-            .await;
         let started = Instant::now();
         let mut threads: Vec<u64> = Vec::with_capacity(agents);
         // Started in batches, as people would, rather than 1,000 slash commands in one instant.

@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::support::fake_discord::{FakeDiscord, ALICE, CHANNEL};
+use crate::support::fake_discord::{FakeDiscord, ALICE, CHANNEL, GUILD};
+use crate::support::{Running, TestEnv};
 
 pub const WAIT: Duration = Duration::from_secs(120);
 
@@ -89,4 +90,27 @@ pub async fn start_agents(discord: &FakeDiscord, count: usize) -> Vec<(u64, Valu
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Starts the bot (`run`, logging only errors) on `env` against `discord`, with no limit on agents
+/// per user or server, and waits until its commands are registered.
+pub async fn start_unlimited_bot(env: &TestEnv, discord: &FakeDiscord) -> Running {
+    let config = std::fs::read_to_string(env.dir.path().join("bot.toml")).expect("config");
+    std::fs::write(
+        env.dir.path().join("bot.toml"),
+        config + "\n[discord]\nmax_agents_per_user = 0\nmax_agents_per_guild = 0\n",
+    )
+    .expect("config");
+    let mut cmd = env.command(&["run"]);
+    cmd.env("DISCORD_TOKEN", "fake-token")
+        .env("DISCORD_API_BASE", &discord.base_url)
+        .env("DISCORD_DEV_GUILD", GUILD.to_string())
+        .env("RUST_LOG", "error");
+    let bot = Running::new_public(cmd.spawn().expect("the bot starts"));
+    discord
+        .wait_for("command registration", WAIT, |d| {
+            (!d.commands().is_empty()).then_some(())
+        })
+        .await;
+    bot
 }

@@ -191,6 +191,16 @@ async fn discord_memory_search_with_forget_and_pin_for_deciders_only() {
 /// Runs a console agent in continuous mode for `pairs` write-and-read pairs and a finish, and
 /// returns its stderr.
 async fn run_cycles(env: &TestEnv, openai: &FakeOpenAi, pairs: usize) -> String {
+    run_cycles_logging(env, openai, pairs, "warn").await
+}
+
+/// `run_cycles` with the binary's log filter given.
+async fn run_cycles_logging(
+    env: &TestEnv,
+    openai: &FakeOpenAi,
+    pairs: usize,
+    log_filter: &str,
+) -> String {
     for cycle in 1..=pairs {
         openai.push_content(agent_reply(
             "write_file",
@@ -202,16 +212,21 @@ async fn run_cycles(env: &TestEnv, openai: &FakeOpenAi, pairs: usize) -> String 
         ));
     }
     openai.push_content(agent_reply("finish", json!({"reason": "noted"})));
-    let mut run = env.spawn(&[
-        "console",
-        "--task",
-        "Note the ferry time",
-        "--name",
-        "FerryGPT",
-        "--role",
-        "r",
-        "--continuous",
-    ]);
+    let mut run = support::Running::new_public(
+        env.command(&[
+            "console",
+            "--task",
+            "Note the ferry time",
+            "--name",
+            "FerryGPT",
+            "--role",
+            "r",
+            "--continuous",
+        ])
+        .env("RUST_LOG", log_filter)
+        .spawn()
+        .expect("the autothread binary starts"),
+    );
     run.wait_for("Input:", 1, WAIT).await;
     run.type_lines(&["y"]).await;
     let (ok, out, err) = run.finish(WAIT).await;
@@ -262,37 +277,8 @@ async fn a_failing_embeddings_endpoint_is_left_alone_after_three_failures() {
 async fn a_cycle_with_memory_flushes_the_store_three_times_and_settles_every_call() {
     let openai = FakeOpenAi::start(Expect::test_model()).await;
     let pairs = 5;
-    for cycle in 1..=pairs {
-        openai.push_content(agent_reply(
-            "write_file",
-            json!({"filename": format!("note{cycle}.txt"), "contents": FACT}),
-        ));
-        openai.push_content(agent_reply(
-            "read_file",
-            json!({"filename": format!("note{cycle}.txt")}),
-        ));
-    }
-    openai.push_content(agent_reply("finish", json!({"reason": "noted"})));
     let env = TestEnv::with_memory(&openai.base_url, "guild_calls_per_minute = 0\n");
-    let mut run = support::Running::new_public(
-        env.command(&[
-            "console",
-            "--task",
-            "Note the ferry time",
-            "--name",
-            "FerryGPT",
-            "--role",
-            "r",
-            "--continuous",
-        ])
-        .env("RUST_LOG", "warn,autothread::cli=info")
-        .spawn()
-        .expect("the autothread binary starts"),
-    );
-    run.wait_for("Input:", 1, WAIT).await;
-    run.type_lines(&["y"]).await;
-    let (ok, out, err) = run.finish(WAIT).await;
-    assert!(ok && out.contains("noted"), "{out}{err}");
+    let err = run_cycles_logging(&env, &openai, pairs, "warn,autothread::cli=info").await;
     let cycles = 2 * pairs + 1;
     // Every cycle after the first recalls, and every cycle that ran a command remembers it.
     assert!(

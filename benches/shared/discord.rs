@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::support::fake_discord::{FakeDiscord, ALICE, CHANNEL, GUILD};
+use crate::support::bot::start_bot_with;
+use crate::support::fake_discord::{FakeDiscord, ALICE, CHANNEL};
 use crate::support::{Running, TestEnv};
 
 pub const WAIT: Duration = Duration::from_secs(120);
@@ -101,16 +102,5 @@ pub async fn start_unlimited_bot(env: &TestEnv, discord: &FakeDiscord) -> Runnin
         config + "\n[discord]\nmax_agents_per_user = 0\nmax_agents_per_guild = 0\n",
     )
     .expect("config");
-    let mut cmd = env.command(&["run"]);
-    cmd.env("DISCORD_TOKEN", "fake-token")
-        .env("DISCORD_API_BASE", &discord.base_url)
-        .env("DISCORD_DEV_GUILD", GUILD.to_string())
-        .env("RUST_LOG", "error");
-    let bot = Running::new_public(cmd.spawn().expect("the bot starts"));
-    discord
-        .wait_for("command registration", WAIT, |d| {
-            (!d.commands().is_empty()).then_some(())
-        })
-        .await;
-    bot
+    start_bot_with(env, discord, &[], Some("error")).await
 }

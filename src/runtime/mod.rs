@@ -3,12 +3,14 @@
 
 mod drain;
 mod handle;
+mod memory_calls;
 mod metered;
 pub mod supervisor;
 mod surface;
 
 pub use drain::Drain;
 pub use handle::{ActorMsg, AgentHandle, DecideError, Refused, BUSY, MAILBOX_CAPACITY};
+use memory_calls::PreparedCall;
 use metered::{AgentModel, MeteredCall};
 pub use surface::Surface;
 
@@ -67,21 +69,6 @@ pub fn was_interrupted(store: &Store, state: &AgentState) -> Result<bool, StoreE
         store.journal_entry(&state.id, state.cycle)?,
         Some(JournalEntry::Executing { .. })
     ))
-}
-
-/// A step's paid memory call, reserved before the step's flush.
-enum PreparedCall {
-    Remember(Box<crate::memory::PreparedRemember>),
-    Recall(crate::memory::PreparedRecall),
-}
-
-impl PreparedCall {
-    fn needs_durability(&self) -> bool {
-        match self {
-            PreparedCall::Remember(prepared) => prepared.is_reserved(),
-            PreparedCall::Recall(prepared) => prepared.is_reserved(),
-        }
-    }
 }
 
 struct Actor {
@@ -437,40 +424,6 @@ impl Actor {
             self.deps.store.flush().await?;
         }
         Ok(())
-    }
-
-    /// Reserves the paid memory calls among a step's effects (one entry per effect).
-    fn prepare_memory_calls(&self, effects: &[Effect]) -> Vec<Option<PreparedCall>> {
-        let Some(memory) = self.deps.memory.as_ref() else {
-            return effects.iter().map(|_| None).collect();
-        };
-        let payer = memory.payer(&self.state);
-        effects
-            .iter()
-            .map(|effect| match effect {
-                Effect::Remember { cycle, text } => memory
-                    .prepare_remember(&payer, *cycle, MemorySource::Cycle, text)
-                    .map_err(|e| {
-                        tracing::warn!(agent = %self.state.id, error = %e, "a memory could not be prepared; it is written without");
-                    })
-                    .ok()
-                    .map(|prepared| PreparedCall::Remember(Box::new(prepared))),
-                Effect::Recall { query, .. } if !self.deps.drain.is_raised() => {
-                    Some(PreparedCall::Recall(memory.prepare_recall(&payer, query)))
-                }
-                _ => None,
-            })
-            .collect()
-    }
-
-    /// Gives back the reservation of a prepared call that will not be made.
-    fn abandon(&self, call: &PreparedCall) {
-        if let Some(memory) = self.deps.memory.as_ref() {
-            match call {
-                PreparedCall::Remember(prepared) => memory.abandon_remember(prepared),
-                PreparedCall::Recall(prepared) => memory.abandon_recall(prepared),
-            }
-        }
     }
 
     async fn carry_out(

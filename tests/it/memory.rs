@@ -159,18 +159,7 @@ async fn agents_never_see_each_others_memories_and_forget_pin_and_restart_behave
     assert!(after.iter().all(|h| h.id != secret), "{after:?}");
 
     // Restart: a new store handle and memory service; the index is rebuilt lazily from sled.
-    let dir = {
-        let Fixture {
-            _dir,
-            store,
-            memory,
-            ..
-        } = f;
-        drop(memory);
-        drop(store);
-        _dir
-    };
-    let f = fixture_in(dir);
+    let f = fixture_in(shut_down(f));
     assert!(!f.memory.is_cached("agent-a"));
     let again = f.memory.search(&a, "lunch noon", 10).await.unwrap();
     assert!(f.memory.is_cached("agent-a"));
@@ -181,7 +170,8 @@ async fn agents_never_see_each_others_memories_and_forget_pin_and_restart_behave
     drop(f.store);
 }
 
-fn restart(f: Fixture, exact_below: usize) -> Fixture {
+/// Closes the fixture's memory service and store, keeping their folder for a restart.
+fn shut_down(f: Fixture) -> tempfile::TempDir {
     let Fixture {
         _dir,
         store,
@@ -190,7 +180,11 @@ fn restart(f: Fixture, exact_below: usize) -> Fixture {
     } = f;
     drop(memory);
     drop(store);
-    fixture_with(_dir, exact_below)
+    _dir
+}
+
+fn restart(f: Fixture, exact_below: usize) -> Fixture {
+    fixture_with(shut_down(f), exact_below)
 }
 
 /// The origin of the agent's graph once it is attached (it is loaded or built in the

@@ -12,6 +12,18 @@ use support::{created_agent_id, TestEnv};
 
 const FACT: &str = "The ferry to Skye leaves at 7:40 from pier 3.";
 
+/// The console run every test here makes: a named agent in continuous mode.
+const CONSOLE_RUN: &[&str] = &[
+    "console",
+    "--task",
+    "Note the ferry time",
+    "--name",
+    "FerryGPT",
+    "--role",
+    "r",
+    "--continuous",
+];
+
 /// A first cycle that writes the fact, a second that reads something else, then finish.
 fn script(openai: &FakeOpenAi) {
     openai.push_content(agent_reply(
@@ -46,16 +58,7 @@ async fn console_memories_are_written_searched_forgotten_and_pinned() {
     let openai = FakeOpenAi::start(Expect::test_model()).await;
     script(&openai);
     let env = TestEnv::with_memory(&openai.base_url, "guild_calls_per_minute = 0\n");
-    let mut run = env.spawn(&[
-        "console",
-        "--task",
-        "Note the ferry time",
-        "--name",
-        "FerryGPT",
-        "--role",
-        "r",
-        "--continuous",
-    ]);
+    let mut run = env.spawn(CONSOLE_RUN);
     run.wait_for("Input:", 1, WAIT).await;
     run.type_lines(&["y"]).await;
     let (ok, out, err) = run.finish(WAIT).await;
@@ -213,19 +216,10 @@ async fn run_cycles_logging(
     }
     openai.push_content(agent_reply("finish", json!({"reason": "noted"})));
     let mut run = support::Running::new_public(
-        env.command(&[
-            "console",
-            "--task",
-            "Note the ferry time",
-            "--name",
-            "FerryGPT",
-            "--role",
-            "r",
-            "--continuous",
-        ])
-        .env("RUST_LOG", log_filter)
-        .spawn()
-        .expect("the autothread binary starts"),
+        env.command(CONSOLE_RUN)
+            .env("RUST_LOG", log_filter)
+            .spawn()
+            .expect("the autothread binary starts"),
     );
     run.wait_for("Input:", 1, WAIT).await;
     run.type_lines(&["y"]).await;

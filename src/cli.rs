@@ -56,17 +56,29 @@ impl Cli {
     /// that our own transport already reports (and retries) in its own words.
     pub fn default_log_filter(&self) -> String {
         let level = match self.command {
-            CliCommand::Run => "info",
+            CliCommand::Run(_) => "info",
             _ => "warn",
         };
         format!("{level},serenity=warn,poise=warn,hnsw_rs=warn,anndists=warn,sled=warn,hyper=warn,reqwest=warn,rustls=warn,h2=warn,tungstenite=warn,async_openai=error")
     }
 }
 
+/// How `run` connects to Discord's gateway.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Serve only these gateway shards: A..B (B excluded), A..=B, or one shard A. Each process
+    /// needs its own --data-dir; an agent lives in the process serving its server's shard.
+    #[arg(long, requires = "total_shards")]
+    pub shards: Option<String>,
+    /// How many shards the bot runs in all, across its processes (default: 1).
+    #[arg(long)]
+    pub total_shards: Option<u32>,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum CliCommand {
     /// Run the Discord bot (token from DISCORD_TOKEN).
-    Run,
+    Run(RunArgs),
     /// Run an agent in this terminal.
     Console(ConsoleArgs),
     /// List saved agents. This and the other inspection commands also work while `run` holds
@@ -265,10 +277,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
     match cli.command {
         CliCommand::Console(args) => console(config, args).await,
-        CliCommand::Run => {
+        CliCommand::Run(args) => {
+            let shards = crate::surface::discord::shards::Shards::from_args(
+                args.shards.as_deref(),
+                args.total_shards,
+            )
+            .map_err(anyhow::Error::msg)?;
             let mut config = config;
             crate::llm::context::learn_context_windows(&mut config.llm, None).await;
             let app = App::open(config)?;
+            shards.check_store(&app.store).map_err(anyhow::Error::msg)?;
             if let Some(note) = app.settle_crashed_calls()? {
                 println!("{note}");
             }
@@ -280,7 +298,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 let _ = std::fs::write(path, std::process::id().to_string());
             }
             let admin_file = config_dir_file(&app.config, crate::inspect::ADMIN_FILE);
-            let ended = crate::surface::discord::client::run(app).await;
+            let ended = crate::surface::discord::client::run(app, shards).await;
             for path in [&pid_file, &admin_file].into_iter().flatten() {
                 let _ = std::fs::remove_file(path);
             }
@@ -442,7 +460,7 @@ async fn console(mut config: Config, args: ConsoleArgs) -> anyhow::Result<ExitCo
                 state.id,
                 visible_controls(state.name()),
                 state.cycle,
-                state.episodes.len()
+                state.step_count()
             );
             (state, first)
         }

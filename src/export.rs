@@ -30,7 +30,8 @@ pub fn transcript(store: &Store, state: &AgentState) -> Result<String, ExportErr
     let spent = Ledger::new(store)?
         .account(&Budgets::agent_account(&state.id))?
         .spent;
-    let mut out = render_transcript(state, spent);
+    let episodes = store.all_episodes(&state.id)?;
+    let mut out = render_transcript(state, &episodes, spent);
     let subagents = store.subagents(&state.id)?;
     if !subagents.is_empty() {
         out.push_str("\n## Sub-agents\n");

@@ -164,7 +164,7 @@ fn status(app: &App, prefix: &str, shown: &mut Shown) -> anyhow::Result<()> {
         visible_controls(state.name()),
         state.phase.label(),
         state.cycle,
-        state.episodes.len(),
+        state.step_count(),
         state.settings.model
     ));
     if let Some(proposal) = &state.pending {

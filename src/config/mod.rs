@@ -303,6 +303,20 @@ impl Config {
         if self.agent.full_steps == 0 {
             return Err(invalid("agent.full_steps", "must be at least 1"));
         }
+        // Only the newest steps are held whole in memory; the prompt and the brake look no further.
+        let whole = crate::core::history::WHOLE_STEPS_KEPT;
+        if self.agent.full_steps > whole {
+            return Err(invalid(
+                "agent.full_steps",
+                format!("must be at most {whole}"),
+            ));
+        }
+        if self.budget.runaway_repeat_steps as usize > whole {
+            return Err(invalid(
+                "budget.runaway_repeat_steps",
+                format!("must be at most {whole}"),
+            ));
+        }
         if self.workspace.max_file_bytes == 0
             || self.workspace.max_file_bytes > self.workspace.max_agent_bytes
         {

@@ -238,3 +238,51 @@ mod tests {
         assert_eq!(clean_summary("   \n"), None);
     }
 }
+
+/// How many of an agent's newest steps are kept whole in memory: more than the prompt shows in
+/// full, the runaway brake looks back over, or a late summary can still reach.
+pub const WHOLE_STEPS_KEPT: usize = 32;
+
+/// How many older steps are kept as the one line the prompt would show for them. A prompt within
+/// its default budget shows about this many; anything older lives in the store (for the
+/// transcript and export) and in long-term memory (for recall), so a long-running agent's
+/// footprint stays flat instead of growing with every cycle.
+pub const STEP_LINES_KEPT: usize = 256;
+
+/// The steps older than the whole ones: their Progress lines, oldest first, and how many more
+/// came before them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EarlierSteps {
+    pub lines: std::collections::VecDeque<(u64, Box<str>)>,
+    pub not_kept: u64,
+}
+
+impl EarlierSteps {
+    /// Takes a step leaving the whole ones (the oldest of the lines so far is the first to go).
+    pub fn push(&mut self, episode: &Episode) {
+        self.lines
+            .push_back((episode.cycle, episode.render_summary().into_boxed_str()));
+        while self.lines.len() > STEP_LINES_KEPT {
+            self.lines.pop_front();
+            self.not_kept += 1;
+        }
+    }
+
+    /// Takes a step older than every line so far, as the store reads them newest first.
+    pub fn push_older(&mut self, episode: &Episode) {
+        if self.lines.len() < STEP_LINES_KEPT {
+            self.lines
+                .push_front((episode.cycle, episode.render_summary().into_boxed_str()));
+        } else {
+            self.not_kept += 1;
+        }
+    }
+
+    pub fn len(&self) -> u64 {
+        self.not_kept + self.lines.len() as u64
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

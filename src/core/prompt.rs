@@ -232,6 +232,7 @@ pub fn build_cycle_prompt(inputs: &PromptInputs<'_>) -> BuiltPrompt {
     let mut in_full = 0;
     let mut summarised = 0;
     let mut full_mode = true;
+    let mut out_of_room = false;
     for episode in state.episodes.iter().rev() {
         if full_mode && in_full < inputs.full_steps {
             let text = episode.render_full();
@@ -248,6 +249,7 @@ pub fn build_cycle_prompt(inputs: &PromptInputs<'_>) -> BuiltPrompt {
         let text = episode.render_summary();
         let cost = counter.count(&text) + 1;
         if cost > available {
+            out_of_room = true;
             break;
         }
         available -= cost;
@@ -255,7 +257,21 @@ pub fn build_cycle_prompt(inputs: &PromptInputs<'_>) -> BuiltPrompt {
         shown_cycles.push(episode.cycle);
         summarised += 1;
     }
-    let omitted = state.episodes.len() - in_full - summarised;
+    // The steps older than the whole ones are held as the very lines shown for them.
+    for (cycle, line) in state.earlier.lines.iter().rev() {
+        if out_of_room {
+            break;
+        }
+        let cost = counter.count(line) + 1;
+        if cost > available {
+            break;
+        }
+        available -= cost;
+        lines_newest_first.push(line.to_string());
+        shown_cycles.push(*cycle);
+        summarised += 1;
+    }
+    let omitted = state.step_count() as usize - in_full - summarised;
 
     // The stable parts first (system, task) and what changes every cycle last (time, budget),
     // so that a provider's prefix cache serves the start and the Progress section grows in place.

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::brake::BrakeState;
 use super::budget::{BudgetStop, Micros, Pacing, SpendNote};
 use super::commands::Risk;
-use super::history::Episode;
+use super::history::{EarlierSteps, Episode, WHOLE_STEPS_KEPT};
 use super::memory::MemoryHit;
 use super::reply::{CommandCall, Thoughts};
 
@@ -312,9 +312,13 @@ pub struct AgentState {
     pub brake: BrakeState,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
-    /// Stored in their own tree, one record per cycle; loaded back by the store.
+    /// The newest steps, whole (at most `WHOLE_STEPS_KEPT` once recorded through
+    /// `record_episode`). Stored in their own tree, one record per cycle; loaded back by the store.
     #[serde(skip)]
     pub episodes: Vec<Episode>,
+    /// The steps before those, as their Progress lines, bounded; the store keeps them all.
+    #[serde(skip)]
+    pub earlier: EarlierSteps,
 }
 
 impl AgentState {
@@ -351,6 +355,7 @@ impl AgentState {
             created_at: now,
             updated_at: now,
             episodes: Vec::new(),
+            earlier: EarlierSteps::default(),
         }
     }
 
@@ -376,6 +381,20 @@ impl AgentState {
 
     pub fn last_episode(&self) -> Option<&Episode> {
         self.episodes.last()
+    }
+
+    /// Every step the agent has taken, counting those no longer held in memory.
+    pub fn step_count(&self) -> u64 {
+        self.earlier.len() + self.episodes.len() as u64
+    }
+
+    /// Adds the newest step; the oldest whole one beyond `WHOLE_STEPS_KEPT` becomes a line.
+    pub fn record_episode(&mut self, episode: Episode) {
+        self.episodes.push(episode);
+        if self.episodes.len() > WHOLE_STEPS_KEPT {
+            let leaving = self.episodes.remove(0);
+            self.earlier.push(&leaving);
+        }
     }
 
     /// Whether the agent waits for a decision on the proposal of `cycle`: the one question every

@@ -764,6 +764,69 @@ fn on_a_large_window_the_prompt_budget_bounds_the_history_kept() {
 }
 
 #[test]
+fn a_long_running_agent_holds_a_bounded_history_and_prompts_as_if_it_held_all() {
+    use crate::core::history::{STEP_LINES_KEPT, WHOLE_STEPS_KEPT};
+    let mut whole = Harness::started();
+    whole.state.episodes = (1..=1000).map(|c| episode(c, 40)).collect();
+    let mut bounded = Harness::started();
+    for cycle in 1..=1000 {
+        bounded.state.record_episode(episode(cycle, 40));
+    }
+    assert_eq!(bounded.state.episodes.len(), WHOLE_STEPS_KEPT);
+    assert_eq!(bounded.state.earlier.lines.len(), STEP_LINES_KEPT);
+    assert_eq!(bounded.state.step_count(), 1000);
+    assert_eq!(
+        bounded.state.episodes[0].cycle,
+        1000 - WHOLE_STEPS_KEPT as u64 + 1
+    );
+    let mut config = crate::config::LlmConfig::default();
+    config.models.insert(
+        "m".into(),
+        crate::config::ModelSpec {
+            context_tokens: 128_000,
+            max_tokens: 1_500,
+            reasoning: None,
+        },
+    );
+    let build = |h: &Harness, budget: u32| {
+        build_cycle_prompt(&PromptInputs {
+            state: &h.state,
+            commands: &h.commands,
+            now: Utc::now(),
+            limits: config.context_limits("m", Some(budget)),
+            extras: &h.extras,
+            full_steps: 2,
+            counter: &QuarterCounter,
+            format_in_prompt: true,
+            schema_tokens: 0,
+        })
+    };
+    // Within a budget that shows fewer steps than are held, the prompt is the same.
+    let (from_all, from_bounded) = (build(&whole, 4_000), build(&bounded, 4_000));
+    assert_eq!(from_all.messages, from_bounded.messages);
+    assert_eq!(from_all.steps_omitted, from_bounded.steps_omitted);
+    // On the whole window it shows every step held and counts the rest as not shown.
+    let widest = build(&bounded, 0);
+    let held = WHOLE_STEPS_KEPT + STEP_LINES_KEPT;
+    assert_eq!(widest.steps_in_full + widest.steps_summarised, held);
+    assert_eq!(widest.steps_omitted, 1000 - held);
+    let progress = widest
+        .messages
+        .iter()
+        .find(|m| m.content.starts_with("## Progress"))
+        .unwrap();
+    assert!(progress
+        .content
+        .contains(&format!("({} earlier steps are not shown", 1000 - held)));
+    assert!(progress
+        .content
+        .contains(&format!("- Step {}:", 1000 - held + 1)));
+    assert!(!progress
+        .content
+        .contains(&format!("- Step {}:", 1000 - held)));
+}
+
+#[test]
 fn huge_newest_step_falls_back_to_its_summary() {
     let mut h = Harness::started();
     h.state.episodes = vec![episode(1, 10), episode(2, 3000)];

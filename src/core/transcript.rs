@@ -1,17 +1,18 @@
 //! The Markdown transcript of an agent: profile, task, and every cycle with its decision and outcome.
 
 use super::budget::{format_usd, Micros};
-use super::history::format_call;
+use super::history::{format_call, Episode};
 use super::state::AgentState;
 
-/// The transcript; `spent` is what the ledger charged the agent in all (its sub-agents included).
-pub fn render_transcript(state: &AgentState, spent: Micros) -> String {
+/// The transcript of `episodes` (every step, read from the store: the state holds only the
+/// newest); `spent` is what the ledger charged the agent in all (its sub-agents included).
+pub fn render_transcript(state: &AgentState, episodes: &[Episode], spent: Micros) -> String {
     let mut out = format!("# {} — transcript\n\n", state.name());
     out.push_str(&format!(
         "- **Agent id:** `{}`\n- **State:** {}\n- **Cycles:** {}\n- **Model:** {}\n- **Created:** {}\n- **Tokens:** {} prompt, {} completion in {} calls\n- **Spent:** {} (the agent and its sub-agents)\n\n",
         state.id,
         state.phase.label(),
-        state.episodes.len(),
+        episodes.len(),
         state.settings.model,
         state.created_at.format("%Y-%m-%d %H:%M UTC"),
         state.usage.prompt_tokens,
@@ -38,7 +39,7 @@ pub fn render_transcript(state: &AgentState, spent: Micros) -> String {
         }
     }
     out.push_str(&format!("## Task\n\n{}\n\n## Steps\n\n", state.full_task()));
-    for episode in &state.episodes {
+    for episode in episodes {
         out.push_str(&format!(
             "### Cycle {}: `{}`\n\n",
             episode.cycle,

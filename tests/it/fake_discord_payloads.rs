@@ -6,7 +6,8 @@ use crate::support;
 use poise::serenity_prelude as serenity;
 use serde_json::{json, Value};
 use support::fake_discord::{
-    guild_payload, member, ready_payload, role, FakeDiscord, ALICE, CHANNEL, ROLE_TEAM,
+    guild_payload, guild_payload_of, member, ready_payload, role, FakeDiscord, ALICE, CHANNEL,
+    GUILD, GUILD_B, ROLE_TEAM,
 };
 
 fn assert_dispatch_parses(frame: &Value) {
@@ -25,8 +26,16 @@ fn assert_dispatch_parses(frame: &Value) {
 
 #[test]
 fn ready_guild_member_and_role_parse() {
-    assert_dispatch_parses(&json!({"op": 0, "s": 1, "t": "READY", "d": ready_payload(1234)}));
+    assert_dispatch_parses(
+        &json!({"op": 0, "s": 1, "t": "READY", "d": ready_payload(1234, 0, 1, &[GUILD])}),
+    );
     assert_dispatch_parses(&json!({"op": 0, "s": 2, "t": "GUILD_CREATE", "d": guild_payload()}));
+    assert_dispatch_parses(
+        &json!({"op": 0, "s": 2, "t": "GUILD_CREATE", "d": guild_payload_of(GUILD_B)}),
+    );
+    assert_dispatch_parses(
+        &json!({"op": 0, "s": 1, "t": "READY", "d": ready_payload(1234, 1, 2, &[GUILD, GUILD_B])}),
+    );
     let _: serenity::Member = serde_json::from_value(member(ALICE, &[ROLE_TEAM], "0")).unwrap();
     let _: serenity::Role = serde_json::from_value(role(ROLE_TEAM, "team")).unwrap();
 }

@@ -274,9 +274,12 @@ async fn a_cycle_with_memory_flushes_the_store_three_times_and_settles_every_cal
     let env = TestEnv::with_memory(&openai.base_url, "guild_calls_per_minute = 0\n");
     let err = run_cycles_logging(&env, &openai, pairs, "warn,autothread::cli=info").await;
     let cycles = 2 * pairs + 1;
-    // Every cycle after the first recalls, and every cycle that ran a command remembers it.
+    // Every cycle after the first recalls, and every cycle that ran a command remembers it,
+    // except that a step whose memory waits for its model summary is remembered only when the
+    // summary arrives: on a loaded machine the newest two may still wait when the run stops at
+    // its limit (a resumed agent asks for them again).
     assert!(
-        openai.embedded().len() >= 2 * (cycles - 1),
+        openai.embedded().len() >= 2 * (cycles - 1) - 2,
         "memory was on: {} embedding requests",
         openai.embedded().len()
     );

@@ -559,7 +559,7 @@ impl Stepper<'_, '_> {
                 text: cycle_memory_text(&episode, memory.text_chars),
             });
         }
-        self.state.episodes.push(episode);
+        self.state.record_episode(episode);
         self.state.pending = None;
         self.state.cycle += 1;
         self.state.cycles_since_resume += 1;

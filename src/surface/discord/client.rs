@@ -10,13 +10,14 @@ use poise::serenity_prelude as serenity;
 use serenity::{GatewayIntents, HttpBuilder};
 
 use super::commands::{self, Data};
+use super::shards::Shards;
 use super::{respond, router, DiscordSurface};
 use crate::app::App;
 use crate::runtime::supervisor::Supervisor;
 
-/// Connects and serves until the gateway connection ends, or until SIGTERM or SIGINT, which shut
-/// the bot down gracefully (see `shut_down`).
-pub async fn run(app: App) -> anyhow::Result<()> {
+/// Connects the `shards` this process serves and serves until the gateway connection ends, or
+/// until SIGTERM or SIGINT, which shut the bot down gracefully (see `shut_down`).
+pub async fn run(app: App, shards: Shards) -> anyhow::Result<()> {
     let token = app
         .config
         .discord
@@ -89,14 +90,17 @@ pub async fn run(app: App) -> anyhow::Result<()> {
         .framework(framework)
         .await
         .context("cannot connect to Discord")?;
-    let shards = client.shard_manager.clone();
+    tracing::info!(%shards, "connecting to the gateway");
+    let manager = client.shard_manager.clone();
     tokio::select! {
-        ended = client.start() => ended.context("the gateway connection ended")?,
+        ended = client.start_shard_range(shards.serenity_range(), shards.total) => {
+            ended.context("the gateway connection ended")?
+        }
         signal = shutdown_signal() => {
             tracing::info!(signal, "shutting down: no new interactions; calls and commands under way may finish");
             // Closing the gateway stops new interactions and messages; REST stays up, so what
             // finishes during the drain still reaches its thread.
-            shards.shutdown_all().await;
+            manager.shutdown_all().await;
             crate::ops::health().set_gateway(false);
             shut_down(&after, supervisor_slot.get()).await?;
         }

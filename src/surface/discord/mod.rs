@@ -10,6 +10,7 @@ mod parked;
 mod post;
 pub mod respond;
 mod router;
+pub mod shards;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -424,7 +425,7 @@ impl Surface for DiscordSurface {
                     "Steps".into(),
                     format!(
                         "{} cycles · {} model calls · {} prompt + {} completion tokens",
-                        agent.episodes.len(),
+                        agent.step_count(),
                         agent.usage.calls,
                         agent.usage.prompt_tokens,
                         agent.usage.completion_tokens

@@ -27,8 +27,53 @@ pub async fn start_bot_with(
     global: &[&str],
     rust_log: Option<&str>,
 ) -> Running {
+    let running = spawn_bot(env, discord, global, &[], rust_log);
+    discord
+        .wait_for("the slash commands to be registered", WAIT, |d| {
+            (!d.commands().is_empty()).then_some(())
+        })
+        .await;
+    running
+}
+
+/// `autothread run --shards … --total-shards …`, once the fake saw its shards identify.
+pub async fn start_bot_on_shards(
+    env: &TestEnv,
+    discord: &FakeDiscord,
+    shards: &str,
+    total: u32,
+    expected: &[u32],
+) -> Running {
+    let total_arg = total.to_string();
+    let running = spawn_bot(
+        env,
+        discord,
+        &[],
+        &["--shards", shards, "--total-shards", &total_arg],
+        Some("warn,autothread::surface::discord=info"),
+    );
+    discord
+        .wait_for(&format!("shards {expected:?} to identify"), WAIT, |d| {
+            let up = d.identified_shards();
+            expected
+                .iter()
+                .all(|s| up.contains(&(*s, total)))
+                .then_some(())
+        })
+        .await;
+    running
+}
+
+fn spawn_bot(
+    env: &TestEnv,
+    discord: &FakeDiscord,
+    global: &[&str],
+    run_args: &[&str],
+    rust_log: Option<&str>,
+) -> Running {
     let mut args = global.to_vec();
     args.push("run");
+    args.extend_from_slice(run_args);
     let mut cmd = env.command(&args);
     cmd.env("DISCORD_TOKEN", "fake-token")
         .env("DISCORD_API_BASE", &discord.base_url)
@@ -37,13 +82,7 @@ pub async fn start_bot_with(
         Some(filter) => cmd.env("RUST_LOG", filter),
         None => cmd.env_remove("RUST_LOG"),
     };
-    let running = Running::new_public(cmd.spawn().expect("the bot starts"));
-    discord
-        .wait_for("the slash commands to be registered", WAIT, |d| {
-            (!d.commands().is_empty()).then_some(())
-        })
-        .await;
-    running
+    Running::new_public(cmd.spawn().expect("the bot starts"))
 }
 
 /// The custom id of the button whose label starts with `label_prefix`.

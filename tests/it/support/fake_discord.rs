@@ -2,7 +2,9 @@
 //! routes the bot uses under /api/v10 and a WebSocket gateway (HELLO, IDENTIFY, READY,
 //! GUILD_CREATE, heartbeats, numbered dispatches). It stores threads and messages, applies
 //! Discord's validation rules and records every violation, and lets a test act as users:
-//! slash commands, button clicks, modal submits and messages.
+//! slash commands, button clicks, modal submits and messages. It has two servers, and routes each
+//! server's events to the gateway shard Discord would, `(guild_id >> 22) % total_shards`, so that
+//! bots running shards in separate processes can be tested together.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -20,6 +22,10 @@ use tokio::sync::mpsc;
 pub const APP: u64 = 1_000_000_000_000_000_001;
 pub const GUILD: u64 = 2_000_000_000_000_000_001;
 pub const CHANNEL: u64 = 3_000_000_000_000_000_001;
+/// A second server, on the other shard of two: its id differs from `GUILD` by one in the bits
+/// Discord shards by.
+pub const GUILD_B: u64 = GUILD + (1 << 22);
+pub const CHANNEL_B: u64 = 3_000_000_000_000_000_002;
 pub const ALICE: u64 = 4_000_000_000_000_000_001;
 pub const BOB: u64 = 4_000_000_000_000_000_002;
 pub const CAROL: u64 = 4_000_000_000_000_000_003;
@@ -39,12 +45,20 @@ pub struct Callback {
     pub latency: Duration,
 }
 
+/// One gateway connection, once it has identified as a shard.
+struct ShardLink {
+    tx: Option<mpsc::UnboundedSender<Value>>,
+    seq: u64,
+}
+
 #[derive(Default)]
 struct Inner {
     next_id: u64,
-    seq: u64,
-    gateway: Option<mpsc::UnboundedSender<Value>>,
-    identified: bool,
+    /// The identified connections by shard id.
+    shards: HashMap<u32, ShardLink>,
+    /// As the bot identified (0 before it has).
+    total_shards: u32,
+    /// Dispatches for a shard not yet identified.
     queued: Vec<Value>,
     /// Every message, in the order (and so the id order) they were stored.
     messages: Vec<Value>,
@@ -115,20 +129,34 @@ pub fn member(id: u64, roles: &[u64], permissions: &str) -> Value {
            "pending": false, "permissions": permissions})
 }
 
-pub fn ready_payload(port: u16) -> Value {
-    json!({"v": 10, "user": user(APP, "fakebot", true), "guilds": [{"id": GUILD.to_string(), "unavailable": true}],
-           "session_id": "fake-session", "resume_gateway_url": format!("ws://127.0.0.1:{port}/ws"), "shard": [0, 1],
+/// READY for shard `shard` of `total`, which serves `guilds`.
+pub fn ready_payload(port: u16, shard: u32, total: u32, guilds: &[u64]) -> Value {
+    let guilds: Vec<Value> = guilds
+        .iter()
+        .map(|g| json!({"id": g.to_string(), "unavailable": true}))
+        .collect();
+    json!({"v": 10, "user": user(APP, "fakebot", true), "guilds": guilds,
+           "session_id": "fake-session", "resume_gateway_url": format!("ws://127.0.0.1:{port}/ws"), "shard": [shard, total],
            "application": {"id": APP.to_string(), "flags": 0}})
 }
 
 pub fn guild_payload() -> Value {
+    guild_payload_of(GUILD)
+}
+
+/// GUILD_CREATE for one of the fake's servers, with its one text channel.
+pub fn guild_payload_of(guild: u64) -> Value {
+    let (name, channel) = match guild {
+        GUILD_B => ("Second Guild", CHANNEL_B),
+        _ => ("Fake Guild", CHANNEL),
+    };
     let everyone = {
-        let mut r = role(GUILD, "@everyone");
+        let mut r = role(guild, "@everyone");
         r["permissions"] = json!("1071698660929");
         r["position"] = json!(0);
         r
     };
-    json!({"id": GUILD.to_string(), "name": "Fake Guild", "icon": null, "owner_id": ALICE.to_string(),
+    json!({"id": guild.to_string(), "name": name, "icon": null, "owner_id": ALICE.to_string(),
         "verification_level": 0, "default_message_notifications": 0, "explicit_content_filter": 0, "mfa_level": 0,
         "premium_tier": 0, "nsfw_level": 0, "system_channel_flags": 0, "preferred_locale": "en-US",
         "premium_progress_bar_enabled": false, "features": [], "emojis": [], "stickers": [],
@@ -136,7 +164,7 @@ pub fn guild_payload() -> Value {
         "joined_at": "2024-01-01T00:00:00.000000+00:00", "large": false, "unavailable": false, "member_count": 3,
         "voice_states": [], "presences": [], "stage_instances": [], "guild_scheduled_events": [], "threads": [],
         "members": [member(ALICE, &[], MEMBER_PERMS)],
-        "channels": [{"id": CHANNEL.to_string(), "type": 0, "name": "general", "guild_id": GUILD.to_string(),
+        "channels": [{"id": channel.to_string(), "type": 0, "name": "general", "guild_id": guild.to_string(),
                       "position": 0, "permission_overwrites": [], "parent_id": null, "topic": null, "nsfw": false}]})
 }
 
@@ -306,12 +334,13 @@ impl FakeDiscord {
         self.inner.lock().unwrap()
     }
 
-    /// Sends a dispatch to the bot (queued until it has identified).
+    /// Sends a dispatch to the shard serving its server (queued until that shard has identified).
     pub fn dispatch(&self, t: &str, d: Value) {
         let mut inner = self.lock();
         let payload = json!({"op": 0, "t": t, "d": d});
-        if inner.identified {
-            send_dispatch(&mut inner, payload);
+        let shard = inner.shard_of_payload(&payload);
+        if inner.shards.contains_key(&shard) {
+            send_dispatch(&mut inner, shard, payload);
         } else {
             inner.queued.push(payload);
         }
@@ -340,13 +369,17 @@ impl FakeDiscord {
             .as_millis();
         let id = (((now_ms - DISCORD_EPOCH_MS) as u64) << 22) | (self.new_id() & 0x3f_ffff);
         let token = format!("itok{id}");
-        self.lock()
-            .interactions
-            .insert(id, (token.clone(), Instant::now()));
+        let guild = {
+            let mut inner = self.lock();
+            inner
+                .interactions
+                .insert(id, (token.clone(), Instant::now()));
+            inner.guild_of(channel)
+        };
         let value = json!({"id": id.to_string(), "application_id": APP.to_string(), "type": kind, "token": token,
             "version": 1, "locale": "en-US", "guild_locale": "en-US", "entitlements": [], "attachment_size_limit": 26214400,
-            "app_permissions": "2199023255551", "context": 0, "authorizing_integration_owners": {"0": GUILD.to_string()},
-            "guild_id": GUILD.to_string(), "channel_id": channel.to_string(),
+            "app_permissions": "2199023255551", "context": 0, "authorizing_integration_owners": {"0": guild.to_string()},
+            "guild_id": guild.to_string(), "channel_id": channel.to_string(),
             "member": member(user_id, roles, perms)});
         (id, value)
     }
@@ -414,7 +447,8 @@ impl FakeDiscord {
         resolved: Value,
     ) -> u64 {
         let (id, mut payload) = self.interaction_base(kind, user_id, roles, permissions, channel);
-        payload["data"] = json!({"id": "7000000000000000001", "name": "agent", "type": 1, "guild_id": GUILD.to_string(),
+        let guild = payload["guild_id"].clone();
+        payload["data"] = json!({"id": "7000000000000000001", "name": "agent", "type": 1, "guild_id": guild,
             "options": options, "resolved": resolved});
         self.dispatch("INTERACTION_CREATE", payload);
         id
@@ -473,7 +507,8 @@ impl FakeDiscord {
     /// A plain message typed by a user.
     pub fn say(&self, user_id: u64, roles: &[u64], channel: u64, content: &str) {
         let id = self.new_id();
-        self.dispatch("MESSAGE_CREATE", json!({"id": id.to_string(), "channel_id": channel.to_string(), "guild_id": GUILD.to_string(),
+        let guild = self.lock().guild_of(channel);
+        self.dispatch("MESSAGE_CREATE", json!({"id": id.to_string(), "channel_id": channel.to_string(), "guild_id": guild.to_string(),
             "author": user(user_id, name_of(user_id), false),
             "member": {"roles": roles.iter().map(|r| r.to_string()).collect::<Vec<_>>(), "joined_at": "2024-01-01T00:00:00.000000+00:00", "deaf": false, "mute": false, "flags": 0},
             "content": content, "timestamp": now_stamp(), "edited_timestamp": null, "tts": false, "mention_everyone": false,
@@ -592,10 +627,23 @@ impl FakeDiscord {
     /// Closes the gateway as Discord does for a bad token, which ends the bot's client.
     pub fn disconnect(&self) {
         let mut inner = self.lock();
-        if let Some(tx) = inner.gateway.take() {
-            let _ = tx.send(json!({"close": 4004}));
+        for (_, link) in inner.shards.drain() {
+            if let Some(tx) = link.tx {
+                let _ = tx.send(json!({"close": 4004}));
+            }
         }
-        inner.identified = false;
+    }
+
+    /// The shards that have identified, each with the total it gave.
+    pub fn identified_shards(&self) -> Vec<(u32, u32)> {
+        let inner = self.lock();
+        let mut shards: Vec<(u32, u32)> = inner
+            .shards
+            .keys()
+            .map(|&shard| (shard, inner.total_shards))
+            .collect();
+        shards.sort();
+        shards
     }
 
     /// Waits (bounded) until `probe` returns something.
@@ -621,22 +669,49 @@ impl FakeDiscord {
     }
 }
 
-fn send_dispatch(inner: &mut Inner, mut payload: Value) {
-    inner.seq += 1;
-    payload["s"] = json!(inner.seq);
-    inner.sent_payloads.push(payload.clone());
-    if let Some(tx) = &inner.gateway {
-        let _ = tx.send(payload);
+impl Inner {
+    /// The server a channel or thread belongs to.
+    fn guild_of(&self, channel: u64) -> u64 {
+        if channel == CHANNEL_B {
+            return GUILD_B;
+        }
+        self.threads
+            .iter()
+            .find(|t| t["id"] == channel.to_string().as_str())
+            .and_then(|t| t["guild_id"].as_str()?.parse().ok())
+            .unwrap_or(GUILD)
     }
+
+    /// The shard Discord sends a server's events to.
+    fn shard_of(&self, guild: u64) -> u32 {
+        ((guild >> 22) % u64::from(self.total_shards.max(1))) as u32
+    }
+
+    fn shard_of_payload(&self, payload: &Value) -> u32 {
+        let guild = payload["d"]["guild_id"]
+            .as_str()
+            .and_then(|g| g.parse().ok())
+            .unwrap_or(GUILD);
+        self.shard_of(guild)
+    }
+}
+
+/// Sends on one shard's connection with that connection's own sequence numbers.
+fn send_dispatch(inner: &mut Inner, shard: u32, mut payload: Value) {
+    let Some(link) = inner.shards.get_mut(&shard) else {
+        inner.queued.push(payload);
+        return;
+    };
+    link.seq += 1;
+    payload["s"] = json!(link.seq);
+    if let Some(tx) = &link.tx {
+        let _ = tx.send(payload.clone());
+    }
+    inner.sent_payloads.push(payload);
 }
 
 async fn gateway(mut socket: WebSocket, state: Shared, port: u16) {
     let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
-    {
-        let mut inner = state.lock().unwrap();
-        inner.gateway = Some(tx);
-        inner.identified = false;
-    }
     let hello = json!({"op": 10, "d": {"heartbeat_interval": 5000}});
     if socket
         .send(WsMessage::Text(hello.to_string().into()))
@@ -669,14 +744,24 @@ async fn gateway(mut socket: WebSocket, state: Shared, port: u16) {
                         if socket.send(WsMessage::Text(ack.into())).await.is_err() { return; }
                     }
                     Some(2) => {
+                        // Without a `shard` field the bot is Discord's one shard.
+                        let shard = frame["d"]["shard"][0].as_u64().unwrap_or(0) as u32;
+                        let total = frame["d"]["shard"][1].as_u64().unwrap_or(1) as u32;
                         let mut inner = state.lock().unwrap();
                         inner.identifies += 1;
-                        inner.identified = true;
-                        send_dispatch(&mut inner, json!({"op": 0, "t": "READY", "d": ready_payload(port)}));
-                        send_dispatch(&mut inner, json!({"op": 0, "t": "GUILD_CREATE", "d": guild_payload()}));
-                        let queued = std::mem::take(&mut inner.queued);
-                        for payload in queued {
-                            send_dispatch(&mut inner, payload);
+                        inner.total_shards = total;
+                        inner.shards.insert(shard, ShardLink { tx: Some(tx.clone()), seq: 0 });
+                        let guilds: Vec<u64> = [GUILD, GUILD_B].into_iter().filter(|&g| inner.shard_of(g) == shard).collect();
+                        send_dispatch(&mut inner, shard, json!({"op": 0, "t": "READY", "d": ready_payload(port, shard, total, &guilds)}));
+                        for guild in guilds {
+                            send_dispatch(&mut inner, shard, json!({"op": 0, "t": "GUILD_CREATE", "d": guild_payload_of(guild)}));
+                        }
+                        let (mine, others): (Vec<Value>, Vec<Value>) = std::mem::take(&mut inner.queued)
+                            .into_iter()
+                            .partition(|p| inner.shard_of_payload(p) == shard);
+                        inner.queued = others;
+                        for payload in mine {
+                            send_dispatch(&mut inner, shard, payload);
                         }
                     }
                     Some(6) => {
@@ -746,7 +831,8 @@ async fn create_thread(
         ));
     }
     inner.next_id += 1;
-    let thread = json!({"id": inner.next_id.to_string(), "type": 11, "guild_id": GUILD.to_string(), "parent_id": channel.to_string(),
+    let guild = inner.guild_of(channel);
+    let thread = json!({"id": inner.next_id.to_string(), "type": 11, "guild_id": guild.to_string(), "parent_id": channel.to_string(),
         "name": body["name"], "owner_id": APP.to_string(), "rate_limit_per_user": 0, "flags": 0, "message_count": 0, "member_count": 1,
         "thread_metadata": {"archived": false, "auto_archive_duration": 1440, "archive_timestamp": now_stamp(), "locked": false}});
     inner.threads.push(thread.clone());
@@ -846,7 +932,7 @@ fn stored_message(
             "url": format!("{port_hint}/att/{id}/{i}"), "proxy_url": format!("{port_hint}/att/{id}/{i}"),
             "content_type": "text/plain", "text": String::from_utf8_lossy(data)}))
         .collect();
-    json!({"id": id.to_string(), "channel_id": channel.to_string(), "guild_id": GUILD.to_string(),
+    json!({"id": id.to_string(), "channel_id": channel.to_string(), "guild_id": inner.guild_of(channel).to_string(),
         "author": user(APP, "fakebot", true), "content": body["content"].as_str().unwrap_or(""),
         "timestamp": now_stamp(), "edited_timestamp": null, "tts": false, "mention_everyone": false,
         "mentions": [], "mention_roles": [], "attachments": attachments, "embeds": body["embeds"].as_array().cloned().unwrap_or_default(),
@@ -906,6 +992,7 @@ fn store_message(
     let mut inner = state.lock().unwrap();
     let mut problems = message_problems(payload);
     let known = channel == CHANNEL
+        || channel == CHANNEL_B
         || inner
             .threads
             .iter()

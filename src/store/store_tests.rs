@@ -1,0 +1,176 @@
+//! The store's own tests: commits, decisions, the journal and the schema check.
+
+use super::*;
+
+fn state(id: &str) -> AgentState {
+    AgentState::for_test(id)
+}
+
+#[test]
+fn commit_and_reload_with_episodes_and_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut agent = state("abc123");
+    agent.episodes.push(Episode {
+        cycle: 1,
+        command: CommandCall::default(),
+        reasoning: "r".into(),
+        outcome: Outcome::Success("ok".into()),
+        summary: None,
+        decided_by: Some("me".into()),
+        cost: crate::core::budget::Micros::ZERO,
+    });
+    store
+        .commit(&Commit {
+            state: Some(&agent),
+            episodes: agent.episodes.iter().collect(),
+            workspace: vec![WorkspaceOp::Put {
+                path: "a/b.txt".into(),
+                contents: b"hello".to_vec(),
+            }],
+            ..Default::default()
+        })
+        .unwrap();
+    drop(store);
+    let store = Store::open(dir.path()).unwrap();
+    let loaded = store.load_agent("abc123").unwrap().unwrap();
+    assert_eq!(loaded.episodes, agent.episodes);
+    assert_eq!(
+        store.read_file("abc123", "a/b.txt").unwrap().unwrap(),
+        b"hello"
+    );
+    assert_eq!(
+        store.list_files("abc123").unwrap(),
+        vec![("a/b.txt".to_string(), 5)]
+    );
+    assert_eq!(store.resolve_agent("abc").unwrap(), "abc123");
+    assert!(matches!(
+        store.resolve_agent("zzz"),
+        Err(StoreError::UnknownAgent(_))
+    ));
+}
+
+#[test]
+fn an_agent_is_loaded_with_its_newest_steps_whole_and_older_ones_as_lines() {
+    use crate::core::history::{STEP_LINES_KEPT, WHOLE_STEPS_KEPT};
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut agent = state("long00000001");
+    let steps = (WHOLE_STEPS_KEPT + STEP_LINES_KEPT + 12) as u64;
+    for cycle in 1..=steps {
+        agent.record_episode(Episode {
+            cycle,
+            command: CommandCall::default(),
+            reasoning: format!("reason {cycle}"),
+            outcome: Outcome::Success(format!("output of {cycle}")),
+            summary: (cycle % 2 == 0).then(|| format!("summary of {cycle}")),
+            decided_by: None,
+            cost: crate::core::budget::Micros::ZERO,
+        });
+        store
+            .commit(&Commit {
+                state: Some(&agent),
+                episodes: agent.episodes.last().into_iter().collect(),
+                ..Default::default()
+            })
+            .unwrap();
+    }
+    let loaded = store.load_agent("long00000001").unwrap().unwrap();
+    assert_eq!(loaded.episodes, agent.episodes);
+    assert_eq!(loaded.earlier, agent.earlier);
+    assert_eq!(loaded.earlier.not_kept, 12);
+    assert_eq!(loaded.step_count(), steps);
+    let all = store.all_episodes("long00000001").unwrap();
+    assert_eq!(all.len() as u64, steps);
+    assert!(all.iter().map(|e| e.cycle).eq(1..=steps));
+}
+
+#[test]
+fn a_store_in_use_is_reported_after_a_bounded_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let _held = Store::open(dir.path()).unwrap();
+    let started = std::time::Instant::now();
+    let err = Store::open(dir.path()).unwrap_err();
+    assert!(matches!(err, StoreError::Locked(_)), "{err}");
+    assert!(err
+        .to_string()
+        .contains("in use by another autothread process"));
+    assert!(started.elapsed() >= LOCK_WAIT);
+}
+
+#[test]
+fn first_decision_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let first = DecisionRecord {
+        decision: Decision::Approve,
+        by: "alice".into(),
+        at: Utc::now(),
+    };
+    let second = DecisionRecord {
+        decision: Decision::Deny,
+        by: "bob".into(),
+        at: Utc::now(),
+    };
+    assert_eq!(store.record_decision("a", 3, &first).unwrap(), Ok(()));
+    let lost = store.record_decision("a", 3, &second).unwrap().unwrap_err();
+    assert_eq!(lost.by, "alice");
+    assert_eq!(store.record_decision("a", 4, &second).unwrap(), Ok(()));
+}
+
+#[tokio::test]
+async fn the_journal_records_start_then_done_with_the_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let agent = state("j1");
+    let call = CommandCall {
+        name: "write_file".into(),
+        ..Default::default()
+    };
+    assert_eq!(store.journal_entry("j1", 1).unwrap(), None);
+    store
+        .journal_executing("j1", 1, &call, Utc::now())
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.journal_entry("j1", 1).unwrap(),
+        Some(JournalEntry::Executing { .. })
+    ));
+    // A crash here leaves "executing": reopening the store still says so.
+    drop(store);
+    let store = Store::open(dir.path()).unwrap();
+    assert!(matches!(
+        store.journal_entry("j1", 1).unwrap(),
+        Some(JournalEntry::Executing { .. })
+    ));
+    let outcome = Outcome::Success("ok".into());
+    store
+        .commit(&Commit {
+            state: Some(&agent),
+            journal_done: Some((1, &outcome)),
+            workspace: vec![WorkspaceOp::Put {
+                path: "f.txt".into(),
+                contents: b"x".to_vec(),
+            }],
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(matches!(
+        store.journal_entry("j1", 1).unwrap(),
+        Some(JournalEntry::Done { status, .. }) if status == "success"
+    ));
+    assert_eq!(store.read_file("j1", "f.txt").unwrap().unwrap(), b"x");
+}
+
+#[test]
+fn newer_schema_refuses_to_open() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = sled::open(dir.path()).unwrap();
+        migrate::set_schema_version(&db, migrate::SCHEMA_VERSION + 1).unwrap();
+        db.flush().unwrap();
+    }
+    let err = Store::open(dir.path()).unwrap_err();
+    assert!(matches!(err, StoreError::TooNew { .. }));
+    assert!(err.to_string().contains("newer autothread"), "{err}");
+}

@@ -420,6 +420,16 @@ fn peak_rss_of_console_run(cycles: usize) {
             started.elapsed().as_secs_f64(),
             peak_kib as f64 / 1024.0
         );
+        // From one cycle's model request to the next: everything the process does in a cycle
+        // but wait for the model (which answers at once), without start-up and shutdown.
+        let arrivals = fake.cycle_arrivals();
+        if let (Some(first), Some(last)) = (arrivals.first(), arrivals.last()) {
+            let gaps = arrivals.len().saturating_sub(1).max(1);
+            println!(
+                "  per-cycle overhead (whole process, memory on): {:.2} ms mean over {gaps} cycles",
+                last.duration_since(*first).as_secs_f64() * 1e3 / gaps as f64
+            );
+        }
         let log = log.await.expect("the log");
         let report = log
             .lines()

@@ -7,7 +7,8 @@
 //!
 //! Run with `cargo bench --bench load`. Settings come from the environment: `BENCH_AGENTS`
 //! (1000), `BENCH_SECS` (120, after warm-up), `BENCH_WARMUP_SECS` (30), `BENCH_MODEL_MS` (200),
-//! `BENCH_MEMORY` (1: long-term memory on, with the fake's embeddings).
+//! `BENCH_MEMORY` (1: long-term memory on, with the fake's embeddings), `BENCH_CACHE_MB` (sled's
+//! page cache; the bot's default unless set).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // A benchmark stops at the first failure.
 
 #[path = "../tests/it/support/mod.rs"]
@@ -164,7 +165,12 @@ fn main() {
             ))),
         ));
         let discord = FakeDiscord::start().await;
-        let budget = "guild_calls_per_minute = 0\n";
+        // BENCH_CACHE_MB sets sled's page cache, to weigh memory against throughput.
+        let budget = match std::env::var("BENCH_CACHE_MB") {
+            Ok(mb) => format!("guild_calls_per_minute = 0\n\n[store]\ncache_mb = {mb}\n"),
+            Err(_) => "guild_calls_per_minute = 0\n".to_string(),
+        };
+        let budget = budget.as_str();
         let env = if memory {
             TestEnv::with_memory(&openai.base_url, budget)
         } else {

@@ -162,6 +162,12 @@ impl App {
 
     /// The runtime's services with the surface that shows this entry point's agents.
     pub fn deps(&self, surface: Arc<dyn Surface>) -> Deps {
+        self.deps_on(surface, tokio::runtime::Handle::current())
+    }
+
+    /// As `deps`, with the actors on `runtime` (the Discord bot calls this from its gateway's
+    /// runtime and keeps the agents on the main one).
+    pub fn deps_on(&self, surface: Arc<dyn Surface>, runtime: tokio::runtime::Handle) -> Deps {
         // The tokenizer's tables load lazily; loading them here keeps the first cycle's latency
         // out of a click's path.
         self.counter.warm_up();
@@ -177,6 +183,7 @@ impl App {
             memory: self.memory.clone(),
             web: self.web.clone(),
             drain: self.drain.clone(),
+            runtime,
         }
     }
 

@@ -35,6 +35,9 @@ pub struct MemoryHit {
     pub id: u64,
     pub cycle: u64,
     pub source: MemorySource,
+    /// Empty in a hit read back from the agent's record, which keeps hits by reference (see
+    /// `AgentState::recalled`) until `Memory::with_texts` fills it in again.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub text: String,
     /// Cosine similarity to the query (vectors are unit length).
     pub score: f32,

@@ -300,8 +300,10 @@ pub struct AgentState {
     /// Set while the agent waits for a rate limit before a model call.
     #[serde(default)]
     pub paced: Option<Pacing>,
-    /// The memories recalled for the current cycle.
-    #[serde(default)]
+    /// The memories recalled for the current cycle. The record keeps them without their texts,
+    /// which the memory store holds: the texts made up most of a record written three times a
+    /// cycle. An actor that loads the agent reads them back (`Memory::with_texts`).
+    #[serde(default, serialize_with = "hits_by_reference")]
     pub recalled: Vec<MemoryHit>,
     /// The agent's settled spend when its last cycle closed, so each step knows its own cost
     /// (`None` for agents saved before costs were kept, until their next cycle closes).
@@ -455,4 +457,19 @@ impl AgentState {
             chrono::DateTime::<Utc>::UNIX_EPOCH,
         )
     }
+}
+
+/// `recalled` as the record keeps it: each hit without its text.
+fn hits_by_reference<S: serde::Serializer>(
+    hits: &[MemoryHit],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(hits.iter().map(|hit| MemoryHit {
+        id: hit.id,
+        cycle: hit.cycle,
+        source: hit.source,
+        text: String::new(),
+        score: hit.score,
+        pinned: hit.pinned,
+    }))
 }

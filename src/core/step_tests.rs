@@ -714,10 +714,9 @@ fn a_200_episode_history_fits_a_4k_context_newest_in_full() {
     );
 }
 
-#[test]
-fn on_a_large_window_the_prompt_budget_bounds_the_history_kept() {
-    let mut h = Harness::started();
-    h.state.episodes = (1..=1000).map(|c| episode(c, 40)).collect();
+/// The harness's cycle prompt on a 128k-token window within `budget` prompt tokens (0: the
+/// whole window), two steps in full.
+fn large_window_prompt(h: &Harness, budget: u32) -> crate::core::prompt::BuiltPrompt {
     let mut config = crate::config::LlmConfig::default();
     config.models.insert(
         "m".into(),
@@ -727,21 +726,25 @@ fn on_a_large_window_the_prompt_budget_bounds_the_history_kept() {
             reasoning: None,
         },
     );
-    let build = |limits: ContextLimits| {
-        build_cycle_prompt(&PromptInputs {
-            state: &h.state,
-            commands: &h.commands,
-            now: Utc::now(),
-            limits,
-            extras: &h.extras,
-            full_steps: 2,
-            counter: &QuarterCounter,
-            format_in_prompt: true,
-            schema_tokens: 0,
-        })
-    };
-    let whole = build(config.context_limits("m", Some(0)));
-    let bounded = build(config.context_limits("m", Some(4_000)));
+    build_cycle_prompt(&PromptInputs {
+        state: &h.state,
+        commands: &h.commands,
+        now: Utc::now(),
+        limits: config.context_limits("m", Some(budget)),
+        extras: &h.extras,
+        full_steps: 2,
+        counter: &QuarterCounter,
+        format_in_prompt: true,
+        schema_tokens: 0,
+    })
+}
+
+#[test]
+fn on_a_large_window_the_prompt_budget_bounds_the_history_kept() {
+    let mut h = Harness::started();
+    h.state.episodes = (1..=1000).map(|c| episode(c, 40)).collect();
+    let whole = large_window_prompt(&h, 0);
+    let bounded = large_window_prompt(&h, 4_000);
     assert!(bounded.prompt_tokens <= 4_000, "{}", bounded.prompt_tokens);
     assert!(
         whole.prompt_tokens > 3 * bounded.prompt_tokens,
@@ -779,28 +782,7 @@ fn a_long_running_agent_holds_a_bounded_history_and_prompts_as_if_it_held_all() 
         bounded.state.episodes[0].cycle,
         1000 - WHOLE_STEPS_KEPT as u64 + 1
     );
-    let mut config = crate::config::LlmConfig::default();
-    config.models.insert(
-        "m".into(),
-        crate::config::ModelSpec {
-            context_tokens: 128_000,
-            max_tokens: 1_500,
-            reasoning: None,
-        },
-    );
-    let build = |h: &Harness, budget: u32| {
-        build_cycle_prompt(&PromptInputs {
-            state: &h.state,
-            commands: &h.commands,
-            now: Utc::now(),
-            limits: config.context_limits("m", Some(budget)),
-            extras: &h.extras,
-            full_steps: 2,
-            counter: &QuarterCounter,
-            format_in_prompt: true,
-            schema_tokens: 0,
-        })
-    };
+    let build = large_window_prompt;
     // Within a budget that shows fewer steps than are held, the prompt is the same.
     let (from_all, from_bounded) = (build(&whole, 4_000), build(&bounded, 4_000));
     assert_eq!(from_all.messages, from_bounded.messages);

@@ -1,6 +1,7 @@
 //! The OpenAI-compatible `ChatModel`: async-openai against any base URL, with an HTTP timeout, the
 //! retrying transport, and the endpoint's structured-output mode.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_openai::config::Config as ClientConfig;
@@ -11,7 +12,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{json, Value};
 
-use super::retry::{RetryPolicy, RetryingTransport, TransportError};
+use super::retry::{RetryPolicy, RetryingTransport, TransportError, SHARED_CONTEXT_FULL};
 use super::{ChatModel, ChatReply, ChatRequest, LlmError, PURPOSE_HEADER};
 use crate::config::{LlmConfig, Provider, ResponseFormatMode};
 use crate::core::event::Usage;
@@ -23,6 +24,26 @@ pub struct OpenAiChat {
     response_format: ResponseFormatMode,
     /// Decides per model whether a request is a reasoning model's, and what it is sent.
     llm: LlmConfig,
+    /// Sends one request at a time once the server has said that concurrent ones overflow the
+    /// context they share.
+    turns: SharedContextTurns,
+}
+
+/// Concurrent requests share a read turn; after the server reports its shared context full, every
+/// request takes the write turn, so they run one after another. The write turn also waits for the
+/// requests already under way, which would otherwise fill the context again.
+#[derive(Default)]
+struct SharedContextTurns {
+    one_at_a_time: AtomicBool,
+    turns: tokio::sync::RwLock<()>,
+}
+
+fn is_shared_context_full(error: &LlmError) -> bool {
+    match error {
+        LlmError::Unavailable { detail, .. } => detail.contains(SHARED_CONTEXT_FULL),
+        LlmError::Rejected { message, .. } => message.contains(SHARED_CONTEXT_FULL),
+        LlmError::BadResponse(_) => false,
+    }
 }
 
 impl std::fmt::Debug for OpenAiChat {
@@ -135,6 +156,7 @@ impl OpenAiChat {
             client: openai_client(&config.base_url, config)?,
             response_format: config.response_format,
             llm: config.clone(),
+            turns: SharedContextTurns::default(),
         })
     }
 
@@ -257,7 +279,33 @@ pub fn parse_completion(body: &Value) -> Result<ChatReply, LlmError> {
 #[async_trait]
 impl ChatModel for OpenAiChat {
     async fn complete(&self, request: ChatRequest) -> Result<ChatReply, LlmError> {
-        let body = self.request_body(&request);
+        if self.turns.one_at_a_time.load(Ordering::Acquire) {
+            let _turn = self.turns.turns.write().await;
+            return self.send(&request).await;
+        }
+        let first = {
+            let _turn = self.turns.turns.read().await;
+            self.send(&request).await
+        };
+        match first {
+            Err(error) if is_shared_context_full(&error) => {
+                if !self.turns.one_at_a_time.swap(true, Ordering::AcqRel) {
+                    tracing::warn!(
+                        "the model server ran out of the context its concurrent requests share; \
+                         sending it one request at a time from now on"
+                    );
+                }
+                let _turn = self.turns.turns.write().await;
+                self.send(&request).await
+            }
+            other => other,
+        }
+    }
+}
+
+impl OpenAiChat {
+    async fn send(&self, request: &ChatRequest) -> Result<ChatReply, LlmError> {
+        let body = self.request_body(request);
         let response: Value = self
             .client
             .chat()

@@ -60,6 +60,11 @@ impl TransportError {
 
 /// 429, 408 and 5xx may clear by themselves; 501 ("not implemented", e.g. llama.cpp's server
 /// without embeddings) will not, so retrying it only makes the caller wait.
+/// llama.cpp's words when the requests it serves at once have filled the one context (KV cache)
+/// they share: its server splits `-c` among its slots only when the cache is not unified, and a
+/// summary call beside a cycle's call is enough to fill 4,096 tokens with a small model.
+pub(super) const SHARED_CONTEXT_FULL: &str = "Context size has been exceeded";
+
 fn retryable_status(status: StatusCode) -> bool {
     status == StatusCode::TOO_MANY_REQUESTS
         || status == StatusCode::REQUEST_TIMEOUT
@@ -104,8 +109,12 @@ impl tower::Service<HttpRequestFactory> for RetryingTransport {
                 let wait = match client.execute(request).await {
                     Ok(response) if retryable_status(response.status()) => {
                         let status = response.status();
-                        if attempt >= policy.max_attempts {
-                            let body = response.text().await.unwrap_or_default();
+                        let hinted = retry_after(&response).map(|d| d.min(policy.max));
+                        // The body is read to tell a shared context that overflowed, which the
+                        // same request sent again at once would overflow again: the chat client
+                        // makes requests take turns instead.
+                        let body = response.text().await.unwrap_or_default();
+                        if attempt >= policy.max_attempts || body.contains(SHARED_CONTEXT_FULL) {
                             let body: String = body.chars().take(200).collect();
                             return Err(OpenAIError::Boxed(Box::new(TransportError::Status {
                                 status,
@@ -113,7 +122,6 @@ impl tower::Service<HttpRequestFactory> for RetryingTransport {
                                 body,
                             })));
                         }
-                        let hinted = retry_after(&response).map(|d| d.min(policy.max));
                         tracing::warn!(%status, attempt, "model endpoint busy or failing; retrying");
                         metrics::counter!(crate::ops::names::RETRIES, "status" => status.as_str().to_string())
                             .increment(1);

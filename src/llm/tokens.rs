@@ -1,5 +1,9 @@
 //! Token counting with tiktoken-rs: one shared BPE per encoding, and an estimate for models it doesn't know.
 
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Mutex, MutexGuard};
+
 use tiktoken_rs::tokenizer::{get_tokenizer, Tokenizer};
 use tiktoken_rs::CoreBPE;
 
@@ -66,10 +70,50 @@ impl std::fmt::Debug for TiktokenCounter {
 
 impl TokenCounter for TiktokenCounter {
     fn count(&self, text: &str) -> usize {
-        // encode_ordinary treats special-token text as plain text, so model output cannot make it fail.
-        let n = self.bpe.encode_ordinary(text).len();
+        let n = encoded_len(self.bpe, text);
         n + n * self.margin_percent / 100
     }
+}
+
+/// The encoded lengths of the longer texts counted lately, for every encoding: (encoding, hash,
+/// length in bytes) → tokens. A cycle's prompt repeats most of the one before (the system prompt,
+/// the steps shown, their lines) and is built twice when memory is on, and hashing a text costs
+/// a small fraction of encoding it.
+static SEEN: Mutex<Option<HashMap<SeenText, usize>>> = Mutex::new(None);
+/// A counted text: its encoding (by address), its hash and its length in bytes.
+type SeenText = (usize, u64, usize);
+/// Shorter texts are encoded each time: hashing saves little on them.
+const REMEMBERED_FROM_BYTES: usize = 200;
+/// At this many entries the memory starts again, which bounds it (about 0.5 MiB).
+const REMEMBERED_AT_MOST: usize = 16_384;
+
+fn seen() -> MutexGuard<'static, Option<HashMap<SeenText, usize>>> {
+    SEEN.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn encoded_len(bpe: &'static CoreBPE, text: &str) -> usize {
+    // encode_ordinary treats special-token text as plain text, so model output cannot make it fail.
+    if text.len() < REMEMBERED_FROM_BYTES {
+        return bpe.encode_ordinary(text).len();
+    }
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut hasher);
+    let key = (
+        std::ptr::from_ref(bpe) as usize,
+        hasher.finish(),
+        text.len(),
+    );
+    if let Some(&tokens) = seen().as_ref().and_then(|counts| counts.get(&key)) {
+        return tokens;
+    }
+    let tokens = bpe.encode_ordinary(text).len();
+    let mut guard = seen();
+    let counts = guard.get_or_insert_with(HashMap::new);
+    if counts.len() >= REMEMBERED_AT_MOST {
+        counts.clear();
+    }
+    counts.insert(key, tokens);
+    tokens
 }
 
 #[cfg(test)]
@@ -86,5 +130,22 @@ mod tests {
         let text = "The quick brown fox jumps over the lazy dog. ".repeat(20);
         assert!(unknown.count(&text) > TiktokenCounter::for_model("gpt-4").count(&text));
         assert!(known.count("<|endoftext|>") > 1);
+    }
+
+    #[test]
+    fn a_remembered_count_is_the_encodings_own_and_the_memory_stays_bounded() {
+        let counter = TiktokenCounter::for_model("gpt-4o-mini");
+        let text = "A step the prompt shows again and again, counted each cycle. ".repeat(10);
+        let first = counter.count(&text);
+        assert_eq!(first, counter.bpe.encode_ordinary(&text).len());
+        assert_eq!(counter.count(&text), first);
+        // Another encoding's count of the same text is its own.
+        let other = TiktokenCounter::for_model("gpt-4");
+        assert_eq!(other.count(&text), other.bpe.encode_ordinary(&text).len());
+        for i in 0..REMEMBERED_AT_MOST + 10 {
+            counter.count(&format!("{i} {text}"));
+        }
+        let held = seen().as_ref().map_or(0, HashMap::len);
+        assert!(held <= REMEMBERED_AT_MOST, "{held} counts held");
     }
 }

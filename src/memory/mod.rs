@@ -441,6 +441,24 @@ impl Memory {
         Ok(hits)
     }
 
+    /// `hits` read back from an agent's record, with their texts from this store again; a hit
+    /// whose memory was forgotten meanwhile (or cannot be read) is left out.
+    pub fn with_texts(&self, agent: &str, hits: Vec<MemoryHit>) -> Vec<MemoryHit> {
+        hits.into_iter()
+            .filter_map(|found| match self.record(agent, found.id) {
+                Ok(Some(record)) if !record.forgotten => Some(MemoryHit {
+                    text: record.text,
+                    ..found
+                }),
+                Ok(_) => None,
+                Err(e) => {
+                    tracing::warn!(agent, memory = found.id, error = %e, "cannot read a recalled memory back");
+                    None
+                }
+            })
+            .collect()
+    }
+
     pub fn record(&self, agent: &str, id: u64) -> Result<Option<MemoryRecord>, StoreError> {
         let k = key(agent, id);
         match self.records.get(&k)? {

@@ -52,6 +52,10 @@ pub struct Deps {
     pub web: Option<Arc<crate::web::Web>>,
     /// Raised when the process shuts down gracefully.
     pub drain: Drain,
+    /// The runtime the actors run on. The Discord bot keeps its gateway on a runtime of its own,
+    /// so that a click is acknowledged however busy the agents are; an actor started from a
+    /// click must still land here.
+    pub runtime: tokio::runtime::Handle,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -117,6 +121,15 @@ fn start_registered(
         id: state.id.clone(),
         tx,
     };
+    let runtime = deps.runtime.clone();
+    let mut state = state;
+    if state.recalled.iter().any(|hit| hit.text.is_empty()) {
+        // Loaded from the store, which keeps recalled memories by reference.
+        let hits = std::mem::take(&mut state.recalled);
+        if let Some(memory) = &deps.memory {
+            state.recalled = memory.with_texts(&state.id, hits);
+        }
+    }
     let actor = Actor {
         last_result_shown: state.episodes.last().map(|e| e.cycle).unwrap_or(0),
         policy: deps.config.policy.for_agent(&state),
@@ -128,7 +141,7 @@ fn start_registered(
         memory_writes: Arc::default(),
         registration,
     };
-    (handle, tokio::spawn(actor.run(first, rx)))
+    (handle, runtime.spawn(actor.run(first, rx)))
 }
 
 type Executed = (u64, CommandCall, Outcome, Vec<WorkspaceOp>);

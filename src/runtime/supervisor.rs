@@ -84,7 +84,7 @@ impl Supervisor {
             },
         );
         let registry = self.live.clone();
-        tokio::spawn(async move {
+        self.deps.runtime.spawn(async move {
             match done.await {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => {

@@ -134,7 +134,7 @@ async fn the_journal_records_start_then_done_with_the_commit() {
         .unwrap();
     assert!(matches!(
         store.journal_entry("j1", 1).unwrap(),
-        Some(JournalEntry::Executing { .. })
+        Some(JournalEntry::Executing { command, call: None, .. }) if command == "write_file"
     ));
     // A crash here leaves "executing": reopening the store still says so.
     drop(store);
@@ -173,4 +173,68 @@ fn newer_schema_refuses_to_open() {
     let err = Store::open(dir.path()).unwrap_err();
     assert!(matches!(err, StoreError::TooNew { .. }));
     assert!(err.to_string().contains("newer autothread"), "{err}");
+}
+
+#[test]
+fn recalled_memories_are_kept_by_reference_and_older_records_with_texts_still_load() {
+    use crate::core::memory::{MemoryHit, MemorySource};
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut agent = state("r1");
+    let text = "The launch password is heliotrope. ".repeat(30);
+    agent.recalled = vec![MemoryHit {
+        id: 7,
+        cycle: 3,
+        source: MemorySource::Cycle,
+        text: text.clone(),
+        score: 0.5,
+        pinned: true,
+    }];
+    store
+        .commit(&Commit {
+            state: Some(&agent),
+            ..Default::default()
+        })
+        .unwrap();
+    let raw = store.agents.get("r1").unwrap().unwrap();
+    assert!(
+        !String::from_utf8_lossy(&raw).contains("heliotrope"),
+        "the record holds the memory's text"
+    );
+    let loaded = store.load_agent_record("r1").unwrap().unwrap();
+    let hit = &loaded.recalled[0];
+    assert_eq!(
+        (hit.id, hit.cycle, hit.score, hit.pinned),
+        (7, 3, 0.5, true)
+    );
+    assert_eq!(hit.text, "");
+
+    // A record written before hits were kept by reference still has its texts.
+    let mut older: serde_json::Value = serde_json::from_slice(&raw).unwrap();
+    older["data"]["recalled"][0]["text"] = text.clone().into();
+    store
+        .agents
+        .insert("r1", serde_json::to_vec(&older).unwrap())
+        .unwrap();
+    let loaded = store.load_agent_record("r1").unwrap().unwrap();
+    assert_eq!(loaded.recalled[0].text, text);
+}
+
+#[test]
+fn a_journal_entry_written_with_its_whole_command_still_reads_as_executing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let older = serde_json::json!({"v": RECORD_VERSION, "data": {"state": "executing",
+        "call": {"name": "write_file", "args": {"filename": "a.txt"}},
+        "started_at": "2026-01-01T00:00:00Z"}});
+    store
+        .journal
+        .insert(cycle_key("j2", 4), serde_json::to_vec(&older).unwrap())
+        .unwrap();
+    match store.journal_entry("j2", 4).unwrap() {
+        Some(JournalEntry::Executing {
+            call: Some(call), ..
+        }) => assert_eq!(call.name, "write_file"),
+        other => panic!("not an executing entry: {other:?}"),
+    }
 }

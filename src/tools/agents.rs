@@ -217,6 +217,9 @@ impl Command for MessageAgent {
 }
 
 fn no_such_agent(ctx: &ToolCtx<'_>, key: &str) -> String {
+    // The key is the model's: a made-up one can run to thousands of characters, and this answer
+    // goes into the next prompts.
+    let key = crate::core::history::truncate_chars(key, 64);
     let keys: Vec<String> = ctx
         .subagents
         .all()

@@ -173,3 +173,42 @@ async fn response_format_follows_the_endpoint_mode() {
         assert_eq!(body["stream"], false);
     }
 }
+
+/// A server whose concurrent requests share one context (llama.cpp with a unified KV cache) and
+/// overflow it: the client then sends one request at a time, and no request is lost.
+#[tokio::test]
+async fn a_shared_context_that_overflows_makes_requests_take_turns() {
+    let fake = fake().await;
+    fake.set_shared_context();
+    let finish = || {
+        Reply::Delay(
+            Duration::from_millis(300),
+            Box::new(Reply::Content(agent_reply(
+                "finish",
+                json!({"reason": "ok"}),
+            ))),
+        )
+    };
+    for _ in 0..4 {
+        fake.push(finish());
+    }
+    let chat = std::sync::Arc::new(
+        OpenAiChat::new(&config(&fake.base_url, ResponseFormatMode::JsonSchema)).unwrap(),
+    );
+    let pair = || {
+        let (a, b) = (chat.clone(), chat.clone());
+        async move {
+            let (a, b) = tokio::join!(a.complete(request(true)), b.complete(request(true)));
+            a.unwrap();
+            b.unwrap();
+        }
+    };
+    pair().await;
+    let overflowed = fake.overflows();
+    assert!(overflowed >= 1, "the two requests never overlapped");
+    // From now on they take turns: the next pair overlaps nothing.
+    pair().await;
+    assert_eq!(fake.overflows(), overflowed);
+    assert_eq!(fake.requests(Kind::Cycle).len(), 4);
+    fake.assert_clean();
+}

@@ -108,20 +108,24 @@ fn payer(agent: &str, guild: &str) -> Payer {
     }
 }
 
-#[tokio::test]
-async fn agents_never_see_each_others_memories_and_forget_pin_and_restart_behave() {
-    let f = fixture_in(tempfile::tempdir().unwrap());
-    let (a, b) = (payer("agent-a", "g1"), payer("agent-b", "g1"));
-    let secret = f
-        .memory
+/// The memory the tests look for: cycle 3's launch password.
+async fn remember_password(f: &Fixture, payer: &Payer) -> u64 {
+    f.memory
         .remember(
-            &a,
+            payer,
             3,
             MemorySource::Cycle,
             "The launch password is heliotrope",
         )
         .await
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test]
+async fn agents_never_see_each_others_memories_and_forget_pin_and_restart_behave() {
+    let f = fixture_in(tempfile::tempdir().unwrap());
+    let (a, b) = (payer("agent-a", "g1"), payer("agent-b", "g1"));
+    let secret = remember_password(&f, &a).await;
     f.memory
         .remember(&a, 4, MemorySource::Cycle, "Lunch is at noon")
         .await
@@ -168,6 +172,35 @@ async fn agents_never_see_each_others_memories_and_forget_pin_and_restart_behave
     assert!(again[0].pinned);
     assert_eq!(f.memory.count("agent-b"), 1);
     drop(f.store);
+}
+
+#[tokio::test]
+async fn recalled_memories_get_their_texts_back_and_forgotten_ones_drop_out() {
+    let f = fixture_in(tempfile::tempdir().unwrap());
+    let a = payer("agent-a", "g1");
+    let kept = remember_password(&f, &a).await;
+    let gone = f
+        .memory
+        .remember(&a, 4, MemorySource::Cycle, "The launch is at noon")
+        .await
+        .unwrap();
+    let found = f.memory.search(&a, "launch password", 10).await.unwrap();
+    assert_eq!(found.len(), 2);
+    // As an agent's record keeps them: by reference.
+    let by_reference: Vec<_> = found
+        .iter()
+        .map(|hit| autothread::core::memory::MemoryHit {
+            text: String::new(),
+            ..hit.clone()
+        })
+        .collect();
+    f.memory.forget("agent-a", gone).unwrap();
+    let back = f.memory.with_texts("agent-a", by_reference.clone());
+    assert_eq!(back.len(), 1, "{back:?}");
+    assert_eq!(back[0].id, kept);
+    assert_eq!(back[0].text, "The launch password is heliotrope");
+    // Another agent's ids find nothing of agent-a's.
+    assert!(f.memory.with_texts("agent-b", by_reference).is_empty());
 }
 
 /// Closes the fixture's memory service and store, keeping their folder for a restart.
@@ -370,6 +403,7 @@ async fn a_fact_from_cycle_3_is_recalled_at_cycle_40_when_the_task_turns_to_it()
         memory: Some(f.memory.clone()),
         web: None,
         drain: Default::default(),
+        runtime: tokio::runtime::Handle::current(),
     };
     let state = support::inproc::agent(
         "recall000001",

@@ -109,6 +109,7 @@ async fn a_rate_limited_agent_waits_on_the_fake_clock_and_resumes() {
         memory: None,
         web: None,
         drain: Default::default(),
+        runtime: tokio::runtime::Handle::current(),
     };
     let mut state = agent(
         "paced0000001",

@@ -30,6 +30,8 @@ async fn sub_agents_live_bounded_and_paid_by_their_parent() {
             reply("list_agents", json!({})),
             reply("delete_agent", json!({"key": "2"})),
             reply("message_agent", json!({"key": "2", "message": "Still there?"})),
+            // A small model's made-up key, thousands of characters long, is not echoed whole.
+            reply("delete_agent", json!({"key": "i_e_t_r_o_".repeat(500)})),
             reply("finish", json!({"reason": "done"})),
         ]
         .into_iter(),
@@ -117,6 +119,11 @@ async fn sub_agents_live_bounded_and_paid_by_their_parent() {
         matches!(outcomes[6], Outcome::Error(t) if t == "Agent 2 does not exist; your sub-agents' keys: 1."),
         "{:?}",
         outcomes[6]
+    );
+    assert!(
+        matches!(outcomes[7], Outcome::Error(t) if t.starts_with("Agent i_e_t_r_o_") && t.chars().count() < 200),
+        "{:?}",
+        outcomes[7]
     );
 
     // One level deep: the Researcher's attempt to start "Deeper" stayed text.

@@ -1,6 +1,7 @@
-//! Start-up of the Discord bot: the serenity client (through `HttpBuilder::proxy` when another
-//! Discord-compatible API is configured), the poise framework with `/agent …`, and, once the
-//! gateway is ready, the surface, the supervisor and the agents a restart left running.
+//! Start-up of the Discord bot: the serenity client on a gateway thread of its own (through
+//! `HttpBuilder::proxy` when another Discord-compatible API is configured), the poise framework
+//! with `/agent …`, and, once the gateway is ready, the surface, the supervisor and the agents a
+//! restart left running.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -8,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use poise::serenity_prelude as serenity;
 use serenity::{GatewayIntents, HttpBuilder};
+use tokio::sync::oneshot;
 
 use super::commands::{self, Data};
 use super::shards::Shards;
@@ -17,6 +19,12 @@ use crate::runtime::supervisor::Supervisor;
 
 /// Connects the `shards` this process serves and serves until the gateway connection ends, or
 /// until SIGTERM or SIGINT, which shut the bot down gracefully (see `shut_down`).
+///
+/// The gateway, the slash commands and the acknowledgement of clicks run on a thread and runtime
+/// of their own, and the agents on the caller's: with 1,000 agents cycling, a click queued behind
+/// their work on a shared runtime waited over a second for its acknowledgement (Discord allows
+/// three). Each side has its own REST client, so that an acknowledgement never rides on a
+/// connection driven by the busy runtime.
 pub async fn run(app: App, shards: Shards) -> anyhow::Result<()> {
     let token = app
         .config
@@ -24,7 +32,62 @@ pub async fn run(app: App, shards: Shards) -> anyhow::Result<()> {
         .token
         .clone()
         .context("DISCORD_TOKEN is not set; the bot needs its token in the environment")?;
-    let mut http = HttpBuilder::new(token.expose());
+    let agents_runtime = tokio::runtime::Handle::current();
+    let surface_http = Arc::new(rest_client(&app, token.expose()));
+    let gateway_http = rest_client(&app, token.expose());
+    // The supervisor is built once the gateway is ready; the shutdown needs to reach it.
+    let supervisor_slot = Arc::new(OnceLock::<Supervisor>::new());
+    let slot = supervisor_slot.clone();
+    let after = app.clone();
+    let (stop_gateway, stop) = oneshot::channel::<()>();
+    let (gateway_closed, closed) = oneshot::channel::<()>();
+    // Held until the agents are drained: clicks acknowledged before the gateway closed still
+    // reach their agents meanwhile, as the gateway's runtime lives on until this is dropped.
+    let (release_gateway, released) = oneshot::channel::<()>();
+    let serve = move || async move {
+        let framework = framework(app, surface_http, agents_runtime, slot);
+        let intents = GatewayIntents::GUILDS
+            | GatewayIntents::GUILD_MESSAGES
+            | GatewayIntents::MESSAGE_CONTENT;
+        let mut client = serenity::ClientBuilder::new_with_http(gateway_http, intents)
+            .framework(framework)
+            .await
+            .context("cannot connect to Discord")?;
+        tracing::info!(%shards, "connecting to the gateway");
+        let manager = client.shard_manager.clone();
+        tokio::select! {
+            ended = client.start_shard_range(shards.serenity_range(), shards.total) => {
+                ended.context("the gateway connection ended")
+            }
+            _ = stop => {
+                manager.shutdown_all().await;
+                let _ = gateway_closed.send(());
+                let _ = released.await;
+                Ok(())
+            }
+        }
+    };
+    let mut gateway = on_gateway_thread(serve)?;
+    tokio::select! {
+        ended = &mut gateway => gateway_result(ended),
+        signal = shutdown_signal() => {
+            tracing::info!(signal, "shutting down: no new interactions; calls and commands under way may finish");
+            // Closing the gateway stops new interactions and messages; REST stays up, so what
+            // finishes during the drain still reaches its thread.
+            let _ = stop_gateway.send(());
+            let _ = closed.await;
+            crate::ops::health().set_gateway(false);
+            shut_down(&after, supervisor_slot.get()).await?;
+            drop(release_gateway);
+            gateway_result(gateway.await)
+        }
+    }
+}
+
+/// A REST client for Discord, through `HttpBuilder::proxy` when another Discord-compatible API
+/// is configured.
+fn rest_client(app: &App, token: &str) -> serenity::Http {
+    let mut http = HttpBuilder::new(token);
     if let Some(base) = &app.config.discord.api_base {
         // serenity ignores a proxy unless its own rate limiter is off; the proxy (or Discord
         // behind it) then answers 429s, which serenity reports as errors we retry at our level.
@@ -32,13 +95,20 @@ pub async fn run(app: App, shards: Shards) -> anyhow::Result<()> {
             .proxy(base.trim_end_matches('/'))
             .ratelimiter_disabled(true);
     }
-    let http = http.build();
+    http.build()
+}
+
+/// The poise framework with `/agent …`. Once the gateway is ready it builds the surface (posting
+/// through `surface_http`), the supervisor (starting actors on `agents_runtime`) and resumes the
+/// agents a restart left running.
+fn framework(
+    app: App,
+    surface_http: Arc<serenity::Http>,
+    agents_runtime: tokio::runtime::Handle,
+    slot: Arc<OnceLock<Supervisor>>,
+) -> poise::Framework<Data, anyhow::Error> {
     let dev_guild = app.config.discord.dev_guild;
-    // The supervisor is built once the gateway is ready; the shutdown needs to reach it.
-    let supervisor_slot = Arc::new(OnceLock::<Supervisor>::new());
-    let slot = supervisor_slot.clone();
-    let after = app.clone();
-    let framework = poise::Framework::builder()
+    poise::Framework::builder()
         .options(poise::FrameworkOptions {
             commands: commands::all(),
             event_handler: |ctx, event| Box::pin(router::on_event(ctx, event)),
@@ -51,19 +121,21 @@ pub async fn run(app: App, shards: Shards) -> anyhow::Result<()> {
         .setup(move |ctx, _ready, framework| {
             Box::pin(async move {
                 let surface = Arc::new(DiscordSurface::new(
-                    ctx.http.clone(),
+                    surface_http,
                     app.store.clone(),
                     app.config.agent.approve_n_default,
                     app.clock.clone(),
                 ));
-                spawn_repost_loop(&app, surface.clone());
-                let supervisor = Supervisor::new(app.deps(surface.clone()));
+                spawn_repost_loop(&agents_runtime, &app, surface.clone());
+                let supervisor =
+                    Supervisor::new(app.deps_on(surface.clone(), agents_runtime.clone()));
                 let _ = slot.set(supervisor.clone());
                 let data = Data {
                     supervisor,
                     agents: app.agents(),
                     surface,
                     app,
+                    agents_runtime: agents_runtime.clone(),
                 };
                 let commands = &framework.options().commands;
                 let registered = match dev_guild {
@@ -75,44 +147,58 @@ pub async fn run(app: App, shards: Shards) -> anyhow::Result<()> {
                 if let Err(e) = registered {
                     tracing::error!(error = %e, "cannot register the slash commands");
                 }
-                match data.supervisor.resume_all() {
-                    Ok(n) if n > 0 => tracing::info!(agents = n, "resumed agents after a restart"),
-                    Ok(_) => {}
-                    Err(e) => tracing::error!(error = %e, "cannot resume agents"),
+                // Loading every live agent is store work: off the gateway's thread, which keeps
+                // its heartbeats meanwhile. poise holds events until setup ends, so no click
+                // reaches an agent before it is resumed.
+                let supervisor = data.supervisor.clone();
+                let resumed = agents_runtime.spawn_blocking(move || supervisor.resume_all());
+                match resumed.await {
+                    Ok(Ok(n)) if n > 0 => {
+                        tracing::info!(agents = n, "resumed agents after a restart")
+                    }
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => tracing::error!(error = %e, "cannot resume agents"),
+                    Err(e) => tracing::error!(error = %e, "the resume task failed"),
                 }
                 Ok(data)
             })
         })
-        .build();
-    let intents =
-        GatewayIntents::GUILDS | GatewayIntents::GUILD_MESSAGES | GatewayIntents::MESSAGE_CONTENT;
-    let mut client = serenity::ClientBuilder::new_with_http(http, intents)
-        .framework(framework)
-        .await
-        .context("cannot connect to Discord")?;
-    tracing::info!(%shards, "connecting to the gateway");
-    let manager = client.shard_manager.clone();
-    tokio::select! {
-        ended = client.start_shard_range(shards.serenity_range(), shards.total) => {
-            ended.context("the gateway connection ended")?
-        }
-        signal = shutdown_signal() => {
-            tracing::info!(signal, "shutting down: no new interactions; calls and commands under way may finish");
-            // Closing the gateway stops new interactions and messages; REST stays up, so what
-            // finishes during the drain still reaches its thread.
-            manager.shutdown_all().await;
-            crate::ops::health().set_gateway(false);
-            shut_down(&after, supervisor_slot.get()).await?;
-        }
-    }
-    Ok(())
+        .build()
+}
+
+/// Runs `serve` to its end on a new thread with a runtime of its own; the receiver gets its
+/// result.
+fn on_gateway_thread<F, Served>(serve: F) -> anyhow::Result<oneshot::Receiver<anyhow::Result<()>>>
+where
+    F: FnOnce() -> Served + Send + 'static,
+    Served: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let (done, ended) = oneshot::channel();
+    std::thread::Builder::new()
+        .name("discord-gateway".into())
+        .spawn(move || {
+            let result = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("cannot build the gateway's runtime")
+                .and_then(|runtime| runtime.block_on(serve()));
+            let _ = done.send(result);
+        })
+        .context("cannot start the gateway's thread")?;
+    Ok(ended)
+}
+
+fn gateway_result(
+    ended: Result<anyhow::Result<()>, oneshot::error::RecvError>,
+) -> anyhow::Result<()> {
+    ended.unwrap_or_else(|_| Err(anyhow::anyhow!("the gateway's thread stopped unexpectedly")))
 }
 
 /// Posts the cards Discord did not take every `discord.repost_interval_secs`, until shutdown.
-fn spawn_repost_loop(app: &App, surface: Arc<DiscordSurface>) {
+fn spawn_repost_loop(agents: &tokio::runtime::Handle, app: &App, surface: Arc<DiscordSurface>) {
     let every = Duration::from_secs(app.config.discord.repost_interval_secs.max(1));
     let drain = app.drain.clone();
-    tokio::spawn(async move {
+    agents.spawn(async move {
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(every) => surface.repost_cards().await,

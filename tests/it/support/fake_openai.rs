@@ -91,6 +91,9 @@ struct Inner {
     profiles: VecDeque<String>,
     critiques: VecDeque<String>,
     requests: Vec<(Kind, Value)>,
+    /// When each cycle request arrived: with a model that answers at once, the time between two
+    /// is what the bot spends on a cycle outside the model.
+    cycle_arrivals: Vec<std::time::Instant>,
     errors: Vec<String>,
     expect: Expect,
     /// Reported usage (prompt, completion, cached prompt); (100, 20, 0) unless a test sets it.
@@ -109,6 +112,20 @@ struct Inner {
     /// Requests are kept for tests to inspect unless a long benchmark turns that off.
     forget_requests: bool,
     endless_served: u64,
+    /// Like llama.cpp with one KV cache shared by its slots: a chat request that arrives while
+    /// another is under way overflows it and gets llama.cpp's 500.
+    shared_context: bool,
+    in_flight: usize,
+    overflows: usize,
+}
+
+/// Counts a chat request as under way until it has been answered.
+struct InFlight(Arc<Mutex<Inner>>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.lock().unwrap().in_flight -= 1;
+    }
 }
 
 /// The endless reply with `{n}` replaced by its count, so that no two replies are the same command
@@ -186,6 +203,16 @@ impl FakeOpenAi {
         self.inner.lock().unwrap().embeddings_failing = status;
     }
 
+    /// Makes chat requests that overlap fail as llama.cpp's do when they fill its shared context.
+    pub fn set_shared_context(&self) {
+        self.inner.lock().unwrap().shared_context = true;
+    }
+
+    /// How many requests overlapped another and were refused for it.
+    pub fn overflows(&self) -> usize {
+        self.inner.lock().unwrap().overflows
+    }
+
     /// Makes `GET /v1/models` answer this body.
     pub fn set_models_listing(&self, body: Value) {
         self.inner.lock().unwrap().models_listing = Some(body);
@@ -245,6 +272,11 @@ impl FakeOpenAi {
             .filter(|(k, _)| *k == kind)
             .map(|(_, v)| v.clone())
             .collect()
+    }
+
+    /// When each cycle request arrived, in order.
+    pub fn cycle_arrivals(&self) -> Vec<std::time::Instant> {
+        self.inner.lock().unwrap().cycle_arrivals.clone()
     }
 
     pub fn remaining_cycle_steps(&self) -> usize {
@@ -541,11 +573,33 @@ async fn completions(
             return respond(Reply::Status(418, "text/plain", problem), (0, 0, 0)).await;
         }
     };
+    let overflowed = {
+        let mut state = inner.lock().unwrap();
+        let overflowed = state.shared_context && state.in_flight > 0;
+        if overflowed {
+            state.overflows += 1;
+        } else {
+            state.in_flight += 1;
+        }
+        overflowed
+    };
+    if overflowed {
+        let body = json!({"error": {"code": 500, "message": "Context size has been exceeded.", "type": "server_error"}});
+        return respond(
+            Reply::Status(500, "application/json", body.to_string()),
+            (0, 0, 0),
+        )
+        .await;
+    }
+    let _in_flight = InFlight(inner.clone());
     let usage = inner.lock().unwrap().usage.unwrap_or((100, 20, 0));
     let reply = {
         let mut inner = inner.lock().unwrap();
         if !inner.forget_requests {
             inner.requests.push((kind, body.clone()));
+            if kind == Kind::Cycle {
+                inner.cycle_arrivals.push(std::time::Instant::now());
+            }
         }
         match kind {
             Kind::Check => Reply::Content("{\"ok\": true}".into()),

@@ -230,6 +230,7 @@ pub fn deps(
         memory: None,
         web,
         drain: Default::default(),
+        runtime: tokio::runtime::Handle::current(),
     }
 }
 

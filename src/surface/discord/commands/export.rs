@@ -16,9 +16,19 @@ pub(super) async fn export(ctx: Ctx<'_>) -> Result<(), Error> {
     if !may_decide(&binding, &author(ctx)) {
         return Err(UserError::new(NOT_ALLOWED).into());
     }
-    let store = &ctx.data().app.store;
-    let transcript = crate::export::transcript(store, &state)?;
-    let archive = crate::export::workspace_zip(store, &state.id)?;
+    let store = ctx.data().app.store.clone();
+    let agent = state.clone();
+    // Reading every step and zipping up to the workspace's limit takes a while: not on the
+    // gateway's thread.
+    let (transcript, archive) = ctx
+        .data()
+        .agents_runtime
+        .spawn_blocking(move || -> Result<_, Error> {
+            let transcript = crate::export::transcript(&store, &agent)?;
+            let archive = crate::export::workspace_zip(&store, &agent.id)?;
+            Ok((transcript, archive))
+        })
+        .await??;
     ctx.send(
         poise::CreateReply::default()
             .content(format!("Export of **{}**.", state.name()))

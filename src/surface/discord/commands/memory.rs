@@ -35,7 +35,13 @@ pub(super) async fn memory_search(
     if !may_decide(&binding, &who) {
         return Err(UserError::new(NOT_ALLOWED).into());
     }
-    let hits = match memory.search(&memory.payer(&state), &query, 5).await {
+    // On the agents' runtime: the embedding call's connection joins their pool, and an index
+    // it builds is built on their blocking threads.
+    let search = {
+        let (memory, payer, query) = (memory.clone(), memory.payer(&state), query.clone());
+        async move { memory.search(&payer, &query, 5).await }
+    };
+    let hits = match data.agents_runtime.spawn(search).await? {
         Ok(hits) => hits,
         Err(e) => return reply(ctx, format!("The search failed: {e}."), true).await,
     };

@@ -31,6 +31,10 @@ pub struct Data {
     pub agents: AgentService,
     pub supervisor: Supervisor,
     pub surface: Arc<DiscordSurface>,
+    /// The agents' runtime. Commands run on the gateway's one thread, where anything slow would
+    /// hold up every click's acknowledgement: they hand slow work (an export, an embedding call)
+    /// to this runtime.
+    pub agents_runtime: tokio::runtime::Handle,
 }
 
 pub type Error = anyhow::Error;

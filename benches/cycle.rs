@@ -178,6 +178,7 @@ fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize
             spend: None,
             auto_stop: None,
             paced: None,
+            edits: Vec::new(),
         });
         let cycle = state.cycle;
         let start = Instant::now();

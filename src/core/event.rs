@@ -64,6 +64,9 @@ pub enum Decision {
     /// Do not run the command; the text becomes the cycle's result.
     Feedback(String),
     SelfCritique,
+    /// Replace the pending command's arguments with these, then wait for a decision again. An
+    /// edit is not a decision: it claims nothing, and the card stays open.
+    Edit(serde_json::Map<String, serde_json::Value>),
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -17,4 +17,6 @@ pub mod transcript;
 pub mod watchdog;
 
 #[cfg(test)]
+mod step_edit_tests;
+#[cfg(test)]
 mod step_tests;

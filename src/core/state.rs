@@ -148,9 +148,39 @@ pub struct Proposal {
     /// The rate limit the agent waited for before this proposal, if any.
     #[serde(default)]
     pub paced: Option<String>,
+    /// Who changed the model's arguments, and which, oldest first (the last few are kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub edits: Vec<ArgumentEdit>,
+}
+
+/// One person's edit of a proposal's arguments.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArgumentEdit {
+    pub by: String,
+    /// The names of the arguments changed, added or removed.
+    pub arguments: Vec<String>,
+}
+
+/// How many edits a proposal remembers: a card names the newest ones.
+pub const MAX_EDITS_KEPT: usize = 5;
+
+impl ArgumentEdit {
+    /// "alice (filename, text)"
+    pub fn describe(&self) -> String {
+        format!("{} ({})", self.by, self.arguments.join(", "))
+    }
 }
 
 impl Proposal {
+    /// Who edited which arguments, "alice (filename); bob (text)", or nothing when the model's
+    /// arguments stand.
+    pub fn editors(&self) -> Option<String> {
+        (!self.edits.is_empty()).then(|| {
+            let edits: Vec<String> = self.edits.iter().map(ArgumentEdit::describe).collect();
+            edits.join("; ")
+        })
+    }
+
     /// The money line under a proposal: the next step's estimated cost, what is left, and any
     /// rate limit waited for. Empty when spend is not tracked.
     pub fn money_line(&self) -> String {

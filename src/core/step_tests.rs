@@ -51,8 +51,8 @@ fn commands() -> CommandSet {
     }
 }
 
-struct Harness {
-    state: AgentState,
+pub(super) struct Harness {
+    pub(super) state: AgentState,
     commands: CommandSet,
     policy: Policy,
     extras: PromptExtras,
@@ -98,7 +98,7 @@ impl Harness {
         }
     }
 
-    fn started() -> Self {
+    pub(super) fn started() -> Self {
         let mut h = Harness::new(Some(profile()));
         let fx = h.step(Event::Start);
         assert!(matches!(fx[0], Effect::ShowProfile));
@@ -106,7 +106,7 @@ impl Harness {
         h
     }
 
-    fn step(&mut self, event: Event) -> Vec<Effect> {
+    pub(super) fn step(&mut self, event: Event) -> Vec<Effect> {
         let ctx = StepCtx {
             now: Utc.with_ymd_and_hms(2026, 11, 22, 8, 0, 0).unwrap(),
             commands: &self.commands,
@@ -139,11 +139,11 @@ impl Harness {
         })
     }
 
-    fn think(&mut self, text: &str) -> Vec<Effect> {
+    pub(super) fn think(&mut self, text: &str) -> Vec<Effect> {
         self.reply(CallPurpose::Think, text)
     }
 
-    fn decide(&mut self, decision: Decision) -> Vec<Effect> {
+    pub(super) fn decide(&mut self, decision: Decision) -> Vec<Effect> {
         let cycle = self.state.cycle;
         self.step(Event::Decided {
             cycle,
@@ -152,7 +152,7 @@ impl Harness {
         })
     }
 
-    fn finish_command(&mut self, outcome: Outcome) -> Vec<Effect> {
+    pub(super) fn finish_command(&mut self, outcome: Outcome) -> Vec<Effect> {
         let cycle = self.state.cycle;
         self.step(Event::CommandFinished { cycle, outcome })
     }
@@ -167,7 +167,7 @@ fn profile() -> Profile {
     }
 }
 
-fn reply_json(command: &str, args: serde_json::Value) -> String {
+pub(super) fn reply_json(command: &str, args: serde_json::Value) -> String {
     json!({
         "thoughts": {"text": "t", "reasoning": format!("because {command}"), "plan": "- a", "self_criticism": "c", "speak": "s", "observations": "o"},
         "command": {"name": command, "args": args}
@@ -191,7 +191,7 @@ fn main_call(fx: &[Effect]) -> &ModelCall {
         .expect("a model call")
 }
 
-fn executes(fx: &[Effect]) -> Option<&CommandCall> {
+pub(super) fn executes(fx: &[Effect]) -> Option<&CommandCall> {
     fx.iter().find_map(|e| match e {
         Effect::Execute { call, .. } => Some(call),
         _ => None,
@@ -907,7 +907,7 @@ fn budget_view(remaining: u64) -> BudgetView {
     }
 }
 
-fn proposal_of(fx: &[Effect]) -> &super::state::Proposal {
+pub(super) fn proposal_of(fx: &[Effect]) -> &super::state::Proposal {
     fx.iter()
         .find_map(|e| match e {
             Effect::ShowProposal { proposal, .. } => Some(proposal),

@@ -27,6 +27,9 @@ pub enum DecideError {
     /// The agent's mailbox is full; trying again in a moment may work.
     #[error("{BUSY}")]
     Busy,
+    /// The agent did not take it, for the reason given (an edit that does not validate).
+    #[error("{0}")]
+    NotApplied(String),
 }
 
 /// What a person is told when an agent's mailbox is full.

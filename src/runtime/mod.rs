@@ -30,7 +30,7 @@ use crate::core::policy::Policy;
 use crate::core::prompt::{ContextLimits, PromptExtras, TokenCounter};
 use crate::core::reply::CommandCall;
 use crate::core::state::{AgentState, AgentView, Phase};
-use crate::core::step::{step, StepCtx};
+use crate::core::step::{step, StepCtx, NO_LONGER_PENDING};
 use crate::llm::{ChatModel, ChatRequest};
 use crate::store::{Commit, DecisionRecord, JournalEntry, Store, StoreError, WorkspaceOp};
 use crate::tools::{AgentFiles, AskUser, Registry, SubAgents, ToolCtx};
@@ -242,22 +242,33 @@ impl Actor {
         reply: Option<oneshot::Sender<Result<(), DecideError>>>,
         executed: Option<Executed>,
     ) -> Result<(), RuntimeError> {
+        // An edit changes the proposal but decides nothing: it claims no decision and leaves
+        // the card open.
         if let Event::Decided {
             cycle,
             decision,
             by,
         } = &event
         {
-            if let Err(why) = self.claim_decision(*cycle, decision, by) {
-                if let Some(reply) = reply {
-                    let _ = reply.send(Err(why));
+            if matches!(decision, Decision::Edit(_)) {
+                if !self.state.awaits_decision_on(*cycle) {
+                    if let Some(reply) = reply {
+                        let _ = reply.send(Err(DecideError::NotPending));
+                    }
+                    return Ok(());
                 }
-                return Ok(());
+            } else {
+                if let Err(why) = self.claim_decision(*cycle, decision, by) {
+                    if let Some(reply) = reply {
+                        let _ = reply.send(Err(why));
+                    }
+                    return Ok(());
+                }
+                self.deps
+                    .surface
+                    .decided(&self.state, *cycle, decision, by)
+                    .await;
             }
-            self.deps
-                .surface
-                .decided(&self.state, *cycle, decision, by)
-                .await;
         }
         if let Event::ModelReplied {
             purpose: CallPurpose::Summary { cycle },
@@ -340,9 +351,13 @@ impl Actor {
             }
         }
         if let Some(reply) = reply {
-            // Only decisions carry a reply, and `step` rejects a decision only when its cycle is
-            // not the pending one (which `claim_decision` normally catches first).
-            let answer = rejection.map_or(Ok(()), |_| Err(DecideError::NotPending));
+            // Only decisions carry a reply. `step` rejects one when its cycle is not the pending
+            // one (which `claim_decision` normally catches first), or an edit it cannot apply.
+            let answer = match rejection {
+                None => Ok(()),
+                Some(why) if why == NO_LONGER_PENDING => Err(DecideError::NotPending),
+                Some(why) => Err(DecideError::NotApplied(why)),
+            };
             let _ = reply.send(answer);
         } else if let Some(why) = rejection {
             self.deps.surface.notify(&self.state, &why).await;

@@ -1,5 +1,5 @@
 //! The terminal surface: AutoGPT's original CLI. Prints profiles, thoughts and results, and reads
-//! `y`, `y -N`, `n`, `s` or feedback text from standard input.
+//! `y`, `y -N`, `n`, `s`, `e` (edit the arguments) or feedback text from standard input.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -10,9 +10,12 @@ use tokio::sync::Mutex;
 
 use crate::core::budget::{format_usd, BudgetKind, Micros, MICROS_PER_USD};
 use crate::core::event::{Decision, APPROVE_N_MAX};
-use crate::core::history::{Episode, Outcome};
+use crate::core::history::{truncate_chars, Episode, Outcome};
 use crate::core::state::{AgentState, AgentView, PauseReason, Proposal};
+use crate::core::step::{argument_text, edited_value};
+use crate::runtime::DecideError;
 use crate::runtime::{AgentHandle, Surface};
+use serde_json::{Map, Value};
 
 type LineSource = Lines<BufReader<Box<dyn AsyncRead + Send + Unpin>>>;
 
@@ -20,12 +23,14 @@ type LineSource = Lines<BufReader<Box<dyn AsyncRead + Send + Unpin>>>;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConsoleInput {
     Decision(Decision),
+    /// Edit the command's arguments, one prompt each.
+    Edit,
     /// Not understood; the text says how to type it.
     Invalid(String),
     Empty,
 }
 
-/// Parses AutoGPT's console answers: `y`, `y -N`, `n`, `s`, anything else is feedback.
+/// Parses AutoGPT's console answers: `y`, `y -N`, `n`, `s`, `e`; anything else is feedback.
 pub fn parse_input(line: &str) -> ConsoleInput {
     let text = line.trim();
     if text.is_empty() {
@@ -36,6 +41,7 @@ pub fn parse_input(line: &str) -> ConsoleInput {
         "y" | "yes" => return ConsoleInput::Decision(Decision::Approve),
         "n" | "no" | "q" | "exit" => return ConsoleInput::Decision(Decision::Deny),
         "s" => return ConsoleInput::Decision(Decision::SelfCritique),
+        "e" => return ConsoleInput::Edit,
         _ => {}
     }
     if let Some(rest) = lower.strip_prefix("y -") {
@@ -67,6 +73,36 @@ impl ConsoleSurface {
 
     pub fn stdin() -> Self {
         ConsoleSurface::new(Box::new(tokio::io::stdin()))
+    }
+
+    /// Asks for each argument in turn, showing its value: Enter keeps it, `-` removes it, and
+    /// anything else replaces it. `None` when nothing changed or the input ended.
+    async fn read_edit(&self, args: &Map<String, Value>) -> Option<Map<String, Value>> {
+        print_flush(
+            "Edit each argument: Enter keeps it, '-' removes it, anything else replaces it.\n",
+        );
+        let mut edited = args.clone();
+        for (name, value) in args {
+            let shown = truncate_chars(&argument_text(value).replace('\n', "\\n"), 80);
+            let typed = self.read_line(&format!("  {name} [{shown}]: ")).await?;
+            if typed.is_empty() {
+                continue;
+            }
+            let typed = if typed.trim() == "-" {
+                ""
+            } else {
+                typed.as_str()
+            };
+            match edited_value(Some(value), typed) {
+                Some(new) => edited.insert(name.clone(), new),
+                None => edited.remove(name),
+            };
+        }
+        if edited == *args {
+            print_flush("Nothing changed.\n");
+            return None;
+        }
+        Some(edited)
     }
 
     /// Reads one line, after printing `prompt`; `None` at the end of input.
@@ -111,6 +147,9 @@ pub fn proposal_text(agent: &AgentState, proposal: &Proposal, auto_approved: boo
     let money = proposal.money_line();
     if !money.is_empty() {
         out.push_str(&format!("BUDGET: {money}\n"));
+    }
+    if let Some(editors) = proposal.editors() {
+        out.push_str(&format!("EDITED BY: {editors}\n"));
     }
     if let Some(why) = &proposal.auto_stop {
         out.push_str(&format!("NOTE: {why}\n"));
@@ -199,10 +238,11 @@ impl Surface for ConsoleSurface {
 
     async fn request_decision(&self, agent: &AgentState, proposal: &Proposal, handle: AgentHandle) {
         let prompt = format!(
-            "Enter 'y' to authorise the command, 'y -N' to run N commands without asking, 's' for a self-critique, 'n' to stop (the agent is saved), or type feedback for {}:\nInput: ",
+            "Enter 'y' to authorise the command, 'y -N' to run N commands without asking, 'e' to edit its arguments, 's' for a self-critique, 'n' to stop (the agent is saved), or type feedback for {}:\nInput: ",
             agent.name()
         );
         let cycle = proposal.cycle;
+        let args = proposal.command.args.clone();
         let input = ConsoleSurface {
             input: self.input.clone(),
             user: self.user.clone(),
@@ -216,6 +256,10 @@ impl Surface for ConsoleSurface {
                     }
                     Some(line) => match parse_input(&line) {
                         ConsoleInput::Decision(d) => d,
+                        ConsoleInput::Edit => match input.read_edit(&args).await {
+                            Some(edited) => Decision::Edit(edited),
+                            None => continue,
+                        },
                         ConsoleInput::Empty => continue,
                         ConsoleInput::Invalid(help) => {
                             print_flush(&format!("{help}\n"));
@@ -228,8 +272,9 @@ impl Surface for ConsoleSurface {
                     Err(why) => {
                         print_flush(&format!("Not applied: {why}\n"));
                         // Only this prompt decides this cycle, so a refusal that is not about a
-                        // stale proposal (a storage hiccup) is worth another try.
-                        if !why.is_retryable() {
+                        // stale proposal (a storage hiccup, an edit that did not validate) is
+                        // worth another try.
+                        if !why.is_retryable() && !matches!(why, DecideError::NotApplied(_)) {
                             break;
                         }
                     }

@@ -12,6 +12,7 @@ mod console_e2e;
 mod crash_cards;
 mod discord_contact;
 mod discord_e2e;
+mod edit_e2e;
 mod fake_discord_payloads;
 mod llm_client;
 mod memory;

@@ -122,6 +122,10 @@ fn proposal() -> Proposal {
         }),
         auto_stop: None,
         paced: None,
+        edits: vec![autothread::core::state::ArgumentEdit {
+            by: "bob".into(),
+            arguments: vec!["contents".into()],
+        }],
     }
 }
 

@@ -15,9 +15,14 @@ use super::watchdog::{duplicate_refusal, repeats_last_step};
 
 mod context;
 mod control;
+mod edit;
 mod thinking;
 
 pub use context::{MemoryPolicy, ReplyFormat, StepCtx};
+pub use edit::{argument_text, edited_value};
+
+/// What a decision on a proposal that is no longer pending is told.
+pub const NO_LONGER_PENDING: &str = "this proposal is no longer pending";
 
 /// The longest refusal (and refused call's arguments) kept in the history, in characters.
 const MAX_REFUSAL_CHARS: usize = 2_000;
@@ -331,6 +336,7 @@ impl Stepper<'_, '_> {
                 .paced
                 .take()
                 .map(|p| format!("Waited for {}.", p.why)),
+            edits: Vec::new(),
         };
         self.state.pending = Some(proposal.clone());
         if automatic {
@@ -415,11 +421,14 @@ impl Stepper<'_, '_> {
     fn on_decision(&mut self, cycle: u64, decision: Decision, by: String) {
         let ctx = self.ctx;
         if !self.state.awaits_decision_on(cycle) {
-            self.fx.push(Effect::Rejected(
-                "this proposal is no longer pending".to_string(),
-            ));
+            self.fx
+                .push(Effect::Rejected(NO_LONGER_PENDING.to_string()));
             return;
         }
+        let decision = match decision {
+            Decision::Edit(args) => return self.apply_edit(args, by),
+            other => other,
+        };
         if matches!(decision, Decision::Approve | Decision::ApproveN(_)) {
             // The policy may have become stricter since the card was shown (the owner narrowed it,
             // or the bot restarted with a stricter config): the policy in force now decides.
@@ -462,6 +471,7 @@ impl Stepper<'_, '_> {
                 self.record_from_pending(Outcome::HumanFeedback(text), Some(by));
                 self.begin_cycle();
             }
+            Decision::Edit(_) => {}
             Decision::SelfCritique => {
                 let Some(pending) = self.state.pending.as_mut() else {
                     return;
@@ -523,6 +533,11 @@ impl Stepper<'_, '_> {
     /// Closes the current cycle with an episode of the pending proposal and `outcome`.
     fn record_from_pending(&mut self, outcome: Outcome, by: Option<String>) {
         if let Some(pending) = self.state.pending.take() {
+            // The transcript says whose arguments ran when they were not the model's.
+            let by = match (by, pending.editors()) {
+                (Some(by), Some(editors)) => Some(format!("{by}; arguments edited by {editors}")),
+                (by, _) => by,
+            };
             self.record_episode(pending.command, pending.thoughts.reasoning, outcome, by);
         }
     }

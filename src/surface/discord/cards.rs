@@ -149,6 +149,9 @@ pub fn proposal_card(agent_name: &str, proposal: &Proposal, status: &str) -> Emb
             code_block("json", &args, FIELD_VALUE_MAX),
         ),
     ];
+    if let Some(editors) = proposal.editors() {
+        fields.push(("✏️ Edited by".to_string(), editors));
+    }
     if let Some(why) = &proposal.auto_stop {
         fields.push(("Budget".to_string(), why.clone()));
     }
@@ -172,6 +175,7 @@ pub fn decision_line(decision: &Decision, by: &str, at: DateTime<Utc>) -> String
         Decision::Deny => "⛔ Denied (agent stopped)".to_string(),
         Decision::Feedback(_) => "💬 Feedback given instead".to_string(),
         Decision::SelfCritique => "🔍 Self-critique requested".to_string(),
+        Decision::Edit(_) => "✏️ Arguments edited".to_string(),
     };
     format!("{what} by {by} at <t:{}:f>", at.timestamp())
 }
@@ -273,6 +277,10 @@ mod tests {
             }),
             auto_stop: Some(noise.clone()),
             paced: Some(noise.clone()),
+            edits: vec![crate::core::state::ArgumentEdit {
+                by: noise.clone(),
+                arguments: vec![noise.clone()],
+            }],
         }
     }
 

@@ -19,6 +19,10 @@ pub enum CardAction {
     ApproveNSubmit,
     /// The submitted feedback modal.
     FeedbackSubmit,
+    /// Opens the form that edits the command's arguments.
+    Edit,
+    /// The submitted edit form.
+    EditSubmit,
     /// On `/agent memory search` results: forget the memory whose id is in the `cycle` slot.
     MemoryForget,
     /// Pin that memory (recalled in every cycle).
@@ -46,6 +50,8 @@ impl CardAction {
             CardAction::SelfCritique => "sc",
             CardAction::ApproveNSubmit => "okn-m",
             CardAction::FeedbackSubmit => "fb-m",
+            CardAction::Edit => "ed",
+            CardAction::EditSubmit => "ed-m",
             CardAction::MemoryForget => "mf",
             CardAction::MemoryPin => "mp",
             CardAction::ParkContinue => "pk-go",
@@ -66,6 +72,8 @@ impl CardAction {
             "sc" => CardAction::SelfCritique,
             "okn-m" => CardAction::ApproveNSubmit,
             "fb-m" => CardAction::FeedbackSubmit,
+            "ed" => CardAction::Edit,
+            "ed-m" => CardAction::EditSubmit,
             "mf" => CardAction::MemoryForget,
             "mp" => CardAction::MemoryPin,
             "pk-go" => CardAction::ParkContinue,
@@ -134,6 +142,8 @@ mod tests {
             CardAction::SelfCritique,
             CardAction::ApproveNSubmit,
             CardAction::FeedbackSubmit,
+            CardAction::Edit,
+            CardAction::EditSubmit,
             CardAction::MemoryForget,
             CardAction::MemoryPin,
             CardAction::ParkContinue,

@@ -79,7 +79,7 @@ pub fn card_buttons(agent: &str, cycle: u64, approve_n: u32) -> Vec<CreateAction
             .label(label)
             .style(style)
     };
-    vec![CreateActionRow::Buttons(vec![
+    let decide = CreateActionRow::Buttons(vec![
         button(CardAction::Approve, "Approve".into(), ButtonStyle::Success),
         button(
             CardAction::ApproveN,
@@ -97,7 +97,14 @@ pub fn card_buttons(agent: &str, cycle: u64, approve_n: u32) -> Vec<CreateAction
             ButtonStyle::Secondary,
         ),
         button(CardAction::Deny, "Deny".into(), ButtonStyle::Danger),
-    ])]
+    ]);
+    // A row holds five buttons; the second holds the ways to change the command first.
+    let change = CreateActionRow::Buttons(vec![button(
+        CardAction::Edit,
+        "Edit…".into(),
+        ButtonStyle::Secondary,
+    )]);
+    vec![decide, change]
 }
 
 impl DiscordSurface {

@@ -7,11 +7,14 @@ use poise::serenity_prelude as serenity;
 use serenity::{ComponentInteraction, CreateInteractionResponse, FullEvent, ModalInteraction};
 
 use super::commands::{Data, Error};
-use super::forms::{approve_n_form, feedback_form, modal_value};
+use super::forms::{
+    approve_n_form, edit_form, edited_arguments, feedback_form, modal_fields, modal_value,
+};
 use super::ids::{CardAction, CardId};
 use super::parked;
 use super::respond::{ephemeral, requester_of, something_went_wrong, Interaction};
 use crate::core::event::{Decision, APPROVE_N_MAX};
+use crate::core::reply::CommandCall;
 use crate::core::state::Phase;
 use crate::runtime::DecideError;
 use crate::service::rights::{may_decide, Requester};
@@ -76,6 +79,19 @@ fn check_click(data: &Data, id: &CardId, who: &Requester) -> Result<(), String> 
         return Err(refusal.to_string());
     }
     Ok(())
+}
+
+/// The command the card of `id` proposes, as the agent's record holds it now.
+fn pending_command(data: &Data, id: &CardId) -> Result<CommandCall, String> {
+    match data.app.store.load_agent_record(&id.agent) {
+        Ok(Some(state)) => state
+            .pending
+            .filter(|p| p.cycle == id.cycle)
+            .map(|p| p.command)
+            .ok_or_else(|| DecideError::NotPending.to_string()),
+        Ok(None) => Err("This agent no longer exists.".into()),
+        Err(e) => Err(something_went_wrong("reading an agent", &e)),
+    }
 }
 
 async fn decide_and_report(
@@ -157,8 +173,20 @@ async fn on_click(http: &serenity::Http, data: &Data, click: ComponentInteractio
                 .await;
             return;
         }
+        CardAction::Edit => {
+            let response = match pending_command(data, &id) {
+                Ok(command) => match edit_form(&id, &command.name, &command.args) {
+                    Ok(form) => CreateInteractionResponse::Modal(form),
+                    Err(why) => ephemeral(why),
+                },
+                Err(why) => ephemeral(why),
+            };
+            interaction.respond(http, response).await;
+            return;
+        }
         CardAction::ApproveNSubmit
         | CardAction::FeedbackSubmit
+        | CardAction::EditSubmit
         | CardAction::MemoryForget
         | CardAction::MemoryPin
         | CardAction::ParkContinue
@@ -208,6 +236,19 @@ async fn on_modal(http: &serenity::Http, data: &Data, submit: ModalInteraction) 
         },
         CardAction::FeedbackSubmit if !value.trim().is_empty() => {
             Decision::Feedback(value.trim().to_string())
+        }
+        CardAction::EditSubmit => {
+            // Applied to the command as it is now, so that two people's edits of different
+            // arguments both count.
+            let edited = pending_command(data, &id)
+                .and_then(|command| edited_arguments(&command.args, &modal_fields(&submit)));
+            match edited {
+                Ok(args) => Decision::Edit(args),
+                Err(why) => {
+                    interaction.respond(http, ephemeral(why)).await;
+                    return;
+                }
+            }
         }
         _ => {
             let text = "Nothing to do with an empty form.";

@@ -85,11 +85,13 @@ fn spawn_bot(
     Running::new_public(cmd.spawn().expect("the bot starts"))
 }
 
-/// The custom id of the button whose label starts with `label_prefix`.
+/// The custom id of the button, in any row, whose label starts with `label_prefix`.
 pub fn button(message: &Value, label_prefix: &str) -> String {
-    message["components"][0]["components"]
+    message["components"]
         .as_array()
         .into_iter()
+        .flatten()
+        .filter_map(|row| row["components"].as_array())
         .flatten()
         .find(|b| b["label"].as_str().unwrap_or("").starts_with(label_prefix))
         .and_then(|b| b["custom_id"].as_str())

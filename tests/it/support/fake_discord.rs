@@ -95,6 +95,9 @@ struct Inner {
     threads_forbidden: bool,
 }
 
+/// One text input of a form the bot opened: (custom id, label, prefilled value).
+pub type FormInput = (String, String, String);
+
 #[derive(Clone)]
 pub struct FakeDiscord {
     inner: Arc<Mutex<Inner>>,
@@ -486,6 +489,45 @@ impl FakeDiscord {
             .unwrap_or("x")
             .to_string();
         self.submit_form(user_id, roles, channel, &custom_id, &input_id, value)
+    }
+
+    /// The form the bot opened in answer to `opened_by`: its custom id and its inputs.
+    pub fn opened_form(&self, opened_by: u64) -> Option<(String, Vec<FormInput>)> {
+        let modal = self
+            .callbacks(opened_by)
+            .into_iter()
+            .find(|c| c.kind == 9)?;
+        let inputs = modal.data["components"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|row| row["components"].get(0))
+            .map(|input| {
+                let text = |key: &str| input[key].as_str().unwrap_or("").to_string();
+                (text("custom_id"), text("label"), text("value"))
+            })
+            .collect();
+        Some((modal.data["custom_id"].as_str()?.to_string(), inputs))
+    }
+
+    /// Submits the form the bot opened in answer to `opened_by` with these (input id, value)
+    /// pairs, as Discord sends a form with several inputs.
+    pub fn submit_form_fields(
+        &self,
+        user_id: u64,
+        channel: u64,
+        opened_by: u64,
+        fields: &[(&str, &str)],
+    ) -> u64 {
+        let (custom_id, _) = self.opened_form(opened_by).expect("a modal was opened");
+        let rows: Vec<Value> = fields
+            .iter()
+            .map(|(id, value)| json!({"type": 1, "components": [{"type": 4, "custom_id": id, "value": value}]}))
+            .collect();
+        let (id, mut payload) = self.interaction_base(5, user_id, &[], MEMBER_PERMS, channel);
+        payload["data"] = json!({"custom_id": custom_id, "components": rows});
+        self.dispatch("INTERACTION_CREATE", payload);
+        id
     }
 
     /// A modal submit with one text input, as Discord sends it.
@@ -1222,6 +1264,21 @@ async fn callback(
             inner.errors.push(format!(
                 "invalid modal: title {title} characters, {inputs} inputs"
             ));
+        }
+        // Each row holds one text input: a custom id of 1 to 100 characters, a label of 1 to
+        // 45, a value and a max_length of at most 4,000.
+        for row in data["components"].as_array().into_iter().flatten() {
+            let input = &row["components"][0];
+            let value = chars(&input["value"]);
+            let max = input["max_length"].as_u64().unwrap_or(4000) as usize;
+            if row["components"].as_array().map_or(0, Vec::len) != 1
+                || !(1..=100).contains(&chars(&input["custom_id"]))
+                || !(1..=45).contains(&chars(&input["label"]))
+                || max > 4000
+                || value > max
+            {
+                inner.errors.push(format!("invalid modal input: {input}"));
+            }
         }
     } else if kind == 8 {
         // APPLICATION_COMMAND_AUTOCOMPLETE_RESULT: at most 25 choices, names and string values

@@ -1,0 +1,103 @@
+//! Edit, then approve: a person replaces the pending command's arguments, which are checked as a
+//! model's would be, and the card is shown again, saying who changed what.
+
+use serde_json::{Map, Value};
+
+use super::Stepper;
+use crate::core::event::Effect;
+use crate::core::reply::CommandCall;
+use crate::core::state::{ArgumentEdit, MAX_EDITS_KEPT};
+
+/// An argument as a person edits it: a string as it is, anything else as JSON.
+pub fn argument_text(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// What a person typed for an argument whose value was `original`: `None` (remove it) when they
+/// emptied it; text for a string (or a new argument); JSON for anything else, left as text when it
+/// is not JSON, for the command's validation to name the type it wants.
+pub fn edited_value(original: Option<&Value>, typed: &str) -> Option<Value> {
+    if typed.trim().is_empty() {
+        return None;
+    }
+    Some(match original {
+        Some(Value::String(_)) | None => Value::String(typed.to_string()),
+        Some(_) => serde_json::from_str(typed).unwrap_or_else(|_| Value::String(typed.to_string())),
+    })
+}
+
+/// The names of the arguments that differ between `before` and `after`, in a stable order.
+pub fn changed_arguments(before: &Map<String, Value>, after: &Map<String, Value>) -> Vec<String> {
+    let mut names: Vec<String> = before
+        .keys()
+        .chain(after.keys())
+        .filter(|name| before.get(*name) != after.get(*name))
+        .cloned()
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+impl Stepper<'_, '_> {
+    /// Applies `by`'s edit of the pending command: the same command with `args`, validated like a
+    /// model's reply. A refused edit leaves the proposal as it was and says why.
+    pub(super) fn apply_edit(&mut self, args: Map<String, Value>, by: String) {
+        let Some(pending) = self.state.pending.as_ref() else {
+            return;
+        };
+        let edited = CommandCall {
+            name: pending.command.name.clone(),
+            args,
+        };
+        let valid = match self.ctx.commands.validate(&edited) {
+            Ok(valid) => valid,
+            Err(problem) => {
+                self.fx.push(Effect::Rejected(format!(
+                    "The edit was not applied. {problem}"
+                )));
+                return;
+            }
+        };
+        let arguments = changed_arguments(&pending.command.args, &valid.call.args);
+        if arguments.is_empty() {
+            self.fx.push(Effect::Rejected(
+                "The edit was not applied: it changes no argument.".into(),
+            ));
+            return;
+        }
+        let Some(pending) = self.state.pending.as_mut() else {
+            return;
+        };
+        pending.command = valid.call;
+        pending.risk = valid.risk;
+        pending.edits.push(ArgumentEdit { by, arguments });
+        if pending.edits.len() > MAX_EDITS_KEPT {
+            pending.edits.remove(0);
+        }
+        // An edited command is a new command: nothing approved before covers it.
+        self.state.auto_approvals_left = 0;
+        self.show_pending_again();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn changed_arguments_names_changed_added_and_removed_ones() {
+        let before = json!({"filename": "a.txt", "text": "hi", "mode": "w"});
+        let after = json!({"filename": "b.txt", "text": "hi", "extra": 1});
+        let names =
+            super::changed_arguments(before.as_object().unwrap(), after.as_object().unwrap());
+        assert_eq!(names, ["extra", "filename", "mode"]);
+        assert!(
+            super::changed_arguments(before.as_object().unwrap(), before.as_object().unwrap())
+                .is_empty()
+        );
+    }
+}

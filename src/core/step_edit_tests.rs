@@ -1,0 +1,124 @@
+//! Edit, then approve, in the pure core: an edited command is validated like a model's, replaces
+//! the proposal's, is shown again with who changed what, and is what runs once approved.
+
+use serde_json::json;
+
+use super::event::{Decision, Effect, Event};
+use super::history::Outcome;
+use super::state::Phase;
+use super::step_tests::{executes, proposal_of, reply_json, Harness};
+
+fn args(value: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+    value.as_object().unwrap().clone()
+}
+
+fn edit(h: &mut Harness, by: &str, value: serde_json::Value) -> Vec<Effect> {
+    let cycle = h.state.cycle;
+    h.step(Event::Decided {
+        cycle,
+        decision: Decision::Edit(args(value)),
+        by: by.into(),
+    })
+}
+
+#[test]
+fn an_edited_command_is_shown_again_and_runs_as_edited() {
+    let mut h = Harness::started();
+    h.think(&reply_json(
+        "write_file",
+        json!({"filename": "notes.txt", "contents": "x"}),
+    ));
+    let fx = edit(
+        &mut h,
+        "bob",
+        json!({"filename": "report.txt", "contents": "x"}),
+    );
+    let shown = proposal_of(&fx);
+    assert_eq!(shown.command.args["filename"], "report.txt");
+    assert_eq!(shown.editors().as_deref(), Some("bob (filename)"));
+    assert!(matches!(
+        fx[..],
+        [Effect::ShowProposal {
+            auto_approved: false,
+            ..
+        }]
+    ));
+    assert_eq!(h.state.phase, Phase::AwaitingDecision);
+
+    let fx = h.decide(Decision::Approve);
+    let run = executes(&fx).expect("the edited command runs");
+    assert_eq!(run.args["filename"], "report.txt");
+    h.finish_command(Outcome::Success("Wrote report.txt".into()));
+    let episode = h.state.last_episode().unwrap();
+    assert_eq!(episode.command.args["filename"], "report.txt");
+    assert_eq!(
+        episode.decided_by.as_deref(),
+        Some("alice; arguments edited by bob (filename)")
+    );
+}
+
+#[test]
+fn an_edit_that_does_not_validate_or_changes_nothing_is_refused_and_loses_nothing() {
+    let mut h = Harness::started();
+    h.think(&reply_json(
+        "write_file",
+        json!({"filename": "notes.txt", "contents": "x"}),
+    ));
+    let before = h.state.pending.clone();
+    for (value, why) in [
+        (
+            json!({"contents": "x"}),
+            "missing required argument 'filename'",
+        ),
+        (
+            json!({"filename": "notes.txt", "contents": "x", "mode": "rm"}),
+            "unknown argument 'mode'",
+        ),
+        (
+            json!({"filename": "notes.txt", "contents": "x"}),
+            "changes no argument",
+        ),
+    ] {
+        let fx = edit(&mut h, "bob", value);
+        assert!(
+            matches!(&fx[..], [Effect::Rejected(text)] if text.contains(why)),
+            "{fx:?}"
+        );
+        assert_eq!(h.state.pending, before);
+        assert_eq!(h.state.phase, Phase::AwaitingDecision);
+    }
+    // An edit of a card that is no longer pending changes nothing either.
+    h.decide(Decision::Approve);
+    let fx = edit(
+        &mut h,
+        "bob",
+        json!({"filename": "late.txt", "contents": "x"}),
+    );
+    assert!(matches!(&fx[..], [Effect::Rejected(_)]));
+    assert_eq!(h.state.phase, Phase::Executing);
+    assert_eq!(
+        h.state.pending.as_ref().unwrap().command.args["filename"],
+        "notes.txt"
+    );
+}
+
+#[test]
+fn an_edit_ends_approve_n_and_edits_are_kept_bounded() {
+    let mut h = Harness::started();
+    h.think(&reply_json(
+        "write_file",
+        json!({"filename": "0", "contents": "x"}),
+    ));
+    h.state.auto_approvals_left = 3;
+    for i in 1..=8 {
+        edit(
+            &mut h,
+            &format!("editor{i}"),
+            json!({"filename": i.to_string(), "contents": "x"}),
+        );
+    }
+    assert_eq!(h.state.auto_approvals_left, 0);
+    let pending = h.state.pending.as_ref().unwrap();
+    assert_eq!(pending.edits.len(), crate::core::state::MAX_EDITS_KEPT);
+    assert_eq!(pending.edits.last().unwrap().by, "editor8");
+}

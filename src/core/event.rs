@@ -122,6 +122,12 @@ pub enum Event {
         cycle: u64,
         outcome: Outcome,
     },
+    /// The approved command was not run: what it acts on changed after its card was shown (a file
+    /// it writes), so the approval no longer covers it.
+    CommandStale {
+        cycle: u64,
+        why: String,
+    },
     Pause {
         by: String,
     },

@@ -1,5 +1,6 @@
 //! Edit, then approve, in the pure core: an edited command is validated like a model's, replaces
-//! the proposal's, is shown again with who changed what, and is what runs once approved.
+//! the proposal's, is shown again with who changed what, and is what runs once approved; a
+//! command whose file changed after its card was shown is shown again instead of run.
 
 use serde_json::json;
 
@@ -121,4 +122,37 @@ fn an_edit_ends_approve_n_and_edits_are_kept_bounded() {
     let pending = h.state.pending.as_ref().unwrap();
     assert_eq!(pending.edits.len(), crate::core::state::MAX_EDITS_KEPT);
     assert_eq!(pending.edits.last().unwrap().by, "editor8");
+}
+
+#[test]
+fn a_stale_command_is_shown_again_for_a_new_decision() {
+    let mut h = Harness::started();
+    h.think(&reply_json(
+        "write_file",
+        json!({"filename": "notes.txt", "contents": "x"}),
+    ));
+    h.state.auto_approvals_left = 2;
+    h.decide(Decision::ApproveN(3));
+    assert_eq!(h.state.phase, Phase::Executing);
+    let cycle = h.state.cycle;
+    // A report for another cycle changes nothing.
+    assert!(h
+        .step(Event::CommandStale {
+            cycle: cycle + 1,
+            why: "x".into()
+        })
+        .is_empty());
+    let fx = h.step(Event::CommandStale {
+        cycle,
+        why: "notes.txt changed after its card was shown.".into(),
+    });
+    assert!(matches!(
+        &fx[..],
+        [Effect::Notify(text), Effect::ShowProposal { auto_approved: false, .. }]
+            if text.contains("was not run: notes.txt changed")
+    ));
+    assert_eq!(h.state.phase, Phase::AwaitingDecision);
+    assert_eq!(h.state.auto_approvals_left, 0);
+    assert_eq!(h.state.pending.as_ref().unwrap().approved_by, None);
+    assert!(h.state.episodes.is_empty(), "nothing was recorded as run");
 }

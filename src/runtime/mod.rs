@@ -2,6 +2,7 @@
 //! stores the result, then carries out the effects (model calls, commands, surface output).
 
 mod drain;
+mod execute;
 mod handle;
 mod memory_calls;
 mod metered;
@@ -24,16 +25,17 @@ use crate::budget::Budgets;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::core::event::{CallPurpose, Decision, Effect, Event, ModelCall};
-use crate::core::history::{truncate_chars, Outcome};
+use crate::core::history::Outcome;
 use crate::core::memory::MemorySource;
 use crate::core::policy::Policy;
 use crate::core::prompt::{ContextLimits, PromptExtras, TokenCounter};
 use crate::core::reply::CommandCall;
-use crate::core::state::{AgentState, AgentView, Phase};
+use crate::core::state::{AgentState, Phase};
 use crate::core::step::{step, StepCtx, NO_LONGER_PENDING};
 use crate::llm::{ChatModel, ChatRequest};
 use crate::store::{Commit, DecisionRecord, JournalEntry, Store, StoreError, WorkspaceOp};
-use crate::tools::{AgentFiles, AskUser, Registry, SubAgents, ToolCtx};
+use crate::tools::preview::{preview, FileBase};
+use crate::tools::{AgentFiles, Registry};
 
 /// The services an actor uses.
 #[derive(Clone)]
@@ -90,6 +92,9 @@ struct Actor {
     /// The supervisor's entry for this actor, which it leaves when it stops (`None` for an actor
     /// started on its own, as the console does).
     registration: Option<supervisor::Registration>,
+    /// The file the newest card's command writes, as it was when the card was shown: (cycle,
+    /// path, fingerprint). Kept in memory only, since a restart shows the card again.
+    shown_base: Option<(u64, String, FileBase)>,
 }
 
 /// Starts an agent's actor. It runs until the agent rests (paused or finished) with no work in
@@ -140,6 +145,7 @@ fn start_registered(
         tasks: JoinSet::new(),
         memory_writes: Arc::default(),
         registration,
+        shown_base: None,
     };
     (handle, runtime.spawn(actor.run(first, rx)))
 }
@@ -500,8 +506,15 @@ impl Actor {
                         .store
                         .clear_decision(&self.state.id, proposal.cycle)?;
                 }
+                // The card shows what a file command would change, and the approval covers that:
+                // `execute` checks the file is still as it was shown.
+                let files = AgentFiles::new(&self.deps.store, &self.state.id);
+                let preview = preview(&proposal.command, &files);
+                self.shown_base = preview
+                    .as_ref()
+                    .map(|p| (proposal.cycle, p.path.clone(), p.base));
                 surface
-                    .show_proposal(&self.state, &proposal, auto_approved)
+                    .show_proposal(&self.state, &proposal, auto_approved, preview.as_ref())
                     .await;
                 if !auto_approved {
                     surface
@@ -605,104 +618,5 @@ impl Actor {
                 }
             };
         });
-    }
-
-    fn execute(&mut self, cycle: u64, call: CommandCall) {
-        let deps = self.deps.clone();
-        // Commands see their agent through a view: no copy of its history per command.
-        let agent = self.state.view();
-        let payer = deps.budgets.payer(&self.state);
-        let handle = self.handle.clone();
-        self.tasks.spawn(async move {
-            let model = AgentModel {
-                deps: &deps,
-                model: agent.model.clone(),
-                payer: payer.clone(),
-            };
-            let ask_user = SurfaceQuestions {
-                surface: deps.surface.as_ref(),
-                agent: &agent,
-            };
-            let ctx = ToolCtx {
-                agent: &agent,
-                now: deps.clock.now(),
-                payer: &payer,
-                workspace: AgentFiles::new(&deps.store, &agent.id),
-                subagents: SubAgents::new(&deps.store, &agent.id),
-                ask_user: &ask_user,
-                limits: &deps.config.workspace,
-                subagent_limits: &deps.config.subagents,
-                memory: deps.memory.as_deref(),
-                model: Some(&model),
-                web: deps.web.as_deref(),
-            };
-            let output = deps.tools.run(&call, &ctx).await;
-            let outcome = cap_output(output.outcome, deps.config.workspace.max_output_chars);
-            handle
-                .report(ActorMsg::Executed {
-                    cycle,
-                    call,
-                    outcome,
-                    ops: output.ops,
-                })
-                .await;
-        });
-    }
-}
-
-/// `ask_user` as commands see it: the question goes to the agent's surface.
-struct SurfaceQuestions<'a> {
-    surface: &'a dyn Surface,
-    agent: &'a AgentView,
-}
-
-#[async_trait::async_trait]
-impl AskUser for SurfaceQuestions<'_> {
-    async fn ask(&self, question: &str) -> Result<String, String> {
-        self.surface.ask_user(self.agent, question).await
-    }
-}
-
-/// Keeps tool output to a bounded size before it reaches the history, saying how much was cut.
-fn cap_output(outcome: Outcome, max_chars: usize) -> Outcome {
-    let cap = |text: String| {
-        let total = text.chars().count();
-        if total <= max_chars {
-            text
-        } else {
-            format!(
-                "{}\n[output cut: {} more characters]",
-                truncate_chars(&text, max_chars),
-                total - max_chars
-            )
-        }
-    };
-    match outcome {
-        Outcome::Success(t) => Outcome::Success(cap(t)),
-        Outcome::Error(t) => Outcome::Error(cap(t)),
-        other => other,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tool_output_is_capped_with_a_marker() {
-        let long = "é".repeat(1000);
-        let capped = cap_output(Outcome::Success(long), 300);
-        let text = capped.text();
-        assert!(text.starts_with(&"é".repeat(299)));
-        assert!(
-            text.ends_with("[output cut: 700 more characters]"),
-            "{text}"
-        );
-        assert_eq!(
-            cap_output(Outcome::Error("short".into()), 300),
-            Outcome::Error("short".into())
-        );
-        let feedback = Outcome::HumanFeedback("x".repeat(500));
-        assert_eq!(cap_output(feedback.clone(), 300), feedback);
     }
 }

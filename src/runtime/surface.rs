@@ -8,13 +8,20 @@ use super::AgentHandle;
 use crate::core::event::Decision;
 use crate::core::history::Episode;
 use crate::core::state::{AgentState, AgentView, PauseReason, Proposal};
+use crate::tools::preview::Preview;
 
 #[async_trait]
 pub trait Surface: Send + Sync {
     async fn show_profile(&self, agent: &AgentState);
-    /// Shows a proposal; `auto_approved` ones are only displayed, the others ask for a decision
-    /// through `request_decision`.
-    async fn show_proposal(&self, agent: &AgentState, proposal: &Proposal, auto_approved: bool);
+    /// Shows a proposal, with what it would change in a file when it writes one; `auto_approved`
+    /// ones are only displayed, the others ask for a decision through `request_decision`.
+    async fn show_proposal(
+        &self,
+        agent: &AgentState,
+        proposal: &Proposal,
+        auto_approved: bool,
+        preview: Option<&Preview>,
+    );
     /// Asks the humans to decide; must return promptly and deliver the answer through `handle`.
     async fn request_decision(&self, agent: &AgentState, proposal: &Proposal, handle: AgentHandle);
     async fn show_result(&self, agent: &AgentState, episode: &Episode);

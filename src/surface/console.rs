@@ -15,6 +15,7 @@ use crate::core::state::{AgentState, AgentView, PauseReason, Proposal};
 use crate::core::step::{argument_text, edited_value};
 use crate::runtime::DecideError;
 use crate::runtime::{AgentHandle, Surface};
+use crate::tools::preview::Preview;
 use serde_json::{Map, Value};
 
 type LineSource = Lines<BufReader<Box<dyn AsyncRead + Send + Unpin>>>;
@@ -117,6 +118,31 @@ impl ConsoleSurface {
             }
         }
     }
+}
+
+/// How many lines of a diff the console prints before it says how many it left out.
+const DIFF_LINES_SHOWN: usize = 40;
+
+/// What a file command would change, as the console shows it under the card.
+pub fn changes_text(changes: &Preview) -> String {
+    if changes.diff.is_empty() {
+        return format!(
+            "CHANGES TO {}: none, the file already holds this text\n",
+            changes.path
+        );
+    }
+    let lines: Vec<&str> = changes.diff.lines().collect();
+    let mut out = format!("CHANGES TO {}:\n", changes.path);
+    for line in lines.iter().take(DIFF_LINES_SHOWN) {
+        out.push_str(&format!("  {line}\n"));
+    }
+    if lines.len() > DIFF_LINES_SHOWN {
+        out.push_str(&format!(
+            "  … {} more lines\n",
+            lines.len() - DIFF_LINES_SHOWN
+        ));
+    }
+    out
 }
 
 /// The console's card: AutoGPT's sections, the proposed command with its class, the budget line.
@@ -232,8 +258,18 @@ impl Surface for ConsoleSurface {
         print_flush(&out);
     }
 
-    async fn show_proposal(&self, agent: &AgentState, proposal: &Proposal, auto_approved: bool) {
-        print_flush(&proposal_text(agent, proposal, auto_approved));
+    async fn show_proposal(
+        &self,
+        agent: &AgentState,
+        proposal: &Proposal,
+        auto_approved: bool,
+        preview: Option<&Preview>,
+    ) {
+        let mut text = proposal_text(agent, proposal, auto_approved);
+        if let Some(changes) = preview {
+            text.push_str(&changes_text(changes));
+        }
+        print_flush(&text);
     }
 
     async fn request_decision(&self, agent: &AgentState, proposal: &Proposal, handle: AgentHandle) {

@@ -5,6 +5,7 @@ pub mod agents;
 pub mod control;
 pub mod files;
 pub mod memory;
+pub mod preview;
 pub mod web;
 pub mod workspace;
 

@@ -27,7 +27,12 @@ async fn an_edited_command_is_shown_with_its_editor_and_runs_as_edited() {
         "write_file",
         json!({"filename": "haiku.txt", "contents": "crab"}),
     ));
-    openai.push_content(agent_reply("read_file", json!({"filename": "poem.txt"})));
+    // The second proposal's text is longer than a card shows: it comes attached, with the diff.
+    let long = "a line of a long poem\n".repeat(150);
+    openai.push_content(agent_reply(
+        "write_file",
+        json!({"filename": "poem.txt", "contents": long}),
+    ));
     let discord = FakeDiscord::start().await;
     let env = TestEnv::new(&openai.base_url, "");
     let bot = start_bot(&env, &discord).await;
@@ -41,6 +46,11 @@ async fn an_edited_command_is_shown_with_its_editor_and_runs_as_edited() {
     )
     .await;
     let first = card(&discord, thread, "HaikuGPT · cycle 1").await;
+    assert_eq!(
+        field(&first, "Changes to haiku.txt"),
+        Some("```diff\n--- /dev/null\n+++ b/haiku.txt\n@@ -0,0 +1 @@\n+crab\n\\ No newline at end of file\n```")
+    );
+    assert_eq!(first["attachments"], json!([]), "nothing was cut");
     let edit = button(&first, "Edit");
 
     // Someone the agent is not shared with may not edit it.
@@ -96,6 +106,10 @@ async fn an_edited_command_is_shown_with_its_editor_and_runs_as_edited() {
         })
         .await;
     assert_eq!(field(&edited, "✏️ Edited by"), Some("alice (filename)"));
+    assert!(
+        field(&edited, "Changes to poem.txt").is_some(),
+        "the diff follows the edit"
+    );
     assert!(edited["embeds"][0]["fields"]
         .to_string()
         .contains("poem.txt"));
@@ -109,7 +123,22 @@ async fn an_edited_command_is_shown_with_its_editor_and_runs_as_edited() {
         "File poem.txt has been written successfully.",
     )
     .await;
-    card(&discord, thread, "HaikuGPT · cycle 2").await;
+    let second = card(&discord, thread, "HaikuGPT · cycle 2").await;
+    let attached: Vec<&str> = second["attachments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["filename"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        attached,
+        ["cycle-2-changes.diff", "cycle-2-arguments.json"],
+        "{second}"
+    );
+    assert!(second["attachments"][0]["text"]
+        .as_str()
+        .unwrap()
+        .ends_with("+a line of a long poem\n"));
 
     discord.assert_clean();
     openai.assert_clean();
@@ -141,6 +170,17 @@ async fn the_console_edits_arguments_one_by_one() {
     let (ok, stdout, stderr) = run.finish(support::WAIT).await;
     assert!(ok, "{stdout}{stderr}");
     assert!(stdout.contains("filename [a.txt]: "), "{stdout}");
+    // The card shows the change, and after the edit the change to the edited file.
+    assert!(
+        stdout.contains("CHANGES TO a.txt:\n  --- /dev/null"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "CHANGES TO b.txt:\n  --- /dev/null\n  +++ b/b.txt\n  @@ -0,0 +1 @@\n  +alpha"
+        ),
+        "{stdout}"
+    );
     assert!(stdout.contains("EDITED BY: "), "{stdout}");
     assert!(stdout.contains("(filename)"), "{stdout}");
     assert!(stdout.contains("Nothing changed."), "{stdout}");
@@ -149,4 +189,85 @@ async fn the_console_edits_arguments_one_by_one() {
         "{stdout}"
     );
     openai.assert_clean();
+}
+
+/// An approval covers the change its card showed: when the file changes between showing and
+/// running, the command is not run, the agent says why, and the card comes back with the new
+/// diff; approved again, it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_changed_after_its_card_was_shown_is_shown_again_instead_of_written() {
+    use autothread::core::event::Event;
+    use autothread::store::{Commit, Store, WorkspaceOp};
+    use std::sync::Arc;
+    use support::inproc::{agent, deps, reply, Recorder, ScriptedModel};
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut config = autothread::config::Config::default();
+    config.llm.model = "local-model".into();
+    config.budget.free_models = vec!["local-model".into()];
+    let model = Arc::new(ScriptedModel::new([
+        reply(
+            "write_file",
+            json!({"filename": "haiku.txt", "contents": "crab\n"}),
+        ),
+        reply("finish", json!({"reason": "done"})),
+    ]));
+    let surface = Arc::new(Recorder::default());
+    let writer = store.clone();
+    *surface.on_first_card.lock().unwrap() = Some(Box::new(move |state| {
+        writer
+            .commit(&Commit {
+                state: Some(state),
+                workspace: vec![WorkspaceOp::Put {
+                    path: "haiku.txt".into(),
+                    contents: b"someone else's line\n".to_vec(),
+                }],
+                ..Default::default()
+            })
+            .unwrap();
+    }));
+    let deps = deps(&store, model, surface.clone(), config, None);
+    let state = agent("stale0000001", "Write a haiku", "local-model", false);
+    let (_handle, done) = autothread::runtime::start(state, Event::Start, deps);
+    let state = tokio::time::timeout(support::WAIT, done)
+        .await
+        .expect("the agent finishes")
+        .unwrap()
+        .unwrap();
+
+    let previews = surface.previews.lock().unwrap().clone();
+    assert_eq!(
+        previews,
+        [
+            "--- /dev/null\n+++ b/haiku.txt\n@@ -0,0 +1 @@\n+crab\n".to_string(),
+            "--- a/haiku.txt\n+++ b/haiku.txt\n@@ -1 +1 @@\n-someone else's line\n+crab\n"
+                .to_string(),
+        ],
+        "the card came back with the change as it then stood"
+    );
+    let notices = surface.notices.lock().unwrap().clone();
+    assert!(
+        notices
+            .iter()
+            .any(|n| n.contains("haiku.txt changed after its card was shown")),
+        "{notices:?}"
+    );
+    assert_eq!(
+        store
+            .read_file("stale0000001", "haiku.txt")
+            .unwrap()
+            .as_deref(),
+        Some(&b"crab\n"[..]),
+        "approved again, the command ran once"
+    );
+    assert_eq!(state.episodes.len(), 2, "{:?}", state.episodes);
+    assert!(
+        state.episodes[0]
+            .outcome
+            .text()
+            .contains("has been written"),
+        "{:?}",
+        state.episodes[0]
+    );
 }

@@ -176,7 +176,7 @@ fn the_profile_prompt() {
 
 #[test]
 fn a_discord_card() {
-    let embed = proposal_card("PoetGPT", &proposal(), "Waiting for a decision").fitted();
+    let embed = proposal_card("PoetGPT", &proposal(), None, "Waiting for a decision").fitted();
     let fields: String = embed
         .fields
         .iter()

@@ -1,12 +1,13 @@
 //! Edit, then approve: a person replaces the pending command's arguments, which are checked as a
-//! model's would be, and the card is shown again, saying who changed what.
+//! model's would be, and the card is shown again, saying who changed what. An approval covers
+//! what the card showed: a command whose file changed since is shown again instead of run.
 
 use serde_json::{Map, Value};
 
 use super::Stepper;
 use crate::core::event::Effect;
 use crate::core::reply::CommandCall;
-use crate::core::state::{ArgumentEdit, MAX_EDITS_KEPT};
+use crate::core::state::{ArgumentEdit, Phase, MAX_EDITS_KEPT};
 
 /// An argument as a person edits it: a string as it is, anything else as JSON.
 pub fn argument_text(value: &Value) -> String {
@@ -80,6 +81,22 @@ impl Stepper<'_, '_> {
         }
         // An edited command is a new command: nothing approved before covers it.
         self.state.auto_approvals_left = 0;
+        self.show_pending_again();
+    }
+
+    /// The runtime found the approved command's file changed since its card was shown, and did
+    /// not run it: the card is shown again, with the change as it now stands, for a new decision.
+    pub(super) fn on_command_stale(&mut self, cycle: u64, why: String) {
+        if self.state.phase != Phase::Executing || self.state.pending_cycle() != Some(cycle) {
+            return;
+        }
+        if let Some(pending) = self.state.pending.as_mut() {
+            pending.approved_by = None;
+        }
+        self.state.auto_approvals_left = 0;
+        self.fx.push(Effect::Notify(format!(
+            "Cycle {cycle}: the approved command was not run: {why} Look at the card again."
+        )));
         self.show_pending_again();
     }
 }

@@ -96,6 +96,7 @@ pub fn step(state: &mut AgentState, event: Event, ctx: &StepCtx<'_>) -> Vec<Effe
             by,
         } => stepper.on_decision(cycle, decision, by),
         Event::CommandFinished { cycle, outcome } => stepper.on_command_finished(cycle, outcome),
+        Event::CommandStale { cycle, why } => stepper.on_command_stale(cycle, why),
         Event::Pause { by } => stepper.on_pause(by),
         Event::Resume { by: _, follow_up } => stepper.on_resume(follow_up),
         Event::Recovered { interrupted } => stepper.on_recovered(interrupted),

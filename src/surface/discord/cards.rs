@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use crate::core::event::Decision;
 use crate::core::history::{truncate_chars, Episode, Outcome};
 use crate::core::state::{Profile, Proposal};
+use crate::tools::preview::Preview;
 
 pub const TITLE_MAX: usize = 256;
 pub const DESCRIPTION_MAX: usize = 4096;
@@ -110,8 +111,14 @@ fn code_block(language: &str, text: &str, max: usize) -> String {
     )
 }
 
-/// The card for a proposal: speak first, then the thoughts, the plan, the criticism and the command.
-pub fn proposal_card(agent_name: &str, proposal: &Proposal, status: &str) -> EmbedText {
+/// The card for a proposal: speak first, then the thoughts, the plan, the criticism, the command
+/// and, for a command that writes a file, the change it would make.
+pub fn proposal_card(
+    agent_name: &str,
+    proposal: &Proposal,
+    changes: Option<&Preview>,
+    status: &str,
+) -> EmbedText {
     let t = &proposal.thoughts;
     let mut description = String::new();
     if !t.speak.trim().is_empty() {
@@ -149,6 +156,14 @@ pub fn proposal_card(agent_name: &str, proposal: &Proposal, status: &str) -> Emb
             code_block("json", &args, FIELD_VALUE_MAX),
         ),
     ];
+    if let Some(changes) = changes {
+        let shown = if changes.diff.is_empty() {
+            "No change: the file already holds this text.".to_string()
+        } else {
+            code_block("diff", changes.diff.trim_end(), FIELD_VALUE_MAX)
+        };
+        fields.push((format!("Changes to {}", changes.path), shown));
+    }
     if let Some(editors) = proposal.editors() {
         fields.push(("✏️ Edited by".to_string(), editors));
     }
@@ -165,6 +180,21 @@ pub fn proposal_card(agent_name: &str, proposal: &Proposal, status: &str) -> Emb
         footer: proposal.money_line(),
     }
     .fitted()
+}
+
+/// The files a card carries when it had to cut something: the whole diff, and the arguments as
+/// JSON, each once it is longer than a card field holds.
+pub fn card_attachments(proposal: &Proposal, changes: Option<&Preview>) -> Vec<(String, String)> {
+    let cycle = proposal.cycle;
+    let mut files = Vec::new();
+    if let Some(changes) = changes.filter(|c| chars(&c.diff) > FIELD_VALUE_MAX - 20) {
+        files.push((format!("cycle-{cycle}-changes.diff"), changes.diff.clone()));
+    }
+    let args = serde_json::to_string_pretty(&proposal.command.args).unwrap_or_default();
+    if chars(&args) > FIELD_VALUE_MAX - 20 {
+        files.push((format!("cycle-{cycle}-arguments.json"), args));
+    }
+    files
 }
 
 /// How a decision reads on the edited card.
@@ -286,7 +316,17 @@ mod tests {
 
     #[test]
     fn a_huge_hostile_card_fits_every_limit() {
-        let card = proposal_card(&"N".repeat(300), &hostile_proposal(), "waiting");
+        let changes = Preview {
+            path: "p".repeat(300),
+            diff: "+```\n@everyone\n".repeat(500),
+            base: crate::tools::preview::file_base_of(None),
+        };
+        let card = proposal_card(
+            &"N".repeat(300),
+            &hostile_proposal(),
+            Some(&changes),
+            "waiting",
+        );
         assert!(
             card.total_chars() <= EMBED_TOTAL_MAX,
             "{}",

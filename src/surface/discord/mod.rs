@@ -29,6 +29,8 @@ use crate::core::history::Episode;
 use crate::core::state::{AgentState, AgentView, PauseReason, Proposal};
 use crate::runtime::{AgentHandle, Surface};
 use crate::store::{CardRef, Store, ThreadBinding};
+use crate::tools::preview::{preview, Preview};
+use crate::tools::AgentFiles;
 use cards::EmbedText;
 use ids::{CardAction, CardId};
 
@@ -240,7 +242,10 @@ impl DiscordSurface {
             {
                 Some(proposal) => {
                     tracing::info!(%agent, cycle, "posting a card Discord did not take before");
-                    self.show_proposal(&state, proposal, false).await;
+                    let files = AgentFiles::new(&self.store, &agent);
+                    let changes = preview(&proposal.command, &files);
+                    self.show_proposal(&state, proposal, false, changes.as_ref())
+                        .await;
                 }
                 None => self.unposted.forget(&agent),
             }
@@ -266,7 +271,13 @@ impl Surface for DiscordSurface {
         }
     }
 
-    async fn show_proposal(&self, agent: &AgentState, proposal: &Proposal, auto_approved: bool) {
+    async fn show_proposal(
+        &self,
+        agent: &AgentState,
+        proposal: &Proposal,
+        auto_approved: bool,
+        preview: Option<&Preview>,
+    ) {
         let Some(mut binding) = self.binding(&agent.id) else {
             return;
         };
@@ -282,7 +293,7 @@ impl Surface for DiscordSurface {
         } else {
             "Waiting for a decision".to_string()
         };
-        let text = cards::proposal_card(agent.name(), proposal, &status);
+        let text = cards::proposal_card(agent.name(), proposal, preview, &status);
         let first_show = self.first_show_since_start(&agent.id);
         let known = binding.card.filter(|c| c.cycle == proposal.cycle);
         let title = text.title.clone();
@@ -319,7 +330,11 @@ impl Surface for DiscordSurface {
                 return;
             }
         }
-        let message = CreateMessage::new().embed(embed).components(components);
+        let mut message = CreateMessage::new().embed(embed).components(components);
+        // What the card had to cut is attached whole: the diff, and the arguments.
+        for (name, body) in cards::card_attachments(proposal, preview) {
+            message = message.add_file(CreateAttachment::bytes(body.into_bytes(), name));
+        }
         let nonce = post::card_nonce(&agent.id, proposal.cycle);
         let Some(message_id) = self.send_once(&agent.id, message, nonce).await else {
             // A card nobody can click would leave the agent waiting for ever: the re-post loop
@@ -369,7 +384,12 @@ impl Surface for DiscordSurface {
             return;
         };
         let status = cards::decision_line(decision, by, self.clock.now());
-        let embed = to_embed(cards::proposal_card(agent.name(), proposal, &status));
+        // The decided card still shows the change it approved; the file is as it was shown, or
+        // the command would not run.
+        let files = AgentFiles::new(&self.store, &agent.id);
+        let changes = preview(&proposal.command, &files);
+        let text = cards::proposal_card(agent.name(), proposal, changes.as_ref(), &status);
+        let embed = to_embed(text);
         let edit = EditMessage::new()
             .embed(embed)
             .components(Vec::new())

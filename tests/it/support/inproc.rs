@@ -17,6 +17,7 @@ use super::fake_openai::hash_embedding;
 use autothread::llm::{ChatModel, ChatReply, ChatRequest, LlmError};
 use autothread::runtime::AgentHandle;
 use autothread::runtime::Surface;
+use autothread::tools::preview::Preview;
 
 /// Answers cycle calls from a script and summaries with a fixed line; keeps every cycle prompt.
 #[derive(Default)]
@@ -152,13 +153,34 @@ pub struct Recorder {
     pub proposals: Mutex<Vec<u64>>,
     /// Every proposal shown: command name, and whether it ran without a card.
     pub shown: Mutex<Vec<(String, bool)>>,
+    /// The diff of every card that writes a file.
+    pub previews: Mutex<Vec<String>>,
     pub deny_cards: AtomicBool,
+    /// Runs once, when the first card is shown (after its diff was made): a test changes the
+    /// world between showing and running here.
+    pub on_first_card: Mutex<Option<ShowHook>>,
 }
+
+/// What `Recorder::on_first_card` runs, with the agent as the card shows it.
+pub type ShowHook = Box<dyn FnOnce(&AgentState) + Send>;
 
 #[async_trait]
 impl Surface for Recorder {
     async fn show_profile(&self, _agent: &AgentState) {}
-    async fn show_proposal(&self, _agent: &AgentState, proposal: &Proposal, auto: bool) {
+    async fn show_proposal(
+        &self,
+        _agent: &AgentState,
+        proposal: &Proposal,
+        auto: bool,
+        preview: Option<&Preview>,
+    ) {
+        if let Some(preview) = preview {
+            self.previews.lock().unwrap().push(preview.diff.clone());
+        }
+        let hook = self.on_first_card.lock().unwrap().take();
+        if let Some(hook) = hook {
+            hook(_agent);
+        }
         self.proposals.lock().unwrap().push(proposal.cycle);
         self.shown
             .lock()

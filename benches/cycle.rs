@@ -148,6 +148,7 @@ fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize
             now: Utc::now(),
             commands,
             policy: &policy,
+            quorum: &Default::default(),
             counter: &counter,
             limits,
             extras: &extras,
@@ -179,6 +180,8 @@ fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize
             auto_stop: None,
             paced: None,
             edits: Vec::new(),
+            approvals: Vec::new(),
+            approvals_needed: 1,
         });
         let cycle = state.cycle;
         let start = Instant::now();

@@ -10,9 +10,11 @@ use serde::Deserialize;
 
 use crate::core::budget::usd_to_micros;
 
+mod approvals;
 mod budget;
 pub mod models;
 mod sections;
+pub use approvals::*;
 pub use budget::*;
 pub use sections::*;
 
@@ -69,6 +71,7 @@ pub struct Config {
     pub budget: BudgetConfig,
     pub memory: MemoryConfig,
     pub policy: PolicyConfig,
+    pub approvals: ApprovalsConfig,
     pub web: WebConfig,
     pub subagents: SubagentConfig,
     pub ops: OpsConfig,
@@ -222,6 +225,9 @@ impl Config {
         if llm.model.trim().is_empty() {
             return Err(invalid("llm.model", "must not be empty"));
         }
+        self.approvals
+            .validate()
+            .map_err(|problem| invalid("approvals", problem))?;
         // A query in a base URL would end up before the path (`…?api-version=…/chat/completions`).
         let embeddings_url = self
             .memory
@@ -747,6 +753,27 @@ mod tests {
         config.apply_env(&env_of(&[("DISCORD_DEV_GUILD", "not-a-number")]));
         let err = config.validate().unwrap_err().to_string();
         assert!(err.contains("discord.dev_guild"), "{err}");
+    }
+
+    #[test]
+    fn quorums_are_read_per_class_and_server_and_checked() {
+        let config = Config::from_toml(
+            "[approvals.quorum]\nexternal = 2\n[approvals.guilds.\"42\".quorum]\nwrite = 3\n",
+            Path::new("t.toml"),
+        )
+        .unwrap();
+        let bot_wide = config.approvals.for_guild(None);
+        assert_eq!(bot_wide.needed(Risk::External), 2);
+        assert_eq!(bot_wide.needed(Risk::Write), 1);
+        let guild = config.approvals.for_guild(Some(&"42".into()));
+        assert_eq!(guild.needed(Risk::Write), 3);
+        assert_eq!(guild.needed(Risk::External), 2);
+        let zero = Config::from_toml("[approvals.quorum]\nwrite = 0\n", Path::new("t.toml"))
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(zero.contains("approvals.quorum.write = 0"), "{zero}");
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod history;
 pub mod memory;
 pub mod policy;
 pub mod prompt;
+pub mod quorum;
 pub mod repair;
 pub mod reply;
 pub mod state;

@@ -151,6 +151,16 @@ pub struct Proposal {
     /// Who changed the model's arguments, and which, oldest first (the last few are kept).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub edits: Vec<ArgumentEdit>,
+    /// Who has approved so far, when the class needs more than one approval.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<String>,
+    /// How many distinct approvals the command's class needs (0 or 1: one).
+    #[serde(default, skip_serializing_if = "needs_one_approval")]
+    pub approvals_needed: u32,
+}
+
+fn needs_one_approval(needed: &u32) -> bool {
+    *needed <= 1
 }
 
 /// One person's edit of a proposal's arguments.
@@ -172,6 +182,12 @@ impl ArgumentEdit {
 }
 
 impl Proposal {
+    /// "1 of 2 approvals: alice" while a quorum is being gathered; nothing for a one-approval class.
+    pub fn approval_progress(&self) -> Option<String> {
+        (self.approvals_needed > 1)
+            .then(|| crate::core::quorum::progress_line(&self.approvals, self.approvals_needed))
+    }
+
     /// Who edited which arguments, "alice (filename); bob (text)", or nothing when the model's
     /// arguments stand.
     pub fn editors(&self) -> Option<String> {

@@ -156,3 +156,63 @@ fn a_stale_command_is_shown_again_for_a_new_decision() {
     assert_eq!(h.state.pending.as_ref().unwrap().approved_by, None);
     assert!(h.state.episodes.is_empty(), "nothing was recorded as run");
 }
+
+fn decide_as(h: &mut Harness, by: &str, decision: Decision) -> Vec<Effect> {
+    let cycle = h.state.cycle;
+    h.step(Event::Decided {
+        cycle,
+        decision,
+        by: by.into(),
+    })
+}
+
+#[test]
+fn a_quorum_class_runs_after_k_distinct_approvals_and_one_deny_ends_it() {
+    let mut h = Harness::started();
+    h.quorum = crate::core::quorum::Quorum::default().with(crate::core::commands::Risk::Write, 2);
+    h.think(&reply_json(
+        "write_file",
+        json!({"filename": "notes.txt", "contents": "x"}),
+    ));
+    assert_eq!(h.state.pending.as_ref().unwrap().approvals_needed, 2);
+
+    let fx = decide_as(&mut h, "alice", Decision::Approve);
+    assert!(executes(&fx).is_none());
+    assert_eq!(
+        proposal_of(&fx).approval_progress().as_deref(),
+        Some("1 of 2 approvals: alice")
+    );
+    let fx = decide_as(&mut h, "alice", Decision::ApproveN(5));
+    assert!(
+        matches!(&fx[..], [Effect::Rejected(t)] if t.contains("already counts")),
+        "{fx:?}"
+    );
+    // An edit starts the count again: the approval was for other arguments.
+    edit(
+        &mut h,
+        "carol",
+        json!({"filename": "b.txt", "contents": "x"}),
+    );
+    assert!(h.state.pending.as_ref().unwrap().approvals.is_empty());
+    decide_as(&mut h, "alice", Decision::Approve);
+    let fx = decide_as(&mut h, "bob", Decision::Approve);
+    assert!(executes(&fx).is_some(), "{fx:?}");
+    h.finish_command(Outcome::Success("ok".into()));
+    assert_eq!(
+        h.state.last_episode().unwrap().decided_by.as_deref(),
+        Some("alice, bob; arguments edited by carol (filename)")
+    );
+
+    // One deny ends a proposal whatever approvals it has.
+    h.think(&reply_json(
+        "write_file",
+        json!({"filename": "c.txt", "contents": "x"}),
+    ));
+    decide_as(&mut h, "alice", Decision::Approve);
+    decide_as(&mut h, "bob", Decision::Deny);
+    assert!(
+        matches!(h.state.phase, Phase::Paused(_)),
+        "{:?}",
+        h.state.phase
+    );
+}

@@ -62,6 +62,7 @@ pub(super) struct Harness {
     memory: Option<MemoryPolicy>,
     reply_format: ReplyFormat,
     brake: Option<crate::core::brake::BrakeLimits>,
+    pub(super) quorum: crate::core::quorum::Quorum,
 }
 
 impl Harness {
@@ -95,6 +96,7 @@ impl Harness {
             memory: None,
             reply_format: ReplyFormat::FullSchema,
             brake: None,
+            quorum: Default::default(),
         }
     }
 
@@ -111,6 +113,7 @@ impl Harness {
             now: Utc.with_ymd_and_hms(2026, 11, 22, 8, 0, 0).unwrap(),
             commands: &self.commands,
             policy: &self.policy,
+            quorum: &self.quorum,
             counter: &QuarterCounter,
             limits: self.limits,
             extras: &self.extras,

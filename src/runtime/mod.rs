@@ -29,6 +29,7 @@ use crate::core::history::Outcome;
 use crate::core::memory::MemorySource;
 use crate::core::policy::Policy;
 use crate::core::prompt::{ContextLimits, PromptExtras, TokenCounter};
+use crate::core::quorum::Quorum;
 use crate::core::reply::CommandCall;
 use crate::core::state::{AgentState, Phase};
 use crate::core::step::{step, StepCtx, NO_LONGER_PENDING};
@@ -95,6 +96,8 @@ struct Actor {
     /// The file the newest card's command writes, as it was when the card was shown: (cycle,
     /// path, fingerprint). Kept in memory only, since a restart shows the card again.
     shown_base: Option<(u64, String, FileBase)>,
+    /// How many distinct approvals each class needs in the agent's server.
+    quorum: Quorum,
 }
 
 /// Starts an agent's actor. It runs until the agent rests (paused or finished) with no work in
@@ -138,6 +141,11 @@ fn start_registered(
     let actor = Actor {
         last_result_shown: state.episodes.last().map(|e| e.cycle).unwrap_or(0),
         policy: deps.config.policy.for_agent(&state),
+        // A quorum needs several people: the console, outside any server, has one.
+        quorum: match state.spender.guild.as_ref() {
+            Some(guild) => deps.config.approvals.for_guild(Some(guild)),
+            None => Quorum::default(),
+        },
         state,
         deps,
         handle: handle.clone(),
@@ -256,7 +264,13 @@ impl Actor {
             by,
         } = &event
         {
-            if matches!(decision, Decision::Edit(_)) {
+            // An approval short of its class's quorum is counted, not claimed: the card stays
+            // open for the others.
+            let short_of_quorum = matches!(decision, Decision::Approve | Decision::ApproveN(_))
+                && self.state.pending.as_ref().is_some_and(|p| {
+                    p.cycle == *cycle && !self.quorum.is_final(p.risk, &p.approvals, by)
+                });
+            if matches!(decision, Decision::Edit(_)) || short_of_quorum {
                 if !self.state.awaits_decision_on(*cycle) {
                     if let Some(reply) = reply {
                         let _ = reply.send(Err(DecideError::NotPending));
@@ -264,6 +278,17 @@ impl Actor {
                     return Ok(());
                 }
             } else {
+                // The approval that reaches a quorum decides for everyone who approved.
+                let by = &match self.state.pending.as_ref() {
+                    Some(p)
+                        if p.cycle == *cycle
+                            && !p.approvals.is_empty()
+                            && !matches!(decision, Decision::Deny) =>
+                    {
+                        format!("{}, {by}", p.approvals.join(", "))
+                    }
+                    _ => by.clone(),
+                };
                 if let Err(why) = self.claim_decision(*cycle, decision, by) {
                     if let Some(reply) = reply {
                         let _ = reply.send(Err(why));
@@ -319,6 +344,7 @@ impl Actor {
                 now: deps.clock.now(),
                 commands: deps.tools.command_set(),
                 policy: &self.policy,
+                quorum: &self.quorum,
                 counter: deps.counter.as_ref(),
                 limits,
                 extras: &extras,

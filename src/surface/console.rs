@@ -177,6 +177,9 @@ pub fn proposal_text(agent: &AgentState, proposal: &Proposal, auto_approved: boo
     if let Some(editors) = proposal.editors() {
         out.push_str(&format!("EDITED BY: {editors}\n"));
     }
+    if let Some(progress) = proposal.approval_progress() {
+        out.push_str(&format!("APPROVALS: {progress}\n"));
+    }
     if let Some(why) = &proposal.auto_stop {
         out.push_str(&format!("NOTE: {why}\n"));
     }

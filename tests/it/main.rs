@@ -5,6 +5,7 @@
 
 mod support;
 
+mod approvals_e2e;
 mod architecture;
 mod budget_e2e;
 mod budget_ledger;
@@ -12,7 +13,6 @@ mod console_e2e;
 mod crash_cards;
 mod discord_contact;
 mod discord_e2e;
-mod edit_e2e;
 mod fake_discord_payloads;
 mod llm_client;
 mod memory;

@@ -126,6 +126,8 @@ fn proposal() -> Proposal {
             by: "bob".into(),
             arguments: vec!["contents".into()],
         }],
+        approvals: vec!["carol".into()],
+        approvals_needed: 2,
     }
 }
 

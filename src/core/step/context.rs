@@ -14,6 +14,8 @@ pub struct StepCtx<'a> {
     pub now: DateTime<Utc>,
     pub commands: &'a CommandSet,
     pub policy: &'a Policy,
+    /// How many distinct approvals each class needs.
+    pub quorum: &'a crate::core::quorum::Quorum,
     pub counter: &'a dyn TokenCounter,
     pub limits: ContextLimits,
     pub extras: &'a PromptExtras,

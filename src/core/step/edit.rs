@@ -6,6 +6,7 @@ use serde_json::{Map, Value};
 
 use super::Stepper;
 use crate::core::event::Effect;
+use crate::core::quorum::Tally;
 use crate::core::reply::CommandCall;
 use crate::core::state::{ArgumentEdit, Phase, MAX_EDITS_KEPT};
 
@@ -76,12 +77,38 @@ impl Stepper<'_, '_> {
         pending.command = valid.call;
         pending.risk = valid.risk;
         pending.edits.push(ArgumentEdit { by, arguments });
+        // Approvals given to the command before the edit do not cover the edited one.
+        pending.approvals.clear();
         if pending.edits.len() > MAX_EDITS_KEPT {
             pending.edits.remove(0);
         }
         // An edited command is a new command: nothing approved before covers it.
         self.state.auto_approvals_left = 0;
         self.show_pending_again();
+    }
+
+    /// Counts `by`'s approval toward the class's quorum: `Some(approvers)` once it is reached (the
+    /// command runs, approved by all of them); otherwise the card is shown again with the count,
+    /// or `by` is told their approval already counts, and `None`.
+    pub(super) fn count_approval(&mut self, by: String) -> Option<String> {
+        let quorum = self.ctx.quorum;
+        let pending = self.state.pending.as_mut()?;
+        match quorum.approve(pending.risk, &mut pending.approvals, &by) {
+            Tally::Reached if pending.approvals.len() == 1 => Some(by),
+            Tally::Reached => Some(pending.approvals.join(", ")),
+            Tally::Waiting { .. } => {
+                self.show_pending_again();
+                None
+            }
+            Tally::AlreadyCounted => {
+                self.fx.push(Effect::Rejected(format!(
+                    "Your approval already counts; the {} class needs {} people to approve.",
+                    pending.risk.label(),
+                    quorum.needed(pending.risk)
+                )));
+                None
+            }
+        }
     }
 
     /// The runtime found the approved command's file changed since its card was shown, and did
@@ -92,6 +119,7 @@ impl Stepper<'_, '_> {
         }
         if let Some(pending) = self.state.pending.as_mut() {
             pending.approved_by = None;
+            pending.approvals.clear();
         }
         self.state.auto_approvals_left = 0;
         self.fx.push(Effect::Notify(format!(

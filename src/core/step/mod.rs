@@ -338,6 +338,8 @@ impl Stepper<'_, '_> {
                 .take()
                 .map(|p| format!("Waited for {}.", p.why)),
             edits: Vec::new(),
+            approvals: Vec::new(),
+            approvals_needed: ctx.quorum.needed(valid.risk),
         };
         self.state.pending = Some(proposal.clone());
         if automatic {
@@ -448,6 +450,13 @@ impl Stepper<'_, '_> {
                 return;
             }
         }
+        let by = match decision {
+            Decision::Approve | Decision::ApproveN(_) => match self.count_approval(by) {
+                Some(all) => all,
+                None => return,
+            },
+            _ => by,
+        };
         match decision {
             Decision::Approve => self.start_execution(by),
             Decision::ApproveN(n) => {
@@ -600,6 +609,7 @@ impl Stepper<'_, '_> {
                     if let Some(pending) = self.state.pending.as_mut() {
                         pending.interrupted = true;
                         pending.approved_by = None;
+                        pending.approvals.clear();
                     }
                     self.state.auto_approvals_left = 0;
                     self.fx.push(Effect::Notify(format!(

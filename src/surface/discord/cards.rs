@@ -167,6 +167,9 @@ pub fn proposal_card(
     if let Some(editors) = proposal.editors() {
         fields.push(("✏️ Edited by".to_string(), editors));
     }
+    if let Some(progress) = proposal.approval_progress() {
+        fields.push(("Approvals".to_string(), progress));
+    }
     if let Some(why) = &proposal.auto_stop {
         fields.push(("Budget".to_string(), why.clone()));
     }
@@ -311,6 +314,8 @@ mod tests {
                 by: noise.clone(),
                 arguments: vec![noise.clone()],
             }],
+            approvals: vec![noise.clone(); 10],
+            approvals_needed: 10,
         }
     }
 

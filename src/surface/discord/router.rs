@@ -66,12 +66,33 @@ fn check_click(data: &Data, id: &CardId, who: &Requester) -> Result<(), String> 
     if !may_decide(&binding, who) {
         return Err(NOT_ALLOWED.into());
     }
-    let pending = store
-        .load_agent_record(&id.agent)
-        .ok()
-        .flatten()
-        .is_some_and(|state| state.awaits_decision_on(id.cycle));
-    if !pending {
+    let state = store.load_agent_record(&id.agent).ok().flatten();
+    let pending = state
+        .as_ref()
+        .and_then(|state| state.pending.as_ref())
+        .filter(|_| {
+            state
+                .as_ref()
+                .is_some_and(|s| s.awaits_decision_on(id.cycle))
+        });
+    let approving = matches!(
+        id.action,
+        CardAction::Approve | CardAction::ApproveN | CardAction::ApproveNSubmit
+    );
+    // A class that needs several approvals counts only its server's approvers, when it names a
+    // role for them.
+    if let (true, Some(pending)) = (approving, pending) {
+        let role = data.app.config.approvals.approvers_role(binding.guild_id);
+        if let Some(role) =
+            role.filter(|r| pending.approvals_needed > 1 && !who.role_ids.contains(r))
+        {
+            return Err(format!(
+                "This command needs {} approvals from members of <@&{role}>, and you are not one.",
+                pending.approvals_needed
+            ));
+        }
+    }
+    if pending.is_none() {
         let refusal = match store.decision(&id.agent, id.cycle) {
             Ok(Some(winner)) => DecideError::AlreadyDecided { by: winner.by },
             _ => DecideError::NotPending,

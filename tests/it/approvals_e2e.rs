@@ -1,6 +1,7 @@
-//! Edit, then approve, end to end in Discord and in the console: the Edit button's form is
-//! prefilled with the arguments, an edit is validated like a model's, the card says who edited
-//! what, and the edited command is the one that runs.
+//! Approvals end to end, in Discord and in the console: Edit (a form prefilled with the
+//! arguments, validated like a model's, the card naming who edited what, the edited command is the
+//! one that runs), the diff a file command's card shows and the check that the file is still as
+//! shown, and a quorum of distinct approvers.
 
 use crate::support;
 
@@ -8,7 +9,7 @@ use serde_json::json;
 use support::bot::{
     button, card, ephemeral_text, message_containing, start_agent, start_bot, Start,
 };
-use support::fake_discord::{FakeDiscord, ALICE, BOB};
+use support::fake_discord::{FakeDiscord, ALICE, BOB, GUILD, ROLE_TEAM};
 use support::fake_openai::{agent_reply, Expect, FakeOpenAi};
 use support::TestEnv;
 
@@ -270,4 +271,74 @@ async fn a_file_changed_after_its_card_was_shown_is_shown_again_instead_of_writt
         "{:?}",
         state.episodes[0]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quorum_class_waits_for_two_distinct_approvers() {
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
+    openai.push_content(agent_reply(
+        "write_file",
+        json!({"filename": "haiku.txt", "contents": "crab"}),
+    ));
+    openai.push_content(agent_reply("read_file", json!({"filename": "haiku.txt"})));
+    let discord = FakeDiscord::start().await;
+    // Two approvals for writes, from members of the team role only.
+    let env = TestEnv::new(
+        &openai.base_url,
+        &format!(
+            "[approvals.quorum]\nwrite = 2\n[approvals.guilds.\"{GUILD}\"]\napprovers_role = {ROLE_TEAM}\n"
+        ),
+    );
+    let bot = start_bot(&env, &discord).await;
+    let thread = start_agent(
+        &discord,
+        Start {
+            task: "Write a haiku",
+            name: Some("HaikuGPT"),
+            share_user: Some(BOB),
+            ..Start::default()
+        },
+    )
+    .await;
+    let first = card(&discord, thread, "HaikuGPT · cycle 1").await;
+    assert_eq!(field(&first, "Approvals"), Some("0 of 2 approvals"));
+    let approve = button(&first, "Approve");
+
+    // Bob may decide for this agent, but he is not an approver: his approval is refused.
+    let outsider = discord.click(BOB, &[], &first, &approve);
+    let text = ephemeral_text(&discord, outsider).await;
+    assert!(
+        text.starts_with("This command needs 2 approvals from members of"),
+        "{text}"
+    );
+
+    // Alice's approval counts once; the card stays open and says so.
+    discord.click(ALICE, &[ROLE_TEAM], &first, &approve);
+    let counted = discord
+        .wait_for("the card with one approval", support::bot::WAIT, |d| {
+            d.messages_in(thread).into_iter().find(|m| {
+                m["id"] == first["id"] && field(m, "Approvals") == Some("1 of 2 approvals: alice")
+            })
+        })
+        .await;
+    assert_eq!(button(&counted, "Approve"), approve, "the buttons stay");
+    let again = discord.click(ALICE, &[ROLE_TEAM], &counted, &approve);
+    let text = ephemeral_text(&discord, again).await;
+    assert!(text.contains("already counts"), "{text}");
+
+    // Bob's makes two: the command runs, and the card names both.
+    discord.click(BOB, &[ROLE_TEAM], &counted, &approve);
+    card(&discord, thread, "HaikuGPT · cycle 2").await;
+    let decided = discord
+        .messages_in(thread)
+        .into_iter()
+        .find(|m| m["id"] == first["id"])
+        .unwrap();
+    let status = field(&decided, "Status").unwrap_or_default().to_string();
+    assert!(status.starts_with("✅ Approved by alice, bob"), "{status}");
+    message_containing(&discord, thread, "has been written successfully").await;
+
+    discord.assert_clean();
+    openai.assert_clean();
+    bot.kill().await;
 }

@@ -1,0 +1,65 @@
+//! `[approvals]`: the quorum each risk class needs, bot-wide and per server.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::core::state::GuildId;
+
+/// `[approvals]`: how many distinct people must approve a class's commands, bot-wide and per
+/// server (`[approvals.guilds."<id>"]`). A class left out needs one approval.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApprovalsConfig {
+    pub quorum: BTreeMap<crate::core::commands::Risk, u32>,
+    pub guilds: BTreeMap<String, GuildApprovals>,
+}
+
+/// One server's `[approvals]`: its quorums, over the bot-wide ones, and the role whose members
+/// alone count toward them (anyone who may decide, when unset).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GuildApprovals {
+    pub quorum: BTreeMap<crate::core::commands::Risk, u32>,
+    pub approvers_role: Option<u64>,
+}
+
+impl ApprovalsConfig {
+    /// The quorums of one server (`None`: the console, or an agent outside any server).
+    pub fn for_guild(&self, guild: Option<&GuildId>) -> crate::core::quorum::Quorum {
+        let bot_wide = crate::core::quorum::Quorum::default().with_all(&self.quorum);
+        match guild.and_then(|g| self.guilds.get(g.as_str())) {
+            Some(server) => bot_wide.with_all(&server.quorum),
+            None => bot_wide,
+        }
+    }
+
+    /// The role whose members count toward a quorum in `guild`, if the server names one.
+    pub fn approvers_role(&self, guild: u64) -> Option<u64> {
+        self.guilds.get(&guild.to_string())?.approvers_role
+    }
+
+    /// Every quorum named, with where: a quorum of 0 or above `MAX_QUORUM` is a mistake.
+    pub fn validate(&self) -> Result<(), String> {
+        let all = self
+            .quorum
+            .iter()
+            .map(|q| ("approvals.quorum".to_string(), q))
+            .chain(self.guilds.iter().flat_map(|(guild, server)| {
+                server
+                    .quorum
+                    .iter()
+                    .map(move |q| (format!("approvals.guilds.\"{guild}\".quorum"), q))
+            }));
+        for (place, (risk, n)) in all {
+            if !(1..=crate::core::quorum::MAX_QUORUM).contains(n) {
+                return Err(format!(
+                    "{place}.{} = {n}: a quorum is from 1 to {}",
+                    risk.label(),
+                    crate::core::quorum::MAX_QUORUM
+                ));
+            }
+        }
+        Ok(())
+    }
+}

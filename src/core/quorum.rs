@@ -1,0 +1,125 @@
+//! Quorum: a risk class may need k distinct people to approve its commands before they run. One
+//! deny ends the proposal, nobody counts twice, and an edit starts the count again.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::commands::Risk;
+
+/// How many distinct approvals each class needs; a class it leaves out needs one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Quorum {
+    needed: BTreeMap<Risk, u32>,
+}
+
+/// The most approvals a class may ask for: a card lists its approvers.
+pub const MAX_QUORUM: u32 = 10;
+
+/// Where a proposal's approvals stand after one more.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Tally {
+    /// Enough people approved: the command runs, approved by all of them.
+    Reached,
+    /// Counted; `needed` in all.
+    Waiting { have: usize, needed: u32 },
+    /// This person's approval was already counted.
+    AlreadyCounted,
+}
+
+impl Quorum {
+    /// This quorum with `risk` needing `approvals` (clamped to 1..=MAX_QUORUM).
+    pub fn with(mut self, risk: Risk, approvals: u32) -> Self {
+        self.needed.insert(risk, approvals.clamp(1, MAX_QUORUM));
+        self
+    }
+
+    /// This quorum with every class `changes` names set as it says.
+    pub fn with_all(self, changes: &BTreeMap<Risk, u32>) -> Self {
+        changes
+            .iter()
+            .fold(self, |quorum, (risk, n)| quorum.with(*risk, *n))
+    }
+
+    pub fn needed(&self, risk: Risk) -> u32 {
+        self.needed.get(&risk).copied().unwrap_or(1)
+    }
+
+    /// Whether an approval by `by` on a proposal already approved by `approvals` would be the
+    /// one that reaches the quorum (the runtime claims the decision only then).
+    pub fn is_final(&self, risk: Risk, approvals: &[String], by: &str) -> bool {
+        !approvals.iter().any(|a| a == by) && approvals.len() + 1 >= self.needed(risk) as usize
+    }
+
+    /// Counts `by`'s approval into `approvals`.
+    pub fn approve(&self, risk: Risk, approvals: &mut Vec<String>, by: &str) -> Tally {
+        if approvals.iter().any(|a| a == by) {
+            return Tally::AlreadyCounted;
+        }
+        approvals.push(by.to_string());
+        let needed = self.needed(risk);
+        if approvals.len() >= needed as usize {
+            Tally::Reached
+        } else {
+            Tally::Waiting {
+                have: approvals.len(),
+                needed,
+            }
+        }
+    }
+}
+
+/// "1 of 2 approvals: alice", for a card waiting on more.
+pub fn progress_line(approvals: &[String], needed: u32) -> String {
+    let count = format!("{} of {needed} approvals", approvals.len());
+    if approvals.is_empty() {
+        count
+    } else {
+        format!("{count}: {}", approvals.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn k_distinct_people_reach_a_quorum_and_nobody_counts_twice() {
+        let quorum = Quorum::default().with(Risk::External, 2);
+        assert_eq!(quorum.needed(Risk::Write), 1, "unnamed classes need one");
+        let mut approvals = Vec::new();
+        assert!(!quorum.is_final(Risk::External, &approvals, "alice"));
+        assert_eq!(
+            quorum.approve(Risk::External, &mut approvals, "alice"),
+            Tally::Waiting { have: 1, needed: 2 }
+        );
+        assert_eq!(progress_line(&approvals, 2), "1 of 2 approvals: alice");
+        assert!(!quorum.is_final(Risk::External, &approvals, "alice"));
+        assert_eq!(
+            quorum.approve(Risk::External, &mut approvals, "alice"),
+            Tally::AlreadyCounted
+        );
+        assert!(quorum.is_final(Risk::External, &approvals, "bob"));
+        assert_eq!(
+            quorum.approve(Risk::External, &mut approvals, "bob"),
+            Tally::Reached
+        );
+        assert_eq!(approvals, ["alice", "bob"]);
+        let mut single = Vec::new();
+        assert!(quorum.is_final(Risk::Write, &single, "carol"));
+        assert_eq!(
+            quorum.approve(Risk::Write, &mut single, "carol"),
+            Tally::Reached
+        );
+    }
+
+    #[test]
+    fn a_quorum_is_clamped_to_a_sane_range() {
+        let quorum = Quorum::default()
+            .with(Risk::Write, 0)
+            .with(Risk::External, 99);
+        assert_eq!(quorum.needed(Risk::Write), 1);
+        assert_eq!(quorum.needed(Risk::External), MAX_QUORUM);
+    }
+}

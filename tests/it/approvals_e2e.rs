@@ -13,6 +13,44 @@ use support::fake_discord::{FakeDiscord, ALICE, BOB, GUILD, ROLE_TEAM};
 use support::fake_openai::{agent_reply, Expect, FakeOpenAi};
 use support::TestEnv;
 
+/// A bot against `openai` with `config`, and HaikuGPT started in a thread (shared with `share`):
+/// the fakes, the bot, the thread and its first card.
+async fn haiku_agent(
+    openai: &FakeOpenAi,
+    config: &str,
+    share: Option<u64>,
+) -> (
+    TestEnv,
+    FakeDiscord,
+    support::Running,
+    u64,
+    serde_json::Value,
+) {
+    let discord = FakeDiscord::start().await;
+    let env = TestEnv::new(&openai.base_url, config);
+    let bot = start_bot(&env, &discord).await;
+    let thread = start_agent(
+        &discord,
+        Start {
+            task: "Write a haiku",
+            name: Some("HaikuGPT"),
+            share_user: share,
+            ..Start::default()
+        },
+    )
+    .await;
+    let first = card(&discord, thread, "HaikuGPT · cycle 1").await;
+    (env, discord, bot, thread, first)
+}
+
+/// The model proposes to write `contents` into `filename`.
+fn write_reply(filename: &str, contents: &str) -> String {
+    agent_reply(
+        "write_file",
+        json!({"filename": filename, "contents": contents}),
+    )
+}
+
 fn field<'a>(card: &'a serde_json::Value, name: &str) -> Option<&'a str> {
     card["embeds"][0]["fields"]
         .as_array()?
@@ -24,29 +62,13 @@ fn field<'a>(card: &'a serde_json::Value, name: &str) -> Option<&'a str> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edited_command_is_shown_with_its_editor_and_runs_as_edited() {
     let openai = FakeOpenAi::start(Expect::test_model()).await;
-    openai.push_content(agent_reply(
-        "write_file",
-        json!({"filename": "haiku.txt", "contents": "crab"}),
-    ));
+    openai.push_content(write_reply("haiku.txt", "crab"));
     // The second proposal's text is longer than a card shows: it comes attached, with the diff.
-    let long = "a line of a long poem\n".repeat(150);
-    openai.push_content(agent_reply(
-        "write_file",
-        json!({"filename": "poem.txt", "contents": long}),
+    openai.push_content(write_reply(
+        "poem.txt",
+        &"a line of a long poem\n".repeat(150),
     ));
-    let discord = FakeDiscord::start().await;
-    let env = TestEnv::new(&openai.base_url, "");
-    let bot = start_bot(&env, &discord).await;
-    let thread = start_agent(
-        &discord,
-        Start {
-            task: "Write a haiku",
-            name: Some("HaikuGPT"),
-            ..Start::default()
-        },
-    )
-    .await;
-    let first = card(&discord, thread, "HaikuGPT · cycle 1").await;
+    let (_env, discord, bot, thread, first) = haiku_agent(&openai, "", None).await;
     assert_eq!(
         field(&first, "Changes to haiku.txt"),
         Some("```diff\n--- /dev/null\n+++ b/haiku.txt\n@@ -0,0 +1 @@\n+crab\n\\ No newline at end of file\n```")
@@ -149,10 +171,7 @@ async fn an_edited_command_is_shown_with_its_editor_and_runs_as_edited() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_edits_arguments_one_by_one() {
     let openai = FakeOpenAi::start(Expect::test_model()).await;
-    openai.push_content(agent_reply(
-        "write_file",
-        json!({"filename": "a.txt", "contents": "alpha"}),
-    ));
+    openai.push_content(write_reply("a.txt", "alpha"));
     openai.push_content(agent_reply("finish", json!({"reason": "done"})));
     let env = TestEnv::new(&openai.base_url, "");
     let mut run = env.spawn(&[
@@ -276,31 +295,13 @@ async fn a_file_changed_after_its_card_was_shown_is_shown_again_instead_of_writt
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quorum_class_waits_for_two_distinct_approvers() {
     let openai = FakeOpenAi::start(Expect::test_model()).await;
-    openai.push_content(agent_reply(
-        "write_file",
-        json!({"filename": "haiku.txt", "contents": "crab"}),
-    ));
+    openai.push_content(write_reply("haiku.txt", "crab"));
     openai.push_content(agent_reply("read_file", json!({"filename": "haiku.txt"})));
-    let discord = FakeDiscord::start().await;
     // Two approvals for writes, from members of the team role only.
-    let env = TestEnv::new(
-        &openai.base_url,
-        &format!(
-            "[approvals.quorum]\nwrite = 2\n[approvals.guilds.\"{GUILD}\"]\napprovers_role = {ROLE_TEAM}\n"
-        ),
+    let config = format!(
+        "[approvals.quorum]\nwrite = 2\n[approvals.guilds.\"{GUILD}\"]\napprovers_role = {ROLE_TEAM}\n"
     );
-    let bot = start_bot(&env, &discord).await;
-    let thread = start_agent(
-        &discord,
-        Start {
-            task: "Write a haiku",
-            name: Some("HaikuGPT"),
-            share_user: Some(BOB),
-            ..Start::default()
-        },
-    )
-    .await;
-    let first = card(&discord, thread, "HaikuGPT · cycle 1").await;
+    let (_env, discord, bot, thread, first) = haiku_agent(&openai, &config, Some(BOB)).await;
     assert_eq!(field(&first, "Approvals"), Some("0 of 2 approvals"));
     let approve = button(&first, "Approve");
 

@@ -215,4 +215,27 @@ fn a_quorum_class_runs_after_k_distinct_approvals_and_one_deny_ends_it() {
         "{:?}",
         h.state.phase
     );
+    assert!(
+        h.state.pending.as_ref().unwrap().approvals.is_empty(),
+        "a resumed proposal gathers its approvals anew"
+    );
+}
+
+#[test]
+fn approve_n_never_stands_in_for_a_quorum() {
+    let mut h = Harness::started();
+    h.quorum = crate::core::quorum::Quorum::default().with(crate::core::commands::Risk::Write, 2);
+    h.think(&reply_json("read_file", json!({"filename": "a.txt"})));
+    assert!(executes(&decide_as(&mut h, "bob", Decision::ApproveN(5))).is_some());
+    h.finish_command(Outcome::Success("a".into()));
+    // A read runs unattended under Approve ×N; a write, which needs two people, asks.
+    let fx = h.think(&reply_json("read_file", json!({"filename": "b.txt"})));
+    assert!(executes(&fx).is_some());
+    h.finish_command(Outcome::Success("b".into()));
+    let fx = h.think(&reply_json(
+        "write_file",
+        json!({"filename": "c.txt", "contents": "x"}),
+    ));
+    assert!(executes(&fx).is_none(), "{fx:?}");
+    assert_eq!(h.state.phase, Phase::AwaitingDecision);
 }

@@ -283,7 +283,7 @@ impl Actor {
                     Some(p)
                         if p.cycle == *cycle
                             && !p.approvals.is_empty()
-                            && !matches!(decision, Decision::Deny) =>
+                            && matches!(decision, Decision::Approve | Decision::ApproveN(_)) =>
                     {
                         format!("{}, {by}", p.approvals.join(", "))
                     }

@@ -133,6 +133,7 @@ async fn an_edited_command_is_shown_with_its_editor_and_runs_as_edited() {
         field(&edited, "Changes to poem.txt").is_some(),
         "the diff follows the edit"
     );
+    assert_eq!(edited["attachments"], json!([]), "nothing was cut");
     assert!(edited["embeds"][0]["fields"]
         .to_string()
         .contains("poem.txt"));
@@ -162,6 +163,23 @@ async fn an_edited_command_is_shown_with_its_editor_and_runs_as_edited() {
         .as_str()
         .unwrap()
         .ends_with("+a line of a long poem\n"));
+
+    // Edited down to a short text, the card drops the files it no longer needs.
+    let opened = discord.click(ALICE, &[], &second, &button(&second, "Edit"));
+    discord
+        .wait_for("the edit form", support::bot::WAIT, |d| {
+            d.opened_form(opened)
+        })
+        .await;
+    discord.submit_form_fields(ALICE, thread, opened, &[("arg:contents", "short")]);
+    let shortened = discord
+        .wait_for("the shortened card", support::bot::WAIT, |d| {
+            d.messages_in(thread)
+                .into_iter()
+                .find(|m| m["id"] == second["id"] && field(m, "✏️ Edited by").is_some())
+        })
+        .await;
+    assert_eq!(shortened["attachments"], json!([]), "{shortened}");
 
     discord.assert_clean();
     openai.assert_clean();

@@ -322,7 +322,11 @@ impl Stepper<'_, '_> {
         let action =
             ctx.policy
                 .action_for(&self.state.settings.policy, &valid.call.name, valid.risk);
-        let automatic = action == ClassAction::Auto && unattended && !soft_capped;
+        // A class that needs several approvers always asks: Approve ×N is one person's.
+        let automatic = action == ClassAction::Auto
+            && unattended
+            && !soft_capped
+            && ctx.quorum.needed(valid.risk) <= 1;
         let proposal = Proposal {
             cycle: self.state.cycle,
             thoughts,
@@ -411,7 +415,9 @@ impl Stepper<'_, '_> {
 
     /// Shows the pending proposal once more and waits for a decision on it.
     fn show_pending_again(&mut self) {
-        if let Some(pending) = &self.state.pending {
+        if let Some(pending) = self.state.pending.as_mut() {
+            // The quorum in force now counts (the config may have changed since the proposal).
+            pending.approvals_needed = self.ctx.quorum.needed(pending.risk);
             self.state.phase = Phase::AwaitingDecision;
             self.fx.push(Effect::ShowProposal {
                 proposal: pending.clone(),
@@ -474,6 +480,10 @@ impl Stepper<'_, '_> {
             }
             Decision::Deny => {
                 self.state.auto_approvals_left = 0;
+                // One deny ends the count: a resumed proposal gathers its approvals anew.
+                if let Some(pending) = self.state.pending.as_mut() {
+                    pending.approvals.clear();
+                }
                 self.pause(PauseReason::Denied { by });
             }
             Decision::Feedback(text) => {

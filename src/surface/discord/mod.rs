@@ -19,7 +19,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serenity::all::{
     ButtonStyle, ChannelId, CreateActionRow, CreateAllowedMentions, CreateAttachment, CreateButton,
-    CreateEmbed, CreateEmbedFooter, CreateMessage, EditMessage, GetMessages, Http, MessageId,
+    CreateEmbed, CreateEmbedFooter, CreateMessage, EditAttachments, EditMessage, GetMessages, Http,
+    MessageId,
 };
 use tokio::sync::{oneshot, Mutex};
 
@@ -313,10 +314,22 @@ impl Surface for DiscordSurface {
             None if first_show => self.find_posted_card(&binding, &title).await,
             None => None,
         };
+        let attachments = cards::card_attachments(proposal, preview);
         if let Some(message_id) = existing {
+            // The files follow the proposal as it is now (an edit may change the diff): those
+            // the card had are replaced.
+            let files = attachments
+                .iter()
+                .fold(EditAttachments::new(), |files, (name, body)| {
+                    files.add(CreateAttachment::bytes(
+                        body.clone().into_bytes(),
+                        name.clone(),
+                    ))
+                });
             let edit = EditMessage::new()
                 .embed(embed.clone())
                 .components(components.clone())
+                .attachments(files)
                 .allowed_mentions(no_mentions());
             if ChannelId::new(binding.thread_id)
                 .edit_message(&self.http, MessageId::new(message_id), edit)
@@ -332,7 +345,7 @@ impl Surface for DiscordSurface {
         }
         let mut message = CreateMessage::new().embed(embed).components(components);
         // What the card had to cut is attached whole: the diff, and the arguments.
-        for (name, body) in cards::card_attachments(proposal, preview) {
+        for (name, body) in attachments {
             message = message.add_file(CreateAttachment::bytes(body.into_bytes(), name));
         }
         let nonce = post::card_nonce(&agent.id, proposal.cycle);

@@ -82,13 +82,13 @@ fn check_click(data: &Data, id: &CardId, who: &Requester) -> Result<(), String> 
     // A class that needs several approvals counts only its server's approvers, when it names a
     // role for them.
     if let (true, Some(pending)) = (approving, pending) {
-        let role = data.app.config.approvals.approvers_role(binding.guild_id);
-        if let Some(role) =
-            role.filter(|r| pending.approvals_needed > 1 && !who.role_ids.contains(r))
-        {
+        let approvals = &data.app.config.approvals;
+        let guild = crate::core::state::GuildId::from(binding.guild_id);
+        let needed = approvals.for_guild(Some(&guild)).needed(pending.risk);
+        let role = approvals.approvers_role(binding.guild_id);
+        if let Some(role) = role.filter(|r| needed > 1 && !who.role_ids.contains(r)) {
             return Err(format!(
-                "This command needs {} approvals from members of <@&{role}>, and you are not one.",
-                pending.approvals_needed
+                "This command needs {needed} approvals from members of <@&{role}>, and you are not one."
             ));
         }
     }

@@ -956,6 +956,24 @@ fn futures_now<F: std::future::Future>(future: F) -> Option<F::Output> {
     }
 }
 
+/// The attachment records of `files` uploaded with message `id`, each with an id of its own.
+fn new_attachments(
+    inner: &mut Inner,
+    id: u64,
+    files: &[(String, Vec<u8>)],
+    port_hint: &str,
+) -> Vec<Value> {
+    let first_attachment = inner.next_id + 1;
+    inner.next_id += files.len() as u64;
+    files
+        .iter()
+        .enumerate()
+        .map(|(i, (name, data))| json!({"id": (first_attachment + i as u64).to_string(), "filename": name, "size": data.len(),
+            "url": format!("{port_hint}/att/{id}/{i}"), "proxy_url": format!("{port_hint}/att/{id}/{i}"),
+            "content_type": "text/plain", "text": String::from_utf8_lossy(data)}))
+        .collect()
+}
+
 fn stored_message(
     inner: &mut Inner,
     channel: u64,
@@ -965,15 +983,7 @@ fn stored_message(
 ) -> Value {
     inner.next_id += 1;
     let id = inner.next_id;
-    let first_attachment = inner.next_id + 1;
-    inner.next_id += files.len() as u64;
-    let attachments: Vec<Value> = files
-        .iter()
-        .enumerate()
-        .map(|(i, (name, data))| json!({"id": (first_attachment + i as u64).to_string(), "filename": name, "size": data.len(),
-            "url": format!("{port_hint}/att/{id}/{i}"), "proxy_url": format!("{port_hint}/att/{id}/{i}"),
-            "content_type": "text/plain", "text": String::from_utf8_lossy(data)}))
-        .collect();
+    let attachments = new_attachments(inner, id, files, port_hint);
     json!({"id": id.to_string(), "channel_id": channel.to_string(), "guild_id": inner.guild_of(channel).to_string(),
         "author": user(APP, "fakebot", true), "content": body["content"].as_str().unwrap_or(""),
         "timestamp": now_stamp(), "edited_timestamp": null, "tts": false, "mention_everyone": false,
@@ -1126,11 +1136,14 @@ async fn edit_message(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    let (payload, _) = read_body(&headers, body).await;
+    let (payload, files) = read_body(&headers, body).await;
     let mut inner = state.lock().unwrap();
     if let Some(rejected) = reject_invalid(&mut inner, "edit message", &payload) {
         return rejected;
     }
+    // An edit that lists `attachments` keeps the existing ones it names by id and adds the files
+    // uploaded with it; one that does not list them leaves them as they are.
+    let uploaded = new_attachments(&mut inner, message, &files, "http://127.0.0.1");
     let Some(stored) = find_message(&inner, channel, message).map(|at| &mut inner.messages[at])
     else {
         return (
@@ -1143,6 +1156,24 @@ async fn edit_message(
         if let Some(v) = payload.get(key) {
             stored[key] = v.clone();
         }
+    }
+    if let Some(listed) = payload.get("attachments").and_then(Value::as_array) {
+        let kept_ids: Vec<String> = listed
+            .iter()
+            .map(|a| match &a["id"] {
+                Value::String(id) => id.clone(),
+                other => other.to_string(),
+            })
+            .collect();
+        let mut attachments: Vec<Value> = stored["attachments"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|a| kept_ids.iter().any(|id| a["id"] == id.as_str()))
+            .cloned()
+            .collect();
+        attachments.extend(uploaded);
+        stored["attachments"] = Value::Array(attachments);
     }
     stored["edited_timestamp"] = json!(now_stamp());
     Json(stored.clone()).into_response()

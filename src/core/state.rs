@@ -154,9 +154,17 @@ pub struct Proposal {
     /// Who has approved so far, when the class needs more than one approval.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub approvals: Vec<String>,
+    /// How many times people edited the command: a card's buttons carry it, so that a click
+    /// refers to the version it showed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub revision: u32,
     /// How many distinct approvals the command's class needs (0 or 1: one).
     #[serde(default, skip_serializing_if = "needs_one_approval")]
     pub approvals_needed: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 fn needs_one_approval(needed: &u32) -> bool {

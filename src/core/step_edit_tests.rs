@@ -37,6 +37,7 @@ fn an_edited_command_is_shown_again_and_runs_as_edited() {
     let shown = proposal_of(&fx);
     assert_eq!(shown.command.args["filename"], "report.txt");
     assert_eq!(shown.editors().as_deref(), Some("bob (filename)"));
+    assert_eq!(shown.revision, 1, "the card's buttons name the new version");
     assert!(matches!(
         fx[..],
         [Effect::ShowProposal {

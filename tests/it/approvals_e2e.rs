@@ -137,7 +137,11 @@ async fn an_edited_command_is_shown_with_its_editor_and_runs_as_edited() {
     assert!(edited["embeds"][0]["fields"]
         .to_string()
         .contains("poem.txt"));
-    assert_eq!(button(&edited, "Approve"), button(&first, "Approve"));
+    // A click on the card as it was before the edit refers to other arguments: refused.
+    assert_ne!(button(&edited, "Approve"), button(&first, "Approve"));
+    let blind = discord.click(ALICE, &[], &first, &button(&first, "Approve"));
+    let text = ephemeral_text(&discord, blind).await;
+    assert!(text.starts_with("The command was edited since"), "{text}");
 
     // Approving runs the edited command.
     discord.click(ALICE, &[], &edited, &button(&edited, "Approve"));

@@ -77,6 +77,7 @@ impl Stepper<'_, '_> {
         pending.command = valid.call;
         pending.risk = valid.risk;
         pending.edits.push(ArgumentEdit { by, arguments });
+        pending.revision = pending.revision.saturating_add(1);
         // Approvals given to the command before the edit do not cover the edited one.
         pending.approvals.clear();
         if pending.edits.len() > MAX_EDITS_KEPT {

@@ -344,6 +344,7 @@ impl Stepper<'_, '_> {
             edits: Vec::new(),
             approvals: Vec::new(),
             approvals_needed: ctx.quorum.needed(valid.risk),
+            revision: 0,
         };
         self.state.pending = Some(proposal.clone());
         if automatic {

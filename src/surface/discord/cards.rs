@@ -316,6 +316,7 @@ mod tests {
             }],
             approvals: vec![noise.clone(); 10],
             approvals_needed: 10,
+            revision: u32::MAX,
         }
     }
 

@@ -15,7 +15,7 @@ use crate::core::step::{argument_text, edited_value};
 /// The form Approve ×N opens.
 pub fn approve_n_form(id: &CardId, default: u32) -> CreateModal {
     CreateModal::new(
-        CardId::new(CardAction::ApproveNSubmit, &id.agent, id.cycle).encode(),
+        id.for_action(CardAction::ApproveNSubmit).encode(),
         "Approve several commands",
     )
     .components(vec![CreateActionRow::InputText(
@@ -33,7 +33,7 @@ pub fn approve_n_form(id: &CardId, default: u32) -> CreateModal {
 /// The form Feedback opens.
 pub fn feedback_form(id: &CardId) -> CreateModal {
     CreateModal::new(
-        CardId::new(CardAction::FeedbackSubmit, &id.agent, id.cycle).encode(),
+        id.for_action(CardAction::FeedbackSubmit).encode(),
         "Feedback instead of running",
     )
     .components(vec![CreateActionRow::InputText(
@@ -74,7 +74,7 @@ pub fn edit_form(
     args: &Map<String, Value>,
 ) -> Result<CreateModal, String> {
     let title = truncate_chars(&format!("Edit {command}"), LABEL_MAX);
-    let modal_id = CardId::new(CardAction::EditSubmit, &id.agent, id.cycle).encode();
+    let modal_id = id.for_action(CardAction::EditSubmit).encode();
     let input = |custom_id: String, label: &str, text: String| {
         let style = if text.contains('\n') || text.chars().count() > 80 {
             InputTextStyle::Paragraph

@@ -1,5 +1,7 @@
 //! Versioned component ids: `at1:<action>:<agent>:<cycle>` (or another number an action names),
-//! routed by the global interaction handler so that a card keeps working after a restart.
+//! and on a proposal card `:<revision>`, the proposal's edit count, so that a click on a card
+//! edited since refers to what it showed. The global interaction handler routes them, so a card
+//! keeps working after a restart.
 
 /// Discord's limit on a component's custom_id.
 pub const MAX_CUSTOM_ID: usize = 100;
@@ -92,6 +94,8 @@ pub struct CardId {
     pub action: CardAction,
     pub agent: String,
     pub cycle: u64,
+    /// Which version of the proposal the card showed (`None` on ids without one).
+    pub revision: Option<u32>,
 }
 
 impl CardId {
@@ -100,16 +104,35 @@ impl CardId {
             action,
             agent: agent.to_string(),
             cycle,
+            revision: None,
+        }
+    }
+
+    /// This id for the proposal's `revision`.
+    pub fn at_revision(mut self, revision: u32) -> Self {
+        self.revision = Some(revision);
+        self
+    }
+
+    /// The id of another action on the same card, at the same revision.
+    pub fn for_action(&self, action: CardAction) -> Self {
+        CardId {
+            action,
+            ..self.clone()
         }
     }
 
     pub fn encode(&self) -> String {
-        format!(
+        let id = format!(
             "{PREFIX}:{}:{}:{}",
             self.action.code(),
             self.agent,
             self.cycle
-        )
+        );
+        match self.revision {
+            Some(revision) => format!("{id}:{revision}"),
+            None => id,
+        }
     }
 
     /// Reads an id; `None` for ids of other versions or other bots' components.
@@ -121,10 +144,18 @@ impl CardId {
         let action = CardAction::from_code(parts.next()?)?;
         let agent = parts.next()?;
         let cycle = parts.next()?.parse().ok()?;
+        let revision = match parts.next() {
+            Some(revision) => Some(revision.parse().ok()?),
+            None => None,
+        };
         if parts.next().is_some() || agent.is_empty() || agent.len() > 40 {
             return None;
         }
-        Some(CardId::new(action, agent, cycle))
+        let id = CardId::new(action, agent, cycle);
+        Some(match revision {
+            Some(revision) => id.at_revision(revision),
+            None => id,
+        })
     }
 }
 
@@ -156,15 +187,22 @@ mod tests {
             let id = CardId::new(action, "0123456789ab", u64::MAX);
             let raw = id.encode();
             assert!(raw.chars().count() <= MAX_CUSTOM_ID, "{raw}");
-            assert_eq!(CardId::parse(&raw), Some(id));
+            assert_eq!(CardId::parse(&raw), Some(id.clone()));
+            let revised = id.at_revision(u32::MAX);
+            let raw = revised.encode();
+            assert!(raw.chars().count() <= MAX_CUSTOM_ID, "{raw}");
+            assert_eq!(CardId::parse(&raw), Some(revised));
         }
         assert_eq!(CardId::parse("at1:ok:abc:7").unwrap().cycle, 7);
+        assert_eq!(CardId::parse("at1:ok:abc:7").unwrap().revision, None);
+        assert_eq!(CardId::parse("at1:ok:abc:7:8").unwrap().revision, Some(8));
         for bad in [
             "at2:ok:abc:7",
             "at1:zz:abc:7",
             "at1:ok::7",
             "at1:ok:abc:x",
-            "at1:ok:abc:7:8",
+            "at1:ok:abc:7:x",
+            "at1:ok:abc:7:8:9",
             "hello",
         ] {
             assert_eq!(CardId::parse(bad), None, "{bad}");

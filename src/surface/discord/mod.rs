@@ -76,11 +76,20 @@ pub fn to_embed(text: EmbedText) -> CreateEmbed {
 }
 
 /// The five decision buttons of a card, in one row.
-pub fn card_buttons(agent: &str, cycle: u64, approve_n: u32) -> Vec<CreateActionRow> {
+pub fn card_buttons(
+    agent: &str,
+    cycle: u64,
+    revision: u32,
+    approve_n: u32,
+) -> Vec<CreateActionRow> {
     let button = |action, label: String, style| {
-        CreateButton::new(CardId::new(action, agent, cycle).encode())
-            .label(label)
-            .style(style)
+        CreateButton::new(
+            CardId::new(action, agent, cycle)
+                .at_revision(revision)
+                .encode(),
+        )
+        .label(label)
+        .style(style)
     };
     let decide = CreateActionRow::Buttons(vec![
         button(CardAction::Approve, "Approve".into(), ButtonStyle::Success),
@@ -302,7 +311,12 @@ impl Surface for DiscordSurface {
         let components = if auto_approved {
             Vec::new()
         } else {
-            card_buttons(&agent.id, proposal.cycle, self.approve_n_default)
+            card_buttons(
+                &agent.id,
+                proposal.cycle,
+                proposal.revision,
+                self.approve_n_default,
+            )
         };
         // After a restart the same proposal is shown again: edit the card that is still there
         // instead of posting a second one, whether its reference was saved or not.

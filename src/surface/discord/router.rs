@@ -21,6 +21,8 @@ use crate::service::rights::{may_decide, Requester};
 use crate::service::NOT_ALLOWED;
 
 const NOT_FROM_THIS_VERSION: &str = "This button is not from this version of the bot.";
+const EDITED_SINCE: &str =
+    "The command was edited since this card or form was shown; nothing was done. Look at the card again.";
 
 /// The framework's event hook: spawns the handler and returns at once, so the gateway loop never
 /// waits on the store or the model.
@@ -79,6 +81,21 @@ fn check_click(data: &Data, id: &CardId, who: &Requester) -> Result<(), String> 
         id.action,
         CardAction::Approve | CardAction::ApproveN | CardAction::ApproveNSubmit
     );
+    // An approval or an edit refers to the version of the command its card showed; a card edited
+    // since must be looked at again (a Deny or feedback stands whatever the version).
+    let revised = matches!(
+        id.action,
+        CardAction::Approve
+            | CardAction::ApproveN
+            | CardAction::ApproveNSubmit
+            | CardAction::Edit
+            | CardAction::EditSubmit
+    );
+    if let (true, Some(shown), Some(pending)) = (revised, id.revision, pending) {
+        if pending.revision != shown {
+            return Err(EDITED_SINCE.into());
+        }
+    }
     // A class that needs several approvals counts only its server's approvers, when it names a
     // role for them.
     if let (true, Some(pending)) = (approving, pending) {

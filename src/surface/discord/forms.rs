@@ -65,6 +65,9 @@ const INPUT_VALUE_MAX: usize = 4000;
 const JSON_INPUT: &str = "json";
 /// The prefix of an input holding one argument; the rest of its id is the argument's name.
 const ARG_INPUT: &str = "arg:";
+/// Why a command's arguments cannot be edited in a form.
+const TOO_LONG_FOR_A_FORM: &str =
+    "These arguments are too long to edit in a form (Discord takes 4,000 characters); give feedback instead.";
 
 /// The form Edit opens, prefilled with the command's arguments: one input each, or one JSON input
 /// when there are more than five. An argument longer than an input holds is left out and kept.
@@ -91,7 +94,7 @@ pub fn edit_form(
     if args.len() > FORM_INPUTS_MAX {
         let json = serde_json::to_string_pretty(args).unwrap_or_default();
         if json.chars().count() > INPUT_VALUE_MAX {
-            return Err("These arguments are too long to edit in a form (Discord takes 4,000 characters); give feedback instead.".into());
+            return Err(TOO_LONG_FOR_A_FORM.into());
         }
         let row = input(JSON_INPUT.into(), "Arguments (JSON)", json);
         return Ok(CreateModal::new(modal_id, title).components(vec![row]));
@@ -106,7 +109,7 @@ pub fn edit_form(
         return Err(if args.is_empty() {
             "This command has no arguments to edit.".into()
         } else {
-            "These arguments are too long to edit in a form (Discord takes 4,000 characters); give feedback instead.".into()
+            TOO_LONG_FOR_A_FORM.into()
         });
     }
     Ok(CreateModal::new(modal_id, title).components(rows))

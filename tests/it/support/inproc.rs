@@ -169,7 +169,7 @@ impl Surface for Recorder {
     async fn show_profile(&self, _agent: &AgentState) {}
     async fn show_proposal(
         &self,
-        _agent: &AgentState,
+        agent: &AgentState,
         proposal: &Proposal,
         auto: bool,
         preview: Option<&Preview>,
@@ -179,7 +179,7 @@ impl Surface for Recorder {
         }
         let hook = self.on_first_card.lock().unwrap().take();
         if let Some(hook) = hook {
-            hook(_agent);
+            hook(agent);
         }
         self.proposals.lock().unwrap().push(proposal.cycle);
         self.shown

@@ -89,7 +89,15 @@ pub enum CliCommand {
         /// Agent id (or a unique prefix of it).
         id: String,
     },
-    /// Write an agent's transcript (Markdown) and workspace files into a directory.
+    /// Show an agent's audit trail (who decided, edited or changed what, and when), newest first.
+    Audit {
+        /// Agent id (or a unique prefix of it).
+        id: String,
+        /// Which page, from 1 (the newest entries).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        page: u32,
+    },
+    /// Write an agent's transcript, audit trail (Markdown) and workspace files into a directory.
     Export {
         /// Agent id (or a unique prefix of it).
         id: String,
@@ -308,6 +316,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         CliCommand::Health => crate::ops::check_health(&config.ops.listen).await,
         CliCommand::List => inspect(config, Inspect::List, None).await,
         CliCommand::Status { id } => inspect(config, Inspect::Status { id }, None).await,
+        CliCommand::Audit { id, page } => {
+            let page = page as usize - 1;
+            inspect(config, Inspect::Audit { id, page }, None).await
+        }
         CliCommand::Export { id, out } => {
             inspect(config, Inspect::Export { id }, Some(&out)).await?;
             println!("Written to {}.", out.display());

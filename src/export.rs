@@ -1,5 +1,5 @@
-//! Exports of an agent for people: the Markdown transcript (with its sub-agents' chats) and its
-//! workspace as a zip archive.
+//! Exports of an agent for people: the Markdown transcript (with its sub-agents' chats), its audit
+//! trail (whole, or a page at a time) and its workspace as a zip archive.
 
 use std::io::{Cursor, Write};
 
@@ -8,7 +8,9 @@ use zip::{CompressionMethod, ZipWriter};
 
 use crate::budget::ledger::Ledger;
 use crate::budget::Budgets;
+use crate::core::audit::AUDIT_ARGUMENTS_MAX;
 use crate::core::budget::format_usd;
+use crate::core::history::truncate_chars;
 use crate::core::prompt::Role;
 use crate::core::state::AgentState;
 use crate::core::transcript::render_transcript;
@@ -56,6 +58,72 @@ pub fn transcript(store: &Store, state: &AgentState) -> Result<String, ExportErr
         }
     }
     Ok(out)
+}
+
+/// Entries on one page of `/agent audit` and `autothread audit`.
+pub const AUDIT_PER_PAGE: usize = 8;
+/// A paged entry is cut to this many characters, so that a page fits one Discord message.
+const AUDIT_LINE_MAX: usize = 220;
+
+/// The agent's whole audit trail as Markdown, oldest first, arguments as the trail keeps them.
+pub fn audit_markdown(store: &Store, state: &AgentState) -> Result<String, ExportError> {
+    let entries = store.audit_trail(&state.id)?;
+    let mut out = format!(
+        "# Audit trail of {} ({})\n\n{} entries, oldest first. Times are UTC. An argument digest \
+         identifies the arguments in full, which the transcript's step shows.\n\n",
+        state.name(),
+        state.id,
+        entries.len()
+    );
+    for entry in &entries {
+        out.push_str(&format!("- {}", entry.line(AUDIT_ARGUMENTS_MAX)));
+        if let Some(digest) = entry.event.shown().map(|s| &s.arguments_digest) {
+            out.push_str(&format!(" (digest {digest})"));
+        }
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+/// Page `page` (0 is the newest) of the agent's trail, as one short text, and how many pages the
+/// trail has.
+pub fn audit_page_text(
+    store: &Store,
+    state: &AgentState,
+    page: usize,
+) -> Result<(String, usize), ExportError> {
+    let shown = store.audit_page(&state.id, page, AUDIT_PER_PAGE)?;
+    let pages = audit_pages(shown.total);
+    if shown.total == 0 {
+        let text = format!("Nothing in {}'s audit trail yet.", state.name());
+        return Ok((text, pages));
+    }
+    if shown.entries.is_empty() {
+        let text = format!(
+            "There is no page {}: {}'s audit trail has {pages}.",
+            page + 1,
+            state.name()
+        );
+        return Ok((text, pages));
+    }
+    let mut out = format!(
+        "**Audit trail of {}**: page {} of {pages}, {} entries, newest first (UTC)\n",
+        state.name(),
+        page + 1,
+        shown.total
+    );
+    for entry in &shown.entries {
+        out.push_str(&format!(
+            "- {}\n",
+            truncate_chars(&entry.line(120), AUDIT_LINE_MAX)
+        ));
+    }
+    Ok((out, pages))
+}
+
+/// How many pages a trail of `total` entries takes (at least one).
+pub fn audit_pages(total: usize) -> usize {
+    total.div_ceil(AUDIT_PER_PAGE).max(1)
 }
 
 /// The agent's files as a zip archive, paths as stored (already confined to the workspace), a

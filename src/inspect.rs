@@ -18,11 +18,16 @@ use crate::app::App;
 use crate::core::budget::{format_usd, Micros};
 use crate::core::history::truncate_chars;
 use crate::core::state::{AgentState, Spender};
+use crate::service::memory_changes::MemoryChange;
 use crate::store::{Store, StoreError};
 use crate::surface::console::visible_controls;
 
 /// The console's spender name: what `budget` without an agent shows.
 pub const CONSOLE_USER: &str = "console";
+
+/// Who the audit trail names for a change made with the command line: whoever runs it on the
+/// machine that holds the store.
+pub const OPERATOR: &str = "operator (command line)";
 
 /// The file `run` writes beside the store: where its admin endpoint listens and its token.
 pub const ADMIN_FILE: &str = "autothread.admin.json";
@@ -54,6 +59,11 @@ pub enum Inspect {
     },
     Export {
         id: String,
+    },
+    /// One page of the agent's audit trail (0 is the newest).
+    Audit {
+        id: String,
+        page: usize,
     },
 }
 
@@ -114,22 +124,47 @@ pub async fn inspect(app: &App, what: &Inspect) -> anyhow::Result<Shown> {
         Inspect::Status { id } => status(app, id, &mut shown)?,
         Inspect::Budget { id } => budget(app, id.as_deref(), &mut shown)?,
         Inspect::Export { id } => export(&app.store, id, &mut shown)?,
+        Inspect::Audit { id, page } => {
+            let agent = load_agent(&app.store, id)?;
+            let (text, _) = crate::export::audit_page_text(&app.store, &agent, *page)?;
+            shown.line(visible_controls(&text));
+        }
         Inspect::MemorySearch { id, query, k } => {
             memory_search(app, id, query, *k, &mut shown).await?
         }
         Inspect::MemoryForget { id, memory } => {
-            let agent = load_agent(&app.store, id)?;
-            memory_of(app)?.forget(&agent.id, *memory)?;
-            shown.line(format!("Forgot memory #{memory} of agent {}.", agent.id));
+            change_memory(app, id, *memory, MemoryChange::Forget, &mut shown).await?
         }
         Inspect::MemoryPin { id, memory, unpin } => {
-            let agent = load_agent(&app.store, id)?;
-            memory_of(app)?.pin(&agent.id, *memory, !unpin)?;
-            let done = if *unpin { "Unpinned" } else { "Pinned" };
-            shown.line(format!("{done} memory #{memory} of agent {}.", agent.id));
+            let change = if *unpin {
+                MemoryChange::Unpin
+            } else {
+                MemoryChange::Pin
+            };
+            change_memory(app, id, *memory, change, &mut shown).await?
         }
     }
     Ok(shown)
+}
+
+/// A memory changed from the command line, recorded in the trail as the machine's operator's.
+async fn change_memory(
+    app: &App,
+    prefix: &str,
+    memory: u64,
+    change: MemoryChange,
+    shown: &mut Shown,
+) -> anyhow::Result<()> {
+    let agent = load_agent(&app.store, prefix)?;
+    app.agents()
+        .change_memory(memory_of(app)?, &agent.id, memory, change, OPERATOR)
+        .await?;
+    shown.line(format!(
+        "{} memory #{memory} of agent {}.",
+        change.done(),
+        agent.id
+    ));
+    Ok(())
 }
 
 fn list(store: &Store, shown: &mut Shown) -> anyhow::Result<()> {
@@ -283,6 +318,10 @@ fn export(store: &Store, prefix: &str, shown: &mut Shown) -> anyhow::Result<()> 
     shown
         .files
         .push(("transcript.md".into(), encode(transcript.as_bytes())));
+    let audit = crate::export::audit_markdown(store, &state)?;
+    shown
+        .files
+        .push(("audit.md".into(), encode(audit.as_bytes())));
     let files: Vec<String> = store
         .list_files(&state.id)?
         .into_iter()
@@ -296,7 +335,7 @@ fn export(store: &Store, prefix: &str, shown: &mut Shown) -> anyhow::Result<()> 
             .push((format!("workspace/{name}"), encode(&contents)));
     }
     shown.line(format!(
-        "Exported agent {}: transcript.md and {} workspace file(s).",
+        "Exported agent {}: transcript.md, audit.md and {} workspace file(s).",
         state.id,
         files.len()
     ));

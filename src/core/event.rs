@@ -198,4 +198,6 @@ pub enum Effect {
     },
     /// The event could not be applied (a stale click, a resume of a running agent); the text says why.
     Rejected(String),
+    /// An entry for the audit trail, stored with the step's state (nothing to carry out).
+    Audit(crate::core::audit::AuditEntry),
 }

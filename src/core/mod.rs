@@ -1,6 +1,7 @@
 //! The pure agent core: no I/O, no async, no clock reads, no randomness. Everything the loop decides
 //! is a function of the state and one event; the runtime carries out the returned effects.
 
+pub mod audit;
 pub mod brake;
 pub mod budget;
 pub mod commands;
@@ -17,6 +18,8 @@ pub mod step;
 pub mod transcript;
 pub mod watchdog;
 
+#[cfg(test)]
+mod step_audit_tests;
 #[cfg(test)]
 mod step_edit_tests;
 #[cfg(test)]

@@ -63,6 +63,8 @@ pub(super) struct Harness {
     reply_format: ReplyFormat,
     brake: Option<crate::core::brake::BrakeLimits>,
     pub(super) quorum: crate::core::quorum::Quorum,
+    /// The audit entries the steps emitted, oldest first (`step` returns the other effects).
+    pub(super) audits: Vec<crate::core::audit::AuditEntry>,
 }
 
 impl Harness {
@@ -97,6 +99,7 @@ impl Harness {
             reply_format: ReplyFormat::FullSchema,
             brake: None,
             quorum: Default::default(),
+            audits: Vec::new(),
         }
     }
 
@@ -124,7 +127,15 @@ impl Harness {
             reply_format: self.reply_format,
             brake: self.brake,
         };
-        step(&mut self.state, event, &ctx)
+        let mut effects = step(&mut self.state, event, &ctx);
+        effects.retain(|effect| match effect {
+            Effect::Audit(entry) => {
+                self.audits.push(entry.clone());
+                false
+            }
+            _ => true,
+        });
+        effects
     }
 
     /// Answers the model call the agent is waiting for.

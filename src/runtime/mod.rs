@@ -464,11 +464,20 @@ impl Actor {
             Effect::ShowProposal { proposal, .. } => Some(proposal),
             _ => None,
         });
+        let audit: Vec<_> = effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Audit(entry) => Some(entry),
+                _ => None,
+            })
+            .collect();
         let (journal_done, workspace) = match &executed {
             Some((cycle, _, outcome, ops)) => (Some((*cycle, outcome)), ops.clone()),
             None => (None, Vec::new()),
         };
+        // A decision or a change people made is on disk before anyone is told it happened.
         let durable = !episodes.is_empty()
+            || !audit.is_empty()
             || proposal.is_some()
             || executed.is_some()
             || starts_command
@@ -478,6 +487,7 @@ impl Actor {
             episodes,
             journal_done,
             workspace,
+            audit,
             at: self.deps.clock.now(),
         })?;
         if durable {
@@ -562,6 +572,8 @@ impl Actor {
             Effect::Paused(reason) => surface.paused(&self.state, &reason).await,
             Effect::Finished { reason } => surface.finished(&self.state, &reason).await,
             Effect::Rejected(why) => surface.notify(&self.state, &why).await,
+            // Written by `persist` with the step's state.
+            Effect::Audit(_) => {}
             Effect::Recall { seq, query } => self.recall(seq, query, prepared),
             Effect::Remember { cycle, text } => self.remember(cycle, text, prepared),
         }

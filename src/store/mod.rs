@@ -1,9 +1,11 @@
 //! The sled store: agents (with the proposal each awaits), episodes, decisions, the command journal and the agents'
 //! workspaces, as versioned JSON records, written in transactions and flushed at durability points.
 
+mod audit;
 mod bindings;
 pub mod migrate;
 
+pub use audit::AuditPage;
 pub use bindings::{CardRef, ThreadBinding};
 
 use std::path::Path;
@@ -13,6 +15,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 
+use crate::core::audit::AuditEntry;
 use crate::core::event::Decision;
 use crate::core::history::{Episode, Outcome, STEP_LINES_KEPT, WHOLE_STEPS_KEPT};
 use crate::core::reply::CommandCall;
@@ -152,6 +155,8 @@ pub struct Commit<'a> {
     pub episodes: Vec<&'a Episode>,
     pub journal_done: Option<(u64, &'a Outcome)>,
     pub workspace: Vec<WorkspaceOp>,
+    /// Entries for the agent's audit trail, written with the state they record.
+    pub audit: Vec<&'a AuditEntry>,
     /// When the commit happens, from the runtime's clock: the journal's `done` time.
     pub at: DateTime<Utc>,
 }
@@ -235,6 +240,7 @@ pub struct Store {
     workspace: sled::Tree,
     discord: sled::Tree,
     subagents: sled::Tree,
+    audit: sled::Tree,
 }
 
 impl std::fmt::Debug for Store {
@@ -268,6 +274,7 @@ impl Store {
             workspace: db.open_tree("workspace")?,
             discord: db.open_tree("discord")?,
             subagents: db.open_tree("subagents")?,
+            audit: db.open_tree("audit")?,
             dir: dir.to_path_buf(),
             db,
         };
@@ -325,11 +332,24 @@ impl Store {
 
     pub fn commit(&self, commit: &Commit<'_>) -> Result<(), StoreError> {
         let now = commit.at;
-        (&self.agents, &self.episodes, &self.journal, &self.workspace).transaction(
-            |(agents, episodes, journal, workspace)| {
+        let audit_keys = match commit.state {
+            Some(state) => self.new_audit_keys(&state.id, commit.audit.len())?,
+            None => Vec::new(),
+        };
+        (
+            &self.agents,
+            &self.episodes,
+            &self.journal,
+            &self.workspace,
+            &self.audit,
+        )
+            .transaction(|(agents, episodes, journal, workspace, audit)| {
                 let abort = |e: StoreError| ConflictableTransactionError::Abort(e);
                 if let Some(state) = commit.state {
                     agents.insert(state.id.as_bytes(), encode(state).map_err(abort)?)?;
+                    for (key, entry) in audit_keys.iter().zip(&commit.audit) {
+                        audit.insert(key.as_slice(), encode(*entry).map_err(abort)?)?;
+                    }
                     for episode in &commit.episodes {
                         episodes.insert(
                             cycle_key(&state.id, episode.cycle),
@@ -357,8 +377,7 @@ impl Store {
                     }
                 }
                 Ok(())
-            },
-        )?;
+            })?;
         Ok(())
     }
 

@@ -238,3 +238,54 @@ fn a_journal_entry_written_with_its_whole_command_still_reads_as_executing() {
         other => panic!("not an executing entry: {other:?}"),
     }
 }
+
+#[test]
+fn the_audit_trail_is_kept_in_order_per_agent_paged_newest_first_and_survives_a_restart() {
+    use crate::core::audit::{AuditEntry, AuditEvent};
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let entry = |n: u64| AuditEntry {
+        at: Utc::now(),
+        by: format!("person {n}"),
+        event: AuditEvent::MemoryPinned { memory: n },
+    };
+    let (first, second) = (entry(1), entry(2));
+    let agent = state("audited");
+    store
+        .commit(&Commit {
+            state: Some(&agent),
+            audit: vec![&first, &second],
+            ..Default::default()
+        })
+        .unwrap();
+    for n in 3..=10 {
+        store.append_audit("audited", &entry(n)).unwrap();
+    }
+    // Another agent's entries (an id that extends this one's too) are not this agent's.
+    store.append_audit("audited2", &entry(99)).unwrap();
+    drop(store);
+
+    let store = Store::open(dir.path()).unwrap();
+    let memories = |entries: &[AuditEntry]| -> Vec<u64> {
+        entries
+            .iter()
+            .map(|e| match e.event {
+                AuditEvent::MemoryPinned { memory } => memory,
+                _ => unreachable!(),
+            })
+            .collect()
+    };
+    let newest = store.audit_page("audited", 0, 4).unwrap();
+    assert_eq!(newest.total, 10);
+    assert_eq!(memories(&newest.entries), [10, 9, 8, 7]);
+    let last = store.audit_page("audited", 2, 4).unwrap();
+    assert_eq!(memories(&last.entries), [2, 1]);
+    assert!(store
+        .audit_page("audited", 3, 4)
+        .unwrap()
+        .entries
+        .is_empty());
+    let all = store.audit_trail("audited").unwrap();
+    assert_eq!(memories(&all), (1..=10).collect::<Vec<_>>());
+    assert_eq!(all[0], first);
+}

@@ -442,9 +442,11 @@ async fn ask_user_and_plain_messages_then_finish_and_export() {
         .iter()
         .map(|a| a["filename"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(files.len(), 2, "{attached}");
+    assert_eq!(files.len(), 3, "{attached}");
     assert!(
-        files[0].ends_with("-transcript.md") && files[1].ends_with("-workspace.zip"),
+        files[0].ends_with("-transcript.md")
+            && files[1].ends_with("-audit.md")
+            && files[2].ends_with("-workspace.zip"),
         "{files:?}"
     );
     let transcript = attached["attachments"][0]["text"].as_str().unwrap();
@@ -453,7 +455,7 @@ async fn ask_user_and_plain_messages_then_finish_and_export() {
         "{transcript}"
     );
     assert!(transcript.contains("The user's answer: blue"));
-    assert!(attached["attachments"][1]["size"].as_u64().unwrap() > 100);
+    assert!(attached["attachments"][2]["size"].as_u64().unwrap() > 100);
     discord.assert_clean();
     openai.assert_clean();
     bot.kill().await;

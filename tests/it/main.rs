@@ -7,6 +7,7 @@ mod support;
 
 mod approvals_e2e;
 mod architecture;
+mod audit_e2e;
 mod budget_e2e;
 mod budget_ledger;
 mod console_e2e;

@@ -113,6 +113,21 @@ async fn console_memories_are_written_searched_forgotten_and_pinned() {
         !ok && err.contains(&format!("no memory {fact_id} for this agent")),
         "{err}"
     );
+    // The pin and the forget are in the agent's audit trail, newest first; the failed forget is not.
+    let (ok, out, err) = env.run(&["audit", &id]).await;
+    assert!(ok, "{out}{err}");
+    let forgot = out
+        .find(&format!(
+            "operator (command line) · forgot memory #{fact_id}: "
+        ))
+        .expect(&out);
+    let pinned = out
+        .find(&format!(
+            "operator (command line) · pinned memory #{other_id}"
+        ))
+        .expect(&out);
+    assert!(forgot < pinned, "{out}");
+    assert_eq!(out.matches("forgot memory").count(), 1, "{out}");
     openai.assert_clean();
 }
 

@@ -2,6 +2,7 @@
 //! changes, Continue from a parked card, pause and resume, and what each cycle cost.
 
 use super::Stepper;
+use crate::core::audit::AuditEvent;
 use crate::core::brake::SpendSample;
 use crate::core::budget::{BudgetStop, Micros, Pacing};
 use crate::core::commands::Risk;
@@ -60,6 +61,7 @@ impl Stepper<'_, '_> {
             "{by} set the agent's budget to {}.",
             crate::core::budget::format_usd(budget)
         )));
+        self.audit(by, AuditEvent::BudgetChanged { budget });
         if matches!(self.state.phase, Phase::Paused(PauseReason::Budget { .. })) {
             self.on_resume(None);
         }
@@ -83,6 +85,7 @@ impl Stepper<'_, '_> {
         self.fx.push(Effect::Notify(format!(
             "{by} let the agent go on{budget_note}."
         )));
+        self.audit(by, AuditEvent::Continued { budget });
         self.on_resume(None);
     }
 
@@ -108,6 +111,13 @@ impl Stepper<'_, '_> {
             risk.label(),
             now.label()
         )));
+        self.audit(
+            by,
+            AuditEvent::PolicyChanged {
+                class: risk.label().to_string(),
+                action: now.label().to_string(),
+            },
+        );
     }
 
     /// What the cycle closing now cost (the agent's spend since the last cycle closed), noted for

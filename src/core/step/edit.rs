@@ -5,6 +5,7 @@
 use serde_json::{Map, Value};
 
 use super::Stepper;
+use crate::core::audit::{AuditEvent, ShownCommand};
 use crate::core::event::Effect;
 use crate::core::quorum::Tally;
 use crate::core::reply::CommandCall;
@@ -76,7 +77,12 @@ impl Stepper<'_, '_> {
         };
         pending.command = valid.call;
         pending.risk = valid.risk;
-        pending.edits.push(ArgumentEdit { by, arguments });
+        let shown = crate::core::audit::ShownCommand::of(&pending.command, pending.revision + 1);
+        let cycle = pending.cycle;
+        pending.edits.push(ArgumentEdit {
+            by: by.clone(),
+            arguments: arguments.clone(),
+        });
         pending.revision = pending.revision.saturating_add(1);
         // Approvals given to the command before the edit do not cover the edited one.
         pending.approvals.clear();
@@ -85,6 +91,14 @@ impl Stepper<'_, '_> {
         }
         // An edited command is a new command: nothing approved before covers it.
         self.state.auto_approvals_left = 0;
+        self.audit(
+            by,
+            AuditEvent::Edited {
+                cycle,
+                changed: arguments,
+                shown,
+            },
+        );
         self.show_pending_again();
     }
 
@@ -98,6 +112,23 @@ impl Stepper<'_, '_> {
             Tally::Reached if pending.approvals.len() == 1 => Some(by),
             Tally::Reached => Some(pending.approvals.join(", ")),
             Tally::Waiting { .. } => {
+                let progress = format!(
+                    "{} of {}",
+                    pending.approvals.len(),
+                    quorum.needed(pending.risk)
+                );
+                let (cycle, shown) = (
+                    pending.cycle,
+                    ShownCommand::of(&pending.command, pending.revision),
+                );
+                self.audit(
+                    by,
+                    AuditEvent::ApprovalCounted {
+                        cycle,
+                        progress,
+                        shown,
+                    },
+                );
                 self.show_pending_again();
                 None
             }
@@ -121,6 +152,15 @@ impl Stepper<'_, '_> {
         if let Some(pending) = self.state.pending.as_mut() {
             pending.approved_by = None;
             pending.approvals.clear();
+            let command = pending.command.name.clone();
+            self.audit(
+                "file check",
+                AuditEvent::NotRun {
+                    cycle,
+                    command,
+                    why: why.clone(),
+                },
+            );
         }
         self.state.auto_approvals_left = 0;
         self.fx.push(Effect::Notify(format!(

@@ -2,6 +2,7 @@
 //! The event handlers live here; `thinking` holds the prompt and the model calls, `context` what
 //! `step` may consult.
 
+use super::audit::{AuditEntry, AuditEvent, ShownCommand};
 use super::budget::BudgetView;
 use super::commands::{ValidCall, FINISH};
 use super::event::{CallPurpose, Decision, Effect, Event, Usage};
@@ -10,7 +11,7 @@ use super::memory::cycle_memory_text;
 use super::policy::ClassAction;
 use super::prompt::{reask_messages, rethink_messages, self_critique_messages};
 use super::reply::{parse_reply, CommandCall, Thoughts};
-use super::state::{AgentState, PauseReason, Phase, Profile, Proposal};
+use super::state::{AgentState, ArgumentEdit, PauseReason, Phase, Profile, Proposal};
 use super::watchdog::{duplicate_refusal, repeats_last_step};
 
 mod context;
@@ -97,8 +98,14 @@ pub fn step(state: &mut AgentState, event: Event, ctx: &StepCtx<'_>) -> Vec<Effe
         } => stepper.on_decision(cycle, decision, by),
         Event::CommandFinished { cycle, outcome } => stepper.on_command_finished(cycle, outcome),
         Event::CommandStale { cycle, why } => stepper.on_command_stale(cycle, why),
-        Event::Pause { by } => stepper.on_pause(by),
-        Event::Resume { by: _, follow_up } => stepper.on_resume(follow_up),
+        Event::Pause { by } => {
+            stepper.on_pause(by.clone());
+            stepper.audit_unless_rejected(by, AuditEvent::Paused);
+        }
+        Event::Resume { by, follow_up } => {
+            stepper.on_resume(follow_up);
+            stepper.audit_unless_rejected(by, AuditEvent::Resumed);
+        }
         Event::Recovered { interrupted } => stepper.on_recovered(interrupted),
     }
     stepper.fx
@@ -113,6 +120,28 @@ struct Stepper<'s, 'c> {
 }
 
 impl Stepper<'_, '_> {
+    /// Adds an entry to the audit trail, at the step's time.
+    fn audit(&mut self, by: impl Into<String>, event: AuditEvent) {
+        self.fx.push(Effect::Audit(AuditEntry {
+            at: self.ctx.now,
+            by: by.into(),
+            event,
+        }));
+    }
+
+    /// Audits a human's event that the step applied (it rejected nothing).
+    fn audit_unless_rejected(&mut self, by: String, event: AuditEvent) {
+        if !self.fx.iter().any(|e| matches!(e, Effect::Rejected(_))) {
+            self.audit(by, event);
+        }
+    }
+
+    /// The pending command as its card shows it, for the trail.
+    fn shown_pending(&self) -> Option<ShownCommand> {
+        let pending = self.state.pending.as_ref()?;
+        Some(ShownCommand::of(&pending.command, pending.revision))
+    }
+
     /// Begins a new agent with its profile, generating one first when it has none.
     fn on_start(&mut self) {
         if self.state.phase != Phase::Creating {
@@ -356,6 +385,13 @@ impl Stepper<'_, '_> {
             } else {
                 format!("Approve ×N ({} left)", self.state.auto_approvals_left)
             };
+            self.audit(
+                by.clone(),
+                AuditEvent::AutoApproved {
+                    cycle: proposal.cycle,
+                    command: proposal.command.name.clone(),
+                },
+            );
             self.fx.push(Effect::ShowProposal {
                 proposal,
                 auto_approved: true,
@@ -448,6 +484,15 @@ impl Stepper<'_, '_> {
             });
             if let Some(denial) = denial {
                 self.state.auto_approvals_left = 0;
+                let command = self.shown_pending().map(|s| s.command).unwrap_or_default();
+                self.audit(
+                    by.clone(),
+                    AuditEvent::NotRun {
+                        cycle,
+                        command,
+                        why: "its class is now denied by policy".into(),
+                    },
+                );
                 self.fx.push(Effect::Notify(format!(
                     "Cycle {}: the approved command was not run: its class is now denied by policy.",
                     self.state.cycle
@@ -464,6 +509,18 @@ impl Stepper<'_, '_> {
             },
             _ => by,
         };
+        if let Some(shown) = self.shown_pending() {
+            let edited_by = self
+                .state
+                .pending
+                .as_ref()
+                .map(|p| p.edits.iter().map(ArgumentEdit::describe).collect())
+                .unwrap_or_default();
+            self.audit(
+                by.clone(),
+                AuditEvent::decided(cycle, &decision, shown, edited_by),
+            );
+        }
         match decision {
             Decision::Approve => self.start_execution(by),
             Decision::ApproveN(n) => {

@@ -40,6 +40,8 @@ pub enum CardAction {
     RaiseOwnerDaily,
     RaiseServerDaily,
     RaiseServerMonthly,
+    /// On `/agent audit`: show the trail's page in the `cycle` slot (0 is the newest).
+    AuditPage,
 }
 
 impl CardAction {
@@ -62,6 +64,7 @@ impl CardAction {
             CardAction::RaiseOwnerDaily => "ra-u",
             CardAction::RaiseServerDaily => "ra-gd",
             CardAction::RaiseServerMonthly => "ra-gm",
+            CardAction::AuditPage => "au",
         }
     }
 
@@ -84,6 +87,7 @@ impl CardAction {
             "ra-u" => CardAction::RaiseOwnerDaily,
             "ra-gd" => CardAction::RaiseServerDaily,
             "ra-gm" => CardAction::RaiseServerMonthly,
+            "au" => CardAction::AuditPage,
             _ => return None,
         })
     }

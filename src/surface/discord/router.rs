@@ -17,6 +17,7 @@ use crate::core::event::{Decision, APPROVE_N_MAX};
 use crate::core::reply::CommandCall;
 use crate::core::state::Phase;
 use crate::runtime::DecideError;
+use crate::service::memory_changes::MemoryChange;
 use crate::service::rights::{may_decide, Requester};
 use crate::service::NOT_ALLOWED;
 
@@ -151,7 +152,7 @@ async fn decide_and_report(
 
 /// Forget or Pin on a memory search result: checked against the agent's deciders again, since
 /// the results may be old and rights may have changed.
-fn memory_click(data: &Data, id: &CardId, who: &Requester) -> String {
+async fn memory_click(data: &Data, id: &CardId, who: &Requester, by: &str) -> String {
     let Some(memory) = &data.app.memory else {
         return "Long-term memory is switched off.".into();
     };
@@ -161,12 +162,16 @@ fn memory_click(data: &Data, id: &CardId, who: &Requester) -> String {
         _ => return "This agent no longer exists.".into(),
     }
     let memory_id = id.cycle;
-    let done = match id.action {
-        CardAction::MemoryForget => memory.forget(&id.agent, memory_id).map(|_| "Forgot"),
-        _ => memory.pin(&id.agent, memory_id, true).map(|_| "Pinned"),
+    let change = match id.action {
+        CardAction::MemoryForget => MemoryChange::Forget,
+        _ => MemoryChange::Pin,
     };
-    match done {
-        Ok(verb) => format!("{verb} memory #{memory_id}."),
+    match data
+        .agents
+        .change_memory(memory, &id.agent, memory_id, change, by)
+        .await
+    {
+        Ok(()) => format!("{} memory #{memory_id}.", change.done()),
         Err(e) => format!("Nothing changed: {e}."),
     }
 }
@@ -181,8 +186,12 @@ async fn on_click(http: &serenity::Http, data: &Data, click: ComponentInteractio
     };
     let who = requester_of(click.user.id, click.member.as_ref());
     if matches!(id.action, CardAction::MemoryForget | CardAction::MemoryPin) {
-        let text = memory_click(data, &id, &who);
+        let text = memory_click(data, &id, &who, &click.user.name).await;
         interaction.respond(http, ephemeral(text)).await;
+        return;
+    }
+    if id.action == CardAction::AuditPage {
+        super::commands::audit::on_page_click(http, data, &click, &id, &who).await;
         return;
     }
     if let Some(choice) = parked::park_choice(&id) {
@@ -232,7 +241,8 @@ async fn on_click(http: &serenity::Http, data: &Data, click: ComponentInteractio
         | CardAction::RaiseAgent
         | CardAction::RaiseOwnerDaily
         | CardAction::RaiseServerDaily
-        | CardAction::RaiseServerMonthly => {
+        | CardAction::RaiseServerMonthly
+        | CardAction::AuditPage => {
             interaction
                 .respond(http, ephemeral(NOT_FROM_THIS_VERSION))
                 .await;

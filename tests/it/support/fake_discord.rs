@@ -601,6 +601,28 @@ impl FakeDiscord {
             .unwrap_or_default()
     }
 
+    /// The message the bot's response of `kind` to `interaction` shows in `channel` (4: a new
+    /// message, 7: the clicked message updated), as a client receives it, ready for a click on its
+    /// buttons; `None` before that response.
+    pub fn response_message(&self, interaction: u64, kind: u64, channel: u64) -> Option<Value> {
+        let inner = self.lock();
+        let data = &inner
+            .callbacks
+            .get(&interaction)?
+            .iter()
+            .find(|c| c.kind == kind)?
+            .data;
+        Some(
+            json!({"id": interaction.to_string(), "channel_id": channel.to_string(),
+            "guild_id": inner.guild_of(channel).to_string(), "author": user(APP, "fakebot", true),
+            "content": data["content"].as_str().unwrap_or(""), "timestamp": now_stamp(),
+            "edited_timestamp": null, "tts": false, "mention_everyone": false, "mentions": [],
+            "mention_roles": [], "attachments": [], "embeds": data["embeds"].as_array().cloned().unwrap_or_default(),
+            "components": data["components"].as_array().cloned().unwrap_or_default(),
+            "pinned": false, "type": 0, "flags": data["flags"].as_u64().unwrap_or(0)}),
+        )
+    }
+
     pub fn followups_for(&self, interaction: u64) -> Vec<Value> {
         let inner = self.lock();
         let Some((token, _)) = inner.interactions.get(&interaction) else {

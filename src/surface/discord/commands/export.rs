@@ -1,4 +1,5 @@
-//! `/agent export`: the agent's transcript (Markdown) and workspace (zip), attached privately.
+//! `/agent export`: the agent's transcript and audit trail (Markdown) and workspace (zip), attached
+//! privately.
 
 use poise::serenity_prelude as serenity;
 
@@ -8,7 +9,7 @@ use crate::service::{UserError, NOT_ALLOWED};
 use crate::surface::discord::no_mentions;
 use crate::surface::discord::respond::{author, defer_privately};
 
-/// Attach the agent's transcript (Markdown) and its workspace (zip).
+/// Attach the agent's transcript and audit trail (Markdown) and its workspace (zip).
 #[poise::command(slash_command, guild_only)]
 pub(super) async fn export(ctx: Ctx<'_>) -> Result<(), Error> {
     defer_privately(ctx).await?;
@@ -20,13 +21,14 @@ pub(super) async fn export(ctx: Ctx<'_>) -> Result<(), Error> {
     let agent = state.clone();
     // Reading every step and zipping up to the workspace's limit takes a while: not on the
     // gateway's thread.
-    let (transcript, archive) = ctx
+    let (transcript, audit, archive) = ctx
         .data()
         .agents_runtime
         .spawn_blocking(move || -> Result<_, Error> {
             let transcript = crate::export::transcript(&store, &agent)?;
+            let audit = crate::export::audit_markdown(&store, &agent)?;
             let archive = crate::export::workspace_zip(&store, &agent.id)?;
-            Ok((transcript, archive))
+            Ok((transcript, audit, archive))
         })
         .await??;
     ctx.send(
@@ -35,6 +37,10 @@ pub(super) async fn export(ctx: Ctx<'_>) -> Result<(), Error> {
             .attachment(serenity::CreateAttachment::bytes(
                 transcript.into_bytes(),
                 format!("{}-transcript.md", state.id),
+            ))
+            .attachment(serenity::CreateAttachment::bytes(
+                audit.into_bytes(),
+                format!("{}-audit.md", state.id),
             ))
             .attachment(serenity::CreateAttachment::bytes(
                 archive,

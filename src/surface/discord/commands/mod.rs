@@ -1,6 +1,7 @@
 //! The `/agent …` slash commands, one file per group: each parses its options, asks the service
 //! (`crate::service`) for the rules and the supervisor for the agent, and renders the answer.
 
+pub(super) mod audit;
 mod budget;
 mod control;
 mod export;
@@ -52,6 +53,7 @@ pub fn all() -> Vec<poise::Command<Data, Error>> {
     subcommands(
         "start::start",
         "status::status",
+        "audit::audit",
         "control::pause",
         "control::resume",
         "control::stop",

@@ -182,6 +182,7 @@ fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize
             edits: Vec::new(),
             approvals: Vec::new(),
             approvals_needed: 1,
+            outgoing: None,
             revision: 0,
         });
         let cycle = state.cycle;

@@ -124,6 +124,13 @@ pub struct CommandSpec {
     pub args: Vec<ArgSpec>,
     pub risk: Risk,
     pub aliases: Vec<Alias>,
+    /// What it returns comes from outside and nobody vouches for it (a web page, search results,
+    /// a sub-agent's reply): an agent that ran it is tainted (see `core::taint`).
+    #[serde(default)]
+    pub reads_untrusted: bool,
+    /// How it can carry data out, for a tainted agent (commands of the external class always can).
+    #[serde(default)]
+    pub egress: Option<crate::core::taint::Egress>,
 }
 
 impl CommandSpec {
@@ -134,7 +141,21 @@ impl CommandSpec {
             args: Vec::new(),
             risk,
             aliases: Vec::new(),
+            reads_untrusted: false,
+            egress: None,
         }
+    }
+
+    /// Marks what the command returns as untrusted.
+    pub fn reads_untrusted(mut self) -> Self {
+        self.reads_untrusted = true;
+        self
+    }
+
+    /// Says how the command can carry data out.
+    pub fn egress(mut self, egress: crate::core::taint::Egress) -> Self {
+        self.egress = Some(egress);
+        self
     }
 
     pub fn arg(mut self, name: &str, kind: ArgType, description: &str) -> Self {

@@ -15,6 +15,7 @@ pub mod repair;
 pub mod reply;
 pub mod state;
 pub mod step;
+pub mod taint;
 pub mod transcript;
 pub mod watchdog;
 
@@ -22,5 +23,7 @@ pub mod watchdog;
 mod step_audit_tests;
 #[cfg(test)]
 mod step_edit_tests;
+#[cfg(test)]
+mod step_taint_tests;
 #[cfg(test)]
 mod step_tests;

@@ -161,6 +161,10 @@ pub struct Proposal {
     /// How many distinct approvals the command's class needs (0 or 1: one).
     #[serde(default, skip_serializing_if = "needs_one_approval")]
     pub approvals_needed: u32,
+    /// What the command would send out, when the agent has read untrusted content: a person
+    /// must approve it, and the card shows it in full.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outgoing: Option<crate::core::taint::Outgoing>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -366,6 +370,10 @@ pub struct AgentState {
     /// What the runaway brake has seen.
     #[serde(default)]
     pub brake: BrakeState,
+    /// When the agent first read untrusted content; from then on, a command that can carry data
+    /// out needs a person (see `core::taint`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tainted: Option<crate::core::taint::Taint>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     /// The newest steps, whole (at most `WHOLE_STEPS_KEPT` once recorded through
@@ -408,6 +416,7 @@ impl AgentState {
             recalled: Vec::new(),
             spent_at_last_cycle: Some(Micros::ZERO),
             brake: BrakeState::default(),
+            tainted: None,
             created_at: now,
             updated_at: now,
             episodes: Vec::new(),

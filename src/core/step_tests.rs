@@ -53,8 +53,8 @@ fn commands() -> CommandSet {
 
 pub(super) struct Harness {
     pub(super) state: AgentState,
-    commands: CommandSet,
-    policy: Policy,
+    pub(super) commands: CommandSet,
+    pub(super) policy: Policy,
     extras: PromptExtras,
     limits: ContextLimits,
     smart: bool,

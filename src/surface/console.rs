@@ -170,6 +170,13 @@ pub fn proposal_text(agent: &AgentState, proposal: &Proposal, auto_approved: boo
         args,
         proposal.risk.label()
     ));
+    if let Some(outgoing) = &proposal.outgoing {
+        out.push_str(&format!(
+            "SENDS OUT (the agent read untrusted content in {}): {}\n",
+            outgoing.tainted_by.describe(),
+            outgoing.data
+        ));
+    }
     let money = proposal.money_line();
     if !money.is_empty() {
         out.push_str(&format!("BUDGET: {money}\n"));

@@ -12,6 +12,7 @@ use crate::core::budget::Micros;
 use crate::core::commands::{ArgType, CommandSpec, Risk};
 use crate::core::prompt::{Message, Role};
 use crate::core::reply::CommandCall;
+use crate::core::taint::Egress;
 use crate::store::SubAgentRecord;
 
 pub const NAMES: [&str; 4] = [
@@ -111,6 +112,8 @@ impl Command for StartAgent {
         .arg("name", ArgType::String, "A short name for the sub-agent")
         .arg("task", ArgType::String, "A short description of its task")
         .arg("prompt", ArgType::String, "The first message to send it")
+        .reads_untrusted()
+        .egress(Egress::AllArguments)
     }
 
     async fn run(&self, call: &CommandCall, ctx: &ToolCtx<'_>) -> ToolOutput {
@@ -179,6 +182,8 @@ impl Command for MessageAgent {
         )
         .arg("key", ArgType::String, "The sub-agent's key")
         .arg("message", ArgType::String, "The message")
+        .reads_untrusted()
+        .egress(Egress::Argument("message".into()))
     }
 
     async fn run(&self, call: &CommandCall, ctx: &ToolCtx<'_>) -> ToolOutput {

@@ -13,6 +13,7 @@ use crate::core::commands::{ArgType, CommandSpec, Risk};
 use crate::core::history::truncate_chars;
 use crate::core::prompt::Message;
 use crate::core::reply::CommandCall;
+use crate::core::taint::Egress;
 use crate::web::extract::{readable, Readable};
 use crate::web::search;
 use crate::web::Web;
@@ -41,6 +42,8 @@ impl Command for WebSearch {
             "How many results to return (at most the configured number)",
         )
         .alias("google", &[("input", "query")])
+        .reads_untrusted()
+        .egress(Egress::Argument("query".into()))
     }
 
     async fn run(&self, call: &CommandCall, ctx: &ToolCtx<'_>) -> ToolOutput {
@@ -84,6 +87,8 @@ impl Command for ReadWebpage {
             Risk::Network,
         )
         .arg("url", ArgType::String, "The URL to visit")
+        .reads_untrusted()
+        .egress(Egress::UrlQuery("url".into()))
         .optional_arg(
             "topics_of_interest",
             ArgType::StringList,

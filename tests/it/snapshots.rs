@@ -128,6 +128,7 @@ fn proposal() -> Proposal {
         }],
         approvals: vec!["carol".into()],
         approvals_needed: 2,
+        outgoing: None,
         revision: 1,
     }
 }

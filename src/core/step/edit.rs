@@ -72,9 +72,11 @@ impl Stepper<'_, '_> {
             ));
             return;
         }
+        let outgoing = self.outgoing_of(&valid.call);
         let Some(pending) = self.state.pending.as_mut() else {
             return;
         };
+        pending.outgoing = outgoing;
         pending.command = valid.call;
         pending.risk = valid.risk;
         let shown = crate::core::audit::ShownCommand::of(&pending.command, pending.revision + 1);

@@ -12,6 +12,7 @@ use super::policy::ClassAction;
 use super::prompt::{reask_messages, rethink_messages, self_critique_messages};
 use super::reply::{parse_reply, CommandCall, Thoughts};
 use super::state::{AgentState, ArgumentEdit, PauseReason, Phase, Profile, Proposal};
+use super::taint::{outgoing_data, Outgoing, Taint};
 use super::watchdog::{duplicate_refusal, repeats_last_step};
 
 mod context;
@@ -134,6 +135,18 @@ impl Stepper<'_, '_> {
         if !self.fx.iter().any(|e| matches!(e, Effect::Rejected(_))) {
             self.audit(by, event);
         }
+    }
+
+    /// What `call` would send out when the agent is tainted and the command can carry data out.
+    fn outgoing_of(&self, call: &CommandCall) -> Option<Outgoing> {
+        let tainted_by = self.state.tainted.clone()?;
+        let spec = self.ctx.commands.get(&call.name)?;
+        let (argument, data) = outgoing_data(spec, call)?;
+        Some(Outgoing {
+            argument,
+            data,
+            tainted_by,
+        })
     }
 
     /// The pending command as its card shows it, for the trail.
@@ -351,11 +364,14 @@ impl Stepper<'_, '_> {
         let action =
             ctx.policy
                 .action_for(&self.state.settings.policy, &valid.call.name, valid.risk);
-        // A class that needs several approvers always asks: Approve ×N is one person's.
+        let outgoing = self.outgoing_of(&valid.call);
+        // A class that needs several approvers always asks: Approve ×N is one person's. So does a
+        // command that can carry data out of an agent that read untrusted content.
         let automatic = action == ClassAction::Auto
             && unattended
             && !soft_capped
-            && ctx.quorum.needed(valid.risk) <= 1;
+            && ctx.quorum.needed(valid.risk) <= 1
+            && outgoing.is_none();
         let proposal = Proposal {
             cycle: self.state.cycle,
             thoughts,
@@ -374,6 +390,7 @@ impl Stepper<'_, '_> {
             approvals: Vec::new(),
             approvals_needed: ctx.quorum.needed(valid.risk),
             revision: 0,
+            outgoing,
         };
         self.state.pending = Some(proposal.clone());
         if automatic {
@@ -589,6 +606,16 @@ impl Stepper<'_, '_> {
             outcome
         };
         let finished = pending.command.name == FINISH && matches!(outcome, Outcome::Success(_));
+        let untrusted = ctx
+            .commands
+            .get(&pending.command.name)
+            .is_some_and(|spec| spec.reads_untrusted);
+        if untrusted && self.state.tainted.is_none() && matches!(outcome, Outcome::Success(_)) {
+            self.state.tainted = Some(Taint {
+                cycle,
+                command: pending.command.name.clone(),
+            });
+        }
         self.record_from_pending(outcome, pending.approved_by.clone());
         if finished {
             let reason = pending

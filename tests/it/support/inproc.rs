@@ -153,6 +153,8 @@ pub struct Recorder {
     pub proposals: Mutex<Vec<u64>>,
     /// Every proposal shown: command name, and whether it ran without a card.
     pub shown: Mutex<Vec<(String, bool)>>,
+    /// What each card said its command would send out (for a tainted agent).
+    pub outgoing: Mutex<Vec<Option<String>>>,
     /// The diff of every card that writes a file.
     pub previews: Mutex<Vec<String>>,
     pub deny_cards: AtomicBool,
@@ -182,6 +184,10 @@ impl Surface for Recorder {
             hook(agent);
         }
         self.proposals.lock().unwrap().push(proposal.cycle);
+        self.outgoing
+            .lock()
+            .unwrap()
+            .push(proposal.outgoing.as_ref().map(|o| o.data.clone()));
         self.shown
             .lock()
             .unwrap()

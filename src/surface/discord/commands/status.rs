@@ -58,8 +58,14 @@ pub(super) async fn status(ctx: Ctx<'_>) -> Result<(), Error> {
         Some(Some(off)) => format!("\nMemory: {}", off.describe()),
         Some(None) => String::new(),
     };
+    let taint = state.tainted.as_ref().map_or(String::new(), |taint| {
+        format!(
+            "\nRead untrusted content in {}: commands that can send data out ask a person",
+            taint.describe()
+        )
+    });
     let text = format!(
-        "**{}** — {} — cycle {}\nLast action: {last}\nApprovals left: {}\nSpend: {} of {} ({} reserved for calls in flight){waiting}\nTokens: {} prompt + {} completion in {} calls\nPolicy: {policy}{subagents}{memory}",
+        "**{}** — {} — cycle {}\nLast action: {last}\nApprovals left: {}\nSpend: {} of {} ({} reserved for calls in flight){waiting}\nTokens: {} prompt + {} completion in {} calls\nPolicy: {policy}{subagents}{memory}{taint}",
         state.name(),
         match &state.phase {
             Phase::Paused(reason) => reason.describe(),

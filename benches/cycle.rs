@@ -149,6 +149,7 @@ fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize
             commands,
             policy: &policy,
             quorum: &Default::default(),
+            expiry: &Default::default(),
             counter: &counter,
             limits,
             extras: &extras,
@@ -183,6 +184,7 @@ fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize
             approvals: Vec::new(),
             approvals_needed: 1,
             outgoing: None,
+            deadline: None,
             revision: 0,
         });
         let cycle = state.cycle;

@@ -1,9 +1,11 @@
-//! `[approvals]`: the quorum each risk class needs, bot-wide and per server.
+//! `[approvals]`: the quorum each risk class needs and how long its cards wait, bot-wide and per
+//! server.
 
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use crate::core::expiry::{Expiry, ExpiryRule, MAX_EXPIRY_SECS};
 use crate::core::state::GuildId;
 
 /// `[approvals]`: how many distinct people must approve a class's commands, bot-wide and per
@@ -12,6 +14,8 @@ use crate::core::state::GuildId;
 #[serde(default, deny_unknown_fields)]
 pub struct ApprovalsConfig {
     pub quorum: BTreeMap<crate::core::commands::Risk, u32>,
+    /// How long each class's cards wait for a decision, and what happens then.
+    pub expiry: BTreeMap<crate::core::commands::Risk, ExpiryRule>,
     pub guilds: BTreeMap<String, GuildApprovals>,
 }
 
@@ -21,6 +25,7 @@ pub struct ApprovalsConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct GuildApprovals {
     pub quorum: BTreeMap<crate::core::commands::Risk, u32>,
+    pub expiry: BTreeMap<crate::core::commands::Risk, ExpiryRule>,
     pub approvers_role: Option<u64>,
 }
 
@@ -30,6 +35,15 @@ impl ApprovalsConfig {
         let bot_wide = crate::core::quorum::Quorum::default().with_all(&self.quorum);
         match guild.and_then(|g| self.guilds.get(g.as_str())) {
             Some(server) => bot_wide.with_all(&server.quorum),
+            None => bot_wide,
+        }
+    }
+
+    /// The card deadlines in one server: the bot-wide rules, with the server's over them.
+    pub fn expiry_for(&self, guild: &GuildId) -> Expiry {
+        let bot_wide = Expiry::default().with_all(&self.expiry);
+        match self.guilds.get(guild.as_str()) {
+            Some(server) => bot_wide.with_all(&server.expiry),
             None => bot_wide,
         }
     }
@@ -57,6 +71,25 @@ impl ApprovalsConfig {
                     "{place}.{} = {n}: a quorum is from 1 to {}",
                     risk.label(),
                     crate::core::quorum::MAX_QUORUM
+                ));
+            }
+        }
+        let deadlines = self
+            .expiry
+            .iter()
+            .map(|rule| ("approvals.expiry".to_string(), rule))
+            .chain(self.guilds.iter().flat_map(|(guild, server)| {
+                server
+                    .expiry
+                    .iter()
+                    .map(move |rule| (format!("approvals.guilds.\"{guild}\".expiry"), rule))
+            }));
+        for (place, (risk, rule)) in deadlines {
+            if !(1..=MAX_EXPIRY_SECS).contains(&rule.after_secs) {
+                return Err(format!(
+                    "{place}.{}.after_secs = {}: a card's deadline is from 1 second to {MAX_EXPIRY_SECS} (a week)",
+                    risk.label(),
+                    rule.after_secs
                 ));
             }
         }

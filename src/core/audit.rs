@@ -97,6 +97,12 @@ pub enum AuditEvent {
         #[serde(flatten)]
         shown: ShownCommand,
     },
+    /// Nobody decided on the card in time: what happened (`action`: park, deny, escalate).
+    Expired {
+        cycle: u64,
+        command: String,
+        action: String,
+    },
     /// An approved command was not run, and why.
     NotRun {
         cycle: u64,
@@ -231,6 +237,11 @@ impl AuditEntry {
                 command,
                 why,
             } => format!("cycle {cycle}'s `{command}` was not run: {why}"),
+            AuditEvent::Expired {
+                cycle,
+                command,
+                action,
+            } => format!("cycle {cycle}'s `{command}` expired undecided: {action}"),
             AuditEvent::PolicyChanged { class, action } => {
                 format!("set {class} commands to `{action}`")
             }

@@ -128,6 +128,11 @@ pub enum Event {
         cycle: u64,
         why: String,
     },
+    /// The runtime's timer for the card of `cycle` fired: if the card still waits and its
+    /// deadline has passed, its class's action on expiry happens.
+    DeadlinePassed {
+        cycle: u64,
+    },
     Pause {
         by: String,
     },
@@ -198,6 +203,13 @@ pub enum Effect {
     },
     /// The event could not be applied (a stale click, a resume of a running agent); the text says why.
     Rejected(String),
+    /// Nobody decided on the card of `cycle` in time: `text` says what happened. With `escalate`,
+    /// the card stays open and the server's approvers are called; otherwise the card is closed.
+    Expired {
+        proposal: Proposal,
+        text: String,
+        escalate: bool,
+    },
     /// An entry for the audit trail, stored with the step's state (nothing to carry out).
     Audit(crate::core::audit::AuditEntry),
 }

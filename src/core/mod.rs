@@ -6,6 +6,7 @@ pub mod brake;
 pub mod budget;
 pub mod commands;
 pub mod event;
+pub mod expiry;
 pub mod history;
 pub mod memory;
 pub mod policy;
@@ -23,6 +24,8 @@ pub mod watchdog;
 mod step_audit_tests;
 #[cfg(test)]
 mod step_edit_tests;
+#[cfg(test)]
+mod step_expiry_tests;
 #[cfg(test)]
 mod step_taint_tests;
 #[cfg(test)]

@@ -62,6 +62,8 @@ pub enum PauseReason {
     /// The model's commands were refused several times in a row (denied by policy, unknown,
     /// repeated), so a human should look before more calls are paid for.
     Refusals { last: String },
+    /// Nobody decided on the card in time (its class's deadline); the proposal is kept.
+    Unanswered { cycle: u64, waited: String },
 }
 
 impl PauseReason {
@@ -86,6 +88,9 @@ impl PauseReason {
             PauseReason::Refusals { last } => {
                 format!("paused after 3 refused commands in a row (last: {last})")
             }
+            PauseReason::Unanswered { cycle, waited } => format!(
+                "parked: nobody decided on cycle {cycle} within {waited}; the proposal is kept"
+            ),
         }
     }
 }
@@ -165,6 +170,9 @@ pub struct Proposal {
     /// must approve it, and the card shows it in full.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outgoing: Option<crate::core::taint::Outgoing>,
+    /// When the card expires and what happens then (its class's rule, when it has one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<crate::core::expiry::Deadline>,
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -63,6 +63,9 @@ pub(super) struct Harness {
     reply_format: ReplyFormat,
     brake: Option<crate::core::brake::BrakeLimits>,
     pub(super) quorum: crate::core::quorum::Quorum,
+    pub(super) expiry: crate::core::expiry::Expiry,
+    /// The step's time (fixed unless a test moves it).
+    pub(super) now: chrono::DateTime<Utc>,
     /// The audit entries the steps emitted, oldest first (`step` returns the other effects).
     pub(super) audits: Vec<crate::core::audit::AuditEntry>,
 }
@@ -99,6 +102,8 @@ impl Harness {
             reply_format: ReplyFormat::FullSchema,
             brake: None,
             quorum: Default::default(),
+            expiry: Default::default(),
+            now,
             audits: Vec::new(),
         }
     }
@@ -113,10 +118,11 @@ impl Harness {
 
     pub(super) fn step(&mut self, event: Event) -> Vec<Effect> {
         let ctx = StepCtx {
-            now: Utc.with_ymd_and_hms(2026, 11, 22, 8, 0, 0).unwrap(),
+            now: self.now,
             commands: &self.commands,
             policy: &self.policy,
             quorum: &self.quorum,
+            expiry: &self.expiry,
             counter: &QuarterCounter,
             limits: self.limits,
             extras: &self.extras,

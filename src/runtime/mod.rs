@@ -1,6 +1,7 @@
 //! The runtime: one actor task per live agent owns its state, feeds events through `core::step`,
 //! stores the result, then carries out the effects (model calls, commands, surface output).
 
+mod deadline;
 mod drain;
 mod execute;
 mod handle;
@@ -25,6 +26,7 @@ use crate::budget::Budgets;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::core::event::{CallPurpose, Decision, Effect, Event, ModelCall};
+use crate::core::expiry::Expiry;
 use crate::core::history::Outcome;
 use crate::core::memory::MemorySource;
 use crate::core::policy::Policy;
@@ -98,6 +100,11 @@ struct Actor {
     shown_base: Option<(u64, String, FileBase)>,
     /// How many distinct approvals each class needs in the agent's server.
     quorum: Quorum,
+    /// When each class's cards expire in the agent's server.
+    expiry: Expiry,
+    /// The card deadline a timer was last set for (cycle, time), so that showing the same card
+    /// again sets no second timer.
+    armed_deadline: Option<(u64, chrono::DateTime<chrono::Utc>)>,
 }
 
 /// Starts an agent's actor. It runs until the agent rests (paused or finished) with no work in
@@ -146,6 +153,12 @@ fn start_registered(
             Some(guild) => deps.config.approvals.for_guild(Some(guild)),
             None => Quorum::default(),
         },
+        // The console's one person answers when they are back: its cards wait.
+        expiry: match state.spender.guild.as_ref() {
+            Some(guild) => deps.config.approvals.expiry_for(guild),
+            None => Expiry::default(),
+        },
+        armed_deadline: None,
         state,
         deps,
         handle: handle.clone(),
@@ -345,6 +358,7 @@ impl Actor {
                 commands: deps.tools.command_set(),
                 policy: &self.policy,
                 quorum: &self.quorum,
+                expiry: &self.expiry,
                 counter: deps.counter.as_ref(),
                 limits,
                 extras: &extras,
@@ -556,7 +570,17 @@ impl Actor {
                     surface
                         .request_decision(&self.state, &proposal, self.handle.clone())
                         .await;
+                    self.arm_deadline(&proposal);
                 }
+            }
+            Effect::Expired {
+                proposal,
+                text,
+                escalate,
+            } => {
+                surface
+                    .expired(&self.state, &proposal, &text, escalate)
+                    .await
             }
             // `persist` has journalled it as executing, durably.
             Effect::Execute { cycle, call, .. } => self.execute(cycle, call),

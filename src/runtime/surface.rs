@@ -30,6 +30,12 @@ pub trait Surface: Send + Sync {
     async fn finished(&self, agent: &AgentState, reason: &str);
     /// A decision was taken on the proposal of `cycle` (the card can show who decided, and when).
     async fn decided(&self, _agent: &AgentState, _cycle: u64, _decision: &Decision, _by: &str) {}
+    /// Nobody decided on the card of `proposal` (as it was shown) in time; `text` says what happened. With
+    /// `escalate` the card stays open and the approvers are called (Discord mentions them);
+    /// otherwise the card closes.
+    async fn expired(&self, agent: &AgentState, _proposal: &Proposal, text: &str, _escalate: bool) {
+        self.notify(agent, text).await;
+    }
     /// The model is working on the agent's next step (Discord shows a typing indicator).
     async fn thinking(&self, _agent: &AgentState) {}
     /// The `ask_user` command: a question to the humans, answered in text.

@@ -365,3 +365,74 @@ async fn a_quorum_class_waits_for_two_distinct_approvers() {
     openai.assert_clean();
     bot.kill().await;
 }
+
+/// A card of a class with a deadline shows it; nobody decides, so the server's approvers role is
+/// called once (mentioned, and only it), the card stays open with its second deadline, and then
+/// the agent parks and the card closes saying why. The trail records both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undecided_card_calls_the_approvers_then_parks_the_agent() {
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
+    openai.push_content(write_reply("haiku.txt", "crab"));
+    let config = format!(
+        "[approvals.expiry.write]\nafter_secs = 2\naction = \"escalate\"\n[approvals.guilds.\"{GUILD}\"]\napprovers_role = {ROLE_TEAM}\n"
+    );
+    let (_env, discord, bot, thread, first) = haiku_agent(&openai, &config, None).await;
+    let deadline = field(&first, "⏰ Decide by")
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        deadline.starts_with("<t:") && deadline.ends_with("then the approvers are called"),
+        "{deadline}"
+    );
+
+    let call = message_containing(&discord, thread, "calling the approvers").await;
+    let content = call["content"].as_str().unwrap();
+    assert!(
+        content.starts_with(&format!("⏰ <@&{ROLE_TEAM}> Nobody decided on cycle 1")),
+        "{content}"
+    );
+    let reopened = discord
+        .wait_for("the card's second deadline", support::bot::WAIT, |d| {
+            d.messages_in(thread).into_iter().find(|m| {
+                m["id"] == first["id"]
+                    && field(m, "⏰ Decide by")
+                        .is_some_and(|f| f.ends_with("then the agent is parked"))
+            })
+        })
+        .await;
+    assert_eq!(
+        button(&reopened, "Approve"),
+        button(&first, "Approve"),
+        "still open"
+    );
+
+    let closed = discord
+        .wait_for("the closed card", support::bot::WAIT, |d| {
+            d.messages_in(thread).into_iter().find(|m| {
+                m["id"] == first["id"] && m["components"].as_array().is_some_and(Vec::is_empty)
+            })
+        })
+        .await;
+    let status = field(&closed, "Status").unwrap_or_default();
+    assert!(
+        status.starts_with("⏰ Nobody decided within 2 s: the agent is parked"),
+        "{status}"
+    );
+    assert!(field(&closed, "⏰ Decide by").is_none());
+    message_containing(&discord, thread, "nobody decided on cycle 1 within 2 s").await;
+
+    let asked = discord.slash(ALICE, &[], thread, "audit", json!([]), json!({}));
+    let trail = ephemeral_text(&discord, asked).await;
+    assert!(
+        trail.contains("the deadline · cycle 1's `write_file` expired undecided: agent parked"),
+        "{trail}"
+    );
+    assert!(
+        trail.contains("expired undecided: approvers called"),
+        "{trail}"
+    );
+
+    discord.assert_clean();
+    openai.assert_clean();
+    bot.kill().await;
+}

@@ -129,6 +129,7 @@ fn proposal() -> Proposal {
         approvals: vec!["carol".into()],
         approvals_needed: 2,
         outgoing: None,
+        deadline: None,
         revision: 1,
     }
 }

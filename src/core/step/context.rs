@@ -16,6 +16,8 @@ pub struct StepCtx<'a> {
     pub policy: &'a Policy,
     /// How many distinct approvals each class needs.
     pub quorum: &'a crate::core::quorum::Quorum,
+    /// When each class's cards expire, and what happens then.
+    pub expiry: &'a crate::core::expiry::Expiry,
     pub counter: &'a dyn TokenCounter,
     pub limits: ContextLimits,
     pub extras: &'a PromptExtras,

@@ -18,6 +18,7 @@ use super::watchdog::{duplicate_refusal, repeats_last_step};
 mod context;
 mod control;
 mod edit;
+mod expire;
 mod thinking;
 
 pub use context::{MemoryPolicy, ReplyFormat, StepCtx};
@@ -99,6 +100,7 @@ pub fn step(state: &mut AgentState, event: Event, ctx: &StepCtx<'_>) -> Vec<Effe
         } => stepper.on_decision(cycle, decision, by),
         Event::CommandFinished { cycle, outcome } => stepper.on_command_finished(cycle, outcome),
         Event::CommandStale { cycle, why } => stepper.on_command_stale(cycle, why),
+        Event::DeadlinePassed { cycle } => stepper.on_deadline_passed(cycle),
         Event::Pause { by } => {
             stepper.on_pause(by.clone());
             stepper.audit_unless_rejected(by, AuditEvent::Paused);
@@ -391,6 +393,7 @@ impl Stepper<'_, '_> {
             approvals_needed: ctx.quorum.needed(valid.risk),
             revision: 0,
             outgoing,
+            deadline: None,
         };
         self.state.pending = Some(proposal.clone());
         if automatic {
@@ -416,6 +419,14 @@ impl Stepper<'_, '_> {
             self.start_execution(by);
         } else {
             self.state.phase = Phase::AwaitingDecision;
+            let deadline = ctx.expiry.deadline(proposal.risk, ctx.now);
+            let proposal = match self.state.pending.as_mut() {
+                Some(pending) => {
+                    pending.deadline = deadline;
+                    pending.clone()
+                }
+                None => proposal,
+            };
             self.fx.push(Effect::ShowProposal {
                 proposal,
                 auto_approved: false,
@@ -472,6 +483,10 @@ impl Stepper<'_, '_> {
         if let Some(pending) = self.state.pending.as_mut() {
             // The quorum in force now counts (the config may have changed since the proposal).
             pending.approvals_needed = self.ctx.quorum.needed(pending.risk);
+            // An edit or an approval keeps the card's deadline; a card shown anew gets a new one.
+            if pending.deadline.is_none() {
+                pending.deadline = self.ctx.expiry.deadline(pending.risk, self.ctx.now);
+            }
             self.state.phase = Phase::AwaitingDecision;
             self.fx.push(Effect::ShowProposal {
                 proposal: pending.clone(),

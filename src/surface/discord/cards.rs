@@ -180,6 +180,17 @@ pub fn proposal_card(
     if let Some(why) = &proposal.auto_stop {
         fields.push(("Budget".to_string(), why.clone()));
     }
+    // An open card's deadline, which Discord shows in each reader's time zone and counts down.
+    if let Some(deadline) = proposal.deadline {
+        let at = deadline.at.timestamp();
+        fields.push((
+            "⏰ Decide by".to_string(),
+            format!(
+                "<t:{at}:f> (<t:{at}:R>); then {}",
+                deadline.action.then(deadline.escalated)
+            ),
+        ));
+    }
     if !status.is_empty() {
         fields.push(("Status".to_string(), status.to_string()));
     }
@@ -323,6 +334,7 @@ mod tests {
             }],
             approvals: vec![noise.clone(); 10],
             approvals_needed: 10,
+            deadline: None,
             outgoing: Some(crate::core::taint::Outgoing {
                 argument: "url".into(),
                 data: noise.clone(),

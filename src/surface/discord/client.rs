@@ -120,12 +120,15 @@ fn framework(
         // setup must not fail: an Err here would leave every later event waiting forever.
         .setup(move |ctx, _ready, framework| {
             Box::pin(async move {
-                let surface = Arc::new(DiscordSurface::new(
-                    surface_http,
-                    app.store.clone(),
-                    app.config.agent.approve_n_default,
-                    app.clock.clone(),
-                ));
+                let surface = Arc::new(
+                    DiscordSurface::new(
+                        surface_http,
+                        app.store.clone(),
+                        app.config.agent.approve_n_default,
+                        app.clock.clone(),
+                    )
+                    .with_approvals(app.config.approvals.clone()),
+                );
                 spawn_repost_loop(&agents_runtime, &app, surface.clone());
                 let supervisor =
                     Supervisor::new(app.deps_on(surface.clone(), agents_runtime.clone()));

@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use serenity::all::{
     ButtonStyle, ChannelId, CreateActionRow, CreateAllowedMentions, CreateAttachment, CreateButton,
     CreateEmbed, CreateEmbedFooter, CreateMessage, EditAttachments, EditMessage, GetMessages, Http,
-    MessageId,
+    MessageId, RoleId, UserId,
 };
 use tokio::sync::{oneshot, Mutex};
 
@@ -55,6 +55,8 @@ pub struct DiscordSurface {
     /// start may have been posted by the run that died (after Discord stored the card, before
     /// the card's reference was saved), so only then is the thread searched for it.
     shown_since_start: std::sync::Mutex<HashSet<String>>,
+    /// Who is called when a card's deadline escalates (each server's approvers role).
+    approvals: crate::config::ApprovalsConfig,
 }
 
 /// Every message the bot sends mentions nobody, whatever the model wrote.
@@ -134,7 +136,14 @@ impl DiscordSurface {
             clock,
             unposted: post::Unposted::default(),
             shown_since_start: std::sync::Mutex::new(HashSet::new()),
+            approvals: Default::default(),
         }
+    }
+
+    /// This surface with the `[approvals]` config, whose approvers roles it calls.
+    pub fn with_approvals(mut self, approvals: crate::config::ApprovalsConfig) -> Self {
+        self.approvals = approvals;
+        self
     }
 
     /// True the first time it is asked about `agent` in this process.
@@ -178,6 +187,64 @@ impl DiscordSurface {
             Err(e) => tracing::error!(%agent, error = %e, "cannot remember the card"),
             Ok(()) => tracing::info!(%agent, cycle, "card remembered"),
         }
+    }
+
+    /// Edits a card into its closed form: the proposal as decided, `status` under it, no buttons.
+    /// It still shows the change it approved: the file is as it was shown, or the command would
+    /// not run.
+    async fn close_card(
+        &self,
+        agent: &AgentState,
+        binding: &ThreadBinding,
+        message_id: u64,
+        proposal: &Proposal,
+        status: &str,
+    ) {
+        let files = AgentFiles::new(&self.store, &agent.id);
+        let changes = preview(&proposal.command, &files);
+        // A closed card has no deadline left.
+        let closed = Proposal {
+            deadline: None,
+            ..proposal.clone()
+        };
+        let text = cards::proposal_card(agent.name(), &closed, changes.as_ref(), status);
+        let embed = to_embed(text);
+        let edit = EditMessage::new()
+            .embed(embed)
+            .components(Vec::new())
+            .allowed_mentions(no_mentions());
+        if let Err(e) = ChannelId::new(binding.thread_id)
+            .edit_message(&self.http, MessageId::new(message_id), edit)
+            .await
+        {
+            tracing::warn!(agent = %agent.id, error = %e, "cannot edit the decided card");
+        }
+    }
+
+    /// Calls the people who may approve an expired card: the server's approvers role, or else
+    /// the agent's owner and the users it is shared with, mentioning exactly them.
+    async fn call_approvers(&self, agent: &AgentState, binding: &ThreadBinding, text: &str) {
+        let role = self.approvals.approvers_role(binding.guild_id);
+        let (mentions, allowed) = match role {
+            Some(role) => (
+                format!("<@&{role}>"),
+                CreateAllowedMentions::new().roles([RoleId::new(role)]),
+            ),
+            None => {
+                let users: Vec<u64> = std::iter::once(binding.owner_id)
+                    .chain(binding.shared_users.iter().copied())
+                    .collect();
+                let named: Vec<String> = users.iter().map(|u| format!("<@{u}>")).collect();
+                (
+                    named.join(" "),
+                    CreateAllowedMentions::new().users(users.into_iter().map(UserId::new)),
+                )
+            }
+        };
+        let message = CreateMessage::new()
+            .content(cards::message_text(&format!("⏰ {mentions} {text}")))
+            .allowed_mentions(allowed);
+        self.send(&agent.id, message).await;
     }
 
     fn binding(&self, agent: &str) -> Option<ThreadBinding> {
@@ -411,22 +478,24 @@ impl Surface for DiscordSurface {
             return;
         };
         let status = cards::decision_line(decision, by, self.clock.now());
-        // The decided card still shows the change it approved; the file is as it was shown, or
-        // the command would not run.
-        let files = AgentFiles::new(&self.store, &agent.id);
-        let changes = preview(&proposal.command, &files);
-        let text = cards::proposal_card(agent.name(), proposal, changes.as_ref(), &status);
-        let embed = to_embed(text);
-        let edit = EditMessage::new()
-            .embed(embed)
-            .components(Vec::new())
-            .allowed_mentions(no_mentions());
-        if let Err(e) = ChannelId::new(binding.thread_id)
-            .edit_message(&self.http, MessageId::new(card.message_id), edit)
-            .await
-        {
-            tracing::warn!(agent = %agent.id, error = %e, "cannot edit the decided card");
+        self.close_card(agent, &binding, card.message_id, proposal, &status)
+            .await;
+    }
+
+    async fn expired(&self, agent: &AgentState, proposal: &Proposal, text: &str, escalate: bool) {
+        let Some(binding) = self.binding(&agent.id) else {
+            return;
+        };
+        if escalate {
+            self.call_approvers(agent, &binding, text).await;
+            return;
         }
+        let Some(card) = binding.card.as_ref().filter(|c| c.cycle == proposal.cycle) else {
+            return;
+        };
+        let status = format!("⏰ {text}");
+        self.close_card(agent, &binding, card.message_id, proposal, &status)
+            .await;
     }
 
     async fn show_result(&self, agent: &AgentState, episode: &Episode) {

@@ -1,0 +1,161 @@
+//! Cards that wait too long: each risk class may have a deadline and an action on expiry (park the
+//! agent, deny the command, or escalate once to the server's approvers and then park). The rules
+//! come from config; the core sets a proposal's deadline when it is shown and applies the action
+//! when the runtime's timer says the deadline passed (`Event::DeadlinePassed`).
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Duration, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::commands::Risk;
+
+/// The longest deadline a class may have: a week (Discord keeps a card's buttons, but nobody
+/// remembers a card older than that).
+pub const MAX_EXPIRY_SECS: u64 = 7 * 24 * 3600;
+
+/// What happens to a card nobody decided in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExpiryAction {
+    /// The agent pauses with the proposal kept; a resume shows it again.
+    Park,
+    /// The command is not run; the agent is told and thinks again.
+    Deny,
+    /// The server's approvers are called once, with a second deadline as long; then it parks.
+    Escalate,
+}
+
+impl ExpiryAction {
+    pub fn label(self) -> &'static str {
+        match self {
+            ExpiryAction::Park => "park",
+            ExpiryAction::Deny => "deny",
+            ExpiryAction::Escalate => "escalate",
+        }
+    }
+
+    /// What the card says happens at the deadline.
+    pub fn then(self, escalated: bool) -> &'static str {
+        match self {
+            ExpiryAction::Deny => "the command is not run",
+            ExpiryAction::Escalate if !escalated => "the approvers are called",
+            ExpiryAction::Park | ExpiryAction::Escalate => "the agent is parked",
+        }
+    }
+}
+
+/// One class's rule: decide within `after_secs`, or `action` happens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpiryRule {
+    pub after_secs: u64,
+    pub action: ExpiryAction,
+}
+
+/// The rules in force for an agent, by class (a class without one waits for ever).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Expiry {
+    rules: BTreeMap<Risk, ExpiryRule>,
+}
+
+impl Expiry {
+    /// These rules, with `more` replacing the ones for the classes it names.
+    pub fn with_all(mut self, more: &BTreeMap<Risk, ExpiryRule>) -> Expiry {
+        self.rules
+            .extend(more.iter().map(|(risk, rule)| (*risk, *rule)));
+        self
+    }
+
+    /// The deadline of a card of class `risk` shown at `now`, if the class has one.
+    pub fn deadline(&self, risk: Risk, now: DateTime<Utc>) -> Option<Deadline> {
+        let rule = self.rules.get(&risk)?;
+        Some(Deadline {
+            at: now + seconds(rule.after_secs),
+            after_secs: rule.after_secs,
+            action: rule.action,
+            escalated: false,
+        })
+    }
+}
+
+fn seconds(secs: u64) -> Duration {
+    Duration::seconds(i64::try_from(secs.min(MAX_EXPIRY_SECS)).unwrap_or(0))
+}
+
+/// When a shown proposal expires, and what happens then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deadline {
+    pub at: DateTime<Utc>,
+    pub after_secs: u64,
+    pub action: ExpiryAction,
+    /// The approvers were called already: the next expiry parks.
+    #[serde(default)]
+    pub escalated: bool,
+}
+
+impl Deadline {
+    /// The same wait again from `now`, after the approvers were called.
+    pub fn escalate(self, now: DateTime<Utc>) -> Deadline {
+        Deadline {
+            at: now + seconds(self.after_secs),
+            escalated: true,
+            ..self
+        }
+    }
+
+    /// "1 h", "90 s", "2 d": the wait, for people.
+    pub fn waited(&self) -> String {
+        human_secs(self.after_secs)
+    }
+}
+
+/// A wait in whole seconds, minutes, hours or days, as people say it.
+pub fn human_secs(secs: u64) -> String {
+    match secs {
+        s if s % 86_400 == 0 && s > 0 => format!("{} d", s / 86_400),
+        s if s % 3_600 == 0 && s > 0 => format!("{} h", s / 3_600),
+        s if s % 60 == 0 && s > 0 => format!("{} min", s / 60),
+        s => format!("{s} s"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn a_class_s_rule_sets_the_deadline_and_a_server_s_rule_replaces_it() {
+        let now = Utc.with_ymd_and_hms(2026, 11, 25, 9, 0, 0).unwrap();
+        let bot = BTreeMap::from([(
+            Risk::Write,
+            ExpiryRule {
+                after_secs: 3_600,
+                action: ExpiryAction::Deny,
+            },
+        )]);
+        let server = BTreeMap::from([(
+            Risk::Write,
+            ExpiryRule {
+                after_secs: 90,
+                action: ExpiryAction::Escalate,
+            },
+        )]);
+        let bot_wide = Expiry::default().with_all(&bot);
+        let deadline = bot_wide.deadline(Risk::Write, now).unwrap();
+        assert_eq!(deadline.at, now + Duration::hours(1));
+        assert_eq!(deadline.waited(), "1 h");
+        assert_eq!(bot_wide.deadline(Risk::Read, now), None);
+        let here = bot_wide
+            .with_all(&server)
+            .deadline(Risk::Write, now)
+            .unwrap();
+        assert_eq!((here.after_secs, here.action), (90, ExpiryAction::Escalate));
+        let again = here.escalate(now + Duration::seconds(90));
+        assert!(again.escalated);
+        assert_eq!(again.at, now + Duration::seconds(180));
+        assert_eq!(human_secs(90), "90 s");
+        assert_eq!(human_secs(2 * 86_400), "2 d");
+    }
+}

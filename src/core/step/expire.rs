@@ -1,0 +1,81 @@
+//! A card nobody decided in time: its class's action on expiry (`core::expiry`), applied when the
+//! runtime's timer reports the deadline and only if the card still waits and the deadline (which
+//! an escalation moves) has passed, so a late or repeated timer changes nothing.
+
+use super::Stepper;
+use crate::core::audit::AuditEvent;
+use crate::core::event::Effect;
+use crate::core::expiry::ExpiryAction;
+use crate::core::history::Outcome;
+use crate::core::state::PauseReason;
+
+/// Who the trail and the transcript name for what a deadline did.
+const DEADLINE: &str = "the deadline";
+
+impl Stepper<'_, '_> {
+    pub(super) fn on_deadline_passed(&mut self, cycle: u64) {
+        let now = self.ctx.now;
+        if !self.state.awaits_decision_on(cycle) {
+            return;
+        }
+        let Some(pending) = self.state.pending.as_mut() else {
+            return;
+        };
+        let Some(deadline) = pending.deadline.filter(|d| d.at <= now) else {
+            return;
+        };
+        let command = pending.command.name.clone();
+        let shown = pending.clone();
+        let waited = deadline.waited();
+        let escalate = deadline.action == ExpiryAction::Escalate && !deadline.escalated;
+        let (action, text) = if escalate {
+            pending.deadline = Some(deadline.escalate(now));
+            (
+                "approvers called",
+                format!(
+                    "Nobody decided on cycle {cycle} (`{command}`) within {waited}: calling the approvers. If nobody decides within {waited} more, the agent is parked."
+                ),
+            )
+        } else if deadline.action == ExpiryAction::Deny {
+            pending.deadline = None;
+            (
+                "not run",
+                format!("Nobody decided within {waited}: `{command}` was not run."),
+            )
+        } else {
+            // A resume shows the card again with a deadline of its own.
+            pending.deadline = None;
+            (
+                "agent parked",
+                format!("Nobody decided within {waited}: the agent is parked; `/agent resume` shows this card again."),
+            )
+        };
+        self.audit(
+            DEADLINE,
+            AuditEvent::Expired {
+                cycle,
+                command: command.clone(),
+                action: action.into(),
+            },
+        );
+        self.fx.push(Effect::Expired {
+            proposal: shown,
+            text,
+            escalate,
+        });
+        self.state.auto_approvals_left = 0;
+        match deadline.action {
+            _ if escalate => self.show_pending_again(),
+            ExpiryAction::Deny => {
+                let told = format!(
+                    "Nobody decided on `{command}` within {waited}, so it was not run. Consider another way."
+                );
+                self.record_from_pending(Outcome::Error(told), Some(DEADLINE.into()));
+                self.begin_cycle();
+            }
+            ExpiryAction::Park | ExpiryAction::Escalate => {
+                self.pause(PauseReason::Unanswered { cycle, waited })
+            }
+        }
+    }
+}

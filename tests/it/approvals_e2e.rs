@@ -9,7 +9,7 @@ use serde_json::json;
 use support::bot::{
     button, card, ephemeral_text, message_containing, start_agent, start_bot, Start,
 };
-use support::fake_discord::{FakeDiscord, ALICE, BOB, GUILD, ROLE_TEAM};
+use support::fake_discord::{FakeDiscord, ALICE, BOB, CAROL, GUILD, ROLE_TEAM};
 use support::fake_openai::{agent_reply, Expect, FakeOpenAi};
 use support::TestEnv;
 
@@ -434,5 +434,74 @@ async fn an_undecided_card_calls_the_approvers_then_parks_the_agent() {
 
     discord.assert_clean();
     openai.assert_clean();
+    bot.kill().await;
+}
+
+/// Re-post brings a buried card to the bottom of the thread: the old message points to the new
+/// one and loses its buttons, a second click on the old card makes no second copy, and the
+/// decision lands on the new card.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_buried_card_is_reposted_at_the_bottom_and_decided_there() {
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
+    openai.push_content(write_reply("haiku.txt", "crab"));
+    openai.push_content(agent_reply("finish", json!({"reason": "done"})));
+    let (_env, discord, bot, thread, first) = haiku_agent(&openai, "", Some(BOB)).await;
+    for n in 0..5 {
+        discord.say(CAROL, &[], thread, &format!("chatter {n}"));
+    }
+    let repost = button(&first, "Re-post ↓");
+    // Someone the agent is not shared with may not move it.
+    let refused = discord.click(CAROL, &[], &first, &repost);
+    let text = ephemeral_text(&discord, refused).await;
+    assert!(text.starts_with("Only the agent's owner"), "{text}");
+
+    let moved = discord.click(BOB, &[], &first, &repost);
+    let again = discord.click(BOB, &[], &first, &repost);
+    let texts = [
+        ephemeral_text(&discord, moved).await,
+        ephemeral_text(&discord, again).await,
+    ];
+    assert!(
+        texts.contains(&"Moved to the bottom of the thread.".to_string()),
+        "{texts:?}"
+    );
+    let newest = discord
+        .wait_for("the re-posted card", support::bot::WAIT, |d| {
+            let messages = d.messages_in(thread);
+            let last = messages.last()?.clone();
+            (last["id"] != first["id"] && last.to_string().contains("HaikuGPT · cycle 1"))
+                .then_some(last)
+        })
+        .await;
+    let copies = discord
+        .messages_in(thread)
+        .into_iter()
+        .filter(|m| m["embeds"].to_string().contains("HaikuGPT · cycle 1"))
+        .count();
+    assert_eq!(copies, 1, "one card: the old one is a pointer now");
+    let old = discord
+        .messages_in(thread)
+        .into_iter()
+        .find(|m| m["id"] == first["id"])
+        .unwrap();
+    let pointer = old["content"].as_str().unwrap();
+    assert!(
+        pointer.starts_with("⬇️ Cycle 1's card was moved to the bottom of the thread by bob: https://discord.com/channels/")
+            && pointer.ends_with(newest["id"].as_str().unwrap()),
+        "{pointer}"
+    );
+    assert_eq!(old["components"], json!([]));
+
+    discord.click(ALICE, &[], &newest, &button(&newest, "Approve"));
+    card(&discord, thread, "HaikuGPT · cycle 2").await;
+    let decided = discord
+        .messages_in(thread)
+        .into_iter()
+        .find(|m| m["id"] == newest["id"])
+        .unwrap();
+    let status = field(&decided, "Status").unwrap_or_default().to_string();
+    assert!(status.starts_with("✅ Approved by alice"), "{status}");
+
+    discord.assert_clean();
     bot.kill().await;
 }

@@ -40,6 +40,8 @@ pub enum CardAction {
     RaiseOwnerDaily,
     RaiseServerDaily,
     RaiseServerMonthly,
+    /// Posts the waiting card again at the bottom of the thread.
+    Repost,
     /// On `/agent audit`: show the trail's page in the `cycle` slot (0 is the newest).
     AuditPage,
 }
@@ -65,6 +67,7 @@ impl CardAction {
             CardAction::RaiseServerDaily => "ra-gd",
             CardAction::RaiseServerMonthly => "ra-gm",
             CardAction::AuditPage => "au",
+            CardAction::Repost => "rp",
         }
     }
 
@@ -88,6 +91,7 @@ impl CardAction {
             "ra-gd" => CardAction::RaiseServerDaily,
             "ra-gm" => CardAction::RaiseServerMonthly,
             "au" => CardAction::AuditPage,
+            "rp" => CardAction::Repost,
             _ => return None,
         })
     }

@@ -8,6 +8,7 @@ mod forms;
 pub mod ids;
 mod parked;
 mod post;
+mod repost;
 pub mod respond;
 mod router;
 pub mod shards;
@@ -113,11 +114,14 @@ pub fn card_buttons(
         button(CardAction::Deny, "Deny".into(), ButtonStyle::Danger),
     ]);
     // A row holds five buttons; the second holds the ways to change the command first.
-    let change = CreateActionRow::Buttons(vec![button(
-        CardAction::Edit,
-        "Edit…".into(),
-        ButtonStyle::Secondary,
-    )]);
+    let change = CreateActionRow::Buttons(vec![
+        button(CardAction::Edit, "Edit…".into(), ButtonStyle::Secondary),
+        button(
+            CardAction::Repost,
+            "Re-post ↓".into(),
+            ButtonStyle::Secondary,
+        ),
+    ]);
     vec![decide, change]
 }
 

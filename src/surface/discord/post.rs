@@ -16,7 +16,7 @@ const POST_ATTEMPTS: u32 = 4;
 /// and the re-post loop takes over.
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 /// Discord's limit on a nonce's length.
-const NONCE_MAX: usize = 25;
+pub(super) const NONCE_MAX: usize = 25;
 
 /// Whether trying again may help: Discord's 5xx and 429, and requests that never got an answer.
 /// A 4xx refusal (missing access, an unknown channel) stays one.

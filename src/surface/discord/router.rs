@@ -203,6 +203,10 @@ async fn on_click(http: &serenity::Http, data: &Data, click: ComponentInteractio
         return;
     }
     let decision = match id.action {
+        CardAction::Repost => {
+            super::repost::on_repost_click(http, data, &click, &id).await;
+            return;
+        }
         CardAction::Approve => Decision::Approve,
         CardAction::Deny => Decision::Deny,
         CardAction::SelfCritique => Decision::SelfCritique,

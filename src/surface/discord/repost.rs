@@ -1,0 +1,148 @@
+//! Re-post: a card buried under a long thread is posted again at the bottom, with the same
+//! buttons, and the old message becomes a pointer to it. The card reference moves to the new
+//! message, so decisions and edits land there.
+
+use poise::serenity_prelude as serenity;
+use serenity::{
+    ChannelId, ComponentInteraction, CreateAttachment, CreateInteractionResponse,
+    CreateInteractionResponseMessage, CreateMessage, EditAttachments, EditMessage, MessageId,
+};
+
+use super::commands::Data;
+use super::ids::CardId;
+use super::respond::Interaction;
+use super::{card_buttons, cards, no_mentions, post, to_embed, DiscordSurface};
+use crate::tools::preview::preview;
+use crate::tools::AgentFiles;
+
+impl DiscordSurface {
+    /// Posts `agent`'s waiting card again at the bottom of its thread and turns the card clicked
+    /// (`clicked`) into a pointer; `Err` says why not (the card is no longer waiting, it was moved
+    /// already, Discord refused the post).
+    pub(super) async fn repost_card(
+        &self,
+        agent: &str,
+        cycle: u64,
+        clicked: u64,
+        by: &str,
+    ) -> Result<(), String> {
+        const NOT_WAITING: &str = "This card is no longer waiting for a decision.";
+        let state = self
+            .store
+            .load_agent_record(agent)
+            .ok()
+            .flatten()
+            .filter(|state| state.awaits_decision_on(cycle))
+            .ok_or(NOT_WAITING)?;
+        let proposal = state.pending.as_ref().ok_or(NOT_WAITING)?;
+        let mut binding = self.binding(agent).ok_or("This agent no longer exists.")?;
+        let old = binding
+            .card
+            .filter(|card| card.cycle == cycle)
+            .ok_or(NOT_WAITING)?;
+        if old.message_id != clicked {
+            // A second click on the same buried card, once the first moved it.
+            return Err("This card was moved to the bottom of the thread already.".into());
+        }
+        let files = AgentFiles::new(&self.store, agent);
+        let changes = preview(&proposal.command, &files);
+        let text = cards::proposal_card(
+            state.name(),
+            proposal,
+            changes.as_ref(),
+            "Waiting for a decision",
+        );
+        let mut message = CreateMessage::new()
+            .embed(to_embed(text))
+            .components(card_buttons(
+                agent,
+                cycle,
+                proposal.revision,
+                self.approve_n_default,
+            ));
+        for (name, body) in cards::card_attachments(proposal, changes.as_ref()) {
+            message = message.add_file(CreateAttachment::bytes(body.into_bytes(), name));
+        }
+        // Two clicks on the same buried card carry the same nonce, so Discord keeps one copy.
+        let nonce = repost_nonce(agent, cycle, old.message_id);
+        let new_id = self
+            .send_once(agent, message, nonce)
+            .await
+            .ok_or("Discord did not take the card; nothing changed.")?;
+        if new_id == old.message_id {
+            return Ok(());
+        }
+        self.remember_card(agent, &mut binding, cycle, new_id);
+        let link = format!(
+            "https://discord.com/channels/{}/{}/{new_id}",
+            binding.guild_id, binding.thread_id
+        );
+        let pointer = EditMessage::new()
+            .content(cards::message_text(&format!(
+                "⬇️ Cycle {cycle}'s card was moved to the bottom of the thread by {by}: {link}"
+            )))
+            .embeds(Vec::new())
+            .components(Vec::new())
+            .attachments(EditAttachments::new())
+            .allowed_mentions(no_mentions());
+        if let Err(e) = ChannelId::new(binding.thread_id)
+            .edit_message(&self.http, MessageId::new(old.message_id), pointer)
+            .await
+        {
+            tracing::warn!(%agent, error = %e, "cannot turn the old card into a pointer");
+        }
+        Ok(())
+    }
+}
+
+/// The nonce of a re-post of the card in `message_id`: short enough for Discord (25 characters).
+fn repost_nonce(agent: &str, cycle: u64, message_id: u64) -> String {
+    let text = format!("{agent}.{cycle}.{message_id}");
+    let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    let nonce = format!("rp{hash:016x}");
+    debug_assert!(nonce.len() <= post::NONCE_MAX);
+    nonce
+}
+
+/// Re-post on a card, after the router checked the clicker's rights: acknowledged at once, since
+/// posting may take longer than Discord waits for an answer, then the outcome is told privately.
+pub(super) async fn on_repost_click(
+    http: &serenity::Http,
+    data: &Data,
+    click: &ComponentInteraction,
+    id: &CardId,
+) {
+    let interaction = Interaction::Click(click);
+    let deferred =
+        CreateInteractionResponse::Defer(CreateInteractionResponseMessage::new().ephemeral(true));
+    if !interaction.respond(http, deferred).await {
+        return;
+    }
+    let text = match data
+        .surface
+        .repost_card(
+            &id.agent,
+            id.cycle,
+            click.message.id.get(),
+            &click.user.name,
+        )
+        .await
+    {
+        Ok(()) => "Moved to the bottom of the thread.".to_string(),
+        Err(why) => why,
+    };
+    interaction.follow_up(http, text).await;
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_repost_nonce_fits_and_differs_per_card_message() {
+        let a = super::repost_nonce("0123456789ab", 7, 9_000_000_000_000_000_001);
+        let b = super::repost_nonce("0123456789ab", 7, 9_000_000_000_000_000_002);
+        assert!(a.len() <= super::post::NONCE_MAX);
+        assert_ne!(a, b);
+    }
+}

@@ -65,9 +65,29 @@ pub const AUDIT_PER_PAGE: usize = 8;
 /// A paged entry is cut to this many characters, so that a page fits one Discord message.
 const AUDIT_LINE_MAX: usize = 220;
 
-/// The agent's whole audit trail as Markdown, oldest first, arguments as the trail keeps them.
-pub fn audit_markdown(store: &Store, state: &AgentState) -> Result<String, ExportError> {
-    let entries = store.audit_trail(&state.id)?;
+/// The agent's audit trail as Markdown, oldest first, arguments as the trail keeps them; with
+/// `max_bytes`, only the newest entries that fit (an attachment has a size limit), saying how many
+/// were left out.
+pub fn audit_markdown(
+    store: &Store,
+    state: &AgentState,
+    max_bytes: Option<usize>,
+) -> Result<String, ExportError> {
+    let mut entries = store.audit_trail(&state.id)?;
+    let mut left_out = 0;
+    if let Some(max) = max_bytes {
+        let mut size = 0;
+        let fitting = entries
+            .iter()
+            .rev()
+            .take_while(|entry| {
+                size += entry.line(AUDIT_ARGUMENTS_MAX).len() + 32;
+                size <= max
+            })
+            .count();
+        left_out = entries.len() - fitting;
+        entries.drain(..left_out);
+    }
     let mut out = format!(
         "# Audit trail of {} ({})\n\n{} entries, oldest first. Times are UTC. An argument digest \
          identifies the arguments in full, which the transcript's step shows.\n\n",
@@ -75,6 +95,11 @@ pub fn audit_markdown(store: &Store, state: &AgentState) -> Result<String, Expor
         state.id,
         entries.len()
     );
+    if left_out > 0 {
+        out.push_str(&format!(
+            "The {left_out} oldest entries are left out here; `autothread export` writes them all.\n\n"
+        ));
+    }
     for entry in &entries {
         out.push_str(&format!("- {}", entry.line(AUDIT_ARGUMENTS_MAX)));
         if let Some(digest) = entry.event.shown().map(|s| &s.arguments_digest) {

@@ -318,7 +318,7 @@ fn export(store: &Store, prefix: &str, shown: &mut Shown) -> anyhow::Result<()> 
     shown
         .files
         .push(("transcript.md".into(), encode(transcript.as_bytes())));
-    let audit = crate::export::audit_markdown(store, &state)?;
+    let audit = crate::export::audit_markdown(store, &state, None)?;
     shown
         .files
         .push(("audit.md".into(), encode(audit.as_bytes())));

@@ -53,8 +53,12 @@ impl ShownCommand {
 /// A short, stable fingerprint of a command's arguments (FNV-1a over their JSON, 64 bits, hex):
 /// enough to tell whether the step that ran is the one a person saw, without keeping it twice.
 pub fn arguments_digest(args: &Map<String, Value>) -> String {
-    let json = Value::Object(args.clone()).to_string();
-    let hash = json.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+    text_digest(&Value::Object(args.clone()).to_string())
+}
+
+/// FNV-1a over `text`, 64 bits, in hex: a fingerprint, not a secret-proof hash.
+pub fn text_digest(text: &str) -> String {
+    let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
         (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
     });
     format!("{hash:016x}")
@@ -117,6 +121,8 @@ pub enum AuditEvent {
         budget: Micros,
     },
     Paused,
+    /// A pause asked for while a command ran: it takes effect when the command returns.
+    PauseRequested,
     Resumed,
     /// A parked agent was let go on from its card, with a new budget when one was given.
     Continued {
@@ -129,9 +135,11 @@ pub enum AuditEvent {
     MemoryUnpinned {
         memory: u64,
     },
+    /// The text is not kept (forgetting is often for what should not be kept): a digest of it
+    /// tells which text it was to someone who has it.
     MemoryForgotten {
         memory: u64,
-        text: String,
+        digest: String,
     },
 }
 
@@ -249,6 +257,9 @@ impl AuditEntry {
                 format!("set the agent's budget to {}", format_usd(*budget))
             }
             AuditEvent::Paused => "paused the agent".into(),
+            AuditEvent::PauseRequested => {
+                "asked the agent to pause once its running command returns".into()
+            }
             AuditEvent::Resumed => "resumed the agent".into(),
             AuditEvent::Continued { budget: None } => "let the parked agent go on".into(),
             AuditEvent::Continued {
@@ -259,11 +270,8 @@ impl AuditEntry {
             ),
             AuditEvent::MemoryPinned { memory } => format!("pinned memory #{memory}"),
             AuditEvent::MemoryUnpinned { memory } => format!("unpinned memory #{memory}"),
-            AuditEvent::MemoryForgotten { memory, text } => {
-                format!(
-                    "forgot memory #{memory}: {}",
-                    truncate_chars(text, arguments_max)
-                )
+            AuditEvent::MemoryForgotten { memory, digest } => {
+                format!("forgot memory #{memory} (text digest {digest})")
             }
         };
         format!("{when} · {} · {what}", self.by)

@@ -120,3 +120,25 @@ fn a_decision_in_time_leaves_nothing_for_the_deadline() {
     assert!(deadline_passed(&mut h, 600).is_empty());
     assert_eq!(h.state.phase, Phase::Executing);
 }
+
+#[test]
+fn a_card_shown_again_after_a_deny_gets_a_fresh_deadline() {
+    let mut h = with_rule(ExpiryAction::Deny);
+    write(&mut h);
+    h.now += Duration::seconds(30);
+    h.decide(Decision::Deny);
+    assert_eq!(h.state.pending.as_ref().unwrap().deadline, None);
+    // Resumed long after the first deadline: the card is not expired at once.
+    h.now += Duration::seconds(3_600);
+    let resumed_at = h.now;
+    let fx = h.step(Event::Resume {
+        by: "alice".into(),
+        follow_up: None,
+    });
+    assert_eq!(
+        proposal_of(&fx).deadline.map(|d| d.at),
+        Some(resumed_at + Duration::seconds(60))
+    );
+    let cycle = h.state.cycle;
+    assert!(h.step(Event::DeadlinePassed { cycle }).is_empty());
+}

@@ -17,8 +17,8 @@ pub enum Egress {
     Argument(String),
     /// Every call sends all its arguments out (a new sub-agent's name, task and first message).
     AllArguments,
-    /// The URL in this argument carries data out when it has a query string (anything can be
-    /// encoded in one, and the server it names reads it).
+    /// The URL in this argument carries data out when it has a query string or a user name
+    /// before its host (anything can be encoded in either, and the server it names reads it).
     UrlQuery(String),
 }
 
@@ -73,17 +73,25 @@ pub fn outgoing_data(spec: &CommandSpec, call: &CommandCall) -> Option<(String, 
         Egress::Argument(name) => Some((name.clone(), text(name)?)),
         Egress::UrlQuery(name) => {
             let url = text(name)?;
-            has_query(&url).then(|| (name.clone(), url))
+            carries_data(&url).then(|| (name.clone(), url))
         }
     }
 }
 
-/// Whether a URL has a non-empty query string (what follows `?`, before any `#`).
-fn has_query(url: &str) -> bool {
+/// Whether a URL has a non-empty query string (what follows `?`, before any `#`), or a user name
+/// before its host (`https://data@host/`), either of which the server it names reads.
+fn carries_data(url: &str) -> bool {
     let before_fragment = url.split('#').next().unwrap_or("");
-    before_fragment
+    let query = before_fragment
         .split_once('?')
-        .is_some_and(|(_, query)| !query.trim().is_empty())
+        .is_some_and(|(_, query)| !query.trim().is_empty());
+    let authority = before_fragment
+        .split_once("://")
+        .map_or(before_fragment, |(_, rest)| rest)
+        .split(['/', '?'])
+        .next()
+        .unwrap_or("");
+    query || authority.contains('@')
 }
 
 #[cfg(test)]
@@ -118,10 +126,16 @@ mod tests {
             outgoing_data(&read, &call("read_webpage", json!({"url": with_query}))),
             Some(("url".into(), with_query.into()))
         );
+        assert!(outgoing_data(
+            &read,
+            &call("read_webpage", json!({"url": "https://secret@x.example/"}))
+        )
+        .is_some());
         for url in [
             "https://x.example/a",
             "https://x.example/a?",
             "https://x.example/#?d=1",
+            "https://x.example/mail@b",
         ] {
             assert_eq!(
                 outgoing_data(&read, &call("read_webpage", json!({"url": url}))),

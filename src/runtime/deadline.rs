@@ -3,9 +3,20 @@
 //! it still applies. A card shown again after a restart sets its timer again (at once when its
 //! deadline passed while the bot was down).
 
+use super::handle::ActorMsg;
 use super::Actor;
 use crate::core::event::Event;
 use crate::core::state::Proposal;
+
+/// The one timer an actor keeps for its card's deadline: dropped (a new deadline, or the actor
+/// stopping), it stops, so sleeping timers never outnumber actors.
+pub(super) struct DeadlineTimer(tokio::task::AbortHandle);
+
+impl Drop for DeadlineTimer {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
 
 impl Actor {
     pub(super) fn arm_deadline(&mut self, proposal: &Proposal) {
@@ -23,13 +34,17 @@ impl Actor {
         let sleep = self.deps.clock.sleep(wait);
         let handle = self.handle.clone();
         let cycle = proposal.cycle;
-        // Not one of the actor's tasks: a parked agent's actor stops without waiting for it, and
-        // a timer that finds no actor has nothing to expire.
-        self.deps.runtime.spawn(async move {
+        // Not one of the actor's tasks, which it waits for before it stops: a parked agent's
+        // actor stops at once, and its timer with it. The report waits for room in the mailbox.
+        let timer = self.deps.runtime.spawn(async move {
             sleep.await;
-            if let Err(refused) = handle.offer(Event::DeadlinePassed { cycle }) {
-                tracing::debug!(agent = %handle.id, ?refused, "a card's deadline found no actor");
-            }
+            handle
+                .report(ActorMsg::Event {
+                    event: Event::DeadlinePassed { cycle },
+                    reply: None,
+                })
+                .await;
         });
+        self.deadline_timer = Some(DeadlineTimer(timer.abort_handle()));
     }
 }

@@ -105,6 +105,7 @@ struct Actor {
     /// The card deadline a timer was last set for (cycle, time), so that showing the same card
     /// again sets no second timer.
     armed_deadline: Option<(u64, chrono::DateTime<chrono::Utc>)>,
+    deadline_timer: Option<deadline::DeadlineTimer>,
 }
 
 /// Starts an agent's actor. It runs until the agent rests (paused or finished) with no work in
@@ -159,6 +160,7 @@ fn start_registered(
             None => Expiry::default(),
         },
         armed_deadline: None,
+        deadline_timer: None,
         state,
         deps,
         handle: handle.clone(),

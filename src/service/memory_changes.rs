@@ -46,10 +46,7 @@ impl AgentService {
                 let record = memory.forget(agent, id)?;
                 AuditEvent::MemoryForgotten {
                     memory: id,
-                    text: crate::core::history::truncate_chars(
-                        &record.text,
-                        crate::core::audit::AUDIT_FEEDBACK_MAX,
-                    ),
+                    digest: crate::core::audit::text_digest(&record.text),
                 }
             }
         };
@@ -58,8 +55,15 @@ impl AgentService {
             by: by.to_string(),
             event,
         };
-        self.store.append_audit(agent, &entry)?;
-        self.store.flush().await?;
+        // The change happened: a trail that cannot be written is logged, not reported as if
+        // nothing changed.
+        let recorded = match self.store.append_audit(agent, &entry) {
+            Ok(()) => self.store.flush().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = recorded {
+            tracing::error!(%agent, memory = id, error = %e, "cannot record a memory change in the audit trail");
+        }
         Ok(())
     }
 }

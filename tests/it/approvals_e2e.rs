@@ -386,6 +386,15 @@ async fn an_undecided_card_calls_the_approvers_then_parks_the_agent() {
     );
 
     let call = message_containing(&discord, thread, "calling the approvers").await;
+    // The approvers role is notified, and nobody else.
+    assert_eq!(
+        call["allowed_mentions"]["roles"],
+        json!([ROLE_TEAM.to_string()])
+    );
+    assert_eq!(call["allowed_mentions"]["parse"], json!([]));
+    assert!(call["allowed_mentions"]["users"]
+        .as_array()
+        .is_none_or(Vec::is_empty));
     let content = call["content"].as_str().unwrap();
     assert!(
         content.starts_with(&format!("⏰ <@&{ROLE_TEAM}> Nobody decided on cycle 1")),

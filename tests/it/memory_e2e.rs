@@ -118,7 +118,7 @@ async fn console_memories_are_written_searched_forgotten_and_pinned() {
     assert!(ok, "{out}{err}");
     let forgot = out
         .find(&format!(
-            "operator (command line) · forgot memory #{fact_id}: "
+            "operator (command line) · forgot memory #{fact_id} (text digest "
         ))
         .expect(&out);
     let pinned = out
@@ -128,6 +128,7 @@ async fn console_memories_are_written_searched_forgotten_and_pinned() {
         .expect(&out);
     assert!(forgot < pinned, "{out}");
     assert_eq!(out.matches("forgot memory").count(), 1, "{out}");
+    assert!(!out.contains("7:40"), "a forgotten text is not kept: {out}");
     openai.assert_clean();
 }
 

@@ -43,8 +43,10 @@ impl Stepper<'_, '_> {
                 format!("Nobody decided within {waited}: `{command}` was not run."),
             )
         } else {
-            // A resume shows the card again with a deadline of its own.
+            // A resume shows the card again with a deadline of its own, and, as after a Deny,
+            // gathers its approvals anew.
             pending.deadline = None;
+            pending.approvals.clear();
             (
                 "agent parked",
                 format!("Nobody decided within {waited}: the agent is parked; `/agent resume` shows this card again."),

@@ -102,8 +102,13 @@ pub fn step(state: &mut AgentState, event: Event, ctx: &StepCtx<'_>) -> Vec<Effe
         Event::CommandStale { cycle, why } => stepper.on_command_stale(cycle, why),
         Event::DeadlinePassed { cycle } => stepper.on_deadline_passed(cycle),
         Event::Pause { by } => {
+            // A running command is never cut short: the pause waits for it.
+            let event = match stepper.state.phase {
+                Phase::Executing => AuditEvent::PauseRequested,
+                _ => AuditEvent::Paused,
+            };
             stepper.on_pause(by.clone());
-            stepper.audit_unless_rejected(by, AuditEvent::Paused);
+            stepper.audit_unless_rejected(by, event);
         }
         Event::Resume { by, follow_up } => {
             stepper.on_resume(follow_up);
@@ -207,6 +212,10 @@ impl Stepper<'_, '_> {
     fn pause(&mut self, reason: PauseReason) {
         // Replies to calls made before the pause must not be applied afterwards.
         self.state.call_seq += 1;
+        // A resumed card is a card shown anew: it gets a deadline of its own.
+        if let Some(pending) = self.state.pending.as_mut() {
+            pending.deadline = None;
+        }
         self.state.phase = Phase::Paused(reason.clone());
         self.fx.push(Effect::Paused(reason));
     }
@@ -440,6 +449,8 @@ impl Stepper<'_, '_> {
             return;
         };
         pending.approved_by = Some(by);
+        // The card no longer waits; if it is shown again (a stale file), it gets a new deadline.
+        pending.deadline = None;
         self.state.phase = Phase::Executing;
         self.fx.push(Effect::Execute {
             cycle: pending.cycle,
@@ -541,6 +552,7 @@ impl Stepper<'_, '_> {
             },
             _ => by,
         };
+        let soft_capped = ctx.budget.is_some_and(BudgetView::soft_cap_reached);
         if let Some(shown) = self.shown_pending() {
             let edited_by = self
                 .state
@@ -548,10 +560,13 @@ impl Stepper<'_, '_> {
                 .as_ref()
                 .map(|p| p.edits.iter().map(ArgumentEdit::describe).collect())
                 .unwrap_or_default();
-            self.audit(
-                by.clone(),
-                AuditEvent::decided(cycle, &decision, shown, edited_by),
-            );
+            let mut event = AuditEvent::decided(cycle, &decision, shown, edited_by);
+            if let (Decision::ApproveN(_), true, AuditEvent::Decided { decision, .. }) =
+                (&decision, soft_capped, &mut event)
+            {
+                decision.push_str(" (this step only: the soft cap is reached)");
+            }
+            self.audit(by.clone(), event);
         }
         match decision {
             Decision::Approve => self.start_execution(by),
@@ -590,6 +605,7 @@ impl Stepper<'_, '_> {
                 let profile = self.state.profile.clone().unwrap_or_else(Profile::fallback);
                 let messages =
                     self_critique_messages(&profile, &pending.thoughts, &pending.command);
+                pending.deadline = None;
                 self.state.phase = Phase::Critiquing;
                 self.call_model(
                     CallPurpose::SelfCritique,

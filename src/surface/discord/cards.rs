@@ -334,7 +334,12 @@ mod tests {
             }],
             approvals: vec![noise.clone(); 10],
             approvals_needed: 10,
-            deadline: None,
+            deadline: Some(crate::core::expiry::Deadline {
+                at: chrono::DateTime::<chrono::Utc>::MAX_UTC,
+                after_secs: u64::MAX,
+                action: crate::core::expiry::ExpiryAction::Escalate,
+                escalated: false,
+            }),
             outgoing: Some(crate::core::taint::Outgoing {
                 argument: "url".into(),
                 data: noise.clone(),

@@ -226,29 +226,40 @@ impl DiscordSurface {
     }
 
     /// Calls the people who may approve an expired card: the server's approvers role, or else
-    /// the agent's owner and the users it is shared with, mentioning exactly them.
+    /// the agent's owner and the users and roles it is shared with, mentioning exactly them.
     async fn call_approvers(&self, agent: &AgentState, binding: &ThreadBinding, text: &str) {
-        let role = self.approvals.approvers_role(binding.guild_id);
-        let (mentions, allowed) = match role {
-            Some(role) => (
-                format!("<@&{role}>"),
-                CreateAllowedMentions::new().roles([RoleId::new(role)]),
-            ),
-            None => {
-                let users: Vec<u64> = std::iter::once(binding.owner_id)
-                    .chain(binding.shared_users.iter().copied())
-                    .collect();
-                let named: Vec<String> = users.iter().map(|u| format!("<@{u}>")).collect();
-                (
-                    named.join(" "),
-                    CreateAllowedMentions::new().users(users.into_iter().map(UserId::new)),
-                )
-            }
-        };
-        let message = CreateMessage::new()
-            .content(cards::message_text(&format!("⏰ {mentions} {text}")))
-            .allowed_mentions(allowed);
-        self.send(&agent.id, message).await;
+        // Discord takes at most 100 users and 100 roles in allowed mentions.
+        const MENTIONS_MAX: usize = 100;
+        let (users, roles): (Vec<u64>, Vec<u64>) =
+            match self.approvals.approvers_role(binding.guild_id) {
+                Some(role) => (Vec::new(), vec![role]),
+                None => (
+                    std::iter::once(binding.owner_id)
+                        .chain(binding.shared_users.iter().copied())
+                        .take(MENTIONS_MAX)
+                        .collect(),
+                    binding
+                        .shared_roles
+                        .iter()
+                        .copied()
+                        .take(MENTIONS_MAX)
+                        .collect(),
+                ),
+            };
+        let named: Vec<String> = roles
+            .iter()
+            .map(|r| format!("<@&{r}>"))
+            .chain(users.iter().map(|u| format!("<@{u}>")))
+            .collect();
+        let allowed = CreateAllowedMentions::new()
+            .roles(roles.into_iter().map(RoleId::new))
+            .users(users.into_iter().map(UserId::new));
+        let message = CreateMessage::new().content(cards::message_text(&format!(
+            "⏰ {} {text}",
+            named.join(" ")
+        )));
+        self.send_mentioning(&agent.id, message, post::fresh_nonce(), allowed)
+            .await;
     }
 
     fn binding(&self, agent: &str) -> Option<ThreadBinding> {
@@ -267,12 +278,25 @@ impl DiscordSurface {
 
     /// Posts `message` under `nonce`, retried through Discord's transient failures.
     async fn send_once(&self, agent: &str, message: CreateMessage, nonce: String) -> Option<u64> {
+        self.send_mentioning(agent, message, nonce, no_mentions())
+            .await
+    }
+
+    /// `send_once`, mentioning exactly `mentions`.
+    async fn send_mentioning(
+        &self,
+        agent: &str,
+        message: CreateMessage,
+        nonce: String,
+        mentions: CreateAllowedMentions,
+    ) -> Option<u64> {
         let binding = self.binding(agent)?;
         match post::post_with_retry(
             &self.http,
             ChannelId::new(binding.thread_id),
             message,
             nonce,
+            mentions,
         )
         .await
         {

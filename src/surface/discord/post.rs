@@ -7,8 +7,6 @@ use std::time::Duration;
 
 use serenity::all::{ChannelId, CreateMessage, Http, HttpError, Message, Nonce};
 
-use super::no_mentions;
-
 /// Tries per post. serenity waits out a 429 with `Retry-After` by itself; these cover 5xx, a 429
 /// it gave up on, and failed connections.
 const POST_ATTEMPTS: u32 = 4;
@@ -44,14 +42,17 @@ pub fn fresh_nonce() -> String {
 
 /// Posts `message` to `channel`, retrying transient failures with backoff. Every try carries the
 /// same enforced nonce: a try that Discord stored but answered with a 5xx is not stored twice.
+/// The message notifies exactly `mentions`, whatever its text says: nobody (`super::no_mentions`) but
+/// for an escalated deadline, which calls the approvers.
 pub async fn post_with_retry(
     http: &Http,
     channel: ChannelId,
     message: CreateMessage,
     nonce: String,
+    mentions: serenity::all::CreateAllowedMentions,
 ) -> Result<Message, serenity::Error> {
     let message = message
-        .allowed_mentions(no_mentions())
+        .allowed_mentions(mentions)
         .nonce(Nonce::String(nonce))
         .enforce_nonce(true);
     let mut backoff = FIRST_BACKOFF;

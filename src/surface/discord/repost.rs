@@ -69,8 +69,33 @@ impl DiscordSurface {
             .send_once(agent, message, nonce)
             .await
             .ok_or("Discord did not take the card; nothing changed.")?;
-        if new_id == old.message_id {
-            return Ok(());
+        // Posting takes a moment: a decision, an edit or the next card may have come meanwhile.
+        // Then the copy is out of date, and the card stays where it was.
+        let still = self
+            .store
+            .load_agent_record(agent)
+            .ok()
+            .flatten()
+            .and_then(|now| {
+                now.pending
+                    .filter(|p| now.phase == state.phase && p.cycle == cycle)
+            })
+            .is_some_and(|now| now.revision == proposal.revision);
+        let binding_now = self.binding(agent);
+        if !still || binding_now.as_ref().and_then(|b| b.card) != Some(old) {
+            let stale = EditMessage::new()
+                .content("This copy is out of date: the card changed while it was moved.")
+                .embeds(Vec::new())
+                .components(Vec::new())
+                .attachments(EditAttachments::new())
+                .allowed_mentions(no_mentions());
+            let _ = ChannelId::new(binding.thread_id)
+                .edit_message(&self.http, MessageId::new(new_id), stale)
+                .await;
+            return Err("The card changed while it was moved; it stays where it is.".into());
+        }
+        if let Some(now) = binding_now {
+            binding = now;
         }
         self.remember_card(agent, &mut binding, cycle, new_id);
         let link = format!(

@@ -1011,7 +1011,9 @@ fn stored_message(
         "timestamp": now_stamp(), "edited_timestamp": null, "tts": false, "mention_everyone": false,
         "mentions": [], "mention_roles": [], "attachments": attachments, "embeds": body["embeds"].as_array().cloned().unwrap_or_default(),
         "components": body["components"].as_array().cloned().unwrap_or_default(),
-        "pinned": false, "type": 0, "flags": body["flags"].as_u64().unwrap_or(0)})
+        "pinned": false, "type": 0, "flags": body["flags"].as_u64().unwrap_or(0),
+        // Not part of a message as Discord returns it: kept so tests can see whom a post notified.
+        "allowed_mentions": body["allowed_mentions"].clone()})
 }
 
 /// Validates a message body the bot sent (limits and disabled mentions); the rejection to answer

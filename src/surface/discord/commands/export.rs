@@ -26,7 +26,8 @@ pub(super) async fn export(ctx: Ctx<'_>) -> Result<(), Error> {
         .agents_runtime
         .spawn_blocking(move || -> Result<_, Error> {
             let transcript = crate::export::transcript(&store, &agent)?;
-            let audit = crate::export::audit_markdown(&store, &agent)?;
+            // Well under the smallest upload limit Discord gives a server.
+            let audit = crate::export::audit_markdown(&store, &agent, Some(4 << 20))?;
             let archive = crate::export::workspace_zip(&store, &agent.id)?;
             Ok((transcript, audit, archive))
         })

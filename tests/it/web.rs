@@ -576,6 +576,25 @@ async fn the_guard_checks_every_answer_of_the_resolver() {
     assert!(matches!(second, Blocked::PrivateName { .. }));
 }
 
+/// The runtime's dependencies for an agent on a free local model that reads the test server's
+/// pages, and the surface it shows cards on, which denies every card.
+fn denying_web_agent(
+    store: &Store,
+    model: Arc<support::inproc::RuleModel>,
+    port: u16,
+) -> (Arc<Recorder>, autothread::runtime::Deps) {
+    let surface = Arc::new(Recorder::default());
+    surface.deny_cards.store(true, Ordering::SeqCst);
+    let mut config = Config::default();
+    config.llm.model = "local-model".into();
+    config.budget.free_models = vec!["local-model".into()];
+    config.budget.guild_calls_per_minute = 0;
+    config.web = web_config(port);
+    let web = Arc::new(web(&config.web));
+    let deps = support::inproc::deps(store, model, surface.clone(), config, Some(web));
+    (surface, deps)
+}
+
 /// A page that tells the agent to ignore its instructions and delete a file: the page reaches the
 /// model labelled as untrusted data, the delete it provokes is still shown on a card (write was
 /// narrowed to `ask` for this agent, and continuous mode is on), and the policy is unchanged.
@@ -586,7 +605,7 @@ async fn prompt_injection_in_a_page_does_not_change_the_policy() {
     use autothread::core::policy::ClassAction;
     use autothread::core::state::{PauseReason, Phase};
     use autothread::store::{Commit, WorkspaceOp};
-    use support::inproc::{agent, deps, reply, RuleModel};
+    use support::inproc::{agent, reply, RuleModel};
 
     let server = serve().await;
     let port = server.port;
@@ -608,15 +627,7 @@ async fn prompt_injection_in_a_page_does_not_change_the_policy() {
             )
         }
     }));
-    let surface = Arc::new(Recorder::default());
-    surface.deny_cards.store(true, Ordering::SeqCst);
-    let mut config = Config::default();
-    config.llm.model = "local-model".into();
-    config.budget.free_models = vec!["local-model".into()];
-    config.budget.guild_calls_per_minute = 0;
-    config.web = web_config(port);
-    let web = Arc::new(web(&config.web));
-    let deps = deps(&store, model.clone(), surface.clone(), config, Some(web));
+    let (surface, deps) = denying_web_agent(&store, model.clone(), port);
     let mut state = agent("inject000001", "Summarise the page", "local-model", true);
     state.settings.policy.insert(Risk::Write, ClassAction::Ask);
     store
@@ -689,7 +700,7 @@ async fn prompt_injection_in_a_page_does_not_change_the_policy() {
 async fn after_reading_an_injected_page_sending_data_out_needs_a_person() {
     use autothread::core::event::Event;
     use autothread::core::state::{PauseReason, Phase};
-    use support::inproc::{agent, deps, reply, RuleModel};
+    use support::inproc::{agent, reply, RuleModel};
 
     let server = serve().await;
     let port = server.port;
@@ -716,15 +727,7 @@ async fn after_reading_an_injected_page_sending_data_out_needs_a_person() {
             )
         }
     }));
-    let surface = Arc::new(Recorder::default());
-    surface.deny_cards.store(true, Ordering::SeqCst);
-    let mut config = Config::default();
-    config.llm.model = "local-model".into();
-    config.budget.free_models = vec!["local-model".into()];
-    config.budget.guild_calls_per_minute = 0;
-    config.web = web_config(port);
-    let web = Arc::new(web(&config.web));
-    let deps = deps(&store, model, surface.clone(), config, Some(web));
+    let (surface, deps) = denying_web_agent(&store, model, port);
     let state = agent("exfil0000001", "Summarise the page", "local-model", true);
     let (_handle, done) = autothread::runtime::start(state, Event::Start, deps);
     let state = tokio::time::timeout(std::time::Duration::from_secs(30), done)

@@ -82,7 +82,13 @@ impl DiscordSurface {
             })
             .is_some_and(|now| now.revision == proposal.revision);
         let binding_now = self.binding(agent);
-        if !still || binding_now.as_ref().and_then(|b| b.card) != Some(old) {
+        let current = binding_now.as_ref().and_then(|b| b.card);
+        if current.is_some_and(|card| card.message_id == new_id) {
+            // A second click on the same card, whose post Discord answered with the first one's
+            // copy (same nonce), after the first click moved the card there.
+            return Ok(());
+        }
+        if !still || current != Some(old) {
             let stale = EditMessage::new()
                 .content("This copy is out of date: the card changed while it was moved.")
                 .embeds(Vec::new())

@@ -17,6 +17,7 @@ use super::watchdog::{duplicate_refusal, repeats_last_step};
 
 mod context;
 mod control;
+mod decide;
 mod edit;
 mod expire;
 mod thinking;
@@ -503,118 +504,6 @@ impl Stepper<'_, '_> {
                 proposal: pending.clone(),
                 auto_approved: false,
             });
-        }
-    }
-
-    /// Applies a human's decision on the pending proposal of `cycle`.
-    fn on_decision(&mut self, cycle: u64, decision: Decision, by: String) {
-        let ctx = self.ctx;
-        if !self.state.awaits_decision_on(cycle) {
-            self.fx
-                .push(Effect::Rejected(NO_LONGER_PENDING.to_string()));
-            return;
-        }
-        let decision = match decision {
-            Decision::Edit(args) => return self.apply_edit(args, by),
-            other => other,
-        };
-        if matches!(decision, Decision::Approve | Decision::ApproveN(_)) {
-            // The policy may have become stricter since the card was shown (the owner narrowed it,
-            // or the bot restarted with a stricter config): the policy in force now decides.
-            let denial = self.state.pending.as_ref().and_then(|p| {
-                ctx.policy
-                    .denial(&self.state.settings.policy, &p.command.name, p.risk)
-            });
-            if let Some(denial) = denial {
-                self.state.auto_approvals_left = 0;
-                let command = self.shown_pending().map(|s| s.command).unwrap_or_default();
-                self.audit(
-                    by.clone(),
-                    AuditEvent::NotRun {
-                        cycle,
-                        command,
-                        why: "its class is now denied by policy".into(),
-                    },
-                );
-                self.fx.push(Effect::Notify(format!(
-                    "Cycle {}: the approved command was not run: its class is now denied by policy.",
-                    self.state.cycle
-                )));
-                self.record_from_pending(Outcome::Error(denial), Some(by));
-                self.begin_cycle();
-                return;
-            }
-        }
-        let by = match decision {
-            Decision::Approve | Decision::ApproveN(_) => match self.count_approval(by) {
-                Some(all) => all,
-                None => return,
-            },
-            _ => by,
-        };
-        let soft_capped = ctx.budget.is_some_and(BudgetView::soft_cap_reached);
-        if let Some(shown) = self.shown_pending() {
-            let edited_by = self
-                .state
-                .pending
-                .as_ref()
-                .map(|p| p.edits.iter().map(ArgumentEdit::describe).collect())
-                .unwrap_or_default();
-            let mut event = AuditEvent::decided(cycle, &decision, shown, edited_by);
-            if let (Decision::ApproveN(_), true, AuditEvent::Decided { decision, .. }) =
-                (&decision, soft_capped, &mut event)
-            {
-                decision.push_str(" (this step only: the soft cap is reached)");
-            }
-            self.audit(by.clone(), event);
-        }
-        match decision {
-            Decision::Approve => self.start_execution(by),
-            Decision::ApproveN(n) => {
-                match ctx.budget.filter(|view| view.soft_cap_reached()) {
-                    Some(view) => {
-                        self.state.auto_approvals_left = 0;
-                        self.fx.push(Effect::Notify(format!(
-                            "Approved this step only. {}",
-                            view.soft_cap_note()
-                        )));
-                    }
-                    None => self.state.auto_approvals_left = n.saturating_sub(1),
-                }
-                self.start_execution(by);
-            }
-            Decision::Deny => {
-                self.state.auto_approvals_left = 0;
-                // One deny ends the count: a resumed proposal gathers its approvals anew.
-                if let Some(pending) = self.state.pending.as_mut() {
-                    pending.approvals.clear();
-                }
-                self.pause(PauseReason::Denied { by });
-            }
-            Decision::Feedback(text) => {
-                self.state.auto_approvals_left = 0;
-                self.record_from_pending(Outcome::HumanFeedback(text), Some(by));
-                self.begin_cycle();
-            }
-            Decision::Edit(_) => {}
-            Decision::SelfCritique => {
-                let Some(pending) = self.state.pending.as_mut() else {
-                    return;
-                };
-                pending.approved_by = Some(by);
-                let profile = self.state.profile.clone().unwrap_or_else(Profile::fallback);
-                let messages =
-                    self_critique_messages(&profile, &pending.thoughts, &pending.command);
-                pending.deadline = None;
-                self.state.phase = Phase::Critiquing;
-                self.call_model(
-                    CallPurpose::SelfCritique,
-                    messages,
-                    CRITIQUE_MAX_TOKENS.min(ctx.limits.max_tokens),
-                    None,
-                    false,
-                );
-            }
         }
     }
 

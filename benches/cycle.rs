@@ -150,6 +150,7 @@ fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize
             policy: &policy,
             quorum: &Default::default(),
             expiry: &Default::default(),
+            server_rules: &[],
             counter: &counter,
             limits,
             extras: &extras,
@@ -185,6 +186,7 @@ fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize
             approvals_needed: 1,
             outgoing: None,
             deadline: None,
+            remember: Vec::new(),
             revision: 0,
         });
         let cycle = state.cycle;

@@ -129,6 +129,17 @@ pub enum AuditEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         budget: Option<Micros>,
     },
+    /// A person made an approve-and-remember rule (`scope` as people read it).
+    RuleCreated {
+        rule: String,
+        scope: String,
+        reach: String,
+        until: String,
+    },
+    RuleRevoked {
+        rule: String,
+        scope: String,
+    },
     MemoryPinned {
         memory: u64,
     },
@@ -184,6 +195,7 @@ pub fn decision_label(decision: &Decision) -> String {
         Decision::Feedback(_) => "gave feedback on".into(),
         Decision::SelfCritique => "asked for a self-critique of".into(),
         Decision::Edit(_) => "edited".into(),
+        Decision::Remember(_) => "approved and remembered".into(),
     }
 }
 
@@ -268,6 +280,15 @@ impl AuditEntry {
                 "let the parked agent go on with a budget of {}",
                 format_usd(*budget)
             ),
+            AuditEvent::RuleCreated {
+                rule,
+                scope,
+                reach,
+                until,
+            } => format!("made rule {rule}: approve {scope} for {reach}, {until}"),
+            AuditEvent::RuleRevoked { rule, scope } => {
+                format!("revoked rule {rule} ({scope})")
+            }
             AuditEvent::MemoryPinned { memory } => format!("pinned memory #{memory}"),
             AuditEvent::MemoryUnpinned { memory } => format!("unpinned memory #{memory}"),
             AuditEvent::MemoryForgotten { memory, digest } => {

@@ -131,6 +131,9 @@ pub struct CommandSpec {
     /// How it can carry data out, for a tainted agent (commands of the external class always can).
     #[serde(default)]
     pub egress: Option<crate::core::taint::Egress>,
+    /// The argument an approve-and-remember rule can be narrowed to (a folder, a host).
+    #[serde(default)]
+    pub rule_argument: Option<crate::core::rules::RuleArgument>,
 }
 
 impl CommandSpec {
@@ -143,6 +146,7 @@ impl CommandSpec {
             aliases: Vec::new(),
             reads_untrusted: false,
             egress: None,
+            rule_argument: None,
         }
     }
 
@@ -155,6 +159,12 @@ impl CommandSpec {
     /// Says how the command can carry data out.
     pub fn egress(mut self, egress: crate::core::taint::Egress) -> Self {
         self.egress = Some(egress);
+        self
+    }
+
+    /// Names the argument a remembered rule may be narrowed to.
+    pub fn rule_argument(mut self, argument: crate::core::rules::RuleArgument) -> Self {
+        self.rule_argument = Some(argument);
         self
     }
 

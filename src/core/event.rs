@@ -67,6 +67,8 @@ pub enum Decision {
     /// Replace the pending command's arguments with these, then wait for a decision again. An
     /// edit is not a decision: it claims nothing, and the card stays open.
     Edit(serde_json::Map<String, serde_json::Value>),
+    /// Approve, and keep a rule that approves commands like it from now on.
+    Remember(crate::core::rules::RuleDraft),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -140,6 +142,12 @@ pub enum Event {
         by: String,
         follow_up: Option<String>,
     },
+    /// Revoke the agent's own rule `id` (a server's rules are revoked in the store, not through
+    /// one agent).
+    RevokeRule {
+        id: String,
+        by: String,
+    },
     /// A parked agent's card: go on, with a new budget for the agent if one is given.
     Continue {
         by: String,
@@ -212,4 +220,10 @@ pub enum Effect {
     },
     /// An entry for the audit trail, stored with the step's state (nothing to carry out).
     Audit(crate::core::audit::AuditEntry),
+    /// Keep a new rule for every agent of the agent's server (written with the step's state).
+    SaveServerRule(crate::core::rules::ApprovalRule),
+    /// The server's rule `id` approved a command: count the use.
+    ServerRuleUsed {
+        id: String,
+    },
 }

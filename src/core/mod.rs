@@ -14,6 +14,7 @@ pub mod prompt;
 pub mod quorum;
 pub mod repair;
 pub mod reply;
+pub mod rules;
 pub mod state;
 pub mod step;
 pub mod taint;
@@ -26,6 +27,8 @@ mod step_audit_tests;
 mod step_edit_tests;
 #[cfg(test)]
 mod step_expiry_tests;
+#[cfg(test)]
+mod step_rules_tests;
 #[cfg(test)]
 mod step_taint_tests;
 #[cfg(test)]

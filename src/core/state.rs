@@ -173,6 +173,10 @@ pub struct Proposal {
     /// When the card expires and what happens then (its class's rule, when it has one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<crate::core::expiry::Deadline>,
+    /// The scopes an "approve & remember" rule made from this card may have, narrowest first;
+    /// empty where no rule may be made (a class that asks every time, a quorum, data going out).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remember: Vec<crate::core::rules::RuleScope>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -382,6 +386,10 @@ pub struct AgentState {
     /// out needs a person (see `core::taint`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tainted: Option<crate::core::taint::Taint>,
+    /// The agent's own approve-and-remember rules (at most `MAX_RULES_PER_AGENT` live ones);
+    /// its server's are kept in the store, shared by its agents.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<crate::core::rules::ApprovalRule>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     /// The newest steps, whole (at most `WHOLE_STEPS_KEPT` once recorded through
@@ -425,6 +433,7 @@ impl AgentState {
             spent_at_last_cycle: Some(Micros::ZERO),
             brake: BrakeState::default(),
             tainted: None,
+            rules: Vec::new(),
             created_at: now,
             updated_at: now,
             episodes: Vec::new(),

@@ -64,6 +64,7 @@ pub(super) struct Harness {
     brake: Option<crate::core::brake::BrakeLimits>,
     pub(super) quorum: crate::core::quorum::Quorum,
     pub(super) expiry: crate::core::expiry::Expiry,
+    pub(super) server_rules: Vec<crate::core::rules::ApprovalRule>,
     /// The step's time (fixed unless a test moves it).
     pub(super) now: chrono::DateTime<Utc>,
     /// The audit entries the steps emitted, oldest first (`step` returns the other effects).
@@ -103,6 +104,7 @@ impl Harness {
             brake: None,
             quorum: Default::default(),
             expiry: Default::default(),
+            server_rules: Vec::new(),
             now,
             audits: Vec::new(),
         }
@@ -123,6 +125,7 @@ impl Harness {
             policy: &self.policy,
             quorum: &self.quorum,
             expiry: &self.expiry,
+            server_rules: &self.server_rules,
             counter: &QuarterCounter,
             limits: self.limits,
             extras: &self.extras,

@@ -281,10 +281,12 @@ impl Actor {
         {
             // An approval short of its class's quorum is counted, not claimed: the card stays
             // open for the others.
-            let short_of_quorum = matches!(decision, Decision::Approve | Decision::ApproveN(_))
-                && self.state.pending.as_ref().is_some_and(|p| {
-                    p.cycle == *cycle && !self.quorum.is_final(p.risk, &p.approvals, by)
-                });
+            let short_of_quorum = matches!(
+                decision,
+                Decision::Approve | Decision::ApproveN(_) | Decision::Remember(_)
+            ) && self.state.pending.as_ref().is_some_and(|p| {
+                p.cycle == *cycle && !self.quorum.is_final(p.risk, &p.approvals, by)
+            });
             if matches!(decision, Decision::Edit(_)) || short_of_quorum {
                 if !self.state.awaits_decision_on(*cycle) {
                     if let Some(reply) = reply {
@@ -298,7 +300,10 @@ impl Actor {
                     Some(p)
                         if p.cycle == *cycle
                             && !p.approvals.is_empty()
-                            && matches!(decision, Decision::Approve | Decision::ApproveN(_)) =>
+                            && matches!(
+                                decision,
+                                Decision::Approve | Decision::ApproveN(_) | Decision::Remember(_)
+                            ) =>
                     {
                         format!("{}, {by}", p.approvals.join(", "))
                     }
@@ -353,6 +358,14 @@ impl Actor {
                 None
             }
         };
+        // The server's rules are read for each step: another agent's card may have made one.
+        let server_rules = match &self.state.spender.guild {
+            Some(guild) => self.deps.store.server_rules(guild).unwrap_or_else(|e| {
+                tracing::error!(agent = %self.state.id, error = %e, "cannot read the server's rules");
+                Vec::new()
+            }),
+            None => Vec::new(),
+        };
         let effects = {
             let deps = &self.deps;
             let ctx = StepCtx {
@@ -361,6 +374,7 @@ impl Actor {
                 policy: &self.policy,
                 quorum: &self.quorum,
                 expiry: &self.expiry,
+                server_rules: &server_rules,
                 counter: deps.counter.as_ref(),
                 limits,
                 extras: &extras,
@@ -493,6 +507,9 @@ impl Actor {
         };
         // A decision or a change people made is on disk before anyone is told it happened.
         let durable = !episodes.is_empty()
+            || effects
+                .iter()
+                .any(|e| matches!(e, Effect::SaveServerRule(_)))
             || !audit.is_empty()
             || proposal.is_some()
             || executed.is_some()
@@ -504,6 +521,10 @@ impl Actor {
             journal_done,
             workspace,
             audit,
+            server_rule: effects.iter().find_map(|e| match e {
+                Effect::SaveServerRule(rule) => Some(rule),
+                _ => None,
+            }),
             at: self.deps.clock.now(),
         })?;
         if durable {
@@ -600,6 +621,23 @@ impl Actor {
             Effect::Rejected(why) => surface.notify(&self.state, &why).await,
             // Written by `persist` with the step's state.
             Effect::Audit(_) => {}
+            Effect::SaveServerRule(_) => {
+                if let Some(guild) = &self.state.spender.guild {
+                    let now = self.deps.clock.now();
+                    if let Err(e) = self.deps.store.prune_server_rules(guild, now) {
+                        tracing::warn!(agent = %self.state.id, error = %e, "cannot drop expired rules");
+                    }
+                }
+            }
+            Effect::ServerRuleUsed { id } => {
+                if let Some(guild) = &self.state.spender.guild {
+                    let now = self.deps.clock.now();
+                    // The trail has the use already; the count on the rule is for `/agent rules`.
+                    if let Err(e) = self.deps.store.count_server_rule_use(guild, &id, now) {
+                        tracing::warn!(agent = %self.state.id, rule = %id, error = %e, "cannot count a rule's use");
+                    }
+                }
+            }
             Effect::Recall { seq, query } => self.recall(seq, query, prepared),
             Effect::Remember { cycle, text } => self.remember(cycle, text, prepared),
         }

@@ -4,6 +4,7 @@
 mod audit;
 mod bindings;
 pub mod migrate;
+mod rules;
 
 pub use audit::AuditPage;
 pub use bindings::{CardRef, ThreadBinding};
@@ -157,6 +158,8 @@ pub struct Commit<'a> {
     pub workspace: Vec<WorkspaceOp>,
     /// Entries for the agent's audit trail, written with the state they record.
     pub audit: Vec<&'a AuditEntry>,
+    /// A rule for every agent of the state's server, made by the step.
+    pub server_rule: Option<&'a crate::core::rules::ApprovalRule>,
     /// When the commit happens, from the runtime's clock: the journal's `done` time.
     pub at: DateTime<Utc>,
 }
@@ -241,6 +244,7 @@ pub struct Store {
     discord: sled::Tree,
     subagents: sled::Tree,
     audit: sled::Tree,
+    rules: sled::Tree,
 }
 
 impl std::fmt::Debug for Store {
@@ -275,6 +279,7 @@ impl Store {
             discord: db.open_tree("discord")?,
             subagents: db.open_tree("subagents")?,
             audit: db.open_tree("audit")?,
+            rules: db.open_tree("rules")?,
             dir: dir.to_path_buf(),
             db,
         };
@@ -342,11 +347,18 @@ impl Store {
             &self.journal,
             &self.workspace,
             &self.audit,
+            &self.rules,
         )
-            .transaction(|(agents, episodes, journal, workspace, audit)| {
+            .transaction(|(agents, episodes, journal, workspace, audit, rules)| {
                 let abort = |e: StoreError| ConflictableTransactionError::Abort(e);
                 if let Some(state) = commit.state {
                     agents.insert(state.id.as_bytes(), encode(state).map_err(abort)?)?;
+                    if let (Some(rule), Some(guild)) = (commit.server_rule, &state.spender.guild) {
+                        rules.insert(
+                            rules::rule_key(guild, &rule.id),
+                            encode(rule).map_err(abort)?,
+                        )?;
+                    }
                     for (key, entry) in audit_keys.iter().zip(&commit.audit) {
                         audit.insert(key.as_slice(), encode(*entry).map_err(abort)?)?;
                     }

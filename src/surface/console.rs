@@ -1,5 +1,6 @@
 //! The terminal surface: AutoGPT's original CLI. Prints profiles, thoughts and results, and reads
-//! `y`, `y -N`, `n`, `s`, `e` (edit the arguments) or feedback text from standard input.
+//! `y`, `y -N`, `n`, `s`, `e` (edit the arguments), `r` (approve and remember) or feedback text
+//! from standard input.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use tokio::sync::Mutex;
 use crate::core::budget::{format_usd, BudgetKind, Micros, MICROS_PER_USD};
 use crate::core::event::{Decision, APPROVE_N_MAX};
 use crate::core::history::{truncate_chars, Episode, Outcome};
+use crate::core::rules::{RuleDraft, RuleLife, RuleReach, RuleScope};
 use crate::core::state::{AgentState, AgentView, PauseReason, Proposal};
 use crate::core::step::{argument_text, edited_value};
 use crate::runtime::DecideError;
@@ -26,12 +28,14 @@ pub enum ConsoleInput {
     Decision(Decision),
     /// Edit the command's arguments, one prompt each.
     Edit,
+    /// Approve, and choose a rule that approves commands like it from now on.
+    Remember,
     /// Not understood; the text says how to type it.
     Invalid(String),
     Empty,
 }
 
-/// Parses AutoGPT's console answers: `y`, `y -N`, `n`, `s`, `e`; anything else is feedback.
+/// Parses AutoGPT's console answers: `y`, `y -N`, `n`, `s`, `e`, `r`; anything else is feedback.
 pub fn parse_input(line: &str) -> ConsoleInput {
     let text = line.trim();
     if text.is_empty() {
@@ -43,6 +47,7 @@ pub fn parse_input(line: &str) -> ConsoleInput {
         "n" | "no" | "q" | "exit" => return ConsoleInput::Decision(Decision::Deny),
         "s" => return ConsoleInput::Decision(Decision::SelfCritique),
         "e" => return ConsoleInput::Edit,
+        "r" => return ConsoleInput::Remember,
         _ => {}
     }
     if let Some(rest) = lower.strip_prefix("y -") {
@@ -74,6 +79,48 @@ impl ConsoleSurface {
 
     pub fn stdin() -> Self {
         ConsoleSurface::new(Box::new(tokio::io::stdin()))
+    }
+
+    /// Asks which rule to keep: a scope from the card's, then how long. `None` when nothing was
+    /// chosen (no scope offered, an answer out of range, or the input ended).
+    async fn read_rule(&self, scopes: &[RuleScope]) -> Option<RuleDraft> {
+        if scopes.is_empty() {
+            print_flush("No rule can be made from this command: its class asks every time, needs several approvers, or it sends data out.\n");
+            return None;
+        }
+        let mut menu = String::from("Approve now, and from now on approve:\n");
+        for (number, scope) in scopes.iter().enumerate() {
+            menu.push_str(&format!("  {}) {}\n", number + 1, scope.label()));
+        }
+        print_flush(&menu);
+        let pick = |typed: Option<String>, count: usize| {
+            typed?
+                .trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=count).contains(n))
+                .map(|n| n - 1)
+        };
+        let Some(scope) = pick(self.read_line("Which (number): ").await, scopes.len()) else {
+            print_flush("Nothing chosen.\n");
+            return None;
+        };
+        let lives = RuleLife::ALL
+            .iter()
+            .enumerate()
+            .map(|(n, life)| format!("{}) {}", n + 1, life.label()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let typed = self.read_line(&format!("How long? {lives}: ")).await;
+        let Some(life) = pick(typed, RuleLife::ALL.len()) else {
+            print_flush("Nothing chosen.\n");
+            return None;
+        };
+        Some(RuleDraft {
+            scope: scopes[scope].clone(),
+            reach: RuleReach::Agent,
+            life: RuleLife::ALL[life],
+        })
     }
 
     /// Asks for each argument in turn, showing its value: Enter keeps it, `-` removes it, and
@@ -192,7 +239,9 @@ pub fn proposal_text(agent: &AgentState, proposal: &Proposal, auto_approved: boo
     }
     if auto_approved {
         let left = agent.auto_approvals_left;
-        if agent.settings.continuous {
+        if let Some(rule) = &proposal.approved_by {
+            out.push_str(&format!("(approved automatically by {rule})\n"));
+        } else if agent.settings.continuous {
             out.push_str("(approved automatically: continuous mode)\n");
         } else {
             out.push_str(&format!(
@@ -283,12 +332,17 @@ impl Surface for ConsoleSurface {
     }
 
     async fn request_decision(&self, agent: &AgentState, proposal: &Proposal, handle: AgentHandle) {
+        let remember = match proposal.remember.is_empty() {
+            true => "",
+            false => " 'r' to approve and remember a rule,",
+        };
         let prompt = format!(
-            "Enter 'y' to authorise the command, 'y -N' to run N commands without asking, 'e' to edit its arguments, 's' for a self-critique, 'n' to stop (the agent is saved), or type feedback for {}:\nInput: ",
+            "Enter 'y' to authorise the command, 'y -N' to run N commands without asking,{remember} 'e' to edit its arguments, 's' for a self-critique, 'n' to stop (the agent is saved), or type feedback for {}:\nInput: ",
             agent.name()
         );
         let cycle = proposal.cycle;
         let args = proposal.command.args.clone();
+        let scopes = proposal.remember.clone();
         let input = ConsoleSurface {
             input: self.input.clone(),
             user: self.user.clone(),
@@ -304,6 +358,10 @@ impl Surface for ConsoleSurface {
                         ConsoleInput::Decision(d) => d,
                         ConsoleInput::Edit => match input.read_edit(&args).await {
                             Some(edited) => Decision::Edit(edited),
+                            None => continue,
+                        },
+                        ConsoleInput::Remember => match input.read_rule(&scopes).await {
+                            Some(draft) => Decision::Remember(draft),
                             None => continue,
                         },
                         ConsoleInput::Empty => continue,

@@ -9,6 +9,7 @@ use super::workspace::{normalize_folder, normalize_path};
 use super::{str_arg, Command, ToolCtx, ToolOutput};
 use crate::core::commands::{ArgType, CommandSpec, Risk};
 use crate::core::reply::CommandCall;
+use crate::core::rules::RuleArgument;
 use crate::store::WorkspaceOp;
 
 pub fn commands() -> Vec<Arc<dyn Command>> {
@@ -81,11 +82,9 @@ struct ReadFile;
 #[async_trait]
 impl Command for ReadFile {
     fn spec(&self) -> CommandSpec {
-        CommandSpec::new("read_file", "Read an existing file", Risk::Read).arg(
-            "filename",
-            ArgType::String,
-            "The path of the file to read",
-        )
+        CommandSpec::new("read_file", "Read an existing file", Risk::Read)
+            .arg("filename", ArgType::String, "The path of the file to read")
+            .rule_argument(RuleArgument::Path("filename".into()))
     }
 
     async fn run(&self, call: &CommandCall, ctx: &ToolCtx<'_>) -> ToolOutput {
@@ -127,6 +126,7 @@ impl Command for WriteFile {
             "write_to_file",
             &[("file", "filename"), ("text", "contents")],
         )
+        .rule_argument(RuleArgument::Path("filename".into()))
     }
 
     async fn run(&self, call: &CommandCall, ctx: &ToolCtx<'_>) -> ToolOutput {
@@ -159,6 +159,7 @@ impl Command for AppendToFile {
             "The name of the file to append to",
         )
         .arg("text", ArgType::String, "The text to append")
+        .rule_argument(RuleArgument::Path("filename".into()))
     }
 
     async fn run(&self, call: &CommandCall, ctx: &ToolCtx<'_>) -> ToolOutput {
@@ -184,11 +185,13 @@ struct DeleteFile;
 #[async_trait]
 impl Command for DeleteFile {
     fn spec(&self) -> CommandSpec {
-        CommandSpec::new("delete_file", "Delete a file", Risk::Write).arg(
-            "filename",
-            ArgType::String,
-            "The name of the file to delete",
-        )
+        CommandSpec::new("delete_file", "Delete a file", Risk::Write)
+            .arg(
+                "filename",
+                ArgType::String,
+                "The name of the file to delete",
+            )
+            .rule_argument(RuleArgument::Path("filename".into()))
     }
 
     async fn run(&self, call: &CommandCall, ctx: &ToolCtx<'_>) -> ToolOutput {
@@ -218,6 +221,7 @@ impl Command for ListFolder {
             "The folder to list; the workspace root when omitted",
         )
         .alias("list_files", &[("directory", "folder")])
+        .rule_argument(RuleArgument::Path("folder".into()))
     }
 
     async fn run(&self, call: &CommandCall, ctx: &ToolCtx<'_>) -> ToolOutput {

@@ -13,6 +13,7 @@ use crate::core::commands::{ArgType, CommandSpec, Risk};
 use crate::core::history::truncate_chars;
 use crate::core::prompt::Message;
 use crate::core::reply::CommandCall;
+use crate::core::rules::RuleArgument;
 use crate::core::taint::Egress;
 use crate::web::extract::{readable, Readable};
 use crate::web::search;
@@ -89,6 +90,7 @@ impl Command for ReadWebpage {
         .arg("url", ArgType::String, "The URL to visit")
         .reads_untrusted()
         .egress(Egress::UrlQuery("url".into()))
+        .rule_argument(RuleArgument::Url("url".into()))
         .optional_arg(
             "topics_of_interest",
             ArgType::StringList,

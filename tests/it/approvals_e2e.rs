@@ -15,7 +15,7 @@ use support::TestEnv;
 
 /// A bot against `openai` with `config`, and HaikuGPT started in a thread (shared with `share`):
 /// the fakes, the bot, the thread and its first card.
-async fn haiku_agent(
+pub(crate) async fn haiku_agent(
     openai: &FakeOpenAi,
     config: &str,
     share: Option<u64>,
@@ -44,14 +44,14 @@ async fn haiku_agent(
 }
 
 /// The model proposes to write `contents` into `filename`.
-fn write_reply(filename: &str, contents: &str) -> String {
+pub(crate) fn write_reply(filename: &str, contents: &str) -> String {
     agent_reply(
         "write_file",
         json!({"filename": filename, "contents": contents}),
     )
 }
 
-fn field<'a>(card: &'a serde_json::Value, name: &str) -> Option<&'a str> {
+pub(crate) fn field<'a>(card: &'a serde_json::Value, name: &str) -> Option<&'a str> {
     card["embeds"][0]["fields"]
         .as_array()?
         .iter()

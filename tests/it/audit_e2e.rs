@@ -6,21 +6,13 @@
 
 use crate::support;
 
-use serde_json::{json, Value};
-use support::bot::{answer, button, card, ephemeral_text, start_agent, start_bot, Start, WAIT};
+use serde_json::json;
+use support::bot::{
+    answer, button, card, ephemeral_text, response_shown, start_agent, start_bot, Start, WAIT,
+};
 use support::fake_discord::{FakeDiscord, ALICE, BOB, CAROL};
 use support::fake_openai::{agent_reply, Expect, FakeOpenAi};
 use support::TestEnv;
-
-/// The text of the page `/agent audit` (or a click on its buttons) showed, and the message as the
-/// fake keeps it, for the next click.
-async fn audit_page(discord: &FakeDiscord, thread: u64, interaction: u64, kind: u64) -> Value {
-    discord
-        .wait_for("an audit page", WAIT, |d| {
-            d.response_message(interaction, kind, thread)
-        })
-        .await
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discord_decisions_and_changes_are_in_a_paged_private_audit_and_the_export() {
@@ -68,7 +60,7 @@ async fn discord_decisions_and_changes_are_in_a_paged_private_audit_and_the_expo
     }
 
     let asked = discord.slash(ALICE, &[], thread, "audit", json!([]), json!({}));
-    let page = audit_page(&discord, thread, asked, 4).await;
+    let page = response_shown(&discord, thread, asked, 4).await;
     assert_eq!(page["flags"], 64, "private: {page}");
     let text = page["content"].as_str().unwrap().to_string();
     assert!(
@@ -85,7 +77,7 @@ async fn discord_decisions_and_changes_are_in_a_paged_private_audit_and_the_expo
     assert!(text.chars().count() <= 2000);
 
     let older = discord.click(ALICE, &[], &page, &button(&page, "Older ▶"));
-    let page2 = audit_page(&discord, thread, older, 7).await;
+    let page2 = response_shown(&discord, thread, older, 7).await;
     let text2 = page2["content"].as_str().unwrap();
     assert!(text2.contains("page 2 of 2"), "{text2}");
     assert!(
@@ -93,7 +85,7 @@ async fn discord_decisions_and_changes_are_in_a_paged_private_audit_and_the_expo
         "{text2}"
     );
     let newer = discord.click(ALICE, &[], &page2, &button(&page2, "◀ Newer"));
-    let back = audit_page(&discord, thread, newer, 7).await;
+    let back = response_shown(&discord, thread, newer, 7).await;
     assert_eq!(back["content"], page["content"]);
 
     // Someone the agent is not shared with sees nothing, by the command or by a button.

@@ -24,6 +24,7 @@ mod parked_e2e;
 mod policy_e2e;
 mod providers_e2e;
 mod real_peer;
+mod rules_e2e;
 mod shards;
 mod snapshots;
 mod store_migration;

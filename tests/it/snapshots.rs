@@ -130,6 +130,7 @@ fn proposal() -> Proposal {
         approvals_needed: 2,
         outgoing: None,
         deadline: None,
+        remember: Vec::new(),
         revision: 1,
     }
 }

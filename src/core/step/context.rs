@@ -18,6 +18,8 @@ pub struct StepCtx<'a> {
     pub quorum: &'a crate::core::quorum::Quorum,
     /// When each class's cards expire, and what happens then.
     pub expiry: &'a crate::core::expiry::Expiry,
+    /// The approve-and-remember rules of the agent's server (its own are in its state).
+    pub server_rules: &'a [crate::core::rules::ApprovalRule],
     pub counter: &'a dyn TokenCounter,
     pub limits: ContextLimits,
     pub extras: &'a PromptExtras,

@@ -17,7 +17,11 @@ impl Stepper<'_, '_> {
             Decision::Edit(args) => return self.apply_edit(args, by),
             other => other,
         };
-        if matches!(decision, Decision::Approve | Decision::ApproveN(_)) {
+        let approving = matches!(
+            decision,
+            Decision::Approve | Decision::ApproveN(_) | Decision::Remember(_)
+        );
+        if approving {
             // The policy may have become stricter since the card was shown (the owner narrowed it,
             // or the bot restarted with a stricter config): the policy in force now decides.
             let denial = self.state.pending.as_ref().and_then(|p| {
@@ -44,12 +48,12 @@ impl Stepper<'_, '_> {
                 return;
             }
         }
-        let by = match decision {
-            Decision::Approve | Decision::ApproveN(_) => match self.count_approval(by) {
+        let by = match approving {
+            true => match self.count_approval(by) {
                 Some(all) => all,
                 None => return,
             },
-            _ => by,
+            false => by,
         };
         let soft_capped = ctx.budget.is_some_and(BudgetView::soft_cap_reached);
         if let Some(shown) = self.shown_pending() {
@@ -69,6 +73,10 @@ impl Stepper<'_, '_> {
         }
         match decision {
             Decision::Approve => self.start_execution(by),
+            Decision::Remember(draft) => {
+                self.keep_rule(cycle, draft, &by);
+                self.start_execution(by);
+            }
             Decision::ApproveN(n) => {
                 match ctx.budget.filter(|view| view.soft_cap_reached()) {
                     Some(view) => {

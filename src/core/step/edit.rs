@@ -73,10 +73,12 @@ impl Stepper<'_, '_> {
             return;
         }
         let outgoing = self.outgoing_of(&valid.call);
+        let remember = self.rule_scopes(&valid.call, valid.risk, outgoing.is_some());
         let Some(pending) = self.state.pending.as_mut() else {
             return;
         };
         pending.outgoing = outgoing;
+        pending.remember = remember;
         pending.command = valid.call;
         pending.risk = valid.risk;
         let shown = crate::core::audit::ShownCommand::of(&pending.command, pending.revision + 1);

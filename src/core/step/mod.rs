@@ -20,6 +20,7 @@ mod control;
 mod decide;
 mod edit;
 mod expire;
+mod remember;
 mod thinking;
 
 pub use context::{MemoryPolicy, ReplyFormat, StepCtx};
@@ -116,6 +117,7 @@ pub fn step(state: &mut AgentState, event: Event, ctx: &StepCtx<'_>) -> Vec<Effe
             stepper.audit_unless_rejected(by, AuditEvent::Resumed);
         }
         Event::Recovered { interrupted } => stepper.on_recovered(interrupted),
+        Event::RevokeRule { id, by } => stepper.on_revoke_rule(id, by),
     }
     stepper.fx
 }
@@ -377,13 +379,23 @@ impl Stepper<'_, '_> {
             ctx.policy
                 .action_for(&self.state.settings.policy, &valid.call.name, valid.risk);
         let outgoing = self.outgoing_of(&valid.call);
+        let sends_out = outgoing.is_some();
+        let remember = self.rule_scopes(&valid.call, valid.risk, sends_out);
+        // A remembered rule approves like Approve ×N, and stops where it stops: at the soft cap.
+        let rule = self.rule_for(&valid.call, valid.risk, sends_out);
+        let auto_stop = match (auto_stop, ctx.budget) {
+            (None, Some(view)) if rule.is_some() && soft_capped => Some(view.soft_cap_note()),
+            (stop, _) => stop,
+        };
+        let rule = rule.filter(|_| !soft_capped);
         // A class that needs several approvers always asks: Approve ×N is one person's. So does a
         // command that can carry data out of an agent that read untrusted content.
-        let automatic = action == ClassAction::Auto
-            && unattended
-            && !soft_capped
-            && ctx.quorum.needed(valid.risk) <= 1
-            && outgoing.is_none();
+        let automatic = rule.is_some()
+            || (action == ClassAction::Auto
+                && unattended
+                && !soft_capped
+                && ctx.quorum.needed(valid.risk) <= 1
+                && !sends_out);
         let proposal = Proposal {
             cycle: self.state.cycle,
             thoughts,
@@ -404,16 +416,21 @@ impl Stepper<'_, '_> {
             revision: 0,
             outgoing,
             deadline: None,
+            remember,
         };
         self.state.pending = Some(proposal.clone());
         if automatic {
-            if !self.state.settings.continuous {
-                self.state.auto_approvals_left -= 1;
-            }
-            let by = if self.state.settings.continuous {
-                "continuous mode".to_string()
-            } else {
-                format!("Approve ×N ({} left)", self.state.auto_approvals_left)
+            let by = match &rule {
+                // A rule's approval leaves Approve ×N's count as it was.
+                Some(rule) => {
+                    self.note_rule_use(rule);
+                    rule.approver()
+                }
+                None if self.state.settings.continuous => "continuous mode".to_string(),
+                None => {
+                    self.state.auto_approvals_left -= 1;
+                    format!("Approve ×N ({} left)", self.state.auto_approvals_left)
+                }
             };
             self.audit(
                 by.clone(),
@@ -422,6 +439,11 @@ impl Stepper<'_, '_> {
                     command: proposal.command.name.clone(),
                 },
             );
+            // The card names the rule that approved it; Approve ×N's cards count down instead.
+            let proposal = Proposal {
+                approved_by: rule.is_some().then(|| by.clone()),
+                ..proposal
+            };
             self.fx.push(Effect::ShowProposal {
                 proposal,
                 auto_approved: true,

@@ -227,6 +227,12 @@ pub fn decision_line(decision: &Decision, by: &str, at: DateTime<Utc>) -> String
         Decision::Feedback(_) => "💬 Feedback given instead".to_string(),
         Decision::SelfCritique => "🔍 Self-critique requested".to_string(),
         Decision::Edit(_) => "✏️ Arguments edited".to_string(),
+        Decision::Remember(draft) => format!(
+            "✅ Approved and remembered: {} for {}, {}",
+            draft.scope.label(),
+            draft.reach.label(),
+            draft.life.label()
+        ),
     };
     format!("{what} by {by} at <t:{}:f>", at.timestamp())
 }
@@ -349,6 +355,7 @@ mod tests {
                 },
             }),
             revision: u32::MAX,
+            remember: Vec::new(),
         }
     }
 

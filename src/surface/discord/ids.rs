@@ -44,6 +44,12 @@ pub enum CardAction {
     Repost,
     /// On `/agent audit`: show the trail's page in the `cycle` slot (0 is the newest).
     AuditPage,
+    /// Opens the private menu of rules the card's command allows.
+    Remember,
+    /// A choice in that menu: approve, and keep the rule.
+    RememberChoose,
+    /// On `/agent rules`: revoke rule `<agent>.<cycle>` (the card it was made on).
+    RevokeRule,
 }
 
 impl CardAction {
@@ -68,6 +74,9 @@ impl CardAction {
             CardAction::RaiseServerMonthly => "ra-gm",
             CardAction::AuditPage => "au",
             CardAction::Repost => "rp",
+            CardAction::Remember => "rm",
+            CardAction::RememberChoose => "rm-c",
+            CardAction::RevokeRule => "rv",
         }
     }
 
@@ -92,6 +101,9 @@ impl CardAction {
             "ra-gm" => CardAction::RaiseServerMonthly,
             "au" => CardAction::AuditPage,
             "rp" => CardAction::Repost,
+            "rm" => CardAction::Remember,
+            "rm-c" => CardAction::RememberChoose,
+            "rv" => CardAction::RevokeRule,
             _ => return None,
         })
     }
@@ -191,6 +203,11 @@ mod tests {
             CardAction::RaiseOwnerDaily,
             CardAction::RaiseServerDaily,
             CardAction::RaiseServerMonthly,
+            CardAction::Repost,
+            CardAction::AuditPage,
+            CardAction::Remember,
+            CardAction::RememberChoose,
+            CardAction::RevokeRule,
         ] {
             let id = CardId::new(action, "0123456789ab", u64::MAX);
             let raw = id.encode();

@@ -8,6 +8,7 @@ mod forms;
 pub mod ids;
 mod parked;
 mod post;
+mod remember;
 mod repost;
 pub mod respond;
 mod router;
@@ -84,6 +85,7 @@ pub fn card_buttons(
     cycle: u64,
     revision: u32,
     approve_n: u32,
+    remember: bool,
 ) -> Vec<CreateActionRow> {
     let button = |action, label: String, style| {
         CreateButton::new(
@@ -114,15 +116,26 @@ pub fn card_buttons(
         button(CardAction::Deny, "Deny".into(), ButtonStyle::Danger),
     ]);
     // A row holds five buttons; the second holds the ways to change the command first.
-    let change = CreateActionRow::Buttons(vec![
+    let mut change = vec![
         button(CardAction::Edit, "Edit…".into(), ButtonStyle::Secondary),
         button(
             CardAction::Repost,
             "Re-post ↓".into(),
             ButtonStyle::Secondary,
         ),
-    ]);
-    vec![decide, change]
+    ];
+    // Only where a rule may approve the command (see `core::rules`).
+    if remember {
+        change.insert(
+            0,
+            button(
+                CardAction::Remember,
+                "Approve & remember…".into(),
+                ButtonStyle::Success,
+            ),
+        );
+    }
+    vec![decide, CreateActionRow::Buttons(change)]
 }
 
 impl DiscordSurface {
@@ -387,7 +400,9 @@ impl Surface for DiscordSurface {
             return;
         };
         let status = if auto_approved {
-            if agent.settings.continuous {
+            if let Some(rule) = &proposal.approved_by {
+                format!("Approved automatically by {rule}")
+            } else if agent.settings.continuous {
                 "Approved automatically (continuous mode)".to_string()
             } else {
                 format!(
@@ -411,6 +426,7 @@ impl Surface for DiscordSurface {
                 proposal.cycle,
                 proposal.revision,
                 self.approve_n_default,
+                !proposal.remember.is_empty(),
             )
         };
         // After a restart the same proposal is shown again: edit the card that is still there

@@ -59,6 +59,7 @@ impl DiscordSurface {
                 cycle,
                 proposal.revision,
                 self.approve_n_default,
+                !proposal.remember.is_empty(),
             ));
         for (name, body) in cards::card_attachments(proposal, changes.as_ref()) {
             message = message.add_file(CreateAttachment::bytes(body.into_bytes(), name));

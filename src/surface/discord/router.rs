@@ -80,7 +80,10 @@ fn check_click(data: &Data, id: &CardId, who: &Requester) -> Result<(), String> 
         });
     let approving = matches!(
         id.action,
-        CardAction::Approve | CardAction::ApproveN | CardAction::ApproveNSubmit
+        CardAction::Approve
+            | CardAction::ApproveN
+            | CardAction::ApproveNSubmit
+            | CardAction::RememberChoose
     );
     // An approval or an edit refers to the version of the command its card showed; a card edited
     // since must be looked at again (a Deny or feedback stands whatever the version).
@@ -91,6 +94,8 @@ fn check_click(data: &Data, id: &CardId, who: &Requester) -> Result<(), String> 
             | CardAction::ApproveNSubmit
             | CardAction::Edit
             | CardAction::EditSubmit
+            | CardAction::Remember
+            | CardAction::RememberChoose
     );
     if let (true, Some(shown), Some(pending)) = (revised, id.revision, pending) {
         if pending.revision != shown {
@@ -133,7 +138,7 @@ fn pending_command(data: &Data, id: &CardId) -> Result<CommandCall, String> {
     }
 }
 
-async fn decide_and_report(
+pub(super) async fn decide_and_report(
     http: &serenity::Http,
     data: &Data,
     interaction: Interaction<'_>,
@@ -190,6 +195,10 @@ async fn on_click(http: &serenity::Http, data: &Data, click: ComponentInteractio
         interaction.respond(http, ephemeral(text)).await;
         return;
     }
+    if id.action == CardAction::RevokeRule {
+        super::commands::rules::on_revoke_click(http, data, &click, &id, &who).await;
+        return;
+    }
     if id.action == CardAction::AuditPage {
         super::commands::audit::on_page_click(http, data, &click, &id, &who).await;
         return;
@@ -205,6 +214,14 @@ async fn on_click(http: &serenity::Http, data: &Data, click: ComponentInteractio
     let decision = match id.action {
         CardAction::Repost => {
             super::repost::on_repost_click(http, data, &click, &id).await;
+            return;
+        }
+        CardAction::Remember => {
+            super::remember::on_remember_click(http, data, &click, &id, &who).await;
+            return;
+        }
+        CardAction::RememberChoose => {
+            super::remember::on_choice(http, data, &click, &id, &who).await;
             return;
         }
         CardAction::Approve => Decision::Approve,
@@ -246,7 +263,8 @@ async fn on_click(http: &serenity::Http, data: &Data, click: ComponentInteractio
         | CardAction::RaiseOwnerDaily
         | CardAction::RaiseServerDaily
         | CardAction::RaiseServerMonthly
-        | CardAction::AuditPage => {
+        | CardAction::AuditPage
+        | CardAction::RevokeRule => {
             interaction
                 .respond(http, ephemeral(NOT_FROM_THIS_VERSION))
                 .await;

@@ -145,6 +145,21 @@ pub async fn answer(discord: &FakeDiscord, interaction: u64, private: bool) -> S
         .await
 }
 
+/// The message the bot's response of `kind` to `interaction` shows in `thread` (4: a new private
+/// message such as `/agent audit`'s page, 7: the clicked message turned), ready for the next click.
+pub async fn response_shown(
+    discord: &FakeDiscord,
+    thread: u64,
+    interaction: u64,
+    kind: u64,
+) -> Value {
+    discord
+        .wait_for("the bot's response", WAIT, |d| {
+            d.response_message(interaction, kind, thread)
+        })
+        .await
+}
+
 /// An ephemeral answer (a refusal, a status).
 pub async fn ephemeral_text(discord: &FakeDiscord, interaction: u64) -> String {
     answer(discord, interaction, true).await

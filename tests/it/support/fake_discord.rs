@@ -241,6 +241,13 @@ pub fn validate_message(body: &Value) -> Vec<String> {
         if items.len() > 5 {
             problems.push("more than 5 buttons in a row".into());
         }
+        let selects = items.iter().filter(|item| item["type"] == 3).count();
+        if selects > 0 && items.len() > 1 {
+            problems.push("a select menu shares its row".into());
+        }
+        for select in items.iter().filter(|item| item["type"] == 3) {
+            problems.extend(select_problems(select));
+        }
         for item in items {
             if let Some(id) = item["custom_id"].as_str() {
                 if id.chars().count() > 100 {
@@ -255,6 +262,35 @@ pub fn validate_message(body: &Value) -> Vec<String> {
                 problems.push("button label over 80".into());
             }
         }
+    }
+    problems
+}
+
+/// Discord's rules for a string select menu: 1 to 25 options, each with a label, value and
+/// description of at most 100 characters, values unique, a placeholder of at most 150.
+fn select_problems(select: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    let options = select["options"].as_array().cloned().unwrap_or_default();
+    if options.is_empty() || options.len() > 25 {
+        problems.push(format!("a select menu with {} options", options.len()));
+    }
+    if chars(&select["placeholder"]) > 150 {
+        problems.push("select placeholder over 150".into());
+    }
+    let mut values = Vec::new();
+    for option in &options {
+        for key in ["label", "value", "description"] {
+            if chars(&option[key]) > 100 {
+                problems.push(format!("select option {key} over 100"));
+            }
+        }
+        if chars(&option["label"]) == 0 || chars(&option["value"]) == 0 {
+            problems.push("select option without a label or value".into());
+        }
+        if values.contains(&option["value"]) {
+            problems.push(format!("duplicate select value {}", option["value"]));
+        }
+        values.push(option["value"].clone());
     }
     problems
 }
@@ -401,6 +437,12 @@ impl FakeDiscord {
         self.slash_options(user_id, roles, MEMBER_PERMS, channel, sub, resolved)
     }
 
+    /// `/agent <sub>` without options, typed by a member with these permissions.
+    pub fn slash_with(&self, user_id: u64, permissions: &str, channel: u64, sub: &str) -> u64 {
+        let sub = json!([{"name": sub, "type": 1, "options": []}]);
+        self.slash_options(user_id, &[], permissions, channel, sub, json!({}))
+    }
+
     /// `/agent <group> <sub> …` typed by a member with these permissions.
     #[allow(clippy::too_many_arguments)]
     pub fn slash_group(
@@ -462,6 +504,56 @@ impl FakeDiscord {
         let channel: u64 = message["channel_id"].as_str().unwrap().parse().unwrap();
         let (id, mut payload) = self.interaction_base(3, user_id, roles, MEMBER_PERMS, channel);
         payload["data"] = json!({"custom_id": custom_id, "component_type": 2});
+        payload["message"] = message.clone();
+        self.dispatch("INTERACTION_CREATE", payload);
+        id
+    }
+
+    /// A click by a member with these permissions (`ADMIN_PERMS`: Manage Server).
+    pub fn click_with(
+        &self,
+        user_id: u64,
+        permissions: &str,
+        message: &Value,
+        custom_id: &str,
+    ) -> u64 {
+        let channel: u64 = message["channel_id"].as_str().unwrap().parse().unwrap();
+        let (id, mut payload) = self.interaction_base(3, user_id, &[], permissions, channel);
+        payload["data"] = json!({"custom_id": custom_id, "component_type": 2});
+        payload["message"] = message.clone();
+        self.dispatch("INTERACTION_CREATE", payload);
+        id
+    }
+
+    /// A choice in the select menu `custom_id` of a message, as Discord sends it; the value must
+    /// be one of the menu's options.
+    pub fn select(
+        &self,
+        user_id: u64,
+        permissions: &str,
+        message: &Value,
+        custom_id: &str,
+        value: &str,
+    ) -> u64 {
+        let menu = message["components"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|row| row["components"].as_array())
+            .flatten()
+            .find(|item| item["type"] == 3 && item["custom_id"] == custom_id)
+            .unwrap_or_else(|| panic!("no select menu {custom_id} on {message}"));
+        assert!(
+            menu["options"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|o| o["value"] == value),
+            "{value} is not an option of {menu}"
+        );
+        let channel: u64 = message["channel_id"].as_str().unwrap().parse().unwrap();
+        let (id, mut payload) = self.interaction_base(3, user_id, &[], permissions, channel);
+        payload["data"] = json!({"custom_id": custom_id, "component_type": 3, "values": [value]});
         payload["message"] = message.clone();
         self.dispatch("INTERACTION_CREATE", payload);
         id

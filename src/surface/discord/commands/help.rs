@@ -6,13 +6,15 @@ use crate::surface::discord::respond::reply;
 
 /// What each of a card's buttons does, in the order the card shows them.
 const BUTTONS: &str = "\
-**The card's buttons** (the owner, the people and roles it is shared with, and moderators):
-• **Approve** runs the proposed command, then the agent thinks again.
-• **Approve ×N…** runs it and the next N commands without asking (until the budget's soft cap).
-• **Feedback…** sends your words to the agent instead of running the command.
-• **Self-critique** asks the model to criticise its own proposal and propose again.
-• **Deny** refuses the command; the agent is told and tries another way.
-A plain message in the thread is feedback while a card waits, and answers the agent's questions.";
+**The card's buttons** (for the agent's deciders):
+• **Approve** runs the command; then the agent thinks again.
+• **Approve ×N…** runs it and the next N without asking (up to the soft cap).
+• **Approve & remember…** approves, and keeps a rule that approves commands like it.
+• **Feedback…** sends your words instead of running the command.
+• **Self-critique** asks the model to criticise itself and propose again.
+• **Edit…** changes the arguments first; **Re-post ↓** moves the card down.
+• **Deny** stops the agent, card kept; `/agent resume` shows it again.
+A thread message is feedback while a card waits, and answers the agent's questions.";
 
 /// Explain the card buttons and the /agent commands (only you see it).
 #[poise::command(slash_command, guild_only)]

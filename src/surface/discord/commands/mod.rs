@@ -10,6 +10,7 @@ mod list;
 mod memory;
 mod models;
 mod policy;
+pub(super) mod rules;
 mod share;
 mod start;
 mod status;
@@ -54,6 +55,7 @@ pub fn all() -> Vec<poise::Command<Data, Error>> {
         "start::start",
         "status::status",
         "audit::audit",
+        "rules::rules",
         "control::pause",
         "control::resume",
         "control::stop",
@@ -89,7 +91,7 @@ fn guild_of(ctx: Ctx<'_>) -> Result<u64, Error> {
 }
 
 /// Capitalises the first letter, for labels that start a line.
-fn capitalise(text: &str) -> String {
+pub(super) fn capitalise(text: &str) -> String {
     let mut chars = text.chars();
     chars
         .next()

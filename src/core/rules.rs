@@ -1,0 +1,493 @@
+//! Approve & remember: rules a person makes from a card so that later commands like it run
+//! without one. The scopes are worked out from the approved command; a rule is offered only
+//! where the policy already lets the class run unattended (so it never widens the policy: ask
+//! stays ask, deny stays deny), never for a class that needs several approvers, and it never
+//! approves a command that sends data out of an agent that read untrusted content.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Duration, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::audit::{text_digest, AuditEvent};
+use super::commands::CommandSpec;
+use super::history::truncate_chars;
+use super::reply::CommandCall;
+
+/// Live rules one agent may keep, and one server: a rule more needs one revoked first.
+pub const MAX_RULES_PER_AGENT: usize = 10;
+pub const MAX_RULES_PER_SERVER: usize = 10;
+/// How much of an exact command's arguments a rule shows (its digest covers them all).
+const SHOWN_ARGUMENTS_MAX: usize = 300;
+
+/// Which argument of a command names what a rule can be narrowed to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RuleArgument {
+    /// A path in the workspace: a rule may cover the paths under its folder.
+    Path(String),
+    /// A URL: a rule may cover the URLs on its host.
+    Url(String),
+}
+
+/// What a rule covers, narrowest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RuleScope {
+    /// This command with exactly these arguments (compared by digest, whatever their order).
+    Exact {
+        command: String,
+        arguments: String,
+        digest: String,
+    },
+    /// This command's paths under a folder of the workspace.
+    PathUnder {
+        command: String,
+        argument: String,
+        folder: String,
+    },
+    /// This command's URLs on one host.
+    UrlHost {
+        command: String,
+        argument: String,
+        host: String,
+    },
+    /// This command with any arguments (`what` names them: "query", "arguments").
+    AnyArguments { command: String, what: String },
+}
+
+impl RuleScope {
+    pub fn command(&self) -> &str {
+        match self {
+            RuleScope::Exact { command, .. }
+            | RuleScope::PathUnder { command, .. }
+            | RuleScope::UrlHost { command, .. }
+            | RuleScope::AnyArguments { command, .. } => command,
+        }
+    }
+
+    /// What the rule covers, for people: "`web_search` with any query".
+    pub fn label(&self) -> String {
+        match self {
+            RuleScope::Exact {
+                command, arguments, ..
+            } => format!("`{command}` exactly as {arguments}"),
+            RuleScope::PathUnder {
+                command,
+                argument,
+                folder,
+            } => format!("`{command}` with any {argument} under `{folder}/`"),
+            RuleScope::UrlHost {
+                command,
+                argument,
+                host,
+            } => format!("`{command}` with any {argument} on {host}"),
+            RuleScope::AnyArguments { command, what } => format!("`{command}` with any {what}"),
+        }
+    }
+
+    /// What the rule covers without the command's name, short enough for a menu option.
+    pub fn short_label(&self) -> String {
+        let text = match self {
+            RuleScope::Exact { .. } => "exactly this command".to_string(),
+            RuleScope::PathUnder {
+                argument, folder, ..
+            } => format!("any {argument} under {folder}/"),
+            RuleScope::UrlHost { argument, host, .. } => format!("any {argument} on {host}"),
+            RuleScope::AnyArguments { what, .. } => format!("any {what}"),
+        };
+        truncate_chars(&text, 60)
+    }
+
+    /// Whether `call` is covered.
+    pub fn matches(&self, call: &CommandCall) -> bool {
+        if call.name != self.command() {
+            return false;
+        }
+        let text = |name: &str| call.args.get(name).and_then(Value::as_str);
+        match self {
+            RuleScope::Exact { digest, .. } => canonical_digest(&call.args) == *digest,
+            RuleScope::PathUnder {
+                argument, folder, ..
+            } => text(argument).and_then(path_parts).is_some_and(|parts| {
+                parent_parts(folder).is_some_and(|f| parts.len() > f.len() && parts.starts_with(&f))
+            }),
+            RuleScope::UrlHost { argument, host, .. } => {
+                text(argument).and_then(url_host).as_deref() == Some(host.as_str())
+            }
+            RuleScope::AnyArguments { .. } => true,
+        }
+    }
+}
+
+/// The arguments' digest whatever order their keys came in.
+fn canonical_digest(args: &Map<String, Value>) -> String {
+    text_digest(&canonical_text(args))
+}
+
+fn canonical_text(args: &Map<String, Value>) -> String {
+    let sorted: BTreeMap<&String, &Value> = args.iter().collect();
+    serde_json::to_string(&sorted).unwrap_or_default()
+}
+
+/// A workspace path's parts, or `None` for one that climbs out (`..`): such a path is never
+/// under any folder, whatever the workspace guard would later say of it.
+fn path_parts(path: &str) -> Option<Vec<String>> {
+    let mut parts = Vec::new();
+    for part in path.split(['/', '\\']) {
+        match part {
+            "" | "." => {}
+            ".." => return None,
+            part => parts.push(part.to_string()),
+        }
+    }
+    Some(parts)
+}
+
+fn parent_parts(folder: &str) -> Option<Vec<String>> {
+    path_parts(folder).filter(|parts| !parts.is_empty())
+}
+
+/// The lower-cased host of an http(s) URL without a user name; `None` for anything else.
+fn url_host(url: &str) -> Option<String> {
+    let (scheme, rest) = url.trim().split_once("://")?;
+    if !matches!(scheme.to_ascii_lowercase().as_str(), "http" | "https") {
+        return None;
+    }
+    let authority = rest.split(['/', '?', '#']).next()?;
+    if authority.contains('@') || authority.is_empty() {
+        return None;
+    }
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next()?.to_string(),
+        None => authority.split(':').next()?.to_string(),
+    };
+    (!host.is_empty()).then(|| host.to_ascii_lowercase())
+}
+
+/// The scopes a rule made from `call` may have, narrowest first.
+pub fn offered_scopes(spec: &CommandSpec, call: &CommandCall) -> Vec<RuleScope> {
+    let canonical = canonical_text(&call.args);
+    let mut scopes = vec![RuleScope::Exact {
+        command: call.name.clone(),
+        arguments: truncate_chars(&canonical, SHOWN_ARGUMENTS_MAX),
+        digest: text_digest(&canonical),
+    }];
+    let text = |name: &str| call.args.get(name).and_then(Value::as_str);
+    match &spec.rule_argument {
+        Some(RuleArgument::Path(argument)) => {
+            let parts = text(argument).and_then(path_parts).unwrap_or_default();
+            if parts.len() > 1 {
+                scopes.push(RuleScope::PathUnder {
+                    command: call.name.clone(),
+                    argument: argument.clone(),
+                    folder: parts[..parts.len() - 1].join("/"),
+                });
+            }
+        }
+        Some(RuleArgument::Url(argument)) => {
+            if let Some(host) = text(argument).and_then(url_host) {
+                scopes.push(RuleScope::UrlHost {
+                    command: call.name.clone(),
+                    argument: argument.clone(),
+                    host,
+                });
+            }
+        }
+        None => {}
+    }
+    let required: Vec<&str> = spec
+        .args
+        .iter()
+        .filter(|arg| arg.required)
+        .map(|arg| arg.name.as_str())
+        .collect();
+    let what = match required.as_slice() {
+        [only] => (*only).to_string(),
+        _ => "arguments".into(),
+    };
+    scopes.push(RuleScope::AnyArguments {
+        command: call.name.clone(),
+        what,
+    });
+    scopes
+}
+
+/// Whom a rule approves for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RuleReach {
+    /// The agent whose card it was made on.
+    Agent,
+    /// Every agent of that server (made by its admins only).
+    Server,
+}
+
+impl RuleReach {
+    pub fn label(self) -> &'static str {
+        match self {
+            RuleReach::Agent => "this agent",
+            RuleReach::Server => "every agent in this server",
+        }
+    }
+}
+
+/// How long a rule lasts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RuleLife {
+    Hour,
+    Day,
+    UntilRevoked,
+}
+
+impl RuleLife {
+    pub const ALL: [RuleLife; 3] = [RuleLife::Hour, RuleLife::Day, RuleLife::UntilRevoked];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            RuleLife::Hour => "for 1 hour",
+            RuleLife::Day => "for 1 day",
+            RuleLife::UntilRevoked => "until revoked",
+        }
+    }
+
+    pub fn expires_at(self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        match self {
+            RuleLife::Hour => Some(now + Duration::hours(1)),
+            RuleLife::Day => Some(now + Duration::days(1)),
+            RuleLife::UntilRevoked => None,
+        }
+    }
+}
+
+/// What a person asked for when approving with "remember".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuleDraft {
+    pub scope: RuleScope,
+    pub reach: RuleReach,
+    pub life: RuleLife,
+}
+
+/// A rule in force (or expired, until it is dropped).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalRule {
+    /// `<agent>.<cycle>`: the card it was made on, which also makes it unique.
+    pub id: String,
+    pub scope: RuleScope,
+    pub reach: RuleReach,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub uses: u64,
+    #[serde(default)]
+    pub last_used: Option<DateTime<Utc>>,
+}
+
+impl ApprovalRule {
+    pub fn from_draft(
+        agent: &str,
+        cycle: u64,
+        draft: RuleDraft,
+        by: &str,
+        now: DateTime<Utc>,
+    ) -> Self {
+        ApprovalRule {
+            id: rule_id(agent, cycle),
+            scope: draft.scope,
+            reach: draft.reach,
+            created_by: by.to_string(),
+            created_at: now,
+            expires_at: draft.life.expires_at(now),
+            uses: 0,
+            last_used: None,
+        }
+    }
+
+    pub fn live(&self, now: DateTime<Utc>) -> bool {
+        self.expires_at.is_none_or(|end| now < end)
+    }
+
+    /// The trail's entry for this rule being made.
+    pub fn created_event(&self) -> AuditEvent {
+        let until = match self.expires_at {
+            Some(end) => format!("until {}", end.format("%Y-%m-%d %H:%M UTC")),
+            None => "until revoked".into(),
+        };
+        AuditEvent::RuleCreated {
+            rule: self.id.clone(),
+            scope: self.scope.label(),
+            reach: self.reach.label().into(),
+            until,
+        }
+    }
+
+    pub fn revoked_event(&self) -> AuditEvent {
+        AuditEvent::RuleRevoked {
+            rule: self.id.clone(),
+            scope: self.scope.label(),
+        }
+    }
+
+    /// What approved a command, as the trail and the card name it.
+    pub fn approver(&self) -> String {
+        format!("rule {} ({})", self.id, self.scope.label())
+    }
+
+    /// One line for `/agent rules` and the console.
+    pub fn describe(&self) -> String {
+        let until = match self.expires_at {
+            Some(end) => format!("until {}", end.format("%Y-%m-%d %H:%M UTC")),
+            None => "until revoked".into(),
+        };
+        let used = match (self.uses, self.last_used) {
+            (0, _) => "never used".to_string(),
+            (n, Some(last)) => format!("used {n}×, last {}", last.format("%Y-%m-%d %H:%M UTC")),
+            (n, None) => format!("used {n}×"),
+        };
+        format!(
+            "{} — for {}, by {}, {until}; {used}",
+            self.scope.label(),
+            self.reach.label(),
+            self.created_by
+        )
+    }
+}
+
+pub fn rule_id(agent: &str, cycle: u64) -> String {
+    format!("{agent}.{cycle}")
+}
+
+/// The first live rule among `rules` that covers `call`.
+pub fn covering_rule<'r>(
+    rules: impl IntoIterator<Item = &'r ApprovalRule>,
+    call: &CommandCall,
+    now: DateTime<Utc>,
+) -> Option<&'r ApprovalRule> {
+    rules
+        .into_iter()
+        .find(|rule| rule.live(now) && rule.scope.matches(call))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::commands::{ArgType, Risk};
+    use chrono::TimeZone;
+    use serde_json::json;
+
+    fn call(name: &str, args: Value) -> CommandCall {
+        CommandCall {
+            name: name.into(),
+            args: args.as_object().unwrap().clone(),
+        }
+    }
+
+    fn write_spec() -> CommandSpec {
+        CommandSpec::new("write_file", "w", Risk::Write)
+            .arg("filename", ArgType::String, "f")
+            .arg("text", ArgType::String, "t")
+            .rule_argument(RuleArgument::Path("filename".into()))
+    }
+
+    #[test]
+    fn scopes_are_worked_out_from_the_command_narrowest_first() {
+        let written = call(
+            "write_file",
+            json!({"filename": "notes/today/a.md", "text": "hi"}),
+        );
+        let scopes = offered_scopes(&write_spec(), &written);
+        let labels: Vec<String> = scopes.iter().map(RuleScope::label).collect();
+        assert_eq!(labels.len(), 3, "{labels:?}");
+        assert!(labels[0].starts_with("`write_file` exactly as {"));
+        assert_eq!(
+            labels[1],
+            "`write_file` with any filename under `notes/today/`"
+        );
+        assert_eq!(labels[2], "`write_file` with any arguments");
+        let search =
+            CommandSpec::new("web_search", "s", Risk::Network).arg("query", ArgType::String, "q");
+        let scopes = offered_scopes(&search, &call("web_search", json!({"query": "rust"})));
+        assert_eq!(
+            scopes.last().unwrap().label(),
+            "`web_search` with any query"
+        );
+        let page = CommandSpec::new("read_webpage", "r", Risk::Network)
+            .arg("url", ArgType::String, "u")
+            .rule_argument(RuleArgument::Url("url".into()));
+        let scopes = offered_scopes(
+            &page,
+            &call("read_webpage", json!({"url": "https://Docs.RS:443/x?y=1"})),
+        );
+        assert_eq!(scopes[1].label(), "`read_webpage` with any url on docs.rs");
+    }
+
+    #[test]
+    fn a_scope_covers_what_it_says_and_nothing_wider() {
+        let shown = call(
+            "write_file",
+            json!({"filename": "notes/a.md", "text": "hi"}),
+        );
+        let scopes = offered_scopes(&write_spec(), &shown);
+        let (exact, folder) = (&scopes[0], &scopes[1]);
+        let reordered = call(
+            "write_file",
+            json!({"text": "hi", "filename": "notes/a.md"}),
+        );
+        assert!(exact.matches(&reordered));
+        assert!(!exact.matches(&call(
+            "write_file",
+            json!({"filename": "notes/a.md", "text": "ho"})
+        )));
+        for (path, covered) in [
+            ("notes/b.md", true),
+            ("./notes/deep/c.md", true),
+            ("notes", false),
+            ("notesX/b.md", false),
+            ("notes/../secrets.md", false),
+            ("other/notes/b.md", false),
+        ] {
+            let other = call("write_file", json!({"filename": path, "text": "x"}));
+            assert_eq!(folder.matches(&other), covered, "{path}");
+        }
+        assert!(!folder.matches(&call("read_file", json!({"filename": "notes/b.md"}))));
+        let host = RuleScope::UrlHost {
+            command: "read_webpage".into(),
+            argument: "url".into(),
+            host: "docs.rs".into(),
+        };
+        for (url, covered) in [
+            ("https://docs.rs/serde", true),
+            ("http://DOCS.rs:8080/", true),
+            ("https://docs.rs.evil.example/", false),
+            ("https://evil.example/?docs.rs", false),
+            ("https://docs.rs@evil.example/", false),
+            ("ftp://docs.rs/", false),
+        ] {
+            let page = call("read_webpage", json!({ "url": url }));
+            assert_eq!(host.matches(&page), covered, "{url}");
+        }
+    }
+
+    #[test]
+    fn an_expired_rule_covers_nothing() {
+        let now = Utc.with_ymd_and_hms(2026, 11, 25, 9, 0, 0).unwrap();
+        let search = call("web_search", json!({"query": "x"}));
+        let draft = RuleDraft {
+            scope: RuleScope::AnyArguments {
+                command: "web_search".into(),
+                what: "query".into(),
+            },
+            reach: RuleReach::Agent,
+            life: RuleLife::Hour,
+        };
+        let rule = ApprovalRule::from_draft("abc", 4, draft, "alice", now);
+        assert_eq!(rule.id, "abc.4");
+        let rules = [rule];
+        assert!(covering_rule(&rules, &search, now + Duration::minutes(59)).is_some());
+        assert!(covering_rule(&rules, &search, now + Duration::minutes(60)).is_none());
+        assert!(rules[0].describe().contains("never used"));
+    }
+}

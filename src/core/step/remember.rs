@@ -1,0 +1,127 @@
+//! Approve & remember on `Stepper`: which rules a card may offer, which rule approves a proposal
+//! without a card (and counting its use), keeping a rule a person made, and revoking one.
+
+use super::*;
+use crate::core::commands::Risk;
+use crate::core::rules::{
+    covering_rule, offered_scopes, ApprovalRule, RuleDraft, RuleReach, RuleScope,
+    MAX_RULES_PER_AGENT, MAX_RULES_PER_SERVER,
+};
+
+impl Stepper<'_, '_> {
+    /// Whether a rule may stand in for a person's click on `call`: only where the policy lets its
+    /// class run unattended anyway, where one approval is enough, and where nothing would leave a
+    /// tainted agent.
+    fn rule_may_approve(&self, call: &CommandCall, risk: Risk, sends_out: bool) -> bool {
+        let action = self
+            .ctx
+            .policy
+            .action_for(&self.state.settings.policy, &call.name, risk);
+        action == ClassAction::Auto && self.ctx.quorum.needed(risk) <= 1 && !sends_out
+    }
+
+    /// The scopes a card for `call` may offer to remember (none where no rule may approve it).
+    pub(super) fn rule_scopes(
+        &self,
+        call: &CommandCall,
+        risk: Risk,
+        sends_out: bool,
+    ) -> Vec<RuleScope> {
+        if !self.rule_may_approve(call, risk, sends_out) {
+            return Vec::new();
+        }
+        self.ctx
+            .commands
+            .get(&call.name)
+            .map(|spec| offered_scopes(spec, call))
+            .unwrap_or_default()
+    }
+
+    /// The live rule, the agent's own or its server's, that approves `call`.
+    pub(super) fn rule_for(
+        &self,
+        call: &CommandCall,
+        risk: Risk,
+        sends_out: bool,
+    ) -> Option<ApprovalRule> {
+        if !self.rule_may_approve(call, risk, sends_out) {
+            return None;
+        }
+        let rules = self.state.rules.iter().chain(self.ctx.server_rules);
+        covering_rule(rules, call, self.ctx.now).cloned()
+    }
+
+    /// Counts a use of `rule`: in the agent's state for its own, through the store for its
+    /// server's (the trail records each use either way).
+    pub(super) fn note_rule_use(&mut self, rule: &ApprovalRule) {
+        let now = self.ctx.now;
+        match rule.reach {
+            RuleReach::Agent => {
+                if let Some(own) = self.state.rules.iter_mut().find(|r| r.id == rule.id) {
+                    own.uses += 1;
+                    own.last_used = Some(now);
+                }
+            }
+            RuleReach::Server => self.fx.push(Effect::ServerRuleUsed {
+                id: rule.id.clone(),
+            }),
+        }
+    }
+
+    /// Keeps the rule a person asked for with their approval of `cycle`. The approval stands
+    /// whatever happens here; a rule that no longer fits the card, or one over the limit, is not
+    /// kept and the thread is told why.
+    pub(super) fn keep_rule(&mut self, cycle: u64, draft: RuleDraft, by: &str) {
+        let now = self.ctx.now;
+        let offered = self
+            .state
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.remember.contains(&draft.scope));
+        let live = match draft.reach {
+            RuleReach::Agent => self.state.rules.iter().filter(|r| r.live(now)).count(),
+            RuleReach::Server => self.ctx.server_rules.iter().filter(|r| r.live(now)).count(),
+        };
+        let limit = match draft.reach {
+            RuleReach::Agent => MAX_RULES_PER_AGENT,
+            RuleReach::Server => MAX_RULES_PER_SERVER,
+        };
+        let problem = if !offered {
+            Some("the card no longer offers that rule (the command or the policy changed)".into())
+        } else if live >= limit {
+            Some(format!(
+                "{} already has {limit} rules; revoke one with `/agent rules` first",
+                draft.reach.label()
+            ))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            self.fx.push(Effect::Notify(format!(
+                "Cycle {cycle}: approved, but no rule was kept: {problem}."
+            )));
+            return;
+        }
+        let rule = ApprovalRule::from_draft(&self.state.id, cycle, draft, by, now);
+        self.audit(by, rule.created_event());
+        match rule.reach {
+            RuleReach::Agent => {
+                self.state.rules.retain(|r| r.live(now));
+                self.state.rules.push(rule);
+            }
+            RuleReach::Server => self.fx.push(Effect::SaveServerRule(rule)),
+        }
+    }
+
+    /// Revokes the agent's own rule `id`.
+    pub(super) fn on_revoke_rule(&mut self, id: String, by: String) {
+        let Some(at) = self.state.rules.iter().position(|r| r.id == id) else {
+            self.fx.push(Effect::Rejected(format!(
+                "This agent has no rule {id}; it may have been revoked already."
+            )));
+            return;
+        };
+        let rule = self.state.rules.remove(at);
+        self.audit(by, rule.revoked_event());
+    }
+}

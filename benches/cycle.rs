@@ -187,6 +187,7 @@ fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize
             outgoing: None,
             deadline: None,
             remember: Vec::new(),
+            stuck: None,
             revision: 0,
         });
         let cycle = state.cycle;

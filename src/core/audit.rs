@@ -196,6 +196,8 @@ pub fn decision_label(decision: &Decision) -> String {
         Decision::SelfCritique => "asked for a self-critique of".into(),
         Decision::Edit(_) => "edited".into(),
         Decision::Remember(_) => "approved and remembered".into(),
+        Decision::Rethink => "asked for a rethink of".into(),
+        Decision::Skip => "skipped".into(),
     }
 }
 

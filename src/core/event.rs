@@ -69,6 +69,11 @@ pub enum Decision {
     Edit(serde_json::Map<String, serde_json::Value>),
     /// Approve, and keep a rule that approves commands like it from now on.
     Remember(crate::core::rules::RuleDraft),
+    /// Drop the proposal and ask the model again (with the stronger model where there is one),
+    /// told why it seems stuck.
+    Rethink,
+    /// Do not run the command; the agent is told a person skipped it and goes on.
+    Skip,
 }
 
 #[derive(Debug, Clone, PartialEq)]

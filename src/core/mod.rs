@@ -30,6 +30,8 @@ mod step_expiry_tests;
 #[cfg(test)]
 mod step_rules_tests;
 #[cfg(test)]
+mod step_stuck_tests;
+#[cfg(test)]
 mod step_taint_tests;
 #[cfg(test)]
 mod step_tests;

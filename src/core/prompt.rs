@@ -327,6 +327,18 @@ pub fn rethink_messages(mut prompt: Vec<Message>, repeated: &CommandCall) -> Vec
     prompt
 }
 
+/// A person on the stuck panel asked the model to think again: the prompt says why it seems stuck.
+pub fn stuck_rethink_messages(mut prompt: Vec<Message>, why: &str) -> Vec<Message> {
+    let at = prompt.len().saturating_sub(1);
+    prompt.insert(
+        at,
+        Message::system(format!(
+            "You are not making progress: {why}. A person asked you to think again. Look at the Progress section, question your plan, and choose a different approach or command."
+        )),
+    );
+    prompt
+}
+
 /// Self-critique: the thoughts alone, without context, sent to a fresh call asking for a critique.
 pub fn self_critique_messages(
     profile: &Profile,

@@ -177,6 +177,10 @@ pub struct Proposal {
     /// empty where no rule may be made (a class that asks every time, a quorum, data going out).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub remember: Vec<crate::core::rules::RuleScope>,
+    /// Set when the agent makes no progress: the card is the stuck panel (rethink, hint, skip,
+    /// stop, or approve anyway), and nothing approves it automatically.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stuck: Option<crate::core::watchdog::Stuck>,
 }
 
 fn is_zero(n: &u32) -> bool {

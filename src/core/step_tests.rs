@@ -148,7 +148,7 @@ impl Harness {
     }
 
     /// Answers the model call the agent is waiting for.
-    fn reply(&mut self, purpose: CallPurpose, text: &str) -> Vec<Effect> {
+    pub(super) fn reply(&mut self, purpose: CallPurpose, text: &str) -> Vec<Effect> {
         let seq = self.state.call_seq;
         self.step(Event::ModelReplied {
             seq,
@@ -207,7 +207,7 @@ fn model_calls(fx: &[Effect]) -> Vec<&ModelCall> {
         .collect()
 }
 
-fn main_call(fx: &[Effect]) -> &ModelCall {
+pub(super) fn main_call(fx: &[Effect]) -> &ModelCall {
     model_calls(fx)
         .into_iter()
         .find(|c| !matches!(c.purpose, CallPurpose::Summary { .. }))
@@ -360,7 +360,7 @@ fn unknown_commands_and_bad_args_become_results_for_the_model() {
 }
 
 #[test]
-fn watchdog_rethinks_once_with_the_smart_model_then_refuses() {
+fn watchdog_rethinks_once_with_the_smart_model_then_shows_the_stuck_panel() {
     let mut h = Harness::started();
     let read = reply_json("read_file", json!({"filename": "a.txt"}));
     h.think(&read);
@@ -374,9 +374,19 @@ fn watchdog_rethinks_once_with_the_smart_model_then_refuses() {
         .messages
         .iter()
         .any(|m| m.content.starts_with("Watchdog:")));
+    // The rethink did not help: a person decides, on the stuck panel; Skip goes on without it.
     let fx = h.reply(CallPurpose::Rethink, &read);
     assert!(executes(&fx).is_none());
-    assert!(matches!(&h.state.episodes[1].outcome, Outcome::Error(t) if t.starts_with("Refused")));
+    let why = proposal_of(&fx).stuck.clone().expect("the stuck panel").why;
+    assert!(
+        why.contains("even after being asked to think again"),
+        "{why}"
+    );
+    let fx = h.decide(Decision::Skip);
+    assert!(executes(&fx).is_none());
+    assert!(
+        matches!(&h.state.episodes[1].outcome, Outcome::HumanFeedback(t) if t.starts_with("alice skipped this step"))
+    );
     assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
     // A different command after the rethink goes through normally.
     let mut h2 = Harness::started();

@@ -1,8 +1,71 @@
-//! The watchdog: notices when the model proposes the very command it just ran, so the loop can
-//! rethink once and then refuse the duplicate instead of spinning.
+//! The watchdog: notices when the model proposes the very command it just ran (the loop rethinks
+//! once, then shows the stuck panel), and when an agent makes no progress: its last results all
+//! failed, or it circles back to a command it ran twice in its last few steps.
 
-use super::history::Episode;
+use serde::{Deserialize, Serialize};
+
+use super::history::{Episode, Outcome};
 use super::reply::CommandCall;
+
+/// Failed results in a row (errors and refused commands) that mean the agent is stuck.
+pub const FAILING_IN_ROW: usize = 3;
+/// Steps looked back over for a command the agent keeps coming back to…
+pub const CIRCLING_WINDOW: usize = 5;
+/// …and how often it must have run there already: a third run of the same command and arguments
+/// in five steps is going in circles (A, B, A, B, A), which the one-step watchdog misses.
+pub const CIRCLING_RUNS: usize = 2;
+
+/// Why a proposal is shown as the stuck panel instead of an ordinary card.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stuck {
+    pub why: String,
+    /// Whether a stronger model is configured for Rethink (the panel names it).
+    pub smart: bool,
+}
+
+/// Why the agent, about to propose `proposed` after `episodes` (oldest first), makes no
+/// progress; `None` while it does.
+pub fn no_progress(episodes: &[Episode], proposed: &CommandCall) -> Option<String> {
+    let failing = episodes
+        .iter()
+        .rev()
+        .take_while(|e| matches!(e.outcome, Outcome::Error(_)))
+        .count();
+    if failing >= FAILING_IN_ROW {
+        return Some(format!("its last {failing} steps failed"));
+    }
+    let runs = episodes
+        .iter()
+        .rev()
+        .take(CIRCLING_WINDOW)
+        .filter(|e| e.outcome.command_ran() && e.command == *proposed)
+        .count();
+    (runs >= CIRCLING_RUNS).then(|| {
+        format!(
+            "it proposes `{}` with the same arguments a {} time in {CIRCLING_WINDOW} steps",
+            proposed.name,
+            ordinal(runs + 1)
+        )
+    })
+}
+
+fn ordinal(n: usize) -> String {
+    match n {
+        2 => "second".into(),
+        3 => "third".into(),
+        4 => "fourth".into(),
+        5 => "fifth".into(),
+        n => format!("{n}th"),
+    }
+}
+
+/// What the stuck panel says when the watchdog's rethink did not help.
+pub fn repeated_after_rethink(call: &CommandCall) -> String {
+    format!(
+        "it proposes `{}` with the arguments of the step it just ran, even after being asked to think again",
+        call.name
+    )
+}
 
 /// True when `proposed` is the same command with the same arguments as the last executed step.
 /// Only steps whose command actually ran count: repeating a command the human replaced with
@@ -12,14 +75,6 @@ pub fn repeats_last_step(last: Option<&Episode>, proposed: &CommandCall) -> bool
         Some(episode) => episode.outcome.command_ran() && episode.command == *proposed,
         None => false,
     }
-}
-
-/// The result the model reads when its duplicate is refused.
-pub fn duplicate_refusal(call: &CommandCall) -> String {
-    format!(
-        "Refused: `{}` with the same arguments was the command just executed; its result is in the Progress section. Do not repeat it: choose a different command, or finish if the task is done.",
-        call.name
-    )
 }
 
 #[cfg(test)]
@@ -45,6 +100,39 @@ mod tests {
             decided_by: None,
             cost: crate::core::budget::Micros::ZERO,
         }
+    }
+
+    #[test]
+    fn no_progress_is_failing_in_a_row_or_circling_back() {
+        let read = |f: &str| call("read_file", json!({ "filename": f }));
+        let ok = |c: CommandCall| episode(c, Outcome::Success("x".into()));
+        let failed = |c: CommandCall| episode(c, Outcome::Error("boom".into()));
+        let next = read("z");
+        assert_eq!(no_progress(&[], &next), None);
+        let two_failures = [ok(read("a")), failed(read("b")), failed(read("c"))];
+        assert_eq!(no_progress(&two_failures, &next), None);
+        let three = [failed(read("a")), failed(read("b")), failed(read("c"))];
+        assert_eq!(
+            no_progress(&three, &next).as_deref(),
+            Some("its last 3 steps failed")
+        );
+        // Different files each step is progress; coming back to one a third time is not.
+        let walking: Vec<Episode> = ["a", "b", "c", "d", "e"].map(|f| ok(read(f))).into();
+        assert_eq!(no_progress(&walking, &read("f")), None);
+        assert_eq!(no_progress(&walking, &read("a")), None, "once in five");
+        let circling = [ok(read("a")), ok(read("b")), ok(read("a")), ok(read("b"))];
+        let why = no_progress(&circling, &read("a")).unwrap();
+        assert!(
+            why.contains("`read_file`") && why.contains("third time"),
+            "{why}"
+        );
+        // A command a person replaced with feedback did not run.
+        let replaced = [
+            episode(read("a"), Outcome::HumanFeedback("no".into())),
+            ok(read("b")),
+            episode(read("a"), Outcome::HumanFeedback("no".into())),
+        ];
+        assert_eq!(no_progress(&replaced, &read("a")), None);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The terminal surface: AutoGPT's original CLI. Prints profiles, thoughts and results, and reads
-//! `y`, `y -N`, `n`, `s`, `e` (edit the arguments), `r` (approve and remember) or feedback text
-//! from standard input.
+//! `y`, `y -N`, `n`, `s`, `e` (edit the arguments), `r` (approve and remember), `t` and `k` (think
+//! again, skip: the stuck panel's) or feedback text from standard input.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -35,7 +35,8 @@ pub enum ConsoleInput {
     Empty,
 }
 
-/// Parses AutoGPT's console answers: `y`, `y -N`, `n`, `s`, `e`, `r`; anything else is feedback.
+/// Parses AutoGPT's console answers and ours: `y`, `y -N`, `n`, `s`, `e`, `r`, `t`, `k`; anything
+/// else is feedback.
 pub fn parse_input(line: &str) -> ConsoleInput {
     let text = line.trim();
     if text.is_empty() {
@@ -48,6 +49,8 @@ pub fn parse_input(line: &str) -> ConsoleInput {
         "s" => return ConsoleInput::Decision(Decision::SelfCritique),
         "e" => return ConsoleInput::Edit,
         "r" => return ConsoleInput::Remember,
+        "t" => return ConsoleInput::Decision(Decision::Rethink),
+        "k" => return ConsoleInput::Decision(Decision::Skip),
         _ => {}
     }
     if let Some(rest) = lower.strip_prefix("y -") {
@@ -234,6 +237,9 @@ pub fn proposal_text(agent: &AgentState, proposal: &Proposal, auto_approved: boo
     if let Some(progress) = proposal.approval_progress() {
         out.push_str(&format!("APPROVALS: {progress}\n"));
     }
+    if let Some(stuck) = &proposal.stuck {
+        out.push_str(&format!("STUCK: the agent seems stuck: {}.\n", stuck.why));
+    }
     if let Some(why) = &proposal.auto_stop {
         out.push_str(&format!("NOTE: {why}\n"));
     }
@@ -336,10 +342,16 @@ impl Surface for ConsoleSurface {
             true => "",
             false => " 'r' to approve and remember a rule,",
         };
-        let prompt = format!(
-            "Enter 'y' to authorise the command, 'y -N' to run N commands without asking,{remember} 'e' to edit its arguments, 's' for a self-critique, 'n' to stop (the agent is saved), or type feedback for {}:\nInput: ",
-            agent.name()
-        );
+        let prompt = match &proposal.stuck {
+            Some(stuck) => format!(
+                "The agent seems stuck. Enter 't' to make it think again{}, type a hint, 'k' to skip this step, 'n' to stop (the agent is saved), or 'y' to approve the command anyway:\nInput: ",
+                if stuck.smart { " with the stronger model" } else { "" }
+            ),
+            None => format!(
+                "Enter 'y' to authorise the command, 'y -N' to run N commands without asking,{remember} 'e' to edit its arguments, 's' for a self-critique, 'n' to stop (the agent is saved), or type feedback for {}:\nInput: ",
+                agent.name()
+            ),
+        };
         let cycle = proposal.cycle;
         let args = proposal.command.args.clone();
         let scopes = proposal.remember.clone();
@@ -492,6 +504,9 @@ mod tests {
             ("y -3", ConsoleInput::Decision(Decision::ApproveN(3))),
             ("n", ConsoleInput::Decision(Decision::Deny)),
             ("s", ConsoleInput::Decision(Decision::SelfCritique)),
+            ("t", ConsoleInput::Decision(Decision::Rethink)),
+            ("k", ConsoleInput::Decision(Decision::Skip)),
+            ("r", ConsoleInput::Remember),
             ("", ConsoleInput::Empty),
             (
                 "use a shorter title",

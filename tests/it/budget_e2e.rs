@@ -144,10 +144,11 @@ async fn a_crash_between_reserve_and_settle_is_charged_at_the_worst_case_on_rest
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exhausted_budget_pauses_and_a_raised_one_resumes() {
     let fake = fake().await;
+    // Each step writes another file: steps that fail would bring the stuck panel.
     for i in 0..12 {
         fake.push_content(agent_reply(
-            "read_file",
-            json!({"filename": format!("{i}.txt")}),
+            "write_file",
+            json!({"filename": format!("{i}.txt"), "contents": "x"}),
         ));
     }
     fake.push_content(agent_reply("finish", json!({"reason": "read enough"})));

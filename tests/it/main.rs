@@ -28,6 +28,7 @@ mod rules_e2e;
 mod shards;
 mod snapshots;
 mod store_migration;
+mod stuck_e2e;
 mod subagents;
 mod supervisor;
 mod web;

@@ -122,10 +122,11 @@ async fn an_agent_out_of_budget_gets_a_card_its_owner_raises_from() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repeat_loop_under_approve_n_is_parked_by_the_brake_within_the_threshold() {
     let openai = FakeOpenAi::start(Expect::test_model()).await;
-    // The model alternates between two reads that find the same nothing, forever.
+    // The model alternates between two listings of the same empty workspace, forever. They
+    // succeed: failing steps would bring the stuck panel before the brake.
     for i in 0..12 {
-        let name = if i % 2 == 0 { "a.txt" } else { "b.txt" };
-        openai.push_content(agent_reply("read_file", json!({ "filename": name })));
+        let name = if i % 2 == 0 { "." } else { "./" };
+        openai.push_content(agent_reply("list_folder", json!({ "folder": name })));
     }
     let discord = FakeDiscord::start().await;
     let env = TestEnv::with_budget(

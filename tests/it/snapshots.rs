@@ -131,6 +131,7 @@ fn proposal() -> Proposal {
         outgoing: None,
         deadline: None,
         remember: Vec::new(),
+        stuck: None,
         revision: 1,
     }
 }

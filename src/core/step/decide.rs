@@ -5,6 +5,20 @@
 use super::*;
 
 impl Stepper<'_, '_> {
+    /// Rethink on the stuck panel (or any card): the proposal is dropped and the model asked
+    /// again for this cycle, with the stronger model where there is one, told why it seems stuck.
+    fn rethink_stuck(&mut self) {
+        self.state.auto_approvals_left = 0;
+        let why = self.state.pending.take().and_then(|p| p.stuck).map_or_else(
+            || "a person did not like the proposed command".to_string(),
+            |s| s.why,
+        );
+        self.state.phase = Phase::Thinking;
+        let messages = super::super::prompt::stuck_rethink_messages(self.cycle_prompt(), &why);
+        let smart = self.ctx.smart_model_available;
+        self.ask_for_reply(CallPurpose::Rethink, messages, smart);
+    }
+
     /// Applies a human's decision on the pending proposal of `cycle`.
     pub(super) fn on_decision(&mut self, cycle: u64, decision: Decision, by: String) {
         let ctx = self.ctx;
@@ -104,6 +118,15 @@ impl Stepper<'_, '_> {
                 self.begin_cycle();
             }
             Decision::Edit(_) => {}
+            Decision::Rethink => self.rethink_stuck(),
+            Decision::Skip => {
+                self.state.auto_approvals_left = 0;
+                let skipped = format!(
+                    "{by} skipped this step: the command was not run. Do not propose it again; try a different approach."
+                );
+                self.record_from_pending(Outcome::HumanFeedback(skipped), Some(by));
+                self.begin_cycle();
+            }
             Decision::SelfCritique => {
                 let Some(pending) = self.state.pending.as_mut() else {
                     return;

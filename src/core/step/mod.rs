@@ -13,7 +13,7 @@ use super::prompt::{reask_messages, rethink_messages, self_critique_messages};
 use super::reply::{parse_reply, CommandCall, Thoughts};
 use super::state::{AgentState, ArgumentEdit, PauseReason, Phase, Profile, Proposal};
 use super::taint::{outgoing_data, Outgoing, Taint};
-use super::watchdog::{duplicate_refusal, repeats_last_step};
+use super::watchdog::{no_progress, repeated_after_rethink, repeats_last_step, Stuck};
 
 mod context;
 mod control;
@@ -334,24 +334,35 @@ impl Stepper<'_, '_> {
                 let smart = self.ctx.smart_model_available;
                 self.ask_for_reply(CallPurpose::Rethink, messages, smart);
             } else {
-                let refusal = duplicate_refusal(&valid.call);
-                let notice = format!(
-                    "Cycle {}: refused a duplicate of the command just executed.",
-                    self.state.cycle
-                );
-                let reasoning = reply.thoughts.reasoning;
-                self.refuse_command(valid.call, reasoning, refusal, notice);
+                // The rethink did not help: a person decides, on the stuck panel.
+                let why = repeated_after_rethink(&valid.call);
+                self.propose(valid, reply.thoughts, Some(why));
             }
             return;
         }
-        self.propose(valid, reply.thoughts);
+        // A reply to a rethink is the fresh look a person (or the watchdog) asked for: it is
+        // shown as an ordinary card even though the steps before it still failed.
+        let stuck = match purpose {
+            CallPurpose::Rethink => None,
+            _ => no_progress(&self.state.episodes, &valid.call),
+        };
+        self.propose(valid, reply.thoughts, stuck);
     }
 
     /// Shows a valid command for a decision, or runs it at once when it may run unattended; a
     /// command the policy denies is refused instead.
-    fn propose(&mut self, valid: ValidCall, thoughts: Thoughts) {
+    /// `stuck` says why the agent makes no progress: the card is then the stuck panel.
+    fn propose(&mut self, valid: ValidCall, thoughts: Thoughts, stuck: Option<String>) {
         let ctx = self.ctx;
-        let unattended = self.state.runs_unattended();
+        let stuck = stuck.map(|why| Stuck {
+            why,
+            smart: ctx.smart_model_available,
+        });
+        if stuck.is_some() {
+            // A stuck agent is shown to a person whatever ran it unattended.
+            self.state.auto_approvals_left = 0;
+        }
+        let unattended = self.state.runs_unattended() && stuck.is_none();
         let soft_capped = ctx.budget.is_some_and(BudgetView::soft_cap_reached);
         let auto_stop = match ctx.budget {
             Some(view) if unattended && soft_capped => {
@@ -390,7 +401,7 @@ impl Stepper<'_, '_> {
         let rule = rule.filter(|_| !soft_capped);
         // A class that needs several approvers always asks: Approve ×N is one person's. So does a
         // command that can carry data out of an agent that read untrusted content.
-        let automatic = rule.is_some()
+        let automatic = stuck.is_none() && rule.is_some()
             || (action == ClassAction::Auto
                 && unattended
                 && !soft_capped
@@ -417,6 +428,7 @@ impl Stepper<'_, '_> {
             outgoing,
             deadline: None,
             remember,
+            stuck,
         };
         self.state.pending = Some(proposal.clone());
         if automatic {

@@ -156,6 +156,19 @@ pub fn proposal_card(
             code_block("json", &args, FIELD_VALUE_MAX),
         ),
     ];
+    if let Some(stuck) = &proposal.stuck {
+        let text = format!(
+            "The agent seems stuck: {}. Rethink, give it a hint, skip this step, stop it, or approve the command anyway.",
+            stuck.why
+        );
+        fields.insert(
+            0,
+            (
+                "🧭 Stuck".to_string(),
+                truncate_chars(&text, FIELD_VALUE_MAX),
+            ),
+        );
+    }
     if let Some(outgoing) = &proposal.outgoing {
         // In full where it fits; the arguments file attached to the card holds all of it.
         fields.push((
@@ -233,6 +246,8 @@ pub fn decision_line(decision: &Decision, by: &str, at: DateTime<Utc>) -> String
             draft.reach.label(),
             draft.life.label()
         ),
+        Decision::Rethink => "🔄 Asked to think again".to_string(),
+        Decision::Skip => "⏭️ Skipped (not run)".to_string(),
     };
     format!("{what} by {by} at <t:{}:f>", at.timestamp())
 }
@@ -356,6 +371,10 @@ mod tests {
             }),
             revision: u32::MAX,
             remember: Vec::new(),
+            stuck: Some(crate::core::watchdog::Stuck {
+                why: noise.clone(),
+                smart: true,
+            }),
         }
     }
 

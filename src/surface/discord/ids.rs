@@ -50,6 +50,10 @@ pub enum CardAction {
     RememberChoose,
     /// On `/agent rules`: revoke rule `<agent>.<cycle>` (the card it was made on).
     RevokeRule,
+    /// On the stuck panel: drop the proposal and ask the model again.
+    Rethink,
+    /// On the stuck panel: do not run the command, and go on.
+    Skip,
 }
 
 impl CardAction {
@@ -77,6 +81,8 @@ impl CardAction {
             CardAction::Remember => "rm",
             CardAction::RememberChoose => "rm-c",
             CardAction::RevokeRule => "rv",
+            CardAction::Rethink => "rt",
+            CardAction::Skip => "sk",
         }
     }
 
@@ -104,6 +110,8 @@ impl CardAction {
             "rm" => CardAction::Remember,
             "rm-c" => CardAction::RememberChoose,
             "rv" => CardAction::RevokeRule,
+            "rt" => CardAction::Rethink,
+            "sk" => CardAction::Skip,
             _ => return None,
         })
     }
@@ -208,6 +216,8 @@ mod tests {
             CardAction::Remember,
             CardAction::RememberChoose,
             CardAction::RevokeRule,
+            CardAction::Rethink,
+            CardAction::Skip,
         ] {
             let id = CardId::new(action, "0123456789ab", u64::MAX);
             let raw = id.encode();

@@ -79,24 +79,77 @@ pub fn to_embed(text: EmbedText) -> CreateEmbed {
     embed
 }
 
-/// The five decision buttons of a card, in one row.
-pub fn card_buttons(
-    agent: &str,
-    cycle: u64,
-    revision: u32,
-    approve_n: u32,
-    remember: bool,
-) -> Vec<CreateActionRow> {
+/// A card's buttons: the five decisions in one row (or, for a stuck agent, the stuck panel's),
+/// and the ways to change the command first in the second.
+pub fn card_buttons(agent: &str, proposal: &Proposal, approve_n: u32) -> Vec<CreateActionRow> {
     let button = |action, label: String, style| {
         CreateButton::new(
-            CardId::new(action, agent, cycle)
-                .at_revision(revision)
+            CardId::new(action, agent, proposal.cycle)
+                .at_revision(proposal.revision)
                 .encode(),
         )
         .label(label)
         .style(style)
     };
-    let decide = CreateActionRow::Buttons(vec![
+    let decide = match &proposal.stuck {
+        Some(stuck) => stuck_panel(stuck, &button),
+        None => decision_row(approve_n, &button),
+    };
+    // A row holds five buttons; the second holds the ways to change the command first.
+    let mut change = vec![
+        button(CardAction::Edit, "Edit…".into(), ButtonStyle::Secondary),
+        button(
+            CardAction::Repost,
+            "Re-post ↓".into(),
+            ButtonStyle::Secondary,
+        ),
+    ];
+    // Only where a rule may approve the command (see `core::rules`).
+    if !proposal.remember.is_empty() && proposal.stuck.is_none() {
+        change.insert(
+            0,
+            button(
+                CardAction::Remember,
+                "Approve & remember…".into(),
+                ButtonStyle::Success,
+            ),
+        );
+    }
+    vec![decide, CreateActionRow::Buttons(change)]
+}
+
+type MakeButton<'a> = dyn Fn(CardAction, String, ButtonStyle) -> CreateButton + 'a;
+
+/// The stuck panel: think again, a hint (the feedback form), skip the step, stop, or run it.
+fn stuck_panel(stuck: &crate::core::watchdog::Stuck, button: &MakeButton<'_>) -> CreateActionRow {
+    let rethink = match stuck.smart {
+        true => "Rethink with the stronger model",
+        false => "Rethink",
+    };
+    CreateActionRow::Buttons(vec![
+        button(CardAction::Rethink, rethink.into(), ButtonStyle::Primary),
+        button(
+            CardAction::Feedback,
+            "Give a hint…".into(),
+            ButtonStyle::Secondary,
+        ),
+        button(
+            CardAction::Skip,
+            "Skip this step".into(),
+            ButtonStyle::Secondary,
+        ),
+        button(CardAction::Deny, "Stop".into(), ButtonStyle::Danger),
+        button(
+            CardAction::Approve,
+            "Approve anyway".into(),
+            ButtonStyle::Success,
+        ),
+    ])
+}
+
+/// The five decisions of an ordinary card.
+fn decision_row(approve_n: u32, button: &MakeButton<'_>) -> CreateActionRow {
+    CreateActionRow::Buttons(vec![
         button(CardAction::Approve, "Approve".into(), ButtonStyle::Success),
         button(
             CardAction::ApproveN,
@@ -114,28 +167,7 @@ pub fn card_buttons(
             ButtonStyle::Secondary,
         ),
         button(CardAction::Deny, "Deny".into(), ButtonStyle::Danger),
-    ]);
-    // A row holds five buttons; the second holds the ways to change the command first.
-    let mut change = vec![
-        button(CardAction::Edit, "Edit…".into(), ButtonStyle::Secondary),
-        button(
-            CardAction::Repost,
-            "Re-post ↓".into(),
-            ButtonStyle::Secondary,
-        ),
-    ];
-    // Only where a rule may approve the command (see `core::rules`).
-    if remember {
-        change.insert(
-            0,
-            button(
-                CardAction::Remember,
-                "Approve & remember…".into(),
-                ButtonStyle::Success,
-            ),
-        );
-    }
-    vec![decide, CreateActionRow::Buttons(change)]
+    ])
 }
 
 impl DiscordSurface {
@@ -421,13 +453,7 @@ impl Surface for DiscordSurface {
         let components = if auto_approved {
             Vec::new()
         } else {
-            card_buttons(
-                &agent.id,
-                proposal.cycle,
-                proposal.revision,
-                self.approve_n_default,
-                !proposal.remember.is_empty(),
-            )
+            card_buttons(&agent.id, proposal, self.approve_n_default)
         };
         // After a restart the same proposal is shown again: edit the card that is still there
         // instead of posting a second one, whether its reference was saved or not.

@@ -54,13 +54,7 @@ impl DiscordSurface {
         );
         let mut message = CreateMessage::new()
             .embed(to_embed(text))
-            .components(card_buttons(
-                agent,
-                cycle,
-                proposal.revision,
-                self.approve_n_default,
-                !proposal.remember.is_empty(),
-            ));
+            .components(card_buttons(agent, proposal, self.approve_n_default));
         for (name, body) in cards::card_attachments(proposal, changes.as_ref()) {
             message = message.add_file(CreateAttachment::bytes(body.into_bytes(), name));
         }

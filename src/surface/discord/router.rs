@@ -226,6 +226,8 @@ async fn on_click(http: &serenity::Http, data: &Data, click: ComponentInteractio
         }
         CardAction::Approve => Decision::Approve,
         CardAction::Deny => Decision::Deny,
+        CardAction::Rethink => Decision::Rethink,
+        CardAction::Skip => Decision::Skip,
         CardAction::SelfCritique => Decision::SelfCritique,
         CardAction::ApproveN => {
             let form = approve_n_form(&id, data.app.config.agent.approve_n_default);

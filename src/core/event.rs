@@ -76,6 +76,16 @@ pub enum Decision {
     Skip,
 }
 
+impl Decision {
+    /// Whether it approves the command: what a quorum counts and a stricter policy can undo.
+    pub fn is_approval(&self) -> bool {
+        matches!(
+            self,
+            Decision::Approve | Decision::ApproveN(_) | Decision::Remember(_)
+        )
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     /// A new agent begins (generating its profile first when it has none).

@@ -47,11 +47,12 @@ pub enum RuleScope {
         argument: String,
         folder: String,
     },
-    /// This command's URLs on one host.
-    UrlHost {
+    /// This command's URLs on one origin: scheme, host and port (`https://docs.rs`), so that a
+    /// rule made for a web site does not cover another port or plain http on the same host.
+    UrlOrigin {
         command: String,
         argument: String,
-        host: String,
+        origin: String,
     },
     /// This command with any arguments (`what` names them: "query", "arguments").
     AnyArguments { command: String, what: String },
@@ -62,7 +63,7 @@ impl RuleScope {
         match self {
             RuleScope::Exact { command, .. }
             | RuleScope::PathUnder { command, .. }
-            | RuleScope::UrlHost { command, .. }
+            | RuleScope::UrlOrigin { command, .. }
             | RuleScope::AnyArguments { command, .. } => command,
         }
     }
@@ -72,17 +73,20 @@ impl RuleScope {
         match self {
             RuleScope::Exact {
                 command, arguments, ..
-            } => format!("`{command}` exactly as {arguments}"),
+            } => format!("`{command}` exactly as {}", code(arguments)),
             RuleScope::PathUnder {
                 command,
                 argument,
                 folder,
-            } => format!("`{command}` with any {argument} under `{folder}/`"),
-            RuleScope::UrlHost {
+            } => format!(
+                "`{command}` with any {argument} under {}",
+                code(&format!("{folder}/"))
+            ),
+            RuleScope::UrlOrigin {
                 command,
                 argument,
-                host,
-            } => format!("`{command}` with any {argument} on {host}"),
+                origin,
+            } => format!("`{command}` with any {argument} on {}", code(origin)),
             RuleScope::AnyArguments { command, what } => format!("`{command}` with any {what}"),
         }
     }
@@ -94,7 +98,9 @@ impl RuleScope {
             RuleScope::PathUnder {
                 argument, folder, ..
             } => format!("any {argument} under {folder}/"),
-            RuleScope::UrlHost { argument, host, .. } => format!("any {argument} on {host}"),
+            RuleScope::UrlOrigin {
+                argument, origin, ..
+            } => format!("any {argument} on {origin}"),
             RuleScope::AnyArguments { what, .. } => format!("any {what}"),
         };
         truncate_chars(&text, 60)
@@ -105,20 +111,34 @@ impl RuleScope {
         if call.name != self.command() {
             return false;
         }
-        let text = |name: &str| call.args.get(name).and_then(Value::as_str);
         match self {
             RuleScope::Exact { digest, .. } => canonical_digest(&call.args) == *digest,
             RuleScope::PathUnder {
                 argument, folder, ..
-            } => text(argument).and_then(path_parts).is_some_and(|parts| {
-                parent_parts(folder).is_some_and(|f| parts.len() > f.len() && parts.starts_with(&f))
-            }),
-            RuleScope::UrlHost { argument, host, .. } => {
-                text(argument).and_then(url_host).as_deref() == Some(host.as_str())
+            } => string_arg(call, argument)
+                .and_then(path_parts)
+                .is_some_and(|parts| {
+                    parent_parts(folder)
+                        .is_some_and(|f| parts.len() > f.len() && parts.starts_with(&f))
+                }),
+            RuleScope::UrlOrigin {
+                argument, origin, ..
+            } => {
+                string_arg(call, argument).and_then(url_origin).as_deref() == Some(origin.as_str())
             }
             RuleScope::AnyArguments { .. } => true,
         }
     }
+}
+
+/// Text a person, a page or the model chose, as a Markdown code span: nothing in it renders
+/// (no masked links, no emphasis), and it cannot close the span early.
+fn code(text: &str) -> String {
+    format!("`{}`", text.replace('`', "'"))
+}
+
+fn string_arg<'c>(call: &'c CommandCall, name: &str) -> Option<&'c str> {
+    call.args.get(name).and_then(Value::as_str)
 }
 
 /// The arguments' digest whatever order their keys came in.
@@ -131,9 +151,13 @@ fn canonical_text(args: &Map<String, Value>) -> String {
     serde_json::to_string(&sorted).unwrap_or_default()
 }
 
-/// A workspace path's parts, or `None` for one that climbs out (`..`): such a path is never
-/// under any folder, whatever the workspace guard would later say of it.
+/// A workspace path's parts, or `None` for one that climbs out (`..`) or holds a control
+/// character: such a path is never under any folder, whatever the workspace guard would later
+/// say of it.
 fn path_parts(path: &str) -> Option<Vec<String>> {
+    if path.chars().any(char::is_control) {
+        return None;
+    }
     let mut parts = Vec::new();
     for part in path.split(['/', '\\']) {
         match part {
@@ -149,21 +173,40 @@ fn parent_parts(folder: &str) -> Option<Vec<String>> {
     path_parts(folder).filter(|parts| !parts.is_empty())
 }
 
-/// The lower-cased host of an http(s) URL without a user name; `None` for anything else.
-fn url_host(url: &str) -> Option<String> {
+/// The origin of an http(s) URL, lower-cased, without its default port (`https://docs.rs`,
+/// `http://[::1]:8080`); `None` for another scheme, a user name before the host, or a host with
+/// characters no host name has.
+fn url_origin(url: &str) -> Option<String> {
     let (scheme, rest) = url.trim().split_once("://")?;
-    if !matches!(scheme.to_ascii_lowercase().as_str(), "http" | "https") {
-        return None;
-    }
-    let authority = rest.split(['/', '?', '#']).next()?;
-    if authority.contains('@') || authority.is_empty() {
-        return None;
-    }
-    let host = match authority.strip_prefix('[') {
-        Some(v6) => v6.split(']').next()?.to_string(),
-        None => authority.split(':').next()?.to_string(),
+    let scheme = scheme.to_ascii_lowercase();
+    let default_port = match scheme.as_str() {
+        "http" => "80",
+        "https" => "443",
+        _ => return None,
     };
-    (!host.is_empty()).then(|| host.to_ascii_lowercase())
+    let authority = rest.split(['/', '?', '#']).next()?.to_ascii_lowercase();
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => {
+            let (inside, after) = v6.split_once(']')?;
+            (format!("[{inside}]"), after.strip_prefix(':'))
+        }
+        None => match authority.split_once(':') {
+            Some((host, port)) => (host.to_string(), Some(port)),
+            None => (authority.clone(), None),
+        },
+    };
+    let host_chars = |c: char| c.is_ascii_alphanumeric() || "-.[]:".contains(c);
+    if host.is_empty() || !host.chars().all(host_chars) {
+        return None;
+    }
+    match port {
+        None => Some(format!("{scheme}://{host}")),
+        Some(port) if port == default_port => Some(format!("{scheme}://{host}")),
+        Some(port) if !port.is_empty() && port.chars().all(|c| c.is_ascii_digit()) => {
+            Some(format!("{scheme}://{host}:{port}"))
+        }
+        Some(_) => None,
+    }
 }
 
 /// The scopes a rule made from `call` may have, narrowest first.
@@ -174,10 +217,11 @@ pub fn offered_scopes(spec: &CommandSpec, call: &CommandCall) -> Vec<RuleScope> 
         arguments: truncate_chars(&canonical, SHOWN_ARGUMENTS_MAX),
         digest: text_digest(&canonical),
     }];
-    let text = |name: &str| call.args.get(name).and_then(Value::as_str);
     match &spec.rule_argument {
         Some(RuleArgument::Path(argument)) => {
-            let parts = text(argument).and_then(path_parts).unwrap_or_default();
+            let parts = string_arg(call, argument)
+                .and_then(path_parts)
+                .unwrap_or_default();
             if parts.len() > 1 {
                 scopes.push(RuleScope::PathUnder {
                     command: call.name.clone(),
@@ -187,11 +231,11 @@ pub fn offered_scopes(spec: &CommandSpec, call: &CommandCall) -> Vec<RuleScope> 
             }
         }
         Some(RuleArgument::Url(argument)) => {
-            if let Some(host) = text(argument).and_then(url_host) {
-                scopes.push(RuleScope::UrlHost {
+            if let Some(origin) = string_arg(call, argument).and_then(url_origin) {
+                scopes.push(RuleScope::UrlOrigin {
                     command: call.name.clone(),
                     argument: argument.clone(),
-                    host,
+                    origin,
                 });
             }
         }
@@ -310,17 +354,21 @@ impl ApprovalRule {
         self.expires_at.is_none_or(|end| now < end)
     }
 
-    /// The trail's entry for this rule being made.
-    pub fn created_event(&self) -> AuditEvent {
-        let until = match self.expires_at {
+    /// "until 2026-11-25 10:00 UTC", or "until revoked".
+    fn until(&self) -> String {
+        match self.expires_at {
             Some(end) => format!("until {}", end.format("%Y-%m-%d %H:%M UTC")),
             None => "until revoked".into(),
-        };
+        }
+    }
+
+    /// The trail's entry for this rule being made.
+    pub fn created_event(&self) -> AuditEvent {
         AuditEvent::RuleCreated {
             rule: self.id.clone(),
             scope: self.scope.label(),
             reach: self.reach.label().into(),
-            until,
+            until: self.until(),
         }
     }
 
@@ -338,10 +386,7 @@ impl ApprovalRule {
 
     /// One line for `/agent rules` and the console.
     pub fn describe(&self) -> String {
-        let until = match self.expires_at {
-            Some(end) => format!("until {}", end.format("%Y-%m-%d %H:%M UTC")),
-            None => "until revoked".into(),
-        };
+        let until = self.until();
         let used = match (self.uses, self.last_used) {
             (0, _) => "never used".to_string(),
             (n, Some(last)) => format!("used {n}×, last {}", last.format("%Y-%m-%d %H:%M UTC")),
@@ -354,6 +399,26 @@ impl ApprovalRule {
             self.created_by
         )
     }
+}
+
+/// Why no rule more may be made for `reach` (its live rules, the agent's `own` or its
+/// `server`'s, are at their limit); `None` while there is room.
+pub fn over_limit(
+    reach: RuleReach,
+    own: &[ApprovalRule],
+    server: &[ApprovalRule],
+    now: DateTime<Utc>,
+) -> Option<String> {
+    let (rules, limit) = match reach {
+        RuleReach::Agent => (own, MAX_RULES_PER_AGENT),
+        RuleReach::Server => (server, MAX_RULES_PER_SERVER),
+    };
+    (rules.iter().filter(|r| r.live(now)).count() >= limit).then(|| {
+        format!(
+            "{} already has {limit} rules; revoke one with `/agent rules` first",
+            reach.label()
+        )
+    })
 }
 
 pub fn rule_id(agent: &str, cycle: u64) -> String {
@@ -401,7 +466,11 @@ mod tests {
         let scopes = offered_scopes(&write_spec(), &written);
         let labels: Vec<String> = scopes.iter().map(RuleScope::label).collect();
         assert_eq!(labels.len(), 3, "{labels:?}");
-        assert!(labels[0].starts_with("`write_file` exactly as {"));
+        assert!(
+            labels[0].starts_with("`write_file` exactly as `{"),
+            "{}",
+            labels[0]
+        );
         assert_eq!(
             labels[1],
             "`write_file` with any filename under `notes/today/`"
@@ -421,7 +490,25 @@ mod tests {
             &page,
             &call("read_webpage", json!({"url": "https://Docs.RS:443/x?y=1"})),
         );
-        assert_eq!(scopes[1].label(), "`read_webpage` with any url on docs.rs");
+        assert_eq!(
+            scopes[1].label(),
+            "`read_webpage` with any url on `https://docs.rs`"
+        );
+        // What the model chose is shown as code: a backtick cannot end the span, and a path with
+        // a control character, or a URL with an odd host, offers no narrower scope.
+        let sneaky = call(
+            "write_file",
+            json!({"filename": "a`[x](https://e.example)`/b.md", "text": "t"}),
+        );
+        let folder = offered_scopes(&write_spec(), &sneaky)[1].label();
+        assert_eq!(
+            folder,
+            "`write_file` with any filename under `a'[x](https:/e.example)'/`"
+        );
+        let control = call("write_file", json!({"filename": "a\nb/c.md", "text": "t"}));
+        assert_eq!(offered_scopes(&write_spec(), &control).len(), 2);
+        let odd = call("read_webpage", json!({"url": "https://a*b.example/"}));
+        assert_eq!(offered_scopes(&page, &odd).len(), 2);
     }
 
     #[test]
@@ -453,14 +540,16 @@ mod tests {
             assert_eq!(folder.matches(&other), covered, "{path}");
         }
         assert!(!folder.matches(&call("read_file", json!({"filename": "notes/b.md"}))));
-        let host = RuleScope::UrlHost {
+        let host = RuleScope::UrlOrigin {
             command: "read_webpage".into(),
             argument: "url".into(),
-            host: "docs.rs".into(),
+            origin: "https://docs.rs".into(),
         };
         for (url, covered) in [
             ("https://docs.rs/serde", true),
-            ("http://DOCS.rs:8080/", true),
+            ("HTTPS://DOCS.rs:443/", true),
+            ("http://docs.rs/", false),
+            ("https://docs.rs:8443/", false),
             ("https://docs.rs.evil.example/", false),
             ("https://evil.example/?docs.rs", false),
             ("https://docs.rs@evil.example/", false),

@@ -361,6 +361,11 @@ pub struct AgentState {
     pub refusals_in_row: u32,
     /// The watchdog's one rethink for the current cycle has been used.
     pub rethink_used: bool,
+    /// A person asked for a rethink of the card at this cycle: the reply is shown to them as a
+    /// card at this revision (so clicks on the old card are stale), never run unattended and not
+    /// judged for progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rethink_requested: Option<u32>,
     /// Identifies the model call the agent is waiting for; replies to older calls are ignored.
     pub call_seq: u64,
     /// Pause once the running command has finished.
@@ -427,6 +432,7 @@ impl AgentState {
             invalid_replies_in_row: 0,
             refusals_in_row: 0,
             rethink_used: false,
+            rethink_requested: None,
             call_seq: 0,
             pause_requested: None,
             usage: UsageTotals::default(),

@@ -148,11 +148,40 @@ fn a_rule_expires_and_never_widens_the_policy() {
     let fx = h.think(&write("notes/e.md", "x"));
     assert!(executes(&fx).is_none());
     assert_ne!(h.state.phase, Phase::AwaitingDecision, "refused, not asked");
-    // A class that needs two approvers offers no rule either.
+    // A class that needs two approvers offers no rule, and the live rule does not approve it.
     h.policy = Policy::default();
     h.quorum = crate::core::quorum::Quorum::default().with(Risk::Write, 2);
     let fx = h.think(&write("notes/f.md", "x"));
+    assert!(executes(&fx).is_none());
     assert!(proposal_of(&fx).remember.is_empty());
+    assert_eq!(
+        h.state.rules[0].uses, 1,
+        "only the use before the hour was up"
+    );
+}
+
+#[test]
+fn the_soft_cap_and_the_stuck_panel_stop_a_rule() {
+    let mut h = agent();
+    remember_notes_folder(&mut h, RuleLife::UntilRevoked);
+    // 80% of the budget used: the covered command asks, and says why.
+    h.budget = Some(super::step_tests::budget_view(200_000));
+    let fx = h.think(&write("notes/b.md", "x"));
+    assert!(executes(&fx).is_none());
+    assert!(proposal_of(&fx).auto_stop.is_some());
+    h.decide(Decision::Feedback("later".into()));
+    h.budget = None;
+    // Three failing steps: the covered command is shown on the stuck panel, offering no rule.
+    for file in ["x/1", "x/2", "x/3"] {
+        h.think(&write(file, "x"));
+        h.decide(Decision::Approve);
+        h.finish_command(Outcome::Error("Failure: disk full".into()));
+    }
+    let fx = h.think(&write("notes/c.md", "x"));
+    assert!(executes(&fx).is_none());
+    let card = proposal_of(&fx);
+    assert!(card.stuck.is_some() && card.remember.is_empty());
+    assert_eq!(h.state.rules[0].uses, 0);
 }
 
 #[test]
@@ -188,6 +217,16 @@ fn a_rule_never_sends_data_out_of_a_tainted_agent() {
 #[test]
 fn server_rules_are_saved_and_counted_through_the_store_within_their_limit() {
     let mut h = agent();
+    // Without a server (the console) no rule for every agent is kept; the approval stands.
+    let fx = h.think(&write("notes/z.md", "zero"));
+    let scope = proposal_of(&fx).remember[0].clone();
+    let fx = h.decide(remember(&scope, RuleReach::Server, RuleLife::Day));
+    assert!(executes(&fx).is_some());
+    assert!(fx.iter().any(
+        |e| matches!(e, Effect::Notify(text) if text.contains("rules for every agent need a server"))
+    ));
+    h.finish_command(Outcome::Success("written".into()));
+    h.state.spender.guild = Some(super::state::GuildId::from(7));
     let fx = h.think(&write("notes/a.md", "one"));
     let scope = proposal_of(&fx).remember[1].clone();
     let fx = h.decide(remember(&scope, RuleReach::Server, RuleLife::Day));

@@ -55,10 +55,15 @@ fn three_failures_in_a_row_stop_approve_n_at_the_stuck_panel() {
         &a.event,
         AuditEvent::Decided { decision, .. } if decision == "asked for a rethink of"
     )));
-    // The fresh proposal is an ordinary card, and still waits for a person.
+    // The fresh proposal is an ordinary card at the next revision (a click on the panel is stale),
+    // and waits for the person who asked, even in continuous mode.
+    h.state.settings.continuous = true;
     let fx = h.reply(CallPurpose::Rethink, &read("README.md"));
-    assert!(proposal_of(&fx).stuck.is_none());
+    let card = proposal_of(&fx);
+    assert!(card.stuck.is_none());
+    assert_eq!(card.revision, 1);
     assert!(executes(&fx).is_none());
+    h.state.settings.continuous = false;
 
     // A hint is feedback: it breaks the run of failures.
     h.decide(Decision::Feedback("the files are under docs/".into()));

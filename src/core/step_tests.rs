@@ -58,7 +58,7 @@ pub(super) struct Harness {
     extras: PromptExtras,
     limits: ContextLimits,
     smart: bool,
-    budget: Option<BudgetView>,
+    pub(super) budget: Option<BudgetView>,
     memory: Option<MemoryPolicy>,
     reply_format: ReplyFormat,
     brake: Option<crate::core::brake::BrakeLimits>,
@@ -927,7 +927,7 @@ fn a_context_too_small_for_the_fixed_prompt_is_reported() {
 }
 
 /// A dollar budget with `remaining` micro-dollars left, at $1 / $2 per million tokens.
-fn budget_view(remaining: u64) -> BudgetView {
+pub(super) fn budget_view(remaining: u64) -> BudgetView {
     BudgetView {
         price: Price::from_usd_per_million(1.0, 2.0),
         agent_limit: Micros(1_000_000),

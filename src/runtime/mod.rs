@@ -281,12 +281,10 @@ impl Actor {
         {
             // An approval short of its class's quorum is counted, not claimed: the card stays
             // open for the others.
-            let short_of_quorum = matches!(
-                decision,
-                Decision::Approve | Decision::ApproveN(_) | Decision::Remember(_)
-            ) && self.state.pending.as_ref().is_some_and(|p| {
-                p.cycle == *cycle && !self.quorum.is_final(p.risk, &p.approvals, by)
-            });
+            let short_of_quorum = decision.is_approval()
+                && self.state.pending.as_ref().is_some_and(|p| {
+                    p.cycle == *cycle && !self.quorum.is_final(p.risk, &p.approvals, by)
+                });
             if matches!(decision, Decision::Edit(_)) || short_of_quorum {
                 if !self.state.awaits_decision_on(*cycle) {
                     if let Some(reply) = reply {
@@ -300,10 +298,7 @@ impl Actor {
                     Some(p)
                         if p.cycle == *cycle
                             && !p.approvals.is_empty()
-                            && matches!(
-                                decision,
-                                Decision::Approve | Decision::ApproveN(_) | Decision::Remember(_)
-                            ) =>
+                            && decision.is_approval() =>
                     {
                         format!("{}, {by}", p.approvals.join(", "))
                     }

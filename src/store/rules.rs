@@ -1,6 +1,7 @@
 //! The server-wide approve-and-remember rules' tree: one record per rule, keyed by server and
-//! rule id, written with the step that made it (`Commit::server_rule`), counted on each use and
-//! removed when revoked or found expired. An agent's own rules live in its state.
+//! rule id, written with the step that made it (`Commit::server_rule`), counted on each use, and
+//! removed when revoked; expired ones are removed when the server's next rule is saved. An
+//! agent's own rules live in its state.
 
 use chrono::{DateTime, Utc};
 

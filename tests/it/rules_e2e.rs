@@ -30,8 +30,13 @@ async fn rules_list(discord: &FakeDiscord, thread: u64, permissions: &str) -> Va
     response_shown(discord, thread, asked, 4).await
 }
 
+/// A message's text and its embed's description.
 fn text(message: &Value) -> String {
-    message["content"].as_str().unwrap_or("").to_string()
+    format!(
+        "{}\n{}",
+        message["content"].as_str().unwrap_or(""),
+        message["embeds"][0]["description"].as_str().unwrap_or("")
+    )
 }
 
 /// Waits until the card of `cycle` is shown, and returns it.
@@ -70,7 +75,7 @@ async fn a_remembered_rule_approves_what_it_covers_until_it_is_revoked() {
     let choice = discord.select(ALICE, MEMBER_PERMS, &shown, &menu_id, "1.a.r");
     let chosen = response_shown(&discord, thread, choice, 7).await;
     assert!(
-        text(&chosen).contains("remembered: `write_file` with any filename under `notes/`"),
+        text(&chosen).contains("remembering: `write_file` with any filename under `notes/`"),
         "{chosen}"
     );
 
@@ -110,6 +115,7 @@ async fn a_remembered_rule_approves_what_it_covers_until_it_is_revoked() {
         "{}",
         text(&after)
     );
+    assert!(text(&after).contains("None."), "{}", text(&after));
     assert!(after["components"].as_array().is_some_and(Vec::is_empty));
 
     // So the next command in notes/ waits for a person again.

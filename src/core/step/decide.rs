@@ -9,7 +9,9 @@ impl Stepper<'_, '_> {
     /// again for this cycle, with the stronger model where there is one, told why it seems stuck.
     fn rethink_stuck(&mut self) {
         self.state.auto_approvals_left = 0;
-        let why = self.state.pending.take().and_then(|p| p.stuck).map_or_else(
+        let pending = self.state.pending.take();
+        self.state.rethink_requested = Some(pending.as_ref().map_or(0, |p| p.revision + 1));
+        let why = pending.and_then(|p| p.stuck).map_or_else(
             || "a person did not like the proposed command".to_string(),
             |s| s.why,
         );
@@ -31,10 +33,7 @@ impl Stepper<'_, '_> {
             Decision::Edit(args) => return self.apply_edit(args, by),
             other => other,
         };
-        let approving = matches!(
-            decision,
-            Decision::Approve | Decision::ApproveN(_) | Decision::Remember(_)
-        );
+        let approving = decision.is_approval();
         if approving {
             // The policy may have become stricter since the card was shown (the owner narrowed it,
             // or the bot restarted with a stricter config): the policy in force now decides.

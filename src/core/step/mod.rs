@@ -340,11 +340,11 @@ impl Stepper<'_, '_> {
             }
             return;
         }
-        // A reply to a rethink is the fresh look a person (or the watchdog) asked for: it is
-        // shown as an ordinary card even though the steps before it still failed.
-        let stuck = match purpose {
-            CallPurpose::Rethink => None,
-            _ => no_progress(&self.state.episodes, &valid.call),
+        // The reply to a person's rethink is the fresh look they asked for: it is shown to them
+        // as an ordinary card even though the steps before it still failed.
+        let stuck = match self.state.rethink_requested {
+            Some(_) => None,
+            None => no_progress(&self.state.episodes, &valid.call),
         };
         self.propose(valid, reply.thoughts, stuck);
     }
@@ -362,7 +362,10 @@ impl Stepper<'_, '_> {
             // A stuck agent is shown to a person whatever ran it unattended.
             self.state.auto_approvals_left = 0;
         }
-        let unattended = self.state.runs_unattended() && stuck.is_none();
+        let rethought = self.state.rethink_requested.take();
+        // A person waits for the proposal they asked for: nothing approves it for them.
+        let shown_to_a_person = stuck.is_some() || rethought.is_some();
+        let unattended = self.state.runs_unattended() && !shown_to_a_person;
         let soft_capped = ctx.budget.is_some_and(BudgetView::soft_cap_reached);
         let auto_stop = match ctx.budget {
             Some(view) if unattended && soft_capped => {
@@ -391,7 +394,10 @@ impl Stepper<'_, '_> {
                 .action_for(&self.state.settings.policy, &valid.call.name, valid.risk);
         let outgoing = self.outgoing_of(&valid.call);
         let sends_out = outgoing.is_some();
-        let remember = self.rule_scopes(&valid.call, valid.risk, sends_out);
+        let remember = match stuck {
+            Some(_) => Vec::new(),
+            None => self.rule_scopes(&valid.call, valid.risk, sends_out),
+        };
         // A remembered rule approves like Approve ×N, and stops where it stops: at the soft cap.
         let rule = self.rule_for(&valid.call, valid.risk, sends_out);
         let auto_stop = match (auto_stop, ctx.budget) {
@@ -401,7 +407,7 @@ impl Stepper<'_, '_> {
         let rule = rule.filter(|_| !soft_capped);
         // A class that needs several approvers always asks: Approve ×N is one person's. So does a
         // command that can carry data out of an agent that read untrusted content.
-        let automatic = stuck.is_none() && rule.is_some()
+        let automatic = !shown_to_a_person && rule.is_some()
             || (action == ClassAction::Auto
                 && unattended
                 && !soft_capped
@@ -424,7 +430,7 @@ impl Stepper<'_, '_> {
             edits: Vec::new(),
             approvals: Vec::new(),
             approvals_needed: ctx.quorum.needed(valid.risk),
-            revision: 0,
+            revision: rethought.unwrap_or(0),
             outgoing,
             deadline: None,
             remember,

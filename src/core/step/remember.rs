@@ -4,8 +4,7 @@
 use super::*;
 use crate::core::commands::Risk;
 use crate::core::rules::{
-    covering_rule, offered_scopes, ApprovalRule, RuleDraft, RuleReach, RuleScope,
-    MAX_RULES_PER_AGENT, MAX_RULES_PER_SERVER,
+    covering_rule, offered_scopes, over_limit, ApprovalRule, RuleDraft, RuleReach, RuleScope,
 };
 
 impl Stepper<'_, '_> {
@@ -73,28 +72,20 @@ impl Stepper<'_, '_> {
     /// kept and the thread is told why.
     pub(super) fn keep_rule(&mut self, cycle: u64, draft: RuleDraft, by: &str) {
         let now = self.ctx.now;
-        let offered = self
-            .state
-            .pending
-            .as_ref()
-            .is_some_and(|p| p.remember.contains(&draft.scope));
-        let live = match draft.reach {
-            RuleReach::Agent => self.state.rules.iter().filter(|r| r.live(now)).count(),
-            RuleReach::Server => self.ctx.server_rules.iter().filter(|r| r.live(now)).count(),
-        };
-        let limit = match draft.reach {
-            RuleReach::Agent => MAX_RULES_PER_AGENT,
-            RuleReach::Server => MAX_RULES_PER_SERVER,
-        };
+        // Worked out again now: the policy may have become stricter since the card was shown.
+        let offered = self.state.pending.as_ref().is_some_and(|p| {
+            p.stuck.is_none()
+                && self
+                    .rule_scopes(&p.command, p.risk, p.outgoing.is_some())
+                    .contains(&draft.scope)
+        });
+        let full = over_limit(draft.reach, &self.state.rules, self.ctx.server_rules, now);
         let problem = if !offered {
             Some("the card no longer offers that rule (the command or the policy changed)".into())
-        } else if live >= limit {
-            Some(format!(
-                "{} already has {limit} rules; revoke one with `/agent rules` first",
-                draft.reach.label()
-            ))
+        } else if draft.reach == RuleReach::Server && self.state.spender.guild.is_none() {
+            Some("rules for every agent need a server".into())
         } else {
-            None
+            full
         };
         if let Some(problem) = problem {
             self.fx.push(Effect::Notify(format!(
@@ -106,7 +97,9 @@ impl Stepper<'_, '_> {
         self.audit(by, rule.created_event());
         match rule.reach {
             RuleReach::Agent => {
-                self.state.rules.retain(|r| r.live(now));
+                // A card shown again at the same cycle (after a restart) makes the same id: the
+                // newer rule replaces the older one.
+                self.state.rules.retain(|r| r.live(now) && r.id != rule.id);
                 self.state.rules.push(rule);
             }
             RuleReach::Server => self.fx.push(Effect::SaveServerRule(rule)),

@@ -166,12 +166,19 @@ impl Stepper<'_, '_> {
             self.pause(PauseReason::CycleLimit { limit });
             return;
         }
-        // The brake watches unattended runs: a person approving each step is the brake.
+        // The brake watches unattended runs: a person approving each step is the brake. A
+        // remembered rule approves steps without a person too.
+        let rules_in_force = self
+            .state
+            .rules
+            .iter()
+            .chain(self.ctx.server_rules)
+            .any(|rule| rule.live(self.ctx.now));
         if let Some(limits) = self
             .ctx
             .brake
             .as_ref()
-            .filter(|_| self.state.runs_unattended())
+            .filter(|_| self.state.runs_unattended() || rules_in_force)
         {
             let state = &*self.state;
             if let Some(why) = state.brake.check(&state.episodes, self.ctx.now, limits) {
@@ -190,6 +197,7 @@ impl Stepper<'_, '_> {
         let (state, ctx) = (&mut *self.state, self.ctx);
         state.phase = Phase::Thinking;
         state.rethink_used = false;
+        state.rethink_requested = None;
         state.paced = None;
         let input_chars = (ctx.limits.send_limit() * 3).max(2000);
         // Newest first and bounded, so that resuming an old agent does not fire hundreds of calls at once;

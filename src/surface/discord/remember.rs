@@ -12,12 +12,10 @@ use serenity::{
 use super::commands::Data;
 use super::ids::{CardAction, CardId};
 use super::no_mentions;
-use super::respond::{ephemeral, Interaction};
+use super::respond::{ephemeral, something_went_wrong, Interaction};
 use super::router::decide_and_report;
 use crate::core::event::Decision;
-use crate::core::rules::{
-    RuleDraft, RuleLife, RuleReach, RuleScope, MAX_RULES_PER_AGENT, MAX_RULES_PER_SERVER,
-};
+use crate::core::rules::{over_limit, RuleDraft, RuleLife, RuleReach, RuleScope};
 use crate::core::state::AgentState;
 use crate::service::rights::Requester;
 
@@ -49,31 +47,22 @@ fn choice_value(scope: usize, reach: RuleReach, life: RuleLife) -> String {
     format!("{scope}.{}.{}", reach_code(reach), life_code(life))
 }
 
+const REACHES: [RuleReach; 2] = [RuleReach::Agent, RuleReach::Server];
+
 fn parse_choice(value: &str) -> Option<(usize, RuleReach, RuleLife)> {
     let mut parts = value.split('.');
     let scope = parts.next()?.parse().ok()?;
-    let reach = match parts.next()? {
-        "a" => RuleReach::Agent,
-        "s" => RuleReach::Server,
-        _ => return None,
-    };
-    let life = match parts.next()? {
-        "h" => RuleLife::Hour,
-        "d" => RuleLife::Day,
-        "r" => RuleLife::UntilRevoked,
-        _ => return None,
-    };
+    let reach = parts.next()?;
+    let reach = REACHES.into_iter().find(|r| reach_code(*r) == reach)?;
+    let life = parts.next()?;
+    let life = RuleLife::ALL.into_iter().find(|l| life_code(*l) == life)?;
     parts.next().is_none().then_some((scope, reach, life))
 }
 
 /// The menu's options: every scope the card offers, for this agent and (for admins) the server,
 /// for each lifetime. At most 3 × 2 × 3 = 18, within Discord's 25.
 fn menu_options(scopes: &[RuleScope], admin: bool) -> Vec<CreateSelectMenuOption> {
-    let reaches: &[RuleReach] = if admin {
-        &[RuleReach::Agent, RuleReach::Server]
-    } else {
-        &[RuleReach::Agent]
-    };
+    let reaches = if admin { &REACHES[..] } else { &REACHES[..1] };
     let mut options = Vec::new();
     for (index, scope) in scopes.iter().enumerate() {
         for &reach in reaches {
@@ -92,7 +81,6 @@ fn menu_options(scopes: &[RuleScope], admin: bool) -> Vec<CreateSelectMenuOption
             }
         }
     }
-    options.truncate(25);
     options
 }
 
@@ -141,7 +129,7 @@ pub(super) async fn on_remember_click(
 }
 
 /// Why the chosen rule cannot be kept, checked before the card is decided so that the clicker
-/// is told and the card stays open.
+/// is told and the card stays open (the core checks again when it keeps the rule).
 fn refusal(
     data: &Data,
     state: &AgentState,
@@ -149,37 +137,29 @@ fn refusal(
     reach: RuleReach,
     who: &Requester,
 ) -> Option<String> {
-    let now = data.app.clock.now();
     if scope.is_none() {
         return Some("The card no longer offers that rule; look at it again.".into());
     }
-    let live = match reach {
-        RuleReach::Agent
-            if state.rules.iter().filter(|r| r.live(now)).count() >= MAX_RULES_PER_AGENT =>
-        {
-            MAX_RULES_PER_AGENT
-        }
-        RuleReach::Server if !may_make_server_rules(who) => {
+    let server = match (reach, &state.spender.guild) {
+        (RuleReach::Agent, _) => Vec::new(),
+        (RuleReach::Server, _) if !may_make_server_rules(who) => {
             return Some(
                 "Only the server's admins (Manage Server) make rules for every agent.".into(),
             )
         }
-        RuleReach::Server => {
-            let Some(guild) = &state.spender.guild else {
-                return Some("Rules for every agent need a server.".into());
-            };
-            let rules = data.app.store.server_rules(guild).unwrap_or_default();
-            if rules.iter().filter(|r| r.live(now)).count() < MAX_RULES_PER_SERVER {
-                return None;
-            }
-            MAX_RULES_PER_SERVER
-        }
-        RuleReach::Agent => return None,
+        (RuleReach::Server, None) => return Some("Rules for every agent need a server.".into()),
+        (RuleReach::Server, Some(guild)) => match data.app.store.server_rules(guild) {
+            Ok(rules) => rules,
+            Err(e) => return Some(something_went_wrong("reading the server's rules", &e)),
+        },
     };
-    Some(format!(
-        "{} already has {live} rules; revoke one with `/agent rules` first. Nothing was decided.",
-        super::commands::capitalise(reach.label())
-    ))
+    let now = data.app.clock.now();
+    over_limit(reach, &state.rules, &server, now).map(|why| {
+        format!(
+            "{}. Nothing was decided.",
+            super::commands::capitalise(&why)
+        )
+    })
 }
 
 /// A choice in the menu: the card is approved with the rule.
@@ -225,7 +205,7 @@ pub(super) async fn on_choice(
     };
     let done = CreateInteractionResponseMessage::new()
         .content(format!(
-            "Approved cycle {}, and remembered: {} for {}, {}.",
+            "Approving cycle {} and remembering: {} for {}, {}. The card and the thread say how it went.",
             id.cycle,
             scope.label(),
             reach.label(),

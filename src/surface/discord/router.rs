@@ -96,6 +96,8 @@ fn check_click(data: &Data, id: &CardId, who: &Requester) -> Result<(), String> 
             | CardAction::EditSubmit
             | CardAction::Remember
             | CardAction::RememberChoose
+            | CardAction::Rethink
+            | CardAction::Skip
     );
     if let (true, Some(shown), Some(pending)) = (revised, id.revision, pending) {
         if pending.revision != shown {

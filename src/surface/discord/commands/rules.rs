@@ -4,18 +4,18 @@
 
 use poise::serenity_prelude as serenity;
 use serenity::{
-    ButtonStyle, ComponentInteraction, CreateActionRow, CreateButton, CreateInteractionResponse,
-    CreateInteractionResponseMessage,
+    ButtonStyle, ComponentInteraction, CreateActionRow, CreateButton, CreateEmbed,
+    CreateInteractionResponse, CreateInteractionResponseMessage,
 };
 
 use super::{thread_agent, Ctx, Data, Error};
 use crate::core::audit::AuditEntry;
 use crate::core::event::Event;
+use crate::core::history::truncate_chars;
 use crate::core::rules::{rule_id, ApprovalRule};
 use crate::core::state::{AgentState, GuildId};
 use crate::service::rights::{may_decide, Requester};
 use crate::service::{UserError, NOT_ALLOWED};
-use crate::surface::discord::cards::message_text;
 use crate::surface::discord::ids::{CardAction, CardId};
 use crate::surface::discord::no_mentions;
 use crate::surface::discord::respond::{author, ephemeral, something_went_wrong, Interaction};
@@ -31,10 +31,10 @@ pub(super) async fn rules(ctx: Ctx<'_>) -> Result<(), Error> {
     let guild = GuildId::from(binding.guild_id);
     let server = ctx.data().app.store.server_rules(&guild)?;
     let now = ctx.data().app.clock.now();
-    let (text, buttons) = rules_view(&state, &server, &who, now, None);
+    let (list, buttons) = rules_view(&state, &server, &who, now, None);
     ctx.send(
         poise::CreateReply::default()
-            .content(text)
+            .embed(list)
             .components(buttons)
             .ephemeral(true)
             .allowed_mentions(no_mentions()),
@@ -43,15 +43,18 @@ pub(super) async fn rules(ctx: Ctx<'_>) -> Result<(), Error> {
     Ok(())
 }
 
-/// The list and its Revoke buttons (numbered like the list); `revoked` is left out, for the view
-/// shown right after revoking it while the agent applies the change.
+/// The longest line of the list: twenty rules fit an embed's 4,096 characters.
+const RULE_LINE_MAX: usize = 190;
+
+/// The list, as an embed, and its Revoke buttons (numbered like the list); `revoked` is left
+/// out, for the view shown right after revoking it while the agent applies the change.
 fn rules_view(
     state: &AgentState,
     server: &[ApprovalRule],
     who: &Requester,
     now: chrono::DateTime<chrono::Utc>,
     revoked: Option<&str>,
-) -> (String, Vec<CreateActionRow>) {
+) -> (CreateEmbed, Vec<CreateActionRow>) {
     let live = |rules: &[ApprovalRule]| -> Vec<ApprovalRule> {
         rules
             .iter()
@@ -60,7 +63,7 @@ fn rules_view(
             .collect()
     };
     let (own, shared) = (live(&state.rules), live(server));
-    let mut text = format!("**Rules for {}**\n", state.name());
+    let mut text = String::new();
     let mut buttons = Vec::new();
     let mut number = 0;
     for (title, rules, may_revoke) in [
@@ -71,13 +74,16 @@ fn rules_view(
             who.manage_guild,
         ),
     ] {
-        text.push_str(&format!("\n__{title}__\n"));
+        text.push_str(&format!("__{title}__\n"));
         if rules.is_empty() {
             text.push_str("None.\n");
         }
+        text.push('\n');
         for rule in rules {
             number += 1;
-            text.push_str(&format!("{number}. {}\n", rule.describe()));
+            let line = format!("{number}. {}", rule.describe());
+            text.push_str(&truncate_chars(&line, RULE_LINE_MAX));
+            text.push('\n');
             if let (true, Some((agent, cycle))) = (may_revoke, split_rule_id(&rule.id)) {
                 buttons.push(
                     CreateButton::new(CardId::new(CardAction::RevokeRule, agent, cycle).encode())
@@ -88,13 +94,17 @@ fn rules_view(
         }
     }
     if own.is_empty() && shared.is_empty() {
-        text.push_str("\nMake one with **Approve & remember…** on a card.");
+        text.push_str("Make one with **Approve & remember…** on a card.");
     }
     let rows = buttons
         .chunks(5)
         .map(|row| CreateActionRow::Buttons(row.to_vec()))
         .collect();
-    (message_text(&text), rows)
+    let title = truncate_chars(&format!("Rules for {}", state.name()), 256);
+    let list = CreateEmbed::new()
+        .title(title)
+        .description(truncate_chars(text.trim_end(), 4096));
+    (list, rows)
 }
 
 /// `<agent>.<cycle>` back into its parts.
@@ -114,9 +124,10 @@ pub(crate) async fn on_revoke_click(
 ) {
     let interaction = Interaction::Click(click);
     match revoke(data, click, id, who).await {
-        Ok((text, buttons)) => {
+        Ok((text, list, buttons)) => {
             let update = CreateInteractionResponseMessage::new()
                 .content(text)
+                .embed(list)
                 .components(buttons)
                 .allowed_mentions(no_mentions());
             interaction
@@ -134,7 +145,7 @@ async fn revoke(
     click: &ComponentInteraction,
     id: &CardId,
     who: &Requester,
-) -> Result<(String, Vec<CreateActionRow>), String> {
+) -> Result<(String, CreateEmbed, Vec<CreateActionRow>), String> {
     let store = &data.app.store;
     let failed = |what: &str, e: &dyn std::fmt::Debug| something_went_wrong(what, e);
     let rule = rule_id(&id.agent, id.cycle);
@@ -200,11 +211,8 @@ async fn revoke(
         .flatten()
         .ok_or("This agent no longer exists.")?;
     let server = store.server_rules(&guild).unwrap_or_default();
-    let (text, buttons) = rules_view(&state, &server, who, now, Some(&rule));
-    Ok((
-        message_text(&format!("Revoked rule {rule}.\n{text}")),
-        buttons,
-    ))
+    let (list, buttons) = rules_view(&state, &server, who, now, Some(&rule));
+    Ok((format!("Revoked rule {rule}."), list, buttons))
 }
 
 #[cfg(test)]

@@ -10,6 +10,10 @@ use serde::{Deserialize, Serialize};
 
 use super::commands::Risk;
 
+/// Who the trail and the transcript name for what a deadline did (a step it denied was no
+/// failure of the agent's: the stuck panel does not count it).
+pub const DEADLINE: &str = "the deadline";
+
 /// The longest deadline a class may have: a week (Discord keeps a card's buttons, but nobody
 /// remembers a card older than that).
 pub const MAX_EXPIRY_SECS: u64 = 7 * 24 * 3600;

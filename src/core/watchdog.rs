@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::expiry::DEADLINE;
 use super::history::{Episode, Outcome};
 use super::reply::CommandCall;
 
@@ -26,10 +27,13 @@ pub struct Stuck {
 /// Why the agent, about to propose `proposed` after `episodes` (oldest first), makes no
 /// progress; `None` while it does.
 pub fn no_progress(episodes: &[Episode], proposed: &CommandCall) -> Option<String> {
+    // A card nobody answered in time is no failure of the agent's.
     let failing = episodes
         .iter()
         .rev()
-        .take_while(|e| matches!(e.outcome, Outcome::Error(_)))
+        .take_while(|e| {
+            matches!(e.outcome, Outcome::Error(_)) && e.decided_by.as_deref() != Some(DEADLINE)
+        })
         .count();
     if failing >= FAILING_IN_ROW {
         return Some(format!("its last {failing} steps failed"));
@@ -116,6 +120,13 @@ mod tests {
             no_progress(&three, &next).as_deref(),
             Some("its last 3 steps failed")
         );
+        // A card nobody answered in time, denied by its deadline, is no failure of the agent's.
+        let unanswered = Episode {
+            decided_by: Some(DEADLINE.into()),
+            ..failed(read("d"))
+        };
+        let with_unanswered = [failed(read("a")), unanswered, failed(read("c"))];
+        assert_eq!(no_progress(&with_unanswered, &next), None);
         // Different files each step is progress; coming back to one a third time is not.
         let walking: Vec<Episode> = ["a", "b", "c", "d", "e"].map(|f| ok(read(f))).into();
         assert_eq!(no_progress(&walking, &read("f")), None);

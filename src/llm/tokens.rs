@@ -91,7 +91,40 @@ fn seen() -> MutexGuard<'static, Option<HashMap<SeenText, usize>>> {
     SEEN.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Longer texts are counted line by line: a prompt's Progress section is one long text that
+/// changes at its end each cycle, and its lines are remembered where the whole is not.
+const SPLIT_FROM_BYTES: usize = 2_000;
+
 fn encoded_len(bpe: &'static CoreBPE, text: &str) -> usize {
+    if text.len() < SPLIT_FROM_BYTES {
+        return remembered_len(bpe, text);
+    }
+    lines_for_counting(text)
+        .map(|piece| remembered_len(bpe, piece))
+        .sum()
+}
+
+/// `text` cut after each newline that a non-space character follows. The encodings'
+/// pre-tokenizers never join such a newline to what follows it (a run of newlines, or a newline
+/// and indentation, stays together), so the pieces' counts add up to the whole's exactly.
+fn lines_for_counting(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let bytes = rest.as_bytes();
+        let cut = (1..bytes.len())
+            .find(|&i| bytes[i - 1] == b'\n' && !bytes[i].is_ascii_whitespace())
+            .unwrap_or(bytes.len());
+        // A cut lands after an ASCII newline, so it is always a character boundary.
+        let (piece, after) = rest.split_at(cut);
+        rest = after;
+        Some(piece)
+    })
+}
+
+fn remembered_len(bpe: &'static CoreBPE, text: &str) -> usize {
     // encode_ordinary treats special-token text as plain text, so model output cannot make it fail.
     if text.len() < REMEMBERED_FROM_BYTES {
         return bpe.encode_ordinary(text).len();
@@ -130,6 +163,33 @@ mod tests {
         let text = "The quick brown fox jumps over the lazy dog. ".repeat(20);
         assert!(unknown.count(&text) > TiktokenCounter::for_model("gpt-4").count(&text));
         assert!(known.count("<|endoftext|>") > 1);
+    }
+
+    #[test]
+    fn a_long_text_counted_line_by_line_counts_what_the_whole_encodes_to() {
+        let mut text = String::from("### Progress\n\n");
+        for i in 0..120 {
+            text.push_str(&format!(
+                "- Step {i}: `write_file(filename=\"notes/{i}.md\")` → File notes/{i}.md written. ¿Qué tal? 数字 {i}.\n"
+            ));
+            if i % 7 == 0 {
+                text.push_str("\n  indented: a line of prose, then punctuation...\n\n\n");
+            }
+            if i % 11 == 0 {
+                text.push_str("```json\n{\"a\": [1, 2, 3]}\n```\n\t tabbed\r\nwindows line\n");
+            }
+        }
+        assert!(text.len() > SPLIT_FROM_BYTES);
+        assert!(lines_for_counting(&text).count() > 100);
+        assert_eq!(lines_for_counting(&text).collect::<String>(), text);
+        for model in ["gpt-4o-mini", "gpt-4"] {
+            let counter = TiktokenCounter::for_model(model);
+            assert_eq!(
+                counter.count(&text),
+                counter.bpe.encode_ordinary(&text).len(),
+                "{model}"
+            );
+        }
     }
 
     #[test]

@@ -5,12 +5,9 @@
 use super::Stepper;
 use crate::core::audit::AuditEvent;
 use crate::core::event::Effect;
-use crate::core::expiry::ExpiryAction;
+use crate::core::expiry::{ExpiryAction, DEADLINE};
 use crate::core::history::Outcome;
 use crate::core::state::PauseReason;
-
-/// Who the trail and the transcript name for what a deadline did.
-const DEADLINE: &str = "the deadline";
 
 impl Stepper<'_, '_> {
     pub(super) fn on_deadline_passed(&mut self, cycle: u64) {

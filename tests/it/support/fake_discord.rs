@@ -501,9 +501,22 @@ impl FakeDiscord {
 
     /// A click on a button of a message the bot posted.
     pub fn click(&self, user_id: u64, roles: &[u64], message: &Value, custom_id: &str) -> u64 {
+        let data = json!({"custom_id": custom_id, "component_type": 2});
+        self.component_interaction(user_id, roles, MEMBER_PERMS, message, data)
+    }
+
+    /// An interaction with a component of `message` (a button, a menu), carrying `data`.
+    fn component_interaction(
+        &self,
+        user_id: u64,
+        roles: &[u64],
+        permissions: &str,
+        message: &Value,
+        data: Value,
+    ) -> u64 {
         let channel: u64 = message["channel_id"].as_str().unwrap().parse().unwrap();
-        let (id, mut payload) = self.interaction_base(3, user_id, roles, MEMBER_PERMS, channel);
-        payload["data"] = json!({"custom_id": custom_id, "component_type": 2});
+        let (id, mut payload) = self.interaction_base(3, user_id, roles, permissions, channel);
+        payload["data"] = data;
         payload["message"] = message.clone();
         self.dispatch("INTERACTION_CREATE", payload);
         id
@@ -517,12 +530,8 @@ impl FakeDiscord {
         message: &Value,
         custom_id: &str,
     ) -> u64 {
-        let channel: u64 = message["channel_id"].as_str().unwrap().parse().unwrap();
-        let (id, mut payload) = self.interaction_base(3, user_id, &[], permissions, channel);
-        payload["data"] = json!({"custom_id": custom_id, "component_type": 2});
-        payload["message"] = message.clone();
-        self.dispatch("INTERACTION_CREATE", payload);
-        id
+        let data = json!({"custom_id": custom_id, "component_type": 2});
+        self.component_interaction(user_id, &[], permissions, message, data)
     }
 
     /// A choice in the select menu `custom_id` of a message, as Discord sends it; the value must
@@ -551,12 +560,8 @@ impl FakeDiscord {
                 .any(|o| o["value"] == value),
             "{value} is not an option of {menu}"
         );
-        let channel: u64 = message["channel_id"].as_str().unwrap().parse().unwrap();
-        let (id, mut payload) = self.interaction_base(3, user_id, &[], permissions, channel);
-        payload["data"] = json!({"custom_id": custom_id, "component_type": 3, "values": [value]});
-        payload["message"] = message.clone();
-        self.dispatch("INTERACTION_CREATE", payload);
-        id
+        let data = json!({"custom_id": custom_id, "component_type": 3, "values": [value]});
+        self.component_interaction(user_id, &[], permissions, message, data)
     }
 
     /// Submits the modal the bot opened in answer to `opened_by`, filling its one text input.

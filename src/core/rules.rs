@@ -131,10 +131,17 @@ impl RuleScope {
     }
 }
 
+/// How much of what the model chose a label shows (the digest covers exact arguments in full).
+const LABEL_TEXT_MAX: usize = 80;
+
 /// Text a person, a page or the model chose, as a Markdown code span: nothing in it renders
-/// (no masked links, no emphasis), and it cannot close the span early.
+/// (no masked links, no emphasis), it cannot close the span early, and it is short enough for a
+/// list line to hold it whole.
 fn code(text: &str) -> String {
-    format!("`{}`", text.replace('`', "'"))
+    format!(
+        "`{}`",
+        truncate_chars(&text.replace('`', "'"), LABEL_TEXT_MAX)
+    )
 }
 
 fn string_arg<'c>(call: &'c CommandCall, name: &str) -> Option<&'c str> {
@@ -188,6 +195,10 @@ fn url_origin(url: &str) -> Option<String> {
     let (host, port) = match authority.strip_prefix('[') {
         Some(v6) => {
             let (inside, after) = v6.split_once(']')?;
+            // Anything but a port after the address (`[::1]@evil.example`) is not this host.
+            if !(after.is_empty() || after.starts_with(':')) {
+                return None;
+            }
             (format!("[{inside}]"), after.strip_prefix(':'))
         }
         None => match authority.split_once(':') {
@@ -554,6 +565,7 @@ mod tests {
             ("https://evil.example/?docs.rs", false),
             ("https://docs.rs@evil.example/", false),
             ("ftp://docs.rs/", false),
+            ("https://[::1]@docs.rs/", false),
         ] {
             let page = call("read_webpage", json!({ "url": url }));
             assert_eq!(host.matches(&page), covered, "{url}");

@@ -96,3 +96,19 @@ fn circling_back_to_a_command_shows_the_panel_even_in_continuous_mode() {
     assert!(proposal_of(&fx).stuck.is_some());
     assert!(executes(&h.decide(Decision::Approve)).is_some());
 }
+
+#[test]
+fn a_rethink_holds_through_a_restart_while_the_model_thinks() {
+    let mut h = failing_three_times();
+    h.think(&read("d.txt"));
+    h.decide(Decision::Rethink);
+    h.state.settings.continuous = true;
+    // The bot restarts before the reply: the cycle is asked afresh, and is still the person's.
+    let fx = h.step(super::event::Event::Recovered { interrupted: false });
+    assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
+    let fx = h.think(&read("README.md"));
+    let card = proposal_of(&fx);
+    assert_eq!(card.revision, 1, "a click on the panel stays stale");
+    assert!(executes(&fx).is_none(), "nothing approves it unattended");
+    assert_eq!(h.state.rethink_requested, None);
+}

@@ -92,7 +92,8 @@ fn seen() -> MutexGuard<'static, Option<HashMap<SeenText, usize>>> {
 }
 
 /// Longer texts are counted line by line: a prompt's Progress section is one long text that
-/// changes at its end each cycle, and its lines are remembered where the whole is not.
+/// changes at its end each cycle, so its lines are encoded (and the long ones remembered) where
+/// the whole would be encoded again every time.
 const SPLIT_FROM_BYTES: usize = 2_000;
 
 fn encoded_len(bpe: &'static CoreBPE, text: &str) -> usize {
@@ -104,20 +105,22 @@ fn encoded_len(bpe: &'static CoreBPE, text: &str) -> usize {
         .sum()
 }
 
-/// `text` cut after each newline that a non-space character follows. The encodings'
-/// pre-tokenizers never join such a newline to what follows it (a run of newlines, or a newline
-/// and indentation, stays together), so the pieces' counts add up to the whole's exactly.
+/// `text` cut after each newline that a character other than whitespace or `/` follows. The
+/// encodings' pre-tokenizers never join such a newline to what follows it: a run of newlines and
+/// a newline with indentation (any Unicode space) stay together, and so do punctuation, newlines
+/// and slashes (o200k has tokens such as `"};\n//"`). So the pieces' counts add up to the whole's
+/// exactly.
 fn lines_for_counting(text: &str) -> impl Iterator<Item = &str> {
     let mut rest = text;
     std::iter::from_fn(move || {
         if rest.is_empty() {
             return None;
         }
-        let bytes = rest.as_bytes();
-        let cut = (1..bytes.len())
-            .find(|&i| bytes[i - 1] == b'\n' && !bytes[i].is_ascii_whitespace())
-            .unwrap_or(bytes.len());
-        // A cut lands after an ASCII newline, so it is always a character boundary.
+        let cut = rest
+            .char_indices()
+            .zip(rest.chars().skip(1))
+            .find(|((_, c), next)| *c == '\n' && !next.is_whitespace() && *next != '/')
+            .map_or(rest.len(), |((at, _), _)| at + 1);
         let (piece, after) = rest.split_at(cut);
         rest = after;
         Some(piece)
@@ -177,6 +180,11 @@ mod tests {
             }
             if i % 11 == 0 {
                 text.push_str("```json\n{\"a\": [1, 2, 3]}\n```\n\t tabbed\r\nwindows line\n");
+            }
+            if i % 13 == 0 {
+                // Punctuation, a newline and slashes are one pre-token in o200k; so are a newline
+                // and a following Unicode space or vertical tab.
+                text.push_str("fn x() {};\n// note\nx)\n// more\ngo ->\n/tmp/a\n\u{a0}\n\u{3000}\n\u{b}\nend\n");
             }
         }
         assert!(text.len() > SPLIT_FROM_BYTES);

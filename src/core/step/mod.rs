@@ -401,7 +401,9 @@ impl Stepper<'_, '_> {
         // A remembered rule approves like Approve ×N, and stops where it stops: at the soft cap.
         let rule = self.rule_for(&valid.call, valid.risk, sends_out);
         let auto_stop = match (auto_stop, ctx.budget) {
-            (None, Some(view)) if rule.is_some() && soft_capped => Some(view.soft_cap_note()),
+            (None, Some(view)) if rule.is_some() && soft_capped && !shown_to_a_person => {
+                Some(view.soft_cap_note())
+            }
             (stop, _) => stop,
         };
         let rule = rule.filter(|_| !soft_capped);
@@ -641,6 +643,8 @@ impl Stepper<'_, '_> {
         }
         self.state.record_episode(episode);
         self.state.pending = None;
+        // A person's rethink holds for its cycle only, through restarts and resumes.
+        self.state.rethink_requested = None;
         self.state.cycle += 1;
         self.state.cycles_since_resume += 1;
         self.fx.push(Effect::EpisodeRecorded { cycle });

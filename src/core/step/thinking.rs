@@ -197,7 +197,6 @@ impl Stepper<'_, '_> {
         let (state, ctx) = (&mut *self.state, self.ctx);
         state.phase = Phase::Thinking;
         state.rethink_used = false;
-        state.rethink_requested = None;
         state.paced = None;
         let input_chars = (ctx.limits.send_limit() * 3).max(2000);
         // Newest first and bounded, so that resuming an old agent does not fire hundreds of calls at once;

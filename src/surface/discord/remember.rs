@@ -81,6 +81,7 @@ fn menu_options(scopes: &[RuleScope], admin: bool) -> Vec<CreateSelectMenuOption
             }
         }
     }
+    debug_assert!(options.len() <= 25, "Discord's limit on a menu's options");
     options
 }
 

@@ -82,7 +82,7 @@ fn rules_view(
         for rule in rules {
             number += 1;
             let line = format!("{number}. {}", rule.describe());
-            text.push_str(&truncate_chars(&line, RULE_LINE_MAX));
+            text.push_str(&balanced_code(&truncate_chars(&line, RULE_LINE_MAX)));
             text.push('\n');
             if let (true, Some((agent, cycle))) = (may_revoke, split_rule_id(&rule.id)) {
                 buttons.push(
@@ -105,6 +105,14 @@ fn rules_view(
         .title(title)
         .description(truncate_chars(text.trim_end(), 4096));
     (list, rows)
+}
+
+/// A line cut inside a code span is closed, so that the lines after it still render as written.
+fn balanced_code(line: &str) -> String {
+    match line.matches('`').count() % 2 {
+        0 => line.to_string(),
+        _ => format!("{line}`"),
+    }
 }
 
 /// `<agent>.<cycle>` back into its parts.
@@ -225,5 +233,7 @@ mod tests {
         assert_eq!(split_rule_id(&rule_id("x.y", 7)), Some(("x.y", 7)));
         assert_eq!(split_rule_id("nodot"), None);
         assert_eq!(split_rule_id("a.b"), None);
+        assert_eq!(balanced_code("`a` and `b"), "`a` and `b`");
+        assert_eq!(balanced_code("`a` done"), "`a` done");
     }
 }

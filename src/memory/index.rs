@@ -194,6 +194,11 @@ impl VectorIndex {
         matches!(self.graph, Graph::Hnsw(_))
     }
 
+    /// Whether the memory `id` is in the index.
+    pub fn contains(&self, id: u64) -> bool {
+        self.ids.contains(&id)
+    }
+
     /// Adds one memory; crossing the exact-search threshold builds the graph.
     pub fn insert(&mut self, id: u64, vector: &[f32]) {
         let position = self.ids.len();

@@ -82,7 +82,73 @@ struct Cached {
 #[derive(Default)]
 struct Cache {
     agents: HashMap<String, Cached>,
+    /// Agents whose index is being read from the store, with what was stored and forgotten
+    /// meanwhile: the read may have passed those keys already, so the index is brought up to date
+    /// with them when it is cached.
+    loading: HashMap<String, ChangedWhileLoading>,
     clock: u64,
+}
+
+#[derive(Default)]
+struct ChangedWhileLoading {
+    /// How many loads of this agent's index are under way.
+    loads: usize,
+    stored: Vec<(u64, Vec<f32>)>,
+    forgotten: Vec<u64>,
+}
+
+/// A load of one agent's index under way, registered in the cache's `loading` while it lasts
+/// (also when the load fails or its caller gives up).
+struct LoadingGuard<'m> {
+    cache: &'m Mutex<Cache>,
+    agent: String,
+    finished: bool,
+}
+
+impl<'m> LoadingGuard<'m> {
+    fn start(cache: &'m Mutex<Cache>, agent: &str) -> Self {
+        let mut locked = cache.lock().unwrap_or_else(|e| e.into_inner());
+        locked.loading.entry(agent.to_string()).or_default().loads += 1;
+        LoadingGuard {
+            cache,
+            agent: agent.to_string(),
+            finished: false,
+        }
+    }
+
+    /// Ends the load (with the cache locked by the caller) and hands over what changed during
+    /// it; another load still under way finds this one's index cached and needs none of it.
+    fn finish(mut self, cache: &mut Cache) -> ChangedWhileLoading {
+        self.finished = true;
+        let Some(changed) = cache.loading.get_mut(&self.agent) else {
+            return ChangedWhileLoading::default();
+        };
+        changed.loads = changed.loads.saturating_sub(1);
+        let taken = ChangedWhileLoading {
+            loads: 0,
+            stored: std::mem::take(&mut changed.stored),
+            forgotten: std::mem::take(&mut changed.forgotten),
+        };
+        if changed.loads == 0 {
+            cache.loading.remove(&self.agent);
+        }
+        taken
+    }
+}
+
+impl Drop for LoadingGuard<'_> {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(changed) = cache.loading.get_mut(&self.agent) {
+            changed.loads = changed.loads.saturating_sub(1);
+            if changed.loads == 0 {
+                cache.loading.remove(&self.agent);
+            }
+        }
+    }
 }
 
 pub struct Memory {
@@ -258,7 +324,7 @@ impl Memory {
     }
 
     fn store(&self, record: &MemoryRecord, vector: &[f32]) -> Result<(), MemoryError> {
-        let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(cached) = cache.agents.get(&record.agent) {
             let index = cached.index.read().unwrap_or_else(|e| e.into_inner());
             if index.dim() != vector.len() && !index.is_empty() {
@@ -271,28 +337,36 @@ impl Memory {
         let k = key(&record.agent, record.id);
         self.records.insert(&k, encode(record)?)?;
         self.vectors.insert(&k, to_bytes(vector))?;
-        // A loaded index learns the memory at once; one not loaded reads it from the store later.
+        // A loaded index learns the memory at once; one not loaded reads it from the store later,
+        // and one being read gets it when the read is done.
         if let Some(cached) = cache.agents.get(&record.agent) {
-            let mut index = cached.index.write().unwrap_or_else(|e| e.into_inner());
-            if index.is_empty() {
-                *index = VectorIndex::build(
-                    vector.len(),
-                    vec![(record.id, vector.to_vec())],
-                    self.params(),
-                    self.config.exact_below,
-                );
-            } else {
-                index.insert(record.id, vector);
-            }
-            let grown = index.len().saturating_sub(index.saved_len());
-            if index.is_graph() && grown >= SAVE_AFTER_NEW_MEMORIES.max(index.saved_len() / 10) {
-                // Counted as saved now, so the memories stored meanwhile don't start more saves.
-                index.set_saved_len(index.len());
-                drop(index);
-                self.save_in_background(&record.agent, cached.index.clone());
-            }
+            self.add_to_index(&record.agent, &cached.index, record.id, vector);
+        } else if let Some(changed) = cache.loading.get_mut(&record.agent) {
+            changed.stored.push((record.id, vector.to_vec()));
         }
         Ok(())
+    }
+
+    /// Adds a stored memory to a cached index, and saves a graph that has grown enough.
+    fn add_to_index(&self, agent: &str, shared: &SharedIndex, id: u64, vector: &[f32]) {
+        let mut index = shared.write().unwrap_or_else(|e| e.into_inner());
+        if index.is_empty() {
+            *index = VectorIndex::build(
+                vector.len(),
+                vec![(id, vector.to_vec())],
+                self.params(),
+                self.config.exact_below,
+            );
+        } else if index.dim() == vector.len() {
+            index.insert(id, vector);
+        }
+        let grown = index.len().saturating_sub(index.saved_len());
+        if index.is_graph() && grown >= SAVE_AFTER_NEW_MEMORIES.max(index.saved_len() / 10) {
+            // Counted as saved now, so the memories stored meanwhile don't start more saves.
+            index.set_saved_len(index.len());
+            drop(index);
+            self.save_in_background(agent, shared.clone());
+        }
     }
 
     /// Saves a graph on the blocking pool, off the caller's path.
@@ -349,6 +423,8 @@ impl Memory {
         let (records, vectors) = (self.records.clone(), self.vectors.clone());
         let (params, exact_below) = (self.params(), self.config.exact_below);
         let (agent_key, saved) = (agent.to_string(), self.saved.clone());
+        // Registered before the read starts, so nothing stored or forgotten during it is missed.
+        let loading = LoadingGuard::start(&self.cache, agent);
         let loaded = tokio::task::spawn_blocking(move || {
             let source = IndexSource {
                 records: &records,
@@ -359,15 +435,29 @@ impl Memory {
         })
         .await
         .map_err(|e| StoreError::Corrupt(format!("the index build failed: {e}")))??;
-        let index = Arc::new(RwLock::new(loaded.index));
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let changed = loading.finish(&mut cache);
         cache.clock += 1;
         let now = cache.clock;
+        if let Some(cached) = cache.agents.get_mut(agent) {
+            // Another load finished first and has been kept up to date since: it stays.
+            cached.last_used = now;
+            return Ok((cached.index.clone(), cached.forgotten.clone()));
+        }
+        let mut skip = loaded.skip;
+        skip.extend(changed.forgotten);
+        let index = Arc::new(RwLock::new(loaded.index));
+        for (id, vector) in changed.stored {
+            let known = index.read().unwrap_or_else(|e| e.into_inner()).contains(id);
+            if !known {
+                self.add_to_index(agent, &index, id, &vector);
+            }
+        }
         cache.agents.insert(
             agent.to_string(),
             Cached {
                 index: index.clone(),
-                forgotten: loaded.skip.clone(),
+                forgotten: skip.clone(),
                 last_used: now,
             },
         );
@@ -381,7 +471,7 @@ impl Memory {
         for (evicted, index) in evict(&mut cache, self.config.max_cached_vectors, agent) {
             self.save_in_background(&evicted, index);
         }
-        Ok((index, loaded.skip))
+        Ok((index, skip))
     }
 
     /// The `k` memories of this agent most similar to `query`; pinned memories are added
@@ -492,6 +582,8 @@ impl Memory {
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(cached) = cache.agents.get_mut(agent) {
             cached.forgotten.insert(id);
+        } else if let Some(changed) = cache.loading.get_mut(agent) {
+            changed.forgotten.push(id);
         }
         Ok(record)
     }

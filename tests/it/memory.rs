@@ -174,6 +174,44 @@ async fn agents_never_see_each_others_memories_and_forget_pin_and_restart_behave
     drop(f.store);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_is_stored_or_forgotten_while_an_index_loads_is_not_lost() {
+    let f = fixture_in(tempfile::tempdir().unwrap());
+    let a = payer("agent-a", "g1");
+    let lunch = f
+        .memory
+        .remember(&a, 1, MemorySource::Cycle, "Lunch is at noon")
+        .await
+        .unwrap();
+    assert!(!f.memory.is_cached("agent-a"));
+    // The first search reads the index from the store on the blocking pool; it is polled once,
+    // so that the read starts, and left waiting while it passes the keys.
+    let mut first = Box::pin(f.memory.search(&a, "lunch", 10));
+    assert!(
+        tokio::time::timeout(std::time::Duration::ZERO, &mut first)
+            .await
+            .is_err(),
+        "the first search waits for the index"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // Meanwhile a cycle's memory is written (as the runtime does, in a task) and one forgotten.
+    let secret = remember_password(&f, &a).await;
+    f.memory.forget("agent-a", lunch).unwrap();
+    first.await.unwrap();
+    assert!(f.memory.is_cached("agent-a"));
+    let found = f
+        .memory
+        .search(&a, "launch password heliotrope", 10)
+        .await
+        .unwrap();
+    let ids: Vec<u64> = found.iter().map(|hit| hit.id).collect();
+    assert_eq!(
+        ids,
+        vec![secret],
+        "stored during the load, and forgotten during it"
+    );
+}
+
 #[tokio::test]
 async fn recalled_memories_get_their_texts_back_and_forgotten_ones_drop_out() {
     let f = fixture_in(tempfile::tempdir().unwrap());

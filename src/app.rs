@@ -73,7 +73,7 @@ impl App {
             clock.clone(),
         )?;
         let web = Web::for_config(&config)?;
-        let tools = Arc::new(Registry::for_config(&config));
+        let tools = Arc::new(with_code_execution(Registry::for_config(&config), &config));
         Ok(App {
             config,
             store,
@@ -196,6 +196,36 @@ impl App {
             self.clock.clone(),
         )
     }
+}
+
+/// The registry with the code execution commands when the config offers them and the kernel
+/// sandbox works here; otherwise as it was, with the reason in the log.
+#[cfg(target_os = "linux")]
+fn with_code_execution(tools: Registry, config: &Config) -> Registry {
+    if !config.sandbox.enabled {
+        return tools;
+    }
+    match crate::sandbox::Sandbox::probe_once(&config.sandbox) {
+        Ok(sandbox) => {
+            tracing::info!("code execution: on ({})", sandbox.describe());
+            tools.with_commands(
+                crate::tools::execute::commands(sandbox, config.sandbox.shell),
+                &config.agent.disabled_commands,
+            )
+        }
+        Err(why) => {
+            tracing::warn!("code execution: off, because {why}");
+            tools
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn with_code_execution(tools: Registry, config: &Config) -> Registry {
+    if config.sandbox.enabled {
+        tracing::warn!("code execution: off, because its sandbox needs Linux");
+    }
+    tools
 }
 
 /// Opens the store in the configured data directory, running its migrations.

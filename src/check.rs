@@ -62,7 +62,26 @@ pub async fn run_checks(config: &Config) -> Vec<Line> {
         check_embeddings(config).await,
         check_discord(config).await,
         check_search(config).await,
+        check_sandbox(config),
     ]
+}
+
+/// Whether agents can run code here: the sandbox is proven with a real run.
+fn check_sandbox(config: &Config) -> Line {
+    if !config.sandbox.enabled {
+        return line(
+            "code execution",
+            Verdict::Warn("off in the config (sandbox.enabled)".into()),
+        );
+    }
+    #[cfg(target_os = "linux")]
+    let verdict = match crate::sandbox::Sandbox::probe(&config.sandbox) {
+        Ok(sandbox) => Verdict::Pass(sandbox.describe()),
+        Err(why) => Verdict::Warn(format!("off: {why}")),
+    };
+    #[cfg(not(target_os = "linux"))]
+    let verdict = Verdict::Warn("off: the sandbox needs Linux".into());
+    line("code execution", verdict)
 }
 
 fn check_store(config: &Config) -> Line {

@@ -30,6 +30,8 @@ pub mod llm;
 pub mod memory;
 pub mod ops;
 pub mod runtime;
+#[cfg(target_os = "linux")]
+pub mod sandbox;
 pub mod service;
 pub mod store;
 pub mod surface;

@@ -74,6 +74,7 @@ pub struct Config {
     pub approvals: ApprovalsConfig,
     pub web: WebConfig,
     pub subagents: SubagentConfig,
+    pub sandbox: SandboxConfig,
     pub ops: OpsConfig,
 }
 

@@ -9,6 +9,7 @@ pub mod event;
 pub mod expiry;
 pub mod history;
 pub mod memory;
+pub mod paths;
 pub mod policy;
 pub mod prompt;
 pub mod quorum;

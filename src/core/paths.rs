@@ -1,4 +1,5 @@
-//! Workspace paths: every path an agent names is normalised and confined to its own workspace.
+//! Workspace paths: every path an agent names is normalised and confined to its own workspace (pure,
+//! so that the commands and the code sandbox apply the same rule).
 
 /// Longest path accepted, in bytes, so keys stay small.
 const MAX_PATH_BYTES: usize = 255;

@@ -132,6 +132,7 @@ pub fn system_prompt(profile: &Profile, commands: &CommandSet) -> String {
          and pursue simple strategies with no legal complications.\n\n\
          ## Constraints\n{constraints}\n\n\
          ## Commands\nThe only commands you can use:\n{commands}\n\n\
+         ## Resources\n{resources}\n\n\
          ## Best practices\n{practices}\n\n\
          ## Your Task\nThe user gives your task in triple quotes in the next message. \
          Complete it following the directives above, and finish when it is done.",
@@ -139,8 +140,34 @@ pub fn system_prompt(profile: &Profile, commands: &CommandSet) -> String {
         role = profile.role,
         constraints = numbered(constraints),
         commands = numbered(commands.specs.iter().map(|s| s.prompt_line())),
+        resources = numbered(resources(commands)),
         practices = numbered(practices),
     )
+}
+
+/// The abilities the agent's commands actually give it (AutoGPT lists internet access, memory
+/// and sub-agents whatever is enabled; a model told of an ability it lacks plans around it).
+pub fn resources(commands: &CommandSet) -> Vec<&'static str> {
+    let has = |name: &str| commands.specs.iter().any(|s| s.name == name);
+    let mut resources =
+        vec!["A workspace of files that you read and write with the file commands."];
+    if has("web_search") || has("read_webpage") || has("wikipedia_search") {
+        resources.push("Internet access for searches and reading web pages.");
+    }
+    if has("memory_add") {
+        resources.push("Long-term memory: relevant notes of your earlier steps are shown to you.");
+    }
+    if has("execute_python") {
+        resources.push("Running Python code in a sandbox without network access; your workspace's files are in its current folder, and the files it writes there are kept.");
+    }
+    if has("execute_shell") {
+        resources.push("Running shell commands in the same sandbox.");
+    }
+    if has("start_agent") {
+        resources
+            .push("Sub-agents (other language model instances) for simple tasks you delegate.");
+    }
+    resources
 }
 
 pub fn time_message(now: DateTime<Utc>) -> String {
@@ -489,5 +516,42 @@ mod tests {
             parse_profile(r#"{"name": "rm -rf /; <@everyone>", "description": "x"}"#),
             None
         );
+    }
+
+    #[test]
+    fn resources_name_only_the_abilities_the_commands_give() {
+        use crate::core::commands::{CommandSpec, Risk};
+        let set = |names: &[&str]| CommandSet {
+            specs: names
+                .iter()
+                .map(|n| CommandSpec::new(n, "x", Risk::Read))
+                .collect(),
+        };
+        let bare = resources(&set(&["read_file", "finish"]));
+        assert_eq!(bare.len(), 1, "{bare:?}");
+        assert!(!bare.iter().any(|r| r.contains("Internet")));
+        let full = resources(&set(&[
+            "read_file",
+            "web_search",
+            "memory_add",
+            "execute_python",
+            "start_agent",
+        ]));
+        let text = full.join("\n");
+        for ability in [
+            "Internet access",
+            "Long-term memory",
+            "Python code in a sandbox",
+            "Sub-agents",
+        ] {
+            assert!(text.contains(ability), "{text}");
+        }
+        assert!(!text.contains("shell"), "{text}");
+        let prompt = system_prompt(&Profile::fallback(), &set(&["execute_shell"]));
+        assert!(
+            prompt.contains("## Resources\n1. A workspace of files"),
+            "{prompt}"
+        );
+        assert!(prompt.contains("2. Running shell commands"), "{prompt}");
     }
 }

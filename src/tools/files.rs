@@ -19,6 +19,7 @@ pub fn commands() -> Vec<Arc<dyn Command>> {
         Arc::new(AppendToFile),
         Arc::new(DeleteFile),
         Arc::new(ListFolder),
+        Arc::new(SearchFiles),
     ]
 }
 
@@ -256,6 +257,108 @@ impl Command for ListFolder {
     }
 }
 
+struct SearchFiles;
+
+/// Files a search lists, and matching lines it shows of each: enough to choose what to read.
+const SEARCH_FILES_SHOWN: usize = 50;
+const SEARCH_LINES_SHOWN: usize = 5;
+const SEARCH_LINE_CHARS: usize = 200;
+
+#[async_trait]
+impl Command for SearchFiles {
+    fn spec(&self) -> CommandSpec {
+        CommandSpec::new(
+            "search_files",
+            "Find workspace files whose path matches a glob pattern, optionally only those containing a text (its lines are shown)",
+            Risk::Read,
+        )
+        .arg(
+            "pattern",
+            ArgType::String,
+            "A glob over paths: * and ? within a folder, ** across folders (**/*.py)",
+        )
+        .optional_arg(
+            "text",
+            ArgType::String,
+            "Only files containing this text, ignoring case",
+        )
+    }
+
+    async fn run(&self, call: &CommandCall, ctx: &ToolCtx<'_>) -> ToolOutput {
+        let pattern = match str_arg(call, "pattern").trim() {
+            "" => "**",
+            given => given,
+        };
+        let matcher = match globset::GlobBuilder::new(pattern)
+            .literal_separator(true)
+            .build()
+        {
+            Ok(glob) => glob.compile_matcher(),
+            Err(e) => return ToolOutput::error(format!("Invalid pattern '{pattern}': {e}")),
+        };
+        let text = str_arg(call, "text").trim().to_lowercase();
+        let files = match ctx.workspace.list() {
+            Ok(files) => files,
+            Err(e) => return ToolOutput::error(format!("The workspace could not be read: {e}")),
+        };
+        let mut found: Vec<String> = Vec::new();
+        for (path, size) in files.iter().filter(|(path, _)| matcher.is_match(path)) {
+            if text.is_empty() {
+                found.push(format!("{path} ({size} bytes)"));
+                continue;
+            }
+            let contents = match existing(ctx, path) {
+                Ok(Some(bytes)) => bytes,
+                Ok(None) => continue,
+                Err(out) => return out,
+            };
+            // Binary files are searched as text too, and shown by their lines that decode.
+            let contents = String::from_utf8_lossy(&contents);
+            let lines: Vec<String> = contents
+                .lines()
+                .enumerate()
+                .filter(|(_, line)| line.to_lowercase().contains(&text))
+                .map(|(n, line)| {
+                    format!(
+                        "  {}: {}",
+                        n + 1,
+                        crate::core::history::truncate_chars(line.trim(), SEARCH_LINE_CHARS)
+                    )
+                })
+                .collect();
+            if lines.is_empty() {
+                continue;
+            }
+            let mut entry = format!("{path} ({} matching lines)", lines.len());
+            for line in lines.iter().take(SEARCH_LINES_SHOWN) {
+                entry.push('\n');
+                entry.push_str(line);
+            }
+            found.push(entry);
+        }
+        let containing = if text.is_empty() {
+            String::new()
+        } else {
+            format!(" containing '{}'", str_arg(call, "text").trim())
+        };
+        if found.is_empty() {
+            return ToolOutput::success(format!("No file matches '{pattern}'{containing}."));
+        }
+        let mut out = format!("{} files match '{pattern}'{containing}:", found.len());
+        for entry in found.iter().take(SEARCH_FILES_SHOWN) {
+            out.push_str("\n- ");
+            out.push_str(entry);
+        }
+        if found.len() > SEARCH_FILES_SHOWN {
+            out.push_str(&format!(
+                "\n… and {} more; narrow the pattern",
+                found.len() - SEARCH_FILES_SHOWN
+            ));
+        }
+        ToolOutput::success(out)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -481,5 +584,57 @@ mod tests {
                 "File 'img.bin' is binary (3 bytes) and cannot be shown as text.".into()
             )
         );
+    }
+
+    #[tokio::test]
+    async fn search_files_matches_paths_by_glob_and_contents_by_text() {
+        let f = Fixture::new();
+        f.store
+            .commit(&Commit {
+                state: Some(&f.agent),
+                workspace: vec![
+                    WorkspaceOp::Put {
+                        path: "src/main.py".into(),
+                        contents: b"import os\nprint('Hello')\n".to_vec(),
+                    },
+                    WorkspaceOp::Put {
+                        path: "src/util/io.py".into(),
+                        contents: b"def hello():\n    pass\n".to_vec(),
+                    },
+                    WorkspaceOp::Put {
+                        path: "notes.md".into(),
+                        contents: b"hello notes".to_vec(),
+                    },
+                ],
+                ..Default::default()
+            })
+            .unwrap();
+        let text = |o: Outcome| o.text().to_string();
+        let all_python = text(f.run("search_files", json!({"pattern": "**/*.py"})).await);
+        assert!(
+            all_python.starts_with("2 files match '**/*.py':"),
+            "{all_python}"
+        );
+        let top = text(f.run("search_files", json!({"pattern": "src/*.py"})).await);
+        assert!(
+            top.starts_with("1 files match") && top.contains("src/main.py"),
+            "{top}"
+        );
+        let hello = text(
+            f.run("search_files", json!({"pattern": "**", "text": "HELLO"}))
+                .await,
+        );
+        assert!(
+            hello.contains("- notes.md (1 matching lines)\n  1: hello notes"),
+            "{hello}"
+        );
+        assert!(hello.contains("  2: print('Hello')"), "{hello}");
+        assert!(hello.contains("  1: def hello():"), "{hello}");
+        let none = text(f.run("search_files", json!({"pattern": "*.rs"})).await);
+        assert_eq!(none, "No file matches '*.rs'.");
+        assert!(matches!(
+            f.run("search_files", json!({"pattern": "src/[.py"})).await,
+            Outcome::Error(e) if e.starts_with("Invalid pattern")
+        ));
     }
 }

@@ -3,6 +3,8 @@
 
 pub mod agents;
 pub mod control;
+#[cfg(target_os = "linux")]
+pub mod execute;
 pub mod files;
 pub mod memory;
 pub mod preview;
@@ -202,9 +204,7 @@ impl Registry {
             agent.disabled_commands.push("memory_add".into());
         }
         if !config.web.enabled {
-            agent
-                .disabled_commands
-                .extend(["web_search", "read_webpage"].map(String::from));
+            agent.disabled_commands.extend(web::NAMES.map(String::from));
         }
         if !config.subagents.enabled {
             agent
@@ -212,6 +212,17 @@ impl Registry {
                 .extend(agents::NAMES.map(String::from));
         }
         Registry::standard(&agent)
+    }
+
+    /// This registry with `more` commands, minus those of them the config disables (the ones
+    /// already here were filtered when it was made; `finish` among them stays).
+    pub fn with_commands(self, more: Vec<Arc<dyn Command>>, disabled: &[String]) -> Self {
+        let mut commands = self.commands;
+        commands.extend(
+            more.into_iter()
+                .filter(|c| !disabled.contains(&c.spec().name)),
+        );
+        Registry::new(commands, &[])
     }
 
     pub fn command_set(&self) -> &CommandSet {

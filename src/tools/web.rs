@@ -1,4 +1,4 @@
-//! `web_search` and `read_webpage` (AutoGPT 0.5's signature; `browse_website` is accepted as an
+//! `web_search`, `wikipedia_search` and `read_webpage` (AutoGPT 0.5's signature; `browse_website` is accepted as an
 //! alias): search results, and a page's readable text, or the model's answer drawn from it in
 //! chunks (map-reduce within the context), always handed back labelled as untrusted web content.
 
@@ -20,7 +20,50 @@ use crate::web::search;
 use crate::web::Web;
 
 pub fn commands() -> Vec<Arc<dyn Command>> {
-    vec![Arc::new(WebSearch), Arc::new(ReadWebpage)]
+    vec![
+        Arc::new(WebSearch),
+        Arc::new(WikipediaSearch),
+        Arc::new(ReadWebpage),
+    ]
+}
+
+/// The names of the web commands, which the config switches off together.
+pub const NAMES: [&str; 3] = ["web_search", "wikipedia_search", "read_webpage"];
+
+struct WikipediaSearch;
+
+/// Articles `wikipedia_search` returns.
+const WIKIPEDIA_ARTICLES: usize = 3;
+
+#[async_trait]
+impl Command for WikipediaSearch {
+    fn spec(&self) -> CommandSpec {
+        CommandSpec::new(
+            "wikipedia_search",
+            "Search Wikipedia; returns the best-matching articles with their introductions",
+            Risk::Network,
+        )
+        .arg("query", ArgType::String, "What to look up")
+        .reads_untrusted()
+        .egress(Egress::Argument("query".into()))
+    }
+
+    async fn run(&self, call: &CommandCall, ctx: &ToolCtx<'_>) -> ToolOutput {
+        let Some(web) = ctx.web else {
+            return ToolOutput::error("Web access is switched off for this bot.");
+        };
+        let query = str_arg(call, "query").trim();
+        if query.is_empty() {
+            return ToolOutput::error("The query is empty.");
+        }
+        match web.wiki.search(query, WIKIPEDIA_ARTICLES).await {
+            Ok(articles) => ToolOutput::success(format!(
+                "{UNTRUSTED_NOTE}\n{}",
+                crate::web::wiki::render(query, &articles)
+            )),
+            Err(e) => ToolOutput::error(format!("The search failed: {e}.")),
+        }
+    }
 }
 
 /// The line every piece of web content starts with, so that the model reads it as data.

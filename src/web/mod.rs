@@ -1,10 +1,11 @@
-//! The web as the agent's commands see it: search backends, the guarded page fetcher, and the
+//! The web as the agent's commands see it: search backends, Wikipedia, the guarded page fetcher, and the
 //! extraction of readable text and links from what was fetched.
 
 pub mod extract;
 pub mod fetch;
 pub mod guard;
 pub mod search;
+pub mod wiki;
 
 use std::sync::Arc;
 
@@ -22,6 +23,7 @@ pub enum SetupError {
 /// What the web commands use: one search backend, one guarded fetcher, their limits.
 pub struct Web {
     pub search: Box<dyn search::SearchBackend>,
+    pub wiki: Box<dyn wiki::WikiBackend>,
     pub fetcher: fetch::WebClient,
     pub config: WebConfig,
 }
@@ -47,6 +49,7 @@ impl Web {
     ) -> Result<Web, SetupError> {
         Ok(Web {
             search: search::backend(config)?,
+            wiki: Box::new(wiki::MediaWiki::new(config)?),
             fetcher: fetch::WebClient::new(config, lookup)?,
             config: config.clone(),
         })

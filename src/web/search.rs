@@ -73,7 +73,7 @@ pub fn backend(config: &WebConfig) -> Result<Box<dyn SearchBackend>, super::Setu
     })
 }
 
-async fn get(
+pub(super) async fn get(
     service: &'static str,
     request: reqwest::RequestBuilder,
 ) -> Result<String, SearchError> {

@@ -690,3 +690,56 @@ async fn export_keeps_a_file_named_like_a_folder_and_spoofing_names_are_refused(
     assert_eq!(read(dir.join("workspace/clash/inner.txt")), "inside");
     fake.assert_clean();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_runs_sandboxed_once_approved_and_its_file_lands_in_the_workspace() {
+    let fake = fake().await;
+    fake.push_checked(
+        Reply::Content(agent_reply(
+            "write_file",
+            json!({"filename": "data.txt", "contents": "3 4 5"}),
+        )),
+        Some(Box::new(|body: &Value| {
+            let prompt = body.to_string();
+            match prompt.contains("execute_python") && !prompt.contains("execute_shell") {
+                true => Ok(()),
+                false => Err("the prompt offers execute_python and, by default, no shell".into()),
+            }
+        })),
+    );
+    step(
+        &fake,
+        "execute_python",
+        json!({"code": "n = open('data.txt').read().split()\nopen('sum.txt', 'w').write(str(sum(map(int, n))))\nprint('sum written')"}),
+    );
+    step_checked(
+        &fake,
+        "finish",
+        json!({"reason": "summed"}),
+        expect_progress(&["sum written", "Files changed: sum.txt (2 bytes)"]),
+    );
+    let env = TestEnv::new(&fake.base_url, "");
+    let mut run = env.spawn(&[
+        "console",
+        "--task",
+        "Sum the numbers",
+        "--name",
+        "SumGPT",
+        "--role",
+        "r",
+        "--continuous",
+    ]);
+    // Code execution is in the external class: asked for even in continuous mode (as `finish`
+    // is, in the control class).
+    run.wait_for("Input:", 1, WAIT).await;
+    run.type_lines(&["y"]).await;
+    run.wait_for("Input:", 2, WAIT).await;
+    run.type_lines(&["y"]).await;
+    let (ok, out, err) = run.finish(WAIT).await;
+    assert!(out.contains("execute_python"), "{out}");
+    assert!(ok, "{out}{err}");
+    let id = created_agent_id(&out);
+    let dir = export(&env, &id).await;
+    assert_eq!(read(dir.join("workspace/sum.txt")), "12");
+    fake.assert_clean();
+}

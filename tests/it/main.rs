@@ -25,6 +25,7 @@ mod policy_e2e;
 mod providers_e2e;
 mod real_peer;
 mod rules_e2e;
+mod sandbox;
 mod shards;
 mod snapshots;
 mod store_migration;

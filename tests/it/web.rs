@@ -28,6 +28,8 @@ use support::inproc::{run_tool, Recorder, ToolFake};
 const DDG_PAGE: &str = include_str!("fixtures/web/duckduckgo.html");
 const SEARXNG_JSON: &str = include_str!("fixtures/web/searxng.json");
 const BRAVE_JSON: &str = include_str!("fixtures/web/brave.json");
+/// A MediaWiki API answer in its second format: pages in page-id order, each with its rank.
+const WIKIPEDIA_JSON: &str = include_str!("fixtures/web/wikipedia.json");
 
 /// Requests the test server saw, by path, with their query strings.
 #[derive(Default)]
@@ -122,6 +124,26 @@ async fn serve() -> Server {
                     return (StatusCode::UNAUTHORIZED, "bad token").into_response();
                 }
                 ([(header::CONTENT_TYPE, "application/json")], BRAVE_JSON).into_response()
+            }),
+        )
+        .route(
+            "/w/api.php",
+            get(|Query(q): Query<HashMap<String, String>>| async move {
+                let asked = |k: &str, v: &str| q.get(k).map(String::as_str) == Some(v);
+                if !(asked("action", "query")
+                    && asked("format", "json")
+                    && asked("formatversion", "2")
+                    && asked("generator", "search")
+                    && asked("explaintext", "1"))
+                {
+                    return (StatusCode::BAD_REQUEST, "unexpected parameters").into_response();
+                }
+                let body = match q.get("gsrsearch").map(String::as_str) {
+                    Some("rust") => WIKIPEDIA_JSON,
+                    // What the API answers when nothing matches: no `query` at all.
+                    _ => r#"{"batchcomplete":true}"#,
+                };
+                ([(header::CONTENT_TYPE, "application/json")], body).into_response()
             }),
         )
         .route("/glacier", get(html(glacier)))
@@ -240,6 +262,7 @@ impl Lookup for TestLookup {
 
 fn web_config(port: u16) -> WebConfig {
     WebConfig {
+        wikipedia_url: format!("http://127.0.0.1:{port}/w/api.php"),
         duckduckgo_url: format!("http://127.0.0.1:{port}/ddg/html/"),
         searxng_url: format!("http://127.0.0.1:{port}/searx"),
         brave_url: format!("http://127.0.0.1:{port}/brave"),
@@ -259,6 +282,52 @@ fn web(config: &WebConfig) -> Web {
         }),
     )
     .unwrap()
+}
+
+#[tokio::test]
+async fn wikipedia_search_reads_the_mediawiki_answer_in_search_order() {
+    let server = serve().await;
+    let config = web_config(server.port);
+    let web = web(&config);
+    let articles = web.wiki.search("rust", 3).await.unwrap();
+    let titles: Vec<&str> = articles.iter().map(|a| a.title.as_str()).collect();
+    assert_eq!(
+        titles,
+        ["Rust (programming language)", "Rust for Linux", "Rust"],
+        "ranked by the search, not by page id"
+    );
+    assert_eq!(
+        articles[0].url,
+        "https://en.wikipedia.org/wiki/Rust_(programming_language)"
+    );
+    assert!(articles[0]
+        .summary
+        .starts_with("Rust is a general-purpose programming language"));
+    assert!(web.wiki.search("zzqx", 3).await.unwrap().is_empty());
+    let seen = server.seen.hits.lock().unwrap().clone();
+    assert!(
+        seen.iter()
+            .any(|(p, q)| p == "/w/api.php" && q.contains("gsrsearch=rust&gsrlimit=3")),
+        "{seen:?}"
+    );
+
+    // As the command: labelled untrusted, each article with its link and introduction.
+    let model = reading_model();
+    let out = run_command(&web, &model, "wikipedia_search", json!({"query": "rust"})).await;
+    let text = out.text();
+    assert!(
+        text.starts_with("[Untrusted content from the web"),
+        "{text}"
+    );
+    assert!(
+        text.contains("1. Rust (programming language) (https://en.wikipedia.org/wiki/Rust_(programming_language))"),
+        "{text}"
+    );
+    let none = run_command(&web, &model, "wikipedia_search", json!({"query": "zzqx"})).await;
+    assert!(
+        none.text().contains("No Wikipedia article matches 'zzqx'."),
+        "{none:?}"
+    );
 }
 
 #[tokio::test]

@@ -1,0 +1,334 @@
+//! The confinement a sandboxed process enters between fork and exec: its own session, resource
+//! limits, no network, an unprivileged identity, no new privileges, a Landlock view of the files
+//! and a seccomp filter. Everything is prepared in the parent; the child makes system calls only.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    path_beneath_rules, Access, AccessFs, AccessNet, Ruleset, RulesetAttr, RulesetCreatedAttr,
+    Scope, ABI,
+};
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule,
+};
+
+use super::Limits;
+
+/// The Landlock ABI whose rights are asked for; older kernels give what they have (the crate's
+/// best effort), and a kernel without Landlock gives no ruleset at all, which `prepare` refuses.
+const LANDLOCK_ABI: ABI = ABI::V6;
+
+/// Who the process runs as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Identity {
+    /// The bot runs as root: the process becomes this user and group, which the process limit
+    /// binds (root is exempt from it) and which owns nothing of the bot's.
+    Drop { uid: u32, gid: u32 },
+    /// The bot runs unprivileged: the process enters its own user namespace, where the process
+    /// limit counts its own processes only, not the bot's threads.
+    NewUserNamespace,
+}
+
+impl Identity {
+    /// The identity for this process: dropping to `uid` when running as root.
+    pub fn for_this_process(uid: u32, gid: u32) -> Identity {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            Identity::Drop { uid, gid }
+        } else {
+            Identity::NewUserNamespace
+        }
+    }
+}
+
+/// Everything the child applies to itself, built before the fork.
+pub struct Confinement {
+    landlock: OwnedFd,
+    /// Denies what a sandboxed program never needs (sockets, namespaces, tracing, io_uring, new
+    /// sessions that would escape the kill of the process group); answered with EPERM.
+    deny: BpfProgram,
+    /// `clone3` answered with ENOSYS, so that the C library falls back to `clone`, whose flags
+    /// the first filter can see (clone3 passes them in memory a filter cannot read).
+    no_clone3: BpfProgram,
+    /// On x86-64, the x32 numbering of every call refused, which the other filters (matching
+    /// numbers) would not see.
+    no_x32: Option<BpfProgram>,
+    /// Soft and hard values.
+    rlimits: Vec<(libc::__rlimit_resource_t, u64, u64)>,
+    processes: u64,
+    identity: Identity,
+    /// The bot's process id, to see after the fork whether it died before the death signal was
+    /// set up.
+    parent: libc::pid_t,
+}
+
+impl Confinement {
+    /// Prepares the confinement of a run in `run_dir`, which it may read and write; `read_only`
+    /// paths (the system's libraries and the interpreter) may be read and executed.
+    pub fn prepare(
+        run_dir: &Path,
+        read_only: &[PathBuf],
+        limits: &Limits,
+        identity: Identity,
+    ) -> Result<Confinement, String> {
+        Ok(Confinement {
+            landlock: landlock_ruleset(run_dir, read_only)?,
+            deny: deny_filter()?,
+            no_clone3: no_clone3_filter()?,
+            no_x32: no_x32_filter(),
+            rlimits: vec![
+                // The soft limit sends SIGXCPU, which tells the CPU limit apart from other kills;
+                // a program that ignores it meets the hard limit a second later.
+                (libc::RLIMIT_CPU, limits.cpu_secs, limits.cpu_secs + 1),
+                (libc::RLIMIT_AS, limits.memory_bytes, limits.memory_bytes),
+                (libc::RLIMIT_FSIZE, limits.file_bytes, limits.file_bytes),
+                (libc::RLIMIT_NOFILE, limits.open_files, limits.open_files),
+                (libc::RLIMIT_CORE, 0, 0),
+            ],
+            processes: limits.processes,
+            identity,
+            // SAFETY: getpid has no preconditions.
+            parent: unsafe { libc::getpid() },
+        })
+    }
+
+    /// Applies the confinement to the calling process. It runs in the child between fork and
+    /// exec, where only async-signal-safe calls are allowed: system calls on data prepared
+    /// before, no allocation, no locks.
+    pub fn enter(&self) -> io::Result<()> {
+        // SAFETY: each call below is a plain system call on values owned by `self`, whose
+        // pointers stay valid for the call; none allocates or takes a lock.
+        unsafe {
+            // Its own session and process group, which the parent kills whole.
+            check(libc::setsid())?;
+            for &(resource, soft, hard) in &self.rlimits {
+                let limit = libc::rlimit {
+                    rlim_cur: soft,
+                    rlim_max: hard,
+                };
+                check(libc::setrlimit(resource, &limit))?;
+            }
+            match self.identity {
+                Identity::Drop { uid, gid } => {
+                    // A network namespace of its own, with nothing in it (root may always make
+                    // one), beside the seccomp filter that refuses sockets.
+                    check(libc::unshare(libc::CLONE_NEWNET))?;
+                    check(libc::setgroups(0, std::ptr::null()))?;
+                    check(libc::setgid(gid))?;
+                    check(libc::setuid(uid))?;
+                }
+                Identity::NewUserNamespace => {
+                    check(libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET))?;
+                }
+            }
+            // Set after the identity change: the count is of the new user's processes (or of the
+            // new user namespace's), so the bot's own threads do not count against it.
+            let processes = libc::rlimit {
+                rlim_cur: self.processes,
+                rlim_max: self.processes,
+            };
+            check(libc::setrlimit(libc::RLIMIT_NPROC, &processes))?;
+            // The run dies with the thread that started it, if the bot itself dies; and if the
+            // bot died before this was set, the run does not start.
+            check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0))?;
+            if libc::getppid() != self.parent {
+                libc::_exit(137);
+            }
+            check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
+            check(libc::syscall(
+                libc::SYS_landlock_restrict_self,
+                self.landlock.as_raw_fd(),
+                0,
+            ) as libc::c_int)?;
+        }
+        let refused = |_| io::Error::from_raw_os_error(libc::EPERM);
+        if let Some(no_x32) = &self.no_x32 {
+            seccompiler::apply_filter(no_x32).map_err(refused)?;
+        }
+        seccompiler::apply_filter(&self.no_clone3).map_err(refused)?;
+        seccompiler::apply_filter(&self.deny).map_err(refused)?;
+        Ok(())
+    }
+}
+
+fn check(result: libc::c_int) -> io::Result<()> {
+    if result < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Whether this kernel enforces Landlock, and which ABI.
+pub fn landlock_abi() -> Option<i64> {
+    // SAFETY: with the VERSION flag the call only reports the ABI (or fails).
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            1u32, // LANDLOCK_CREATE_RULESET_VERSION
+        )
+    };
+    (abi > 0).then_some(abi)
+}
+
+/// The files the process may touch: its run directory, in full; the read-only paths, to read and
+/// execute; `/dev/null` and friends. TCP binds and connects, abstract UNIX sockets and signals to
+/// processes outside the sandbox are refused where the kernel can.
+fn landlock_ruleset(run_dir: &Path, read_only: &[PathBuf]) -> Result<OwnedFd, String> {
+    let fail = |e: landlock::RulesetError| format!("Landlock: {e}");
+    let all = AccessFs::from_all(LANDLOCK_ABI);
+    let read = AccessFs::from_read(LANDLOCK_ABI);
+    let created = Ruleset::default()
+        .handle_access(all)
+        .map_err(fail)?
+        .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)
+        .map_err(fail)?
+        .scope(Scope::AbstractUnixSocket | Scope::Signal)
+        .map_err(fail)?
+        .create()
+        .map_err(fail)?
+        .add_rules(path_beneath_rules(read_only, read))
+        .map_err(fail)?
+        .add_rules(path_beneath_rules(
+            ["/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"],
+            read | AccessFs::WriteFile,
+        ))
+        .map_err(fail)?
+        .add_rules(path_beneath_rules([run_dir], all))
+        .map_err(fail)?;
+    Option::<OwnedFd>::from(created).ok_or_else(|| {
+        "this kernel does not enforce Landlock (5.13 or later, with landlock in the lsm= list)"
+            .to_string()
+    })
+}
+
+/// Calls refused with EPERM. Everything else is allowed: the filter closes the doors a program
+/// could use to reach past Landlock and the limits, not the ordinary system interface.
+fn deny_filter() -> Result<BpfProgram, String> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = [
+        // No network at all: no socket can be made (pairs of connected sockets can).
+        libc::SYS_socket,
+        // io_uring runs operations (connect among them) that seccomp never sees.
+        libc::SYS_io_uring_setup,
+        libc::SYS_io_uring_enter,
+        libc::SYS_io_uring_register,
+        // Other processes' memory and tracing.
+        libc::SYS_ptrace,
+        libc::SYS_process_vm_readv,
+        libc::SYS_process_vm_writev,
+        // Namespaces and mounts.
+        libc::SYS_unshare,
+        libc::SYS_setns,
+        libc::SYS_mount,
+        libc::SYS_umount2,
+        libc::SYS_pivot_root,
+        // Kernel attack surface a program has no use for.
+        libc::SYS_bpf,
+        libc::SYS_perf_event_open,
+        libc::SYS_userfaultfd,
+        libc::SYS_keyctl,
+        libc::SYS_add_key,
+        libc::SYS_request_key,
+        libc::SYS_kexec_load,
+        libc::SYS_init_module,
+        libc::SYS_finit_module,
+        libc::SYS_delete_module,
+        libc::SYS_reboot,
+        libc::SYS_swapon,
+        libc::SYS_swapoff,
+        // A new session or process group would escape the kill of the run's group.
+        libc::SYS_setsid,
+        libc::SYS_setpgid,
+    ]
+    .into_iter()
+    .map(|call| (call, Vec::new()))
+    .collect();
+    // clone with any namespace flag.
+    let namespace_flags = [
+        libc::CLONE_NEWUSER,
+        libc::CLONE_NEWNS,
+        libc::CLONE_NEWNET,
+        libc::CLONE_NEWPID,
+        libc::CLONE_NEWIPC,
+        libc::CLONE_NEWUTS,
+        libc::CLONE_NEWCGROUP,
+    ];
+    let mut clone_rules = Vec::new();
+    for flag in namespace_flags {
+        let flag = flag as u64;
+        let condition = SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Qword,
+            SeccompCmpOp::MaskedEq(flag),
+            flag,
+        )
+        .map_err(|e| format!("seccomp: {e}"))?;
+        clone_rules.push(SeccompRule::new(vec![condition]).map_err(|e| format!("seccomp: {e}"))?);
+    }
+    rules.insert(libc::SYS_clone, clone_rules);
+    program(rules, libc::EPERM)
+}
+
+fn no_clone3_filter() -> Result<BpfProgram, String> {
+    program(
+        [(libc::SYS_clone3, Vec::new())].into_iter().collect(),
+        libc::ENOSYS,
+    )
+}
+
+/// On x86-64, every call made with the x32 bit (numbers from 0x40000000) is refused: the same
+/// architecture value carries both numberings, and the other filters match the 64-bit numbers.
+#[cfg(target_arch = "x86_64")]
+fn no_x32_filter() -> Option<BpfProgram> {
+    use seccompiler::sock_filter;
+    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+    let statement = |code: u32, k: u32| sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    // Load the call number (offset 0 of seccomp_data); if it is at least the x32 bit, skip to
+    // the refusal, else allow.
+    Some(vec![
+        statement(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0),
+        sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16,
+            jt: 1,
+            jf: 0,
+            k: X32_SYSCALL_BIT,
+        },
+        statement(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ALLOW),
+        statement(
+            libc::BPF_RET | libc::BPF_K,
+            libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
+        ),
+    ])
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn no_x32_filter() -> Option<BpfProgram> {
+    None
+}
+
+fn program(rules: BTreeMap<i64, Vec<SeccompRule>>, errno: i32) -> Result<BpfProgram, String> {
+    let arch: seccompiler::TargetArch = std::env::consts::ARCH
+        .try_into()
+        .map_err(|e| format!("seccomp: {e}"))?;
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(errno as u32),
+        arch,
+    )
+    .map_err(|e| format!("seccomp: {e}"))?;
+    filter
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| format!("seccomp: {e}"))
+}

@@ -1,0 +1,301 @@
+//! The code sandbox with real processes on the real kernel: code runs and its files come back,
+//! and hostile programs fail cleanly within the limits.
+
+use std::time::Duration;
+
+use autothread::config::{SandboxConfig, WorkspaceConfig};
+use autothread::sandbox::{Program, Ran, Sandbox, Stopped};
+use autothread::store::WorkspaceOp;
+
+/// Short limits, so that the hostile runs end quickly.
+fn sandbox() -> Sandbox {
+    let config = SandboxConfig {
+        cpu_secs: 2,
+        wall_secs: 6,
+        memory_mb: 256,
+        processes: 16,
+        ..SandboxConfig::default()
+    };
+    Sandbox::probe(&config).unwrap_or_else(|why| panic!("the sandbox must work here: {why}"))
+}
+
+async fn python(sandbox: &Sandbox, code: &str) -> Ran {
+    python_with(sandbox, code, Vec::new()).await
+}
+
+async fn python_with(sandbox: &Sandbox, code: &str, files: Vec<(String, Vec<u8>)>) -> Ran {
+    sandbox
+        .run(
+            &Program::Python { code: code.into() },
+            files,
+            &WorkspaceConfig::default(),
+        )
+        .await
+        .unwrap()
+}
+
+/// Processes whose command line holds `marker`.
+fn processes_with(marker: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| std::fs::read(entry.path().join("cmdline")).ok())
+        .map(|raw| String::from_utf8_lossy(&raw).replace('\0', " "))
+        .filter(|cmdline| cmdline.contains(marker))
+        .collect()
+}
+
+/// Children of this process, run by a sandbox user, that have ended and are not reaped: the
+/// sandbox makes the process the reaper of its runs' orphans, and must reap them. (The other
+/// tests' children, the bot's own user's, are left out: they are reaped by their own tests.)
+fn zombie_children() -> Vec<String> {
+    let me = std::process::id().to_string();
+    let first_sandbox_uid = SandboxConfig::default().run_as_uid;
+    let sandbox_user = |entry: &std::fs::DirEntry| {
+        std::fs::read_to_string(entry.path().join("status"))
+            .ok()
+            .and_then(|status| {
+                let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+                line.split_whitespace().nth(1)?.parse::<u32>().ok()
+            })
+            .is_some_and(|uid| uid >= first_sandbox_uid)
+    };
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(sandbox_user)
+        .filter_map(|entry| std::fs::read_to_string(entry.path().join("stat")).ok())
+        .filter(|stat| {
+            // "pid (comm) state ppid …"; the command name may hold spaces, the ")" ends it.
+            let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+            let fields: Vec<&str> = after.split_whitespace().collect();
+            fields.first() == Some(&"Z") && fields.get(1) == Some(&me.as_str())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn code_runs_on_a_copy_of_the_workspace_and_its_files_come_back() {
+    let sandbox = sandbox();
+    let ran = python_with(
+        &sandbox,
+        "import os\n\
+         data = open('in/numbers.txt').read().split()\n\
+         open('total.txt', 'w').write(str(sum(map(int, data))))\n\
+         os.remove('old.txt')\n\
+         print('summed', len(data), 'numbers in', os.getcwd() == os.environ['HOME'])\n",
+        vec![
+            ("in/numbers.txt".into(), b"1 2 3 4".to_vec()),
+            ("old.txt".into(), b"stale".to_vec()),
+        ],
+    )
+    .await;
+    assert!(ran.succeeded(), "{ran:?}");
+    assert_eq!(ran.stdout.trim(), "summed 4 numbers in True");
+    let mut ops = ran.changes.ops.clone();
+    ops.sort_by_key(|op| format!("{op:?}"));
+    assert_eq!(
+        ops,
+        vec![
+            WorkspaceOp::Delete {
+                path: "old.txt".into()
+            },
+            WorkspaceOp::Put {
+                path: "total.txt".into(),
+                contents: b"10".to_vec()
+            },
+        ]
+    );
+    // The failure of a program is its result, with its output.
+    let failed = python(&sandbox, "import sys\nprint('partial')\nsys.exit(3)").await;
+    assert_eq!(failed.code, Some(3));
+    assert!(!failed.succeeded());
+    assert_eq!(failed.stdout.trim(), "partial");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_outside_the_run_can_be_neither_read_nor_written() {
+    let sandbox = sandbox();
+    // A store and a config of the bot's, beside the run's directory in the temporary folder.
+    let bots = tempfile::tempdir().unwrap();
+    let secret_file = bots.path().join("bot.toml");
+    std::fs::write(&secret_file, "api_key = \"sk-not-for-agents\"").unwrap();
+    let store = autothread::store::Store::open(&bots.path().join("data")).unwrap();
+    drop(store);
+    let code = format!(
+        "import os\n\
+         results = []\n\
+         def attempt(what, action):\n\
+         \x20   try:\n\
+         \x20       action()\n\
+         \x20       results.append(what + ': allowed')\n\
+         \x20   except OSError as e:\n\
+         \x20       results.append(what + ': denied ' + type(e).__name__)\n\
+         attempt('read bot config', lambda: open({secret:?}).read())\n\
+         attempt('list bot store', lambda: os.listdir({store:?}))\n\
+         attempt('read /etc/hostname', lambda: open('/etc/hostname').read())\n\
+         attempt('read parent environ', lambda: open('/proc/%d/environ' % os.getppid()).read())\n\
+         attempt('list /root', lambda: os.listdir('/root'))\n\
+         attempt('write /tmp', lambda: open('/tmp/escaped-' + str(os.getpid()), 'w').write('x'))\n\
+         attempt('write /usr', lambda: open('/usr/escaped', 'w').write('x'))\n\
+         attempt('write beside the run', lambda: open('../escaped', 'w').write('x'))\n\
+         attempt('link out', lambda: os.symlink({secret:?}, 'link') or open('link').read())\n\
+         print('\\n'.join(results))\n",
+        secret = secret_file.display().to_string(),
+        store = bots.path().join("data").display().to_string(),
+    );
+    let ran = python(&sandbox, &code).await;
+    assert!(ran.succeeded(), "{ran:?}");
+    let lines: Vec<&str> = ran.stdout.lines().collect();
+    assert_eq!(lines.len(), 9, "{}", ran.stdout);
+    for line in &lines {
+        assert!(line.contains(": denied"), "{line}\n{}", ran.stdout);
+    }
+    assert!(!ran.stdout.contains("sk-not-for-agents"));
+    // A link the program made is not brought back into the workspace.
+    assert!(ran.changes.ops.is_empty(), "{:?}", ran.changes);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_network_is_closed_even_to_this_machine() {
+    let sandbox = sandbox();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let code = format!(
+        "import socket\n\
+         try:\n\
+         \x20   socket.create_connection(('127.0.0.1', {port}), timeout=2)\n\
+         \x20   print('connected')\n\
+         except OSError as e:\n\
+         \x20   print('refused', type(e).__name__, e.errno)\n"
+    );
+    let ran = python(&sandbox, &code).await;
+    assert!(ran.succeeded(), "{ran:?}");
+    assert!(
+        ran.stdout.starts_with("refused PermissionError"),
+        "{}",
+        ran.stdout
+    );
+    let accepted = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
+    assert!(accepted.is_err(), "nothing reached the listener");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_environment_holds_nothing_of_the_bots() {
+    let sandbox = sandbox();
+    let ran = python(
+        &sandbox,
+        "import os\nprint(sorted(k for k in os.environ if k != 'LC_CTYPE'))",
+    )
+    .await;
+    assert!(ran.succeeded(), "{ran:?}");
+    assert_eq!(ran.stdout.trim(), "['HOME', 'LANG', 'PATH', 'TMPDIR']");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_programs_end_within_the_limits() {
+    let sandbox = sandbox();
+    let limits = sandbox.limits().clone();
+
+    // An endless loop: the CPU limit ends it.
+    let ran = python(&sandbox, "while True:\n    pass").await;
+    assert!(ran.code.is_none(), "{ran:?}");
+    assert!(
+        ran.limit_hit(&limits).unwrap().contains("CPU time"),
+        "{ran:?}"
+    );
+    assert!(ran.elapsed < limits.wall, "{:?}", ran.elapsed);
+
+    // Sleeping forever uses no CPU: the wall clock ends it.
+    let ran = python(&sandbox, "import time\ntime.sleep(3600)").await;
+    assert_eq!(ran.stopped, Some(Stopped::WallClock), "{ran:?}");
+    assert!(ran.elapsed < limits.wall + Duration::from_secs(2));
+
+    // A memory hog gets a MemoryError, not the machine's memory.
+    let ran = python(
+        &sandbox,
+        "block = bytearray(2 * 1024 ** 3)\nprint('allocated')",
+    )
+    .await;
+    assert_eq!(ran.code, Some(1), "{ran:?}");
+    assert!(ran.stderr.contains("MemoryError"), "{}", ran.stderr);
+
+    // A fork bomb meets the process limit, and nothing of it survives the run.
+    let ran = python(
+        &sandbox,
+        "import os, time\n\
+         marker = 'forkbomb-7f3a'\n\
+         made = 0\n\
+         for _ in range(1000):\n\
+         \x20   try:\n\
+         \x20       if os.fork() == 0:\n\
+         \x20           os.execv('/bin/sleep', ['sleep', '1000.7'])\n\
+         \x20       made += 1\n\
+         \x20   except OSError as e:\n\
+         \x20       print('fork refused after', made, type(e).__name__)\n\
+         \x20       break\n",
+    )
+    .await;
+    assert!(ran.succeeded(), "{ran:?}");
+    assert!(ran.stdout.contains("fork refused after"), "{}", ran.stdout);
+    let made: u64 = ran
+        .stdout
+        .split_whitespace()
+        .nth(3)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(made < limits.processes, "{made}");
+    assert!(processes_with("1000.7").is_empty(), "the children are gone");
+    assert!(
+        zombie_children().is_empty(),
+        "and reaped: {:?}",
+        zombie_children()
+    );
+
+    // A background process, even one that tries a session of its own, ends with the run.
+    let ran = python(
+        &sandbox,
+        "import os, subprocess\n\
+         try:\n\
+         \x20   os.setsid()\n\
+         \x20   print('setsid allowed')\n\
+         except OSError as e:\n\
+         \x20   print('setsid refused', type(e).__name__)\n\
+         subprocess.Popen(['/bin/sleep', '1000.3'])\n\
+         print('left it running')\n",
+    )
+    .await;
+    assert!(ran.succeeded(), "{ran:?}");
+    assert!(
+        ran.stdout.starts_with("setsid refused PermissionError"),
+        "{}",
+        ran.stdout
+    );
+    assert!(
+        processes_with("1000.3").is_empty(),
+        "the background process is gone"
+    );
+
+    // 100 MB of output: the run is stopped and only the start is kept.
+    let ran = python(
+        &sandbox,
+        "import sys\nchunk = 'x' * 1000000\nfor _ in range(100):\n    sys.stdout.write(chunk)\n",
+    )
+    .await;
+    assert_eq!(ran.stopped, Some(Stopped::OutputFlood), "{:?}", ran.stopped);
+    assert_eq!(ran.stdout.len(), limits.output_bytes);
+
+    // A file larger than the limit is cut off by the kernel.
+    let ran = python(
+        &sandbox,
+        "f = open('big.bin', 'wb')\nf.write(b'0' * (32 * 1024 * 1024))\n",
+    )
+    .await;
+    assert!(!ran.succeeded(), "{ran:?}");
+    assert!(
+        ran.limit_hit(&limits).is_some_and(|l| l.contains("file"))
+            || ran.stderr.contains("File too large"),
+        "{ran:?}"
+    );
+}

@@ -49,9 +49,10 @@ RUN touch src/main.rs src/lib.rs \
 FROM debian:bookworm-slim
 
 # rustls checks server certificates against the operating system's trust store (through
-# rustls-platform-verifier), so the CA bundle is the only runtime package needed.
+# rustls-platform-verifier), so the CA bundle is needed; python3 is what agents' code runs on, in
+# the bot's sandbox.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates \
+    && apt-get install -y --no-install-recommends ca-certificates python3 \
     && rm -rf /var/lib/apt/lists/*
 
 # The agent runs model-chosen commands, so it runs without root. /data is created and handed to that

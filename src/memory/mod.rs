@@ -621,6 +621,15 @@ impl Memory {
             .contains_key(agent)
     }
 
+    /// Whether the agent's index is being read from the store now.
+    pub fn is_loading(&self, agent: &str) -> bool {
+        self.cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .loading
+            .contains_key(agent)
+    }
+
     /// Where the agent's cached graph came from; `None` while it is being made, or when the
     /// agent has too few memories for one (or none cached).
     pub fn graph_origin(&self, agent: &str) -> Option<GraphOrigin> {

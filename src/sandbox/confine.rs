@@ -114,9 +114,10 @@ impl Confinement {
             }
             match self.identity {
                 Identity::Drop { uid, gid } => {
-                    // A network namespace of its own, with nothing in it (root may always make
-                    // one), beside the seccomp filter that refuses sockets.
-                    check(libc::unshare(libc::CLONE_NEWNET))?;
+                    // A network namespace of its own, with nothing in it, where the kernel lets
+                    // root make one (a container's seccomp profile may not): the network is
+                    // closed without it too, since no socket can be made.
+                    libc::unshare(libc::CLONE_NEWNET);
                     check(libc::setgroups(0, std::ptr::null()))?;
                     check(libc::setgid(gid))?;
                     check(libc::setuid(uid))?;

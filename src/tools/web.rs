@@ -49,20 +49,37 @@ impl Command for WikipediaSearch {
     }
 
     async fn run(&self, call: &CommandCall, ctx: &ToolCtx<'_>) -> ToolOutput {
-        let Some(web) = ctx.web else {
-            return ToolOutput::error("Web access is switched off for this bot.");
+        let (web, query) = match web_and_query(call, ctx) {
+            Ok(found) => found,
+            Err(out) => return out,
         };
-        let query = str_arg(call, "query").trim();
-        if query.is_empty() {
-            return ToolOutput::error("The query is empty.");
-        }
-        match web.wiki.search(query, WIKIPEDIA_ARTICLES).await {
-            Ok(articles) => ToolOutput::success(format!(
-                "{UNTRUSTED_NOTE}\n{}",
-                crate::web::wiki::render(query, &articles)
-            )),
-            Err(e) => ToolOutput::error(format!("The search failed: {e}.")),
-        }
+        let found = web.wiki.search(query, WIKIPEDIA_ARTICLES).await;
+        untrusted_results(found.map(|articles| crate::web::wiki::render(query, &articles)))
+    }
+}
+
+/// The web services and the non-empty `query` argument, or the result to report instead.
+fn web_and_query<'c>(
+    call: &'c CommandCall,
+    ctx: &ToolCtx<'c>,
+) -> Result<(&'c Web, &'c str), ToolOutput> {
+    let Some(web) = ctx.web else {
+        return Err(ToolOutput::error(
+            "Web access is switched off for this bot.",
+        ));
+    };
+    let query = str_arg(call, "query").trim();
+    if query.is_empty() {
+        return Err(ToolOutput::error("The search query is empty."));
+    }
+    Ok((web, query))
+}
+
+/// Search results labelled as untrusted, or the search's failure.
+fn untrusted_results(found: Result<String, search::SearchError>) -> ToolOutput {
+    match found {
+        Ok(text) => ToolOutput::success(format!("{UNTRUSTED_NOTE}\n{text}")),
+        Err(e) => ToolOutput::error(format!("The search failed: {e}.")),
     }
 }
 
@@ -91,26 +108,18 @@ impl Command for WebSearch {
     }
 
     async fn run(&self, call: &CommandCall, ctx: &ToolCtx<'_>) -> ToolOutput {
-        let Some(web) = ctx.web else {
-            return ToolOutput::error("Web access is switched off for this bot.");
+        let (web, query) = match web_and_query(call, ctx) {
+            Ok(found) => found,
+            Err(out) => return out,
         };
-        let query = str_arg(call, "query").trim();
-        if query.is_empty() {
-            return ToolOutput::error("The search query is empty.");
-        }
         let count = call
             .args
             .get("num_results")
             .and_then(Value::as_u64)
             .map_or(web.config.search_results, |n| n as usize)
             .clamp(1, web.config.search_results);
-        match web.search.search(query, count).await {
-            Ok(hits) => ToolOutput::success(format!(
-                "{UNTRUSTED_NOTE}\n{}",
-                search::render(query, &hits)
-            )),
-            Err(e) => ToolOutput::error(format!("The search failed: {e}.")),
-        }
+        let found = web.search.search(query, count).await;
+        untrusted_results(found.map(|hits| search::render(query, &hits)))
     }
 }
 

@@ -220,20 +220,26 @@ async fn hostile_programs_end_within_the_limits() {
     assert_eq!(ran.code, Some(1), "{ran:?}");
     assert!(ran.stderr.contains("MemoryError"), "{}", ran.stderr);
 
+    // Sleeps whose length names this test process, so that a run of these tests beside it (the
+    // unprivileged one) is not taken for a survivor.
+    let forked_sleep = format!("1000.{}", std::process::id());
+    let background_sleep = format!("2000.{}", std::process::id());
+
     // A fork bomb meets the process limit, and nothing of it survives the run.
     let ran = python(
         &sandbox,
-        "import os, time\n\
-         marker = 'forkbomb-7f3a'\n\
-         made = 0\n\
-         for _ in range(1000):\n\
-         \x20   try:\n\
-         \x20       if os.fork() == 0:\n\
-         \x20           os.execv('/bin/sleep', ['sleep', '1000.7'])\n\
-         \x20       made += 1\n\
-         \x20   except OSError as e:\n\
-         \x20       print('fork refused after', made, type(e).__name__)\n\
-         \x20       break\n",
+        &format!(
+            "import os\n\
+             made = 0\n\
+             for _ in range(1000):\n\
+             \x20   try:\n\
+             \x20       if os.fork() == 0:\n\
+             \x20           os.execv('/bin/sleep', ['sleep', '{forked_sleep}'])\n\
+             \x20       made += 1\n\
+             \x20   except OSError as e:\n\
+             \x20       print('fork refused after', made, type(e).__name__)\n\
+             \x20       break\n"
+        ),
     )
     .await;
     assert!(ran.succeeded(), "{ran:?}");
@@ -246,7 +252,10 @@ async fn hostile_programs_end_within_the_limits() {
         .parse()
         .unwrap();
     assert!(made < limits.processes, "{made}");
-    assert!(processes_with("1000.7").is_empty(), "the children are gone");
+    assert!(
+        processes_with(&forked_sleep).is_empty(),
+        "the children are gone"
+    );
     assert!(
         zombie_children().is_empty(),
         "and reaped: {:?}",
@@ -256,14 +265,16 @@ async fn hostile_programs_end_within_the_limits() {
     // A background process, even one that tries a session of its own, ends with the run.
     let ran = python(
         &sandbox,
-        "import os, subprocess\n\
-         try:\n\
-         \x20   os.setsid()\n\
-         \x20   print('setsid allowed')\n\
-         except OSError as e:\n\
-         \x20   print('setsid refused', type(e).__name__)\n\
-         subprocess.Popen(['/bin/sleep', '1000.3'])\n\
-         print('left it running')\n",
+        &format!(
+            "import os, subprocess\n\
+             try:\n\
+             \x20   os.setsid()\n\
+             \x20   print('setsid allowed')\n\
+             except OSError as e:\n\
+             \x20   print('setsid refused', type(e).__name__)\n\
+             subprocess.Popen(['/bin/sleep', '{background_sleep}'])\n\
+             print('left it running')\n"
+        ),
     )
     .await;
     assert!(ran.succeeded(), "{ran:?}");
@@ -273,7 +284,7 @@ async fn hostile_programs_end_within_the_limits() {
         ran.stdout
     );
     assert!(
-        processes_with("1000.3").is_empty(),
+        processes_with(&background_sleep).is_empty(),
         "the background process is gone"
     );
 
@@ -297,5 +308,57 @@ async fn hostile_programs_end_within_the_limits() {
         ran.limit_hit(&limits).is_some_and(|l| l.contains("file"))
             || ran.stderr.contains("File too large"),
         "{ran:?}"
+    );
+}
+
+/// The tests above run as the bot runs here. A bot that is not root takes the other path (each
+/// run in a user namespace of its own): when these tests run as root, the hostile programs and
+/// the copy in and out are run again by this test binary as an unprivileged user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unprivileged_bot_confines_its_runs_in_user_namespaces() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        // Not root: the tests above took this path already.
+        return;
+    }
+    // A copy of this binary where that user can run it, wherever the checkout lies.
+    let place = tempfile::tempdir().unwrap();
+    let me = place.path().join("it");
+    std::fs::copy(std::env::current_exe().unwrap(), &me).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    for path in [place.path(), me.as_path()] {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    // While the copy was being written, another test may have forked: its child holds the
+    // written file open until it execs, and running the copy fails with "Text file busy" until
+    // then. That is retried.
+    let mut output = None;
+    for _ in 0..50 {
+        let attempt = tokio::process::Command::new("setpriv")
+            .args(["--reuid=10001", "--regid=10001", "--clear-groups", "--"])
+            .arg(&me)
+            .args([
+                "--exact",
+                "sandbox::hostile_programs_end_within_the_limits",
+                "sandbox::code_runs_on_a_copy_of_the_workspace_and_its_files_come_back",
+                "sandbox::the_network_is_closed_even_to_this_machine",
+                "sandbox::files_outside_the_run_can_be_neither_read_nor_written",
+            ])
+            .env("HOME", std::env::temp_dir())
+            .output()
+            .await
+            .expect("setpriv (util-linux) runs the tests as another user");
+        if !String::from_utf8_lossy(&attempt.stderr).contains("Text file busy") {
+            output = Some(attempt);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let output = output.expect("the copy became runnable");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("test result: ok. 4 passed"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
     );
 }

@@ -13,9 +13,11 @@ use crate::core::budget::usd_to_micros;
 mod approvals;
 mod budget;
 pub mod models;
+mod sandbox;
 mod sections;
 pub use approvals::*;
 pub use budget::*;
+pub use sandbox::*;
 pub use sections::*;
 
 /// A value that must never reach a log line, an error message or `Debug` output.

@@ -166,6 +166,9 @@ pub struct Memory {
     breaker: Breaker,
     /// Where graphs are saved between runs; `None` keeps them in memory only.
     saved: Option<Arc<SavedIndexes>>,
+    /// For tests of what happens during a load: met twice by every load, after its read from
+    /// the store and before its index is cached (see `with_load_rendezvous`).
+    load_rendezvous: Option<Arc<tokio::sync::Barrier>>,
 }
 
 /// `Config::validate` keeps the breaker's durations within a day; the clamp keeps a date
@@ -220,12 +223,23 @@ impl Memory {
                 probe_interval: seconds(config.probe_interval_secs),
             }),
             saved: Some(Arc::new(SavedIndexes::new(store.dir().join("hnsw")))),
+            load_rendezvous: None,
         })
     }
 
     /// Reads time (the ledger's day, a memory's date) from `clock` instead of the system's.
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
+        self
+    }
+
+    /// Makes every load of an index wait at `barrier` (of two) twice between its read from the
+    /// store and its caching: a test meets it once to know the read is done, changes memories,
+    /// and meets it again to let the load finish. A race that depends on the scheduler is then
+    /// the same on every run.
+    #[doc(hidden)]
+    pub fn with_load_rendezvous(mut self, barrier: Arc<tokio::sync::Barrier>) -> Self {
+        self.load_rendezvous = Some(barrier);
         self
     }
 
@@ -435,6 +449,10 @@ impl Memory {
         })
         .await
         .map_err(|e| StoreError::Corrupt(format!("the index build failed: {e}")))??;
+        if let Some(barrier) = &self.load_rendezvous {
+            barrier.wait().await;
+            barrier.wait().await;
+        }
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         let changed = loading.finish(&mut cache);
         cache.clock += 1;

@@ -70,6 +70,15 @@ fn fixture_in(dir: tempfile::TempDir) -> Fixture {
 
 /// A fixture whose agents search a graph once they hold `exact_below` memories.
 fn fixture_with(dir: tempfile::TempDir, exact_below: usize) -> Fixture {
+    fixture_meeting(dir, exact_below, None)
+}
+
+/// A fixture whose index loads meet `rendezvous` (see `Memory::with_load_rendezvous`).
+fn fixture_meeting(
+    dir: tempfile::TempDir,
+    exact_below: usize,
+    rendezvous: Option<Arc<tokio::sync::Barrier>>,
+) -> Fixture {
     let store = Store::open(dir.path()).unwrap();
     let mut config = Config::default();
     config.memory.exact_below = exact_below;
@@ -77,17 +86,19 @@ fn fixture_with(dir: tempfile::TempDir, exact_below: usize) -> Fixture {
     let budgets = Arc::new(Budgets::new(&store, &config.budget).unwrap());
     let embedder = Arc::new(HashEmbedder::default());
     let clock = Arc::new(SteppedClock::default());
-    let memory = Arc::new(
-        Memory::new(
-            &store,
-            embedder.clone(),
-            budgets,
-            Arc::new(TiktokenCounter::for_model("gpt-4o-mini")),
-            &config.memory,
-        )
-        .unwrap()
-        .with_clock(clock.clone()),
-    );
+    let mut memory = Memory::new(
+        &store,
+        embedder.clone(),
+        budgets,
+        Arc::new(TiktokenCounter::for_model("gpt-4o-mini")),
+        &config.memory,
+    )
+    .unwrap()
+    .with_clock(clock.clone());
+    if let Some(barrier) = rendezvous {
+        memory = memory.with_load_rendezvous(barrier);
+    }
+    let memory = Arc::new(memory);
     Fixture {
         _dir: dir,
         store,
@@ -176,45 +187,36 @@ async fn agents_never_see_each_others_memories_and_forget_pin_and_restart_behave
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_is_stored_or_forgotten_while_an_index_loads_is_not_lost() {
-    let f = fixture_in(tempfile::tempdir().unwrap());
-    // The first search of an agent reads its index from the store on the blocking pool. Polled
-    // until the read starts, then left waiting: the read is done before the agent's next memory
-    // is stored, and the index is cached after. (A read can be done and cached within a poll,
-    // leaving nothing to race; another agent is then tried.)
-    let mut raced = None;
-    for attempt in 0..20 {
-        let agent = format!("agent-{attempt}");
-        let a = payer(&agent, "g1");
-        let lunch = f
-            .memory
-            .remember(&a, 1, MemorySource::Cycle, "Lunch is at noon")
-            .await
-            .unwrap();
-        assert!(!f.memory.is_cached(&agent));
-        let mut first = Box::pin(f.memory.search(&a, "lunch", 10));
-        // Polled until the read has started (the query's embedding comes first).
-        let mut finished = false;
-        while !f.memory.is_loading(&agent) && !finished {
-            // One poll at a time: between polls the search does not move on.
-            finished = tokio::time::timeout(std::time::Duration::ZERO, &mut first)
-                .await
-                .is_ok();
-            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-        }
-        if finished || f.memory.is_cached(&agent) {
-            continue;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        // Meanwhile a cycle's memory is written (as the runtime does, in a task), and one
-        // forgotten.
-        let secret = remember_password(&f, &a).await;
-        f.memory.forget(&agent, lunch).unwrap();
-        first.await.unwrap();
-        raced = Some((a, agent, secret));
-        break;
-    }
-    let (a, agent, secret) = raced.expect("a first search that waited for its index");
-    assert!(f.memory.is_cached(&agent));
+    let rendezvous = Arc::new(tokio::sync::Barrier::new(2));
+    let f = fixture_meeting(
+        tempfile::tempdir().unwrap(),
+        Config::default().memory.exact_below,
+        Some(rendezvous.clone()),
+    );
+    let agent = "agent-a";
+    let a = payer(agent, "g1");
+    let lunch = f
+        .memory
+        .remember(&a, 1, MemorySource::Cycle, "Lunch is at noon")
+        .await
+        .unwrap();
+    assert!(!f.memory.is_cached(agent));
+    // The first search of an agent reads its index from the store; the load is held after its
+    // read, which has passed every key there is.
+    let first = tokio::spawn({
+        let (memory, a) = (f.memory.clone(), a.clone());
+        async move { memory.search(&a, "lunch", 10).await }
+    });
+    rendezvous.wait().await;
+    assert!(f.memory.is_loading(agent));
+    assert!(!f.memory.is_cached(agent));
+    // Meanwhile a cycle's memory is written, and one forgotten.
+    let secret = remember_password(&f, &a).await;
+    f.memory.forget(agent, lunch).unwrap();
+    rendezvous.wait().await;
+    first.await.unwrap().unwrap();
+    assert!(f.memory.is_cached(agent));
+    assert!(!f.memory.is_loading(agent));
     let found = f
         .memory
         .search(&a, "launch password heliotrope", 10)

@@ -26,7 +26,7 @@ pub struct SandboxConfig {
     pub concurrent_runs: usize,
     pub cpu_secs: u64,
     pub wall_secs: u64,
-    /// Address space of each process, which bounds what it can allocate.
+    /// Address space of each of a run's processes, which bounds what each can allocate.
     pub memory_mb: u64,
     /// Processes (and threads) a run may have at once.
     pub processes: u64,
@@ -46,8 +46,8 @@ impl Default for SandboxConfig {
             shell: false,
             python: "python3".into(),
             read_only_paths: Vec::new(),
-            run_as_uid: 200_000,
-            run_as_gid: 200_000,
+            run_as_uid: 61_000,
+            run_as_gid: 61_000,
             concurrent_runs: 16,
             cpu_secs: 20,
             wall_secs: 60,

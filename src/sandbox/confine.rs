@@ -123,7 +123,12 @@ impl Confinement {
                     check(libc::setuid(uid))?;
                 }
                 Identity::NewUserNamespace => {
-                    check(libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET))?;
+                    // Where a security module lets a new user namespace have no capabilities
+                    // (Ubuntu's AppArmor default), it cannot have a network namespace: the user
+                    // namespace alone is what the process limit needs.
+                    if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) != 0 {
+                        check(libc::unshare(libc::CLONE_NEWUSER))?;
+                    }
                 }
             }
             // Set after the identity change: the count is of the new user's processes (or of the

@@ -129,7 +129,7 @@ impl Ran {
                 limits.output_flood_bytes
             )),
             (Some(Stopped::DiskFull), _) => Some(format!(
-                "its files passed {} bytes and it was stopped",
+                "its files passed {} bytes (or could no longer be measured) and it was stopped",
                 limits.disk_bytes
             )),
             (None, Some(libc::SIGXCPU)) => Some(format!(
@@ -246,9 +246,9 @@ impl Sandbox {
         })?;
         let mut read_only: Vec<PathBuf> = SYSTEM_READ_ONLY.iter().map(PathBuf::from).collect();
         // An interpreter installed outside /usr (a virtual environment, /opt) brings its prefix.
-        if let Some(prefix) = python.parent().and_then(Path::parent) {
-            if !read_only.iter().any(|p| prefix.starts_with(p)) {
-                read_only.push(prefix.to_path_buf());
+        for path in interpreter_paths(&python) {
+            if !read_only.iter().any(|p| path.starts_with(p)) {
+                read_only.push(path);
             }
         }
         // Debian's interpreter reads its site configuration through links into /etc/python3*.
@@ -265,6 +265,13 @@ impl Sandbox {
             Identity::for_this_process(config.run_as_uid, config.run_as_gid),
             Identity::Drop { .. }
         );
+        // A run in a user namespace keeps the bot's own user id, so only Landlock's signal scope
+        // (ABI 6, Linux 6.12) keeps it from signalling the bot and the other runs.
+        if !drops_to_users && landlock_abi < 6 {
+            return Err(format!(
+                "the bot is not root, and this kernel's Landlock (ABI {landlock_abi}) cannot keep a run from signalling the bot's own processes: run the bot as root (each run then becomes a user of its own) or on Linux 6.12 or later"
+            ));
+        }
         let mut sandbox = Sandbox {
             python,
             python_version: String::new(),
@@ -362,10 +369,11 @@ impl Sandbox {
 
     /// Who a run is: the user taken for it, or its own user namespace.
     fn identity(&self, user: Option<&UserSlot<'_>>) -> Result<Identity, String> {
+        // The users are also what bounds the runs under way, on both paths.
         match (self.drops_to_users, user) {
-            (false, _) => Ok(Identity::NewUserNamespace),
+            (false, Some(_)) => Ok(Identity::NewUserNamespace),
             (true, Some(user)) => Ok(user.identity()),
-            (true, None) => Err(format!(
+            (_, None) => Err(format!(
                 "{} runs are under way, the most at once (sandbox.concurrent_runs); try again when one has ended",
                 self.users.busy.lock().map(|b| b.len()).unwrap_or(0)
             )),
@@ -677,8 +685,9 @@ async fn read_capped(
     (String::from_utf8_lossy(&kept).into_owned(), dropped)
 }
 
-/// `name` as a path: itself when it has a slash, else the first executable of that name in the
-/// sandbox's PATH; symbolic links resolved, so that the read-only view covers the real file.
+/// `name` as a path: itself when it has a slash, else the first file of that name in the
+/// sandbox's PATH. It is run as found (a virtual environment's `bin/python` link is how the
+/// interpreter knows its environment).
 fn find_program(name: &str) -> Option<PathBuf> {
     let candidates: Vec<PathBuf> = if name.contains('/') {
         vec![PathBuf::from(name)]
@@ -688,8 +697,45 @@ fn find_program(name: &str) -> Option<PathBuf> {
             .map(|dir| Path::new(dir).join(name))
             .collect()
     };
-    candidates
+    candidates.into_iter().find(|p| p.is_file())
+}
+
+/// The folders an interpreter needs to read beyond the system's: for `<prefix>/bin/<name>`
+/// (a virtual environment or an installation in /opt) and for the file its links lead to, the
+/// `<prefix>`. An interpreter not in a `bin` folder brings only its own file.
+fn interpreter_paths(python: &Path) -> Vec<PathBuf> {
+    let mut paths = Vec::new();
+    for path in [Some(python.to_path_buf()), python.canonicalize().ok()]
         .into_iter()
-        .find(|p| p.is_file())
-        .and_then(|p| p.canonicalize().ok())
+        .flatten()
+    {
+        match path.parent() {
+            Some(bin) if bin.file_name().is_some_and(|n| n == "bin") => {
+                if let Some(prefix) = bin.parent() {
+                    paths.push(prefix.to_path_buf());
+                }
+            }
+            _ => paths.push(path),
+        }
+    }
+    paths
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_interpreter_brings_its_prefix_only_from_a_bin_folder() {
+        // Neither exists here, so only the paths as given are considered.
+        assert_eq!(
+            interpreter_paths(Path::new("/opt/venv/bin/python")),
+            vec![PathBuf::from("/opt/venv")]
+        );
+        assert_eq!(
+            interpreter_paths(Path::new("/srv/tools/python")),
+            vec![PathBuf::from("/srv/tools/python")],
+            "not the whole of /srv/tools"
+        );
+    }
 }

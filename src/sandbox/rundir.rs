@@ -8,9 +8,9 @@ use crate::config::WorkspaceConfig;
 use crate::core::paths::normalize_path;
 use crate::store::WorkspaceOp;
 
-/// Entries read back from a run at most: a program that makes millions of files gets the first
-/// ones considered and a note, not a walk without end.
-const MAX_ENTRIES: usize = 10_000;
+/// Entries a run may add to what it was given, at most: a program that makes millions of files
+/// gets the first ones considered and a note, not a walk without end.
+const MAX_NEW_ENTRIES: usize = 10_000;
 
 /// The fresh directory of one run, removed when dropped.
 pub struct RunDir {
@@ -63,9 +63,15 @@ impl RunDir {
         self.dir.path()
     }
 
+    /// The most entries a walk of the directory reads: the workspace's own files and their
+    /// folders (at most two entries per file), and what a run may add.
+    fn max_entries(&self) -> usize {
+        2 * self.before.len() + MAX_NEW_ENTRIES
+    }
+
     /// Gives the directory and everything in it to `uid`, the user the run becomes.
     pub fn give_to(&self, uid: u32, gid: u32) -> std::io::Result<()> {
-        for entry in walk(self.path(), MAX_ENTRIES).0 {
+        for entry in walk(self.path(), self.max_entries()).0 {
             std::os::unix::fs::lchown(&entry, Some(uid), Some(gid))?;
         }
         std::os::unix::fs::lchown(self.path(), Some(uid), Some(gid))
@@ -74,7 +80,7 @@ impl RunDir {
     /// The bytes under the directory now, to stop a run filling the disk; and whether the walk
     /// stopped at its bound (a run making that many entries is filling the disk too).
     pub fn bytes_used(&self) -> (u64, bool) {
-        let (entries, cut) = walk(self.path(), MAX_ENTRIES);
+        let (entries, cut) = walk(self.path(), self.max_entries());
         let used = entries
             .iter()
             .filter_map(|p| std::fs::symlink_metadata(p).ok())
@@ -91,11 +97,12 @@ impl RunDir {
     pub fn changes(&self, limits: &WorkspaceConfig) -> Changes {
         let mut changes = Changes::default();
         let root = self.path();
-        let (entries, cut) = walk(root, MAX_ENTRIES);
+        let (entries, cut) = walk(root, self.max_entries());
         if cut {
-            changes.notes.push(format!(
-                "the run left more than {MAX_ENTRIES} files and folders; only the first were read back, and no file was counted as deleted"
-            ));
+            changes.notes.push(
+                "the run left more files and folders than can be read back (or a folder it made unreadable); only the first were read back, and no file was counted as deleted"
+                    .to_string(),
+            );
         }
         // Every workspace name the run left, kept or not: only a name it did not leave was
         // deleted by it.
@@ -174,6 +181,31 @@ impl RunDir {
     }
 }
 
+impl Drop for RunDir {
+    /// Makes every folder the run left removable again (a run can take its own rights away from
+    /// one), so that the temporary directory's own removal, which follows, leaves nothing behind.
+    fn drop(&mut self) {
+        use std::os::unix::fs::PermissionsExt;
+        let mut folders = vec![self.path().to_path_buf()];
+        let mut seen = 0usize;
+        while let Some(folder) = folders.pop() {
+            let _ = std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(0o700));
+            let Ok(entries) = std::fs::read_dir(&folder) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                seen += 1;
+                if seen > self.max_entries() {
+                    return;
+                }
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    folders.push(entry.path());
+                }
+            }
+        }
+    }
+}
+
 /// A path under `root` as the workspace names it, if the workspace accepts the name as it is.
 fn workspace_name(root: &Path, entry: &Path) -> Option<String> {
     let relative = entry.strip_prefix(root).ok()?.to_str()?;
@@ -181,13 +213,15 @@ fn workspace_name(root: &Path, entry: &Path) -> Option<String> {
     (normalized == relative).then_some(normalized)
 }
 
-/// Every entry under `root` (not following links), at most `max`; and whether it stopped there.
+/// Every entry under `root` (not following links), at most `max`; and whether the walk is
+/// incomplete: it stopped there, or a folder could not be read (a run can make one unreadable,
+/// and what is in it must not be taken for deleted).
 fn walk(root: &Path, max: usize) -> (Vec<PathBuf>, bool) {
     let mut found = Vec::new();
     let mut folders = vec![root.to_path_buf()];
     while let Some(folder) = folders.pop() {
         let Ok(entries) = std::fs::read_dir(&folder) else {
-            continue;
+            return (found, true);
         };
         for entry in entries.flatten() {
             if found.len() >= max {

@@ -114,6 +114,43 @@ async fn code_runs_on_a_copy_of_the_workspace_and_its_files_come_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_folder_the_run_locks_loses_none_of_its_files() {
+    let sandbox = sandbox();
+    // The run takes every right away from a folder of the workspace's: a bot that cannot read it
+    // back (one not root) must not take its files for deleted; and the run's directory is still
+    // removed afterwards.
+    let ran = python_with(
+        &sandbox,
+        "import os\n\
+         open('notes.txt', 'w').write('kept')\n\
+         os.chmod('docs/inner', 0)\n\
+         os.chmod('docs', 0)\n",
+        vec![
+            ("docs/plan.md".into(), b"the plan".to_vec()),
+            ("docs/inner/deep.md".into(), b"deeper".to_vec()),
+        ],
+    )
+    .await;
+    // (A folder the bot cannot measure stops a run as a full disk would: this one may be
+    // stopped that way between its last line and its end.)
+    assert!(ran.stderr.is_empty(), "{ran:?}");
+    assert!(
+        !ran.changes
+            .ops
+            .iter()
+            .any(|op| matches!(op, WorkspaceOp::Delete { .. })),
+        "{ran:?}"
+    );
+    assert!(
+        ran.changes.ops.contains(&WorkspaceOp::Put {
+            path: "notes.txt".into(),
+            contents: b"kept".to_vec()
+        }),
+        "{ran:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn files_outside_the_run_can_be_neither_read_nor_written() {
     let sandbox = sandbox();
     // A store and a config of the bot's, beside the run's directory in the temporary folder.
@@ -343,6 +380,7 @@ async fn an_unprivileged_bot_confines_its_runs_in_user_namespaces() {
                 "sandbox::code_runs_on_a_copy_of_the_workspace_and_its_files_come_back",
                 "sandbox::the_network_is_closed_even_to_this_machine",
                 "sandbox::files_outside_the_run_can_be_neither_read_nor_written",
+                "sandbox::a_folder_the_run_locks_loses_none_of_its_files",
             ])
             .env("HOME", std::env::temp_dir())
             .output()
@@ -357,7 +395,7 @@ async fn an_unprivileged_bot_confines_its_runs_in_user_namespaces() {
     let output = output.expect("the copy became runnable");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
-        output.status.success() && stdout.contains("test result: ok. 4 passed"),
+        output.status.success() && stdout.contains("test result: ok. 5 passed"),
         "{stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );

@@ -88,6 +88,19 @@ impl App {
         })
     }
 
+    /// Starts the configured MCP servers and adds their tools to the commands (those the config
+    /// disables left out). A server that cannot start is logged and left out; the bot runs on.
+    pub async fn connect_mcp(&mut self) {
+        if self.config.mcp.servers.is_empty() {
+            return;
+        }
+        let commands = crate::mcp::connect_all(&self.config).await;
+        let tools = (*self.tools)
+            .clone()
+            .with_commands(commands, &self.config.agent.disabled_commands);
+        self.tools = Arc::new(tools);
+    }
+
     /// One line per subsystem at start-up, so a healthy start is visible in the log. URLs are
     /// shown without their query, where a provider's parameters (or a misplaced key) could be.
     pub fn log_startup(&self) {
@@ -235,7 +248,4 @@ pub fn open_store(config: &Config) -> anyhow::Result<Store> {
         .with_context(|| format!("cannot open the store in {}", dir.display()))
 }
 
-/// A URL without its query and fragment, for logs.
-pub fn without_query(url: &str) -> String {
-    url.split(['?', '#']).next().unwrap_or(url).to_string()
-}
+pub use crate::config::without_query;

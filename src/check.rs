@@ -54,7 +54,7 @@ fn line(part: &'static str, verdict: Verdict) -> Line {
 
 /// Runs every check in order; `config` has been loaded and validated already.
 pub async fn run_checks(config: &Config) -> Vec<Line> {
-    vec![
+    let mut lines = vec![
         line("config", Verdict::Pass("valid".into())),
         check_store(config),
         check_chat(&config.llm).await,
@@ -63,7 +63,31 @@ pub async fn run_checks(config: &Config) -> Vec<Line> {
         check_discord(config).await,
         check_search(config).await,
         check_sandbox(config),
-    ]
+    ];
+    lines.extend(check_mcp(config).await);
+    lines
+}
+
+/// Each configured MCP server started and its tools listed, as the bot does at start-up.
+async fn check_mcp(config: &Config) -> Vec<Line> {
+    let mut lines = Vec::new();
+    for server in &config.mcp.servers {
+        let verdict = match crate::mcp::connect(server, &config.web).await {
+            Ok(commands) => {
+                let names: Vec<String> = commands.iter().map(|c| c.spec().name).collect();
+                Verdict::Pass(format!(
+                    "{} ({}): {} tools offered ({})",
+                    server.name,
+                    server.describe(),
+                    names.len(),
+                    names.join(", ")
+                ))
+            }
+            Err(why) => Verdict::Warn(format!("{}: off, because {why}", server.name)),
+        };
+        lines.push(line("MCP server", verdict));
+    }
+    lines
 }
 
 /// Whether agents can run code here: the sandbox is proven with a real run.

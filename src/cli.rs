@@ -293,8 +293,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             .map_err(anyhow::Error::msg)?;
             let mut config = config;
             crate::llm::context::learn_context_windows(&mut config.llm, None).await;
-            let app = App::open(config)?;
+            let mut app = App::open(config)?;
             shards.check_store(&app.store).map_err(anyhow::Error::msg)?;
+            app.connect_mcp().await;
             if let Some(note) = app.settle_crashed_calls()? {
                 println!("{note}");
             }
@@ -419,7 +420,8 @@ async fn console(mut config: Config, args: ConsoleArgs) -> anyhow::Result<ExitCo
         .map(|state| state.settings.model.clone())
         .unwrap_or_else(|| config.llm.model.clone());
     crate::llm::context::learn_context_windows(&mut config.llm, Some(&counter_model)).await;
-    let app = App::build_for_model(config, store, Arc::new(SystemClock), &counter_model)?;
+    let mut app = App::build_for_model(config, store, Arc::new(SystemClock), &counter_model)?;
+    app.connect_mcp().await;
     if let Some(note) = app.settle_crashed_calls()? {
         println!("{note}");
     }

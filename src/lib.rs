@@ -27,6 +27,7 @@ pub mod core;
 pub mod export;
 pub mod inspect;
 pub mod llm;
+pub mod mcp;
 pub mod memory;
 pub mod ops;
 pub mod runtime;

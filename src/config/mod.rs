@@ -12,11 +12,13 @@ use crate::core::budget::usd_to_micros;
 
 mod approvals;
 mod budget;
+mod mcp;
 pub mod models;
 mod sandbox;
 mod sections;
 pub use approvals::*;
 pub use budget::*;
+pub use mcp::*;
 pub use sandbox::*;
 pub use sections::*;
 
@@ -77,7 +79,14 @@ pub struct Config {
     pub web: WebConfig,
     pub subagents: SubagentConfig,
     pub sandbox: SandboxConfig,
+    pub mcp: McpConfig,
     pub ops: OpsConfig,
+}
+
+/// A URL without its query and fragment, for logs and errors: where a provider's parameters (or a
+/// misplaced key) could be.
+pub fn without_query(url: &str) -> String {
+    url.split(['?', '#']).next().unwrap_or(url).to_string()
 }
 
 /// The environment as the config loader sees it; a trait-free closure keeps tests off the real process env.
@@ -231,6 +240,9 @@ impl Config {
         self.approvals
             .validate()
             .map_err(|problem| invalid("approvals", problem))?;
+        self.mcp
+            .validate()
+            .map_err(|(field, problem)| invalid(&field, problem))?;
         // A query in a base URL would end up before the path (`…?api-version=…/chat/completions`).
         let embeddings_url = self
             .memory

@@ -67,6 +67,14 @@ pub enum ArgType {
     Boolean,
     /// A list of strings.
     StringList,
+    /// Any JSON number (an MCP tool's `number`).
+    Number,
+    /// A JSON object (an MCP tool's nested arguments).
+    Object,
+    /// A list of anything.
+    List,
+    /// Any JSON value: the argument's own schema says more.
+    Any,
 }
 
 impl ArgType {
@@ -75,7 +83,10 @@ impl ArgType {
             ArgType::String => "string",
             ArgType::Integer => "integer",
             ArgType::Boolean => "boolean",
-            ArgType::StringList => "array",
+            ArgType::StringList | ArgType::List => "array",
+            ArgType::Number => "number",
+            ArgType::Object => "object",
+            ArgType::Any => "any",
         }
     }
 
@@ -87,6 +98,10 @@ impl ArgType {
             ArgType::StringList => value
                 .as_array()
                 .is_some_and(|items| items.iter().all(Value::is_string)),
+            ArgType::Number => value.is_number(),
+            ArgType::Object => value.is_object(),
+            ArgType::List => value.is_array(),
+            ArgType::Any => true,
         }
     }
 
@@ -97,6 +112,7 @@ impl ArgType {
                 "items": {"type": "string"},
                 "description": description
             }),
+            ArgType::Any => json!({"description": description}),
             _ => json!({"type": self.json_name(), "description": description}),
         }
     }
@@ -108,6 +124,10 @@ pub struct ArgSpec {
     pub kind: ArgType,
     pub description: String,
     pub required: bool,
+    /// The argument's own JSON schema, when it says more than `kind` (an MCP tool's enums and
+    /// nested objects); the reply schema carries it, and the server checks the rest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<Value>,
 }
 
 /// An older name for a command, with the argument names it used (old → new).
@@ -174,6 +194,27 @@ impl CommandSpec {
             kind,
             description: description.into(),
             required: true,
+            schema: None,
+        });
+        self
+    }
+
+    /// An argument of a command made elsewhere (an MCP tool's), with its own JSON schema when
+    /// that schema stands on its own.
+    pub fn schema_arg(
+        mut self,
+        name: &str,
+        kind: ArgType,
+        description: &str,
+        schema: Option<Value>,
+        required: bool,
+    ) -> Self {
+        self.args.push(ArgSpec {
+            name: name.into(),
+            kind,
+            description: description.into(),
+            required,
+            schema,
         });
         self
     }
@@ -213,6 +254,7 @@ impl CommandSpec {
                 match a.kind {
                     ArgType::String => format!("{}{optional}", a.name),
                     ArgType::StringList => format!("{}{optional}: list[string]", a.name),
+                    ArgType::List => format!("{}{optional}: list", a.name),
                     other => format!("{}{optional}: {}", a.name, other.json_name()),
                 }
             })
@@ -229,7 +271,11 @@ impl CommandSpec {
     pub fn args_schema(&self) -> Value {
         let mut properties = Map::new();
         for arg in &self.args {
-            properties.insert(arg.name.clone(), arg.kind.schema(&arg.description));
+            let schema = match &arg.schema {
+                Some(own) => own.clone(),
+                None => arg.kind.schema(&arg.description),
+            };
+            properties.insert(arg.name.clone(), schema);
         }
         let required: Vec<&str> = self
             .args
@@ -356,6 +402,8 @@ impl CommandSet {
                     match arg.kind {
                         ArgType::StringList => "a list of strings".to_string(),
                         ArgType::Integer => "an integer".to_string(),
+                        ArgType::Object => "an object".to_string(),
+                        ArgType::List => "a list".to_string(),
                         other => format!("a {}", other.json_name()),
                     }
                 )),

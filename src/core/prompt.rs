@@ -147,25 +147,39 @@ pub fn system_prompt(profile: &Profile, commands: &CommandSet) -> String {
 
 /// The abilities the agent's commands actually give it (AutoGPT lists internet access, memory
 /// and sub-agents whatever is enabled; a model told of an ability it lacks plans around it).
-pub fn resources(commands: &CommandSet) -> Vec<&'static str> {
+pub fn resources(commands: &CommandSet) -> Vec<String> {
     let has = |name: &str| commands.specs.iter().any(|s| s.name == name);
     let mut resources =
-        vec!["A workspace of files that you read and write with the file commands."];
+        vec!["A workspace of files that you read and write with the file commands.".to_string()];
+    let mut add = |text: &str| resources.push(text.to_string());
     if has("web_search") || has("read_webpage") || has("wikipedia_search") {
-        resources.push("Internet access for searches and reading web pages.");
+        add("Internet access for searches and reading web pages.");
     }
     if has("memory_add") {
-        resources.push("Long-term memory: relevant notes of your earlier steps are shown to you.");
+        add("Long-term memory: relevant notes of your earlier steps are shown to you.");
     }
     if has("execute_python") {
-        resources.push("Running Python code in a sandbox without network access; your workspace's files are in its current folder, and the files it writes there are kept.");
+        add("Running Python code in a sandbox without network access; your workspace's files are in its current folder, and the files it writes there are kept.");
     }
     if has("execute_shell") {
-        resources.push("Running shell commands in the same sandbox.");
+        add("Running shell commands in the same sandbox.");
     }
     if has("start_agent") {
-        resources
-            .push("Sub-agents (other language model instances) for simple tasks you delegate.");
+        add("Sub-agents (other language model instances) for simple tasks you delegate.");
+    }
+    // Only an MCP server's commands have a dot in their name (`server.tool`).
+    let mut servers: Vec<&str> = commands
+        .specs
+        .iter()
+        .filter_map(|s| s.name.split_once('.').map(|(server, _)| server))
+        .collect();
+    servers.dedup();
+    if !servers.is_empty() {
+        resources.push(format!(
+            "The tools of the MCP server{} {}: their commands are named server.tool, and what they return comes from outside.",
+            if servers.len() == 1 { "" } else { "s" },
+            servers.join(", ")
+        ));
     }
     resources
 }
@@ -536,6 +550,8 @@ mod tests {
             "memory_add",
             "execute_python",
             "start_agent",
+            "time.get_current_time",
+            "time.convert_time",
         ]));
         let text = full.join("\n");
         for ability in [
@@ -543,6 +559,7 @@ mod tests {
             "Long-term memory",
             "Python code in a sandbox",
             "Sub-agents",
+            "The tools of the MCP server time:",
         ] {
             assert!(text.contains(ability), "{text}");
         }

@@ -16,6 +16,7 @@ mod discord_contact;
 mod discord_e2e;
 mod fake_discord_payloads;
 mod llm_client;
+mod mcp;
 mod memory;
 mod memory_e2e;
 mod ops_e2e;

@@ -1,0 +1,207 @@
+//! `[[mcp.servers]]`: the MCP servers whose tools agents may use, how each is reached, which of
+//! its tools are offered and in which risk class.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::core::commands::Risk;
+
+/// The MCP servers the operator lists; none by default.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpConfig {
+    pub servers: Vec<McpServerConfig>,
+}
+
+/// One MCP server: a program spoken to over its stdin and stdout, or a streamable-HTTP URL.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerConfig {
+    /// The first part of its commands' names (`time` gives `time.get_current_time`).
+    pub name: String,
+    /// The program to start (a name looked up in PATH, or a path).
+    #[serde(default)]
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// The program's whole environment besides PATH, HOME and LANG: it never sees the bot's own
+    /// (where the Discord token and API keys are). Values may be secrets; they are never shown.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// A streamable-HTTP endpoint instead of a program; reached through the web guard, so a
+    /// private address must be in `web.allow_hosts`.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Only these tools are offered (all when empty).
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// These tools are never offered.
+    #[serde(default)]
+    pub deny: Vec<String>,
+    /// The risk class of its tools, which the approval policy is written in.
+    #[serde(default = "external")]
+    pub risk: Risk,
+    /// How long a call (and the start of the server) may take before the server is restarted.
+    #[serde(default = "thirty")]
+    pub timeout_secs: u64,
+    /// Characters of a result kept for the agent.
+    #[serde(default = "result_chars")]
+    pub max_result_chars: usize,
+}
+
+fn external() -> Risk {
+    Risk::External
+}
+
+fn thirty() -> u64 {
+    30
+}
+
+fn result_chars() -> usize {
+    12_000
+}
+
+/// Without the environment's values and the URL's query, either of which may hold a secret.
+impl std::fmt::Debug for McpServerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpServerConfig")
+            .field("name", &self.name)
+            .field("command", &self.command)
+            .field("args", &self.args.len())
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("url", &self.url.as_deref().map(super::without_query))
+            .field("allow", &self.allow)
+            .field("deny", &self.deny)
+            .field("risk", &self.risk)
+            .field("timeout_secs", &self.timeout_secs)
+            .finish()
+    }
+}
+
+impl McpServerConfig {
+    /// Whether the server's tool `tool` is offered.
+    pub fn offers(&self, tool: &str) -> bool {
+        (self.allow.is_empty() || self.allow.iter().any(|t| t == tool))
+            && !self.deny.iter().any(|t| t == tool)
+    }
+
+    /// How it is reached, for logs and `autothread check` (a URL without its query).
+    pub fn describe(&self) -> String {
+        match (&self.command, &self.url) {
+            (Some(command), _) => format!("the program {command}"),
+            (None, Some(url)) => super::without_query(url),
+            (None, None) => "nothing".into(),
+        }
+    }
+}
+
+impl McpConfig {
+    /// Each server has a usable name (unique, and a valid first part of a command name), and
+    /// exactly one of a program and a URL.
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        let mut seen = std::collections::HashSet::new();
+        for (i, server) in self.servers.iter().enumerate() {
+            let field = format!("mcp.servers[{i}]");
+            let name = server.name.as_str();
+            let valid = !name.is_empty()
+                && name.len() <= 32
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            if !valid {
+                return Err((
+                    format!("{field}.name"),
+                    format!("must be 1 to 32 letters, digits, '_' or '-' (got {name:?})"),
+                ));
+            }
+            if !seen.insert(name) {
+                return Err((
+                    format!("{field}.name"),
+                    format!("{name:?} names two servers"),
+                ));
+            }
+            match (&server.command, &server.url) {
+                (Some(_), Some(_)) | (None, None) => {
+                    return Err((
+                        field,
+                        "needs exactly one of `command` (a program) and `url` (streamable HTTP)"
+                            .into(),
+                    ))
+                }
+                (None, Some(url))
+                    if !(url.starts_with("http://") || url.starts_with("https://")) =>
+                {
+                    return Err((
+                        format!("{field}.url"),
+                        "must start with http:// or https://".into(),
+                    ))
+                }
+                _ => {}
+            }
+            if server.timeout_secs == 0 || server.timeout_secs > 600 {
+                return Err((
+                    format!("{field}.timeout_secs"),
+                    "must be between 1 and 600".into(),
+                ));
+            }
+            if server.max_result_chars == 0 {
+                return Err((
+                    format!("{field}.max_result_chars"),
+                    "must be more than 0".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> McpConfig {
+        toml::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn servers_need_a_name_and_one_way_to_be_reached() {
+        let good = parse("[[servers]]\nname = \"time\"\ncommand = \"mcp-server-time\"\n");
+        assert!(good.validate().is_ok());
+        assert_eq!(good.servers[0].risk, Risk::External);
+        let both = parse("[[servers]]\nname = \"t\"\ncommand = \"x\"\nurl = \"https://a\"\n");
+        assert!(both.validate().unwrap_err().1.contains("exactly one"));
+        let dotted = parse("[[servers]]\nname = \"a.b\"\ncommand = \"x\"\n");
+        assert_eq!(dotted.validate().unwrap_err().0, "mcp.servers[0].name");
+        let twice = parse(
+            "[[servers]]\nname = \"t\"\ncommand = \"x\"\n[[servers]]\nname = \"t\"\ncommand = \"y\"\n",
+        );
+        assert!(twice.validate().unwrap_err().1.contains("two servers"));
+    }
+
+    #[test]
+    fn allow_and_deny_lists_choose_the_tools() {
+        let mut server = parse("[[servers]]\nname = \"t\"\ncommand = \"x\"\n").servers[0].clone();
+        assert!(server.offers("anything"));
+        server.deny = vec!["convert_time".into()];
+        assert!(!server.offers("convert_time"));
+        server.allow = vec!["get_current_time".into()];
+        assert!(server.offers("get_current_time"));
+        assert!(!server.offers("other"));
+    }
+
+    #[test]
+    fn debug_output_shows_no_secret() {
+        let server = parse(
+            "[[servers]]\nname = \"gh\"\nurl = \"https://mcp.example/x?token=hunter2\"\nenv = { GITHUB_TOKEN = \"ghp_secret\" }\n",
+        )
+        .servers[0]
+            .clone();
+        let shown = format!("{server:?}");
+        assert!(shown.contains("GITHUB_TOKEN"), "{shown}");
+        assert!(
+            !shown.contains("ghp_secret") && !shown.contains("hunter2"),
+            "{shown}"
+        );
+    }
+}

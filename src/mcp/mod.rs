@@ -1,0 +1,299 @@
+//! MCP servers as the operator lists them: the connection to each (a program over stdio, or a
+//! streamable-HTTP URL through the web guard) through the official SDK, restarted when it dies or
+//! hangs, and its tools as agent commands (`server.tool`) with their own argument schemas.
+
+mod tool;
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject, Tool};
+use rmcp::service::{Peer, RoleClient, RunningService};
+use tokio::io::AsyncBufReadExt;
+
+use crate::config::{McpServerConfig, WebConfig};
+use crate::tools::Command;
+
+pub use tool::{McpTool, MAX_TOOLS_PER_SERVER};
+
+type Connection = RunningService<RoleClient, ()>;
+
+/// One configured MCP server and its live connection, if any.
+pub struct McpServer {
+    config: McpServerConfig,
+    /// The guarded client a URL is reached with; `None` for a program.
+    http: Option<reqwest::Client>,
+    connection: tokio::sync::Mutex<Live>,
+}
+
+#[derive(Default)]
+struct Live {
+    connection: Option<Connection>,
+    /// Counts the connections made, so that two calls that fail on the same one restart it once.
+    generation: u64,
+}
+
+/// What `McpServer::call` could not do, written for the agent and the thread.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct McpFailure(pub String);
+
+impl McpServer {
+    /// The server as configured, not yet started. A URL is refused here when the web guard
+    /// refuses it (a private address not in `web.allow_hosts`).
+    pub fn new(config: &McpServerConfig, web: &WebConfig) -> Result<Arc<McpServer>, String> {
+        let http = match &config.url {
+            Some(url) => Some(guarded_client(url, web)?),
+            None => None,
+        };
+        Ok(Arc::new(McpServer {
+            config: config.clone(),
+            http,
+            connection: tokio::sync::Mutex::new(Live::default()),
+        }))
+    }
+
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    pub fn config(&self) -> &McpServerConfig {
+        &self.config
+    }
+
+    /// `text` with the server's URL shown without its query, where a key could be (the SDK's
+    /// errors name the URL).
+    fn without_secrets(&self, text: &str) -> String {
+        match &self.config.url {
+            Some(url) => text.replace(url.as_str(), &crate::config::without_query(url)),
+            None => text.to_string(),
+        }
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(self.config.timeout_secs)
+    }
+
+    /// Starts the server and lists its tools (those the config offers, at most
+    /// `MAX_TOOLS_PER_SERVER`) as commands.
+    pub async fn commands(self: &Arc<Self>) -> Result<Vec<Arc<dyn Command>>, String> {
+        let (peer, _) = self.peer().await?;
+        let tools = tokio::time::timeout(self.timeout(), peer.list_all_tools())
+            .await
+            .map_err(|_| {
+                format!(
+                    "it did not list its tools within {} s",
+                    self.config.timeout_secs
+                )
+            })?
+            .map_err(|e| format!("it did not list its tools: {e}"))?;
+        Ok(self.offered(tools))
+    }
+
+    /// The tools the config offers, as commands; a tool whose name cannot be a command's is
+    /// left out with a warning.
+    fn offered(self: &Arc<Self>, tools: Vec<Tool>) -> Vec<Arc<dyn Command>> {
+        let mut commands: Vec<Arc<dyn Command>> = Vec::new();
+        for tool in tools {
+            if !self.config.offers(&tool.name) {
+                continue;
+            }
+            if commands.len() == MAX_TOOLS_PER_SERVER {
+                tracing::warn!(
+                    server = %self.config.name,
+                    "the MCP server offers more than {MAX_TOOLS_PER_SERVER} tools; the rest are left out (mcp.servers.allow chooses them)"
+                );
+                break;
+            }
+            match McpTool::new(self.clone(), &tool) {
+                Ok(command) => commands.push(Arc::new(command)),
+                Err(why) => tracing::warn!(server = %self.config.name, "{why}"),
+            }
+        }
+        commands
+    }
+
+    /// The live connection's peer, starting the server when there is none.
+    async fn peer(&self) -> Result<(Peer<RoleClient>, u64), String> {
+        let mut live = self.connection.lock().await;
+        if let Some(connection) = &live.connection {
+            if !connection.is_closed() && !connection.peer().is_transport_closed() {
+                return Ok((connection.peer().clone(), live.generation));
+            }
+        }
+        live.connection = None;
+        let connection = tokio::time::timeout(self.timeout(), self.start())
+            .await
+            .map_err(|_| {
+                format!(
+                    "the MCP server '{}' did not start within {} s",
+                    self.config.name, self.config.timeout_secs
+                )
+            })??;
+        let peer = connection.peer().clone();
+        live.connection = Some(connection);
+        live.generation += 1;
+        Ok((peer, live.generation))
+    }
+
+    /// Starts the program, or opens the session with the URL, and runs MCP's initialization.
+    async fn start(&self) -> Result<Connection, String> {
+        let name = &self.config.name;
+        let started = match (&self.config.command, &self.http, &self.config.url) {
+            (Some(program), _, _) => {
+                let mut command = tokio::process::Command::new(program);
+                command.args(&self.config.args).env_clear();
+                // Its environment is what it needs to run and what the operator gives it: never
+                // the bot's, where the Discord token and the API keys are.
+                for kept in ["PATH", "HOME", "LANG", "TMPDIR"] {
+                    if let Some(value) = std::env::var_os(kept) {
+                        command.env(kept, value);
+                    }
+                }
+                command.envs(&self.config.env);
+                let mut wrapped = process_wrap::tokio::CommandWrap::from(command);
+                // Its own process group, so that a restart also ends what it started.
+                wrapped.wrap(process_wrap::tokio::ProcessGroup::leader());
+                let (transport, stderr) = rmcp::transport::TokioChildProcess::builder(wrapped)
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .map_err(|e| format!("the MCP server '{name}' could not be started: {e}"))?;
+                if let Some(stderr) = stderr {
+                    tokio::spawn(log_stderr(name.clone(), stderr));
+                }
+                rmcp::serve_client((), transport).await
+            }
+            (None, Some(client), Some(url)) => {
+                use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+                let transport = rmcp::transport::StreamableHttpClientTransport::with_client(
+                    client.clone(),
+                    StreamableHttpClientTransportConfig::with_uri(url.as_str()),
+                );
+                rmcp::serve_client((), transport).await
+            }
+            _ => return Err(format!("the MCP server '{name}' has no program and no URL")),
+        };
+        started.map_err(|e| {
+            format!(
+                "the MCP server '{name}' did not start: {}",
+                self.without_secrets(&e.to_string())
+            )
+        })
+    }
+
+    /// Calls `tool`. A server that has died, or does not answer within its timeout, fails the
+    /// call with a clear reason and is started again, so the next call finds it running.
+    pub async fn call(
+        &self,
+        tool: &str,
+        arguments: JsonObject,
+    ) -> Result<CallToolResult, McpFailure> {
+        let name = &self.config.name;
+        let (peer, generation) = self.peer().await.map_err(McpFailure)?;
+        let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
+        let failed = match tokio::time::timeout(self.timeout(), peer.call_tool(params)).await {
+            Ok(Ok(result)) => return Ok(result),
+            Ok(Err(rmcp::ServiceError::McpError(error))) => {
+                // The server answered with an error: it is alive, and that is the result.
+                return Err(McpFailure(format!(
+                    "the MCP server '{name}' refused the call: {}",
+                    error.message
+                )));
+            }
+            Ok(Err(e)) => format!(
+                "the MCP server '{name}' failed during the call ({})",
+                self.without_secrets(&e.to_string())
+            ),
+            Err(_) => format!(
+                "the MCP server '{name}' did not answer within {} s",
+                self.config.timeout_secs
+            ),
+        };
+        Err(McpFailure(format!(
+            "{failed}; {}",
+            self.restart(generation).await
+        )))
+    }
+
+    /// Ends connection `generation` (its program and everything in its process group) and starts
+    /// the server again, unless another call already has; says what happened.
+    async fn restart(&self, generation: u64) -> String {
+        {
+            let mut live = self.connection.lock().await;
+            if live.generation == generation {
+                if let Some(mut connection) = live.connection.take() {
+                    // Closing ends a URL's session, or the program (asked, then killed); within
+                    // a bound, after which dropping the connection kills the program anyway.
+                    let _ = connection.close_with_timeout(Duration::from_secs(2)).await;
+                }
+            }
+        }
+        tracing::warn!(server = %self.config.name, "restarting the MCP server");
+        match self.peer().await {
+            Ok(_) => "it was restarted.".into(),
+            Err(why) => format!("restarting it failed too ({why}); the next call tries again."),
+        }
+    }
+}
+
+/// The HTTP client for a server's URL: the web guard resolves its names, no proxy from the
+/// environment, no redirect followed.
+fn guarded_client(url: &str, web: &WebConfig) -> Result<reqwest::Client, String> {
+    let parsed = reqwest::Url::parse(url).map_err(|e| format!("{url} is not a URL: {e}"))?;
+    let guard =
+        crate::web::guard::Guard::new(&web.allow_hosts, Arc::new(crate::web::guard::SystemLookup));
+    guard.check_url(&parsed).map_err(|blocked| {
+        format!(
+            "{} is refused: {blocked} (an MCP server on a private address must be in web.allow_hosts)",
+            crate::config::without_query(url)
+        )
+    })?;
+    reqwest::Client::builder()
+        .dns_resolver(guard)
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(Duration::from_secs(10))
+        .user_agent(web.user_agent.clone())
+        .build()
+        .map_err(|e| format!("the HTTP client could not be built: {e}"))
+}
+
+/// Copies a program's error output into the log, line by line and each line capped, until it
+/// closes.
+async fn log_stderr(server: String, stderr: tokio::process::ChildStderr) {
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let line: String = line.chars().take(500).collect();
+        tracing::debug!(server = %server, "MCP server: {line}");
+    }
+}
+
+/// Starts every configured server and returns its commands; a server that cannot start is left
+/// out, with the reason in the log (`autothread check` shows it too).
+pub async fn connect_all(config: &crate::config::Config) -> Vec<Arc<dyn Command>> {
+    let mut commands = Vec::new();
+    for server in &config.mcp.servers {
+        match connect(server, &config.web).await {
+            Ok(found) => {
+                tracing::info!(
+                    "MCP server {}: on ({}, {} tools)",
+                    server.name,
+                    server.describe(),
+                    found.len()
+                );
+                commands.extend(found);
+            }
+            Err(why) => tracing::warn!("MCP server {}: off, because {why}", server.name),
+        }
+    }
+    commands
+}
+
+/// One server started and its tools listed.
+pub async fn connect(
+    server: &McpServerConfig,
+    web: &WebConfig,
+) -> Result<Vec<Arc<dyn Command>>, String> {
+    McpServer::new(server, web)?.commands().await
+}

@@ -73,7 +73,8 @@ impl App {
             clock.clone(),
         )?;
         let web = Web::for_config(&config)?;
-        let tools = Arc::new(with_code_execution(Registry::for_config(&config), &config));
+        let tools = with_code_execution(Registry::for_config(&config), &config);
+        let tools = Arc::new(with_image_generation(tools, &config, &budgets)?);
         Ok(App {
             config,
             store,
@@ -239,6 +240,21 @@ fn with_code_execution(tools: Registry, config: &Config) -> Registry {
         tracing::warn!("code execution: off, because its sandbox needs Linux");
     }
     tools
+}
+
+/// The registry with `generate_image` when the config names an images model.
+fn with_image_generation(
+    tools: Registry,
+    config: &Config,
+    budgets: &Arc<Budgets>,
+) -> anyhow::Result<Registry> {
+    let Some(images) = crate::llm::images::OpenAiImages::from_config(&config.llm, &config.images)?
+    else {
+        return Ok(tools);
+    };
+    let command =
+        crate::tools::images::GenerateImage::new(Arc::new(images), budgets.clone(), &config.images);
+    Ok(tools.with_commands(vec![Arc::new(command)], &config.agent.disabled_commands))
 }
 
 /// Opens the store in the configured data directory, running its migrations.

@@ -52,14 +52,15 @@ pub enum LogFormat {
 impl Cli {
     /// The log filter when RUST_LOG is unset: the bot reports each subsystem's start at `info`;
     /// the terminal commands stay quiet so their own output reads cleanly. Chatty dependencies
-    /// are held at `warn` either way; async-openai at `error`, because it warns about every 5xx
+    /// are held at `warn` either way (rmcp too: it logs a server's whole self-description at info);
+    /// async-openai at `error`, because it warns about every 5xx
     /// that our own transport already reports (and retries) in its own words.
     pub fn default_log_filter(&self) -> String {
         let level = match self.command {
             CliCommand::Run(_) => "info",
             _ => "warn",
         };
-        format!("{level},serenity=warn,poise=warn,hnsw_rs=warn,anndists=warn,sled=warn,hyper=warn,reqwest=warn,rustls=warn,h2=warn,tungstenite=warn,async_openai=error")
+        format!("{level},serenity=warn,poise=warn,hnsw_rs=warn,anndists=warn,sled=warn,hyper=warn,reqwest=warn,rustls=warn,h2=warn,tungstenite=warn,rmcp=warn,async_openai=error")
     }
 }
 

@@ -12,12 +12,14 @@ use crate::core::budget::usd_to_micros;
 
 mod approvals;
 mod budget;
+mod images;
 mod mcp;
 pub mod models;
 mod sandbox;
 mod sections;
 pub use approvals::*;
 pub use budget::*;
+pub use images::*;
 pub use mcp::*;
 pub use sandbox::*;
 pub use sections::*;
@@ -80,6 +82,7 @@ pub struct Config {
     pub subagents: SubagentConfig,
     pub sandbox: SandboxConfig,
     pub mcp: McpConfig,
+    pub images: ImagesConfig,
     pub ops: OpsConfig,
 }
 
@@ -241,6 +244,9 @@ impl Config {
             .validate()
             .map_err(|problem| invalid("approvals", problem))?;
         self.mcp
+            .validate()
+            .map_err(|(field, problem)| invalid(&field, problem))?;
+        self.images
             .validate()
             .map_err(|(field, problem)| invalid(&field, problem))?;
         // A query in a base URL would end up before the path (`…?api-version=…/chat/completions`).

@@ -112,7 +112,11 @@ impl ArgType {
                 "items": {"type": "string"},
                 "description": description
             }),
-            ArgType::Any => json!({"description": description}),
+            // Every JSON type, spelt out: older grammar converters refuse a schema without one.
+            ArgType::Any => json!({
+                "type": ["string", "number", "boolean", "object", "array", "null"],
+                "description": description
+            }),
             _ => json!({"type": self.json_name(), "description": description}),
         }
     }

@@ -164,6 +164,9 @@ pub fn resources(commands: &CommandSet) -> Vec<String> {
     if has("execute_shell") {
         add("Running shell commands in the same sandbox.");
     }
+    if has("generate_image") {
+        add("Generating images from descriptions; they are saved in your workspace.");
+    }
     if has("start_agent") {
         add("Sub-agents (other language model instances) for simple tasks you delegate.");
     }

@@ -3,6 +3,7 @@
 
 pub mod context;
 pub mod embed;
+pub mod images;
 pub mod openai;
 pub mod retry;
 pub mod tokens;

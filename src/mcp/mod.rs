@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject, Tool};
 use rmcp::service::{Peer, RoleClient, RunningService};
-use tokio::io::AsyncBufReadExt;
 
 use crate::config::{McpServerConfig, WebConfig};
 use crate::tools::Command;
@@ -30,8 +29,36 @@ pub struct McpServer {
 #[derive(Default)]
 struct Live {
     connection: Option<Connection>,
+    /// The process group of the connection's program: ended whole when the connection is, since
+    /// the SDK kills only a program that has not exited (what it started may still run).
+    group: Option<i32>,
     /// Counts the connections made, so that two calls that fail on the same one restart it once.
     generation: u64,
+}
+
+impl Live {
+    /// Ends the connection, within a bound, and then everything left in its program's group.
+    async fn end(&mut self) {
+        if let Some(mut connection) = self.connection.take() {
+            // Closing ends a URL's session, or the program (asked, then killed).
+            let _ = connection.close_with_timeout(Duration::from_secs(2)).await;
+        }
+        self.end_group();
+    }
+
+    fn end_group(&mut self) {
+        if let Some(group) = self.group.take() {
+            // SAFETY: a signal to the process group this connection's program led; when it is
+            // gone the call fails with ESRCH and does nothing.
+            unsafe { libc::killpg(group, libc::SIGKILL) };
+        }
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.end_group();
+    }
 }
 
 /// What `McpServer::call` could not do, written for the agent and the thread.
@@ -65,10 +92,23 @@ impl McpServer {
     /// `text` with the server's URL shown without its query, where a key could be (the SDK's
     /// errors name the URL).
     fn without_secrets(&self, text: &str) -> String {
-        match &self.config.url {
-            Some(url) => text.replace(url.as_str(), &crate::config::without_query(url)),
-            None => text.to_string(),
+        let Some(url) = &self.config.url else {
+            return text.to_string();
+        };
+        let shown = crate::config::without_query(url);
+        // The client names the URL as written, or as it normalised it (`https://h?k` becomes
+        // `https://h/?k`).
+        let mut text = text.replace(url.as_str(), &shown);
+        if let Ok(parsed) = reqwest::Url::parse(url) {
+            text = text.replace(parsed.as_str(), &shown);
         }
+        crate::core::history::truncate_chars(&text, 1_000)
+    }
+
+    /// How long a start may take: a program's interpreter may need longer to load than a call to
+    /// answer, on a busy machine.
+    fn start_timeout(&self) -> Duration {
+        Duration::from_secs(self.config.timeout_secs.max(30))
     }
 
     fn timeout(&self) -> Duration {
@@ -122,23 +162,25 @@ impl McpServer {
                 return Ok((connection.peer().clone(), live.generation));
             }
         }
-        live.connection = None;
-        let connection = tokio::time::timeout(self.timeout(), self.start())
+        live.end().await;
+        let (connection, group) = tokio::time::timeout(self.start_timeout(), self.start())
             .await
             .map_err(|_| {
                 format!(
                     "the MCP server '{}' did not start within {} s",
-                    self.config.name, self.config.timeout_secs
+                    self.config.name,
+                    self.start_timeout().as_secs()
                 )
             })??;
         let peer = connection.peer().clone();
         live.connection = Some(connection);
+        live.group = group;
         live.generation += 1;
         Ok((peer, live.generation))
     }
 
     /// Starts the program, or opens the session with the URL, and runs MCP's initialization.
-    async fn start(&self) -> Result<Connection, String> {
+    async fn start(&self) -> Result<(Connection, Option<i32>), String> {
         let name = &self.config.name;
         let started = match (&self.config.command, &self.http, &self.config.url) {
             (Some(program), _, _) => {
@@ -162,7 +204,17 @@ impl McpServer {
                 if let Some(stderr) = stderr {
                     tokio::spawn(log_stderr(name.clone(), stderr));
                 }
-                rmcp::serve_client((), transport).await
+                // The program leads its own group: the group's id is its process id.
+                let group = transport.id().and_then(|pid| i32::try_from(pid).ok());
+                let served = rmcp::serve_client((), transport).await;
+                if served.is_err() {
+                    // The SDK has killed the program; what it started goes too.
+                    if let Some(group) = group {
+                        // SAFETY: as in `Live::end_group`.
+                        unsafe { libc::killpg(group, libc::SIGKILL) };
+                    }
+                }
+                served.map(|connection| (connection, group))
             }
             (None, Some(client), Some(url)) => {
                 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -170,7 +222,9 @@ impl McpServer {
                     client.clone(),
                     StreamableHttpClientTransportConfig::with_uri(url.as_str()),
                 );
-                rmcp::serve_client((), transport).await
+                rmcp::serve_client((), transport)
+                    .await
+                    .map(|connection| (connection, None))
             }
             _ => return Err(format!("the MCP server '{name}' has no program and no URL")),
         };
@@ -195,11 +249,15 @@ impl McpServer {
         let failed = match tokio::time::timeout(self.timeout(), peer.call_tool(params)).await {
             Ok(Ok(result)) => return Ok(result),
             Ok(Err(rmcp::ServiceError::McpError(error))) => {
-                // The server answered with an error: it is alive, and that is the result.
-                return Err(McpFailure(format!(
-                    "the MCP server '{name}' refused the call: {}",
-                    error.message
-                )));
+                // The server answered with an error: it is alive, and that is the result. Its
+                // words are the server's: capped and labelled like its answers.
+                let said = crate::core::history::truncate_chars(
+                    &error.message,
+                    self.config.max_result_chars.min(2_000),
+                );
+                return Err(McpFailure(tool::labelled(&format!(
+                    "the MCP server '{name}' refused the call: {said}"
+                ))));
             }
             Ok(Err(e)) => format!(
                 "the MCP server '{name}' failed during the call ({})",
@@ -222,11 +280,7 @@ impl McpServer {
         {
             let mut live = self.connection.lock().await;
             if live.generation == generation {
-                if let Some(mut connection) = live.connection.take() {
-                    // Closing ends a URL's session, or the program (asked, then killed); within
-                    // a bound, after which dropping the connection kills the program anyway.
-                    let _ = connection.close_with_timeout(Duration::from_secs(2)).await;
-                }
+                live.end().await;
             }
         }
         tracing::warn!(server = %self.config.name, "restarting the MCP server");
@@ -240,7 +294,8 @@ impl McpServer {
 /// The HTTP client for a server's URL: the web guard resolves its names, no proxy from the
 /// environment, no redirect followed.
 fn guarded_client(url: &str, web: &WebConfig) -> Result<reqwest::Client, String> {
-    let parsed = reqwest::Url::parse(url).map_err(|e| format!("{url} is not a URL: {e}"))?;
+    let parsed = reqwest::Url::parse(url)
+        .map_err(|e| format!("{} is not a URL: {e}", crate::config::without_query(url)))?;
     let guard =
         crate::web::guard::Guard::new(&web.allow_hosts, Arc::new(crate::web::guard::SystemLookup));
     guard.check_url(&parsed).map_err(|blocked| {
@@ -259,22 +314,41 @@ fn guarded_client(url: &str, web: &WebConfig) -> Result<reqwest::Client, String>
         .map_err(|e| format!("the HTTP client could not be built: {e}"))
 }
 
-/// Copies a program's error output into the log, line by line and each line capped, until it
-/// closes.
-async fn log_stderr(server: String, stderr: tokio::process::ChildStderr) {
-    let mut lines = tokio::io::BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        let line: String = line.chars().take(500).collect();
-        tracing::debug!(server = %server, "MCP server: {line}");
+/// Copies a program's error output into the log in pieces of at most 4 KiB, whatever it writes
+/// (no line can grow without bound, and bytes that are not UTF-8 do not stop the copy: a closed
+/// pipe would make the server's next write fail), until it closes.
+async fn log_stderr(server: String, mut stderr: tokio::process::ChildStderr) {
+    use tokio::io::AsyncReadExt;
+    let mut buffer = vec![0u8; 4096];
+    loop {
+        match stderr.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(read) => {
+                let text = String::from_utf8_lossy(&buffer[..read]);
+                for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                    tracing::debug!(server = %server, "MCP server: {line}");
+                }
+            }
+        }
     }
 }
 
 /// Starts every configured server and returns its commands; a server that cannot start is left
 /// out, with the reason in the log (`autothread check` shows it too).
 pub async fn connect_all(config: &crate::config::Config) -> Vec<Arc<dyn Command>> {
+    // Started side by side: a server that hangs at its start delays the bot by one timeout, not
+    // one per server.
+    let mut starting = tokio::task::JoinSet::new();
+    for (order, server) in config.mcp.servers.iter().enumerate() {
+        let (server, web) = (server.clone(), config.web.clone());
+        starting.spawn(async move { (order, connect(&server, &web).await) });
+    }
+    let mut started = starting.join_all().await;
+    // In the config's order, so that the prompt lists the commands the same way at every start.
+    started.sort_by_key(|(order, _)| *order);
     let mut commands = Vec::new();
-    for server in &config.mcp.servers {
-        match connect(server, &config.web).await {
+    for (server, (_, found)) in config.mcp.servers.iter().zip(started) {
+        match found {
             Ok(found) => {
                 tracing::info!(
                     "MCP server {}: on ({}, {} tools)",

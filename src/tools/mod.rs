@@ -6,6 +6,7 @@ pub mod control;
 #[cfg(target_os = "linux")]
 pub mod execute;
 pub mod files;
+pub mod images;
 pub mod memory;
 pub mod preview;
 pub mod web;

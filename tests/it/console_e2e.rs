@@ -743,3 +743,74 @@ async fn python_runs_sandboxed_once_approved_and_its_file_lands_in_the_workspace
     assert_eq!(read(dir.join("workspace/sum.txt")), "12");
     fake.assert_clean();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_is_generated_paid_for_and_saved_in_the_workspace() {
+    let fake = fake().await;
+    fake.push_checked(
+        Reply::Content(agent_reply(
+            "generate_image",
+            json!({"prompt": "A red fox in snow"}),
+        )),
+        Some(Box::new(|body: &Value| {
+            let prompt = body.to_string();
+            match prompt.contains("generate_image(prompt, size?)")
+                && prompt.contains("Generating images from descriptions")
+            {
+                true => Ok(()),
+                false => Err("the prompt offers generate_image and names the ability".into()),
+            }
+        })),
+    );
+    step(
+        &fake,
+        "generate_image",
+        json!({"prompt": "A second fox", "size": "640x480"}),
+    );
+    step_checked(
+        &fake,
+        "finish",
+        json!({"reason": "drawn"}),
+        expect_progress(&[
+            "Saved a 1024x1024 image as images/1-a-red-fox-in-snow.png",
+            "(25 bytes, $0.040)",
+            "The model drew: A red fox in snow, drawn",
+            "Size '640x480' is not offered; use one of: 1024x1024, 1024x1792, 1792x1024",
+        ]),
+    );
+    let env = TestEnv::new(&fake.base_url, "");
+    let path = env.dir.path().join("bot.toml");
+    let mut config = std::fs::read_to_string(&path).unwrap();
+    config.push_str("\n[images]\nmodel = \"dall-e-3\"\n");
+    std::fs::write(&path, config).unwrap();
+    let (ok, out, err) = env
+        .run(&[
+            "console",
+            "--task",
+            "Draw a fox",
+            "--name",
+            "FoxGPT",
+            "--role",
+            "r",
+            "--continuous",
+            "--limit",
+            "3",
+        ])
+        .await;
+    assert!(ok, "{out}{err}");
+    // One image asked for, in base64; the refused size cost nothing.
+    let requested = fake.images_requested();
+    assert_eq!(requested.len(), 1, "{requested:?}");
+    assert_eq!(requested[0]["model"], "dall-e-3");
+    assert_eq!(requested[0]["size"], "1024x1024");
+    assert_eq!(requested[0]["response_format"], "b64_json");
+    let id = created_agent_id(&out);
+    let dir = export(&env, &id).await;
+    assert_eq!(
+        std::fs::read(dir.join("workspace/images/1-a-red-fox-in-snow.png")).unwrap(),
+        support::fake_openai::fake_image("A red fox in snow")
+    );
+    let (ok, shown, _) = env.run(&["status", &id]).await;
+    assert!(ok && shown.contains("$0.04"), "{shown}");
+    fake.assert_clean();
+}

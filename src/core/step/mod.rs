@@ -572,7 +572,10 @@ impl Stepper<'_, '_> {
             .commands
             .get(&pending.command.name)
             .is_some_and(|spec| spec.reads_untrusted);
-        if untrusted && self.state.tainted.is_none() && matches!(outcome, Outcome::Success(_)) {
+        if untrusted
+            && self.state.tainted.is_none()
+            && crate::core::taint::carries_untrusted(&outcome)
+        {
             self.state.tainted = Some(Taint {
                 cycle,
                 command: pending.command.name.clone(),

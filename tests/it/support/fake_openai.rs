@@ -101,6 +101,8 @@ struct Inner {
     /// Inputs of every embeddings request, and the error status the endpoint answers, if any.
     embedded: Vec<(String, Vec<String>)>,
     embeddings_failing: Option<u16>,
+    /// The body of every images request.
+    images_requested: Vec<Value>,
     /// What `GET /v1/models` answers; `None`: 404, as servers without a listing do.
     models_listing: Option<Value>,
     models_listed: usize,
@@ -157,6 +159,7 @@ impl FakeOpenAi {
             .route("/v1/chat/completions", post(completions))
             .route("/v1/embeddings", post(embeddings))
             .route("/v1/models", get(models))
+            .route("/v1/images/generations", post(images))
             .route(
                 "/openai/deployments/{deployment}/chat/completions",
                 post(azure_completions),
@@ -232,6 +235,11 @@ impl FakeOpenAi {
     /// (deployment, api-version) of every Azure OpenAI request so far.
     pub fn azure_calls(&self) -> Vec<(String, String)> {
         self.inner.lock().unwrap().azure_calls.clone()
+    }
+
+    /// The body of every images request so far.
+    pub fn images_requested(&self) -> Vec<Value> {
+        self.inner.lock().unwrap().images_requested.clone()
     }
 
     /// (model, inputs) of every embeddings request so far.
@@ -314,6 +322,28 @@ pub fn hash_embedding(text: &str) -> Vec<f32> {
     }
     v[0] += 0.01;
     autothread::llm::embed::normalise(v).unwrap()
+}
+
+/// The bytes of every image the fake draws: a PNG signature and the prompt.
+pub fn fake_image(prompt: &str) -> Vec<u8> {
+    let mut bytes = b"\x89PNG\r\n\x1a\n".to_vec();
+    bytes.extend_from_slice(prompt.as_bytes());
+    bytes
+}
+
+/// One image in OpenAI's shape: base64 when asked for (as the bot does), and the prompt as the
+/// model "revised" it.
+async fn images(State(inner): State<Arc<Mutex<Inner>>>, Json(body): Json<Value>) -> Response {
+    use base64::Engine as _;
+    inner.lock().unwrap().images_requested.push(body.clone());
+    let prompt = body["prompt"].as_str().unwrap_or_default();
+    if body["response_format"] != "b64_json" {
+        return Json(json!({"created": 0, "data": [{"url": "https://images.example/1.png"}]}))
+            .into_response();
+    }
+    let encoded = base64::engine::general_purpose::STANDARD.encode(fake_image(prompt));
+    Json(json!({"created": 0, "data": [{"b64_json": encoded, "revised_prompt": format!("{prompt}, drawn")}]}))
+        .into_response()
 }
 
 /// Deterministic embeddings (`hash_embedding`), in OpenAI's response shape.

@@ -719,23 +719,9 @@ async fn python_runs_sandboxed_once_approved_and_its_file_lands_in_the_workspace
         expect_progress(&["sum written", "Files changed: sum.txt (2 bytes)"]),
     );
     let env = TestEnv::new(&fake.base_url, "");
-    let mut run = env.spawn(&[
-        "console",
-        "--task",
-        "Sum the numbers",
-        "--name",
-        "SumGPT",
-        "--role",
-        "r",
-        "--continuous",
-    ]);
     // Code execution is in the external class: asked for even in continuous mode (as `finish`
     // is, in the control class).
-    run.wait_for("Input:", 1, WAIT).await;
-    run.type_lines(&["y"]).await;
-    run.wait_for("Input:", 2, WAIT).await;
-    run.type_lines(&["y"]).await;
-    let (ok, out, err) = run.finish(WAIT).await;
+    let (ok, out, err) = env.console_approving("Sum the numbers", "SumGPT", 2).await;
     assert!(out.contains("execute_python"), "{out}");
     assert!(ok, "{out}{err}");
     let id = created_agent_id(&out);

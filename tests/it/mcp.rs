@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use crate::support;
 use support::fake_openai::{agent_reply, progress_of, Expect, FakeOpenAi, Reply};
-use support::{TestEnv, WAIT};
+use support::TestEnv;
 
 /// The time server's path: from MCP_TIME_SERVER, or where the script installs it. `None` (the
 /// test says why and returns) outside CI; under CI=true a missing server fails the test.
@@ -296,22 +296,10 @@ async fn an_agent_in_the_console_uses_an_mcp_tool_once_approved() {
         "\n[[mcp.servers]]\nname = \"time\"\ncommand = \"{program}\"\n"
     ));
     std::fs::write(&path, config).unwrap();
-    let mut run = env.spawn(&[
-        "console",
-        "--task",
-        "What time is it in Tokyo?",
-        "--name",
-        "ClockGPT",
-        "--role",
-        "r",
-        "--continuous",
-    ]);
     // An MCP tool is in the external class: asked for even in continuous mode.
-    run.wait_for("Input:", 1, WAIT).await;
-    run.type_lines(&["y"]).await;
-    run.wait_for("Input:", 2, WAIT).await;
-    run.type_lines(&["y"]).await;
-    let (ok, out, err) = run.finish(WAIT).await;
+    let (ok, out, err) = env
+        .console_approving("What time is it in Tokyo?", "ClockGPT", 2)
+        .await;
     assert!(out.contains("time.get_current_time"), "{out}");
     assert!(ok, "{out}{err}");
     fake.assert_clean();

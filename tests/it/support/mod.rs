@@ -94,6 +94,31 @@ impl TestEnv {
         cmd
     }
 
+    /// `console --continuous` on `task` as agent `name`, answering yes to the first `approvals`
+    /// questions (commands of the external and control classes are asked for even then).
+    pub async fn console_approving(
+        &self,
+        task: &str,
+        name: &str,
+        approvals: usize,
+    ) -> (bool, String, String) {
+        let mut run = self.spawn(&[
+            "console",
+            "--task",
+            task,
+            "--name",
+            name,
+            "--role",
+            "r",
+            "--continuous",
+        ]);
+        for asked in 1..=approvals {
+            run.wait_for("Input:", asked, WAIT).await;
+            run.type_lines(&["y"]).await;
+        }
+        run.finish(WAIT).await
+    }
+
     pub fn spawn(&self, args: &[&str]) -> Running {
         Running::new(
             self.command(args)

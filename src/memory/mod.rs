@@ -4,12 +4,13 @@
 //! whose embedding fails is queued and written when the endpoint answers again.
 
 pub mod breaker;
+mod cache;
 pub mod index;
 mod paid;
 pub mod saved;
 mod source;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex, RwLock};
 
 use chrono::{DateTime, Utc};
@@ -25,6 +26,7 @@ use crate::core::state::{AgentState, GuildId};
 use crate::llm::embed::{EmbedPurpose, Embedder};
 use crate::store::{decode, encode, Store, StoreError};
 use breaker::{Breaker, BreakerRules, MemoryOff, Transition};
+use cache::{Cache, Cached, LoadingGuard, SharedIndex};
 use index::{GraphOrigin, HnswParams, VectorIndex};
 pub use paid::{PreparedRecall, PreparedRemember};
 use saved::SavedIndexes;
@@ -68,87 +70,6 @@ pub enum MemoryError {
     Dimension { got: usize, want: usize },
     #[error("memory is {}", .0.describe())]
     Off(MemoryOff),
-}
-
-/// An index shared by searches (read) and new memories (write; hnsw_rs inserts in place).
-type SharedIndex = Arc<RwLock<VectorIndex>>;
-
-struct Cached {
-    index: SharedIndex,
-    forgotten: HashSet<u64>,
-    last_used: u64,
-}
-
-#[derive(Default)]
-struct Cache {
-    agents: HashMap<String, Cached>,
-    /// Agents whose index is being read from the store, with what was stored and forgotten
-    /// meanwhile: the read may have passed those keys already, so the index is brought up to date
-    /// with them when it is cached.
-    loading: HashMap<String, ChangedWhileLoading>,
-    clock: u64,
-}
-
-#[derive(Default)]
-struct ChangedWhileLoading {
-    /// How many loads of this agent's index are under way.
-    loads: usize,
-    stored: Vec<(u64, Vec<f32>)>,
-    forgotten: Vec<u64>,
-}
-
-/// A load of one agent's index under way, registered in the cache's `loading` while it lasts
-/// (also when the load fails or its caller gives up).
-struct LoadingGuard<'m> {
-    cache: &'m Mutex<Cache>,
-    agent: String,
-    finished: bool,
-}
-
-impl<'m> LoadingGuard<'m> {
-    fn start(cache: &'m Mutex<Cache>, agent: &str) -> Self {
-        let mut locked = cache.lock().unwrap_or_else(|e| e.into_inner());
-        locked.loading.entry(agent.to_string()).or_default().loads += 1;
-        LoadingGuard {
-            cache,
-            agent: agent.to_string(),
-            finished: false,
-        }
-    }
-
-    /// Ends the load (with the cache locked by the caller) and hands over what changed during
-    /// it; another load still under way finds this one's index cached and needs none of it.
-    fn finish(mut self, cache: &mut Cache) -> ChangedWhileLoading {
-        self.finished = true;
-        let Some(changed) = cache.loading.get_mut(&self.agent) else {
-            return ChangedWhileLoading::default();
-        };
-        changed.loads = changed.loads.saturating_sub(1);
-        let taken = ChangedWhileLoading {
-            loads: 0,
-            stored: std::mem::take(&mut changed.stored),
-            forgotten: std::mem::take(&mut changed.forgotten),
-        };
-        if changed.loads == 0 {
-            cache.loading.remove(&self.agent);
-        }
-        taken
-    }
-}
-
-impl Drop for LoadingGuard<'_> {
-    fn drop(&mut self) {
-        if self.finished {
-            return;
-        }
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(changed) = cache.loading.get_mut(&self.agent) {
-            changed.loads = changed.loads.saturating_sub(1);
-            if changed.loads == 0 {
-                cache.loading.remove(&self.agent);
-            }
-        }
-    }
 }
 
 pub struct Memory {

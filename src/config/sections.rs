@@ -581,6 +581,12 @@ pub struct WebConfig {
     /// Hosts (`name`, `name:port`, or an IP address) a fetch may reach even on a private network:
     /// an intranet wiki, a test server. Nothing else private is ever fetched.
     pub allow_hosts: Vec<String>,
+    /// Offer `clone_repository` (with the web commands).
+    pub clone_repositories: bool,
+    /// What one clone may download in all, in bytes.
+    pub clone_max_bytes: u64,
+    /// One clone, from its first request to its last file read, in seconds.
+    pub clone_timeout_secs: u64,
     pub user_agent: String,
     #[serde(skip)]
     pub brave_api_key: Option<Secret>,
@@ -603,6 +609,9 @@ impl Default for WebConfig {
             chunk_tokens: 3_000,
             max_links: 20,
             allow_hosts: Vec::new(),
+            clone_repositories: true,
+            clone_max_bytes: 32 * 1024 * 1024,
+            clone_timeout_secs: 120,
             user_agent: concat!(
                 "autothread/",
                 env!("CARGO_PKG_VERSION"),

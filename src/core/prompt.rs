@@ -153,7 +153,11 @@ pub fn resources(commands: &CommandSet) -> Vec<String> {
         vec!["A workspace of files that you read and write with the file commands.".to_string()];
     let mut add = |text: &str| resources.push(text.to_string());
     if has("web_search") || has("read_webpage") || has("wikipedia_search") {
-        add("Internet access for searches and reading web pages.");
+        add(if has("clone_repository") {
+            "Internet access for searches, reading web pages and cloning git repositories."
+        } else {
+            "Internet access for searches and reading web pages."
+        });
     }
     if has("memory_add") {
         add("Long-term memory: relevant notes of your earlier steps are shown to you.");

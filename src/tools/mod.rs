@@ -1,5 +1,5 @@
 //! Commands the agent can run: the `Command` trait, the registry that builds the agent's command
-//! set from config, and one file per family (files, memory, web, agents, control).
+//! set from config, and one file per family (files, memory, web, repositories, agents, control).
 
 pub mod agents;
 pub mod control;
@@ -9,6 +9,7 @@ pub mod files;
 pub mod images;
 pub mod memory;
 pub mod preview;
+pub mod repository;
 pub mod web;
 pub mod workspace;
 
@@ -193,6 +194,7 @@ impl Registry {
         let mut commands: Vec<Arc<dyn Command>> = files::commands();
         commands.extend(memory::commands());
         commands.extend(web::commands());
+        commands.extend(repository::commands());
         commands.extend(agents::commands());
         commands.extend(control::commands());
         Registry::new(commands, &disabled)
@@ -206,6 +208,9 @@ impl Registry {
         }
         if !config.web.enabled {
             agent.disabled_commands.extend(web::NAMES.map(String::from));
+        }
+        if !config.web.enabled || !config.web.clone_repositories {
+            agent.disabled_commands.push(repository::NAME.into());
         }
         if !config.subagents.enabled {
             agent

@@ -77,6 +77,12 @@ impl WebClient {
         &self.guard
     }
 
+    /// The guarded client itself, for protocols other than page reads (git's smart HTTP): its
+    /// resolver is the guard's, and it follows no redirect by itself.
+    pub(super) fn http(&self) -> &reqwest::Client {
+        &self.client
+    }
+
     /// Fetches `url`, following at most `max_redirects` redirects, each one checked again.
     pub async fn fetch(&self, url: &str) -> Result<Page, FetchError> {
         let mut url = Url::parse(url.trim()).map_err(|_| FetchError::BadUrl(url.to_string()))?;
@@ -186,7 +192,7 @@ impl WebClient {
     }
 }
 
-fn network_error(url: &Url, error: &reqwest::Error) -> FetchError {
+pub(super) fn network_error(url: &Url, error: &reqwest::Error) -> FetchError {
     if let Some(blocked) = blocked_in(error) {
         return FetchError::Blocked {
             url: url.to_string(),

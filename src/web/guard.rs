@@ -145,6 +145,11 @@ impl Guard {
         self.allowed.iter().find(|entry| entry.host == host)
     }
 
+    /// Whether the operator allow-listed `host` (on some port).
+    pub fn is_allow_listed(&self, host: &str) -> bool {
+        self.allowed_entry(host).is_some()
+    }
+
     /// Checks one URL before it is requested (the first one and every redirect target): the
     /// scheme, an address written into the URL, and the allowlist's port. Names are checked again
     /// when the client resolves them, against the addresses it will connect to.

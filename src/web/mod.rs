@@ -1,8 +1,9 @@
-//! The web as the agent's commands see it: search backends, Wikipedia, the guarded page fetcher, and the
-//! extraction of readable text and links from what was fetched.
+//! The web as the agent's commands see it: search backends, Wikipedia, the guarded page fetcher,
+//! git clones through it, and the extraction of readable text and links from what was fetched.
 
 pub mod extract;
 pub mod fetch;
+pub mod git;
 pub mod guard;
 pub mod search;
 pub mod wiki;

@@ -25,6 +25,7 @@ mod parked_e2e;
 mod policy_e2e;
 mod providers_e2e;
 mod real_peer;
+mod repository;
 mod rules_e2e;
 mod sandbox;
 mod shards;

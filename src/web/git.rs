@@ -1,0 +1,647 @@
+//! Cloning a public git repository for `clone_repository`: gitoxide speaks git's smart HTTP
+//! protocol through the guarded web client (every request and redirect checked like a page fetch,
+//! https only unless the operator allow-listed the host, the download capped), fetches the tip of
+//! the default branch alone, and its files are read out of the fetched pack, within limits.
+
+use std::io::{BufRead, Cursor, Read, Write};
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use gix::protocol::transport::client::blocking_io::http::{
+    self as git_http, GetResponse, PostBodyDataKind, PostResponse,
+};
+use reqwest::header::LOCATION;
+use reqwest::{Method, Url};
+
+use super::fetch::{network_error, FetchError, WebClient};
+use super::guard::Blocked;
+use crate::core::paths::normalize_path;
+
+/// How much a clone may fetch, keep and take.
+#[derive(Debug, Clone)]
+pub struct CloneLimits {
+    /// Bytes the server may send in all, the pack included.
+    pub max_download_bytes: u64,
+    /// A file larger than this is left out (with a note).
+    pub max_file_bytes: u64,
+    /// The files kept may add up to this much; past it the clone fails as a whole.
+    pub max_total_bytes: u64,
+    /// Files kept at most; past it the clone fails as a whole.
+    pub max_files: usize,
+    /// The whole clone, from the first request to the last file read.
+    pub timeout: Duration,
+}
+
+/// The tip of a repository's default branch, as files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkout {
+    /// The commit's id, in hex.
+    pub commit: String,
+    /// The default branch's name, when the server named it.
+    pub branch: Option<String>,
+    /// Paths (relative to the repository's root, as the workspace writes them) and contents.
+    pub files: Vec<(String, Vec<u8>)>,
+    /// One line per entry left out, and why.
+    pub left_out: Vec<String>,
+    /// Bytes the server sent.
+    pub downloaded: u64,
+}
+
+/// Why a repository was not cloned; the text is what the model and the user read.
+#[derive(Debug, thiserror::Error)]
+pub enum CloneError {
+    #[error("{0:?} is not a valid URL")]
+    BadUrl(String),
+    #[error("{url} was not cloned: only https URLs can be cloned (plain http only from a host the operator allow-listed)")]
+    NotHttps { url: String },
+    #[error("{0}")]
+    Fetch(#[from] FetchError),
+    #[error("{url} asks for credentials: only public repositories can be cloned")]
+    Private { url: String },
+    #[error("the repository is more than {max} bytes to download; it was not cloned")]
+    TooLarge { max: u64 },
+    #[error("cloning took longer than {secs} s and was stopped")]
+    TimedOut { secs: u64 },
+    #[error("the repository has no commit on its default branch")]
+    Empty,
+    #[error("the repository's files come to more than {max} bytes; it was not cloned")]
+    TooMuchContent { max: u64 },
+    #[error("the repository has more than {max} files; it was not cloned")]
+    TooManyFiles { max: usize },
+    #[error("{url} is not a git repository this bot can read: {why}")]
+    Git { url: String, why: String },
+}
+
+/// Clones the tip of `url`'s default branch and returns its files.
+pub async fn clone_tip(
+    web: &WebClient,
+    url: &str,
+    limits: &CloneLimits,
+) -> Result<Checkout, CloneError> {
+    let parsed = Url::parse(url.trim()).map_err(|_| CloneError::BadUrl(url.to_string()))?;
+    check_git_url(web, &parsed)?;
+    let deadline = Instant::now() + limits.timeout;
+    let exchanger = Exchanger {
+        web: web.clone(),
+        runtime: tokio::runtime::Handle::current(),
+        deadline,
+        timeout_secs: limits.timeout.as_secs(),
+        remaining: Arc::new(AtomicU64::new(limits.max_download_bytes)),
+        max_download: limits.max_download_bytes,
+        failure: Arc::new(Mutex::new(None)),
+    };
+    let interrupt = Arc::new(AtomicBool::new(false));
+    // gitoxide checks the flag between its steps; the requests themselves end at the deadline.
+    let alarm = tokio::spawn({
+        let interrupt = interrupt.clone();
+        async move {
+            tokio::time::sleep(limits_timeout(deadline)).await;
+            interrupt.store(true, Ordering::SeqCst);
+        }
+    });
+    let job = tokio::task::spawn_blocking({
+        let (exchanger, limits, interrupt) = (exchanger.clone(), limits.clone(), interrupt.clone());
+        move || fetch_and_read(exchanger, parsed, &limits, &interrupt)
+    })
+    .await;
+    alarm.abort();
+    let timed_out = interrupt.load(Ordering::SeqCst);
+    let recorded = exchanger.take_failure();
+    match job {
+        Ok(Ok(checkout)) => Ok(checkout),
+        // The transport's own reason is clearer than what gitoxide wraps around it.
+        Ok(Err(error)) => Err(recorded.unwrap_or(if timed_out {
+            CloneError::TimedOut {
+                secs: limits.timeout.as_secs(),
+            }
+        } else {
+            error
+        })),
+        Err(join) => Err(CloneError::Git {
+            url: url.to_string(),
+            why: format!("the clone stopped: {join}"),
+        }),
+    }
+}
+
+fn limits_timeout(deadline: Instant) -> Duration {
+    deadline.saturating_duration_since(Instant::now())
+}
+
+/// A URL a clone may reach: https, or http on a host the operator allow-listed; then the guard's
+/// own check (no private address written into the URL, the allowlist's port).
+fn check_git_url(web: &WebClient, url: &Url) -> Result<(), CloneError> {
+    let allowed_http = url.scheme() == "http"
+        && url
+            .host_str()
+            .is_some_and(|host| web.guard().is_allow_listed(host));
+    if url.scheme() != "https" && !allowed_http {
+        return Err(CloneError::NotHttps {
+            url: url.to_string(),
+        });
+    }
+    web.guard()
+        .check_url(url)
+        .map_err(|blocked: Blocked| FetchError::Blocked {
+            url: url.to_string(),
+            blocked,
+        })?;
+    Ok(())
+}
+
+/// Runs on the blocking pool: a bare repository in a temporary folder, one shallow fetch of the
+/// remote's HEAD, and its tree read out.
+fn fetch_and_read(
+    exchanger: Exchanger,
+    url: Url,
+    limits: &CloneLimits,
+    interrupt: &AtomicBool,
+) -> Result<Checkout, CloneError> {
+    let git_error = |why: String| CloneError::Git {
+        url: url.to_string(),
+        why,
+    };
+    let folder = tempfile::Builder::new()
+        .prefix("autothread-clone-")
+        .tempdir()
+        .map_err(|e| git_error(format!("no temporary folder: {e}")))?;
+    // Isolated: nothing of the machine's or the user's git configuration (URL rewrites,
+    // credential helpers, proxies) takes part.
+    let repo = gix::ThreadSafeRepository::init_opts(
+        folder.path(),
+        gix::create::Kind::Bare,
+        gix::create::Options::default(),
+        gix::open::Options::isolated(),
+    )
+    .map_err(|e| git_error(e.to_string()))?
+    .to_thread_local();
+    let remote = repo
+        .remote_at_without_url_rewrite(url.as_str())
+        .and_then(|remote| {
+            remote.with_refspecs(
+                Some("+HEAD:refs/remotes/origin/HEAD"),
+                gix::remote::Direction::Fetch,
+            )
+        })
+        .map_err(|e| git_error(e.to_string()))?;
+    let git_url = gix::url::parse(url.as_str().as_bytes()).map_err(|e| git_error(e.to_string()))?;
+    let transport = git_http::connect_http(
+        GuardedHttp {
+            exchanger: exchanger.clone(),
+            redirected_base: None,
+        },
+        git_url,
+        gix::protocol::transport::Protocol::V2,
+        false,
+    );
+    let outcome = remote
+        .to_connection_with_transport(transport)
+        .prepare_fetch(gix::progress::Discard, Default::default())
+        .map_err(|e| git_error(e.to_string()))?
+        .with_shallow(gix::remote::fetch::Shallow::DepthAtRemote(NonZeroU32::MIN))
+        .receive(gix::progress::Discard, interrupt)
+        .map_err(|e| git_error(e.to_string()))?;
+    let (commit, branch) = outcome
+        .ref_map
+        .remote_refs
+        .iter()
+        .find_map(|remote_ref| {
+            use gix::protocol::handshake::Ref;
+            match remote_ref {
+                Ref::Symbolic {
+                    full_ref_name,
+                    target,
+                    object,
+                    ..
+                } if full_ref_name == "HEAD" => Some((
+                    *object,
+                    target
+                        .to_string()
+                        .strip_prefix("refs/heads/")
+                        .map(String::from),
+                )),
+                Ref::Direct {
+                    full_ref_name,
+                    object,
+                } if full_ref_name == "HEAD" => Some((*object, None)),
+                _ => None,
+            }
+        })
+        .ok_or(CloneError::Empty)?;
+    let entries = repo
+        .find_commit(commit)
+        .and_then(|commit| commit.tree())
+        .and_then(|tree| tree.traverse().breadthfirst.files())
+        .map_err(|e| git_error(format!("the fetched commit could not be read: {e}")))?;
+    let mut checkout = Checkout {
+        commit: commit.to_string(),
+        branch,
+        files: Vec::new(),
+        left_out: Vec::new(),
+        downloaded: exchanger.max_download - exchanger.remaining.load(Ordering::SeqCst),
+    };
+    let mut total: u64 = 0;
+    for entry in entries {
+        if interrupt.load(Ordering::SeqCst) {
+            return Err(CloneError::TimedOut {
+                secs: limits.timeout.as_secs(),
+            });
+        }
+        if entry.mode.is_tree() {
+            continue;
+        }
+        let shown = entry.filepath.to_string();
+        let path = match normalize_path(&shown) {
+            Ok(path) if path == shown => path,
+            _ => {
+                checkout
+                    .left_out
+                    .push(format!("'{shown}': the workspace refuses its name"));
+                continue;
+            }
+        };
+        if entry.mode.is_link() {
+            checkout.left_out.push(format!("'{path}': a symbolic link"));
+            continue;
+        }
+        if entry.mode.is_commit() {
+            checkout
+                .left_out
+                .push(format!("'{path}': a submodule (not cloned)"));
+            continue;
+        }
+        let size = repo
+            .find_header(entry.oid)
+            .map_err(|e| git_error(format!("'{path}' could not be read: {e}")))?
+            .size();
+        if size > limits.max_file_bytes {
+            checkout.left_out.push(format!(
+                "'{path}': {size} bytes, and files are limited to {} bytes",
+                limits.max_file_bytes
+            ));
+            continue;
+        }
+        total += size;
+        if total > limits.max_total_bytes {
+            return Err(CloneError::TooMuchContent {
+                max: limits.max_total_bytes,
+            });
+        }
+        if checkout.files.len() == limits.max_files {
+            return Err(CloneError::TooManyFiles {
+                max: limits.max_files,
+            });
+        }
+        let blob = repo
+            .find_blob(entry.oid)
+            .map_err(|e| git_error(format!("'{path}' could not be read: {e}")))?;
+        checkout.files.push((path, blob.data.clone()));
+    }
+    Ok(checkout)
+}
+
+/// What the HTTP side of a clone shares: the guarded client, the async runtime its requests run
+/// on, the deadline, the download allowance left, and the first reason a request failed.
+#[derive(Clone)]
+struct Exchanger {
+    web: WebClient,
+    runtime: tokio::runtime::Handle,
+    deadline: Instant,
+    timeout_secs: u64,
+    remaining: Arc<AtomicU64>,
+    max_download: u64,
+    failure: Arc<Mutex<Option<CloneError>>>,
+}
+
+/// One answer of the server: its headers as `name: value` lines (as gitoxide reads them), its
+/// body, and the URL that answered (after redirects).
+struct Answer {
+    headers: Vec<u8>,
+    body: Vec<u8>,
+    url: String,
+}
+
+/// Redirects a request for the repository's references may follow; each target is checked again.
+const MAX_GIT_REDIRECTS: usize = 5;
+/// What a clone may post in one request (its wants and haves), at most.
+const MAX_POST_BYTES: usize = 1024 * 1024;
+
+impl Exchanger {
+    /// Sends one request from gitoxide, from the blocking pool, and reads the whole answer
+    /// within the download allowance. A failure is recorded for the clone's error, and handed to
+    /// gitoxide as an I/O error.
+    fn exchange(
+        &self,
+        method: Method,
+        url: &str,
+        headers: &[String],
+        body: Option<Vec<u8>>,
+    ) -> std::io::Result<Answer> {
+        let result = self.runtime.block_on(self.send(method, url, headers, body));
+        result.map_err(|error| {
+            let text = error.to_string();
+            let mut failure = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+            failure.get_or_insert(error);
+            std::io::Error::other(text)
+        })
+    }
+
+    async fn send(
+        &self,
+        method: Method,
+        url: &str,
+        headers: &[String],
+        body: Option<Vec<u8>>,
+    ) -> Result<Answer, CloneError> {
+        let mut url = Url::parse(url).map_err(|_| CloneError::BadUrl(url.to_string()))?;
+        let mut redirects = 0;
+        loop {
+            check_git_url(&self.web, &url)?;
+            let left = limits_timeout(self.deadline);
+            if left.is_zero() {
+                return Err(CloneError::TimedOut {
+                    secs: self.timeout_secs,
+                });
+            }
+            let mut request = self
+                .web
+                .http()
+                .request(method.clone(), url.clone())
+                .timeout(left);
+            for line in headers {
+                if let Some((name, value)) = line.split_once(':') {
+                    request = request.header(name.trim(), value.trim());
+                }
+            }
+            if let Some(body) = &body {
+                request = request.body(body.clone());
+            }
+            let response = request.send().await.map_err(|e| network_error(&url, &e))?;
+            let status = response.status();
+            if status.is_redirection() && method == Method::GET {
+                let location = response
+                    .headers()
+                    .get(LOCATION)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|location| url.join(location).ok());
+                redirects += 1;
+                match location {
+                    Some(next) if redirects <= MAX_GIT_REDIRECTS => {
+                        url = next;
+                        continue;
+                    }
+                    Some(_) => {
+                        return Err(FetchError::TooManyRedirects {
+                            url: url.to_string(),
+                            max: MAX_GIT_REDIRECTS,
+                        }
+                        .into())
+                    }
+                    None => {}
+                }
+            }
+            if status.as_u16() == 401 || status.as_u16() == 403 {
+                return Err(CloneError::Private {
+                    url: url.to_string(),
+                });
+            }
+            if !status.is_success() {
+                return Err(FetchError::Status {
+                    url: url.to_string(),
+                    status: status.as_u16(),
+                }
+                .into());
+            }
+            let mut header_lines = Vec::new();
+            for (name, value) in response.headers() {
+                header_lines.extend_from_slice(name.as_str().as_bytes());
+                header_lines.extend_from_slice(b": ");
+                header_lines.extend_from_slice(value.as_bytes());
+                header_lines.push(b'\n');
+            }
+            let body = self.read_within_allowance(response, &url).await?;
+            return Ok(Answer {
+                headers: header_lines,
+                body,
+                url: url.to_string(),
+            });
+        }
+    }
+
+    /// Reads a body, taking its bytes from the clone's download allowance.
+    async fn read_within_allowance(
+        &self,
+        mut response: reqwest::Response,
+        url: &Url,
+    ) -> Result<Vec<u8>, CloneError> {
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| network_error(url, &e))? {
+            let taken = chunk.len() as u64;
+            let left = self.remaining.load(Ordering::SeqCst);
+            if taken > left {
+                self.remaining.store(0, Ordering::SeqCst);
+                return Err(CloneError::TooLarge {
+                    max: self.max_download,
+                });
+            }
+            self.remaining.fetch_sub(taken, Ordering::SeqCst);
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
+    }
+
+    fn take_failure(&self) -> Option<CloneError> {
+        self.failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+}
+
+/// gitoxide's HTTP seam, served by the guarded client.
+struct GuardedHttp {
+    exchanger: Exchanger,
+    redirected_base: Option<String>,
+}
+
+fn io_to_git(error: std::io::Error) -> gix::Error {
+    gix::Error::from_error(error)
+}
+
+impl git_http::Http for GuardedHttp {
+    type Headers = Reply;
+    type ResponseBody = Reply;
+    type PostBody = PostBuffer;
+
+    fn get(
+        &mut self,
+        url: &str,
+        base_url: &str,
+        headers: impl IntoIterator<Item = impl AsRef<str>>,
+    ) -> gix::Result<GetResponse<Reply, Reply>> {
+        let headers: Vec<String> = headers
+            .into_iter()
+            .map(|h| h.as_ref().to_string())
+            .collect();
+        let answer = self
+            .exchanger
+            .exchange(Method::GET, url, &headers, None)
+            .map_err(io_to_git)?;
+        // After a redirect the requests that follow go to the new place: the part of the URL
+        // after the repository's base stays as it was.
+        if answer.url != url {
+            if let Some(tail) = url.strip_prefix(base_url) {
+                if let Some(base) = answer.url.strip_suffix(tail) {
+                    self.redirected_base = Some(base.to_string());
+                }
+            }
+        }
+        let Answer { headers, body, .. } = answer;
+        Ok(GetResponse {
+            headers: Reply::ready(headers),
+            body: Reply::ready(body),
+        })
+    }
+
+    fn post(
+        &mut self,
+        url: &str,
+        _base_url: &str,
+        headers: impl IntoIterator<Item = impl AsRef<str>>,
+        _body: PostBodyDataKind,
+    ) -> gix::Result<PostResponse<Reply, Reply, PostBuffer>> {
+        let pending = Arc::new(Mutex::new(PendingPost {
+            exchanger: self.exchanger.clone(),
+            url: url.to_string(),
+            headers: headers
+                .into_iter()
+                .map(|h| h.as_ref().to_string())
+                .collect(),
+            body: Vec::new(),
+            answer: None,
+        }));
+        Ok(PostResponse {
+            post_body: PostBuffer(pending.clone()),
+            headers: Reply::pending(pending.clone(), Part::Headers),
+            body: Reply::pending(pending, Part::Body),
+        })
+    }
+
+    fn configure(&mut self, _config: &dyn std::any::Any) -> gix::Result {
+        Ok(())
+    }
+
+    fn redirected_base_url(&self) -> Option<String> {
+        self.redirected_base.clone()
+    }
+}
+
+/// A POST whose body gitoxide writes first; it is sent when the answer is first read.
+struct PendingPost {
+    exchanger: Exchanger,
+    url: String,
+    headers: Vec<String>,
+    body: Vec<u8>,
+    /// The answer's headers and body once sent, or why it failed.
+    answer: Option<Result<Answer, String>>,
+}
+
+impl PendingPost {
+    fn answer(&mut self, part: Part) -> std::io::Result<Vec<u8>> {
+        if self.answer.is_none() {
+            let body = std::mem::take(&mut self.body);
+            self.answer = Some(
+                self.exchanger
+                    .exchange(Method::POST, &self.url, &self.headers, Some(body))
+                    .map_err(|e| e.to_string()),
+            );
+        }
+        match &mut self.answer {
+            Some(Ok(answer)) => Ok(match part {
+                Part::Headers => answer.headers.clone(),
+                Part::Body => std::mem::take(&mut answer.body),
+            }),
+            Some(Err(why)) => Err(std::io::Error::other(why.clone())),
+            None => Err(std::io::Error::other("the request was not sent")),
+        }
+    }
+}
+
+/// Where gitoxide writes what it posts.
+struct PostBuffer(Arc<Mutex<PendingPost>>);
+
+impl Write for PostBuffer {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let mut pending = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if pending.body.len() + bytes.len() > MAX_POST_BYTES {
+            return Err(std::io::Error::other(
+                "the clone's request grew past its limit",
+            ));
+        }
+        pending.body.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Part {
+    Headers,
+    Body,
+}
+
+/// Headers or a body: read at once for a GET, sent for when first read for a POST.
+struct Reply {
+    pending: Option<(Arc<Mutex<PendingPost>>, Part)>,
+    bytes: Cursor<Vec<u8>>,
+}
+
+impl Reply {
+    fn ready(bytes: Vec<u8>) -> Reply {
+        Reply {
+            pending: None,
+            bytes: Cursor::new(bytes),
+        }
+    }
+
+    fn pending(post: Arc<Mutex<PendingPost>>, part: Part) -> Reply {
+        Reply {
+            pending: Some((post, part)),
+            bytes: Cursor::new(Vec::new()),
+        }
+    }
+
+    fn arrive(&mut self) -> std::io::Result<()> {
+        if let Some((post, part)) = self.pending.take() {
+            let bytes = post
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .answer(part)?;
+            self.bytes = Cursor::new(bytes);
+        }
+        Ok(())
+    }
+}
+
+impl Read for Reply {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.arrive()?;
+        self.bytes.read(buf)
+    }
+}
+
+impl BufRead for Reply {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        self.arrive()?;
+        self.bytes.fill_buf()
+    }
+
+    fn consume(&mut self, amount: usize) {
+        self.bytes.consume(amount);
+    }
+}

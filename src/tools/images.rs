@@ -112,11 +112,7 @@ impl Command for GenerateImage {
                 return ToolOutput::error(format!("The image was not generated: {e}"))
             }
         };
-        let path = format!(
-            "images/{}-{}.png",
-            ctx.agent.cycle,
-            slug(prompt).unwrap_or_else(|| "image".into())
-        );
+        let path = saved_path(ctx.agent.cycle, prompt);
         let revised = image
             .revised_prompt
             .map(|r| format!(" The model drew: {r}"))
@@ -133,6 +129,15 @@ impl Command for GenerateImage {
             ))
         }
     }
+}
+
+/// Where the image drawn at `cycle` for `prompt` is saved in the workspace (the thread attaches
+/// it from there).
+pub fn saved_path(cycle: u64, prompt: &str) -> String {
+    format!(
+        "images/{cycle}-{}.png",
+        slug(prompt).unwrap_or_else(|| "image".into())
+    )
 }
 
 /// The prompt's first words as a file name: lowercase letters and digits joined by dashes.

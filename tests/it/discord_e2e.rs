@@ -608,3 +608,43 @@ async fn fifty_agents_start_at_once() {
     discord.assert_clean();
     bot.kill().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generated_image_is_attached_to_its_result_in_the_thread() {
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
+    openai.push_content(agent_reply(
+        "generate_image",
+        json!({"prompt": "A red fox in snow"}),
+    ));
+    openai.push_content(agent_reply("finish", json!({"reason": "drawn"})));
+    let discord = FakeDiscord::start().await;
+    let env = TestEnv::new(&openai.base_url, "");
+    let path = env.dir.path().join("bot.toml");
+    let mut config = std::fs::read_to_string(&path).unwrap();
+    config.push_str("\n[images]\nmodel = \"dall-e-3\"\n");
+    std::fs::write(&path, config).unwrap();
+    let bot = start_bot(&env, &discord).await;
+    let thread = start_agent(
+        &discord,
+        Start {
+            task: "Draw a fox",
+            name: Some("FoxGPT"),
+            ..Start::default()
+        },
+    )
+    .await;
+    let first = card(&discord, thread, "FoxGPT · cycle 1").await;
+    discord.click(ALICE, &[], &first, &button(&first, "Approve"));
+    let result = message_containing(&discord, thread, "Saved a 1024x1024 image").await;
+    let attached = result["attachments"].as_array().unwrap();
+    assert_eq!(attached.len(), 1, "{result}");
+    assert_eq!(attached[0]["filename"], "1-a-red-fox-in-snow.png");
+    let image = support::fake_openai::fake_image("A red fox in snow");
+    assert_eq!(attached[0]["size"].as_u64(), Some(image.len() as u64));
+    assert_eq!(
+        attached[0]["text"].as_str().unwrap(),
+        String::from_utf8_lossy(&image)
+    );
+    card(&discord, thread, "FoxGPT · cycle 2").await;
+    bot.kill().await;
+}

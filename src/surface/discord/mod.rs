@@ -195,6 +195,21 @@ impl DiscordSurface {
         self
     }
 
+    /// The image a `generate_image` step saved, as the file to attach to its result: the
+    /// thread shows what was drawn, not only where it was saved.
+    fn drawn_image(&self, agent: &AgentState, episode: &Episode) -> Option<(String, Vec<u8>)> {
+        if episode.command.name != crate::tools::images::NAME
+            || !matches!(episode.outcome, crate::core::history::Outcome::Success(_))
+        {
+            return None;
+        }
+        let prompt = episode.command.args.get("prompt")?.as_str()?;
+        let path = crate::tools::images::saved_path(episode.cycle, prompt);
+        let image = self.store.read_file(&agent.id, &path).ok()??;
+        let name = path.rsplit('/').next().unwrap_or(&path).to_string();
+        Some((name, image))
+    }
+
     /// True the first time it is asked about `agent` in this process.
     fn first_show_since_start(&self, agent: &str) -> bool {
         self.shown_since_start
@@ -576,6 +591,9 @@ impl Surface for DiscordSurface {
                 body.into_bytes(),
                 format!("cycle-{}-output.txt", episode.cycle),
             ));
+        }
+        if let Some((name, image)) = self.drawn_image(agent, episode) {
+            message = message.add_file(CreateAttachment::bytes(image, name));
         }
         self.send(&agent.id, message).await;
     }

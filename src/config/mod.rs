@@ -644,6 +644,40 @@ mod tests {
     use crate::core::commands::Risk;
     use crate::core::policy::ClassAction;
 
+    #[test]
+    fn thread_messages_are_feedback_when_they_reply_to_the_card_or_carry_the_prefix() {
+        let replies = FeedbackMessages::Replies;
+        assert_eq!(replies.feedback("nice work", "fb:", false), None);
+        assert_eq!(replies.feedback(" use red ", "fb:", true), Some("use red"));
+        assert_eq!(
+            replies.feedback("FB: use blue", "fb:", false),
+            Some("use blue")
+        );
+        assert_eq!(
+            replies.feedback("fb:   ", "fb:", true),
+            None,
+            "nothing said"
+        );
+        // A prefix cut inside a character is no prefix.
+        assert_eq!(replies.feedback("fé", "fb:", false), None);
+        assert_eq!(replies.feedback("anything", "", false), None);
+        let any = FeedbackMessages::Any;
+        assert_eq!(any.feedback("use green", "fb:", false), Some("use green"));
+        assert_eq!(
+            any.feedback("fb: use green", "fb:", false),
+            Some("use green")
+        );
+        let config: Config =
+            toml::from_str("[discord]\nfeedback_messages = \"any\"\nfeedback_prefix = \"!\"\n")
+                .unwrap();
+        assert_eq!(config.discord.feedback_messages, FeedbackMessages::Any);
+        assert_eq!(config.discord.feedback_prefix, "!");
+        assert_eq!(
+            Config::default().discord.feedback_messages,
+            FeedbackMessages::Replies
+        );
+    }
+
     fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
         move |name| {
             pairs

@@ -123,6 +123,10 @@ pub enum AuditEvent {
     Paused,
     /// A pause asked for while a command ran: it takes effect when the command returns.
     PauseRequested,
+    /// A person ended the agent's task.
+    Finished,
+    /// A person asked to end the task while a command ran: it ends when the command returns.
+    FinishRequested,
     Resumed,
     /// A parked agent was let go on from its card, with a new budget when one was given.
     Continued {
@@ -273,6 +277,10 @@ impl AuditEntry {
             AuditEvent::Paused => "paused the agent".into(),
             AuditEvent::PauseRequested => {
                 "asked the agent to pause once its running command returns".into()
+            }
+            AuditEvent::Finished => "finished the agent's task".into(),
+            AuditEvent::FinishRequested => {
+                "asked the agent to finish once its running command returns".into()
             }
             AuditEvent::Resumed => "resumed the agent".into(),
             AuditEvent::Continued { budget: None } => "let the parked agent go on".into(),

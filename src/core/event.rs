@@ -153,6 +153,11 @@ pub enum Event {
     Pause {
         by: String,
     },
+    /// A person ends the agent's task (it can be given a follow-up later): at once, or when its
+    /// running command returns.
+    Finish {
+        by: String,
+    },
     Resume {
         by: String,
         follow_up: Option<String>,

@@ -370,6 +370,9 @@ pub struct AgentState {
     pub call_seq: u64,
     /// Pause once the running command has finished.
     pub pause_requested: Option<String>,
+    /// Finish once the running command has finished (who asked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_requested: Option<String>,
     pub usage: UsageTotals,
     #[serde(default)]
     pub spender: Spender,
@@ -435,6 +438,7 @@ impl AgentState {
             rethink_requested: None,
             call_seq: 0,
             pause_requested: None,
+            finish_requested: None,
             usage: UsageTotals::default(),
             spender: Spender::default(),
             last_prompt_tokens: 0,

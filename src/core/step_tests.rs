@@ -627,6 +627,64 @@ fn pause_during_execution_waits_for_the_command() {
 }
 
 #[test]
+fn a_person_finishes_the_task_closing_a_waiting_proposal_as_not_run() {
+    let mut h = Harness::started();
+    h.think(&reply_json("read_file", json!({"filename": "a"})));
+    assert_eq!(h.state.phase, Phase::AwaitingDecision);
+    let fx = h.step(Event::Finish { by: "alice".into() });
+    assert!(fx.contains(&Effect::EpisodeRecorded { cycle: 1 }), "{fx:?}");
+    assert!(fx.contains(&Effect::Finished {
+        reason: "Finished by alice.".into()
+    }));
+    assert!(executes(&fx).is_none());
+    assert_eq!(
+        h.state.phase,
+        Phase::Finished {
+            reason: "Finished by alice.".into()
+        }
+    );
+    assert!(h.state.pending.is_none());
+    let episode = h.state.episodes.last().unwrap();
+    assert_eq!(
+        episode.outcome,
+        Outcome::HumanFeedback("Not run: alice finished the agent's task.".into())
+    );
+    assert_eq!(
+        h.state.cycle, 2,
+        "the closed proposal's number is not used again"
+    );
+    // A second finish changes nothing and says so.
+    let again = h.step(Event::Finish { by: "bob".into() });
+    assert_eq!(
+        again,
+        vec![Effect::Rejected("the agent has already finished".into())]
+    );
+    // A follow-up task starts it again.
+    let fx = h.step(Event::Resume {
+        by: "alice".into(),
+        follow_up: Some("More".into()),
+    });
+    assert!(!model_calls(&fx).is_empty(), "{fx:?}");
+}
+
+#[test]
+fn finish_during_execution_waits_for_the_command_and_wins_over_a_pause() {
+    let mut h = Harness::started();
+    h.think(&reply_json("read_file", json!({"filename": "a"})));
+    h.decide(Decision::Approve);
+    h.step(Event::Pause { by: "bob".into() });
+    h.step(Event::Finish { by: "alice".into() });
+    assert_eq!(h.state.phase, Phase::Executing);
+    let fx = h.finish_command(Outcome::Error("the question was withdrawn".into()));
+    assert!(fx.contains(&Effect::EpisodeRecorded { cycle: 1 }));
+    assert!(fx.contains(&Effect::Finished {
+        reason: "Finished by alice.".into()
+    }));
+    assert!(model_calls(&fx).is_empty());
+    assert!(h.state.pause_requested.is_none() && h.state.finish_requested.is_none());
+}
+
+#[test]
 fn recovery_asks_again_for_an_interrupted_command() {
     let mut h = Harness::started();
     h.think(&reply_json(

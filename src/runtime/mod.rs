@@ -240,7 +240,12 @@ impl Actor {
 
     async fn receive(&mut self, msg: ActorMsg) -> Result<(), RuntimeError> {
         match msg {
-            ActorMsg::Event { event, reply } => self.apply(event, reply, None).await,
+            ActorMsg::Event { event, reply } => {
+                if matches!(event, Event::Pause { .. } | Event::Finish { .. }) {
+                    self.withdraw_open_question().await;
+                }
+                self.apply(event, reply, None).await
+            }
             ActorMsg::Executed {
                 cycle,
                 call,
@@ -254,6 +259,23 @@ impl Actor {
                 self.apply(event, None, Some((cycle, call, outcome, ops)))
                     .await
             }
+        }
+    }
+
+    /// A pause or a finish does not wait for an `ask_user` answer (which may take a day): the
+    /// question is withdrawn, the command returns saying so, and the pause or finish follows.
+    async fn withdraw_open_question(&self) {
+        let asking = self.state.phase == Phase::Executing
+            && self
+                .state
+                .pending
+                .as_ref()
+                .is_some_and(|p| p.command.name == crate::tools::control::ASK_USER);
+        if asking {
+            self.deps
+                .surface
+                .withdraw_question(&self.state.view())
+                .await;
         }
     }
 

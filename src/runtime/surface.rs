@@ -40,4 +40,7 @@ pub trait Surface: Send + Sync {
     async fn thinking(&self, _agent: &AgentState) {}
     /// The `ask_user` command: a question to the humans, answered in text.
     async fn ask_user(&self, agent: &AgentView, question: &str) -> Result<String, String>;
+    /// Withdraws the question `ask_user` waits on for `agent`, so that it returns at once (the
+    /// agent was paused or finished; nobody should be left answering it).
+    async fn withdraw_question(&self, _agent: &AgentView) {}
 }

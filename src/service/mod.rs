@@ -144,7 +144,7 @@ impl AgentService {
     }
 
     /// Whether `who` may start an agent in this server now: the start role, the budget they ask
-    /// for, and the caps on agents that are not finished, per server and per person.
+    /// for, and the caps on running agents, per server and per person.
     pub fn check_start(
         &self,
         guild_id: u64,
@@ -167,6 +167,33 @@ impl AgentService {
                 );
             }
         }
+        self.check_caps(guild_id, who.user_id, "You already run")
+    }
+
+    /// Whether `by` may let the agent go on: an agent that does not count against the caps
+    /// (paused by a person, stopped for an error, finished) counts again once resumed, so its
+    /// owner's and its server's caps are checked as at a start.
+    pub fn check_resume(
+        &self,
+        binding: &ThreadBinding,
+        state: &AgentState,
+        by: &Requester,
+    ) -> ServiceResult<()> {
+        if counts_against_caps(&state.phase) {
+            return Ok(());
+        }
+        let whose = if by.user_id == binding.owner_id {
+            "You already run"
+        } else {
+            "Its owner already runs"
+        };
+        self.check_caps(binding.guild_id, binding.owner_id, whose)
+    }
+
+    /// The caps on running agents, per server and per person (`owner`; `whose` starts the
+    /// refusal, which names the person's count).
+    fn check_caps(&self, guild_id: u64, owner: u64, whose: &str) -> ServiceResult<()> {
+        let discord = &self.config.discord;
         let running = self.running_owners(guild_id)?;
         if discord.max_agents_per_guild > 0 && running.len() >= discord.max_agents_per_guild {
             return Err(UserError(format!(
@@ -175,13 +202,10 @@ impl AgentService {
             ))
             .into());
         }
-        let mine = running
-            .iter()
-            .filter(|&&owner| owner == who.user_id)
-            .count();
+        let mine = running.iter().filter(|&&o| o == owner).count();
         if discord.max_agents_per_user > 0 && mine >= discord.max_agents_per_user {
             return Err(UserError(format!(
-                "You already run {mine} agents, the limit per person."
+                "{whose} {mine} agents, the limit per person. Pausing or finishing one makes room."
             ))
             .into());
         }
@@ -406,19 +430,19 @@ impl AgentService {
         Ok(agents)
     }
 
-    /// The owner of each agent still running in a server, from the live index: only the server's
-    /// live agents are read, and those found finished are dropped from the index.
+    /// The owner of each agent running in a server, from the live index: only the server's
+    /// live agents are read, those found finished are dropped from the index, and paused ones
+    /// stay in it without counting.
     fn running_owners(&self, guild_id: u64) -> ServiceResult<Vec<u64>> {
         let mut owners = Vec::new();
         for (owner, agent) in self.store.live_agents(guild_id)? {
-            let finished = match self.store.load_agent_record(&agent)? {
-                Some(state) => matches!(state.phase, Phase::Finished { .. }),
-                None => true,
-            };
-            if finished {
-                self.store.forget_live(guild_id, owner, &agent)?;
-            } else {
-                owners.push(owner);
+            match self.store.load_agent_record(&agent)? {
+                Some(state) if matches!(state.phase, Phase::Finished { .. }) => {
+                    self.store.forget_live(guild_id, owner, &agent)?
+                }
+                None => self.store.forget_live(guild_id, owner, &agent)?,
+                Some(state) if counts_against_caps(&state.phase) => owners.push(owner),
+                Some(_) => {}
             }
         }
         Ok(owners)
@@ -432,4 +456,15 @@ impl AgentService {
             .filter(|b| b.guild_id == guild_id)
             .collect())
     }
+}
+
+/// Whether an agent in `phase` counts against the caps on running agents: it works, waits for a
+/// decision, or is parked for its budget or by the brake (from where it goes on by itself once a
+/// budget is raised). Paused by a person, stopped for an error and finished agents do not.
+pub fn counts_against_caps(phase: &Phase) -> bool {
+    phase.is_live()
+        || matches!(
+            phase,
+            Phase::Paused(PauseReason::Budget { .. } | PauseReason::Runaway { .. })
+        )
 }

@@ -34,9 +34,65 @@ pub fn may_share(binding: &ThreadBinding, requester: &Requester) -> bool {
     requester.user_id == binding.owner_id || requester.manage_threads
 }
 
+/// The most users and roles one agent is shared with at its start.
+pub const MAX_SHARES: usize = 25;
+
+/// The users and roles named in `text` by their mentions (`<@id>`, `<@!id>`, `<@&id>`), as
+/// `/agent start share_with:` takes them; anything else in it is refused, saying what.
+pub fn shares_in(text: &str) -> Result<(Vec<u64>, Vec<u64>), String> {
+    let (mut users, mut roles) = (Vec::new(), Vec::new());
+    for word in text.split([' ', ',', '\n', '\t']).filter(|w| !w.is_empty()) {
+        let inner = word
+            .strip_prefix('<')
+            .and_then(|w| w.strip_suffix('>'))
+            .and_then(|w| w.strip_prefix('@'));
+        let (list, id) = match inner {
+            Some(role) if role.starts_with('&') => (&mut roles, &role[1..]),
+            Some(user) => (&mut users, user.strip_prefix('!').unwrap_or(user)),
+            None => {
+                return Err(format!(
+                    "`{}` is not a mention: name people and roles with @ (e.g. @alice @reviewers).",
+                    word.chars().take(40).collect::<String>()
+                ))
+            }
+        };
+        let id: u64 = id.parse().map_err(|_| {
+            format!(
+                "`{}` is not a mention of a user or a role.",
+                word.chars().take(40).collect::<String>()
+            )
+        })?;
+        if !list.contains(&id) {
+            list.push(id);
+        }
+    }
+    if users.len() + roles.len() > MAX_SHARES {
+        return Err(format!(
+            "An agent can be shared with at most {MAX_SHARES} users and roles at its start."
+        ));
+    }
+    Ok((users, roles))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shares_are_read_from_mentions_and_anything_else_is_refused() {
+        assert_eq!(
+            shares_in("<@11> <@!12>, <@&500>\n<@11>"),
+            Ok((vec![11, 12], vec![500]))
+        );
+        assert_eq!(shares_in("  "), Ok((vec![], vec![])));
+        assert!(shares_in("<@11> bob")
+            .unwrap_err()
+            .contains("`bob` is not a mention"));
+        assert!(shares_in("<@x1>").unwrap_err().contains("not a mention"));
+        assert!(shares_in("<#123>").unwrap_err().contains("not a mention"));
+        let many: String = (1..=26).map(|i| format!("<@{i}> ")).collect();
+        assert!(shares_in(&many).unwrap_err().contains("at most 25"));
+    }
 
     fn binding() -> ThreadBinding {
         ThreadBinding {

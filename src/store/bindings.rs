@@ -1,5 +1,6 @@
 //! The Discord tree: where each agent lives (its thread binding, found by agent or by thread),
-//! the index of a server's live agents by owner, and the models a server's admins allow.
+//! the index of a server's live agents by owner, the threads to archive when their agent has
+//! finished, and the models a server's admins allow.
 
 use serde::{Deserialize, Serialize};
 use sled::transaction::ConflictableTransactionError;
@@ -60,6 +61,24 @@ impl Store {
             .discord
             .get(key.as_bytes())?
             .map(|raw| String::from_utf8_lossy(&raw).into_owned()))
+    }
+
+    /// Marks the agent's thread to be archived once the agent has finished and said so
+    /// (`/agent archive`), on disk before the person is told.
+    pub fn archive_when_finished(&self, agent: &str) -> Result<(), StoreError> {
+        self.discord
+            .insert(format!("{ARCHIVE}{agent}").as_bytes(), &[])?;
+        self.discord.flush()?;
+        Ok(())
+    }
+
+    /// Whether the agent's thread is to be archived now that it has finished; the mark is taken
+    /// away, so a follow-up task's next finish leaves the thread open.
+    pub fn take_archive_mark(&self, agent: &str) -> Result<bool, StoreError> {
+        Ok(self
+            .discord
+            .remove(format!("{ARCHIVE}{agent}").as_bytes())?
+            .is_some())
     }
 
     /// The models a server's admins let its members choose, when they have set a list.
@@ -132,6 +151,8 @@ impl Store {
 
 /// The live index's keys: `live/<guild>/<owner>/<agent>`, with no value.
 const LIVE: &str = "live/";
+/// `archive/<agent>`, with no value: archive the agent's thread when it has finished.
+const ARCHIVE: &str = "archive/";
 /// Present once the live index covers every binding.
 const LIVE_INDEXED: &[u8] = b"meta/live-indexed";
 

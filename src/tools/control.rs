@@ -15,11 +15,14 @@ pub fn commands() -> Vec<Arc<dyn Command>> {
 
 struct AskUser;
 
+/// The command's name: a pause or a finish withdraws its question rather than wait for it.
+pub const ASK_USER: &str = "ask_user";
+
 #[async_trait]
 impl Command for AskUser {
     fn spec(&self) -> CommandSpec {
         CommandSpec::new(
-            "ask_user",
+            ASK_USER,
             "Ask the user for details or information the task needs",
             Risk::Control,
         )

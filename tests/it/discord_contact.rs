@@ -146,7 +146,21 @@ async fn help_explains_the_buttons_and_every_command_privately() {
     let env = TestEnv::new(&openai.base_url, "");
     let bot = start_bot(&env, &discord).await;
     let asked = discord.slash(ALICE, &[], CHANNEL, "help", json!([]), json!({}));
-    let text = answer(&discord, asked, true).await;
+    // The help is one private embed.
+    let text = discord
+        .wait_for("the help", WAIT, |d| {
+            d.callbacks(asked)
+                .into_iter()
+                .find(|c| c.kind == 4)
+                .map(|c| {
+                    assert_eq!(c.data["flags"], 64, "the help is private");
+                    c.data["embeds"][0]["description"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_string()
+                })
+        })
+        .await;
     for expected in [
         "**Approve**",
         "**Approve ×N…**",
@@ -162,6 +176,8 @@ async fn help_explains_the_buttons_and_every_command_privately() {
         "`/agent memory search` — ",
         "`/agent models show|allow|remove` — ",
         "`/agent help` — ",
+        "`/agent finish` — ",
+        "`/agent archive` — ",
     ] {
         assert!(text.contains(expected), "{expected:?} in\n{text}");
     }

@@ -414,13 +414,19 @@ async fn ask_user_and_plain_messages_then_finish_and_export() {
     assert!(third["components"]
         .as_array()
         .is_some_and(|c| !c.is_empty()));
-    // While a card waits, a plain message from Alice is feedback.
-    discord.say(ALICE, &[], thread, "use red instead");
+    // While a card waits, a plain message is the team talking; a reply to the card is feedback.
+    discord.say(ALICE, &[], thread, "nice so far");
+    let third_id: u64 = third["id"].as_str().unwrap().parse().unwrap();
+    discord.reply_to(ALICE, &[], thread, third_id, "use red instead");
     let fourth = card(&discord, thread, "PoetGPT · cycle 4").await;
-    assert!(discord.messages_in(thread).iter().any(|m| m["content"]
-        .as_str()
-        .unwrap_or("")
-        .contains("use red instead")));
+    let said = |needle: &str| {
+        discord.messages_in(thread).iter().any(|m| {
+            m["author"]["id"] == support::fake_discord::APP.to_string().as_str()
+                && m["content"].as_str().unwrap_or("").contains(needle)
+        })
+    };
+    assert!(said("use red instead"));
+    assert!(!said("nice so far"), "a plain message is not feedback");
     discord.click(ALICE, &[], &fourth, &button(&fourth, "Approve"));
     discord
         .wait_for("the closing summary", WAIT, |d| {
@@ -646,5 +652,169 @@ async fn a_generated_image_is_attached_to_its_result_in_the_thread() {
         String::from_utf8_lossy(&image)
     );
     card(&discord, thread, "FoxGPT · cycle 2").await;
+    bot.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finish_withdraws_a_question_archive_closes_the_thread_and_only_running_agents_count() {
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
+    openai.push_content(agent_reply(
+        "write_file",
+        json!({"filename": "a.txt", "contents": "a"}),
+    ));
+    openai.push_content(agent_reply(
+        "ask_user",
+        json!({"question": "Which colour?"}),
+    ));
+    let discord = FakeDiscord::start().await;
+    let env = TestEnv::new(&openai.base_url, "");
+    std::fs::write(
+        env.dir.path().join("bot.toml"),
+        std::fs::read_to_string(env.dir.path().join("bot.toml")).unwrap()
+            + "\n[discord]\nmax_agents_per_user = 1\n",
+    )
+    .unwrap();
+    let bot = start_bot(&env, &discord).await;
+    let first_thread = start_agent(
+        &discord,
+        Start {
+            task: "Write a",
+            name: Some("FirstGPT"),
+            ..Start::default()
+        },
+    )
+    .await;
+    let first_card = card(&discord, first_thread, "FirstGPT · cycle 1").await;
+    // Paused, the agent no longer counts against the cap of one: a second one starts.
+    let paused = discord.slash(ALICE, &[], first_thread, "pause", json!([]), json!({}));
+    assert_eq!(ephemeral_text(&discord, paused).await, "Pausing.");
+    message_containing(&discord, first_thread, "paused by alice").await;
+    let second_thread = start_agent(
+        &discord,
+        Start {
+            task: "Ask about colours",
+            name: Some("SecondGPT"),
+            ..Start::default()
+        },
+    )
+    .await;
+    // Going on would make two running: refused.
+    let refused = discord.slash(ALICE, &[], first_thread, "resume", json!([]), json!({}));
+    let text = ephemeral_text(&discord, refused).await;
+    assert!(
+        text.starts_with("You already run 1 agents, the limit per person."),
+        "{text}"
+    );
+    let list = discord.slash(ALICE, &[], CHANNEL, "list", json!([]), json!({}));
+    let listed = ephemeral_text(&discord, list).await;
+    let running = listed.find("__Running__\n**SecondGPT**");
+    let paused = listed.find("__Paused__\n**FirstGPT**");
+    assert!(
+        running.is_some() && paused.is_some() && running < paused,
+        "{listed}"
+    );
+
+    // The second agent asks a question; finishing it withdraws the question at once.
+    let ask = card(&discord, second_thread, "SecondGPT · cycle 1").await;
+    discord.click(ALICE, &[], &ask, &button(&ask, "Approve"));
+    message_containing(&discord, second_thread, "asks: Which colour?").await;
+    let finish = discord.slash(ALICE, &[], second_thread, "finish", json!([]), json!({}));
+    assert!(ephemeral_text(&discord, finish)
+        .await
+        .starts_with("Finishing: the agent's task ends"));
+    message_containing(&discord, second_thread, "the question was withdrawn").await;
+    let closing = discord
+        .wait_for("the closing summary", WAIT, |d| {
+            d.messages_in(second_thread)
+                .into_iter()
+                .find(|m| title(m) == "SecondGPT finished")
+        })
+        .await;
+    assert!(
+        closing["embeds"][0]["description"]
+            .as_str()
+            .unwrap()
+            .contains("Finished by alice."),
+        "{closing}"
+    );
+
+    // Now the first may go on; its card is shown again.
+    let resumed = discord.slash(ALICE, &[], first_thread, "resume", json!([]), json!({}));
+    assert_eq!(ephemeral_text(&discord, resumed).await, "Resuming.");
+    // Only its owner (or a thread manager) archives it; archiving finishes it first.
+    let refused = discord.slash(BOB, &[], first_thread, "archive", json!([]), json!({}));
+    assert!(ephemeral_text(&discord, refused)
+        .await
+        .starts_with("Only the agent's owner"));
+    assert!(!discord.is_archived(first_thread));
+    let archive = discord.slash(ALICE, &[], first_thread, "archive", json!([]), json!({}));
+    assert!(ephemeral_text(&discord, archive)
+        .await
+        .starts_with("Finishing; the thread is archived"));
+    message_containing(
+        &discord,
+        first_thread,
+        "Not run: alice finished the agent's task.",
+    )
+    .await;
+    discord
+        .wait_for("the archived thread", WAIT, |d| {
+            d.is_archived(first_thread).then_some(())
+        })
+        .await;
+    // Its waiting card can no longer approve anything.
+    discord.click(ALICE, &[], &first_card, &button(&first_card, "Approve"));
+    discord.assert_clean();
+    openai.assert_clean();
+    bot.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_is_shared_at_its_start_with_several_people_and_roles() {
+    use support::fake_discord::{CAROL, ROLE_TEAM};
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
+    for n in 1..=3 {
+        openai.push_content(agent_reply(
+            "write_file",
+            json!({"filename": format!("{n}.txt"), "contents": "x"}),
+        ));
+    }
+    let discord = FakeDiscord::start().await;
+    let env = TestEnv::new(&openai.base_url, "");
+    let bot = start_bot(&env, &discord).await;
+    // Anything but mentions is refused before a thread is opened.
+    let (options, resolved) = Start {
+        task: "Write",
+        share_with: Some("<@4000000000000000002> bob"),
+        ..Start::default()
+    }
+    .options();
+    let refused = discord.slash(ALICE, &[], CHANNEL, "start", options, resolved);
+    assert!(answer(&discord, refused, true)
+        .await
+        .contains("`bob` is not a mention"));
+    assert!(discord.threads().is_empty());
+    let mentions = format!("<@{BOB}>, <@&{ROLE_TEAM}>");
+    let thread = start_agent(
+        &discord,
+        Start {
+            task: "Write",
+            name: Some("TeamGPT"),
+            share_with: Some(&mentions),
+            ..Start::default()
+        },
+    )
+    .await;
+    // Bob is named; Carol decides through the team role, and not without it.
+    let first = card(&discord, thread, "TeamGPT · cycle 1").await;
+    discord.click(BOB, &[], &first, &button(&first, "Approve"));
+    let second = card(&discord, thread, "TeamGPT · cycle 2").await;
+    let refused = discord.click(CAROL, &[], &second, &button(&second, "Approve"));
+    assert!(ephemeral_text(&discord, refused)
+        .await
+        .starts_with("Only the agent's owner"));
+    discord.click(CAROL, &[ROLE_TEAM], &second, &button(&second, "Approve"));
+    card(&discord, thread, "TeamGPT · cycle 3").await;
+    discord.assert_clean();
     bot.kill().await;
 }

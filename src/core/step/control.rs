@@ -7,6 +7,7 @@ use crate::core::brake::SpendSample;
 use crate::core::budget::{BudgetStop, Micros, Pacing};
 use crate::core::commands::Risk;
 use crate::core::event::{CallPurpose, Effect};
+use crate::core::history::Outcome;
 use crate::core::policy::ClassAction;
 use crate::core::state::{PauseReason, Phase};
 
@@ -174,6 +175,34 @@ impl Stepper<'_, '_> {
                 "the agent is already {}",
                 self.state.phase.label()
             ))),
+        }
+    }
+
+    /// Ends the agent's task at once, or when its running command returns; a proposal waiting
+    /// for a decision is dropped, not run.
+    pub(super) fn on_finish(&mut self, by: String) {
+        match self.state.phase {
+            Phase::Executing => {
+                // A running command is never cut short (an `ask_user` wait is withdrawn by the
+                // runtime): the task ends when it returns.
+                self.state.auto_approvals_left = 0;
+                self.state.finish_requested = Some(by);
+                self.fx.push(Effect::Notify(
+                    "The agent will finish when the running command returns.".into(),
+                ));
+            }
+            Phase::Finished { .. } => self
+                .fx
+                .push(Effect::Rejected("the agent has already finished".into())),
+            _ => {
+                // The waiting proposal closes its cycle as not run, so that its card's buttons
+                // can never decide a later proposal of the same number.
+                if self.state.pending.is_some() {
+                    let why = format!("Not run: {by} finished the agent's task.");
+                    self.record_from_pending(Outcome::HumanFeedback(why), Some(by.clone()));
+                }
+                self.finish(format!("Finished by {by}."));
+            }
         }
     }
 

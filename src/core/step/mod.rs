@@ -112,6 +112,14 @@ pub fn step(state: &mut AgentState, event: Event, ctx: &StepCtx<'_>) -> Vec<Effe
             stepper.on_pause(by.clone());
             stepper.audit_unless_rejected(by, event);
         }
+        Event::Finish { by } => {
+            let event = match stepper.state.phase {
+                Phase::Executing => AuditEvent::FinishRequested,
+                _ => AuditEvent::Finished,
+            };
+            stepper.on_finish(by.clone());
+            stepper.audit_unless_rejected(by, event);
+        }
         Event::Resume { by, follow_up } => {
             stepper.on_resume(follow_up);
             stepper.audit_unless_rejected(by, AuditEvent::Resumed);
@@ -212,6 +220,18 @@ impl Stepper<'_, '_> {
     }
 
     /// Stops the agent where it is, for `reason`.
+    /// Ends the agent's task: nothing runs on, and what the model was asked is ignored.
+    fn finish(&mut self, reason: String) {
+        self.state.call_seq += 1;
+        self.state.auto_approvals_left = 0;
+        self.state.pause_requested = None;
+        self.state.finish_requested = None;
+        self.state.phase = Phase::Finished {
+            reason: reason.clone(),
+        };
+        self.fx.push(Effect::Finished { reason });
+    }
+
     fn pause(&mut self, reason: PauseReason) {
         // Replies to calls made before the pause must not be applied afterwards.
         self.state.call_seq += 1;
@@ -590,11 +610,7 @@ impl Stepper<'_, '_> {
                 .and_then(|v| v.as_str())
                 .unwrap_or("")
                 .to_string();
-            self.state.auto_approvals_left = 0;
-            self.state.phase = Phase::Finished {
-                reason: reason.clone(),
-            };
-            self.fx.push(Effect::Finished { reason });
+            self.finish(reason);
         } else {
             self.begin_cycle();
         }

@@ -157,6 +157,10 @@ impl Stepper<'_, '_> {
     /// Starts a cycle: honours a requested pause and the cycle limit, asks for summaries of the
     /// episodes that lack one (the runtime runs them beside the main call), then asks the model.
     pub(super) fn begin_cycle(&mut self) {
+        if let Some(by) = self.state.finish_requested.take() {
+            self.finish(format!("Finished by {by}."));
+            return;
+        }
         if let Some(by) = self.state.pause_requested.take() {
             self.pause(PauseReason::ByUser { by });
             return;

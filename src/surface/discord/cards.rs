@@ -144,6 +144,7 @@ pub fn proposal_card(
         .collect::<Vec<_>>()
         .join("\n");
     let mut fields = vec![
+        ("Observations".to_string(), t.observations.clone()),
         ("Reasoning".to_string(), t.reasoning.clone()),
         ("Plan".to_string(), plan),
         ("Criticism".to_string(), t.self_criticism.clone()),

@@ -195,6 +195,17 @@ impl DiscordSurface {
         self
     }
 
+    /// Archives an agent's thread (it leaves the channel's list of active threads; a message in
+    /// it, such as a follow-up's card, opens it again).
+    pub async fn archive_thread(&self, thread_id: u64) {
+        let archived = ChannelId::new(thread_id)
+            .edit_thread(&*self.http, serenity::all::EditThread::new().archived(true))
+            .await;
+        if let Err(e) = archived {
+            tracing::warn!(thread = thread_id, error = %e, "the thread could not be archived");
+        }
+    }
+
     /// The image a `generate_image` step saved, as the file to attach to its result: the
     /// thread shows what was drawn, not only where it was saved.
     fn drawn_image(&self, agent: &AgentState, episode: &Episode) -> Option<(String, Vec<u8>)> {
@@ -657,6 +668,12 @@ impl Surface for DiscordSurface {
         .fitted();
         self.send(&agent.id, CreateMessage::new().embed(to_embed(text)))
             .await;
+        // `/agent archive` asked for the thread to close after this last word.
+        if self.store.take_archive_mark(&agent.id).unwrap_or(false) {
+            if let Some(binding) = self.binding(&agent.id) {
+                self.archive_thread(binding.thread_id).await;
+            }
+        }
     }
 
     async fn ask_user(&self, agent: &AgentView, question: &str) -> Result<String, String> {
@@ -677,6 +694,13 @@ impl Surface for DiscordSurface {
                 self.questions.lock().await.remove(&binding.thread_id);
                 Err("nobody answered within a day".into())
             }
+        }
+    }
+
+    async fn withdraw_question(&self, agent: &AgentView) {
+        if let Some(binding) = self.binding(&agent.id) {
+            // Dropping the waiting sender ends the wait: "the question was withdrawn".
+            self.questions.lock().await.remove(&binding.thread_id);
         }
     }
 }

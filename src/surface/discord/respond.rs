@@ -78,7 +78,7 @@ pub async fn pre_command(ctx: Ctx<'_>) {
 
 /// Counts a slash command's acknowledgement in the ack-latency metric when the response about
 /// to be sent is its first.
-fn note_command_ack(ctx: Ctx<'_>) {
+pub(super) fn note_command_ack(ctx: Ctx<'_>) {
     if let poise::Context::Application(app) = ctx {
         if !app
             .has_sent_initial_response

@@ -341,7 +341,8 @@ async fn on_modal(http: &serenity::Http, data: &Data, submit: ModalInteraction) 
 }
 
 /// A message in an agent's thread answers a waiting `ask_user`, or, while a card waits, is taken
-/// as feedback from someone allowed to decide.
+/// as feedback from someone allowed to decide when it replies to the card or starts with the
+/// feedback prefix (or, as configured, whatever it is).
 async fn on_thread_message(data: &Data, message: serenity::Message) {
     let store = &data.app.store;
     let Ok(Some(agent)) = store.agent_for_thread(message.channel_id.get()) else {
@@ -368,9 +369,24 @@ async fn on_thread_message(data: &Data, message: serenity::Message) {
     if data.surface.answer_question(binding.thread_id, text).await {
         return;
     }
-    if !data.app.config.discord.messages_as_feedback {
+    let discord = &data.app.config.discord;
+    if !discord.messages_as_feedback {
         return;
     }
+    let replied_to = message
+        .message_reference
+        .as_ref()
+        .and_then(|reference| reference.message_id)
+        .map(|id| id.get());
+    let replies_to_card =
+        replied_to.is_some() && replied_to == binding.card.map(|card| card.message_id);
+    let Some(text) =
+        discord
+            .feedback_messages
+            .feedback(text, &discord.feedback_prefix, replies_to_card)
+    else {
+        return;
+    };
     let Ok(Some(state)) = store.load_agent_record(&agent) else {
         return;
     };

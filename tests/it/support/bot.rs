@@ -184,6 +184,8 @@ pub struct Start<'a> {
     pub continuous: Option<u32>,
     pub budget: Option<f64>,
     pub share_user: Option<u64>,
+    /// `share_with`: more people and roles, as mentions.
+    pub share_with: Option<&'a str>,
     pub model: Option<&'a str>,
 }
 
@@ -199,6 +201,9 @@ impl Start<'_> {
         }
         if let Some(model) = self.model {
             options.push(json!({"name": "model", "type": 3, "value": model}));
+        }
+        if let Some(mentions) = self.share_with {
+            options.push(json!({"name": "share_with", "type": 3, "value": mentions}));
         }
         if let Some(usd) = self.budget {
             options.push(json!({"name": "budget", "type": 10, "value": usd}));

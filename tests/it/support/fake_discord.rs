@@ -338,6 +338,7 @@ impl FakeDiscord {
                 .route("/api/v10/applications/{app}/commands", put(put_commands))
                 .route("/api/v10/users/@me", get(current_user))
                 .route("/api/v10/channels/{channel}/threads", post(create_thread))
+                .route("/api/v10/channels/{channel}", patch(edit_channel))
                 .route(
                     "/api/v10/channels/{channel}/messages",
                     post(create_message).get(list_messages),
@@ -645,13 +646,36 @@ impl FakeDiscord {
 
     /// A plain message typed by a user.
     pub fn say(&self, user_id: u64, roles: &[u64], channel: u64, content: &str) {
+        self.user_message(user_id, roles, channel, content, None);
+    }
+
+    /// A message typed by a user as Discord's reply to message `to` (it carries a reference to it).
+    pub fn reply_to(&self, user_id: u64, roles: &[u64], channel: u64, to: u64, content: &str) {
+        self.user_message(user_id, roles, channel, content, Some(to));
+    }
+
+    fn user_message(
+        &self,
+        user_id: u64,
+        roles: &[u64],
+        channel: u64,
+        content: &str,
+        reply_to: Option<u64>,
+    ) {
         let id = self.new_id();
         let guild = self.lock().guild_of(channel);
-        self.dispatch("MESSAGE_CREATE", json!({"id": id.to_string(), "channel_id": channel.to_string(), "guild_id": guild.to_string(),
+        let mut message = json!({"id": id.to_string(), "channel_id": channel.to_string(), "guild_id": guild.to_string(),
             "author": user(user_id, name_of(user_id), false),
             "member": {"roles": roles.iter().map(|r| r.to_string()).collect::<Vec<_>>(), "joined_at": "2024-01-01T00:00:00.000000+00:00", "deaf": false, "mute": false, "flags": 0},
             "content": content, "timestamp": now_stamp(), "edited_timestamp": null, "tts": false, "mention_everyone": false,
-            "mentions": [], "mention_roles": [], "attachments": [], "embeds": [], "pinned": false, "type": 0}));
+            "mentions": [], "mention_roles": [], "attachments": [], "embeds": [], "pinned": false, "type": 0});
+        if let Some(to) = reply_to {
+            // Discord's reply: type 19, with a reference to the message it answers.
+            message["type"] = json!(19);
+            message["message_reference"] = json!({"type": 0, "message_id": to.to_string(),
+                "channel_id": channel.to_string(), "guild_id": guild.to_string()});
+        }
+        self.dispatch("MESSAGE_CREATE", message);
     }
 
     /// Makes the next `times` posts of cards (messages with buttons) fail with `status` (503:
@@ -749,6 +773,14 @@ impl FakeDiscord {
         let inner = self.lock();
         let at = *inner.by_channel.get(&channel)?.last()?;
         Some(inner.messages[at].clone())
+    }
+
+    /// Whether thread `id` is archived now.
+    pub fn is_archived(&self, id: u64) -> bool {
+        self.lock()
+            .threads
+            .iter()
+            .any(|t| t["id"] == id.to_string().as_str() && t["thread_metadata"]["archived"] == true)
     }
 
     pub fn threads(&self) -> Vec<Value> {
@@ -1155,6 +1187,52 @@ async fn create_message(
     response
 }
 
+/// Edits a thread as Discord does for the fields the bot sets (`archived`, `locked`), and answers
+/// with the thread; anything else is an error of the test's.
+async fn edit_channel(
+    State(state): State<Shared>,
+    Path(channel): Path<u64>,
+    Json(body): Json<Value>,
+) -> Response {
+    let mut inner = state.lock().unwrap();
+    let Some(thread) = inner
+        .threads
+        .iter_mut()
+        .find(|t| t["id"] == channel.to_string().as_str())
+    else {
+        inner
+            .errors
+            .push(format!("edit of unknown channel {channel}"));
+        return (
+            StatusCode::NOT_FOUND,
+            Json(json!({"code": 10003, "message": "Unknown Channel"})),
+        )
+            .into_response();
+    };
+    for field in ["archived", "locked"] {
+        if let Some(value) = body.get(field) {
+            thread["thread_metadata"][field] = value.clone();
+        }
+    }
+    let answer = thread.clone();
+    let unknown: Vec<String> = body
+        .as_object()
+        .map(|fields| {
+            fields
+                .keys()
+                .filter(|k| !["archived", "locked"].contains(&k.as_str()))
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    if !unknown.is_empty() {
+        inner
+            .errors
+            .push(format!("thread edit with fields {unknown:?}"));
+    }
+    Json(answer).into_response()
+}
+
 /// Stores a posted message as Discord would; returns the answer and how long to hold it back.
 fn store_message(
     state: &Shared,
@@ -1170,6 +1248,16 @@ fn store_message(
             .threads
             .iter()
             .any(|t| t["id"] == channel.to_string().as_str());
+    // A message in an archived (not locked) thread opens it again, as in Discord.
+    if let Some(thread) = inner
+        .threads
+        .iter_mut()
+        .find(|t| t["id"] == channel.to_string().as_str())
+    {
+        if thread["thread_metadata"]["locked"] != true {
+            thread["thread_metadata"]["archived"] = json!(false);
+        }
+    }
     if !known {
         problems.push(format!("message to unknown channel {channel}"));
     }

@@ -1,20 +1,29 @@
-//! `/agent pause`, `/agent stop` and `/agent resume`: events any decider may send to the agent.
+//! `/agent pause`, `/agent finish` (and `/agent stop`), `/agent resume` and `/agent archive`:
+//! events any decider may send to the agent, and its thread archived by its owner.
 
 use super::{thread_agent, Ctx, Error};
 use crate::core::event::Event;
+use crate::core::state::Phase;
 use crate::service::rights::may_decide;
 use crate::service::{UserError, NOT_ALLOWED};
 use crate::surface::discord::respond::{author, defer_privately, reply};
 
+/// Sends the agent `event` for a decider; `resuming` checks the caps on running agents first
+/// (a paused or finished agent counts against them again once it goes on).
 async fn control(
     ctx: Ctx<'_>,
     event: impl FnOnce(String) -> Event,
     done: &str,
+    resuming: bool,
 ) -> Result<(), Error> {
     defer_privately(ctx).await?;
     let (binding, state) = thread_agent(ctx).await?;
-    if !may_decide(&binding, &author(ctx)) {
+    let who = author(ctx);
+    if !may_decide(&binding, &who) {
         return Err(UserError::new(NOT_ALLOWED).into());
+    }
+    if resuming {
+        ctx.data().agents.check_resume(&binding, &state, &who)?;
     }
     let by = ctx.author().name.clone();
     ctx.data().supervisor.send(&state.id, event(by))?;
@@ -24,16 +33,49 @@ async fn control(
 /// Pause the agent (a running command finishes first).
 #[poise::command(slash_command, guild_only)]
 pub(super) async fn pause(ctx: Ctx<'_>) -> Result<(), Error> {
-    control(ctx, |by| Event::Pause { by }, "Pausing.").await
+    control(ctx, |by| Event::Pause { by }, "Pausing.", false).await
 }
 
-/// Stop the agent; it is kept and can be resumed.
+/// End the agent's task (a follow-up starts it again).
+#[poise::command(slash_command, guild_only)]
+pub(super) async fn finish(ctx: Ctx<'_>) -> Result<(), Error> {
+    control(ctx, |by| Event::Finish { by }, FINISHING, false).await
+}
+
+/// The same as finish.
 #[poise::command(slash_command, guild_only)]
 pub(super) async fn stop(ctx: Ctx<'_>) -> Result<(), Error> {
-    control(
+    control(ctx, |by| Event::Finish { by }, FINISHING, false).await
+}
+
+const FINISHING: &str = "Finishing: the agent's task ends (a running command returns first; a question to you is withdrawn). `/agent resume follow_up:…` gives it a new one.";
+
+/// Finish the agent and archive its thread.
+#[poise::command(slash_command, guild_only)]
+pub(super) async fn archive(ctx: Ctx<'_>) -> Result<(), Error> {
+    defer_privately(ctx).await?;
+    let (binding, state) = thread_agent(ctx).await?;
+    let who = author(ctx);
+    if who.user_id != binding.owner_id && !who.manage_threads {
+        return Err(UserError::new(
+            "Only the agent's owner, or someone who manages threads, can archive its thread.",
+        )
+        .into());
+    }
+    if matches!(state.phase, Phase::Finished { .. }) {
+        reply(ctx, "Archived.", true).await?;
+        ctx.data().surface.archive_thread(binding.thread_id).await;
+        return Ok(());
+    }
+    ctx.data().app.store.archive_when_finished(&state.id)?;
+    let by = ctx.author().name.clone();
+    ctx.data()
+        .supervisor
+        .send(&state.id, Event::Finish { by })?;
+    reply(
         ctx,
-        |by| Event::Pause { by },
-        "Stopped; `/agent resume` continues.",
+        "Finishing; the thread is archived once the agent has said its last word.",
+        true,
     )
     .await
 }
@@ -46,5 +88,5 @@ pub(super) async fn resume(
     #[max_length = 4000]
     follow_up: Option<String>,
 ) -> Result<(), Error> {
-    control(ctx, |by| Event::Resume { by, follow_up }, "Resuming.").await
+    control(ctx, |by| Event::Resume { by, follow_up }, "Resuming.", true).await
 }

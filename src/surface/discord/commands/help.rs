@@ -2,7 +2,8 @@
 //! as they are registered so that the help never drifts from them.
 
 use super::{Ctx, Data, Error};
-use crate::surface::discord::respond::reply;
+use crate::surface::discord::no_mentions;
+use crate::surface::discord::respond::note_command_ack;
 
 /// What each of a card's buttons does, in the order the card shows them.
 const BUTTONS: &str = "\
@@ -14,7 +15,7 @@ const BUTTONS: &str = "\
 • **Self-critique** asks the model to criticise itself and propose again.
 • **Edit…** changes the arguments first; **Re-post ↓** moves the card down.
 • **Deny** stops the agent, card kept; `/agent resume` shows it again.
-A thread message is feedback while a card waits, and answers the agent's questions.";
+A reply to the card (or a message starting `fb:`) is feedback; any message answers a question.";
 
 /// Explain the card buttons and the /agent commands (only you see it).
 #[poise::command(slash_command, guild_only)]
@@ -27,11 +28,25 @@ pub(super) async fn help(ctx: Ctx<'_>) -> Result<(), Error> {
         .find(|c| c.name == "agent")
         .map(|agent| command_lines(agent, "/agent"))
         .unwrap_or_default();
-    let text = format!(
+    // An embed's description holds twice a message's text: room for the commands to come.
+    let text = help_text(&commands);
+    note_command_ack(ctx);
+    ctx.send(
+        poise::CreateReply::default()
+            .embed(serenity::all::CreateEmbed::new().description(text))
+            .ephemeral(true)
+            .allowed_mentions(no_mentions()),
+    )
+    .await?;
+    Ok(())
+}
+
+/// The buttons, then one line per command.
+fn help_text(commands: &[String]) -> String {
+    format!(
         "{BUTTONS}\n\n**Commands** (in a channel: `start` and `list`; the rest in an agent's thread):\n{}",
         commands.join("\n")
-    );
-    reply(ctx, text, true).await
+    )
 }
 
 /// One line per command under `parent`; a group is one line with its subcommands' names and
@@ -77,7 +92,11 @@ mod tests {
             lines.iter().all(|l| !l.ends_with("— ")),
             "a command without a description: {lines:#?}"
         );
-        let text = format!("{}\n\n{}", super::BUTTONS, lines.join("\n"));
-        assert!(text.chars().count() <= 2000, "{} characters", text.len());
+        let text = super::help_text(&lines);
+        assert!(
+            text.chars().count() <= crate::surface::discord::cards::DESCRIPTION_MAX,
+            "{} characters",
+            text.chars().count()
+        );
     }
 }

@@ -6,6 +6,7 @@ use serenity::{AutoArchiveDuration, ChannelType, CreateThread, HttpError, RoleId
 use super::{guild_of, Ctx, Error};
 use crate::core::budget::usd_to_micros;
 use crate::core::state::{GuildId, Profile, Spender};
+use crate::service::rights::shares_in;
 use crate::service::{AgentService, NewAgent, UserError};
 use crate::store::ThreadBinding;
 use crate::surface::discord::cards::thread_name;
@@ -29,6 +30,9 @@ pub(super) async fn start(
     model: Option<String>,
     #[description = "Share the agent with this user"] share_user: Option<UserId>,
     #[description = "Share the agent with this role"] share_role: Option<RoleId>,
+    #[description = "Share it with more people and roles: @mentions"]
+    #[max_length = 1000]
+    share_with: Option<String>,
     #[description = "Approve this many commands without asking"]
     #[min = 1]
     // poise takes only a literal here; a test holds it equal to `APPROVE_N_MAX`.
@@ -43,6 +47,18 @@ pub(super) async fn start(
     let owner = author(ctx);
     let budget = budget.map(usd_to_micros);
     data.agents.check_start(guild_id, &owner, budget)?;
+    let (mut shared_users, mut shared_roles) =
+        shares_in(share_with.as_deref().unwrap_or("")).map_err(UserError)?;
+    if let Some(user) = share_user.map(UserId::get) {
+        if !shared_users.contains(&user) {
+            shared_users.insert(0, user);
+        }
+    }
+    if let Some(role) = share_role.map(RoleId::get) {
+        if !shared_roles.contains(&role) {
+            shared_roles.insert(0, role);
+        }
+    }
     if let Some(model) = &model {
         data.agents.check_model(guild_id, model)?;
     }
@@ -80,8 +96,8 @@ pub(super) async fn start(
         parent_channel_id: ctx.channel_id().get(),
         thread_id: thread.id.get(),
         owner_id: owner.user_id,
-        shared_users: share_user.map(|u| vec![u.get()]).unwrap_or_default(),
-        shared_roles: share_role.map(|r| vec![r.get()]).unwrap_or_default(),
+        shared_users,
+        shared_roles,
         card: None,
     })?;
     let state = data.agents.new_agent(

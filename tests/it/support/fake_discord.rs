@@ -778,9 +778,8 @@ impl FakeDiscord {
     /// Whether thread `id` is archived now.
     pub fn is_archived(&self, id: u64) -> bool {
         self.lock()
-            .threads
-            .iter()
-            .any(|t| t["id"] == id.to_string().as_str() && t["thread_metadata"]["archived"] == true)
+            .thread(id)
+            .is_some_and(|t| t["thread_metadata"]["archived"] == true)
     }
 
     pub fn threads(&self) -> Vec<Value> {
@@ -863,14 +862,24 @@ impl FakeDiscord {
 }
 
 impl Inner {
+    fn thread(&self, id: u64) -> Option<&Value> {
+        self.threads
+            .iter()
+            .find(|t| t["id"] == id.to_string().as_str())
+    }
+
+    fn thread_mut(&mut self, id: u64) -> Option<&mut Value> {
+        self.threads
+            .iter_mut()
+            .find(|t| t["id"] == id.to_string().as_str())
+    }
+
     /// The server a channel or thread belongs to.
     fn guild_of(&self, channel: u64) -> u64 {
         if channel == CHANNEL_B {
             return GUILD_B;
         }
-        self.threads
-            .iter()
-            .find(|t| t["id"] == channel.to_string().as_str())
+        self.thread(channel)
             .and_then(|t| t["guild_id"].as_str()?.parse().ok())
             .unwrap_or(GUILD)
     }
@@ -1195,11 +1204,7 @@ async fn edit_channel(
     Json(body): Json<Value>,
 ) -> Response {
     let mut inner = state.lock().unwrap();
-    let Some(thread) = inner
-        .threads
-        .iter_mut()
-        .find(|t| t["id"] == channel.to_string().as_str())
-    else {
+    let Some(thread) = inner.thread_mut(channel) else {
         inner
             .errors
             .push(format!("edit of unknown channel {channel}"));
@@ -1242,18 +1247,9 @@ fn store_message(
 ) -> (Response, Duration) {
     let mut inner = state.lock().unwrap();
     let mut problems = message_problems(payload);
-    let known = channel == CHANNEL
-        || channel == CHANNEL_B
-        || inner
-            .threads
-            .iter()
-            .any(|t| t["id"] == channel.to_string().as_str());
+    let known = channel == CHANNEL || channel == CHANNEL_B || inner.thread(channel).is_some();
     // A message in an archived (not locked) thread opens it again, as in Discord.
-    if let Some(thread) = inner
-        .threads
-        .iter_mut()
-        .find(|t| t["id"] == channel.to_string().as_str())
-    {
+    if let Some(thread) = inner.thread_mut(channel) {
         if thread["thread_metadata"]["locked"] != true {
             thread["thread_metadata"]["archived"] = json!(false);
         }

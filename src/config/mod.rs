@@ -468,10 +468,12 @@ impl Config {
                 "timeout_secs must be at least 1, max_page_bytes at least 1024, max_redirects at most 20",
             ));
         }
-        if web.clone_timeout_secs == 0 || web.clone_max_bytes < 1024 {
+        if !(1..=3600).contains(&web.clone_timeout_secs)
+            || !(1024..=1 << 30).contains(&web.clone_max_bytes)
+        {
             return Err(invalid(
                 "web",
-                "clone_timeout_secs must be at least 1 and clone_max_bytes at least 1024",
+                "clone_timeout_secs must be 1 to 3600 and clone_max_bytes 1024 to 1073741824",
             ));
         }
         if web.chunk_tokens < 200 || web.max_model_chars < 1000 {

@@ -685,6 +685,23 @@ fn finish_during_execution_waits_for_the_command_and_wins_over_a_pause() {
 }
 
 #[test]
+fn a_finish_asked_for_before_a_crash_closes_the_interrupted_command() {
+    let mut h = Harness::started();
+    h.think(&reply_json("read_file", json!({"filename": "a"})));
+    h.decide(Decision::Approve);
+    h.step(Event::Finish { by: "alice".into() });
+    let fx = h.step(Event::Recovered { interrupted: true });
+    assert!(executes(&fx).is_none());
+    assert!(fx.contains(&Effect::Finished {
+        reason: "Finished by alice.".into()
+    }));
+    assert_eq!(
+        h.state.episodes.last().unwrap().outcome,
+        Outcome::HumanFeedback("Not run: alice finished the agent's task.".into())
+    );
+}
+
+#[test]
 fn recovery_asks_again_for_an_interrupted_command() {
     let mut h = Harness::started();
     h.think(&reply_json(

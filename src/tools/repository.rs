@@ -128,17 +128,27 @@ fn cloned(url: &str, folder: &str, checkout: Checkout) -> ToolOutput {
             ));
         }
     }
-    if !checkout.left_out.is_empty() {
-        text.push_str(&format!("\nLeft out: {}", checkout.left_out.join("; ")));
+    // A name the repository may hold can still be too long for the workspace once under the
+    // folder: such a file is left out, so that every file kept can be read and deleted again.
+    let mut left_out = checkout.left_out;
+    let mut ops = Vec::new();
+    for (path, contents) in checkout.files {
+        let joined = format!("{folder}/{path}");
+        match normalize_path(&joined) {
+            Ok(normal) if normal == joined => ops.push(WorkspaceOp::Put {
+                path: joined,
+                contents,
+            }),
+            Err(why) => left_out.push(format!("'{path}': {why}")),
+            Ok(_) => left_out.push(format!("'{path}': the workspace refuses its name")),
+        }
     }
-    let ops = checkout
-        .files
-        .into_iter()
-        .map(|(path, contents)| WorkspaceOp::Put {
-            path: format!("{folder}/{path}"),
-            contents,
-        })
-        .collect();
+    if !left_out.is_empty() {
+        text.push_str(&format!("\nLeft out: {}", left_out.join("; ")));
+        if checkout.also_left_out > 0 {
+            text.push_str(&format!(" and {} more", checkout.also_left_out));
+        }
+    }
     ToolOutput {
         outcome: Outcome::Success(text),
         ops,

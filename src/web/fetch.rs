@@ -77,6 +77,11 @@ impl WebClient {
         &self.guard
     }
 
+    /// Redirects one request may follow, each checked again.
+    pub fn max_redirects(&self) -> usize {
+        self.max_redirects
+    }
+
     /// The guarded client itself, for protocols other than page reads (git's smart HTTP): its
     /// resolver is the guard's, and it follows no redirect by itself.
     pub(super) fn http(&self) -> &reqwest::Client {

@@ -43,8 +43,10 @@ pub struct Checkout {
     pub branch: Option<String>,
     /// Paths (relative to the repository's root, as the workspace writes them) and contents.
     pub files: Vec<(String, Vec<u8>)>,
-    /// One line per entry left out, and why.
+    /// One line per entry left out, and why (the first few).
     pub left_out: Vec<String>,
+    /// Entries left out past those.
+    pub also_left_out: usize,
     /// Bytes the server sent.
     pub downloaded: u64,
 }
@@ -56,6 +58,8 @@ pub enum CloneError {
     BadUrl(String),
     #[error("{url} was not cloned: only https URLs can be cloned (plain http only from a host the operator allow-listed)")]
     NotHttps { url: String },
+    #[error("a repository URL with a user name or password is not cloned: only public repositories are, and credentials must never leave in a URL")]
+    Credentials,
     #[error("{0}")]
     Fetch(#[from] FetchError),
     #[error("{url} asks for credentials: only public repositories can be cloned")]
@@ -80,7 +84,7 @@ pub async fn clone_tip(
     url: &str,
     limits: &CloneLimits,
 ) -> Result<Checkout, CloneError> {
-    let parsed = Url::parse(url.trim()).map_err(|_| CloneError::BadUrl(url.to_string()))?;
+    let parsed = Url::parse(url.trim()).map_err(|_| CloneError::BadUrl(shown(url)))?;
     check_git_url(web, &parsed)?;
     let deadline = Instant::now() + limits.timeout;
     let exchanger = Exchanger {
@@ -104,11 +108,19 @@ pub async fn clone_tip(
     let job = tokio::task::spawn_blocking({
         let (exchanger, limits, interrupt) = (exchanger.clone(), limits.clone(), interrupt.clone());
         move || fetch_and_read(exchanger, parsed, &limits, &interrupt)
-    })
-    .await;
+    });
+    // The work stops at its next check of the flag; a step never waits much past the deadline
+    // for it (what it still does then is bounded, and its folder is removed when it ends).
+    let job = tokio::time::timeout(limits.timeout + JOIN_GRACE, job).await;
     alarm.abort();
-    let timed_out = interrupt.load(Ordering::SeqCst);
+    interrupt.store(true, Ordering::SeqCst);
+    let timed_out = job.is_err() || Instant::now() >= deadline;
     let recorded = exchanger.take_failure();
+    let Ok(job) = job else {
+        return Err(CloneError::TimedOut {
+            secs: limits.timeout.as_secs(),
+        });
+    };
     match job {
         Ok(Ok(checkout)) => Ok(checkout),
         // The transport's own reason is clearer than what gitoxide wraps around it.
@@ -120,10 +132,18 @@ pub async fn clone_tip(
             error
         })),
         Err(join) => Err(CloneError::Git {
-            url: url.to_string(),
+            url: shown(url),
             why: format!("the clone stopped: {join}"),
         }),
     }
+}
+
+/// How long past its deadline a clone's work is waited for before the step goes on without it.
+const JOIN_GRACE: Duration = Duration::from_secs(5);
+
+/// A URL as results show it: cut, so that a long one cannot fill the agent's history.
+fn shown(url: &str) -> String {
+    crate::core::history::truncate_chars(url.trim(), 300)
 }
 
 fn limits_timeout(deadline: Instant) -> Duration {
@@ -133,6 +153,9 @@ fn limits_timeout(deadline: Instant) -> Duration {
 /// A URL a clone may reach: https, or http on a host the operator allow-listed; then the guard's
 /// own check (no private address written into the URL, the allowlist's port).
 fn check_git_url(web: &WebClient, url: &Url) -> Result<(), CloneError> {
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(CloneError::Credentials);
+    }
     let allowed_http = url.scheme() == "http"
         && url
             .host_str()
@@ -168,12 +191,19 @@ fn fetch_and_read(
         .tempdir()
         .map_err(|e| git_error(format!("no temporary folder: {e}")))?;
     // Isolated: nothing of the machine's or the user's git configuration (URL rewrites,
-    // credential helpers, proxies) takes part.
+    // credential helpers, proxies) takes part. The repository is a stranger's: no object may
+    // inflate past a bound while the pack is indexed (a small delta or zlib stream can declare
+    // gigabytes).
+    let alloc_limit = limits
+        .max_download_bytes
+        .max(limits.max_file_bytes)
+        .saturating_mul(2);
     let repo = gix::ThreadSafeRepository::init_opts(
         folder.path(),
         gix::create::Kind::Bare,
         gix::create::Options::default(),
-        gix::open::Options::isolated(),
+        gix::open::Options::isolated()
+            .config_overrides([format!("gitoxide.objects.allocLimit={alloc_limit}")]),
     )
     .map_err(|e| git_error(e.to_string()))?
     .to_thread_local();
@@ -230,19 +260,41 @@ fn fetch_and_read(
             }
         })
         .ok_or(CloneError::Empty)?;
-    let entries = repo
+    let tree = repo
         .find_commit(commit)
         .and_then(|commit| commit.tree())
-        .and_then(|tree| tree.traverse().breadthfirst.files())
         .map_err(|e| git_error(format!("the fetched commit could not be read: {e}")))?;
+    let mut recorder = BoundedRecorder {
+        inner: gix::traverse::tree::Recorder::default(),
+        seen: 0,
+        max_entries: limits.max_files.saturating_mul(2),
+        interrupt,
+        over_bound: false,
+    };
+    if let Err(e) = tree.traverse().breadthfirst(&mut recorder) {
+        return Err(if recorder.over_bound {
+            CloneError::TooManyFiles {
+                max: limits.max_files,
+            }
+        } else if interrupt.load(Ordering::SeqCst) {
+            CloneError::TimedOut {
+                secs: limits.timeout.as_secs(),
+            }
+        } else {
+            git_error(format!("the fetched tree could not be read: {e}"))
+        });
+    }
+    let entries = recorder.inner.records;
     let mut checkout = Checkout {
         commit: commit.to_string(),
         branch,
         files: Vec::new(),
         left_out: Vec::new(),
+        also_left_out: 0,
         downloaded: exchanger.max_download - exchanger.remaining.load(Ordering::SeqCst),
     };
     let mut total: u64 = 0;
+    let mut names = Names::default();
     for entry in entries {
         if interrupt.load(Ordering::SeqCst) {
             return Err(CloneError::TimedOut {
@@ -254,11 +306,12 @@ fn fetch_and_read(
         }
         let shown = entry.filepath.to_string();
         let path = match normalize_path(&shown) {
-            Ok(path) if path == shown => path,
+            Ok(path) if path == shown && names.take(&path) => path,
             _ => {
-                checkout
-                    .left_out
-                    .push(format!("'{shown}': the workspace refuses its name"));
+                checkout.leave_out(format!(
+                    "'{}': the workspace refuses its name",
+                    crate::core::history::truncate_chars(&shown, 120)
+                ));
                 continue;
             }
         };
@@ -277,7 +330,7 @@ fn fetch_and_read(
             .map_err(|e| git_error(format!("'{path}' could not be read: {e}")))?
             .size();
         if size > limits.max_file_bytes {
-            checkout.left_out.push(format!(
+            checkout.leave_out(format!(
                 "'{path}': {size} bytes, and files are limited to {} bytes",
                 limits.max_file_bytes
             ));
@@ -302,6 +355,108 @@ fn fetch_and_read(
     Ok(checkout)
 }
 
+/// Notes on entries left out, at most this many; the rest are counted.
+const LEFT_OUT_NOTES: usize = 20;
+
+impl Checkout {
+    fn leave_out(&mut self, note: String) {
+        if self.left_out.len() < LEFT_OUT_NOTES {
+            self.left_out.push(note);
+        } else {
+            self.also_left_out += 1;
+        }
+    }
+}
+
+/// The names a checkout has taken: a path is refused when it has a `.git` component, names a
+/// file again, or is a file where a folder was taken or the other way round (a crafted tree
+/// can hold both), since the workspace and a sandbox's copy of it cannot.
+#[derive(Default)]
+struct Names {
+    files: std::collections::HashSet<String>,
+    folders: std::collections::HashSet<String>,
+}
+
+impl Names {
+    fn take(&mut self, path: &str) -> bool {
+        let parts: Vec<&str> = path.split('/').collect();
+        if parts.iter().any(|part| part.eq_ignore_ascii_case(".git")) {
+            return false;
+        }
+        let folders: Vec<String> = (1..parts.len()).map(|n| parts[..n].join("/")).collect();
+        if self.folders.contains(path)
+            || self.files.contains(path)
+            || folders.iter().any(|folder| self.files.contains(folder))
+        {
+            return false;
+        }
+        self.folders.extend(folders);
+        self.files.insert(path.to_string());
+        true
+    }
+}
+
+/// gitoxide's tree recorder, stopped once `max_entries` entries (folders too) are seen or the
+/// clone is interrupted: a pack of a few kilobytes can hold trees that name one another
+/// thousands of times over.
+struct BoundedRecorder<'i> {
+    inner: gix::traverse::tree::Recorder,
+    seen: usize,
+    max_entries: usize,
+    interrupt: &'i AtomicBool,
+    over_bound: bool,
+}
+
+impl BoundedRecorder<'_> {
+    fn one_more(&mut self) -> bool {
+        self.seen += 1;
+        self.over_bound = self.seen > self.max_entries;
+        !self.over_bound && !self.interrupt.load(Ordering::Relaxed)
+    }
+}
+
+impl gix::traverse::tree::Visit for BoundedRecorder<'_> {
+    fn pop_back_tracked_path_and_set_current(&mut self) {
+        self.inner.pop_back_tracked_path_and_set_current();
+    }
+
+    fn pop_front_tracked_path_and_set_current(&mut self) {
+        self.inner.pop_front_tracked_path_and_set_current();
+    }
+
+    fn push_back_tracked_path_component(&mut self, component: &gix::bstr::BStr) {
+        self.inner.push_back_tracked_path_component(component);
+    }
+
+    fn push_path_component(&mut self, component: &gix::bstr::BStr) {
+        self.inner.push_path_component(component);
+    }
+
+    fn pop_path_component(&mut self) {
+        self.inner.pop_path_component();
+    }
+
+    fn visit_tree(
+        &mut self,
+        entry: &gix::objs::tree::EntryRef<'_>,
+    ) -> gix::traverse::tree::visit::Action {
+        if !self.one_more() {
+            return std::ops::ControlFlow::Break(());
+        }
+        self.inner.visit_tree(entry)
+    }
+
+    fn visit_nontree(
+        &mut self,
+        entry: &gix::objs::tree::EntryRef<'_>,
+    ) -> gix::traverse::tree::visit::Action {
+        if !self.one_more() {
+            return std::ops::ControlFlow::Break(());
+        }
+        self.inner.visit_nontree(entry)
+    }
+}
+
 /// What the HTTP side of a clone shares: the guarded client, the async runtime its requests run
 /// on, the deadline, the download allowance left, and the first reason a request failed.
 #[derive(Clone)]
@@ -323,8 +478,6 @@ struct Answer {
     url: String,
 }
 
-/// Redirects a request for the repository's references may follow; each target is checked again.
-const MAX_GIT_REDIRECTS: usize = 5;
 /// What a clone may post in one request (its wants and haves), at most.
 const MAX_POST_BYTES: usize = 1024 * 1024;
 
@@ -388,14 +541,14 @@ impl Exchanger {
                     .and_then(|location| url.join(location).ok());
                 redirects += 1;
                 match location {
-                    Some(next) if redirects <= MAX_GIT_REDIRECTS => {
+                    Some(next) if redirects <= self.web.max_redirects() => {
                         url = next;
                         continue;
                     }
                     Some(_) => {
                         return Err(FetchError::TooManyRedirects {
                             url: url.to_string(),
-                            max: MAX_GIT_REDIRECTS,
+                            max: self.web.max_redirects(),
                         }
                         .into())
                     }
@@ -643,5 +796,26 @@ impl BufRead for Reply {
 
     fn consume(&mut self, amount: usize) {
         self.bytes.consume(amount);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Names;
+
+    #[test]
+    fn a_checkout_takes_each_name_once_and_no_git_folder() {
+        let mut names = Names::default();
+        assert!(names.take("src/lib.rs"));
+        assert!(names.take("README.md"));
+        assert!(!names.take("src/lib.rs"), "the same file twice");
+        assert!(!names.take("src"), "a file where a folder is");
+        assert!(
+            !names.take("README.md/inner.txt"),
+            "a folder where a file is"
+        );
+        assert!(!names.take(".git/config"));
+        assert!(!names.take("vendor/.GIT/hooks/post-checkout"));
+        assert!(names.take("docs/.gitignore"));
     }
 }

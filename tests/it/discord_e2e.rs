@@ -427,6 +427,8 @@ async fn ask_user_and_plain_messages_then_finish_and_export() {
     };
     assert!(said("use red instead"));
     assert!(!said("nice so far"), "a plain message is not feedback");
+    // A reply to a card that another has replaced decides nothing.
+    discord.reply_to(ALICE, &[], thread, third_id, "late reply");
     discord.click(ALICE, &[], &fourth, &button(&fourth, "Approve"));
     discord
         .wait_for("the closing summary", WAIT, |d| {
@@ -436,6 +438,10 @@ async fn ask_user_and_plain_messages_then_finish_and_export() {
         })
         .await;
 
+    assert!(
+        !said("late reply"),
+        "a reply to an old card is not feedback"
+    );
     let export = discord.slash(ALICE, &[], thread, "export", json!([]), json!({}));
     let attached = discord
         .wait_for("the export", WAIT, |d| {

@@ -88,6 +88,22 @@ async fn cgi(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    // A repository that moved, on this server; and one "moved" to the cloud's metadata address.
+    let query = uri.query().map_or(String::new(), |q| format!("?{q}"));
+    if let Some(rest) = uri.path().strip_prefix("/moved") {
+        return Response::builder()
+            .status(StatusCode::MOVED_PERMANENTLY)
+            .header("Location", format!("{rest}{query}"))
+            .body(Body::empty())
+            .unwrap();
+    }
+    if uri.path().starts_with("/away/") {
+        return Response::builder()
+            .status(StatusCode::FOUND)
+            .header("Location", "https://169.254.169.254/latest/meta-data")
+            .body(Body::empty())
+            .unwrap();
+    }
     if uri.path().starts_with("/private/") {
         return Response::builder()
             .status(StatusCode::UNAUTHORIZED)
@@ -227,6 +243,36 @@ async fn the_tip_of_a_repository_is_read_and_its_limits_hold() {
         refused
             .to_string()
             .ends_with("asks for credentials: only public repositories can be cloned"),
+        "{refused}"
+    );
+    // A moved repository is followed (and its new place used for the rest of the fetch); a
+    // redirect to a private address is not.
+    let moved = format!("http://127.0.0.1:{port}/moved/project.git");
+    let followed = clone_tip(&web.fetcher, &moved, &limits()).await.unwrap();
+    assert_eq!(followed.commit, checkout.commit);
+    let away = format!("http://127.0.0.1:{port}/away/project.git");
+    let refused = clone_tip(&web.fetcher, &away, &limits()).await.unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("fetches never reach private networks"),
+        "{refused}"
+    );
+    // Credentials never travel in a URL.
+    let with_password = format!("http://user:secret@127.0.0.1:{port}/project.git");
+    let refused = clone_tip(&web.fetcher, &with_password, &limits())
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, CloneError::Credentials), "{refused}");
+    assert!(!refused.to_string().contains("secret"));
+    // A tree of more entries than allowed is refused as a whole.
+    let few = CloneLimits {
+        max_files: 1,
+        ..limits()
+    };
+    let refused = clone_tip(&web.fetcher, &url, &few).await.unwrap_err();
+    assert!(
+        matches!(refused, CloneError::TooManyFiles { max: 1 }),
         "{refused}"
     );
     // Without the operator's allowlist, plain http is refused, and so is this machine.

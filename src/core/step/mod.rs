@@ -219,7 +219,6 @@ impl Stepper<'_, '_> {
         self.begin_cycle();
     }
 
-    /// Stops the agent where it is, for `reason`.
     /// Ends the agent's task: nothing runs on, and what the model was asked is ignored.
     fn finish(&mut self, reason: String) {
         self.state.call_seq += 1;
@@ -232,6 +231,7 @@ impl Stepper<'_, '_> {
         self.fx.push(Effect::Finished { reason });
     }
 
+    /// Stops the agent where it is, for `reason`.
     fn pause(&mut self, reason: PauseReason) {
         // Replies to calls made before the pause must not be applied afterwards.
         self.state.call_seq += 1;
@@ -684,6 +684,13 @@ impl Stepper<'_, '_> {
             Phase::AwaitingDecision | Phase::Critiquing => self.show_pending_again(),
             Phase::Executing => {
                 if interrupted {
+                    // A finish asked for while it ran still stands: the interrupted command is
+                    // closed as not run rather than asked about again.
+                    if let Some(by) = self.state.finish_requested.take() {
+                        self.state.phase = Phase::AwaitingDecision;
+                        self.on_finish(by);
+                        return;
+                    }
                     if let Some(pending) = self.state.pending.as_mut() {
                         pending.interrupted = true;
                         pending.approved_by = None;

@@ -49,6 +49,9 @@ pub struct DiscordSurface {
     store: Store,
     /// Questions from `ask_user` waiting for an answer, by thread.
     questions: Mutex<HashMap<u64, oneshot::Sender<String>>>,
+    /// Questions withdrawn before they were asked (a pause that came as the command started),
+    /// by thread, with the cycle whose question it was; read and written under `questions`.
+    withdrawn: std::sync::Mutex<HashMap<u64, u64>>,
     approve_n_default: u32,
     clock: Arc<dyn Clock>,
     /// Cards Discord did not take, to be posted again by `repost_cards`.
@@ -181,6 +184,7 @@ impl DiscordSurface {
             http,
             store,
             questions: Mutex::new(HashMap::new()),
+            withdrawn: std::sync::Mutex::new(HashMap::new()),
             approve_n_default,
             clock,
             unposted: post::Unposted::default(),
@@ -681,7 +685,18 @@ impl Surface for DiscordSurface {
             .binding(&agent.id)
             .ok_or_else(|| "the agent has no thread".to_string())?;
         let (tx, rx) = oneshot::channel();
-        self.questions.lock().await.insert(binding.thread_id, tx);
+        {
+            let mut questions = self.questions.lock().await;
+            let withdrawn = self
+                .withdrawn
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&binding.thread_id);
+            if withdrawn == Some(agent.cycle) {
+                return Err("the question was withdrawn".into());
+            }
+            questions.insert(binding.thread_id, tx);
+        }
         let text = format!(
             "❓ **{}** asks: {question}\nAnswer with a message in this thread.",
             agent.name
@@ -699,8 +714,15 @@ impl Surface for DiscordSurface {
 
     async fn withdraw_question(&self, agent: &AgentView) {
         if let Some(binding) = self.binding(&agent.id) {
-            // Dropping the waiting sender ends the wait: "the question was withdrawn".
-            self.questions.lock().await.remove(&binding.thread_id);
+            // Dropping the waiting sender ends the wait: "the question was withdrawn". A
+            // question not asked yet is withdrawn before it is.
+            let mut questions = self.questions.lock().await;
+            if questions.remove(&binding.thread_id).is_none() {
+                self.withdrawn
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(binding.thread_id, agent.cycle);
+            }
         }
     }
 }

@@ -378,8 +378,12 @@ async fn on_thread_message(data: &Data, message: serenity::Message) {
         .as_ref()
         .and_then(|reference| reference.message_id)
         .map(|id| id.get());
-    let replies_to_card =
-        replied_to.is_some() && replied_to == binding.card.map(|card| card.message_id);
+    // A reply names the card it answers: it decides that card's cycle, which is refused when a
+    // later card has taken its place.
+    let replied_card = binding
+        .card
+        .filter(|card| replied_to == Some(card.message_id));
+    let replies_to_card = replied_card.is_some();
     let Some(text) =
         discord
             .feedback_messages
@@ -393,11 +397,8 @@ async fn on_thread_message(data: &Data, message: serenity::Message) {
     if let (Phase::AwaitingDecision, Some(pending)) = (&state.phase, &state.pending) {
         let feedback = Decision::Feedback(text.to_string());
         let by = &message.author.name;
-        if let Err(refusal) = data
-            .supervisor
-            .decide(&agent, pending.cycle, feedback, by)
-            .await
-        {
+        let cycle = replied_card.map_or(pending.cycle, |card| card.cycle);
+        if let Err(refusal) = data.supervisor.decide(&agent, cycle, feedback, by).await {
             // The card was decided in the meantime; the message stays an ordinary message.
             tracing::debug!(agent = %agent, %refusal, "a thread message was not taken as feedback");
         }

@@ -24,6 +24,9 @@ async fn control(
     }
     if resuming {
         ctx.data().agents.check_resume(&binding, &state, &who)?;
+        // An archive asked for before belongs to the task that ended; a follow-up's own finish
+        // leaves the thread open.
+        ctx.data().app.store.take_archive_mark(&state.id)?;
     }
     let by = ctx.author().name.clone();
     ctx.data().supervisor.send(&state.id, event(by))?;

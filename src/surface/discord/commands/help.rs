@@ -15,7 +15,7 @@ const BUTTONS: &str = "\
 • **Self-critique** asks the model to criticise itself and propose again.
 • **Edit…** changes the arguments first; **Re-post ↓** moves the card down.
 • **Deny** stops the agent, card kept; `/agent resume` shows it again.
-A reply to the card (or a message starting `fb:`) is feedback; any message answers a question.";
+A reply to the card (or a message with the feedback prefix) is feedback; any message answers a question.";
 
 /// Explain the card buttons and the /agent commands (only you see it).
 #[poise::command(slash_command, guild_only)]

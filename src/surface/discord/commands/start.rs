@@ -6,7 +6,7 @@ use serenity::{AutoArchiveDuration, ChannelType, CreateThread, HttpError, RoleId
 use super::{guild_of, Ctx, Error};
 use crate::core::budget::usd_to_micros;
 use crate::core::state::{GuildId, Profile, Spender};
-use crate::service::rights::shares_in;
+use crate::service::rights::{shares_in, MAX_SHARES};
 use crate::service::{AgentService, NewAgent, UserError};
 use crate::store::ThreadBinding;
 use crate::surface::discord::cards::thread_name;
@@ -58,6 +58,12 @@ pub(super) async fn start(
         if !shared_roles.contains(&role) {
             shared_roles.insert(0, role);
         }
+    }
+    if shared_users.len() + shared_roles.len() > MAX_SHARES {
+        return Err(UserError(format!(
+            "An agent can be shared with at most {MAX_SHARES} users and roles at its start."
+        ))
+        .into());
     }
     if let Some(model) = &model {
         data.agents.check_model(guild_id, model)?;

@@ -543,6 +543,34 @@ impl Memory {
         self.records.scan_prefix(prefix(agent)).count()
     }
 
+    /// Removes every memory of `agent` (records, vectors, the embedding queue, pins), its cached
+    /// index and its saved graph, for an agent deleted for good; returns the memories removed.
+    pub fn remove_agent(&self, agent: &str) -> Result<usize, MemoryError> {
+        self.cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .agents
+            .remove(agent);
+        let mut removed = 0;
+        for (n, tree) in [&self.records, &self.vectors, &self.pending, &self.pins]
+            .into_iter()
+            .enumerate()
+        {
+            for key in tree.scan_prefix(prefix(agent)).keys() {
+                tree.remove(key.map_err(StoreError::from)?)
+                    .map_err(StoreError::from)?;
+                removed += usize::from(n == 0);
+            }
+        }
+        self.db.flush().map_err(StoreError::from)?;
+        if let Some(saved) = &self.saved {
+            if let Err(e) = saved.remove(agent) {
+                tracing::warn!(%agent, error = %e, "a deleted agent's saved graph could not be removed");
+            }
+        }
+        Ok(removed)
+    }
+
     /// Drops every cached index (tests use it to prove the store alone is enough).
     pub fn clear_cache(&self) {
         self.cache

@@ -63,6 +63,15 @@ impl SavedIndexes {
         self.root.join(format!("{hex}{suffix}"))
     }
 
+    /// Removes the agent's saved graph, if it has one.
+    pub fn remove(&self, agent: &str) -> std::io::Result<()> {
+        let _one_at_a_time = self.saving.lock().unwrap_or_else(|e| e.into_inner());
+        match std::fs::remove_dir_all(self.folder(agent, "")) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     /// Writes the agent's graph (nothing for an exact-search index) and returns the points saved.
     /// The files are written to a temporary folder, synced, then swapped in by rename, so a crash
     /// leaves the previous save or none, never half of one.

@@ -63,6 +63,19 @@ impl Store {
             .map(|raw| String::from_utf8_lossy(&raw).into_owned()))
     }
 
+    /// Forgets where a deleted agent lived: its binding, its thread, its place in the live index
+    /// and an archive mark.
+    pub(super) fn forget_binding(&self, binding: &ThreadBinding) -> Result<(), StoreError> {
+        let agent = &binding.agent_id;
+        self.discord.remove(format!("agent/{agent}").as_bytes())?;
+        self.discord
+            .remove(format!("thread/{}", binding.thread_id).as_bytes())?;
+        self.forget_live(binding.guild_id, binding.owner_id, agent)?;
+        self.discord
+            .remove(format!("{ARCHIVE}{agent}").as_bytes())?;
+        Ok(())
+    }
+
     /// Marks the agent's thread to be archived once the agent has finished and said so
     /// (`/agent archive`), on disk before the person is told.
     pub fn archive_when_finished(&self, agent: &str) -> Result<(), StoreError> {

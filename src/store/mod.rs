@@ -507,6 +507,32 @@ impl Store {
             .collect()
     }
 
+    /// Removes an agent for good: its record, steps, decisions, journal, workspace, sub-agents
+    /// and audit trail, and where it lived in Discord. Its spend stays in the ledger, where the
+    /// owner's and the server's budgets count it. Memories are the memory service's to remove.
+    pub fn delete_agent(&self, agent: &str) -> Result<(), StoreError> {
+        let binding = self.binding(agent)?;
+        let prefix = agent_prefix(agent);
+        for tree in [
+            &self.episodes,
+            &self.decisions,
+            &self.journal,
+            &self.workspace,
+            &self.subagents,
+            &self.audit,
+        ] {
+            for key in tree.scan_prefix(&prefix).keys() {
+                tree.remove(key?)?;
+            }
+        }
+        if let Some(binding) = binding {
+            self.forget_binding(&binding)?;
+        }
+        self.agents.remove(agent.as_bytes())?;
+        self.db.flush()?;
+        Ok(())
+    }
+
     /// The agent's record without its episodes: cheap, for checks on every click.
     pub fn load_agent_record(&self, id: &str) -> Result<Option<AgentState>, StoreError> {
         self.agents

@@ -51,6 +51,66 @@ fn commit_and_reload_with_episodes_and_files() {
 }
 
 #[test]
+fn a_deleted_agent_leaves_nothing_and_its_neighbour_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    for id in ["abc123", "abc1234"] {
+        let mut agent = state(id);
+        agent.episodes.push(Episode {
+            cycle: 1,
+            command: CommandCall::default(),
+            reasoning: "r".into(),
+            outcome: Outcome::Success("ok".into()),
+            summary: None,
+            decided_by: None,
+            cost: crate::core::budget::Micros::ZERO,
+        });
+        store
+            .commit(&Commit {
+                state: Some(&agent),
+                episodes: agent.episodes.iter().collect(),
+                workspace: vec![WorkspaceOp::Put {
+                    path: "a.txt".into(),
+                    contents: b"x".to_vec(),
+                }],
+                ..Default::default()
+            })
+            .unwrap();
+        store
+            .save_binding(&ThreadBinding {
+                agent_id: id.into(),
+                guild_id: 1,
+                parent_channel_id: 2,
+                thread_id: if id == "abc123" { 30 } else { 31 },
+                owner_id: 10,
+                shared_users: vec![],
+                shared_roles: vec![],
+                card: None,
+            })
+            .unwrap();
+    }
+    store.archive_when_finished("abc123").unwrap();
+    store.delete_agent("abc123").unwrap();
+    assert!(store.load_agent("abc123").unwrap().is_none());
+    assert!(store.all_episodes("abc123").unwrap().is_empty());
+    assert!(store.list_files("abc123").unwrap().is_empty());
+    assert!(store.binding("abc123").unwrap().is_none());
+    assert!(store.agent_for_thread(30).unwrap().is_none());
+    assert!(!store.take_archive_mark("abc123").unwrap());
+    assert_eq!(
+        store.live_agents(1).unwrap(),
+        vec![(10, "abc1234".to_string())]
+    );
+    // An id that starts like the deleted one keeps all it had.
+    assert_eq!(store.all_episodes("abc1234").unwrap().len(), 1);
+    assert_eq!(store.list_files("abc1234").unwrap().len(), 1);
+    assert_eq!(
+        store.agent_for_thread(31).unwrap().as_deref(),
+        Some("abc1234")
+    );
+}
+
+#[test]
 fn an_agent_is_loaded_with_its_newest_steps_whole_and_older_ones_as_lines() {
     use crate::core::history::{STEP_LINES_KEPT, WHOLE_STEPS_KEPT};
     let dir = tempfile::tempdir().unwrap();

@@ -824,3 +824,68 @@ async fn an_agent_is_shared_at_its_start_with_several_people_and_roles() {
     discord.assert_clean();
     bot.kill().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_deletes_an_agent_after_confirming() {
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
+    for n in 1..=2 {
+        openai.push_content(agent_reply(
+            "write_file",
+            json!({"filename": format!("{n}.txt"), "contents": "x"}),
+        ));
+    }
+    let discord = FakeDiscord::start().await;
+    let env = TestEnv::new(&openai.base_url, "");
+    let bot = start_bot(&env, &discord).await;
+    let thread = start_agent(
+        &discord,
+        Start {
+            task: "Write",
+            name: Some("GoneGPT"),
+            ..Start::default()
+        },
+    )
+    .await;
+    let first = card(&discord, thread, "GoneGPT · cycle 1").await;
+    discord.click(ALICE, &[], &first, &button(&first, "Approve"));
+    let second = card(&discord, thread, "GoneGPT · cycle 2").await;
+    // Only the owner (or a server admin) is offered the deletion.
+    let refused = discord.slash(BOB, &[], thread, "delete", json!([]), json!({}));
+    assert!(answer(&discord, refused, true)
+        .await
+        .starts_with("Only the agent's owner"));
+    let asked = discord.slash(ALICE, &[], thread, "delete", json!([]), json!({}));
+    let confirm = support::bot::response_shown(&discord, thread, asked, 4).await;
+    assert!(
+        confirm["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("Delete **GoneGPT** for good?"),
+        "{confirm}"
+    );
+    // Bob's click on Alice's confirmation is refused too.
+    let delete = button(&confirm, "Delete for good");
+    let refused = discord.click(BOB, &[], &confirm, &delete);
+    assert!(ephemeral_text(&discord, refused)
+        .await
+        .starts_with("Only the agent's owner"));
+    discord.click(ALICE, &[], &confirm, &delete);
+    message_containing(&discord, thread, "**GoneGPT** was deleted by alice").await;
+    discord
+        .wait_for("the archived thread", WAIT, |d| {
+            d.is_archived(thread).then_some(())
+        })
+        .await;
+    // Nothing of it is left: its card, the thread's commands and the command line find nothing.
+    let late = discord.click(ALICE, &[], &second, &button(&second, "Approve"));
+    assert!(!ephemeral_text(&discord, late).await.is_empty());
+    let status = discord.slash(ALICE, &[], thread, "status", json!([]), json!({}));
+    assert!(answer(&discord, status, true)
+        .await
+        .contains("Use this in an agent's thread."));
+    let (_, listed, _) = env.run(&["list"]).await;
+    assert!(!listed.contains("GoneGPT"), "{listed}");
+    discord.assert_clean();
+    openai.assert_clean();
+    bot.kill().await;
+}

@@ -231,6 +231,29 @@ async fn what_is_stored_or_forgotten_while_an_index_loads_is_not_lost() {
 }
 
 #[tokio::test]
+async fn a_deleted_agents_memories_are_removed_and_no_one_elses() {
+    let f = fixture_in(tempfile::tempdir().unwrap());
+    let (a, b) = (payer("agent-a", "g1"), payer("agent-b", "g1"));
+    remember_password(&f, &a).await;
+    let lunch = f
+        .memory
+        .remember(&a, 4, MemorySource::Cycle, "Lunch is at noon")
+        .await
+        .unwrap();
+    f.memory.pin("agent-a", lunch, true).unwrap();
+    remember_password(&f, &b).await;
+    f.memory.search(&a, "lunch", 10).await.unwrap();
+    assert!(f.memory.is_cached("agent-a"));
+    assert_eq!(f.memory.remove_agent("agent-a").unwrap(), 2);
+    assert!(!f.memory.is_cached("agent-a"));
+    assert_eq!(f.memory.count("agent-a"), 0);
+    assert!(f.memory.search(&a, "lunch", 10).await.unwrap().is_empty());
+    assert_eq!(f.memory.count("agent-b"), 1);
+    let theirs = f.memory.search(&b, "password", 10).await.unwrap();
+    assert_eq!(theirs.len(), 1);
+}
+
+#[tokio::test]
 async fn recalled_memories_get_their_texts_back_and_forgotten_ones_drop_out() {
     let f = fixture_in(tempfile::tempdir().unwrap());
     let a = payer("agent-a", "g1");

@@ -54,6 +54,8 @@ pub enum CardAction {
     Rethink,
     /// On the stuck panel: do not run the command, and go on.
     Skip,
+    /// On `/agent delete`'s private confirmation: delete the agent for good.
+    DeleteAgent,
 }
 
 impl CardAction {
@@ -83,6 +85,7 @@ impl CardAction {
             CardAction::RevokeRule => "rv",
             CardAction::Rethink => "rt",
             CardAction::Skip => "sk",
+            CardAction::DeleteAgent => "del",
         }
     }
 
@@ -112,6 +115,7 @@ impl CardAction {
             "rv" => CardAction::RevokeRule,
             "rt" => CardAction::Rethink,
             "sk" => CardAction::Skip,
+            "del" => CardAction::DeleteAgent,
             _ => return None,
         })
     }
@@ -218,6 +222,7 @@ mod tests {
             CardAction::RevokeRule,
             CardAction::Rethink,
             CardAction::Skip,
+            CardAction::DeleteAgent,
         ] {
             let id = CardId::new(action, "0123456789ab", u64::MAX);
             let raw = id.encode();

@@ -391,6 +391,19 @@ impl DiscordSurface {
         .await;
     }
 
+    /// Posts a notice in a thread that no agent may live in any more (a deleted agent's).
+    pub async fn say_in_thread(&self, thread_id: u64, text: &str) {
+        let message = CreateMessage::new()
+            .content(cards::message_text(text))
+            .allowed_mentions(no_mentions());
+        if let Err(e) = ChannelId::new(thread_id)
+            .send_message(&*self.http, message)
+            .await
+        {
+            tracing::warn!(thread = thread_id, error = %e, "a notice could not be posted");
+        }
+    }
+
     /// Hands a message typed in a thread to a waiting `ask_user`; false when nothing waits.
     pub async fn answer_question(&self, thread_id: u64, text: &str) -> bool {
         match self.questions.lock().await.remove(&thread_id) {

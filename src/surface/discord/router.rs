@@ -201,6 +201,10 @@ async fn on_click(http: &serenity::Http, data: &Data, click: ComponentInteractio
         super::commands::rules::on_revoke_click(http, data, &click, &id, &who).await;
         return;
     }
+    if id.action == CardAction::DeleteAgent {
+        super::commands::delete::on_delete_click(http, data, &click, &id, &who).await;
+        return;
+    }
     if id.action == CardAction::AuditPage {
         super::commands::audit::on_page_click(http, data, &click, &id, &who).await;
         return;
@@ -268,7 +272,8 @@ async fn on_click(http: &serenity::Http, data: &Data, click: ComponentInteractio
         | CardAction::RaiseServerDaily
         | CardAction::RaiseServerMonthly
         | CardAction::AuditPage
-        | CardAction::RevokeRule => {
+        | CardAction::RevokeRule
+        | CardAction::DeleteAgent => {
             interaction
                 .respond(http, ephemeral(NOT_FROM_THIS_VERSION))
                 .await;

@@ -4,6 +4,7 @@
 pub(super) mod audit;
 mod budget;
 mod control;
+pub(super) mod delete;
 mod export;
 mod help;
 mod list;
@@ -61,6 +62,7 @@ pub fn all() -> Vec<poise::Command<Data, Error>> {
         "control::finish",
         "control::stop",
         "control::archive",
+        "delete::delete",
         "list::list",
         "share::share",
         "share::unshare",

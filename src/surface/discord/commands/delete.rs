@@ -1,0 +1,151 @@
+//! `/agent delete`: its owner or a server admin removes an agent for good (its history, memories
+//! and workspace) after a private confirmation button; the thread is told and archived.
+
+use std::time::Duration;
+
+use poise::serenity_prelude as serenity;
+use serenity::{
+    ButtonStyle, ComponentInteraction, CreateActionRow, CreateButton, CreateInteractionResponse,
+    CreateInteractionResponseMessage, EditInteractionResponse,
+};
+
+use super::{thread_agent, Ctx, Data, Error};
+use crate::core::event::Event;
+use crate::service::rights::Requester;
+use crate::service::UserError;
+use crate::store::ThreadBinding;
+use crate::surface::discord::ids::{CardAction, CardId};
+use crate::surface::discord::no_mentions;
+use crate::surface::discord::respond::{
+    author, ephemeral, note_command_ack, something_went_wrong, Interaction,
+};
+
+const ONLY_OWNER: &str =
+    "Only the agent's owner, or a server admin (Manage Server), can delete it.";
+
+/// How long a deletion waits for a running agent to come to rest after it is finished.
+const REST_WAIT: Duration = Duration::from_secs(10);
+
+fn may_delete(binding: &ThreadBinding, who: &Requester) -> bool {
+    who.user_id == binding.owner_id || who.manage_guild
+}
+
+/// Delete the agent, its memories and its workspace, for good.
+#[poise::command(slash_command, guild_only)]
+pub(super) async fn delete(ctx: Ctx<'_>) -> Result<(), Error> {
+    // Two store reads, then the answer: the first response, private, with its button.
+    let (binding, state) = thread_agent(ctx).await?;
+    if !may_delete(&binding, &author(ctx)) {
+        return Err(UserError::new(ONLY_OWNER).into());
+    }
+    let confirm = CreateButton::new(CardId::new(CardAction::DeleteAgent, &state.id, 0).encode())
+        .label("Delete for good")
+        .style(ButtonStyle::Danger);
+    note_command_ack(ctx);
+    ctx.send(
+        poise::CreateReply::default()
+            .content(format!(
+                "Delete **{}** for good? Its history, memories, workspace and audit trail are removed; this cannot be undone (`/agent export` first keeps a copy).",
+                state.name()
+            ))
+            .components(vec![CreateActionRow::Buttons(vec![confirm])])
+            .ephemeral(true)
+            .allowed_mentions(no_mentions()),
+    )
+    .await?;
+    Ok(())
+}
+
+/// The confirmation's click: the rights are checked again, the agent is finished and waited for,
+/// then removed; the private message says what happened, and the thread is told and archived.
+pub(crate) async fn on_delete_click(
+    http: &serenity::Http,
+    data: &Data,
+    click: &ComponentInteraction,
+    id: &CardId,
+    who: &Requester,
+) {
+    let interaction = Interaction::Click(click);
+    let binding = match data.app.store.binding(&id.agent) {
+        Ok(Some(binding)) => binding,
+        Ok(None) => {
+            let gone = "This agent was already deleted.";
+            interaction.respond(http, ephemeral(gone)).await;
+            return;
+        }
+        Err(e) => {
+            let why = something_went_wrong("reading the agent", &e);
+            interaction.respond(http, ephemeral(why)).await;
+            return;
+        }
+    };
+    if !may_delete(&binding, who) {
+        interaction.respond(http, ephemeral(ONLY_OWNER)).await;
+        return;
+    }
+    let working = CreateInteractionResponseMessage::new()
+        .content("Deleting…")
+        .components(Vec::new())
+        .allowed_mentions(no_mentions());
+    if !interaction
+        .respond(http, CreateInteractionResponse::UpdateMessage(working))
+        .await
+    {
+        return;
+    }
+    let text = match delete_agent(data, &binding, &click.user.name).await {
+        Ok(name) => {
+            let said = format!(
+                "🗑️ **{name}** was deleted by {}: its history, memories and workspace are gone.",
+                click.user.name
+            );
+            data.surface.say_in_thread(binding.thread_id, &said).await;
+            data.surface.archive_thread(binding.thread_id).await;
+            format!("Deleted **{name}**.")
+        }
+        Err(why) => why,
+    };
+    let edit = EditInteractionResponse::new()
+        .content(text)
+        .allowed_mentions(no_mentions());
+    if let Err(e) = click.edit_response(http, edit).await {
+        tracing::warn!(error = %e, "the deletion's confirmation could not be updated");
+    }
+}
+
+/// Finishes the agent if it runs, waits for its actor to rest, then removes it: its memories
+/// first (a removal that fails there leaves the agent whole, to try again).
+async fn delete_agent(data: &Data, binding: &ThreadBinding, by: &str) -> Result<String, String> {
+    let agent = &binding.agent_id;
+    let store = &data.app.store;
+    let name = match store.load_agent_record(agent) {
+        Ok(Some(state)) => state.name().to_string(),
+        Ok(None) => agent.clone(),
+        Err(e) => return Err(something_went_wrong("reading the agent", &e)),
+    };
+    if data.supervisor.is_running(agent) {
+        let finish = Event::Finish { by: by.to_string() };
+        if let Err(e) = data.supervisor.send(agent, finish) {
+            return Err(something_went_wrong("stopping the agent", &e));
+        }
+        let started = tokio::time::Instant::now();
+        while data.supervisor.is_running(agent) {
+            if started.elapsed() >= REST_WAIT {
+                return Err(
+                    "The agent is still running a command; it finishes when the command returns. Delete it then."
+                        .into(),
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    if let Some(memory) = &data.app.memory {
+        memory
+            .remove_agent(agent)
+            .map_err(|e| something_went_wrong("removing the agent's memories", &e))?;
+    }
+    store
+        .delete_agent(agent)
+        .map_err(|e| something_went_wrong("removing the agent", &e))?;
+    Ok(name)
+}

@@ -1,7 +1,8 @@
 //! Benchmark (prints figures; not a test): the per-cycle overhead of the agent loop outside the
 //! model's latency — prompt assembly with token counting, reply parsing, the store commit and its
-//! flush — at 10, 100 and 500 episodes; then the peak RSS of a real console run of 30 cycles
-//! against the scripted fake server.
+//! flush — at 10, 100 and 500 episodes; then real console runs against the scripted fake server
+//! (30, 300 and 1,000 cycles): peak RSS, the whole process's overhead per cycle, and its disk
+//! writes and store per cycle. `BENCH_SHOW_LOG=1` counts the runs' log lines by shape.
 //!
 //! Run with `cargo bench --bench cycle`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // A benchmark stops at the first failure.
@@ -353,7 +354,14 @@ fn prose(seed: u64, chars: usize) -> String {
     text
 }
 
-fn peak_rss_of_console_run(cycles: usize) {
+/// A run of a thousand cycles at once passes $2 of worst-case spend within the hour: the user's
+/// spend pace and the runaway brake would slow it down and then park it, by design. They are off
+/// here, since what is measured is the bot's own time.
+const PACE_OFF: &str = "user_spend_per_hour_usd = 0\nrunaway_usd_per_hour = 0\n";
+
+/// A console run of `cycles` cycles; `dimensions` asks for shorter vectors (`memory.dimensions`),
+/// otherwise the fake's own 1,024 are stored.
+fn peak_rss_of_console_run(cycles: usize, dimensions: Option<u32>) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -371,8 +379,9 @@ fn peak_rss_of_console_run(cycles: usize) {
         std::fs::write(
             dir.path().join("bot.toml"),
             format!(
-                "[llm]\nbase_url = \"{}\"\nmodel = \"gpt-4o-mini\"\n",
-                fake.base_url
+                "[llm]\nbase_url = \"{}\"\nmodel = \"gpt-4o-mini\"\n[memory]\n{}[budget]\n{PACE_OFF}",
+                fake.base_url,
+                dimensions.map_or(String::new(), |d| format!("dimensions = {d}\n"))
             ),
         )
         .expect("config");
@@ -427,7 +436,8 @@ fn peak_rss_of_console_run(cycles: usize) {
             }
         }
         println!(
-            "console run: {cycles} cycles in {:.2} s wall (fake model answers at once), peak RSS {:.1} MiB",
+            "console run: {cycles} cycles, {} dimensions, in {:.2} s wall (fake model answers at once), peak RSS {:.1} MiB",
+            dimensions.unwrap_or(1024),
             started.elapsed().as_secs_f64(),
             peak_kib as f64 / 1024.0
         );
@@ -440,8 +450,42 @@ fn peak_rss_of_console_run(cycles: usize) {
                 "  per-cycle overhead (whole process, memory on): {:.2} ms mean over {gaps} cycles",
                 last.duration_since(*first).as_secs_f64() * 1e3 / gaps as f64
             );
+            // Long runs also show how the overhead moves as the history grows.
+            if arrivals.len() >= 500 {
+                let blocks: Vec<String> = arrivals
+                    .chunks(100)
+                    .filter(|block| block.len() > 1)
+                    .map(|block| {
+                        let gaps = (block.len() - 1) as f64;
+                        let mean = block[block.len() - 1].duration_since(block[0]).as_secs_f64();
+                        format!("{:.2}", mean * 1e3 / gaps)
+                    })
+                    .collect();
+                println!("  by hundreds of cycles (ms): {}", blocks.join(" "));
+                let (longest_at, longest) = arrivals
+                    .windows(2)
+                    .map(|pair| pair[1].duration_since(pair[0]))
+                    .enumerate()
+                    .max_by_key(|(_, gap)| *gap)
+                    .unwrap_or_default();
+                println!(
+                    "  longest: {:.2} ms, before cycle {}",
+                    longest.as_secs_f64() * 1e3,
+                    longest_at + 2
+                );
+            }
         }
         let log = log.await.expect("the log");
+        if std::env::var("BENCH_SHOW_LOG").is_ok() {
+            let mut seen = std::collections::BTreeMap::new();
+            for line in log.lines() {
+                let shape: String = line.chars().skip(28).take(90).collect();
+                *seen.entry(shape).or_insert(0) += 1;
+            }
+            for (shape, n) in seen {
+                eprintln!("{n:5} × {shape}");
+            }
+        }
         let report = log
             .lines()
             .find_map(|l| l.split("this run: ").nth(1))
@@ -470,8 +514,11 @@ fn main() {
     }
     // `cargo bench --bench cycle -- console` runs only the whole-process runs.
     if std::env::args().any(|a| a == "console") {
-        peak_rss_of_console_run(30);
-        peak_rss_of_console_run(300);
+        if std::env::var("BENCH_SHOW_LOG").is_err() {
+            peak_rss_of_console_run(30, None);
+            peak_rss_of_console_run(300, None);
+        }
+        peak_rss_of_console_run(1000, Some(256));
         return;
     }
     TiktokenCounter::for_model("gpt-4o-mini").warm_up();
@@ -488,6 +535,7 @@ fn main() {
         overhead(episodes, "gpt-4o-mini", big, iterations);
         overhead(episodes, "smollm2", small, iterations);
     }
-    peak_rss_of_console_run(30);
-    peak_rss_of_console_run(300);
+    peak_rss_of_console_run(30, None);
+    peak_rss_of_console_run(300, None);
+    peak_rss_of_console_run(1000, Some(256));
 }

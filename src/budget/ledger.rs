@@ -1,8 +1,12 @@
 //! The spend ledger in sled: accounts (settled and reserved micro-dollars), open reservations and
-//! admin-set limits. Reserving checks every account a call is charged to and books it in one
-//! transaction, so no interleaving of agents, retries or crashes can push an account past its limit.
+//! admin-set limits. The books live in memory behind one lock, so checking every account a call
+//! is charged to and booking it is one step no interleaving of agents or retries can split; on
+//! disk each reservation and each settlement is one key, so a crash at any point leaves books that
+//! add up when they are read back.
 
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -10,6 +14,12 @@ use sled::transaction::{ConflictableTransactionError, TransactionError, Transact
 
 use crate::core::budget::{format_usd, Micros};
 use crate::store::{decode, encode, Store, StoreError};
+
+/// How many settlements are kept as their own keys before they are folded into the accounts.
+/// Folding takes a sled transaction, which writes and syncs about three log buffers whatever its
+/// size; a single insert rides on the next flush. Folding one in 64 keeps the ledger's share of a
+/// cycle's disk writes small while bounding what start-up has to add up.
+const SETTLEMENTS_PER_FOLD: usize = 64;
 
 /// One budget's bookkeeping. `spent + reserved` never exceeds the limit it was reserved under.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,44 +77,122 @@ impl fmt::Display for Refusal {
     }
 }
 
+/// The ledger of one store. Every `Ledger` of a store shares the same books (see `Ledger::new`).
 #[derive(Clone)]
 pub struct Ledger {
+    books: Arc<Books>,
+}
+
+struct Books {
     db: sled::Db,
+    /// Settled spend per account, as of the last fold (`reserved` is kept at zero on disk).
     accounts: sled::Tree,
+    /// Every reservation not yet folded, open or settled.
     reservations: sled::Tree,
+    /// What a reservation was charged, by its id, until it is folded into the accounts.
+    settlements: sled::Tree,
     limits: sled::Tree,
+    state: Mutex<BookState>,
 }
 
-/// A transaction's own failure: either the refusal it decided on or a store error.
-enum Abort {
-    Refused(Refusal),
-    Store(StoreError),
+/// The books as they stand: what the trees add up to.
+#[derive(Default)]
+struct BookState {
+    accounts: HashMap<String, Account>,
+    open: HashMap<u64, Reservation>,
+    /// Settled reservations not yet folded into the stored accounts, with what each was charged.
+    unfolded: Vec<(Reservation, Micros)>,
 }
 
-fn store_error(e: TransactionError<Abort>) -> Result<Refusal, StoreError> {
+impl BookState {
+    fn book(&mut self, names: &[String], reserve: Micros, release: Micros, charge: Micros) {
+        for name in names {
+            let account = self.accounts.entry(name.clone()).or_default();
+            account.reserved = account.reserved.saturating_add(reserve);
+            account.reserved = account.reserved.saturating_sub(release);
+            account.spent = account.spent.saturating_add(charge);
+        }
+    }
+}
+
+/// A fold's own failure, as sled's transactions report it.
+fn fold_error(e: TransactionError<StoreError>) -> StoreError {
     match e {
-        TransactionError::Abort(Abort::Refused(refusal)) => Ok(refusal),
-        TransactionError::Abort(Abort::Store(e)) => Err(e),
-        TransactionError::Storage(e) => Err(e.into()),
+        TransactionError::Abort(e) => e,
+        TransactionError::Storage(e) => e.into(),
     }
 }
 
 impl Ledger {
+    /// The store's ledger. The books are read from disk once per open store and shared by every
+    /// clone of it, because two sets of books over the same trees would each think they held
+    /// all the money.
     pub fn new(store: &Store) -> Result<Ledger, StoreError> {
-        let db = store.db();
-        Ok(Ledger {
+        let books = store.shared_books(|| Books::load(store.db()))?;
+        Ok(Ledger { books })
+    }
+}
+
+impl Books {
+    fn load(db: &sled::Db) -> Result<Books, StoreError> {
+        let books = Books {
             accounts: db.open_tree("ledger_accounts")?,
             reservations: db.open_tree("ledger_reservations")?,
+            settlements: db.open_tree("ledger_settlements")?,
             limits: db.open_tree("budget_limits")?,
             db: db.clone(),
-        })
+            state: Mutex::new(BookState::default()),
+        };
+        let mut state = BookState::default();
+        for item in books.accounts.iter() {
+            let (key, raw) = item?;
+            let stored: Account = decode(&key, &raw)?;
+            // Stores written before settlements were kept apart booked reservations into the
+            // accounts too; what is reserved is rebuilt from the open reservations below.
+            state.accounts.insert(
+                String::from_utf8_lossy(&key).into_owned(),
+                Account {
+                    spent: stored.spent,
+                    reserved: Micros::ZERO,
+                },
+            );
+        }
+        for item in books.reservations.iter() {
+            let (key, raw) = item?;
+            let reservation: Reservation = decode(&key, &raw)?;
+            match books.settlements.get(&key)? {
+                Some(raw) => {
+                    let charged: Micros = decode(&key, &raw)?;
+                    state.book(&reservation.accounts, Micros::ZERO, Micros::ZERO, charged);
+                    state.unfolded.push((reservation, charged));
+                }
+                None => {
+                    state.book(
+                        &reservation.accounts,
+                        reservation.amount,
+                        Micros::ZERO,
+                        Micros::ZERO,
+                    );
+                    state.open.insert(reservation.id, reservation);
+                }
+            }
+        }
+        *books.state.lock().unwrap_or_else(|p| p.into_inner()) = state;
+        Ok(books)
+    }
+}
+
+impl Ledger {
+    fn state(&self) -> MutexGuard<'_, BookState> {
+        // A panic while the lock was held happened between whole bookings: the books are whole.
+        self.books
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub fn account(&self, key: &str) -> Result<Account, StoreError> {
-        match self.accounts.get(key)? {
-            Some(raw) => decode(key.as_bytes(), &raw),
-            None => Ok(Account::default()),
-        }
+        Ok(self.state().accounts.get(key).copied().unwrap_or_default())
     }
 
     /// Books `amount` against every charge, or none of them when any budget cannot cover it.
@@ -116,97 +204,137 @@ impl Ledger {
         what: &str,
         at: DateTime<Utc>,
     ) -> Result<Result<Reservation, Refusal>, StoreError> {
-        // Generated outside the transaction, whose closure may run more than once.
-        let id = self.db.generate_id()?;
+        let mut state = self.state();
+        for charge in charges {
+            let Some(limit) = charge.limit else { continue };
+            let committed = state
+                .accounts
+                .get(&charge.account)
+                .map(Account::committed)
+                .unwrap_or_default();
+            let available = limit.saturating_sub(committed);
+            if amount > available {
+                return Ok(Err(Refusal {
+                    label: charge.label.clone(),
+                    limit,
+                    available,
+                    needed: amount,
+                }));
+            }
+        }
         let reservation = Reservation {
-            id,
+            id: self.books.db.generate_id()?,
             accounts: charges.iter().map(|c| c.account.clone()).collect(),
             amount,
             agent: agent.to_string(),
             what: what.to_string(),
             at,
         };
-        let encoded = encode(&reservation)?;
-        let outcome = (&self.accounts, &self.reservations).transaction(|(accounts, open)| {
-            let abort = |e: StoreError| ConflictableTransactionError::Abort(Abort::Store(e));
-            for charge in charges {
-                let key = charge.account.as_bytes();
-                let mut account: Account = match accounts.get(key)? {
-                    Some(raw) => decode(key, &raw).map_err(abort)?,
-                    None => Account::default(),
-                };
-                if let Some(limit) = charge.limit {
-                    let available = limit.saturating_sub(account.committed());
-                    if amount > available {
-                        return Err(ConflictableTransactionError::Abort(Abort::Refused(
-                            Refusal {
-                                label: charge.label.clone(),
-                                limit,
-                                available,
-                                needed: amount,
-                            },
-                        )));
-                    }
-                }
-                account.reserved += amount;
-                accounts.insert(key, encode(&account).map_err(abort)?)?;
-            }
-            open.insert(&id.to_be_bytes(), encoded.as_slice())?;
-            Ok(())
-        });
-        match outcome {
-            Ok(()) => Ok(Ok(reservation)),
-            Err(e) => store_error(e).map(Err),
-        }
+        // One key: after a crash the reservation is either there whole or was never made.
+        self.books
+            .reservations
+            .insert(reservation.id.to_be_bytes(), encode(&reservation)?)?;
+        state.book(&reservation.accounts, amount, Micros::ZERO, Micros::ZERO);
+        state.open.insert(reservation.id, reservation.clone());
+        Ok(Ok(reservation))
     }
 
     /// Turns a reservation into spend: `actual` is charged, at most the amount reserved, so the
     /// limits checked at reservation hold. Returns what was charged; settling twice charges once.
     pub fn settle(&self, id: u64, actual: Micros) -> Result<Micros, StoreError> {
-        self.close(id, Some(actual))
+        self.close(id, actual)
     }
 
     /// Gives a reservation back unused (the call failed and nothing was billed).
     pub fn release(&self, id: u64) -> Result<(), StoreError> {
-        self.close(id, None).map(|_| ())
+        self.close(id, Micros::ZERO).map(|_| ())
     }
 
-    fn close(&self, id: u64, actual: Option<Micros>) -> Result<Micros, StoreError> {
-        let key = id.to_be_bytes();
-        let outcome = (&self.accounts, &self.reservations).transaction(|(accounts, open)| {
-            let abort = |e: StoreError| ConflictableTransactionError::Abort(Abort::Store(e));
-            let Some(raw) = open.remove(&key)? else {
-                return Ok(Micros::ZERO);
-            };
-            let reservation: Reservation = decode(&key, &raw).map_err(abort)?;
-            let charged = actual.unwrap_or(Micros::ZERO).min(reservation.amount);
-            for name in &reservation.accounts {
-                let mut account: Account = match accounts.get(name.as_bytes())? {
-                    Some(raw) => decode(name.as_bytes(), &raw).map_err(abort)?,
-                    None => Account::default(),
-                };
-                account.reserved = account.reserved.saturating_sub(reservation.amount);
-                account.spent += charged;
-                accounts.insert(name.as_bytes(), encode(&account).map_err(abort)?)?;
-            }
-            Ok(charged)
-        });
-        match outcome {
-            Ok(charged) => Ok(charged),
-            Err(e) => Err(store_error(e)
-                .err()
-                .unwrap_or_else(|| StoreError::Corrupt("a settlement was refused".into()))),
+    fn close(&self, id: u64, actual: Micros) -> Result<Micros, StoreError> {
+        let mut state = self.state();
+        let Some(reservation) = state.open.remove(&id) else {
+            return Ok(Micros::ZERO);
+        };
+        let charged = actual.min(reservation.amount);
+        // One key again: the settlement is either on disk whole, or the reservation is still
+        // open and is settled at its worst case at the next start.
+        if let Err(e) = self
+            .books
+            .settlements
+            .insert(id.to_be_bytes(), encode(&charged)?)
+        {
+            state.open.insert(id, reservation);
+            return Err(e.into());
         }
+        state.book(
+            &reservation.accounts,
+            Micros::ZERO,
+            reservation.amount,
+            charged,
+        );
+        state.unfolded.push((reservation, charged));
+        if state.unfolded.len() >= SETTLEMENTS_PER_FOLD {
+            self.fold_settled(&mut state)?;
+        }
+        Ok(charged)
+    }
+
+    /// Folds the settlements so far into the stored accounts now (the ledger does it by itself
+    /// every `SETTLEMENTS_PER_FOLD` settlements).
+    pub fn fold(&self) -> Result<(), StoreError> {
+        let mut state = self.state();
+        self.fold_settled(&mut state)
+    }
+
+    /// Writes the settled spend into the stored accounts and drops the settlements folded in, in
+    /// one transaction, so start-up never adds a settlement twice or loses one.
+    fn fold_settled(&self, state: &mut BookState) -> Result<(), StoreError> {
+        if state.unfolded.is_empty() {
+            return Ok(());
+        }
+        let mut touched: HashMap<&str, Account> = HashMap::new();
+        for (reservation, _) in &state.unfolded {
+            for name in &reservation.accounts {
+                let spent = state
+                    .accounts
+                    .get(name)
+                    .map(|a| a.spent)
+                    .unwrap_or_default();
+                touched.insert(
+                    name,
+                    Account {
+                        spent,
+                        reserved: Micros::ZERO,
+                    },
+                );
+            }
+        }
+        let encoded = touched
+            .iter()
+            .map(|(name, account)| Ok((name.as_bytes().to_vec(), encode(account)?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let books = &*self.books;
+        (&books.accounts, &books.reservations, &books.settlements)
+            .transaction(|(accounts, reservations, settlements)| {
+                for (name, account) in &encoded {
+                    accounts.insert(name.as_slice(), account.as_slice())?;
+                }
+                for (reservation, _) in &state.unfolded {
+                    let key = reservation.id.to_be_bytes();
+                    reservations.remove(&key)?;
+                    settlements.remove(&key)?;
+                }
+                Ok::<_, ConflictableTransactionError<StoreError>>(())
+            })
+            .map_err(fold_error)?;
+        state.unfolded.clear();
+        Ok(())
     }
 
     pub fn open_reservations(&self) -> Result<Vec<Reservation>, StoreError> {
-        self.reservations
-            .iter()
-            .map(|item| {
-                let (key, raw) = item?;
-                decode(&key, &raw)
-            })
-            .collect()
+        let mut open: Vec<Reservation> = self.state().open.values().cloned().collect();
+        open.sort_by_key(|r| r.id);
+        Ok(open)
     }
 
     /// At start-up: a reservation still open belongs to a call cut short by a crash. Whether the
@@ -228,12 +356,12 @@ impl Ledger {
     /// Waits until the ledger's writes are on disk; a reservation must be durable before its call.
     pub fn flush_blocking(&self) -> Result<(), StoreError> {
         crate::store::count_durable_flush();
-        self.db.flush()?;
+        self.books.db.flush()?;
         Ok(())
     }
 
     pub fn limit(&self, key: &str) -> Result<Option<Micros>, StoreError> {
-        match self.limits.get(key)? {
+        match self.books.limits.get(key)? {
             Some(raw) => decode(key.as_bytes(), &raw),
             None => Ok(None),
         }
@@ -243,13 +371,13 @@ impl Ledger {
     pub fn set_limit(&self, key: &str, limit: Option<Micros>) -> Result<(), StoreError> {
         match limit {
             Some(limit) => {
-                self.limits.insert(key, encode(&limit)?)?;
+                self.books.limits.insert(key, encode(&limit)?)?;
             }
             None => {
-                self.limits.remove(key)?;
+                self.books.limits.remove(key)?;
             }
         }
-        self.limits.flush()?;
+        self.books.limits.flush()?;
         Ok(())
     }
 }
@@ -365,5 +493,102 @@ mod tests {
             }
         );
         assert!(ledger.settle_unsettled().unwrap().is_empty());
+    }
+
+    #[test]
+    fn settlements_past_a_fold_are_read_back_once_and_every_ledger_of_a_store_shares_the_books() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = DateTime::<Utc>::UNIX_EPOCH;
+        let charges = [charge("a", Some(Micros(1_000_000))), charge("u", None)];
+        let settled = SETTLEMENTS_PER_FOLD as u64 + 5;
+        {
+            let store = Store::open(dir.path()).unwrap();
+            let ledger = Ledger::new(&store).unwrap();
+            let other = Ledger::new(&store.clone()).unwrap();
+            for _ in 0..settled {
+                let r = ledger
+                    .reserve(&charges, Micros(10), "x", "t", at)
+                    .unwrap()
+                    .unwrap();
+                other.settle(r.id, Micros(7)).unwrap();
+            }
+            // One more left open, as a crash would leave it.
+            ledger
+                .reserve(&charges, Micros(10), "x", "t", at)
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                other.account("a").unwrap(),
+                Account {
+                    spent: Micros(7 * settled),
+                    reserved: Micros(10)
+                }
+            );
+            // The fold took the first 64 settlements off their own keys.
+            let unfolded = store.db().open_tree("ledger_settlements").unwrap().len();
+            assert_eq!(unfolded, 5);
+        }
+        let store = Store::open(dir.path()).unwrap();
+        let ledger = Ledger::new(&store).unwrap();
+        assert_eq!(
+            ledger.account("u").unwrap(),
+            Account {
+                spent: Micros(7 * settled),
+                reserved: Micros(10)
+            }
+        );
+        assert_eq!(ledger.settle_unsettled().unwrap().len(), 1);
+        ledger.fold().unwrap();
+        drop(ledger);
+        drop(store);
+        let store = Store::open(dir.path()).unwrap();
+        let ledger = Ledger::new(&store).unwrap();
+        assert_eq!(
+            ledger.account("a").unwrap(),
+            Account {
+                spent: Micros(7 * settled + 10),
+                reserved: Micros(0)
+            }
+        );
+        assert!(ledger.open_reservations().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_store_whose_accounts_booked_their_reservations_is_read_without_counting_them_twice() {
+        // Before settlements had their own keys, a reservation was booked in its accounts too.
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path()).unwrap();
+            let db = store.db();
+            let accounts = db.open_tree("ledger_accounts").unwrap();
+            let reservations = db.open_tree("ledger_reservations").unwrap();
+            let open = Reservation {
+                id: 9,
+                accounts: vec!["a".into()],
+                amount: Micros(300),
+                agent: "x".into(),
+                what: "think".into(),
+                at: DateTime::<Utc>::UNIX_EPOCH,
+            };
+            let booked = Account {
+                spent: Micros(500),
+                reserved: Micros(300),
+            };
+            accounts.insert("a", encode(&booked).unwrap()).unwrap();
+            reservations
+                .insert(9u64.to_be_bytes(), encode(&open).unwrap())
+                .unwrap();
+        }
+        let store = Store::open(dir.path()).unwrap();
+        let ledger = Ledger::new(&store).unwrap();
+        assert_eq!(
+            ledger.account("a").unwrap(),
+            Account {
+                spent: Micros(500),
+                reserved: Micros(300)
+            }
+        );
+        assert_eq!(ledger.settle_unsettled().unwrap().len(), 1);
+        assert_eq!(ledger.account("a").unwrap().spent, Micros(800));
     }
 }

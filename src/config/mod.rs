@@ -385,6 +385,12 @@ impl Config {
                     "batch_size and recall_top_k must be at least 1, memory_chars at least 100",
                 ));
             }
+            if memory.dimensions.is_some_and(|d| !(16..=8192).contains(&d)) {
+                return Err(invalid(
+                    "memory.dimensions",
+                    "must be between 16 and 8192, or unset for the model's own",
+                ));
+            }
             if memory.recall_context_percent > 50 {
                 return Err(invalid(
                     "memory.recall_context_percent",
@@ -695,6 +701,23 @@ mod tests {
         let config = Config::from_toml(text, Path::new("bot.toml.example")).unwrap();
         config.validate().unwrap();
         assert_eq!(config.agent.approve_n_default, 5);
+    }
+
+    #[test]
+    fn shorter_vectors_are_asked_for_within_what_endpoints_allow() {
+        let with = |dimensions: &str| {
+            let text = format!(
+                "[llm]\nbase_url = \"http://127.0.0.1:8080/v1\"\nmodel = \"m\"\n[memory]\ndimensions = {dimensions}\n[budget]\nfree_models = [\"m\", \"text-embedding-3-small\"]\n"
+            );
+            Config::from_toml(&text, Path::new("t.toml"))
+                .unwrap()
+                .validate()
+        };
+        assert!(with("256").is_ok());
+        for refused in ["0", "8", "9000"] {
+            let error = with(refused).unwrap_err().to_string();
+            assert!(error.contains("memory.dimensions"), "{refused}: {error}");
+        }
     }
 
     #[test]

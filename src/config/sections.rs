@@ -447,6 +447,9 @@ pub struct MemoryConfig {
     pub passage_model: String,
     /// The model that embeds searches; empty: `passage_model` (E5 models need their own).
     pub query_model: String,
+    /// Asks the endpoint for vectors of this many dimensions (OpenAI's text-embedding-3 models
+    /// shorten theirs on request); unset: the model's own. Each memory stores 4 bytes a dimension.
+    pub dimensions: Option<u32>,
     /// Texts per embeddings request.
     pub batch_size: usize,
     /// Memories searched for each cycle's recall.
@@ -489,6 +492,7 @@ impl Default for MemoryConfig {
             base_url: None,
             passage_model: "text-embedding-3-small".into(),
             query_model: String::new(),
+            dimensions: None,
             batch_size: 32,
             recall_top_k: 10,
             recall_context_percent: 25,

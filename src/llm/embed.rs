@@ -50,6 +50,7 @@ pub struct OpenAiEmbedder {
     passage_model: String,
     query_model: String,
     batch_size: usize,
+    dimensions: Option<u32>,
 }
 
 impl std::fmt::Debug for OpenAiEmbedder {
@@ -78,6 +79,7 @@ impl OpenAiEmbedder {
             passage_model: memory.passage_model.clone(),
             query_model: memory.query_model().to_string(),
             batch_size: memory.batch_size.max(1),
+            dimensions: memory.dimensions,
         })
     }
 }
@@ -133,8 +135,11 @@ impl Embedder for OpenAiEmbedder {
             prompt_tokens: Some(0),
         };
         for batch in texts.chunks(self.batch_size) {
-            let body =
+            let mut body =
                 json!({"model": self.model(purpose), "input": batch, "encoding_format": "float"});
+            if let Some(dimensions) = self.dimensions {
+                body["dimensions"] = json!(dimensions);
+            }
             let response: Value = self
                 .client
                 .embeddings()

@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::StoreError;
 
 /// The schema this code reads and writes.
-pub const SCHEMA_VERSION: u32 = 6;
+pub const SCHEMA_VERSION: u32 = 7;
 
 const SCHEMA_KEY: &[u8] = b"schema_version";
 
@@ -35,6 +35,10 @@ const MIGRATION_FILES: &[(&str, &str)] = &[
     (
         "0006_proposals_live_in_agents.toml",
         include_str!("../../migrations/0006_proposals_live_in_agents.toml"),
+    ),
+    (
+        "0007_writes_ahead_and_settlements.toml",
+        include_str!("../../migrations/0007_writes_ahead_and_settlements.toml"),
     ),
 ];
 

@@ -1,6 +1,8 @@
 //! The sled store: agents (with the proposal each awaits), episodes, decisions, the command journal and the agents'
 //! workspaces, as versioned JSON records, written in transactions and flushed at durability points.
 
+mod ahead;
+use ahead::{TreeId, Writes};
 mod audit;
 mod bindings;
 pub mod migrate;
@@ -10,11 +12,12 @@ pub use audit::AuditPage;
 pub use bindings::{CardRef, ThreadBinding};
 
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
+use sled::transaction::TransactionError;
 
 use crate::core::audit::AuditEntry;
 use crate::core::event::Decision;
@@ -149,7 +152,7 @@ pub struct DecisionRecord {
     pub at: DateTime<Utc>,
 }
 
-/// Everything one step changes, written in a single transaction.
+/// Everything one step changes, written together (all or nothing, see `ahead`).
 #[derive(Debug, Default)]
 pub struct Commit<'a> {
     pub state: Option<&'a AgentState>,
@@ -245,6 +248,11 @@ pub struct Store {
     subagents: sled::Tree,
     audit: sled::Tree,
     rules: sled::Tree,
+    /// Sets of writes stored whole before they are applied (see `ahead`).
+    ahead: sled::Tree,
+    /// In-memory state a component keeps over its own trees here (the spend ledger's books), read
+    /// once and shared by every clone of this store; typed by its owner, not by the store.
+    books: Arc<Mutex<Option<Arc<dyn std::any::Any + Send + Sync>>>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -280,9 +288,12 @@ impl Store {
             subagents: db.open_tree("subagents")?,
             audit: db.open_tree("audit")?,
             rules: db.open_tree("rules")?,
+            ahead: db.open_tree("ahead")?,
+            books: Arc::default(),
             dir: dir.to_path_buf(),
             db,
         };
+        store.finish_writes_cut_short()?;
         store.index_live_agents_once()?;
         Ok(store)
     }
@@ -290,6 +301,24 @@ impl Store {
     /// The store's folder; files that live beside sled's (saved vector indexes) go in it.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The books of the one component that keeps in-memory state over its own trees in this store
+    /// (the spend ledger): read by `load` the first time, then the same for every clone of the
+    /// store, because two copies over the same trees would each think they held all of it.
+    pub(crate) fn shared_books<T: std::any::Any + Send + Sync>(
+        &self,
+        load: impl FnOnce() -> Result<T, StoreError>,
+    ) -> Result<Arc<T>, StoreError> {
+        let mut slot = self.books.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(books) = slot.as_ref() {
+            return Arc::clone(books).downcast::<T>().map_err(|_| {
+                StoreError::Corrupt("the store's books are held by another kind of owner".into())
+            });
+        }
+        let books = Arc::new(load()?);
+        *slot = Some(books.clone());
+        Ok(books)
     }
 
     /// The underlying database, for components that keep their own trees in it (the spend ledger).
@@ -336,60 +365,109 @@ impl Store {
     }
 
     pub fn commit(&self, commit: &Commit<'_>) -> Result<(), StoreError> {
-        let now = commit.at;
-        let audit_keys = match commit.state {
-            Some(state) => self.new_audit_keys(&state.id, commit.audit.len())?,
-            None => Vec::new(),
+        let Some(state) = commit.state else {
+            return Ok(());
         };
-        (
-            &self.agents,
-            &self.episodes,
-            &self.journal,
-            &self.workspace,
-            &self.audit,
-            &self.rules,
-        )
-            .transaction(|(agents, episodes, journal, workspace, audit, rules)| {
-                let abort = |e: StoreError| ConflictableTransactionError::Abort(e);
-                if let Some(state) = commit.state {
-                    agents.insert(state.id.as_bytes(), encode(state).map_err(abort)?)?;
-                    if let (Some(rule), Some(guild)) = (commit.server_rule, &state.spender.guild) {
-                        rules.insert(
-                            rules::rule_key(guild, &rule.id),
-                            encode(rule).map_err(abort)?,
-                        )?;
-                    }
-                    for (key, entry) in audit_keys.iter().zip(&commit.audit) {
-                        audit.insert(key.as_slice(), encode(*entry).map_err(abort)?)?;
-                    }
-                    for episode in &commit.episodes {
-                        episodes.insert(
-                            cycle_key(&state.id, episode.cycle),
-                            encode(*episode).map_err(abort)?,
-                        )?;
-                    }
-                    if let Some((cycle, outcome)) = &commit.journal_done {
-                        let entry = JournalEntry::Done {
-                            call: None,
-                            status: outcome.status().to_string(),
-                            finished_at: now,
-                        };
-                        journal
-                            .insert(cycle_key(&state.id, *cycle), encode(&entry).map_err(abort)?)?;
-                    }
-                    for op in &commit.workspace {
-                        match op {
-                            WorkspaceOp::Put { path, contents } => {
-                                workspace.insert(file_key(&state.id, path), contents.as_slice())?;
-                            }
-                            WorkspaceOp::Delete { path } => {
-                                workspace.remove(file_key(&state.id, path))?;
-                            }
-                        }
-                    }
+        let mut writes = Writes::default();
+        writes.put(TreeId::Agents, state.id.as_bytes(), encode(state)?);
+        if let (Some(rule), Some(guild)) = (commit.server_rule, &state.spender.guild) {
+            writes.put(
+                TreeId::Rules,
+                rules::rule_key(guild, &rule.id),
+                encode(rule)?,
+            );
+        }
+        let audit_keys = self.new_audit_keys(&state.id, commit.audit.len())?;
+        for (key, entry) in audit_keys.into_iter().zip(&commit.audit) {
+            writes.put(TreeId::Audit, key, encode(*entry)?);
+        }
+        for episode in &commit.episodes {
+            writes.put(
+                TreeId::Episodes,
+                cycle_key(&state.id, episode.cycle),
+                encode(*episode)?,
+            );
+        }
+        if let Some((cycle, outcome)) = &commit.journal_done {
+            let entry = JournalEntry::Done {
+                call: None,
+                status: outcome.status().to_string(),
+                finished_at: commit.at,
+            };
+            writes.put(
+                TreeId::Journal,
+                cycle_key(&state.id, *cycle),
+                encode(&entry)?,
+            );
+        }
+        for op in &commit.workspace {
+            match op {
+                WorkspaceOp::Put { path, contents } => {
+                    writes.put(
+                        TreeId::Workspace,
+                        file_key(&state.id, path),
+                        contents.clone(),
+                    );
                 }
-                Ok(())
-            })?;
+                WorkspaceOp::Delete { path } => {
+                    writes.remove(TreeId::Workspace, file_key(&state.id, path));
+                }
+            }
+        }
+        self.write_together(&writes)
+    }
+
+    fn tree(&self, id: TreeId) -> &sled::Tree {
+        match id {
+            TreeId::Agents => &self.agents,
+            TreeId::Episodes => &self.episodes,
+            TreeId::Journal => &self.journal,
+            TreeId::Workspace => &self.workspace,
+            TreeId::Audit => &self.audit,
+            TreeId::Rules => &self.rules,
+        }
+    }
+
+    /// Applies `writes` so that after a crash at any point either all of them are in the store or
+    /// none: stored whole first, applied, then let go (see `ahead`).
+    fn write_together(&self, writes: &Writes) -> Result<(), StoreError> {
+        if let [single] = writes.writes.as_slice() {
+            // One key is atomic by itself.
+            return self.apply_write(single);
+        }
+        let id = self.db.generate_id()?.to_be_bytes();
+        self.ahead.insert(id, writes.encode())?;
+        for write in &writes.writes {
+            self.apply_write(write)?;
+        }
+        self.ahead.remove(id)?;
+        Ok(())
+    }
+
+    fn apply_write(&self, write: &ahead::Write) -> Result<(), StoreError> {
+        let tree = self.tree(write.tree);
+        match &write.value {
+            Some(value) => tree.insert(write.key.as_slice(), value.as_slice())?,
+            None => tree.remove(write.key.as_slice())?,
+        };
+        Ok(())
+    }
+
+    /// At open: applies again, in the order they were made, the sets of writes a crash cut short.
+    fn finish_writes_cut_short(&self) -> Result<(), StoreError> {
+        let mut finished = 0usize;
+        for item in self.ahead.iter() {
+            let (key, raw) = item?;
+            for write in Writes::decode(&raw)?.writes {
+                self.apply_write(&write)?;
+            }
+            self.ahead.remove(key)?;
+            finished += 1;
+        }
+        if finished > 0 {
+            self.db.flush()?;
+            tracing::info!(sets = finished, "finished writes a crash had cut short");
+        }
         Ok(())
     }
 

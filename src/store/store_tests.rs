@@ -349,3 +349,73 @@ fn the_audit_trail_is_kept_in_order_per_agent_paged_newest_first_and_survives_a_
     assert_eq!(memories(&all), (1..=10).collect::<Vec<_>>());
     assert_eq!(all[0], first);
 }
+
+#[test]
+fn writes_a_crash_cut_short_are_finished_when_the_store_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut writes = Writes::default();
+    writes.put(
+        TreeId::Workspace,
+        file_key("a1", "new.txt"),
+        b"new".to_vec(),
+    );
+    writes.remove(TreeId::Workspace, file_key("a1", "old.txt"));
+    writes.put(
+        TreeId::Journal,
+        cycle_key("a1", 3),
+        encode(&JournalEntry::Done {
+            call: None,
+            status: "success".into(),
+            finished_at: DateTime::<Utc>::UNIX_EPOCH,
+        })
+        .unwrap(),
+    );
+    {
+        let store = Store::open(dir.path()).unwrap();
+        store
+            .workspace
+            .insert(file_key("a1", "old.txt"), b"old".to_vec())
+            .unwrap();
+        // The set was stored ahead and its first write applied when the process died.
+        store
+            .ahead
+            .insert(7u64.to_be_bytes(), writes.encode())
+            .unwrap();
+        store.apply_write(&writes.writes[0]).unwrap();
+        assert!(store.journal_entry("a1", 3).unwrap().is_none());
+    }
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(
+        store.read_file("a1", "new.txt").unwrap(),
+        Some(b"new".to_vec())
+    );
+    assert_eq!(store.read_file("a1", "old.txt").unwrap(), None);
+    assert!(matches!(
+        store.journal_entry("a1", 3).unwrap(),
+        Some(JournalEntry::Done { .. })
+    ));
+    assert!(store.ahead.is_empty());
+}
+
+#[test]
+fn a_commit_leaves_nothing_stored_ahead() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let agent = state("abc123");
+    store
+        .commit(&Commit {
+            state: Some(&agent),
+            workspace: vec![WorkspaceOp::Put {
+                path: "a.txt".into(),
+                contents: b"x".to_vec(),
+            }],
+            at: DateTime::<Utc>::UNIX_EPOCH,
+            ..Commit::default()
+        })
+        .unwrap();
+    assert!(store.ahead.is_empty());
+    assert_eq!(
+        store.read_file("abc123", "a.txt").unwrap(),
+        Some(b"x".to_vec())
+    );
+}

@@ -71,6 +71,8 @@ enum Op {
     Fail { index: usize },
     /// The process died: calls in flight are found at start-up and settled at their worst case.
     Crash,
+    /// The settlements so far are folded into the stored accounts.
+    Fold,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -79,6 +81,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (any::<usize>(), 0u8..=100, 0u8..=100).prop_map(|(index, prompt_share, reply_share)| Op::Settle { index, prompt_share, reply_share }),
         1 => any::<usize>().prop_map(|index| Op::Fail { index }),
         1 => Just(Op::Crash),
+        1 => Just(Op::Fold),
     ]
 }
 
@@ -108,7 +111,7 @@ fn assert_within_limits(ledger: &Ledger) {
 /// Runs `ops` against a fresh ledger and checks the invariants after every step.
 fn run(ops: &[Op]) {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+    let mut store = Store::open(dir.path()).unwrap();
     let mut ledger = Ledger::new(&store).unwrap();
     let price = price();
     let mut in_flight: Vec<InFlight> = Vec::new();
@@ -210,7 +213,12 @@ fn run(ops: &[Op]) {
                 let call = in_flight.remove(index % in_flight.len());
                 ledger.release(call.reservation.id).unwrap();
             }
+            Op::Fold => ledger.fold().unwrap(),
             Op::Crash => {
+                // The books are read back from disk by a new process.
+                drop(ledger);
+                drop(store);
+                store = Store::open(dir.path()).unwrap();
                 ledger = Ledger::new(&store).unwrap();
                 let recovered = ledger.settle_unsettled().unwrap();
                 assert_eq!(recovered.len(), in_flight.len());

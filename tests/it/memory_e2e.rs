@@ -53,6 +53,35 @@ fn result_id(out: &str, needle: &str) -> u64 {
     panic!("no result containing {needle:?} in:\n{out}");
 }
 
+/// `memory.dimensions` asks the endpoint for shorter vectors, for storing and for searching alike,
+/// and what is stored with them is found again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shorter_vectors_are_asked_for_stored_and_searched() {
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
+    script(&openai);
+    let env = TestEnv::with_memory(&openai.base_url, "guild_calls_per_minute = 0\n");
+    let config_path = env.dir.path().join("bot.toml");
+    let config = std::fs::read_to_string(&config_path).unwrap().replace(
+        "query_model = \"fake-query\"\n",
+        "query_model = \"fake-query\"\ndimensions = 64\n",
+    );
+    std::fs::write(&config_path, config).unwrap();
+    let mut run = env.spawn(CONSOLE_RUN);
+    run.wait_for("Input:", 1, WAIT).await;
+    run.type_lines(&["y"]).await;
+    let (ok, out, err) = run.finish(WAIT).await;
+    assert!(ok, "{out}{err}");
+    let id = created_agent_id(&out);
+    let (ok, out, err) = env
+        .run(&["memory", "search", &id, "when does the ferry to Skye leave"])
+        .await;
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("Skye"), "{out}");
+    let asked = openai.embedding_dimensions();
+    assert!(asked.len() >= 2, "{asked:?}");
+    assert!(asked.iter().all(|d| *d == Some(64)), "{asked:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_memories_are_written_searched_forgotten_and_pinned() {
     let openai = FakeOpenAi::start(Expect::test_model()).await;

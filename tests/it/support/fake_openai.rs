@@ -100,6 +100,8 @@ struct Inner {
     usage: Option<(u64, u64, u64)>,
     /// Inputs of every embeddings request, and the error status the endpoint answers, if any.
     embedded: Vec<(String, Vec<String>)>,
+    /// The `dimensions` each embeddings request asked for.
+    embedding_dimensions: Vec<Option<u64>>,
     embeddings_failing: Option<u16>,
     /// The body of every images request.
     images_requested: Vec<Value>,
@@ -247,6 +249,11 @@ impl FakeOpenAi {
         self.inner.lock().unwrap().embedded.clone()
     }
 
+    /// The `dimensions` each embeddings request asked for, in order.
+    pub fn embedding_dimensions(&self) -> Vec<Option<u64>> {
+        self.inner.lock().unwrap().embedding_dimensions.clone()
+    }
+
     /// The usage every later completion reports.
     pub fn set_usage(&self, prompt_tokens: u64, completion_tokens: u64) {
         self.set_usage_with_cache(prompt_tokens, completion_tokens, 0);
@@ -308,7 +315,12 @@ impl FakeOpenAi {
 
 /// Words hashed into 1024 buckets (few collisions between the words of a test), normalised: texts sharing words are similar, deterministically.
 pub fn hash_embedding(text: &str) -> Vec<f32> {
-    let mut v = vec![0.0f32; 1024];
+    hash_embedding_of(text, 1024)
+}
+
+/// `hash_embedding` with `dimensions` buckets, as a request's `dimensions` asks.
+pub fn hash_embedding_of(text: &str, dimensions: usize) -> Vec<f32> {
+    let mut v = vec![0.0f32; dimensions];
     for word in text
         .to_lowercase()
         .split(|c: char| !c.is_alphanumeric())
@@ -318,7 +330,7 @@ pub fn hash_embedding(text: &str) -> Vec<f32> {
         for b in word.bytes() {
             h = (h ^ b as u64).wrapping_mul(0x100000001b3);
         }
-        v[(h % 1024) as usize] += 1.0;
+        v[(h % dimensions as u64) as usize] += 1.0;
     }
     v[0] += 0.01;
     autothread::llm::embed::normalise(v).unwrap()
@@ -361,6 +373,7 @@ async fn embeddings(State(inner): State<Arc<Mutex<Inner>>>, Json(body): Json<Val
         let mut inner = inner.lock().unwrap();
         if !inner.forget_requests {
             inner.embedded.push((model.clone(), inputs.clone()));
+            inner.embedding_dimensions.push(body["dimensions"].as_u64());
         }
         inner.embeddings_failing
     };
@@ -388,10 +401,23 @@ async fn embeddings(State(inner): State<Arc<Mutex<Inner>>>, Json(body): Json<Val
         }
         None => {}
     }
+    // OpenAI's text-embedding-3 models shorten their vectors on request.
+    let dimensions = match body["dimensions"].as_u64() {
+        Some(d) if (1..=8192).contains(&d) => d as usize,
+        Some(d) => {
+            let error = json!({"error": {"message": format!("dimensions {d} is out of range"), "type": "invalid_request_error"}});
+            return respond(
+                Reply::Status(400, "application/json", error.to_string()),
+                (0, 0, 0),
+            )
+            .await;
+        }
+        None => 1024,
+    };
     let data: Vec<Value> = inputs
         .iter()
         .enumerate()
-        .map(|(index, text)| json!({"object": "embedding", "index": index, "embedding": hash_embedding(text)}))
+        .map(|(index, text)| json!({"object": "embedding", "index": index, "embedding": hash_embedding_of(text, dimensions)}))
         .collect();
     let tokens: u64 = inputs.iter().map(|t| t.len() as u64 / 4 + 1).sum();
     Json(json!({"object": "list", "model": model, "data": data,

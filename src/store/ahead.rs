@@ -1,0 +1,160 @@
+//! Writes that must land together across trees, made atomic without sled transactions: the whole
+//! set is first stored under one key of the `ahead` tree, then applied key by key, then that key is
+//! removed. sled recovers a prefix of its log after a crash, so a set cut short is still written
+//! ahead, and the store applies it again when it is opened.
+//!
+//! Why not a transaction: sled writes and syncs its log buffer before and after every transaction
+//! (about three synced writes each, whatever its size), which was most of a cycle's disk writes
+//! and time. A set written ahead costs two more small log records and no sync of its own; its
+//! durability comes from the flush that follows, as before.
+
+use super::StoreError;
+
+/// The trees a set of writes may touch. The numbers are stored: never reuse one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum TreeId {
+    Agents = 1,
+    Episodes = 2,
+    Journal = 3,
+    Workspace = 4,
+    Audit = 5,
+    Rules = 6,
+}
+
+impl TreeId {
+    fn from_byte(byte: u8) -> Option<TreeId> {
+        Some(match byte {
+            1 => TreeId::Agents,
+            2 => TreeId::Episodes,
+            3 => TreeId::Journal,
+            4 => TreeId::Workspace,
+            5 => TreeId::Audit,
+            6 => TreeId::Rules,
+            _ => return None,
+        })
+    }
+}
+
+/// One key set or removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Write {
+    pub tree: TreeId,
+    pub key: Vec<u8>,
+    /// `None` removes the key.
+    pub value: Option<Vec<u8>>,
+}
+
+/// A set of writes that land together or not at all.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Writes {
+    pub writes: Vec<Write>,
+}
+
+impl Writes {
+    pub fn put(&mut self, tree: TreeId, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
+        self.writes.push(Write {
+            tree,
+            key: key.into(),
+            value: Some(value.into()),
+        });
+    }
+
+    pub fn remove(&mut self, tree: TreeId, key: impl Into<Vec<u8>>) {
+        self.writes.push(Write {
+            tree,
+            key: key.into(),
+            value: None,
+        });
+    }
+
+    /// A compact framing (tree, key length, key, value flag, value length, value) rather than
+    /// JSON, which would spell file contents out as arrays of numbers.
+    pub fn encode(&self) -> Vec<u8> {
+        let size: usize = self
+            .writes
+            .iter()
+            .map(|w| 10 + w.key.len() + w.value.as_ref().map_or(0, Vec::len))
+            .sum();
+        let mut out = Vec::with_capacity(size);
+        for write in &self.writes {
+            out.push(write.tree as u8);
+            push_bytes(&mut out, &write.key);
+            match &write.value {
+                Some(value) => {
+                    out.push(1);
+                    push_bytes(&mut out, value);
+                }
+                None => out.push(0),
+            }
+        }
+        out
+    }
+
+    pub fn decode(raw: &[u8]) -> Result<Writes, StoreError> {
+        let corrupt = || StoreError::Corrupt("a set of writes stored ahead is cut short".into());
+        let mut rest = raw;
+        let mut writes = Vec::new();
+        while let Some((&tree, after)) = rest.split_first() {
+            let tree = TreeId::from_byte(tree).ok_or_else(|| {
+                StoreError::Corrupt(format!("a set of writes names an unknown tree {tree}"))
+            })?;
+            let (key, after) = take_bytes(after).ok_or_else(corrupt)?;
+            let (&flag, after) = after.split_first().ok_or_else(corrupt)?;
+            let (value, after) = match flag {
+                0 => (None, after),
+                1 => {
+                    let (value, after) = take_bytes(after).ok_or_else(corrupt)?;
+                    (Some(value.to_vec()), after)
+                }
+                _ => return Err(corrupt()),
+            };
+            writes.push(Write {
+                tree,
+                key: key.to_vec(),
+                value,
+            });
+            rest = after;
+        }
+        Ok(Writes { writes })
+    }
+}
+
+fn push_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    // A sled value is far below 4 GiB; a longer one could not have been read to get here.
+    let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(bytes);
+}
+
+fn take_bytes(raw: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (len, rest) = raw.split_first_chunk::<4>()?;
+    let len = u32::from_be_bytes(*len) as usize;
+    (rest.len() >= len).then(|| rest.split_at(len))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_set_of_writes_reads_back_as_written_and_a_cut_one_is_refused() {
+        let mut writes = Writes::default();
+        writes.put(TreeId::Agents, b"a".to_vec(), b"{\"v\":1}".to_vec());
+        writes.remove(TreeId::Workspace, b"a/old.txt".to_vec());
+        writes.put(TreeId::Workspace, b"a/new.txt".to_vec(), Vec::new());
+        let raw = writes.encode();
+        assert_eq!(Writes::decode(&raw).unwrap(), writes);
+        // sled stores a value whole, so a cut is damage: it is refused, or (at a boundary
+        // between writes) read as fewer writes, never as other ones.
+        for cut in 1..raw.len() {
+            if let Ok(read) = Writes::decode(&raw[..cut]) {
+                assert!(read.writes.len() < writes.writes.len(), "cut at {cut}");
+                assert_eq!(read.writes[..], writes.writes[..read.writes.len()]);
+            }
+        }
+        let mut unknown = raw.clone();
+        unknown[0] = 99;
+        assert!(Writes::decode(&unknown).is_err());
+    }
+}

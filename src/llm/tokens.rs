@@ -82,8 +82,10 @@ impl TokenCounter for TiktokenCounter {
 static SEEN: Mutex<Option<HashMap<SeenText, usize>>> = Mutex::new(None);
 /// A counted text: its encoding (by address), its hash and its length in bytes.
 type SeenText = (usize, u64, usize);
-/// Shorter texts are encoded each time: hashing saves little on them.
-const REMEMBERED_FROM_BYTES: usize = 200;
+/// Shorter texts are encoded each time: hashing saves little on them. A prompt's Progress lines are
+/// mostly 50 to 200 bytes and all but one come back next cycle; encoding them again was most of the
+/// counting time (the pre-tokenizer's regex dominates a short text's cost), so they are remembered.
+const REMEMBERED_FROM_BYTES: usize = 32;
 /// At this many entries the memory starts again, which bounds it (about 0.5 MiB).
 const REMEMBERED_AT_MOST: usize = 16_384;
 

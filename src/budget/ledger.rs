@@ -98,6 +98,9 @@ struct Books {
 /// The books as they stand: what the trees add up to.
 #[derive(Default)]
 struct BookState {
+    /// The accounts with open or unfolded reservations, and those touched since the last fold. Any
+    /// other account is exactly what `ledger_accounts` stores, so it is read from there: holding
+    /// every account ever charged (each user's every day) would grow without a bound.
     accounts: HashMap<String, Account>,
     open: HashMap<u64, Reservation>,
     /// Settled reservations not yet folded into the stored accounts, with what each was charged.
@@ -105,6 +108,17 @@ struct BookState {
 }
 
 impl BookState {
+    /// Brings `names` into memory from the stored accounts.
+    fn load_accounts(&mut self, books: &Books, names: &[String]) -> Result<(), StoreError> {
+        for name in names {
+            if !self.accounts.contains_key(name) {
+                let stored = books.stored_account(name)?;
+                self.accounts.insert(name.clone(), stored);
+            }
+        }
+        Ok(())
+    }
+
     fn book(&mut self, names: &[String], reserve: Micros, release: Micros, charge: Micros) {
         for name in names {
             let account = self.accounts.entry(name.clone()).or_default();
@@ -134,6 +148,18 @@ impl Ledger {
 }
 
 impl Books {
+    /// An account as folded. Stores written before settlements were kept apart booked open
+    /// reservations into their accounts too; what is reserved always comes from the open ones.
+    fn stored_account(&self, name: &str) -> Result<Account, StoreError> {
+        Ok(match self.accounts.get(name)? {
+            Some(raw) => Account {
+                spent: decode::<Account>(name.as_bytes(), &raw)?.spent,
+                reserved: Micros::ZERO,
+            },
+            None => Account::default(),
+        })
+    }
+
     fn load(db: &sled::Db) -> Result<Books, StoreError> {
         let books = Books {
             accounts: db.open_tree("ledger_accounts")?,
@@ -144,22 +170,10 @@ impl Books {
             state: Mutex::new(BookState::default()),
         };
         let mut state = BookState::default();
-        for item in books.accounts.iter() {
-            let (key, raw) = item?;
-            let stored: Account = decode(&key, &raw)?;
-            // Stores written before settlements were kept apart booked reservations into the
-            // accounts too; what is reserved is rebuilt from the open reservations below.
-            state.accounts.insert(
-                String::from_utf8_lossy(&key).into_owned(),
-                Account {
-                    spent: stored.spent,
-                    reserved: Micros::ZERO,
-                },
-            );
-        }
         for item in books.reservations.iter() {
             let (key, raw) = item?;
             let reservation: Reservation = decode(&key, &raw)?;
+            state.load_accounts(&books, &reservation.accounts)?;
             match books.settlements.get(&key)? {
                 Some(raw) => {
                     let charged: Micros = decode(&key, &raw)?;
@@ -192,7 +206,10 @@ impl Ledger {
     }
 
     pub fn account(&self, key: &str) -> Result<Account, StoreError> {
-        Ok(self.state().accounts.get(key).copied().unwrap_or_default())
+        if let Some(account) = self.state().accounts.get(key) {
+            return Ok(*account);
+        }
+        self.books.stored_account(key)
     }
 
     /// Books `amount` against every charge, or none of them when any budget cannot cover it.
@@ -204,7 +221,9 @@ impl Ledger {
         what: &str,
         at: DateTime<Utc>,
     ) -> Result<Result<Reservation, Refusal>, StoreError> {
+        let names: Vec<String> = charges.iter().map(|c| c.account.clone()).collect();
         let mut state = self.state();
+        state.load_accounts(&self.books, &names)?;
         for charge in charges {
             let Some(limit) = charge.limit else { continue };
             let committed = state
@@ -224,7 +243,7 @@ impl Ledger {
         }
         let reservation = Reservation {
             id: self.books.db.generate_id()?,
-            accounts: charges.iter().map(|c| c.account.clone()).collect(),
+            accounts: names,
             amount,
             agent: agent.to_string(),
             what: what.to_string(),
@@ -328,6 +347,11 @@ impl Ledger {
             })
             .map_err(fold_error)?;
         state.unfolded.clear();
+        // What is folded is on disk now; only the accounts of open reservations stay in memory.
+        let open: std::collections::HashSet<&String> =
+            state.open.values().flat_map(|r| &r.accounts).collect();
+        let keep: std::collections::HashSet<String> = open.into_iter().cloned().collect();
+        state.accounts.retain(|name, _| keep.contains(name));
         Ok(())
     }
 
@@ -539,6 +563,9 @@ mod tests {
         );
         assert_eq!(ledger.settle_unsettled().unwrap().len(), 1);
         ledger.fold().unwrap();
+        // Folded accounts are read from disk again: memory holds only what is open.
+        assert!(ledger.state().accounts.is_empty());
+        assert_eq!(ledger.account("a").unwrap().spent, Micros(7 * settled + 10));
         drop(ledger);
         drop(store);
         let store = Store::open(dir.path()).unwrap();

@@ -8,7 +8,7 @@
 //! and time. A set written ahead costs two more small log records and no sync of its own; its
 //! durability comes from the flush that follows, as before.
 
-use super::StoreError;
+use super::{Store, StoreError};
 
 /// The trees a set of writes may touch. The numbers are stored: never reuse one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,6 +117,62 @@ impl Writes {
             rest = after;
         }
         Ok(Writes { writes })
+    }
+}
+
+impl Store {
+    fn tree(&self, id: TreeId) -> &sled::Tree {
+        match id {
+            TreeId::Agents => &self.agents,
+            TreeId::Episodes => &self.episodes,
+            TreeId::Journal => &self.journal,
+            TreeId::Workspace => &self.workspace,
+            TreeId::Audit => &self.audit,
+            TreeId::Rules => &self.rules,
+        }
+    }
+
+    /// Applies `writes` so that after a crash at any point either all of them are in the store or
+    /// none: stored whole first, applied, then let go (see `ahead`).
+    pub(super) fn write_together(&self, writes: &Writes) -> Result<(), StoreError> {
+        if let [single] = writes.writes.as_slice() {
+            // One key is atomic by itself.
+            return self.apply_write(single);
+        }
+        let id = self.db.generate_id()?.to_be_bytes();
+        self.ahead.insert(id, writes.encode())?;
+        for write in &writes.writes {
+            self.apply_write(write)?;
+        }
+        self.ahead.remove(id)?;
+        Ok(())
+    }
+
+    pub(super) fn apply_write(&self, write: &Write) -> Result<(), StoreError> {
+        let tree = self.tree(write.tree);
+        match &write.value {
+            Some(value) => tree.insert(write.key.as_slice(), value.as_slice())?,
+            None => tree.remove(write.key.as_slice())?,
+        };
+        Ok(())
+    }
+
+    /// At open: applies again, in the order they were made, the sets of writes a crash cut short.
+    pub(super) fn finish_writes_cut_short(&self) -> Result<(), StoreError> {
+        let mut finished = 0usize;
+        for item in self.ahead.iter() {
+            let (key, raw) = item?;
+            for write in Writes::decode(&raw)?.writes {
+                self.apply_write(&write)?;
+            }
+            self.ahead.remove(key)?;
+            finished += 1;
+        }
+        if finished > 0 {
+            self.db.flush()?;
+            tracing::info!(sets = finished, "finished writes a crash had cut short");
+        }
+        Ok(())
     }
 }
 

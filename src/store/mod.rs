@@ -423,60 +423,6 @@ impl Store {
         self.write_together(&writes)
     }
 
-    fn tree(&self, id: TreeId) -> &sled::Tree {
-        match id {
-            TreeId::Agents => &self.agents,
-            TreeId::Episodes => &self.episodes,
-            TreeId::Journal => &self.journal,
-            TreeId::Workspace => &self.workspace,
-            TreeId::Audit => &self.audit,
-            TreeId::Rules => &self.rules,
-        }
-    }
-
-    /// Applies `writes` so that after a crash at any point either all of them are in the store or
-    /// none: stored whole first, applied, then let go (see `ahead`).
-    fn write_together(&self, writes: &Writes) -> Result<(), StoreError> {
-        if let [single] = writes.writes.as_slice() {
-            // One key is atomic by itself.
-            return self.apply_write(single);
-        }
-        let id = self.db.generate_id()?.to_be_bytes();
-        self.ahead.insert(id, writes.encode())?;
-        for write in &writes.writes {
-            self.apply_write(write)?;
-        }
-        self.ahead.remove(id)?;
-        Ok(())
-    }
-
-    fn apply_write(&self, write: &ahead::Write) -> Result<(), StoreError> {
-        let tree = self.tree(write.tree);
-        match &write.value {
-            Some(value) => tree.insert(write.key.as_slice(), value.as_slice())?,
-            None => tree.remove(write.key.as_slice())?,
-        };
-        Ok(())
-    }
-
-    /// At open: applies again, in the order they were made, the sets of writes a crash cut short.
-    fn finish_writes_cut_short(&self) -> Result<(), StoreError> {
-        let mut finished = 0usize;
-        for item in self.ahead.iter() {
-            let (key, raw) = item?;
-            for write in Writes::decode(&raw)?.writes {
-                self.apply_write(&write)?;
-            }
-            self.ahead.remove(key)?;
-            finished += 1;
-        }
-        if finished > 0 {
-            self.db.flush()?;
-            tracing::info!(sets = finished, "finished writes a crash had cut short");
-        }
-        Ok(())
-    }
-
     /// Records that a command is about to run; must be on disk before the command starts.
     pub async fn journal_executing(
         &self,

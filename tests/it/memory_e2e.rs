@@ -34,6 +34,16 @@ fn script(openai: &FakeOpenAi) {
     openai.push_content(agent_reply("finish", json!({"reason": "noted"})));
 }
 
+/// Runs `CONSOLE_RUN` to its end, approving the first command; returns the agent's id.
+async fn console_run(env: &TestEnv) -> String {
+    let mut run = env.spawn(CONSOLE_RUN);
+    run.wait_for("Input:", 1, WAIT).await;
+    run.type_lines(&["y"]).await;
+    let (ok, out, err) = run.finish(WAIT).await;
+    assert!(ok, "{out}{err}");
+    created_agent_id(&out)
+}
+
 /// The `#id` of the first search result line that contains `needle`.
 fn result_id(out: &str, needle: &str) -> u64 {
     let mut current = None;
@@ -66,12 +76,7 @@ async fn shorter_vectors_are_asked_for_stored_and_searched() {
         "query_model = \"fake-query\"\ndimensions = 64\n",
     );
     std::fs::write(&config_path, config).unwrap();
-    let mut run = env.spawn(CONSOLE_RUN);
-    run.wait_for("Input:", 1, WAIT).await;
-    run.type_lines(&["y"]).await;
-    let (ok, out, err) = run.finish(WAIT).await;
-    assert!(ok, "{out}{err}");
-    let id = created_agent_id(&out);
+    let id = console_run(&env).await;
     let (ok, out, err) = env
         .run(&["memory", "search", &id, "when does the ferry to Skye leave"])
         .await;
@@ -87,12 +92,7 @@ async fn console_memories_are_written_searched_forgotten_and_pinned() {
     let openai = FakeOpenAi::start(Expect::test_model()).await;
     script(&openai);
     let env = TestEnv::with_memory(&openai.base_url, "guild_calls_per_minute = 0\n");
-    let mut run = env.spawn(CONSOLE_RUN);
-    run.wait_for("Input:", 1, WAIT).await;
-    run.type_lines(&["y"]).await;
-    let (ok, out, err) = run.finish(WAIT).await;
-    assert!(ok, "{out}{err}");
-    let id = created_agent_id(&out);
+    let id = console_run(&env).await;
     // Passages were embedded with the passage model. (Whether a cycle's recall already used the
     // query model depends on whether the previous cycle's memory was written by then.)
     assert!(openai

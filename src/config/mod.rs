@@ -12,17 +12,21 @@ use crate::core::budget::usd_to_micros;
 
 mod approvals;
 mod budget;
+mod discord;
 mod images;
 mod mcp;
 pub mod models;
 mod sandbox;
 mod sections;
+mod web;
 pub use approvals::*;
 pub use budget::*;
+pub use discord::*;
 pub use images::*;
 pub use mcp::*;
 pub use sandbox::*;
 pub use sections::*;
+pub use web::*;
 
 /// A value that must never reach a log line, an error message or `Debug` output.
 #[derive(Clone, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! The sections of `bot.toml` as typed structs with their defaults: the model endpoint and
-//! known models, agents, workspace limits, Discord, memory, the command
-//! policy, the web and sub-agents.
+//! known models, agents, workspace limits, the store, operations, memory, the command policy and
+//! sub-agents (Discord and the web have their own files).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -331,42 +331,6 @@ impl StoreConfig {
     }
 }
 
-/// Which thread messages are feedback while a card waits: a team talking in the thread is not
-/// steering the agent unless it says so.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FeedbackMessages {
-    /// Replies to the waiting card, and messages that start with `feedback_prefix`.
-    Replies,
-    /// Every message from someone who may decide.
-    Any,
-}
-
-impl FeedbackMessages {
-    /// The feedback `text` gives, if any: a message that starts with `prefix` (any case) gives
-    /// what follows it; under `Replies`, a reply to the card gives all of it.
-    pub fn feedback<'t>(
-        self,
-        text: &'t str,
-        prefix: &str,
-        replies_to_card: bool,
-    ) -> Option<&'t str> {
-        let text = text.trim();
-        let prefixed = (!prefix.is_empty())
-            .then(|| {
-                text.get(..prefix.len())
-                    .filter(|head| head.eq_ignore_ascii_case(prefix))
-                    .map(|_| text[prefix.len()..].trim())
-            })
-            .flatten();
-        match (prefixed, self) {
-            (Some(rest), _) => Some(rest).filter(|rest| !rest.is_empty()),
-            (None, FeedbackMessages::Any) => Some(text),
-            (None, FeedbackMessages::Replies) => replies_to_card.then_some(text),
-        }
-    }
-}
-
 /// What a deployment watches: the local HTTP listener and the graceful shutdown.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -383,55 +347,6 @@ impl Default for OpsConfig {
         OpsConfig {
             listen: "127.0.0.1:9464".into(),
             shutdown_grace_secs: 20,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct DiscordConfig {
-    /// Another Discord-compatible API (a proxy, the test fake); empty means Discord itself.
-    pub api_base: Option<String>,
-    /// Register slash commands in this guild only (instant updates while developing).
-    pub dev_guild: Option<u64>,
-    /// Only members with this role (or Manage Threads) may start agents; unset: everyone.
-    pub start_role: Option<u64>,
-    /// Agents running (not paused or finished), per person and per server; 0: no limit.
-    pub max_agents_per_user: usize,
-    pub max_agents_per_guild: usize,
-    /// Whether thread messages can be feedback at all (false: only the card's Feedback button);
-    /// which ones, `feedback_messages` says.
-    pub messages_as_feedback: bool,
-    /// Which messages in the thread, from someone who may decide, are feedback while a card waits.
-    pub feedback_messages: FeedbackMessages,
-    /// A message that starts with this (any case) is feedback, without it, under `replies`.
-    pub feedback_prefix: String,
-    /// How often a card Discord did not take (after its retries) is posted again.
-    pub repost_interval_secs: u64,
-    /// The models members may choose with `/agent start model:`, besides `llm.model`; each needs
-    /// a price. Server admins change their server's list with `/agent models`.
-    pub models: Vec<String>,
-    /// A server's own list instead of `models`, by server id.
-    pub guild_models: BTreeMap<String, Vec<String>>,
-    #[serde(skip)]
-    pub token: Option<Secret>,
-}
-
-impl Default for DiscordConfig {
-    fn default() -> Self {
-        DiscordConfig {
-            api_base: None,
-            dev_guild: None,
-            start_role: None,
-            max_agents_per_user: 3,
-            max_agents_per_guild: 25,
-            messages_as_feedback: true,
-            feedback_messages: FeedbackMessages::Replies,
-            feedback_prefix: "fb:".into(),
-            repost_interval_secs: 15,
-            models: Vec::new(),
-            guild_models: BTreeMap::new(),
-            token: None,
         }
     }
 }
@@ -588,88 +503,6 @@ impl PolicyConfig {
     }
 }
 
-/// Which web search service `web_search` asks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SearchBackendKind {
-    /// DuckDuckGo's HTML results page, as AutoGPT uses: no key.
-    Duckduckgo,
-    /// A SearxNG instance's JSON API at `web.searxng_url` (its `json` format must be enabled).
-    Searxng,
-    /// Brave Search's API; the key comes from BRAVE_SEARCH_API_KEY.
-    Brave,
-}
-
-/// The web commands: search, page fetching and its limits, and the hosts opened past the
-/// private-network guard.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct WebConfig {
-    /// Offer `web_search` and `read_webpage` to agents.
-    pub enabled: bool,
-    pub search_backend: SearchBackendKind,
-    /// Results `web_search` returns.
-    pub search_results: usize,
-    pub duckduckgo_url: String,
-    pub searxng_url: String,
-    /// The MediaWiki API `wikipedia_search` asks (any wiki's `api.php`).
-    pub wikipedia_url: String,
-    pub brave_url: String,
-    pub timeout_secs: u64,
-    /// A page's body is read up to this size; the rest is dropped (and the result says so).
-    pub max_page_bytes: usize,
-    pub max_redirects: usize,
-    /// How much of a page's text the model reads for a question or topics (map-reduce over chunks).
-    pub max_model_chars: usize,
-    /// Size of one chunk the model reads, in tokens (kept within the model's context).
-    pub chunk_tokens: usize,
-    /// Links returned with `include_links`.
-    pub max_links: usize,
-    /// Hosts (`name`, `name:port`, or an IP address) a fetch may reach even on a private network:
-    /// an intranet wiki, a test server. Nothing else private is ever fetched.
-    pub allow_hosts: Vec<String>,
-    /// Offer `clone_repository` (with the web commands).
-    pub clone_repositories: bool,
-    /// What one clone may download in all, in bytes.
-    pub clone_max_bytes: u64,
-    /// One clone, from its first request to its last file read, in seconds.
-    pub clone_timeout_secs: u64,
-    pub user_agent: String,
-    #[serde(skip)]
-    pub brave_api_key: Option<Secret>,
-}
-
-impl Default for WebConfig {
-    fn default() -> Self {
-        WebConfig {
-            enabled: true,
-            search_backend: SearchBackendKind::Duckduckgo,
-            search_results: 8,
-            duckduckgo_url: "https://html.duckduckgo.com/html/".into(),
-            searxng_url: String::new(),
-            wikipedia_url: "https://en.wikipedia.org/w/api.php".into(),
-            brave_url: "https://api.search.brave.com/res/v1/web/search".into(),
-            timeout_secs: 20,
-            max_page_bytes: 2 * 1024 * 1024,
-            max_redirects: 5,
-            max_model_chars: 60_000,
-            chunk_tokens: 3_000,
-            max_links: 20,
-            allow_hosts: Vec::new(),
-            clone_repositories: true,
-            clone_max_bytes: 32 * 1024 * 1024,
-            clone_timeout_secs: 120,
-            user_agent: concat!(
-                "autothread/",
-                env!("CARGO_PKG_VERSION"),
-                " (+https://github.com/autothread)"
-            )
-            .into(),
-            brave_api_key: None,
-        }
-    }
-}
-
 /// Sub-agents (`start_agent` and friends): helper chats an agent delegates to, paid by it.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -691,37 +524,5 @@ impl Default for SubagentConfig {
             max_messages: 40,
             reply_max_tokens: 800,
         }
-    }
-}
-
-/// One entry of `web.allow_hosts`: a name or an address, optionally only on one port.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AllowedHost {
-    /// Lower-case name, or an address without brackets.
-    pub host: String,
-    /// Only this port, when the entry names one.
-    pub port: Option<u16>,
-}
-
-impl AllowedHost {
-    pub fn parse(entry: &str) -> Option<Self> {
-        let entry = entry.trim().to_ascii_lowercase();
-        if entry.is_empty() || entry.contains('/') {
-            return None;
-        }
-        // A bare IPv6 address has colons of its own; `[::1]:8080` carries a port.
-        if let Ok(ip) = entry.parse::<std::net::IpAddr>() {
-            return Some(AllowedHost {
-                host: ip.to_string(),
-                port: None,
-            });
-        }
-        let url = url::Url::parse(&format!("http://{entry}/")).ok()?;
-        let host = url.host_str()?.trim_matches(['[', ']']).to_string();
-        let port = match entry.rsplit_once(':') {
-            Some((_, port)) if !entry.ends_with(']') => Some(port.parse().ok()?),
-            _ => None,
-        };
-        Some(AllowedHost { host, port })
     }
 }

@@ -1,0 +1,93 @@
+//! The `[discord]` section of `bot.toml`: where the bot connects, who may start agents and how
+//! many, which thread messages are feedback, and the models members may choose.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use super::Secret;
+
+/// Which thread messages are feedback while a card waits: a team talking in the thread is not
+/// steering the agent unless it says so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FeedbackMessages {
+    /// Replies to the waiting card, and messages that start with `feedback_prefix`.
+    Replies,
+    /// Every message from someone who may decide.
+    Any,
+}
+
+impl FeedbackMessages {
+    /// The feedback `text` gives, if any: a message that starts with `prefix` (any case) gives
+    /// what follows it; under `Replies`, a reply to the card gives all of it.
+    pub fn feedback<'t>(
+        self,
+        text: &'t str,
+        prefix: &str,
+        replies_to_card: bool,
+    ) -> Option<&'t str> {
+        let text = text.trim();
+        let prefixed = (!prefix.is_empty())
+            .then(|| {
+                text.get(..prefix.len())
+                    .filter(|head| head.eq_ignore_ascii_case(prefix))
+                    .map(|_| text[prefix.len()..].trim())
+            })
+            .flatten();
+        match (prefixed, self) {
+            (Some(rest), _) => Some(rest).filter(|rest| !rest.is_empty()),
+            (None, FeedbackMessages::Any) => Some(text),
+            (None, FeedbackMessages::Replies) => replies_to_card.then_some(text),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DiscordConfig {
+    /// Another Discord-compatible API (a proxy, the test fake); empty means Discord itself.
+    pub api_base: Option<String>,
+    /// Register slash commands in this guild only (instant updates while developing).
+    pub dev_guild: Option<u64>,
+    /// Only members with this role (or Manage Threads) may start agents; unset: everyone.
+    pub start_role: Option<u64>,
+    /// Agents running (not paused or finished), per person and per server; 0: no limit.
+    pub max_agents_per_user: usize,
+    pub max_agents_per_guild: usize,
+    /// Whether thread messages can be feedback at all (false: only the card's Feedback button);
+    /// which ones, `feedback_messages` says.
+    pub messages_as_feedback: bool,
+    /// Which messages in the thread, from someone who may decide, are feedback while a card waits.
+    pub feedback_messages: FeedbackMessages,
+    /// A message that starts with this (any case) is feedback, without it, under `replies`.
+    pub feedback_prefix: String,
+    /// How often a card Discord did not take (after its retries) is posted again.
+    pub repost_interval_secs: u64,
+    /// The models members may choose with `/agent start model:`, besides `llm.model`; each needs
+    /// a price. Server admins change their server's list with `/agent models`.
+    pub models: Vec<String>,
+    /// A server's own list instead of `models`, by server id.
+    pub guild_models: BTreeMap<String, Vec<String>>,
+    #[serde(skip)]
+    pub token: Option<Secret>,
+}
+
+impl Default for DiscordConfig {
+    fn default() -> Self {
+        DiscordConfig {
+            api_base: None,
+            dev_guild: None,
+            start_role: None,
+            max_agents_per_user: 3,
+            max_agents_per_guild: 25,
+            messages_as_feedback: true,
+            feedback_messages: FeedbackMessages::Replies,
+            feedback_prefix: "fb:".into(),
+            repost_interval_secs: 15,
+            models: Vec::new(),
+            guild_models: BTreeMap::new(),
+            token: None,
+        }
+    }
+}

@@ -2,7 +2,9 @@
 //! model's latency — prompt assembly with token counting, reply parsing, the store commit and its
 //! flush — at 10, 100 and 500 episodes; then real console runs against the scripted fake server
 //! (30, 300 and 1,000 cycles): peak RSS, the whole process's overhead per cycle, and its disk
-//! writes and store per cycle. `BENCH_SHOW_LOG=1` counts the runs' log lines by shape.
+//! writes and store per cycle. The 30-cycle task runs seven times and its median is the figure,
+//! since one run on a shared 2-core machine moves by a few tenths of a millisecond.
+//! `BENCH_SHOW_LOG=1` counts the runs' log lines by shape.
 //!
 //! Run with `cargo bench --bench cycle`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // A benchmark stops at the first failure.
@@ -360,8 +362,9 @@ fn prose(seed: u64, chars: usize) -> String {
 const PACE_OFF: &str = "user_spend_per_hour_usd = 0\nrunaway_usd_per_hour = 0\n";
 
 /// A console run of `cycles` cycles; `dimensions` asks for shorter vectors (`memory.dimensions`),
-/// otherwise the fake's own 1,024 are stored.
-fn peak_rss_of_console_run(cycles: usize, dimensions: Option<u32>) {
+/// otherwise the fake's own 1,024 are stored. Returns the mean per-cycle overhead in ms; `quiet`
+/// prints nothing (a repeat run, summed up by its caller).
+fn peak_rss_of_console_run(cycles: usize, dimensions: Option<u32>, quiet: bool) -> f64 {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -369,6 +372,11 @@ fn peak_rss_of_console_run(cycles: usize, dimensions: Option<u32>) {
         .expect("runtime");
     runtime.block_on(async {
         let fake = FakeOpenAi::start(Expect::default()).await;
+        let print = |line: String| {
+            if !quiet {
+                println!("{line}");
+            }
+        };
         for i in 0..cycles {
             fake.push_content(agent_reply(
                 "write_file",
@@ -435,21 +443,22 @@ fn peak_rss_of_console_run(cycles: usize, dimensions: Option<u32>) {
                 Err(_) => continue,
             }
         }
-        println!(
+        print(format!(
             "console run: {cycles} cycles, {} dimensions, in {:.2} s wall (fake model answers at once), peak RSS {:.1} MiB",
             dimensions.unwrap_or(1024),
             started.elapsed().as_secs_f64(),
             peak_kib as f64 / 1024.0
-        );
+        ));
         // From one cycle's model request to the next: everything the process does in a cycle
         // but wait for the model (which answers at once), without start-up and shutdown.
         let arrivals = fake.cycle_arrivals();
+        let mut overhead_ms = f64::NAN;
         if let (Some(first), Some(last)) = (arrivals.first(), arrivals.last()) {
             let gaps = arrivals.len().saturating_sub(1).max(1);
-            println!(
-                "  per-cycle overhead (whole process, memory on): {:.2} ms mean over {gaps} cycles",
-                last.duration_since(*first).as_secs_f64() * 1e3 / gaps as f64
-            );
+            overhead_ms = last.duration_since(*first).as_secs_f64() * 1e3 / gaps as f64;
+            print(format!(
+                "  per-cycle overhead (whole process, memory on): {overhead_ms:.2} ms mean over {gaps} cycles"
+            ));
             // Long runs also show how the overhead moves as the history grows.
             if arrivals.len() >= 500 {
                 let blocks: Vec<String> = arrivals
@@ -498,13 +507,36 @@ fn peak_rss_of_console_run(cycles: usize, dimensions: Option<u32>) {
                 .unwrap_or(f64::NAN)
         };
         let per_cycle = |x: f64| x / cycles as f64;
-        println!(
+        print(format!(
             "  per cycle: {:.2} durable flushes, {:.1} KB written, {:.1} KB of store kept ({report})",
             per_cycle(number_before("flushes")),
             per_cycle(number_before("written")) / 1e3,
             per_cycle(number_before("on disk")) / 1e3,
+        ));
+        overhead_ms
+    })
+}
+
+/// Runs of the 30-cycle task after the first, for a figure a busy moment of this shared machine
+/// does not decide.
+const REPEATS_OF_THE_TASK: usize = 6;
+
+/// The 30-cycle task (AutoGPT's, as the issue measures it) once in full, then again quietly; the
+/// median of all the runs is the figure.
+fn thirty_cycle_task() {
+    let mut runs = vec![peak_rss_of_console_run(30, None, false)];
+    runs.extend((0..REPEATS_OF_THE_TASK).map(|_| peak_rss_of_console_run(30, None, true)));
+    runs.retain(|ms| ms.is_finite());
+    runs.sort_by(f64::total_cmp);
+    if let (Some(best), Some(worst)) = (runs.first(), runs.last()) {
+        let all: Vec<String> = runs.iter().map(|ms| format!("{ms:.2}")).collect();
+        println!(
+            "  the 30-cycle task over {} runs: median {:.2} ms per cycle (best {best:.2}, worst {worst:.2}; {})",
+            runs.len(),
+            runs[runs.len() / 2],
+            all.join(" ")
         );
-    });
+    }
 }
 
 fn main() {
@@ -515,10 +547,10 @@ fn main() {
     // `cargo bench --bench cycle -- console` runs only the whole-process runs.
     if std::env::args().any(|a| a == "console") {
         if std::env::var("BENCH_SHOW_LOG").is_err() {
-            peak_rss_of_console_run(30, None);
-            peak_rss_of_console_run(300, None);
+            thirty_cycle_task();
+            peak_rss_of_console_run(300, None, false);
         }
-        peak_rss_of_console_run(1000, Some(256));
+        peak_rss_of_console_run(1000, Some(256), false);
         return;
     }
     TiktokenCounter::for_model("gpt-4o-mini").warm_up();
@@ -535,7 +567,7 @@ fn main() {
         overhead(episodes, "gpt-4o-mini", big, iterations);
         overhead(episodes, "smollm2", small, iterations);
     }
-    peak_rss_of_console_run(30, None);
-    peak_rss_of_console_run(300, None);
-    peak_rss_of_console_run(1000, Some(256));
+    thirty_cycle_task();
+    peak_rss_of_console_run(300, None, false);
+    peak_rss_of_console_run(1000, Some(256), false);
 }

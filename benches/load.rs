@@ -244,7 +244,16 @@ fn main() {
             .map(|(at, mib)| format!("{at:.0}s {mib:.0}"))
             .collect();
         println!("bot RSS over the run (MiB): {}", trace.join(", "));
-        println!("fake Discord violations: {}", discord.errors().len());
+        let violations = discord.errors();
+        println!("fake Discord violations: {}", violations.len());
+        // What they were, not only how many: the first few and the last.
+        let shown = violations
+            .iter()
+            .take(5)
+            .chain(violations.iter().skip(5).last());
+        for violation in shown {
+            println!("  {violation}");
+        }
         bot.kill().await;
     });
 }

@@ -1,5 +1,6 @@
 //! The sled store: agents (with the proposal each awaits), episodes, decisions, the command journal and the agents'
-//! workspaces, as versioned JSON records, written in transactions and flushed at durability points.
+//! workspaces, as versioned JSON records; a step's writes land together (`ahead`) and are flushed
+//! at durability points.
 
 mod ahead;
 use ahead::{TreeId, Writes};

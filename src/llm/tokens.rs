@@ -1,8 +1,9 @@
 //! Token counting with tiktoken-rs: one shared BPE per encoding, and an estimate for models it doesn't know.
 
-use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
-use std::sync::{Mutex, MutexGuard};
+use std::hash::BuildHasher;
+use std::sync::{LazyLock, Mutex, MutexGuard};
+
+use foldhash::HashMap;
 
 use tiktoken_rs::tokenizer::{get_tokenizer, Tokenizer};
 use tiktoken_rs::CoreBPE;
@@ -78,8 +79,12 @@ impl TokenCounter for TiktokenCounter {
 /// The encoded lengths of the longer texts counted lately, for every encoding: (encoding, hash,
 /// length in bytes) → tokens. A cycle's prompt repeats most of the one before (the system prompt,
 /// the steps shown, their lines) and is built twice when memory is on, and hashing a text costs
-/// a small fraction of encoding it.
+/// a small fraction of encoding it. foldhash rather than the standard SipHash: hashing the lines
+/// of every prompt twice a cycle was a tenth of a cycle's own time with SipHash.
 static SEEN: Mutex<Option<HashMap<SeenText, usize>>> = Mutex::new(None);
+/// The seed texts are hashed with, random per process: a model's output cannot be shaped to
+/// collide with another text's count without knowing it.
+static TEXT_HASH: LazyLock<foldhash::quality::RandomState> = LazyLock::new(Default::default);
 /// A counted text: its encoding (by address), its hash and its length in bytes.
 type SeenText = (usize, u64, usize);
 /// Shorter texts are encoded each time: hashing saves little on them. A prompt's Progress lines are
@@ -118,15 +123,28 @@ fn lines_for_counting(text: &str) -> impl Iterator<Item = &str> {
         if rest.is_empty() {
             return None;
         }
-        let cut = rest
-            .char_indices()
-            .zip(rest.chars().skip(1))
-            .find(|((_, c), next)| *c == '\n' && !next.is_whitespace() && *next != '/')
-            .map_or(rest.len(), |((at, _), _)| at + 1);
+        let cut = piece_end(rest);
         let (piece, after) = rest.split_at(cut);
         rest = after;
         Some(piece)
     })
+}
+
+/// Where the first piece of `text` ends: just after the first newline that is followed by a
+/// character other than whitespace or `/`, or at the end. memchr finds the newlines, so only the
+/// character after each one is decoded.
+fn piece_end(text: &str) -> usize {
+    let bytes = text.as_bytes();
+    let mut from = 0;
+    while let Some(found) = memchr::memchr(b'\n', &bytes[from..]) {
+        let after = from + found + 1;
+        match text[after..].chars().next() {
+            Some(next) if !next.is_whitespace() && next != '/' => return after,
+            Some(_) => from = after,
+            None => break,
+        }
+    }
+    text.len()
 }
 
 fn remembered_len(bpe: &'static CoreBPE, text: &str) -> usize {
@@ -134,11 +152,9 @@ fn remembered_len(bpe: &'static CoreBPE, text: &str) -> usize {
     if text.len() < REMEMBERED_FROM_BYTES {
         return bpe.encode_ordinary(text).len();
     }
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    text.hash(&mut hasher);
     let key = (
         std::ptr::from_ref(bpe) as usize,
-        hasher.finish(),
+        TEXT_HASH.hash_one(text),
         text.len(),
     );
     if let Some(&tokens) = seen().as_ref().and_then(|counts| counts.get(&key)) {
@@ -146,7 +162,7 @@ fn remembered_len(bpe: &'static CoreBPE, text: &str) -> usize {
     }
     let tokens = bpe.encode_ordinary(text).len();
     let mut guard = seen();
-    let counts = guard.get_or_insert_with(HashMap::new);
+    let counts = guard.get_or_insert_with(HashMap::default);
     if counts.len() >= REMEMBERED_AT_MOST {
         counts.clear();
     }
@@ -215,7 +231,7 @@ mod tests {
         for i in 0..REMEMBERED_AT_MOST + 10 {
             counter.count(&format!("{i} {text}"));
         }
-        let held = seen().as_ref().map_or(0, HashMap::len);
+        let held = seen().as_ref().map_or(0, |counts| counts.len());
         assert!(held <= REMEMBERED_AT_MOST, "{held} counts held");
     }
 }

@@ -150,10 +150,24 @@ impl Store {
 
     pub(super) fn apply_write(&self, write: &Write) -> Result<(), StoreError> {
         let tree = self.tree(write.tree);
-        match &write.value {
+        let sizes = (write.tree == TreeId::Workspace).then(|| self.workspace_sizes());
+        let before = match &write.value {
             Some(value) => tree.insert(write.key.as_slice(), value.as_slice())?,
             None => tree.remove(write.key.as_slice())?,
         };
+        // A file key is "agent/path"; an agent whose size is not remembered is added up when asked.
+        let agent = write
+            .key
+            .iter()
+            .position(|&b| b == b'/')
+            .and_then(|slash| std::str::from_utf8(&write.key[..slash]).ok());
+        if let (Some(mut sizes), Some(agent)) = (sizes, agent) {
+            if let Some(total) = sizes.get_mut(agent) {
+                let after = write.value.as_ref().map_or(0, Vec::len) as u64;
+                let before = before.map_or(0, |v| v.len() as u64);
+                *total = total.saturating_sub(before) + after;
+            }
+        }
         Ok(())
     }
 

@@ -12,8 +12,9 @@ mod rules;
 pub use audit::AuditPage;
 pub use bindings::{CardRef, ThreadBinding};
 
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
@@ -260,7 +261,15 @@ pub struct Store {
     /// In-memory state a component keeps over its own trees here (the spend ledger's books), read
     /// once and shared by every clone of this store; typed by its owner, not by the store.
     books: Arc<Mutex<Option<Arc<dyn std::any::Any + Send + Sync>>>>,
+    /// Each agent's workspace size in bytes, added up from its files the first time it is asked
+    /// for and kept up to date as workspace writes land (see `ahead::apply_write`), so checking a
+    /// write against the workspace limit does not read every file again each time.
+    workspace_sizes: Arc<Mutex<HashMap<String, u64>>>,
 }
+
+/// At this many agents the remembered workspace sizes start again (each is added up anew when it
+/// is next asked for), which bounds them.
+const WORKSPACE_SIZES_AT_MOST: usize = 65_536;
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -297,6 +306,7 @@ impl Store {
             rules: db.open_tree("rules")?,
             ahead: db.open_tree("ahead")?,
             books: Arc::default(),
+            workspace_sizes: Arc::default(),
             dir: dir.to_path_buf(),
             db,
         };
@@ -556,6 +566,7 @@ impl Store {
                 tree.remove(key?)?;
             }
         }
+        self.workspace_sizes().remove(agent);
         if let Some(binding) = binding {
             self.forget_binding(&binding)?;
         }
@@ -661,6 +672,39 @@ impl Store {
     /// Removes a sub-agent; `false` when there was none under that key.
     pub fn delete_subagent(&self, agent: &str, key: &str) -> Result<bool, StoreError> {
         Ok(self.subagents.remove(subagent_key(agent, key))?.is_some())
+    }
+
+    /// The size of one file of an agent, if it exists.
+    pub fn file_size(&self, agent: &str, path: &str) -> Result<Option<u64>, StoreError> {
+        Ok(self
+            .workspace
+            .get(file_key(agent, path))?
+            .map(|v| v.len() as u64))
+    }
+
+    /// The bytes all files of an agent hold together.
+    pub fn workspace_bytes(&self, agent: &str) -> Result<u64, StoreError> {
+        let mut sizes = self.workspace_sizes();
+        if let Some(&total) = sizes.get(agent) {
+            return Ok(total);
+        }
+        let mut total = 0u64;
+        for value in self.workspace.scan_prefix(agent_prefix(agent)).values() {
+            total += value?.len() as u64;
+        }
+        if sizes.len() >= WORKSPACE_SIZES_AT_MOST {
+            sizes.clear();
+        }
+        sizes.insert(agent.to_string(), total);
+        Ok(total)
+    }
+
+    /// Held while a workspace write lands, so a size being added up never misses or counts twice
+    /// a write made meanwhile.
+    fn workspace_sizes(&self) -> MutexGuard<'_, HashMap<String, u64>> {
+        self.workspace_sizes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// All files of an agent with their sizes, sorted by path.

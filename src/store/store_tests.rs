@@ -419,3 +419,65 @@ fn a_commit_leaves_nothing_stored_ahead() {
         Some(b"x".to_vec())
     );
 }
+
+#[test]
+fn an_agents_workspace_size_follows_its_writes_and_matches_its_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let files_total = |agent: &str| -> u64 {
+        store
+            .list_files(agent)
+            .unwrap()
+            .iter()
+            .map(|(_, size)| size)
+            .sum()
+    };
+    let agent = state("sized1");
+    let commit_ops = |ops: Vec<WorkspaceOp>| {
+        store
+            .commit(&Commit {
+                state: Some(&agent),
+                workspace: ops,
+                ..Default::default()
+            })
+            .unwrap();
+    };
+    let put = |path: &str, len: usize| WorkspaceOp::Put {
+        path: path.into(),
+        contents: vec![b'x'; len],
+    };
+    // Written before the size is first asked for: added up from the files.
+    commit_ops(vec![put("a.txt", 10), put("b/c.txt", 20)]);
+    assert_eq!(store.workspace_bytes("sized1").unwrap(), 30);
+    // Then kept as writes land: a new file, a file replaced by a shorter one, a file deleted.
+    commit_ops(vec![put("d.txt", 7)]);
+    commit_ops(vec![put("a.txt", 3), put("e.txt", 1)]);
+    commit_ops(vec![WorkspaceOp::Delete {
+        path: "b/c.txt".into(),
+    }]);
+    assert_eq!(store.workspace_bytes("sized1").unwrap(), 11);
+    assert_eq!(
+        store.workspace_bytes("sized1").unwrap(),
+        files_total("sized1")
+    );
+    assert_eq!(store.file_size("sized1", "a.txt").unwrap(), Some(3));
+    assert_eq!(store.file_size("sized1", "b/c.txt").unwrap(), None);
+    // Another agent's files, even under a longer id that starts the same, are not counted.
+    let neighbour = state("sized12");
+    store
+        .commit(&Commit {
+            state: Some(&neighbour),
+            workspace: vec![put("a.txt", 100)],
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(store.workspace_bytes("sized1").unwrap(), 11);
+    assert_eq!(store.workspace_bytes("sized12").unwrap(), 100);
+    // A deleted agent's workspace is empty, and so is its size.
+    store.delete_agent("sized1").unwrap();
+    assert_eq!(store.workspace_bytes("sized1").unwrap(), 0);
+    // A reopened store adds the sizes up again from what is on disk.
+    drop(store);
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.workspace_bytes("sized12").unwrap(), 100);
+}

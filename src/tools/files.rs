@@ -10,7 +10,7 @@ use super::{str_arg, Command, ToolCtx, ToolOutput};
 use crate::core::commands::{ArgType, CommandSpec, Risk};
 use crate::core::reply::CommandCall;
 use crate::core::rules::RuleArgument;
-use crate::store::WorkspaceOp;
+use crate::store::{StoreError, WorkspaceOp};
 
 pub fn commands() -> Vec<Arc<dyn Command>> {
     vec![
@@ -37,15 +37,11 @@ fn check_sizes(ctx: &ToolCtx<'_>, path: &str, new_len: u64) -> Result<(), ToolOu
             ctx.limits.max_file_bytes
         )));
     }
-    let files = ctx
-        .workspace
-        .list()
-        .map_err(|e| ToolOutput::error(format!("The workspace could not be read: {e}")))?;
-    let others: u64 = files
-        .iter()
-        .filter(|(p, _)| p != path)
-        .map(|(_, size)| size)
-        .sum();
+    let unreadable =
+        |e: StoreError| ToolOutput::error(format!("The workspace could not be read: {e}"));
+    let total = ctx.workspace.total_bytes().map_err(unreadable)?;
+    let replaced = ctx.workspace.size(path).map_err(unreadable)?.unwrap_or(0);
+    let others = total.saturating_sub(replaced);
     if others + new_len > ctx.limits.max_agent_bytes {
         return Err(ToolOutput::error(format!(
             "the workspace would hold {} bytes; it is limited to {} bytes. Delete files you no longer need",

@@ -71,6 +71,16 @@ impl<'a> AgentFiles<'a> {
         self.store.read_file(self.agent, path)
     }
 
+    /// One file's size in bytes, if it exists.
+    pub fn size(&self, path: &str) -> Result<Option<u64>, StoreError> {
+        self.store.file_size(self.agent, path)
+    }
+
+    /// The bytes all its files hold together.
+    pub fn total_bytes(&self) -> Result<u64, StoreError> {
+        self.store.workspace_bytes(self.agent)
+    }
+
     /// Every file with its size in bytes.
     pub fn list(&self) -> Result<Vec<(String, u64)>, StoreError> {
         self.store.list_files(self.agent)

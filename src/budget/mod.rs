@@ -172,6 +172,11 @@ impl Budgets {
             .unwrap_or_else(|| self.config.agent_default())
     }
 
+    /// The share of an agent's budget from which it no longer runs by itself.
+    pub fn soft_cap_percent(&self) -> u8 {
+        self.config.soft_cap_percent
+    }
+
     pub fn agent_account(agent: &str) -> String {
         format!("agent/{agent}")
     }

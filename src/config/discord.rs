@@ -64,6 +64,10 @@ pub struct DiscordConfig {
     pub feedback_prefix: String,
     /// How often a card Discord did not take (after its retries) is posted again.
     pub repost_interval_secs: u64,
+    /// Requests a second, for all agents together, that keep each thread's pinned live status
+    /// message and typing indicator up to date; 0 turns the live status off. Discord allows a
+    /// bot about 50 requests a second in all, which cards and commands share.
+    pub status_requests_per_second: u32,
     /// The models members may choose with `/agent start model:`, besides `llm.model`; each needs
     /// a price. Server admins change their server's list with `/agent models`.
     pub models: Vec<String>,
@@ -85,6 +89,7 @@ impl Default for DiscordConfig {
             feedback_messages: FeedbackMessages::Replies,
             feedback_prefix: "fb:".into(),
             repost_interval_secs: 15,
+            status_requests_per_second: 4,
             models: Vec::new(),
             guild_models: BTreeMap::new(),
             token: None,

@@ -441,6 +441,12 @@ impl Config {
                 "must be a guild id (a positive integer); check DISCORD_DEV_GUILD",
             ));
         }
+        if self.discord.status_requests_per_second > 25 {
+            return Err(invalid(
+                "discord.status_requests_per_second",
+                "must be at most 25, half of what Discord allows a bot a second (0 turns the live status off)",
+            ));
+        }
         Ok(())
     }
 

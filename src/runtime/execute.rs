@@ -75,6 +75,10 @@ impl AskUser for SurfaceQuestions<'_> {
     async fn ask(&self, question: &str) -> Result<String, String> {
         self.surface.ask_user(self.agent, question).await
     }
+
+    fn progress(&self, text: &str) {
+        self.surface.progress(self.agent, text);
+    }
 }
 
 /// Keeps tool output to a bounded size before it reaches the history, saying how much was cut.

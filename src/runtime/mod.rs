@@ -5,6 +5,7 @@ mod deadline;
 mod drain;
 mod execute;
 mod handle;
+mod live;
 mod memory_calls;
 mod metered;
 pub mod supervisor;
@@ -14,7 +15,7 @@ pub use drain::Drain;
 pub use handle::{ActorMsg, AgentHandle, DecideError, Refused, BUSY, MAILBOX_CAPACITY};
 use memory_calls::PreparedCall;
 use metered::{AgentModel, MeteredCall};
-pub use surface::Surface;
+pub use surface::{Doing, LiveStatus, Surface};
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -106,6 +107,8 @@ struct Actor {
     /// again sets no second timer.
     armed_deadline: Option<(u64, chrono::DateTime<chrono::Utc>)>,
     deadline_timer: Option<deadline::DeadlineTimer>,
+    /// The live status last reported to the surface (see `live`).
+    live: Option<surface::LiveStatus>,
 }
 
 /// Starts an agent's actor. It runs until the agent rests (paused or finished) with no work in
@@ -161,6 +164,7 @@ fn start_registered(
         },
         armed_deadline: None,
         deadline_timer: None,
+        live: None,
         state,
         deps,
         handle: handle.clone(),
@@ -182,6 +186,7 @@ impl Actor {
         mut rx: mpsc::Receiver<ActorMsg>,
     ) -> Result<AgentState, RuntimeError> {
         self.apply(first, None, None).await?;
+        self.report_status();
         let drain = self.deps.drain.clone();
         loop {
             let resting = !self.state.phase.is_live() || drain.is_raised();
@@ -239,6 +244,12 @@ impl Actor {
     }
 
     async fn receive(&mut self, msg: ActorMsg) -> Result<(), RuntimeError> {
+        let received = self.receive_one(msg).await;
+        self.report_status();
+        received
+    }
+
+    async fn receive_one(&mut self, msg: ActorMsg) -> Result<(), RuntimeError> {
         match msg {
             ActorMsg::Event { event, reply } => {
                 if matches!(event, Event::Pause { .. } | Event::Finish { .. }) {

@@ -3,8 +3,10 @@
 //! runtime never names them.
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 
 use super::AgentHandle;
+use crate::core::budget::Micros;
 use crate::core::event::Decision;
 use crate::core::history::Episode;
 use crate::core::state::{AgentState, AgentView, PauseReason, Proposal};
@@ -43,4 +45,64 @@ pub trait Surface: Send + Sync {
     /// Withdraws the question `ask_user` waits on for `agent`, so that it returns at once (the
     /// agent was paused or finished; nobody should be left answering it).
     async fn withdraw_question(&self, _agent: &AgentView) {}
+    /// Whether this surface shows a live status; the actor works one out only for those that do.
+    fn wants_status(&self) -> bool {
+        false
+    }
+    /// What the agent is doing now changed (Discord keeps a pinned status message up to date).
+    /// Must return at once: the actor calls it after every step.
+    fn status(&self, _agent: &AgentState, _status: &LiveStatus) {}
+    /// A long command's progress ("part 2 of 5"), while it runs. Must return at once.
+    fn progress(&self, _agent: &AgentView, _text: &str) {}
+}
+
+/// What an agent is doing now and how far it has come, for a live status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveStatus {
+    pub doing: Doing,
+    /// When it started doing it.
+    pub since: DateTime<Utc>,
+    pub cycle: u64,
+    /// Settled spend, and what is reserved for calls in flight.
+    pub spent: Micros,
+    pub reserved: Micros,
+    /// The agent's budget, and the share of it from which it no longer runs by itself.
+    pub budget: Micros,
+    pub soft_cap_percent: u8,
+    pub subagents: usize,
+}
+
+/// An agent's activity, as a live status names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Doing {
+    /// The model writes the agent's profile.
+    Starting,
+    Thinking,
+    /// A card waits for a decision.
+    WaitingForApproval,
+    /// The model critiques the proposal it made.
+    Critiquing,
+    /// An approved command runs.
+    Running {
+        command: String,
+    },
+    /// A model call waits for a rate limit.
+    RateLimited {
+        until: DateTime<Utc>,
+        why: String,
+    },
+    Paused {
+        why: String,
+    },
+    Finished,
+}
+
+impl Doing {
+    /// Whether the model or a command is at work, so Discord should show the bot typing.
+    pub fn is_busy(&self) -> bool {
+        matches!(
+            self,
+            Doing::Starting | Doing::Thinking | Doing::Critiquing | Doing::Running { .. }
+        )
+    }
 }

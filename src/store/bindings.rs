@@ -73,6 +73,32 @@ impl Store {
         self.forget_live(binding.guild_id, binding.owner_id, agent)?;
         self.discord
             .remove(format!("{ARCHIVE}{agent}").as_bytes())?;
+        self.forget_status_message(agent)?;
+        Ok(())
+    }
+
+    /// The message that shows the agent's live status in its thread, once posted.
+    pub fn status_message(&self, agent: &str) -> Result<Option<u64>, StoreError> {
+        Ok(self
+            .discord
+            .get(format!("{STATUS}{agent}").as_bytes())?
+            .and_then(|raw| <[u8; 8]>::try_from(raw.as_ref()).ok())
+            .map(u64::from_be_bytes))
+    }
+
+    /// Saves which message shows the agent's live status. It rides on the next durable point: a
+    /// crash before it makes the next run search the thread for the message.
+    pub fn save_status_message(&self, agent: &str, message: u64) -> Result<(), StoreError> {
+        self.discord.insert(
+            format!("{STATUS}{agent}").as_bytes(),
+            &message.to_be_bytes(),
+        )?;
+        Ok(())
+    }
+
+    /// Forgets the status message (it was deleted in Discord, or the agent was).
+    pub fn forget_status_message(&self, agent: &str) -> Result<(), StoreError> {
+        self.discord.remove(format!("{STATUS}{agent}").as_bytes())?;
         Ok(())
     }
 
@@ -166,6 +192,8 @@ impl Store {
 const LIVE: &str = "live/";
 /// `archive/<agent>`, with no value: archive the agent's thread when it has finished.
 const ARCHIVE: &str = "archive/";
+/// `status/<agent>`: the message (big-endian id) that shows the agent's live status.
+const STATUS: &str = "status/";
 /// Present once the live index covers every binding.
 const LIVE_INDEXED: &[u8] = b"meta/live-indexed";
 

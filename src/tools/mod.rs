@@ -53,6 +53,9 @@ pub struct ToolCtx<'a> {
 #[async_trait]
 pub trait AskUser: Send + Sync {
     async fn ask(&self, question: &str) -> Result<String, String>;
+    /// Tells the humans how far a long command has come ("reading part 2 of 5"); it must return
+    /// at once.
+    fn progress(&self, _text: &str) {}
 }
 
 /// One agent's workspace files, read-only.

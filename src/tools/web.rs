@@ -228,7 +228,8 @@ impl Command for ReadWebpage {
                 let Some(model) = ctx.model else {
                     return ToolOutput::error("No model is available to read the page.");
                 };
-                match read_with_model(model, web, &content, &reading).await {
+                let progress = |text: &str| ctx.ask_user.progress(text);
+                match read_with_model(model, web, &content, &reading, &progress).await {
                     Ok(answer) => out.push_str(&answer),
                     Err(e) => return ToolOutput::error(e),
                 }
@@ -305,6 +306,7 @@ async fn read_with_model(
     web: &Web,
     content: &Readable,
     reading: &Reading,
+    progress: &(dyn Fn(&str) + Sync),
 ) -> Result<String, String> {
     let total_chars = content.text.chars().count();
     let text = truncate_chars(&content.text, web.config.max_model_chars);
@@ -326,6 +328,7 @@ async fn read_with_model(
                 chunks.len()
             )),
         ];
+        progress(&format!("reading part {} of {}", n + 1, chunks.len()));
         let what = format!("read_webpage part {}/{}", n + 1, chunks.len());
         let reply = model
             .complete(&what, messages, PART_ANSWER_TOKENS)
@@ -338,6 +341,7 @@ async fn read_with_model(
     let mut round = 0;
     while notes.len() > 1 {
         round += 1;
+        progress(&format!("combining {} notes (round {round})", notes.len()));
         let batches = batch_notes(&notes, chunk_tokens, model);
         let mut merged = Vec::with_capacity(batches.len());
         for batch in batches {
@@ -396,6 +400,7 @@ pub async fn read_text_with_model(
         web,
         content,
         &Reading::Question(question.to_string()),
+        &|_| {},
     )
     .await
 }

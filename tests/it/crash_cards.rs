@@ -125,15 +125,23 @@ async fn killed_a_hundred_times_around_posting_no_card_is_posted_twice() {
         bot = restart(&env, &discord).await;
     }
 
-    // Every card ever posted is there once.
+    // Every card ever posted is there once, and so is each thread's live status message.
     let mut copies: BTreeMap<String, usize> = BTreeMap::new();
     for &thread in &threads {
+        let mut statuses = 0;
         for message in discord.messages_in(thread) {
             let title = title(&message);
+            if title.starts_with("📌 Live status") {
+                statuses += 1;
+            }
             if title.contains(" · cycle ") {
                 *copies.entry(title).or_default() += 1;
             }
         }
+        assert_eq!(
+            statuses, 1,
+            "thread {thread}: {statuses} live status messages"
+        );
     }
     let duplicated: Vec<_> = copies.iter().filter(|(_, n)| **n > 1).collect();
     assert!(duplicated.is_empty(), "cards posted twice: {duplicated:?}");

@@ -127,9 +127,11 @@ fn framework(
                         app.config.agent.approve_n_default,
                         app.clock.clone(),
                     )
-                    .with_approvals(app.config.approvals.clone()),
+                    .with_approvals(app.config.approvals.clone())
+                    .with_status(app.config.discord.status_requests_per_second > 0),
                 );
                 spawn_repost_loop(&agents_runtime, &app, surface.clone());
+                spawn_status_loop(&agents_runtime, &app, surface.clone());
                 let supervisor =
                     Supervisor::new(app.deps_on(surface.clone(), agents_runtime.clone()));
                 let _ = slot.set(supervisor.clone());
@@ -209,6 +211,13 @@ fn spawn_repost_loop(agents: &tokio::runtime::Handle, app: &App, surface: Arc<Di
             }
         }
     });
+}
+
+/// Keeps every thread's live status message and typing up to date, until shutdown.
+fn spawn_status_loop(agents: &tokio::runtime::Handle, app: &App, surface: Arc<DiscordSurface>) {
+    let per_second = app.config.discord.status_requests_per_second;
+    let drain = app.drain.clone();
+    agents.spawn(async move { surface.run_status_loop(per_second, drain.raised()).await });
 }
 
 /// Lets every agent finish what it has under way (at most `ops.shutdown_grace_secs`) without

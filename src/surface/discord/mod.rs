@@ -1,6 +1,7 @@
 //! The Discord surface: every agent lives in its own thread; proposals are cards with buttons,
 //! results and notices are messages, and `ask_user` waits for an answer typed in the thread.
 
+mod card_parts;
 pub mod cards;
 pub mod client;
 mod commands;
@@ -13,6 +14,7 @@ mod repost;
 pub mod respond;
 mod router;
 pub mod shards;
+mod status;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -20,9 +22,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serenity::all::{
-    ButtonStyle, ChannelId, CreateActionRow, CreateAllowedMentions, CreateAttachment, CreateButton,
-    CreateEmbed, CreateEmbedFooter, CreateMessage, EditAttachments, EditMessage, GetMessages, Http,
-    MessageId, RoleId, UserId,
+    ChannelId, CreateAllowedMentions, CreateAttachment, CreateMessage, EditAttachments,
+    EditMessage, GetMessages, Http, MessageId, RoleId, UserId,
 };
 use tokio::sync::{oneshot, Mutex};
 
@@ -34,8 +35,8 @@ use crate::runtime::{AgentHandle, Surface};
 use crate::store::{CardRef, Store, ThreadBinding};
 use crate::tools::preview::{preview, Preview};
 use crate::tools::AgentFiles;
+pub use card_parts::{card_buttons, no_mentions, to_embed};
 use cards::EmbedText;
-use ids::{CardAction, CardId};
 
 /// How long `ask_user` waits for an answer in the thread before reporting that nobody answered.
 const ASK_USER_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
@@ -62,115 +63,10 @@ pub struct DiscordSurface {
     shown_since_start: std::sync::Mutex<HashSet<String>>,
     /// Who is called when a card's deadline escalates (each server's approvers role).
     approvals: crate::config::ApprovalsConfig,
-}
-
-/// Every message the bot sends mentions nobody, whatever the model wrote.
-pub fn no_mentions() -> CreateAllowedMentions {
-    CreateAllowedMentions::new()
-}
-
-pub fn to_embed(text: EmbedText) -> CreateEmbed {
-    let mut embed = CreateEmbed::new()
-        .title(text.title)
-        .description(text.description);
-    for (name, value) in text.fields {
-        embed = embed.field(name, value, false);
-    }
-    if !text.footer.is_empty() {
-        embed = embed.footer(CreateEmbedFooter::new(text.footer));
-    }
-    embed
-}
-
-/// A card's buttons: the five decisions in one row (or, for a stuck agent, the stuck panel's),
-/// and the ways to change the command first in the second.
-pub fn card_buttons(agent: &str, proposal: &Proposal, approve_n: u32) -> Vec<CreateActionRow> {
-    let button = |action, label: String, style| {
-        CreateButton::new(
-            CardId::new(action, agent, proposal.cycle)
-                .at_revision(proposal.revision)
-                .encode(),
-        )
-        .label(label)
-        .style(style)
-    };
-    let decide = match &proposal.stuck {
-        Some(stuck) => stuck_panel(stuck, &button),
-        None => decision_row(approve_n, &button),
-    };
-    // A row holds five buttons; the second holds the ways to change the command first.
-    let mut change = vec![
-        button(CardAction::Edit, "Edit…".into(), ButtonStyle::Secondary),
-        button(
-            CardAction::Repost,
-            "Re-post ↓".into(),
-            ButtonStyle::Secondary,
-        ),
-    ];
-    // Only where a rule may approve the command (see `core::rules`).
-    if !proposal.remember.is_empty() && proposal.stuck.is_none() {
-        change.insert(
-            0,
-            button(
-                CardAction::Remember,
-                "Approve & remember…".into(),
-                ButtonStyle::Success,
-            ),
-        );
-    }
-    vec![decide, CreateActionRow::Buttons(change)]
-}
-
-type MakeButton<'a> = dyn Fn(CardAction, String, ButtonStyle) -> CreateButton + 'a;
-
-/// The stuck panel: think again, a hint (the feedback form), skip the step, stop, or run it.
-fn stuck_panel(stuck: &crate::core::watchdog::Stuck, button: &MakeButton<'_>) -> CreateActionRow {
-    let rethink = match stuck.smart {
-        true => "Rethink with the stronger model",
-        false => "Rethink",
-    };
-    CreateActionRow::Buttons(vec![
-        button(CardAction::Rethink, rethink.into(), ButtonStyle::Primary),
-        button(
-            CardAction::Feedback,
-            "Give a hint…".into(),
-            ButtonStyle::Secondary,
-        ),
-        button(
-            CardAction::Skip,
-            "Skip this step".into(),
-            ButtonStyle::Secondary,
-        ),
-        button(CardAction::Deny, "Stop".into(), ButtonStyle::Danger),
-        button(
-            CardAction::Approve,
-            "Approve anyway".into(),
-            ButtonStyle::Success,
-        ),
-    ])
-}
-
-/// The five decisions of an ordinary card.
-fn decision_row(approve_n: u32, button: &MakeButton<'_>) -> CreateActionRow {
-    CreateActionRow::Buttons(vec![
-        button(CardAction::Approve, "Approve".into(), ButtonStyle::Success),
-        button(
-            CardAction::ApproveN,
-            format!("Approve ×{approve_n}…"),
-            ButtonStyle::Primary,
-        ),
-        button(
-            CardAction::Feedback,
-            "Feedback…".into(),
-            ButtonStyle::Secondary,
-        ),
-        button(
-            CardAction::SelfCritique,
-            "Self-critique".into(),
-            ButtonStyle::Secondary,
-        ),
-        button(CardAction::Deny, "Deny".into(), ButtonStyle::Danger),
-    ])
+    /// Every agent's live status, which `run_status_loop` keeps shown in its thread.
+    status: status::StatusBoard,
+    /// Whether the live status is shown (`discord.status_requests_per_second` above 0).
+    status_on: bool,
 }
 
 impl DiscordSurface {
@@ -190,7 +86,16 @@ impl DiscordSurface {
             unposted: post::Unposted::default(),
             shown_since_start: std::sync::Mutex::new(HashSet::new()),
             approvals: Default::default(),
+            status: status::StatusBoard::default(),
+            status_on: true,
         }
+    }
+
+    /// This surface with or without the live status message (off when
+    /// `discord.status_requests_per_second` is 0).
+    pub fn with_status(mut self, on: bool) -> Self {
+        self.status_on = on;
+        self
     }
 
     /// This surface with the `[approvals]` config, whose approvers roles it calls.
@@ -237,6 +142,15 @@ impl DiscordSurface {
     /// earlier run's post that Discord stored but whose reference died with that run. Discord's
     /// enforced nonce covers a restart within its few minutes; this covers a longer outage.
     async fn find_posted_card(&self, binding: &ThreadBinding, title: &str) -> Option<u64> {
+        self.find_posted(binding, |found| found == title).await
+    }
+
+    /// The newest message the bot posted among the thread's newest whose embed's title `wanted`.
+    async fn find_posted(
+        &self,
+        binding: &ThreadBinding,
+        wanted: impl Fn(&str) -> bool,
+    ) -> Option<u64> {
         let recent = ChannelId::new(binding.thread_id)
             .messages(
                 &self.http,
@@ -247,7 +161,11 @@ impl DiscordSurface {
             Ok(messages) => messages
                 .iter()
                 .find(|m| {
-                    m.author.bot && m.embeds.first().and_then(|e| e.title.as_deref()) == Some(title)
+                    m.author.bot
+                        && m.embeds
+                            .first()
+                            .and_then(|e| e.title.as_deref())
+                            .is_some_and(&wanted)
                 })
                 .map(|m| m.id.get()),
             Err(e) => {
@@ -555,7 +473,21 @@ impl Surface for DiscordSurface {
         self.remember_card(&agent.id, &mut binding, proposal.cycle, message_id);
     }
 
+    fn wants_status(&self) -> bool {
+        self.status_on
+    }
+
+    fn status(&self, agent: &AgentState, status: &crate::runtime::LiveStatus) {
+        self.status
+            .update(&agent.id, agent.name(), status, || self.binding(&agent.id));
+    }
+
+    fn progress(&self, agent: &AgentView, text: &str) {
+        self.status.progress(&agent.id, text);
+    }
+
     async fn thinking(&self, agent: &AgentState) {
+        self.status.typed(&agent.id);
         if let Some(binding) = self.binding(&agent.id) {
             // Spawned so that a slow Discord never delays the model call; Discord shows the
             // indicator for about ten seconds or until the next message.

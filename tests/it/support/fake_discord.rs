@@ -93,7 +93,22 @@ struct Inner {
     card_answer_delay: Duration,
     /// The bot may not create threads (its role lacks Create Public Threads).
     threads_forbidden: bool,
+    /// Pinned messages by channel, in the order they were pinned.
+    pins: HashMap<u64, Vec<u64>>,
+    /// When each channel's recent message edits were made, for the edit rate rule.
+    edits: HashMap<u64, VecDeque<Instant>>,
+    /// Edits beyond the edit rate rule, by channel. Discord would answer them with a 429 that
+    /// serenity waits out; the fake counts them, so a test can show a loop stays within it.
+    edit_bursts: HashMap<u64, usize>,
+    /// Typing indicators started, by channel.
+    typing: HashMap<u64, usize>,
 }
+
+/// Discord allows about five message edits per channel in five seconds; more are counted.
+const EDITS_PER_WINDOW: usize = 5;
+const EDIT_WINDOW: Duration = Duration::from_secs(5);
+/// Discord keeps at most 250 pins per channel.
+const MAX_PINS: usize = 250;
 
 /// One text input of a form the bot opened: (custom id, label, prefilled value).
 pub type FormInput = (String, String, String);
@@ -347,9 +362,10 @@ impl FakeDiscord {
                     "/api/v10/channels/{channel}/messages/{message}",
                     patch(edit_message).get(get_message),
                 )
+                .route("/api/v10/channels/{channel}/typing", post(typing))
                 .route(
-                    "/api/v10/channels/{channel}/typing",
-                    post(|| async { StatusCode::NO_CONTENT }),
+                    "/api/v10/channels/{channel}/pins/{message}",
+                    put(pin_message),
                 )
                 .route(
                     "/api/v10/interactions/{id}/{token}/callback",
@@ -769,6 +785,21 @@ impl FakeDiscord {
     }
 
     /// The newest message in a channel, without copying the others (a load benchmark polls it).
+    /// The messages pinned in `channel`, in the order they were pinned.
+    pub fn pinned_in(&self, channel: u64) -> Vec<u64> {
+        self.lock().pins.get(&channel).cloned().unwrap_or_default()
+    }
+
+    /// How many edits in `channel` went past five within five seconds.
+    pub fn edit_bursts_in(&self, channel: u64) -> usize {
+        self.lock().edit_bursts.get(&channel).copied().unwrap_or(0)
+    }
+
+    /// How many times the bot showed typing in `channel`.
+    pub fn typing_in(&self, channel: u64) -> usize {
+        self.lock().typing.get(&channel).copied().unwrap_or(0)
+    }
+
     pub fn newest_in(&self, channel: u64) -> Option<Value> {
         let inner = self.lock();
         let at = *inner.by_channel.get(&channel)?.last()?;
@@ -1346,6 +1377,18 @@ async fn edit_message(
     if let Some(rejected) = reject_invalid(&mut inner, "edit message", &payload) {
         return rejected;
     }
+    let now = Instant::now();
+    let recent = inner.edits.entry(channel).or_default();
+    while recent
+        .front()
+        .is_some_and(|at| now.duration_since(*at) > EDIT_WINDOW)
+    {
+        recent.pop_front();
+    }
+    recent.push_back(now);
+    if recent.len() > EDITS_PER_WINDOW {
+        *inner.edit_bursts.entry(channel).or_default() += 1;
+    }
     // An edit that lists `attachments` keeps the existing ones it names by id and adds the files
     // uploaded with it; one that does not list them leaves them as they are.
     let uploaded = new_attachments(&mut inner, message, &files, "http://127.0.0.1");
@@ -1382,6 +1425,40 @@ async fn edit_message(
     }
     stored["edited_timestamp"] = json!(now_stamp());
     Json(stored.clone()).into_response()
+}
+
+/// `PUT /channels/{id}/pins/{message}`: pins a message of that channel (204), as Discord does;
+/// an unknown message is 404 and a full channel 400.
+async fn pin_message(
+    State(state): State<Shared>,
+    Path((channel, message)): Path<(u64, u64)>,
+) -> Response {
+    let mut inner = state.lock().unwrap();
+    if find_message(&inner, channel, message).is_none() {
+        return (
+            StatusCode::NOT_FOUND,
+            Json(json!({"code": 10008, "message": "Unknown Message"})),
+        )
+            .into_response();
+    }
+    let pins = inner.pins.entry(channel).or_default();
+    if !pins.contains(&message) {
+        if pins.len() >= MAX_PINS {
+            return (
+                StatusCode::BAD_REQUEST,
+                Json(json!({"code": 30003, "message": "Maximum number of pins reached"})),
+            )
+                .into_response();
+        }
+        pins.push(message);
+    }
+    StatusCode::NO_CONTENT.into_response()
+}
+
+/// `POST /channels/{id}/typing`: counted per channel.
+async fn typing(State(state): State<Shared>, Path(channel): Path<u64>) -> Response {
+    *state.lock().unwrap().typing.entry(channel).or_default() += 1;
+    StatusCode::NO_CONTENT.into_response()
 }
 
 /// Where message `id` of `channel` is in `messages`: ids grow as messages are stored, so the

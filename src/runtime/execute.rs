@@ -5,11 +5,28 @@ use super::{Actor, ActorMsg, AgentModel, Surface};
 use crate::core::event::Event;
 use crate::core::history::{truncate_chars, Outcome};
 use crate::core::reply::CommandCall;
-use crate::core::state::AgentView;
+use crate::core::state::{AgentView, Phase};
 use crate::tools::preview::file_base;
 use crate::tools::{AgentFiles, AskUser, SubAgents, ToolCtx};
 
 impl Actor {
+    /// A pause or a finish does not wait for an `ask_user` answer (which may take a day): the
+    /// question is withdrawn, the command returns saying so, and the pause or finish follows.
+    pub(super) async fn withdraw_open_question(&self) {
+        let asking = self.state.phase == Phase::Executing
+            && self
+                .state
+                .pending
+                .as_ref()
+                .is_some_and(|p| p.command.name == crate::tools::control::ASK_USER);
+        if asking {
+            self.deps
+                .surface
+                .withdraw_question(&self.state.view())
+                .await;
+        }
+    }
+
     /// Runs `call` in a task and reports its outcome, unless the file it writes changed since its
     /// card was shown: then the agent is told, and the card is shown again.
     pub(super) fn execute(&mut self, cycle: u64, call: CommandCall) {

@@ -1,11 +1,11 @@
 //! A step's paid memory calls (the cycle's memory and its recall query), reserved in the spend
 //! ledger before the step's own flush so that flush makes them durable too, instead of one flush
-//! each.
+//! each; and the tasks that make them.
 
-use crate::core::event::Effect;
+use crate::core::event::{Effect, Event};
 use crate::core::memory::MemorySource;
 
-use super::Actor;
+use super::{Actor, ActorMsg};
 
 /// A step's paid memory call, reserved before the step's flush.
 pub(super) enum PreparedCall {
@@ -55,5 +55,46 @@ impl Actor {
                 PreparedCall::Recall(prepared) => memory.abandon_recall(prepared),
             }
         }
+    }
+
+    /// Searches the agent's memories in a task; the cycle continues with whatever was found.
+    pub(super) fn recall(&mut self, seq: u64, query: String, prepared: Option<PreparedCall>) {
+        let handle = self.handle.clone();
+        let Some(memory) = self.deps.memory.clone() else {
+            handle.note(Event::Recalled {
+                seq,
+                hits: Vec::new(),
+            });
+            return;
+        };
+        let payer = memory.payer(&self.state);
+        self.tasks.spawn(async move {
+            let hits = match prepared {
+                Some(PreparedCall::Recall(prepared)) => memory.recall_prepared(prepared).await,
+                _ => memory.recall(&payer, &query).await,
+            };
+            let event = Event::Recalled { seq, hits };
+            handle.report(ActorMsg::Event { event, reply: None }).await;
+        });
+    }
+
+    /// Writes a cycle's memory in a task; a failed embedding leaves it queued in the store.
+    pub(super) fn remember(&mut self, cycle: u64, text: String, prepared: Option<PreparedCall>) {
+        let Some(memory) = self.deps.memory.clone() else {
+            return;
+        };
+        let payer = memory.payer(&self.state);
+        let in_order = self.memory_writes.clone();
+        self.tasks.spawn(async move {
+            let _turn = in_order.lock().await;
+            let _ = match prepared {
+                Some(PreparedCall::Remember(prepared)) => memory.remember_prepared(*prepared).await,
+                _ => {
+                    memory
+                        .remember(&payer, cycle, MemorySource::Cycle, &text)
+                        .await
+                }
+            };
+        });
     }
 }

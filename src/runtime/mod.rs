@@ -29,7 +29,6 @@ use crate::config::Config;
 use crate::core::event::{CallPurpose, Decision, Effect, Event, ModelCall};
 use crate::core::expiry::Expiry;
 use crate::core::history::Outcome;
-use crate::core::memory::MemorySource;
 use crate::core::policy::Policy;
 use crate::core::prompt::{ContextLimits, PromptExtras, TokenCounter};
 use crate::core::quorum::Quorum;
@@ -270,23 +269,6 @@ impl Actor {
                 self.apply(event, None, Some((cycle, call, outcome, ops)))
                     .await
             }
-        }
-    }
-
-    /// A pause or a finish does not wait for an `ask_user` answer (which may take a day): the
-    /// question is withdrawn, the command returns saying so, and the pause or finish follows.
-    async fn withdraw_open_question(&self) {
-        let asking = self.state.phase == Phase::Executing
-            && self
-                .state
-                .pending
-                .as_ref()
-                .is_some_and(|p| p.command.name == crate::tools::control::ASK_USER);
-        if asking {
-            self.deps
-                .surface
-                .withdraw_question(&self.state.view())
-                .await;
         }
     }
 
@@ -706,47 +688,6 @@ impl Actor {
                 .run_for_actor(&deps, &handle, call.seq, call.purpose)
                 .await;
             handle.report(ActorMsg::Event { event, reply: None }).await;
-        });
-    }
-
-    /// Searches the agent's memories in a task; the cycle continues with whatever was found.
-    fn recall(&mut self, seq: u64, query: String, prepared: Option<PreparedCall>) {
-        let handle = self.handle.clone();
-        let Some(memory) = self.deps.memory.clone() else {
-            handle.note(Event::Recalled {
-                seq,
-                hits: Vec::new(),
-            });
-            return;
-        };
-        let payer = memory.payer(&self.state);
-        self.tasks.spawn(async move {
-            let hits = match prepared {
-                Some(PreparedCall::Recall(prepared)) => memory.recall_prepared(prepared).await,
-                _ => memory.recall(&payer, &query).await,
-            };
-            let event = Event::Recalled { seq, hits };
-            handle.report(ActorMsg::Event { event, reply: None }).await;
-        });
-    }
-
-    /// Writes a cycle's memory in a task; a failed embedding leaves it queued in the store.
-    fn remember(&mut self, cycle: u64, text: String, prepared: Option<PreparedCall>) {
-        let Some(memory) = self.deps.memory.clone() else {
-            return;
-        };
-        let payer = memory.payer(&self.state);
-        let in_order = self.memory_writes.clone();
-        self.tasks.spawn(async move {
-            let _turn = in_order.lock().await;
-            let _ = match prepared {
-                Some(PreparedCall::Remember(prepared)) => memory.remember_prepared(*prepared).await,
-                _ => {
-                    memory
-                        .remember(&payer, cycle, MemorySource::Cycle, &text)
-                        .await
-                }
-            };
         });
     }
 }

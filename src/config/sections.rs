@@ -99,6 +99,10 @@ pub struct LlmConfig {
     /// Used for the watchdog's rethink; empty means "use `model`".
     pub smart_model: String,
     pub response_format: ResponseFormatMode,
+    /// Each cycle's reply is streamed (server-sent events): the console prints it as it comes and
+    /// Discord's live status counts its tokens. `false` asks for whole replies, for a server that
+    /// cannot stream.
+    pub stream: bool,
     /// With `json_schema`: the full schema or the compact envelope (see `ReplySchemaMode`).
     pub reply_schema: ReplySchemaMode,
     pub timeout_secs: u64,
@@ -133,6 +137,7 @@ impl Default for LlmConfig {
             model: "gpt-4o-mini".into(),
             smart_model: String::new(),
             response_format: ResponseFormatMode::JsonSchema,
+            stream: true,
             reply_schema: ReplySchemaMode::Auto,
             timeout_secs: 120,
             max_attempts: 6,

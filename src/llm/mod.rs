@@ -53,4 +53,16 @@ pub enum LlmError {
 #[async_trait]
 pub trait ChatModel: Send + Sync {
     async fn complete(&self, request: ChatRequest) -> Result<ChatReply, LlmError>;
+
+    /// `complete`, with the reply's text handed to `on_text` piece by piece as the endpoint
+    /// streams it. An endpoint that cannot stream answers whole (one piece at the end).
+    async fn complete_streaming(
+        &self,
+        request: ChatRequest,
+        on_text: &(dyn for<'s> Fn(&'s str) + Send + Sync),
+    ) -> Result<ChatReply, LlmError> {
+        let reply = self.complete(request).await?;
+        on_text(&reply.content);
+        Ok(reply)
+    }
 }

@@ -251,6 +251,19 @@ fn error_message(body: &str) -> String {
         .unwrap_or_else(|| body.to_string())
 }
 
+/// A reported usage; `None` when a count is missing.
+fn parse_usage(u: &Value) -> Option<Usage> {
+    Some(Usage {
+        prompt_tokens: u.get("prompt_tokens")?.as_u64()?,
+        completion_tokens: u.get("completion_tokens")?.as_u64()?,
+        // OpenAI's report of the prompt-cache hit; servers without a cache leave it out.
+        cached_prompt_tokens: u
+            .pointer("/prompt_tokens_details/cached_tokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
+    })
+}
+
 /// Reads the first choice's text and the usage; tolerant of fields local servers leave out.
 pub fn parse_completion(body: &Value) -> Result<ChatReply, LlmError> {
     let content = body
@@ -259,25 +272,85 @@ pub fn parse_completion(body: &Value) -> Result<ChatReply, LlmError> {
         .ok_or_else(|| {
             LlmError::BadResponse("the response has no choices[0].message.content".into())
         })?;
-    let usage = body.get("usage").and_then(|u| {
-        Some(Usage {
-            prompt_tokens: u.get("prompt_tokens")?.as_u64()?,
-            completion_tokens: u.get("completion_tokens")?.as_u64()?,
-            // OpenAI's report of the prompt-cache hit; servers without a cache leave it out.
-            cached_prompt_tokens: u
-                .pointer("/prompt_tokens_details/cached_tokens")
-                .and_then(Value::as_u64)
-                .unwrap_or(0),
-        })
-    });
+    let usage = body.get("usage").and_then(parse_usage);
     Ok(ChatReply {
         content: content.to_string(),
         usage,
     })
 }
 
+/// A streamed reply as its events arrive: the text so far, the usage once reported, and whether
+/// the server said the reply was complete.
+#[derive(Debug, Default)]
+pub struct StreamedReply {
+    content: String,
+    usage: Option<Usage>,
+    finished: bool,
+}
+
+impl StreamedReply {
+    /// Takes one event (`chat.completion.chunk`); returns the piece of text it added, if any.
+    pub fn take<'e>(&mut self, event: &'e Value) -> Option<&'e str> {
+        if let Some(usage) = event.get("usage").filter(|u| !u.is_null()) {
+            self.usage = parse_usage(usage);
+        }
+        let choice = event.pointer("/choices/0")?;
+        if choice
+            .get("finish_reason")
+            .is_some_and(|reason| !reason.is_null())
+        {
+            self.finished = true;
+        }
+        let piece = choice
+            .pointer("/delta/content")
+            .and_then(Value::as_str)
+            .filter(|piece| !piece.is_empty())?;
+        self.content.push_str(piece);
+        Some(piece)
+    }
+
+    /// The whole reply, or why the stream did not make one.
+    pub fn finish(self) -> Result<ChatReply, LlmError> {
+        if !self.finished {
+            return Err(LlmError::BadResponse(format!(
+                "the reply stream ended before the reply did ({} characters in)",
+                self.content.chars().count()
+            )));
+        }
+        Ok(ChatReply {
+            content: self.content,
+            usage: self.usage,
+        })
+    }
+}
+
 #[async_trait]
 impl ChatModel for OpenAiChat {
+    async fn complete_streaming(
+        &self,
+        request: ChatRequest,
+        on_text: &(dyn for<'s> Fn(&'s str) + Send + Sync),
+    ) -> Result<ChatReply, LlmError> {
+        // The shared-context fallback of `complete` is kept: the request waits its turn, and a
+        // server out of shared context is asked again one request at a time.
+        if self.turns.one_at_a_time.load(Ordering::Acquire) {
+            let _turn = self.turns.turns.write().await;
+            return self.send_streaming(&request, on_text).await;
+        }
+        let first = {
+            let _turn = self.turns.turns.read().await;
+            self.send_streaming(&request, on_text).await
+        };
+        match first {
+            Err(error) if is_shared_context_full(&error) => {
+                self.turns.one_at_a_time.store(true, Ordering::Release);
+                let _turn = self.turns.turns.write().await;
+                self.send_streaming(&request, on_text).await
+            }
+            other => other,
+        }
+    }
+
     async fn complete(&self, request: ChatRequest) -> Result<ChatReply, LlmError> {
         if self.turns.one_at_a_time.load(Ordering::Acquire) {
             let _turn = self.turns.turns.write().await;
@@ -304,6 +377,41 @@ impl ChatModel for OpenAiChat {
 }
 
 impl OpenAiChat {
+    /// Streams the reply (server-sent events), handing each piece of text to `on_text`. The
+    /// usage comes in the last event when the server honours `stream_options.include_usage`.
+    /// A stream cut short is an error: half a reply is not a reply.
+    async fn send_streaming(
+        &self,
+        request: &ChatRequest,
+        on_text: &(dyn for<'s> Fn(&'s str) + Send + Sync),
+    ) -> Result<ChatReply, LlmError> {
+        use futures_util::StreamExt;
+        let mut body = self.request_body(request);
+        body["stream"] = json!(true);
+        body["stream_options"] = json!({"include_usage": true});
+        let mut events = self
+            .client
+            .chat()
+            .header(PURPOSE_HEADER, request.purpose)
+            .map_err(classify)?
+            .create_stream_byot::<Value, Value>(body)
+            .await
+            .map_err(classify)?;
+        let mut streamed = StreamedReply::default();
+        while let Some(event) = events.next().await {
+            let event = event.map_err(|e| match classify(e) {
+                LlmError::BadResponse(detail) => {
+                    LlmError::BadResponse(format!("the reply stream broke off: {detail}"))
+                }
+                other => other,
+            })?;
+            if let Some(piece) = streamed.take(&event) {
+                on_text(piece);
+            }
+        }
+        streamed.finish()
+    }
+
     async fn send(&self, request: &ChatRequest) -> Result<ChatReply, LlmError> {
         let body = self.request_body(request);
         let response: Value = self
@@ -320,6 +428,45 @@ impl OpenAiChat {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
+    use super::StreamedReply;
+
+    #[test]
+    fn a_streamed_reply_adds_up_its_pieces_and_takes_the_usage_from_the_last_event() {
+        let mut streamed = StreamedReply::default();
+        let chunk = |delta: serde_json::Value, finish: Option<&str>| json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+        let role = chunk(json!({"role": "assistant", "content": ""}), None);
+        assert_eq!(streamed.take(&role), None);
+        let first = chunk(json!({"content": "{\"thoughts\""}), None);
+        assert_eq!(streamed.take(&first), Some("{\"thoughts\""));
+        let second = chunk(json!({"content": ": {}}"}), None);
+        assert_eq!(streamed.take(&second), Some(": {}}"));
+        let done = chunk(json!({}), Some("stop"));
+        assert_eq!(streamed.take(&done), None);
+        let usage = json!({"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 5}});
+        assert_eq!(streamed.take(&usage), None);
+        let reply = streamed.finish().unwrap();
+        assert_eq!(reply.content, "{\"thoughts\": {}}");
+        assert_eq!(
+            reply.usage.map(|u| (u.prompt_tokens, u.completion_tokens)),
+            Some((12, 5))
+        );
+    }
+
+    #[test]
+    fn a_stream_cut_short_is_an_error_not_half_a_reply() {
+        let mut streamed = StreamedReply::default();
+        streamed.take(&json!({"choices": [{"index": 0, "delta": {"content": "{\"thou"}, "finish_reason": null}]}));
+        let error = streamed.finish().unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("ended before the reply did (6 characters in)"),
+            "{error}"
+        );
+    }
+
     #[test]
     fn an_error_body_gives_the_servers_message() {
         let llama = r#"{"error":{"code":501,"message":"This server does not support embeddings.","type":"not_supported_error"}}"#;

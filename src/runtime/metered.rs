@@ -33,6 +33,9 @@ pub(super) enum CallOutcome {
     Failed(String),
 }
 
+/// Where a streamed reply's pieces go as they arrive.
+type TextSink<'a> = dyn for<'s> Fn(&'s str) + Send + Sync + 'a;
+
 impl MeteredCall {
     /// The agent's own call (a cycle, a summary…), answered as an event for its actor.
     pub(super) async fn run_for_actor(
@@ -50,7 +53,17 @@ impl MeteredCall {
             })
         };
         let what = format!("{} {:?}", self.request.model, purpose);
-        match self.run(deps, &what, &on_wait).await {
+        // A cycle's reply is streamed to the surface as it comes (the console prints it,
+        // Discord's live status counts it); summaries and critiques are not shown as they come.
+        let agent = self.payer.agent.clone();
+        let on_text = |piece: &str| deps.surface.streamed(&agent, piece);
+        let streams = deps.config.llm.stream
+            && matches!(
+                purpose,
+                CallPurpose::Think | CallPurpose::Reask | CallPurpose::Rethink
+            );
+        let on_text: Option<&TextSink<'_>> = streams.then_some(&on_text);
+        match self.run(deps, &what, &on_wait, on_text).await {
             CallOutcome::Replied { text, usage, .. } => {
                 tracing::debug!(?purpose, content = %text, "model reply");
                 Event::ModelReplied {
@@ -78,6 +91,7 @@ impl MeteredCall {
         deps: &Deps,
         what: &str,
         on_wait: &(dyn Fn(Pacing) + Sync),
+        on_text: Option<&TextSink<'_>>,
     ) -> CallOutcome {
         let price = match &self.price {
             Ok(price) => *price,
@@ -96,7 +110,10 @@ impl MeteredCall {
         let (model, purpose) = (self.request.model.clone(), self.request.purpose);
         let started = std::time::Instant::now();
         let call = || async {
-            let reply = deps.model.complete(self.request).await?;
+            let reply = match on_text {
+                Some(on_text) => deps.model.complete_streaming(self.request, on_text).await?,
+                None => deps.model.complete(self.request).await?,
+            };
             // A server that reports no usage is billed by our own count of what was exchanged.
             let usage = reply.usage.unwrap_or_else(|| crate::core::event::Usage {
                 prompt_tokens,
@@ -209,7 +226,7 @@ impl crate::tools::ToolModel for AgentModel<'_> {
     ) -> Result<crate::tools::ToolReply, String> {
         let call = self.metered(messages, max_tokens);
         let what = format!("{} {what}", call.request.model);
-        match call.run(self.deps, &what, &|_| {}).await {
+        match call.run(self.deps, &what, &|_| {}, None).await {
             CallOutcome::Replied { text, cost, .. } => Ok(crate::tools::ToolReply { text, cost }),
             CallOutcome::Refused(reason) => Err(format!("the budget cannot pay for it: {reason}")),
             CallOutcome::Failed(error) => Err(format!("the model call failed: {error}")),

@@ -54,6 +54,8 @@ pub trait Surface: Send + Sync {
     fn status(&self, _agent: &AgentState, _status: &LiveStatus) {}
     /// A long command's progress ("part 2 of 5"), while it runs. Must return at once.
     fn progress(&self, _agent: &AgentView, _text: &str) {}
+    /// A piece of the agent's next reply, as the model streams it. Must return at once.
+    fn streamed(&self, _agent: &str, _piece: &str) {}
 }
 
 /// What an agent is doing now and how far it has come, for a live status.

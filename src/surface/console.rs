@@ -69,6 +69,11 @@ pub fn parse_input(line: &str) -> ConsoleInput {
 pub struct ConsoleSurface {
     input: Arc<Mutex<LineSource>>,
     user: String,
+    /// Whether a streamed reply is printed as it comes: on a terminal, where a person watches;
+    /// piped output gets the formatted proposal only.
+    echo_stream: bool,
+    /// A streamed reply is being printed (its line is ended before what follows).
+    streaming: std::sync::atomic::AtomicBool,
 }
 
 impl ConsoleSurface {
@@ -77,6 +82,8 @@ impl ConsoleSurface {
         ConsoleSurface {
             input: Arc::new(Mutex::new(BufReader::new(input).lines())),
             user,
+            echo_stream: std::io::IsTerminal::is_terminal(&std::io::stdout()),
+            streaming: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -302,8 +309,33 @@ fn bullet_list(items: &[String]) -> String {
         .collect::<String>()
 }
 
+impl ConsoleSurface {
+    /// Ends the line of a streamed reply, if one is being printed.
+    fn end_stream(&self) {
+        if self
+            .streaming
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
+            print_flush("\n");
+        }
+    }
+}
+
 #[async_trait]
 impl Surface for ConsoleSurface {
+    fn streamed(&self, _agent: &str, piece: &str) {
+        if !self.echo_stream {
+            return;
+        }
+        if !self
+            .streaming
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            print_flush("\nMODEL: ");
+        }
+        print_flush(piece);
+    }
+
     async fn show_profile(&self, agent: &AgentState) {
         let Some(profile) = &agent.profile else {
             return;
@@ -330,6 +362,7 @@ impl Surface for ConsoleSurface {
         auto_approved: bool,
         preview: Option<&Preview>,
     ) {
+        self.end_stream();
         let mut text = proposal_text(agent, proposal, auto_approved);
         if let Some(changes) = preview {
             text.push_str(&changes_text(changes));
@@ -358,6 +391,8 @@ impl Surface for ConsoleSurface {
         let input = ConsoleSurface {
             input: self.input.clone(),
             user: self.user.clone(),
+            echo_stream: false,
+            streaming: std::sync::atomic::AtomicBool::new(false),
         };
         tokio::spawn(async move {
             loop {
@@ -416,6 +451,7 @@ impl Surface for ConsoleSurface {
     }
 
     async fn notify(&self, _agent: &AgentState, text: &str) {
+        self.end_stream();
         print_flush(&format!("NOTE: {text}\n"));
     }
 

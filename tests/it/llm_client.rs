@@ -212,3 +212,40 @@ async fn a_shared_context_that_overflows_makes_requests_take_turns() {
     assert_eq!(fake.requests(Kind::Cycle).len(), 4);
     fake.assert_clean();
 }
+
+#[tokio::test]
+async fn a_streamed_reply_arrives_piece_by_piece_with_its_usage_and_a_broken_stream_is_an_error() {
+    let fake = fake().await;
+    let content = agent_reply("finish", json!({"reason": "streamed"}));
+    fake.push(Reply::Content(content.clone()));
+    let chat = OpenAiChat::new(&config(&fake.base_url, ResponseFormatMode::JsonSchema)).unwrap();
+    let pieces = std::sync::Mutex::new(Vec::<String>::new());
+    let reply = chat
+        .complete_streaming(request(true), &|piece| {
+            pieces.lock().unwrap().push(piece.to_string())
+        })
+        .await
+        .unwrap();
+    let pieces = pieces.into_inner().unwrap();
+    assert!(pieces.len() > 10, "streamed in pieces: {}", pieces.len());
+    assert_eq!(pieces.concat(), content);
+    assert_eq!(reply.content, content);
+    let usage = reply.usage.expect("the usage from the last event");
+    assert_eq!((usage.prompt_tokens, usage.completion_tokens), (100, 20));
+    // The request asked to stream, with the usage.
+    let body = fake.requests(Kind::Cycle).pop().unwrap();
+    assert_eq!(body["stream"], true);
+    assert_eq!(body["stream_options"]["include_usage"], true);
+
+    // A body that is not an event stream (a proxy's page) ends without a reply: an error.
+    fake.push(Reply::RawBody("<html>proxy error</html>".into()));
+    let error = chat
+        .complete_streaming(request(true), &|_| {})
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, LlmError::BadResponse(detail) if detail.contains("ended before the reply did")),
+        "{error}"
+    );
+    fake.assert_clean();
+}

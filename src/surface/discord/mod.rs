@@ -486,6 +486,10 @@ impl Surface for DiscordSurface {
         self.status.progress(&agent.id, text);
     }
 
+    fn streamed(&self, agent: &str, _piece: &str) {
+        self.status.streamed(agent);
+    }
+
     async fn thinking(&self, agent: &AgentState) {
         self.status.typed(&agent.id);
         if let Some(binding) = self.binding(&agent.id) {

@@ -36,6 +36,8 @@ struct Entry {
     approvers: String,
     /// The running command's own progress, while it runs.
     progress: Option<String>,
+    /// Pieces of the reply the model streams while the agent thinks (about one token each).
+    streamed: u64,
     /// The status message, once known (posted, found or read from the store).
     message: Option<u64>,
     /// Whether the status changed since the message last showed it.
@@ -91,6 +93,7 @@ impl StatusBoard {
                 status: status.clone(),
                 approvers: approvers(&binding),
                 progress: None,
+                streamed: 0,
                 message: None,
                 dirty: true,
                 last_edit: None,
@@ -106,6 +109,14 @@ impl StatusBoard {
                 entry.progress = Some(text.to_string());
                 entry.dirty = true;
             }
+        }
+    }
+
+    /// A piece of the reply the model is streaming for `agent`.
+    pub(super) fn streamed(&self, agent: &str) {
+        if let Some(entry) = self.entries().get_mut(agent) {
+            entry.streamed += 1;
+            entry.dirty = true;
         }
     }
 
@@ -172,10 +183,14 @@ fn doing_line(
     now: DateTime<Utc>,
     approvers: &str,
     progress: Option<&str>,
+    streamed: u64,
 ) -> String {
     let for_how_long = duration_words((now - since).num_seconds());
     match doing {
         Doing::Starting => format!("writing its profile ({for_how_long})"),
+        Doing::Thinking if streamed > 0 => {
+            format!("thinking… ({streamed} tokens, {for_how_long})")
+        }
         Doing::Thinking => format!("thinking ({for_how_long})"),
         Doing::WaitingForApproval => {
             format!("waiting for approval by {approvers} ({for_how_long})")
@@ -218,7 +233,8 @@ fn render(entry: &Entry, now: DateTime<Utc>) -> CreateEmbed {
                 status.since,
                 now,
                 &entry.approvers,
-                entry.progress.as_deref()
+                entry.progress.as_deref(),
+                entry.streamed
             )
         ),
         format!("**Cycle:** {}", status.cycle),
@@ -315,6 +331,7 @@ impl super::DiscordSurface {
                 {
                     tracing::info!(%agent, error = %e, "the status message could not be pinned; it stays unpinned");
                 }
+                tracing::info!(%agent, message = id, "status message posted");
                 id
             }
         };
@@ -375,6 +392,7 @@ impl super::DiscordSurface {
                     entry.dirty = true;
                     if gone {
                         // Someone deleted it: a new one is posted.
+                        tracing::info!(%agent, message, "the status message is gone; a new one is posted");
                         entry.message = None;
                         if let Err(e) = self.store.forget_status_message(agent) {
                             tracing::warn!(%agent, error = %e, "cannot forget the status message");
@@ -432,7 +450,7 @@ mod tests {
         let who = approvers(&binding());
         assert_eq!(who, "<@10>, <@11>, <@&12>");
         assert_eq!(
-            doing_line(&Doing::WaitingForApproval, since, later, &who, None),
+            doing_line(&Doing::WaitingForApproval, since, later, &who, None, 0),
             "waiting for approval by <@10>, <@11>, <@&12> (12 s)"
         );
         assert_eq!(
@@ -443,9 +461,14 @@ mod tests {
                 since,
                 later,
                 &who,
-                Some("reading part 2 of 5")
+                Some("reading part 2 of 5"),
+                0
             ),
             "running `read_webpage` for 12 s: reading part 2 of 5"
+        );
+        assert_eq!(
+            doing_line(&Doing::Thinking, since, later, &who, None, 37),
+            "thinking… (37 tokens, 12 s)"
         );
     }
 

@@ -649,6 +649,14 @@ async fn completions(
     }
     let _in_flight = InFlight(inner.clone());
     let usage = inner.lock().unwrap().usage.unwrap_or((100, 20, 0));
+    let streams = body["stream"] == true;
+    if body.get("stream_options").is_some() && !streams {
+        // OpenAI refuses stream options on a request that does not stream.
+        let problem = "stream_options given without stream: true".to_string();
+        inner.lock().unwrap().errors.push(problem.clone());
+        return respond(openai_error(400, &problem), (0, 0, 0)).await;
+    }
+    let with_usage = body.pointer("/stream_options/include_usage") == Some(&json!(true));
     let reply = {
         let mut inner = inner.lock().unwrap();
         if !inner.forget_requests {
@@ -715,8 +723,65 @@ async fn completions(
             }
         }
     };
+    if streams {
+        return respond_streaming(reply, usage, with_usage).await;
+    }
     respond(reply, usage).await
 }
+
+/// A reply as OpenAI streams it: server-sent `chat.completion.chunk` events of a few characters
+/// each, the finish, the usage when asked for (`stream_options.include_usage`), then `[DONE]`.
+/// Other replies (a status, a raw body) are answered as they are.
+fn respond_streaming(
+    reply: Reply,
+    usage: (u64, u64, u64),
+    with_usage: bool,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Response> + Send>> {
+    Box::pin(async move {
+        match reply {
+            Reply::Content(text) => {
+                let chunk = |delta: Value, finish: Value| {
+                    json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1_700_000_000,
+                        "model": "fake", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+                };
+                let mut events = vec![chunk(
+                    json!({"role": "assistant", "content": ""}),
+                    Value::Null,
+                )];
+                let chars: Vec<char> = text.chars().collect();
+                for piece in chars.chunks(STREAMED_PIECE_CHARS) {
+                    let piece: String = piece.iter().collect();
+                    events.push(chunk(json!({"content": piece}), Value::Null));
+                }
+                events.push(chunk(json!({}), json!("stop")));
+                if with_usage {
+                    let full = completion("", usage);
+                    events.push(json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk",
+                        "created": 1_700_000_000, "model": "fake", "choices": [], "usage": full["usage"]}));
+                }
+                let mut sse: String = events
+                    .iter()
+                    .map(|event| format!("data: {event}\n\n"))
+                    .collect();
+                sse.push_str("data: [DONE]\n\n");
+                (
+                    StatusCode::OK,
+                    [(header::CONTENT_TYPE, "text/event-stream")],
+                    sse,
+                )
+                    .into_response()
+            }
+            Reply::Delay(wait, inner) => {
+                tokio::time::sleep(wait).await;
+                respond_streaming(*inner, usage, with_usage).await
+            }
+            other => respond(other, usage).await,
+        }
+    })
+}
+
+/// Characters per streamed event: about a token's worth.
+const STREAMED_PIECE_CHARS: usize = 4;
 
 fn respond(
     reply: Reply,

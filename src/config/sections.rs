@@ -15,6 +15,20 @@ use crate::core::state::GuildId;
 use super::models;
 use super::Secret;
 
+/// When a cycle's reply is streamed. Streaming costs the bot time for every piece of a reply
+/// (measured: several milliseconds a cycle when a fast server sends a whole reply at once), so by
+/// default only a person watching a terminal gets it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamMode {
+    /// The console on a terminal prints replies as they stream in; Discord asks for whole ones.
+    Auto,
+    /// Every cycle streams (Discord's live status also counts the tokens as they come).
+    Always,
+    /// Whole replies only, for a server that cannot stream.
+    Never,
+}
+
 /// How structured output is requested from an endpoint; not every OpenAI-compatible server supports every mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -99,10 +113,8 @@ pub struct LlmConfig {
     /// Used for the watchdog's rethink; empty means "use `model`".
     pub smart_model: String,
     pub response_format: ResponseFormatMode,
-    /// Each cycle's reply is streamed (server-sent events): the console prints it as it comes and
-    /// Discord's live status counts its tokens. `false` asks for whole replies, for a server that
-    /// cannot stream.
-    pub stream: bool,
+    /// When each cycle's reply is streamed (server-sent events), see `StreamMode`.
+    pub stream: StreamMode,
     /// With `json_schema`: the full schema or the compact envelope (see `ReplySchemaMode`).
     pub reply_schema: ReplySchemaMode,
     pub timeout_secs: u64,
@@ -137,7 +149,7 @@ impl Default for LlmConfig {
             model: "gpt-4o-mini".into(),
             smart_model: String::new(),
             response_format: ResponseFormatMode::JsonSchema,
-            stream: true,
+            stream: StreamMode::Auto,
             reply_schema: ReplySchemaMode::Auto,
             timeout_secs: 120,
             max_attempts: 6,

@@ -289,24 +289,44 @@ pub struct StreamedReply {
 }
 
 impl StreamedReply {
-    /// Takes one event (`chat.completion.chunk`); returns the piece of text it added, if any.
-    pub fn take<'e>(&mut self, event: &'e Value) -> Option<&'e str> {
+    /// Takes one event (`chat.completion.chunk`); returns the piece of text it added, if any. An
+    /// error the server sends inside the stream is its own (its message kept, so a full shared
+    /// context is still recognised).
+    pub fn take<'e>(&mut self, event: &'e Value) -> Result<Option<&'e str>, LlmError> {
+        if let Some(error) = event.get("error").filter(|e| !e.is_null()) {
+            return Err(LlmError::Rejected {
+                status: error
+                    .get("code")
+                    .and_then(Value::as_u64)
+                    .and_then(|code| u16::try_from(code).ok())
+                    .unwrap_or(500),
+                message: error_message(&event.to_string())
+                    .chars()
+                    .take(300)
+                    .collect(),
+            });
+        }
         if let Some(usage) = event.get("usage").filter(|u| !u.is_null()) {
             self.usage = parse_usage(usage);
         }
-        let choice = event.pointer("/choices/0")?;
+        let Some(choice) = event.pointer("/choices/0") else {
+            return Ok(None);
+        };
         if choice
             .get("finish_reason")
             .is_some_and(|reason| !reason.is_null())
         {
             self.finished = true;
         }
-        let piece = choice
+        let Some(piece) = choice
             .pointer("/delta/content")
             .and_then(Value::as_str)
-            .filter(|piece| !piece.is_empty())?;
+            .filter(|piece| !piece.is_empty())
+        else {
+            return Ok(None);
+        };
         self.content.push_str(piece);
-        Some(piece)
+        Ok(Some(piece))
     }
 
     /// The whole reply, or why the stream did not make one.
@@ -399,13 +419,15 @@ impl OpenAiChat {
             .map_err(classify)?;
         let mut streamed = StreamedReply::default();
         while let Some(event) = events.next().await {
-            let event = event.map_err(|e| match classify(e) {
-                LlmError::BadResponse(detail) => {
-                    LlmError::BadResponse(format!("the reply stream broke off: {detail}"))
-                }
-                other => other,
+            let event = event.map_err(|e| match e {
+                // The connection failed or timed out mid-reply: the endpoint, not the reply.
+                OpenAIError::StreamError(_) | OpenAIError::Reqwest(_) => LlmError::Unavailable {
+                    attempts: 1,
+                    detail: format!("the reply stream broke off: {e}"),
+                },
+                other => classify(other),
             })?;
-            if let Some(piece) = streamed.take(&event) {
+            if let Some(piece) = streamed.take(&event)? {
                 on_text(piece);
             }
         }
@@ -437,15 +459,15 @@ mod tests {
         let mut streamed = StreamedReply::default();
         let chunk = |delta: serde_json::Value, finish: Option<&str>| json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
         let role = chunk(json!({"role": "assistant", "content": ""}), None);
-        assert_eq!(streamed.take(&role), None);
+        assert_eq!(streamed.take(&role).unwrap(), None);
         let first = chunk(json!({"content": "{\"thoughts\""}), None);
-        assert_eq!(streamed.take(&first), Some("{\"thoughts\""));
+        assert_eq!(streamed.take(&first).unwrap(), Some("{\"thoughts\""));
         let second = chunk(json!({"content": ": {}}"}), None);
-        assert_eq!(streamed.take(&second), Some(": {}}"));
+        assert_eq!(streamed.take(&second).unwrap(), Some(": {}}"));
         let done = chunk(json!({}), Some("stop"));
-        assert_eq!(streamed.take(&done), None);
+        assert_eq!(streamed.take(&done).unwrap(), None);
         let usage = json!({"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 5}});
-        assert_eq!(streamed.take(&usage), None);
+        assert_eq!(streamed.take(&usage).unwrap(), None);
         let reply = streamed.finish().unwrap();
         assert_eq!(reply.content, "{\"thoughts\": {}}");
         assert_eq!(
@@ -457,13 +479,24 @@ mod tests {
     #[test]
     fn a_stream_cut_short_is_an_error_not_half_a_reply() {
         let mut streamed = StreamedReply::default();
-        streamed.take(&json!({"choices": [{"index": 0, "delta": {"content": "{\"thou"}, "finish_reason": null}]}));
+        let cut = json!({"choices": [{"index": 0, "delta": {"content": "{\"thou"}, "finish_reason": null}]});
+        assert_eq!(streamed.take(&cut).unwrap(), Some("{\"thou"));
         let error = streamed.finish().unwrap_err();
         assert!(
             error
                 .to_string()
                 .contains("ended before the reply did (6 characters in)"),
             "{error}"
+        );
+        // An error sent inside the stream keeps the server's words.
+        let full = json!({"error": {"code": 500, "message": "Context size has been exceeded.", "type": "server_error"}});
+        let error = StreamedReply::default().take(&full).unwrap_err();
+        assert_eq!(
+            error,
+            crate::llm::LlmError::Rejected {
+                status: 500,
+                message: "Context size has been exceeded.".into()
+            }
         );
     }
 

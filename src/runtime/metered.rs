@@ -36,6 +36,8 @@ pub(super) enum CallOutcome {
 /// Where a streamed reply's pieces go as they arrive.
 type TextSink<'a> = dyn for<'s> Fn(&'s str) + Send + Sync + 'a;
 
+use crate::config::StreamMode;
+
 impl MeteredCall {
     /// The agent's own call (a cycle, a summary…), answered as an event for its actor.
     pub(super) async fn run_for_actor(
@@ -57,11 +59,14 @@ impl MeteredCall {
         // Discord's live status counts it); summaries and critiques are not shown as they come.
         let agent = self.payer.agent.clone();
         let on_text = |piece: &str| deps.surface.streamed(&agent, piece);
-        let streams = deps.config.llm.stream
-            && matches!(
-                purpose,
-                CallPurpose::Think | CallPurpose::Reask | CallPurpose::Rethink
-            );
+        let streams = match deps.config.llm.stream {
+            StreamMode::Always => true,
+            StreamMode::Never => false,
+            StreamMode::Auto => deps.surface.watches_stream(),
+        } && matches!(
+            purpose,
+            CallPurpose::Think | CallPurpose::Reask | CallPurpose::Rethink
+        );
         let on_text: Option<&TextSink<'_>> = streams.then_some(&on_text);
         match self.run(deps, &what, &on_wait, on_text).await {
             CallOutcome::Replied { text, usage, .. } => {

@@ -54,6 +54,10 @@ pub trait Surface: Send + Sync {
     fn status(&self, _agent: &AgentState, _status: &LiveStatus) {}
     /// A long command's progress ("part 2 of 5"), while it runs. Must return at once.
     fn progress(&self, _agent: &AgentView, _text: &str) {}
+    /// Whether a person watches replies stream in here (`llm.stream = "auto"` streams only then).
+    fn watches_stream(&self) -> bool {
+        false
+    }
     /// A piece of the agent's next reply, as the model streams it. Must return at once.
     fn streamed(&self, _agent: &str, _piece: &str) {}
 }
@@ -100,11 +104,13 @@ pub enum Doing {
 }
 
 impl Doing {
-    /// Whether the model or a command is at work, so Discord should show the bot typing.
+    /// Whether the model or a command is at work, so Discord should show the bot typing. A
+    /// command waiting for a person's answer (`ask_user`) is not: it may wait a day.
     pub fn is_busy(&self) -> bool {
-        matches!(
-            self,
-            Doing::Starting | Doing::Thinking | Doing::Critiquing | Doing::Running { .. }
-        )
+        match self {
+            Doing::Starting | Doing::Thinking | Doing::Critiquing => true,
+            Doing::Running { command } => command != crate::tools::control::ASK_USER,
+            _ => false,
+        }
     }
 }

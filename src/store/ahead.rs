@@ -161,8 +161,9 @@ impl Store {
             .iter()
             .position(|&b| b == b'/')
             .and_then(|slash| std::str::from_utf8(&write.key[..slash]).ok());
-        if let (Some(mut sizes), Some(agent)) = (sizes, agent) {
-            if let Some(total) = sizes.get_mut(agent) {
+        if let Some(mut sizes) = sizes {
+            sizes.writes += 1;
+            if let Some(total) = agent.and_then(|agent| sizes.sizes.get_mut(agent)) {
                 let after = write.value.as_ref().map_or(0, Vec::len) as u64;
                 let before = before.map_or(0, |v| v.len() as u64);
                 *total = total.saturating_sub(before) + after;

@@ -264,7 +264,24 @@ pub struct Store {
     /// Each agent's workspace size in bytes, added up from its files the first time it is asked
     /// for and kept up to date as workspace writes land (see `ahead::apply_write`), so checking a
     /// write against the workspace limit does not read every file again each time.
-    workspace_sizes: Arc<Mutex<HashMap<String, u64>>>,
+    workspace_sizes: Arc<Mutex<WorkspaceSizes>>,
+}
+
+/// The remembered workspace sizes, and how many workspace writes have landed (so an adding-up
+/// made without the lock knows whether a write came in between).
+#[derive(Default)]
+pub(crate) struct WorkspaceSizes {
+    pub(crate) sizes: HashMap<String, u64>,
+    pub(crate) writes: u64,
+}
+
+impl WorkspaceSizes {
+    fn remember(&mut self, agent: &str, total: u64) {
+        if self.sizes.len() >= WORKSPACE_SIZES_AT_MOST {
+            self.sizes.clear();
+        }
+        self.sizes.insert(agent.to_string(), total);
+    }
 }
 
 /// At this many agents the remembered workspace sizes start again (each is added up anew when it
@@ -566,7 +583,7 @@ impl Store {
                 tree.remove(key?)?;
             }
         }
-        self.workspace_sizes().remove(agent);
+        self.workspace_sizes().sizes.remove(agent);
         if let Some(binding) = binding {
             self.forget_binding(&binding)?;
         }
@@ -682,26 +699,42 @@ impl Store {
             .map(|v| v.len() as u64))
     }
 
-    /// The bytes all files of an agent hold together.
+    /// The bytes all files of an agent hold together. The files are added up without the lock
+    /// every workspace write takes, and kept only if no workspace write landed meanwhile (else
+    /// added up again, at worst under the lock), so a large workspace never holds up other
+    /// agents' writes and a write made during the count is never missed.
     pub fn workspace_bytes(&self, agent: &str) -> Result<u64, StoreError> {
+        let add_up = || -> Result<u64, StoreError> {
+            let mut total = 0u64;
+            for value in self.workspace.scan_prefix(agent_prefix(agent)).values() {
+                total += value?.len() as u64;
+            }
+            Ok(total)
+        };
+        for _ in 0..3 {
+            let writes_before = {
+                let sizes = self.workspace_sizes();
+                if let Some(&total) = sizes.sizes.get(agent) {
+                    return Ok(total);
+                }
+                sizes.writes
+            };
+            let total = add_up()?;
+            let mut sizes = self.workspace_sizes();
+            if sizes.writes == writes_before {
+                sizes.remember(agent, total);
+                return Ok(total);
+            }
+        }
         let mut sizes = self.workspace_sizes();
-        if let Some(&total) = sizes.get(agent) {
-            return Ok(total);
-        }
-        let mut total = 0u64;
-        for value in self.workspace.scan_prefix(agent_prefix(agent)).values() {
-            total += value?.len() as u64;
-        }
-        if sizes.len() >= WORKSPACE_SIZES_AT_MOST {
-            sizes.clear();
-        }
-        sizes.insert(agent.to_string(), total);
+        let total = add_up()?;
+        sizes.remember(agent, total);
         Ok(total)
     }
 
     /// Held while a workspace write lands, so a size being added up never misses or counts twice
     /// a write made meanwhile.
-    fn workspace_sizes(&self) -> MutexGuard<'_, HashMap<String, u64>> {
+    fn workspace_sizes(&self) -> MutexGuard<'_, WorkspaceSizes> {
         self.workspace_sizes
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())

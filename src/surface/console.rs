@@ -323,6 +323,10 @@ impl ConsoleSurface {
 
 #[async_trait]
 impl Surface for ConsoleSurface {
+    fn watches_stream(&self) -> bool {
+        self.echo_stream
+    }
+
     fn streamed(&self, _agent: &str, piece: &str) {
         if !self.echo_stream {
             return;
@@ -337,6 +341,7 @@ impl Surface for ConsoleSurface {
     }
 
     async fn show_profile(&self, agent: &AgentState) {
+        self.end_stream();
         let Some(profile) = &agent.profile else {
             return;
         };
@@ -435,6 +440,7 @@ impl Surface for ConsoleSurface {
     }
 
     async fn show_result(&self, _agent: &AgentState, episode: &Episode) {
+        self.end_stream();
         let text = episode.outcome.text();
         let line = match &episode.outcome {
             Outcome::Success(_) => format!(
@@ -456,6 +462,7 @@ impl Surface for ConsoleSurface {
     }
 
     async fn paused(&self, agent: &AgentState, reason: &PauseReason) {
+        self.end_stream();
         let hint = match reason {
             PauseReason::Budget {
                 stop: Some(stop), ..
@@ -493,6 +500,7 @@ impl Surface for ConsoleSurface {
     }
 
     async fn finished(&self, agent: &AgentState, reason: &str) {
+        self.end_stream();
         print_flush(&format!(
             "\nAgent {} finished: {reason}\nSpent {} in {} cycle{} ({} prompt + {} completion tokens in {} calls).\nGive it a follow-up task with: autothread console --resume {} --task \"…\"\n",
             agent.name(),

@@ -1,7 +1,7 @@
 //! The live status message, the real bot against the fake Discord (which counts pins and typing
 //! and counts edits past five in a channel within five seconds): one pinned
 //! message per agent, edited in place as the agent waits for approval, runs a command and
-//! finishes, with its cycle and spend; typing renewed while a command runs.
+//! finishes, with its cycle and spend.
 
 use std::time::Duration;
 
@@ -80,18 +80,11 @@ async fn a_pinned_status_follows_the_agent_from_approval_through_a_command_to_it
         "typing while the model thought"
     );
 
-    // The approved command runs (it waits for an answer): the same message says so, and typing
-    // is renewed while it runs.
+    // The approved command runs (it waits for an answer): the same message says so.
     discord.click(ALICE, &[], &first, &button(&first, "Approve"));
     message_containing(&discord, thread, "asks: Which colour?").await;
-    let typing_before = discord.typing_in(thread);
     let running = status_saying(&discord, thread, &["running `ask_user` for"]).await;
     assert_eq!(running["id"], waiting["id"], "edited in place");
-    discord
-        .wait_for("typing renewed", WAIT, |d| {
-            (d.typing_in(thread) > typing_before).then_some(())
-        })
-        .await;
 
     // Answered, the agent finishes; its status says so last.
     discord.say(ALICE, &[], thread, "blue");

@@ -42,6 +42,13 @@ struct Entry {
     message: Option<u64>,
     /// Whether the status changed since the message last showed it.
     dirty: bool,
+    /// Failed attempts to post the status message, and when to try again: a thread the bot can
+    /// no longer write to must not take every turn of the loop (Discord bans a bot that makes
+    /// too many failing requests).
+    post_failures: u32,
+    next_post: Option<Instant>,
+    /// The status message was deleted in Discord: its replacement needs a nonce of its own.
+    replaced: bool,
     last_edit: Option<Instant>,
     last_typing: Option<Instant>,
 }
@@ -96,6 +103,9 @@ impl StatusBoard {
                 streamed: 0,
                 message: None,
                 dirty: true,
+                post_failures: 0,
+                next_post: None,
+                replaced: false,
                 last_edit: None,
                 last_typing: None,
             },
@@ -127,36 +137,61 @@ impl StatusBoard {
         }
     }
 
-    /// The next request to make: a status message to post, then the stalest edit due, then
-    /// typing to renew.
+    /// The next request to make: a status message to post, then the stalest change due, then
+    /// typing to renew, then a busy agent's clock. Changes come before clocks, so under load the
+    /// statuses stay right and only their clocks lag.
     fn next_job(&self, now: Instant) -> Option<Job> {
         let entries = self.entries();
         let due = |last: Option<Instant>, gap: Duration| {
             last.is_none_or(|at| now.duration_since(at) >= gap)
         };
-        if let Some((agent, _)) = entries.iter().find(|(_, e)| e.message.is_none()) {
+        let to_post = entries
+            .iter()
+            .find(|(_, e)| e.message.is_none() && e.next_post.is_none_or(|at| at <= now));
+        if let Some((agent, _)) = to_post {
             return Some(Job::Post {
                 agent: agent.clone(),
             });
         }
-        let edit = entries
-            .iter()
-            .filter(|(_, e)| {
-                (e.dirty && due(e.last_edit, MIN_EDIT_GAP))
-                    || (e.status.doing.is_busy() && due(e.last_edit, CLOCK_EDIT_GAP))
-            })
-            .min_by_key(|(_, e)| e.last_edit);
-        if let Some((agent, _)) = edit {
-            return Some(Job::Edit {
-                agent: agent.clone(),
-            });
+        let stalest = |wanted: &dyn Fn(&Entry) -> bool| {
+            entries
+                .iter()
+                .filter(|(_, e)| e.message.is_some() && wanted(e))
+                .min_by_key(|(_, e)| e.last_edit)
+                .map(|(agent, _)| Job::Edit {
+                    agent: agent.clone(),
+                })
+        };
+        if let Some(job) = stalest(&|e| e.dirty && due(e.last_edit, MIN_EDIT_GAP)) {
+            return Some(job);
         }
-        entries
+        let typing = entries
             .values()
-            .find(|e| e.status.doing.is_busy() && due(e.last_typing, TYPING_RENEWAL))
-            .map(|e| Job::Typing { thread: e.thread })
+            .filter(|e| e.status.doing.is_busy() && due(e.last_typing, TYPING_RENEWAL))
+            .min_by_key(|e| e.last_typing)
+            .map(|e| Job::Typing { thread: e.thread });
+        if typing.is_some() {
+            return typing;
+        }
+        stalest(&|e| e.status.doing.is_busy() && due(e.last_edit, CLOCK_EDIT_GAP))
+    }
+
+    /// A status message could not be posted: tried again after a wait that doubles, up to
+    /// `MAX_POST_WAIT`.
+    fn post_failed(&self, agent: &str) {
+        if let Some(entry) = self.entries().get_mut(agent) {
+            entry.post_failures += 1;
+            let wait = FIRST_POST_WAIT
+                .saturating_mul(1 << entry.post_failures.min(10))
+                .min(MAX_POST_WAIT);
+            entry.next_post = Some(Instant::now() + wait);
+        }
     }
 }
+
+/// The first wait after a failed post of a status message, and the longest.
+const FIRST_POST_WAIT: Duration = Duration::from_secs(5);
+const MAX_POST_WAIT: Duration = Duration::from_secs(600);
 
 /// Who may decide on an agent's cards, as mentions.
 fn approvers(binding: &ThreadBinding) -> String {
@@ -304,15 +339,19 @@ impl super::DiscordSurface {
                 None
             }
         };
+        let Some(binding) = self.binding(agent) else {
+            // The agent was deleted: nothing to show any more.
+            self.status.entries().remove(agent);
+            return;
+        };
+        let replaced = self.status.entries().get(agent).is_some_and(|e| e.replaced);
         let found = match known {
             Some(id) => Some(id),
-            None => match self.binding(agent) {
-                Some(binding) => {
-                    self.find_posted(&binding, |title| title.starts_with(STATUS_TITLE))
-                        .await
-                }
-                None => None,
-            },
+            None if replaced => None,
+            None => {
+                self.find_posted(&binding, |title| title.starts_with(STATUS_TITLE))
+                    .await
+            }
         };
         let id = match found {
             Some(id) => id,
@@ -321,8 +360,14 @@ impl super::DiscordSurface {
                     return;
                 };
                 let message = CreateMessage::new().embed(embed);
-                let Some(id) = self.send_once(agent, message, status_nonce(agent)).await else {
-                    // Tried again at the loop's next turn; the nonce keeps it to one message.
+                // The nonce keeps a retried post to one message; a replacement gets a new one, or
+                // Discord would hand back the deleted message.
+                let nonce = match replaced {
+                    true => post::fresh_nonce(),
+                    false => status_nonce(agent),
+                };
+                let Some(id) = self.send_once(agent, message, nonce).await else {
+                    self.status.post_failed(agent);
                     return;
                 };
                 if let Err(e) = ChannelId::new(thread)
@@ -343,6 +388,14 @@ impl super::DiscordSurface {
         let mut entries = self.status.entries();
         if let Some(entry) = entries.get_mut(agent) {
             entry.message = Some(id);
+            entry.post_failures = 0;
+            entry.next_post = None;
+            entry.replaced = false;
+            if found.is_none() {
+                // Just posted as it is now: no edit is due yet.
+                entry.dirty = false;
+                entry.last_edit = Some(Instant::now());
+            }
         }
     }
 
@@ -394,6 +447,7 @@ impl super::DiscordSurface {
                         // Someone deleted it: a new one is posted.
                         tracing::info!(%agent, message, "the status message is gone; a new one is posted");
                         entry.message = None;
+                        entry.replaced = true;
                         if let Err(e) = self.store.forget_status_message(agent) {
                             tracing::warn!(%agent, error = %e, "cannot forget the status message");
                         }
@@ -433,6 +487,56 @@ mod tests {
             shared_roles: vec![12],
             card: None,
         }
+    }
+
+    #[test]
+    fn typing_shows_while_the_model_or_a_command_works_not_while_a_person_is_asked() {
+        let running = |command: &str| Doing::Running {
+            command: command.into(),
+        };
+        assert!(Doing::Thinking.is_busy());
+        assert!(running("read_webpage").is_busy());
+        assert!(!running(crate::tools::control::ASK_USER).is_busy());
+        assert!(!Doing::WaitingForApproval.is_busy());
+    }
+
+    #[test]
+    fn a_failing_post_waits_longer_each_time_and_does_not_hold_up_other_agents() {
+        let board = StatusBoard::default();
+        let now = Utc::now();
+        let other = ThreadBinding {
+            agent_id: "a2".into(),
+            thread_id: 31,
+            ..binding()
+        };
+        board.update("a1", "NoteGPT", &status(Doing::Thinking, now), || {
+            Some(binding())
+        });
+        board.update(
+            "a2",
+            "OtherGPT",
+            &status(Doing::WaitingForApproval, now),
+            || Some(other.clone()),
+        );
+        let first = match board.next_job(Instant::now()) {
+            Some(Job::Post { agent }) => agent,
+            _ => panic!("a post first"),
+        };
+        board.post_failed(&first);
+        let second = match board.next_job(Instant::now()) {
+            Some(Job::Post { agent }) => agent,
+            _ => panic!("the other agent's post next"),
+        };
+        assert_ne!(first, second);
+        board.post_failed(&second);
+        assert!(!matches!(
+            board.next_job(Instant::now()),
+            Some(Job::Post { .. })
+        ));
+        board.post_failed(&first);
+        let wait = board.entries()[&first].next_post.unwrap() - Instant::now();
+        assert!(wait > FIRST_POST_WAIT * 2, "{wait:?}");
+        assert!(wait <= MAX_POST_WAIT);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Against a real OpenAI-compatible server (llama.cpp with SmolLM2-135M, started by
-//! shared/tools/offline-ai-peers.sh): the protocol, json_schema output and a 3-cycle console run.
+//! shared/tools/offline-ai-peers.sh): the protocol, json_schema output, a streamed reply and a 3-cycle
+//! console run.
 //! The model is tiny, so these tests judge the plumbing, never the quality of its answers.
 //! They run when OPENAI_CHAT_BASE (and OPENAI_EMBED_BASE) is set and otherwise print why they
 //! skip; under CI=true a missing peer fails them, so CI can never pass without the real server.
@@ -335,4 +336,42 @@ async fn read_webpage_reads_a_local_page_in_chunks_with_the_real_model() {
         "{calls:#?}"
     );
     println!("{text}");
+}
+
+#[tokio::test]
+async fn a_real_server_streams_a_reply_in_pieces_that_add_up_to_it() {
+    let Some(base) = chat_base() else { return };
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let chat = OpenAiChat::new(&LlmConfig {
+        base_url: base,
+        model: "smollm2".into(),
+        response_format: ResponseFormatMode::None,
+        timeout_secs: 120,
+        max_attempts: 3,
+        retry_initial_ms: 200,
+        retry_max_ms: 2000,
+        ..LlmConfig::default()
+    })
+    .unwrap();
+    let pieces = std::sync::Mutex::new(Vec::<String>::new());
+    let reply = chat
+        .complete_streaming(
+            ChatRequest {
+                purpose: "think",
+                model: "smollm2".into(),
+                messages: vec![Message::user("Count from one to ten in words.")],
+                max_tokens: 60,
+                json_schema: None,
+            },
+            &|piece| pieces.lock().unwrap().push(piece.to_string()),
+        )
+        .await
+        .expect("a streamed reply from llama.cpp");
+    let pieces = pieces.into_inner().unwrap();
+    assert!(
+        pieces.len() > 3,
+        "llama.cpp sends a reply in pieces: {pieces:?}"
+    );
+    assert_eq!(pieces.concat(), reply.content);
+    assert!(!reply.content.trim().is_empty());
 }

@@ -8,13 +8,13 @@ mod audit;
 mod bindings;
 pub mod migrate;
 mod rules;
+mod workspace_sizes;
 
 pub use audit::AuditPage;
 pub use bindings::{CardRef, ThreadBinding};
 
-use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
@@ -264,29 +264,8 @@ pub struct Store {
     /// Each agent's workspace size in bytes, added up from its files the first time it is asked
     /// for and kept up to date as workspace writes land (see `ahead::apply_write`), so checking a
     /// write against the workspace limit does not read every file again each time.
-    workspace_sizes: Arc<Mutex<WorkspaceSizes>>,
+    workspace_sizes: Arc<Mutex<workspace_sizes::WorkspaceSizes>>,
 }
-
-/// The remembered workspace sizes, and how many workspace writes have landed (so an adding-up
-/// made without the lock knows whether a write came in between).
-#[derive(Default)]
-pub(crate) struct WorkspaceSizes {
-    pub(crate) sizes: HashMap<String, u64>,
-    pub(crate) writes: u64,
-}
-
-impl WorkspaceSizes {
-    fn remember(&mut self, agent: &str, total: u64) {
-        if self.sizes.len() >= WORKSPACE_SIZES_AT_MOST {
-            self.sizes.clear();
-        }
-        self.sizes.insert(agent.to_string(), total);
-    }
-}
-
-/// At this many agents the remembered workspace sizes start again (each is added up anew when it
-/// is next asked for), which bounds them.
-const WORKSPACE_SIZES_AT_MOST: usize = 65_536;
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -689,55 +668,6 @@ impl Store {
     /// Removes a sub-agent; `false` when there was none under that key.
     pub fn delete_subagent(&self, agent: &str, key: &str) -> Result<bool, StoreError> {
         Ok(self.subagents.remove(subagent_key(agent, key))?.is_some())
-    }
-
-    /// The size of one file of an agent, if it exists.
-    pub fn file_size(&self, agent: &str, path: &str) -> Result<Option<u64>, StoreError> {
-        Ok(self
-            .workspace
-            .get(file_key(agent, path))?
-            .map(|v| v.len() as u64))
-    }
-
-    /// The bytes all files of an agent hold together. The files are added up without the lock
-    /// every workspace write takes, and kept only if no workspace write landed meanwhile (else
-    /// added up again, at worst under the lock), so a large workspace never holds up other
-    /// agents' writes and a write made during the count is never missed.
-    pub fn workspace_bytes(&self, agent: &str) -> Result<u64, StoreError> {
-        let add_up = || -> Result<u64, StoreError> {
-            let mut total = 0u64;
-            for value in self.workspace.scan_prefix(agent_prefix(agent)).values() {
-                total += value?.len() as u64;
-            }
-            Ok(total)
-        };
-        for _ in 0..3 {
-            let writes_before = {
-                let sizes = self.workspace_sizes();
-                if let Some(&total) = sizes.sizes.get(agent) {
-                    return Ok(total);
-                }
-                sizes.writes
-            };
-            let total = add_up()?;
-            let mut sizes = self.workspace_sizes();
-            if sizes.writes == writes_before {
-                sizes.remember(agent, total);
-                return Ok(total);
-            }
-        }
-        let mut sizes = self.workspace_sizes();
-        let total = add_up()?;
-        sizes.remember(agent, total);
-        Ok(total)
-    }
-
-    /// Held while a workspace write lands, so a size being added up never misses or counts twice
-    /// a write made meanwhile.
-    fn workspace_sizes(&self) -> MutexGuard<'_, WorkspaceSizes> {
-        self.workspace_sizes
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// All files of an agent with their sizes, sorted by path.

@@ -37,6 +37,21 @@ fn peer_base(var: &str) -> Option<String> {
     }
 }
 
+/// A client for the chat peer, patient with its one slot (slow replies are retried, not failed).
+fn peer_chat(base: String, response_format: ResponseFormatMode) -> OpenAiChat {
+    OpenAiChat::new(&LlmConfig {
+        base_url: base,
+        model: "smollm2".into(),
+        response_format,
+        timeout_secs: 120,
+        max_attempts: 3,
+        retry_initial_ms: 200,
+        retry_max_ms: 2000,
+        ..LlmConfig::default()
+    })
+    .unwrap()
+}
+
 fn chat_base() -> Option<String> {
     peer_base("OPENAI_CHAT_BASE")
 }
@@ -45,17 +60,7 @@ fn chat_base() -> Option<String> {
 async fn json_schema_output_from_a_real_server_parses_as_an_agent_reply() {
     let Some(base) = chat_base() else { return };
     let _turn = ONE_AT_A_TIME.lock().await;
-    let chat = OpenAiChat::new(&LlmConfig {
-        base_url: base,
-        model: "smollm2".into(),
-        response_format: ResponseFormatMode::JsonSchema,
-        timeout_secs: 120,
-        max_attempts: 3,
-        retry_initial_ms: 200,
-        retry_max_ms: 2000,
-        ..LlmConfig::default()
-    })
-    .unwrap();
+    let chat = peer_chat(base, ResponseFormatMode::JsonSchema);
     // The same schema the agent sends: one variant per command with typed arguments and bounded
     // thoughts, which keeps a small model from rambling until max_tokens cuts it off.
     let registry =
@@ -271,17 +276,7 @@ async fn read_webpage_reads_a_local_page_in_chunks_with_the_real_model() {
         }
     }
     let reader = RealReader {
-        chat: OpenAiChat::new(&LlmConfig {
-            base_url: base,
-            model: "smollm2".into(),
-            response_format: ResponseFormatMode::None,
-            timeout_secs: 120,
-            max_attempts: 3,
-            retry_initial_ms: 200,
-            retry_max_ms: 2000,
-            ..LlmConfig::default()
-        })
-        .unwrap(),
+        chat: peer_chat(base, ResponseFormatMode::None),
         calls: Mutex::new(Vec::new()),
     };
     let config = Config {
@@ -342,17 +337,7 @@ async fn read_webpage_reads_a_local_page_in_chunks_with_the_real_model() {
 async fn a_real_server_streams_a_reply_in_pieces_that_add_up_to_it() {
     let Some(base) = chat_base() else { return };
     let _turn = ONE_AT_A_TIME.lock().await;
-    let chat = OpenAiChat::new(&LlmConfig {
-        base_url: base,
-        model: "smollm2".into(),
-        response_format: ResponseFormatMode::None,
-        timeout_secs: 120,
-        max_attempts: 3,
-        retry_initial_ms: 200,
-        retry_max_ms: 2000,
-        ..LlmConfig::default()
-    })
-    .unwrap();
+    let chat = peer_chat(base, ResponseFormatMode::None);
     let pieces = std::sync::Mutex::new(Vec::<String>::new());
     let reply = chat
         .complete_streaming(

@@ -19,6 +19,7 @@
 
 pub mod app;
 pub mod budget;
+pub mod charts;
 pub mod check;
 pub mod cli;
 pub mod clock;

@@ -212,6 +212,27 @@ impl Ledger {
         self.books.stored_account(key)
     }
 
+    /// Every account whose name starts with `prefix`, as it stands now (settled spend, and what
+    /// open reservations hold), in name order.
+    pub fn accounts_with_prefix(&self, prefix: &str) -> Result<Vec<(String, Account)>, StoreError> {
+        let mut found = std::collections::BTreeMap::new();
+        for item in self.books.accounts.scan_prefix(prefix.as_bytes()) {
+            let (key, raw) = item?;
+            let account = Account {
+                spent: decode::<Account>(&key, &raw)?.spent,
+                reserved: Micros::ZERO,
+            };
+            found.insert(String::from_utf8_lossy(&key).into_owned(), account);
+        }
+        // The books in memory are newer than the stored accounts they were loaded from.
+        for (name, account) in &self.state().accounts {
+            if name.starts_with(prefix) {
+                found.insert(name.clone(), *account);
+            }
+        }
+        Ok(found.into_iter().collect())
+    }
+
     /// Books `amount` against every charge, or none of them when any budget cannot cover it.
     pub fn reserve(
         &self,
@@ -578,6 +599,44 @@ mod tests {
             }
         );
         assert!(ledger.open_reservations().unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_accounts_under_a_prefix_count_folded_settled_and_open_spend() {
+        let (_dir, ledger) = ledger();
+        let at = DateTime::<Utc>::UNIX_EPOCH;
+        let spend = |account: &str, reserve: u64, settle: Option<u64>| {
+            let reservation = ledger
+                .reserve(&[charge(account, None)], Micros(reserve), "x", "think", at)
+                .unwrap()
+                .unwrap();
+            if let Some(actual) = settle {
+                ledger.settle(reservation.id, Micros(actual)).unwrap();
+            }
+        };
+        spend("day/1/alice/a1", 100, Some(60));
+        ledger.fold().unwrap();
+        spend("day/1/alice/a1", 100, Some(30));
+        spend("day/1/bob/b1", 50, None);
+        spend("day/2/alice/a1", 10, Some(10));
+        let found = ledger.accounts_with_prefix("day/1/").unwrap();
+        let expected = [
+            (
+                "day/1/alice/a1".to_string(),
+                Account {
+                    spent: Micros(90),
+                    reserved: Micros::ZERO,
+                },
+            ),
+            (
+                "day/1/bob/b1".to_string(),
+                Account {
+                    spent: Micros::ZERO,
+                    reserved: Micros(50),
+                },
+            ),
+        ];
+        assert_eq!(found, expected);
     }
 
     #[test]

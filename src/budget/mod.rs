@@ -6,7 +6,7 @@ pub mod pace;
 
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 use governor::clock::Clock as GovernorClock;
 
 use crate::config::{BudgetConfig, Unpriced};
@@ -83,6 +83,23 @@ pub struct Budgets {
 
 fn day(now: DateTime<Utc>) -> String {
     now.format("%Y-%m-%d").to_string()
+}
+
+/// Where the spend record of a server's day starts: the day comes before the person and agent,
+/// so a chart of the last days reads only those days, however long the server has run.
+fn spend_by_day_prefix(guild: &GuildId, day: NaiveDate) -> String {
+    format!("guild/{guild}/spend/{}/", day.format("%Y-%m-%d"))
+}
+
+/// Stands for the person in the spend record of an agent started without one.
+const NO_PERSON: &str = "-";
+
+fn spend_by_day_account(guild: &GuildId, day: NaiveDate, spender: &Spender, agent: &str) -> String {
+    format!(
+        "{}{}/{agent}",
+        spend_by_day_prefix(guild, day),
+        spender.user.as_deref().unwrap_or(NO_PERSON)
+    )
 }
 
 fn month(now: DateTime<Utc>) -> String {
@@ -223,10 +240,39 @@ impl Budgets {
         agent_limit: Micros,
         now: DateTime<Utc>,
     ) -> Result<Vec<Charge>, StoreError> {
-        Ok(self
+        let mut charges: Vec<Charge> = self
             .budgets_of(agent, spender, agent_limit, now)?
             .into_iter()
             .map(|(_, charge)| charge)
+            .collect();
+        // Not a budget: a record of who spent what on which day, for the server's spend chart.
+        if let Some(guild) = &spender.guild {
+            charges.push(Charge {
+                account: spend_by_day_account(guild, now.date_naive(), spender, agent),
+                limit: None,
+                label: "the server's spend record".into(),
+            });
+        }
+        Ok(charges)
+    }
+
+    /// What was spent in `guild` on `day`, by person and agent: `(person, agent, spend)`, the
+    /// person `None` for an agent started without one.
+    pub fn spend_on(
+        &self,
+        guild: &GuildId,
+        day: NaiveDate,
+    ) -> Result<Vec<(Option<String>, String, Micros)>, StoreError> {
+        let prefix = spend_by_day_prefix(guild, day);
+        Ok(self
+            .ledger
+            .accounts_with_prefix(&prefix)?
+            .into_iter()
+            .filter_map(|(name, account)| {
+                let (user, agent) = name[prefix.len()..].split_once('/')?;
+                let user = (user != NO_PERSON).then(|| user.to_string());
+                Some((user, agent.to_string(), account.spent))
+            })
             .collect())
     }
 
@@ -450,5 +496,64 @@ impl Budgets {
             guild: spender.guild.clone(),
             cost,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::budget::Micros;
+
+    #[test]
+    fn a_servers_calls_are_recorded_by_day_person_and_agent_without_a_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let budgets = Budgets::new(&store, &BudgetConfig::default()).unwrap();
+        let guild = GuildId::from(7);
+        let now = DateTime::<Utc>::from_timestamp(1_795_000_000, 0).unwrap();
+        let alice = Spender {
+            user: Some("11".into()),
+            guild: Some(guild.clone()),
+        };
+        let nobody = Spender {
+            user: None,
+            guild: Some(guild.clone()),
+        };
+        for (agent, spender, cost) in [
+            ("a1", &alice, 300),
+            ("a2", &nobody, 200),
+            ("a1", &alice, 50),
+        ] {
+            let charges = budgets
+                .charges(agent, spender, Micros(1_000_000), now)
+                .unwrap();
+            let record = charges.last().unwrap();
+            assert_eq!(record.limit, None, "the record never refuses a call");
+            let reservation = budgets
+                .ledger()
+                .reserve(&charges, Micros(cost), agent, "think", now)
+                .unwrap()
+                .unwrap();
+            budgets
+                .ledger()
+                .settle(reservation.id, Micros(cost))
+                .unwrap();
+        }
+        let mut spent = budgets.spend_on(&guild, now.date_naive()).unwrap();
+        spent.sort();
+        assert_eq!(
+            spent,
+            [
+                (None, "a2".to_string(), Micros(200)),
+                (Some("11".to_string()), "a1".to_string(), Micros(350)),
+            ]
+        );
+        let yesterday = now.date_naive().pred_opt().unwrap();
+        assert!(budgets.spend_on(&guild, yesterday).unwrap().is_empty());
+        // A console agent belongs to no server and leaves no record.
+        let console = budgets
+            .charges("c1", &Spender::default(), Micros(1), now)
+            .unwrap();
+        assert!(console.iter().all(|c| !c.account.contains("/spend/")));
     }
 }

@@ -8,6 +8,7 @@ mod audit;
 mod bindings;
 pub mod migrate;
 mod rules;
+mod spend_series;
 mod workspace_sizes;
 
 pub use audit::AuditPage;

@@ -567,3 +567,103 @@ async fn members_choose_among_the_models_their_server_offers() {
     assert_eq!(fake.requests(Kind::Cycle)[0]["model"], "gpt-4.1-nano");
     discord.assert_clean();
 }
+
+/// The PNG attached to the bot's private answer to `interaction`: its bytes once Discord has
+/// them, checked to be an image Discord can show.
+async fn attached_png(discord: &FakeDiscord, interaction: u64) -> (String, Vec<u8>) {
+    let answered = discord
+        .wait_for("an answer with a file", WAIT, |d| {
+            d.followups_for(interaction).first().cloned()
+        })
+        .await;
+    assert_eq!(answered["flags"], 64, "the answer must be private");
+    let file = &answered["attachments"][0];
+    assert_eq!(file["content_type"], "image/png", "{answered}");
+    assert_eq!(
+        (file["width"].as_u64(), file["height"].as_u64()),
+        (Some(900), Some(500))
+    );
+    let text = answered["content"].as_str().unwrap_or_default().to_string();
+    (text, discord.attachment_bytes(file))
+}
+
+/// Decodes a PNG and returns the share of its pixels that are not white, in percent.
+fn inked_percent(png_bytes: &[u8]) -> f64 {
+    let decoder = png::Decoder::new(std::io::Cursor::new(png_bytes));
+    let mut reader = decoder.read_info().unwrap();
+    let mut pixels = vec![0; reader.output_buffer_size()];
+    let frame = reader.next_frame(&mut pixels).unwrap();
+    assert_eq!((frame.width, frame.height), (900, 500));
+    let pixels = &pixels[..frame.buffer_size()];
+    let step = frame.color_type.samples();
+    let inked = pixels
+        .chunks_exact(step)
+        .filter(|p| p[..3].iter().any(|&c| c != 255))
+        .count();
+    inked as f64 * 100.0 / (pixels.len() / step) as f64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_charts_the_burn_down_and_admins_chart_the_servers_spend_per_day() {
+    let openai = fake().await;
+    for i in 0..2 {
+        openai.push_content(agent_reply(
+            "read_file",
+            json!({"filename": format!("{i}.txt")}),
+        ));
+    }
+    // 400 completion tokens at $100 per million: each cycle's call costs $0.04.
+    openai.set_usage(100, 400);
+    let discord = FakeDiscord::start().await;
+    let env = TestEnv::with_budget(
+        &openai.base_url,
+        "",
+        "guild_calls_per_minute = 0\n[budget.prices.\"test-model\"]\ninput_per_million = 0.0\noutput_per_million = 100.0\n",
+    );
+    let _bot = start_bot(&env, &discord).await;
+    let thread = start_reader(&discord, "ChartGPT", Some(0.5)).await;
+    let first = card(&discord, thread, "ChartGPT · cycle 1").await;
+    discord.click(ALICE, &[], &first, &support::bot::button(&first, "Approve"));
+    card(&discord, thread, "ChartGPT · cycle 2").await;
+
+    // The burn-down comes with the status, privately.
+    let status = discord.slash(ALICE, &[], thread, "status", json!([]), json!({}));
+    let (text, png) = attached_png(&discord, status).await;
+    assert!(text.contains("\nSpend: $0.080 of $0.50 ("), "{text}");
+    let inked = inked_percent(&png);
+    assert!(
+        inked > 3.0,
+        "the burn-down is nearly blank: {inked:.1}% inked"
+    );
+
+    // The server's spend per day is for its admins.
+    let chart = |user, permissions| {
+        discord.slash_group(
+            user,
+            &[],
+            permissions,
+            CHANNEL,
+            "budget",
+            "chart",
+            json!([{"name": "days", "type": 4, "value": 7}]),
+            json!({}),
+        )
+    };
+    let refused = chart(ALICE, MEMBER_PERMS);
+    assert!(answer(&discord, refused, true)
+        .await
+        .starts_with("Only server admins"));
+    let shown = chart(support::fake_discord::BOB, ADMIN_PERMS);
+    let (text, png) = attached_png(&discord, shown).await;
+    assert_eq!(
+        text,
+        "The server spent $0.080 in the last 7 days (UTC).\nBy person: alice $0.080\nBy agent: ChartGPT $0.080"
+    );
+    let inked = inked_percent(&png);
+    assert!(
+        inked > 3.0,
+        "the daily chart is nearly blank: {inked:.1}% inked"
+    );
+    discord.assert_clean();
+    openai.assert_clean();
+}

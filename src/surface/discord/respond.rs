@@ -110,6 +110,24 @@ pub async fn reply(ctx: Ctx<'_>, text: impl Into<String>, private: bool) -> Resu
     Ok(())
 }
 
+/// A private reply to a slash command with files attached.
+pub async fn send_privately(
+    ctx: Ctx<'_>,
+    text: impl Into<String>,
+    files: Vec<serenity::CreateAttachment>,
+) -> Result<(), Error> {
+    note_command_ack(ctx);
+    let mut message = poise::CreateReply::default()
+        .content(super::cards::message_text(&text.into()))
+        .ephemeral(true)
+        .allowed_mentions(no_mentions());
+    for file in files {
+        message = message.attachment(file);
+    }
+    ctx.send(message).await?;
+    Ok(())
+}
+
 pub fn ephemeral(text: impl Into<String>) -> CreateInteractionResponse {
     CreateInteractionResponse::Message(
         CreateInteractionResponseMessage::new()

@@ -102,6 +102,8 @@ struct Inner {
     edit_bursts: HashMap<u64, usize>,
     /// Typing indicators started, by channel.
     typing: HashMap<u64, usize>,
+    /// Every uploaded file's bytes, by its attachment URL.
+    files: HashMap<String, Vec<u8>>,
 }
 
 /// Discord allows about five message edits per channel in five seconds; more are counted.
@@ -352,6 +354,7 @@ impl FakeDiscord {
                 )
                 .route("/api/v10/applications/{app}/commands", put(put_commands))
                 .route("/api/v10/users/@me", get(current_user))
+                .route("/api/v10/guilds/{guild}/members/{user}", get(guild_member))
                 .route("/api/v10/channels/{channel}/threads", post(create_thread))
                 .route("/api/v10/channels/{channel}", patch(edit_channel))
                 .route(
@@ -834,6 +837,38 @@ impl FakeDiscord {
         self.lock().sent_payloads.clone()
     }
 
+    /// The newest `count` messages of every channel, a line each (channel, content or embed
+    /// title, and whether it was edited), so that a timed-out wait says what the bot did say.
+    fn last_messages_summary(&self, count: usize) -> String {
+        let inner = self.lock();
+        let start = inner.messages.len().saturating_sub(count);
+        inner.messages[start..]
+            .iter()
+            .map(|m| {
+                let title = m["embeds"][0]["title"].as_str().unwrap_or_default();
+                let content = m["content"].as_str().unwrap_or_default();
+                let text: String = format!("{title} {content}").chars().take(120).collect();
+                format!(
+                    "  #{} {}{}",
+                    m["channel_id"].as_str().unwrap_or("?"),
+                    text.trim(),
+                    if m["edited_timestamp"].is_string() {
+                        " (edited)"
+                    } else {
+                        ""
+                    }
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The bytes of an uploaded file, by its attachment record.
+    pub fn attachment_bytes(&self, attachment: &Value) -> Vec<u8> {
+        let url = attachment["url"].as_str().unwrap_or_default();
+        self.lock().files.get(url).cloned().unwrap_or_default()
+    }
+
     pub fn errors(&self) -> Vec<String> {
         self.lock().errors.clone()
     }
@@ -883,8 +918,9 @@ impl FakeDiscord {
             }
             if Instant::now() > deadline {
                 panic!(
-                    "timed out waiting for {what}; violations: {:?}",
-                    self.errors()
+                    "timed out waiting for {what}; violations: {:?}; the last messages:\n{}",
+                    self.errors(),
+                    self.last_messages_summary(12)
                 );
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -1159,10 +1195,41 @@ fn new_attachments(
     files
         .iter()
         .enumerate()
-        .map(|(i, (name, data))| json!({"id": (first_attachment + i as u64).to_string(), "filename": name, "size": data.len(),
-            "url": format!("{port_hint}/att/{id}/{i}"), "proxy_url": format!("{port_hint}/att/{id}/{i}"),
-            "content_type": "text/plain", "text": String::from_utf8_lossy(data)}))
+        .map(|(i, (name, data))| {
+            let url = format!("{port_hint}/att/{id}/{i}");
+            // A long benchmark uploads many files: the oldest bytes go (this bounds the fake).
+            if inner.files.len() >= 4_096 {
+                inner.files.clear();
+            }
+            inner.files.insert(url.clone(), data.clone());
+            let mut record = json!({"id": (first_attachment + i as u64).to_string(), "filename": name, "size": data.len(),
+                "url": url, "proxy_url": url});
+            // Discord reports an image's type and size; the text of other files is kept for
+            // tests to read (not a field Discord has).
+            match png_size(data) {
+                Some((width, height)) => {
+                    record["content_type"] = json!("image/png");
+                    record["width"] = json!(width);
+                    record["height"] = json!(height);
+                }
+                None => {
+                    record["content_type"] = json!("text/plain");
+                    record["text"] = json!(String::from_utf8_lossy(data));
+                }
+            }
+            record
+        })
         .collect()
+}
+
+/// A PNG's width and height, from its signature and header chunk.
+fn png_size(data: &[u8]) -> Option<(u32, u32)> {
+    const SIGNATURE: &[u8] = b"\x89PNG\r\n\x1a\n";
+    if !data.starts_with(SIGNATURE) || data.get(12..16) != Some(b"IHDR") {
+        return None;
+    }
+    let number = |at: usize| Some(u32::from_be_bytes(data.get(at..at + 4)?.try_into().ok()?));
+    Some((number(16)?, number(20)?))
 }
 
 fn stored_message(
@@ -1655,6 +1722,23 @@ async fn edit_followup(
 }
 
 /// GET /users/@me: the bot's own user, for the token the tests give it ("Bot fake-token").
+/// A member of one of the fake's servers, as Discord's REST API returns one (no permissions,
+/// which only interactions carry); 404 "Unknown Member" for anyone the fake does not know.
+async fn guild_member(Path((_guild, user_id)): Path<(u64, u64)>) -> Response {
+    if name_of(user_id) == "someone" {
+        return (
+            StatusCode::NOT_FOUND,
+            Json(json!({"message": "Unknown Member", "code": 10007})),
+        )
+            .into_response();
+    }
+    let mut found = member(user_id, &[], "0");
+    if let Some(fields) = found.as_object_mut() {
+        fields.remove("permissions");
+    }
+    Json(found).into_response()
+}
+
 async fn current_user(headers: HeaderMap) -> Response {
     let authorised =
         headers.get("authorization").and_then(|v| v.to_str().ok()) == Some("Bot fake-token");

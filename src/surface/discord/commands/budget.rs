@@ -3,6 +3,7 @@
 use anyhow::Context as _;
 use poise::serenity_prelude::UserId;
 
+use super::spend_chart::budget_chart;
 use super::{capitalise, guild_of, thread_agent, Ctx, Error};
 use crate::budget::LimitScope;
 use crate::core::budget::{format_usd, usd_to_micros, BudgetKind, Micros};
@@ -11,8 +12,12 @@ use crate::core::state::{GuildId, Spender};
 use crate::service::LimitChange;
 use crate::surface::discord::respond::{author, defer_privately, reply};
 
-/// Spend and budgets: see them, or change them.
-#[poise::command(slash_command, guild_only, subcommands("budget_show", "budget_set"))]
+/// Spend and budgets: see them (and chart them), or change them.
+#[poise::command(
+    slash_command,
+    guild_only,
+    subcommands("budget_show", "budget_set", "budget_chart")
+)]
 pub(super) async fn budget(_ctx: Ctx<'_>) -> Result<(), Error> {
     Ok(())
 }

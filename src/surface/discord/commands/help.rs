@@ -80,7 +80,7 @@ mod tests {
         for expected in [
             "`/agent start` — ",
             "`/agent help` — ",
-            "`/agent budget show|set` — ",
+            "`/agent budget show|set|chart` — ",
             "`/agent models show|allow|remove` — ",
         ] {
             assert!(

@@ -13,6 +13,7 @@ mod models;
 mod policy;
 pub(super) mod rules;
 mod share;
+mod spend_chart;
 mod start;
 mod status;
 

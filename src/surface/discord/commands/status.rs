@@ -1,14 +1,20 @@
-//! `/agent status`: the agent's state, last action, spend, policy and sub-agents, privately.
+//! `/agent status`: the agent's state, last action, spend, policy and sub-agents, with its budget
+//! burn-down as a chart, privately.
+
+use poise::serenity_prelude::CreateAttachment;
 
 use super::{thread_agent, Ctx, Error};
 use crate::budget::Budgets;
-use crate::core::budget::format_usd;
+use crate::charts::{burn_down_png, BurnDown};
+use crate::core::budget::{format_usd, Micros};
 use crate::core::state::Phase;
-use crate::surface::discord::respond::reply;
+use crate::surface::discord::respond::{defer_privately, send_privately};
 
-/// Show the agent's state, cycle, last action and approvals left.
+/// Show the agent's state, cycle, last action and approvals left, and a chart of its spend.
 #[poise::command(slash_command, guild_only)]
 pub(super) async fn status(ctx: Ctx<'_>) -> Result<(), Error> {
+    // Reading every step and drawing the chart may take longer than an interaction may wait.
+    defer_privately(ctx).await?;
     let (_, state) = thread_agent(ctx).await?;
     let last = state
         .last_episode()
@@ -80,5 +86,37 @@ pub(super) async fn status(ctx: Ctx<'_>) -> Result<(), Error> {
         state.usage.completion_tokens,
         state.usage.calls
     );
-    reply(ctx, text, true).await
+    let store = data.app.store.clone();
+    let agent = state.id.clone();
+    let chart = BurnDown {
+        agent_name: state.name().to_string(),
+        spent_after_cycle: Vec::new(),
+        budget: limit,
+        soft_cap: Micros(
+            (limit.0 as u128 * data.app.budgets.soft_cap_percent() as u128 / 100) as u64,
+        ),
+    };
+    let (cycle, spent_now) = (state.cycle, spent.spent);
+    let png = data
+        .agents_runtime
+        .spawn_blocking(move || -> Result<Vec<u8>, Error> {
+            let mut chart = chart;
+            chart.spent_after_cycle = store.spend_after_each_cycle(&agent)?;
+            // The cycle under way has spent too (its model call), though no step records it yet.
+            let recorded = chart.spent_after_cycle.last().copied();
+            if recorded.is_none_or(|(last, so_far)| last < cycle && so_far < spent_now) {
+                chart.spent_after_cycle.push((cycle, spent_now));
+            }
+            Ok(burn_down_png(&chart)?)
+        })
+        .await??;
+    send_privately(
+        ctx,
+        text,
+        vec![CreateAttachment::bytes(
+            png,
+            format!("{}-spend.png", state.id),
+        )],
+    )
+    .await
 }

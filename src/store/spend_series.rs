@@ -1,0 +1,32 @@
+//! An agent's spend after each of its cycles, read from its stored steps without their bodies,
+//! for the budget burn-down chart.
+
+use serde::Deserialize;
+
+use super::{agent_prefix, decode, Store, StoreError};
+use crate::core::budget::Micros;
+
+/// The two fields of a stored step the chart needs; the rest of the record is skipped unread.
+#[derive(Deserialize)]
+struct StepCost {
+    cycle: u64,
+    #[serde(default)]
+    cost: Micros,
+}
+
+impl Store {
+    /// `(cycle, spend so far)` after each step the agent has taken, oldest first: the running
+    /// sum of what each cycle cost.
+    pub fn spend_after_each_cycle(&self, agent: &str) -> Result<Vec<(u64, Micros)>, StoreError> {
+        let mut spent = Micros::ZERO;
+        self.episodes
+            .scan_prefix(agent_prefix(agent))
+            .map(|item| {
+                let (key, raw) = item?;
+                let step: StepCost = decode(&key, &raw)?;
+                spent = spent.saturating_add(step.cost);
+                Ok((step.cycle, spent))
+            })
+            .collect()
+    }
+}

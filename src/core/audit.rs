@@ -156,6 +156,17 @@ pub enum AuditEvent {
         memory: u64,
         digest: String,
     },
+    /// This agent began as a fork of another, as it was when `cycle` closed.
+    ForkedFrom {
+        agent: String,
+        name: String,
+        cycle: u64,
+    },
+    /// A fork of this agent was started from `cycle`: the agent `fork`.
+    Forked {
+        fork: String,
+        cycle: u64,
+    },
 }
 
 impl AuditEvent {
@@ -303,6 +314,12 @@ impl AuditEntry {
             AuditEvent::MemoryUnpinned { memory } => format!("unpinned memory #{memory}"),
             AuditEvent::MemoryForgotten { memory, digest } => {
                 format!("forgot memory #{memory} (text digest {digest})")
+            }
+            AuditEvent::ForkedFrom { agent, name, cycle } => {
+                format!("forked this agent from {name} (`{agent}`) as it was after cycle {cycle}")
+            }
+            AuditEvent::Forked { fork, cycle } => {
+                format!("forked this agent after cycle {cycle} into `{fork}`")
             }
         };
         format!("{when} · {} · {what}", self.by)

@@ -2,6 +2,7 @@
 //! who may set which budget and how far, narrowing an agent's policy, and which agents try again
 //! when a budget is raised. Surfaces (Discord, the console) only route and render.
 
+pub mod fork;
 pub mod memory_changes;
 pub mod parked;
 pub mod rights;

@@ -20,6 +20,7 @@ pub(crate) enum TreeId {
     Workspace = 4,
     Audit = 5,
     Rules = 6,
+    WorkspaceUndo = 7,
 }
 
 impl TreeId {
@@ -31,6 +32,7 @@ impl TreeId {
             4 => TreeId::Workspace,
             5 => TreeId::Audit,
             6 => TreeId::Rules,
+            7 => TreeId::WorkspaceUndo,
             _ => return None,
         })
     }
@@ -129,6 +131,7 @@ impl Store {
             TreeId::Workspace => &self.workspace,
             TreeId::Audit => &self.audit,
             TreeId::Rules => &self.rules,
+            TreeId::WorkspaceUndo => &self.workspace_undo,
         }
     }
 

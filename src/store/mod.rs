@@ -8,6 +8,7 @@ mod audit;
 mod bindings;
 pub mod migrate;
 mod rules;
+pub mod snapshots;
 mod spend_series;
 mod workspace_sizes;
 
@@ -253,6 +254,8 @@ pub struct Store {
     decisions: sled::Tree,
     journal: sled::Tree,
     workspace: sled::Tree,
+    /// What each recent cycle's workspace changes replaced (see `snapshots`).
+    workspace_undo: sled::Tree,
     discord: sled::Tree,
     subagents: sled::Tree,
     audit: sled::Tree,
@@ -297,6 +300,7 @@ impl Store {
             decisions: db.open_tree("decisions")?,
             journal: db.open_tree("journal")?,
             workspace: db.open_tree("workspace")?,
+            workspace_undo: db.open_tree("workspace_undo")?,
             discord: db.open_tree("discord")?,
             subagents: db.open_tree("subagents")?,
             audit: db.open_tree("audit")?,
@@ -413,6 +417,13 @@ impl Store {
                 cycle_key(&state.id, *cycle),
                 encode(&entry)?,
             );
+        }
+        if !commit.workspace.is_empty() {
+            let cycle = commit
+                .journal_done
+                .as_ref()
+                .map_or(state.cycle, |(cycle, _)| *cycle);
+            self.record_undo(&mut writes, &state.id, cycle, &commit.workspace)?;
         }
         for op in &commit.workspace {
             match op {
@@ -563,6 +574,7 @@ impl Store {
                 tree.remove(key?)?;
             }
         }
+        self.remove_undo(agent)?;
         self.workspace_sizes().sizes.remove(agent);
         if let Some(binding) = binding {
             self.forget_binding(&binding)?;

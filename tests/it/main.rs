@@ -15,6 +15,7 @@ mod crash_cards;
 mod discord_contact;
 mod discord_e2e;
 mod fake_discord_payloads;
+mod fork_e2e;
 mod live_status_e2e;
 mod llm_client;
 mod mcp;

@@ -6,6 +6,7 @@ mod budget;
 mod control;
 pub(super) mod delete;
 mod export;
+mod fork;
 mod help;
 mod list;
 mod memory;
@@ -68,6 +69,7 @@ pub fn all() -> Vec<poise::Command<Data, Error>> {
         "share::share",
         "share::unshare",
         "export::export",
+        "fork::fork",
         "budget::budget",
         "memory::memory",
         "policy::policy",

@@ -1,7 +1,9 @@
 //! `/agent start`: opens a thread for a new agent and starts it there.
 
 use poise::serenity_prelude as serenity;
-use serenity::{AutoArchiveDuration, ChannelType, CreateThread, HttpError, RoleId, UserId};
+use serenity::{
+    AutoArchiveDuration, ChannelId, ChannelType, CreateThread, HttpError, RoleId, UserId,
+};
 
 use super::{guild_of, Ctx, Error};
 use crate::core::budget::usd_to_micros;
@@ -74,28 +76,7 @@ pub(super) async fn start(
     defer_privately(ctx).await?;
     let id = AgentService::new_agent_id();
     let title = name.clone().unwrap_or_else(|| format!("agent {id}"));
-    let thread = ctx
-        .channel_id()
-        .create_thread(
-            ctx.http(),
-            CreateThread::new(thread_name(&title))
-                .kind(ChannelType::PublicThread)
-                .auto_archive_duration(AutoArchiveDuration::OneDay),
-        )
-        .await
-        .map_err(|e| match e {
-            serenity::Error::Http(HttpError::UnsuccessfulRequest(refusal))
-                if refusal.status_code.as_u16() == 403 =>
-            {
-                UserError::new(
-                    "I may not open a thread in this channel: give my role the Create Public \
-                     Threads and Send Messages in Threads permissions here, or start the agent \
-                     in another channel.",
-                )
-                .into()
-            }
-            other => anyhow::Error::new(other).context("cannot create the agent's thread"),
-        })?;
+    let thread = open_thread(ctx, ctx.channel_id(), &title).await?;
     data.app.store.save_binding(&ThreadBinding {
         agent_id: id.clone(),
         guild_id,
@@ -131,4 +112,34 @@ pub(super) async fn start(
         true,
     )
     .await
+}
+
+/// Opens a public thread for an agent in `channel`; a refusal for want of permissions says which
+/// ones the bot's role needs.
+pub(super) async fn open_thread(
+    ctx: Ctx<'_>,
+    channel: ChannelId,
+    title: &str,
+) -> Result<serenity::GuildChannel, Error> {
+    channel
+        .create_thread(
+            ctx.http(),
+            CreateThread::new(thread_name(title))
+                .kind(ChannelType::PublicThread)
+                .auto_archive_duration(AutoArchiveDuration::OneDay),
+        )
+        .await
+        .map_err(|e| match e {
+            serenity::Error::Http(HttpError::UnsuccessfulRequest(refusal))
+                if refusal.status_code.as_u16() == 403 =>
+            {
+                UserError::new(
+                    "I may not open a thread in this channel: give my role the Create Public \
+                     Threads and Send Messages in Threads permissions here, or start the agent \
+                     in another channel.",
+                )
+                .into()
+            }
+            other => anyhow::Error::new(other).context("cannot create the agent's thread"),
+        })
 }

@@ -1,0 +1,359 @@
+//! The workspace as it was after any recent cycle, for `/agent fork`: every change a cycle makes
+//! to a file first records what the file held before (an undo record per file and cycle, in the
+//! `workspace_undo` tree, written with the change itself). The workspace after cycle N is today's
+//! files with the undo records of every later cycle applied, newest first.
+//!
+//! Undo records are kept for the last `SNAPSHOT_CYCLES` cycles, so what they hold is bounded by
+//! that many cycles of an agent's writes; older ones are removed as new ones are written.
+
+use std::collections::{BTreeMap, HashSet};
+
+use super::ahead::{TreeId, Writes};
+use super::{agent_prefix, cycle_key, encode, file_key, Store, StoreError, WorkspaceOp};
+use crate::core::audit::AuditEntry;
+use crate::core::state::AgentState;
+
+/// How many cycles back an agent can be forked from.
+pub const SNAPSHOT_CYCLES: u64 = 50;
+
+/// `agent/` + the cycle (8 bytes, big-endian, so keys sort by cycle) + the file's path.
+fn undo_key(agent: &str, cycle: u64, path: &str) -> Vec<u8> {
+    let mut key = agent_prefix(agent);
+    key.extend_from_slice(&cycle.to_be_bytes());
+    key.extend_from_slice(path.as_bytes());
+    key
+}
+
+/// An undo record's value: 0 when the file did not exist before, else 1 and its contents.
+fn undo_value(before: Option<&[u8]>) -> Vec<u8> {
+    match before {
+        None => vec![0],
+        Some(contents) => {
+            let mut value = Vec::with_capacity(contents.len() + 1);
+            value.push(1);
+            value.extend_from_slice(contents);
+            value
+        }
+    }
+}
+
+/// The cycle and path of an undo key, and the contents its value restores.
+fn read_undo(
+    agent: &str,
+    key: &[u8],
+    value: &[u8],
+) -> Result<(u64, String, Option<Vec<u8>>), StoreError> {
+    let corrupt = || StoreError::Corrupt(format!("an undo record of agent {agent} is malformed"));
+    let rest = key.get(agent.len() + 1..).ok_or_else(corrupt)?;
+    let (cycle, path) = rest.split_at_checked(8).ok_or_else(corrupt)?;
+    let cycle = u64::from_be_bytes(cycle.try_into().map_err(|_| corrupt())?);
+    let path = String::from_utf8(path.to_vec()).map_err(|_| corrupt())?;
+    let contents = match value.split_first() {
+        Some((0, _)) => None,
+        Some((1, contents)) => Some(contents.to_vec()),
+        _ => return Err(corrupt()),
+    };
+    Ok((cycle, path, contents))
+}
+
+/// Why an agent cannot be forked from a cycle.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ForkRefusal {
+    #[error("cycle {asked} has not finished yet: the last finished cycle is {last}")]
+    NotFinished { asked: u64, last: u64 },
+    #[error("the workspace is kept for the last {SNAPSHOT_CYCLES} cycles: fork from cycle {oldest} or later")]
+    TooOld { oldest: u64 },
+}
+
+impl Store {
+    /// Adds to `writes` the undo records of a cycle's workspace changes (the first change of each
+    /// file in the cycle only: that one holds what the file was before the cycle), and removes
+    /// the records that fell out of the kept window.
+    pub(super) fn record_undo(
+        &self,
+        writes: &mut Writes,
+        agent: &str,
+        cycle: u64,
+        ops: &[WorkspaceOp],
+    ) -> Result<(), StoreError> {
+        let mut seen = HashSet::new();
+        for op in ops {
+            let path = match op {
+                WorkspaceOp::Put { path, .. } | WorkspaceOp::Delete { path } => path,
+            };
+            let key = undo_key(agent, cycle, path);
+            if !seen.insert(path) || self.workspace_undo.contains_key(&key)? {
+                continue;
+            }
+            let before = self.workspace.get(file_key(agent, path))?;
+            writes.put(TreeId::WorkspaceUndo, key, undo_value(before.as_deref()));
+        }
+        if let Some(oldest_kept) = cycle.checked_sub(SNAPSHOT_CYCLES) {
+            let start = agent_prefix(agent);
+            let end = undo_key(agent, oldest_kept, "");
+            for key in self.workspace_undo.range(start..end).keys() {
+                writes.remove(TreeId::WorkspaceUndo, key?.to_vec());
+            }
+        }
+        Ok(())
+    }
+
+    /// The agent's files as they were when `cycle` closed.
+    pub fn workspace_at(
+        &self,
+        agent: &str,
+        cycle: u64,
+    ) -> Result<BTreeMap<String, Vec<u8>>, StoreError> {
+        let prefix = agent_prefix(agent);
+        let mut files = BTreeMap::new();
+        for item in self.workspace.scan_prefix(&prefix) {
+            let (key, contents) = item?;
+            let path = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
+            files.insert(path, contents.to_vec());
+        }
+        let later = undo_key(agent, cycle.saturating_add(1), "");
+        let mut end = prefix.clone();
+        end.extend_from_slice(&u64::MAX.to_be_bytes());
+        end.push(0xff);
+        for item in self.workspace_undo.range(later..end).rev() {
+            let (key, value) = item?;
+            let (_, path, before) = read_undo(agent, &key, &value)?;
+            match before {
+                Some(contents) => files.insert(path, contents),
+                None => files.remove(&path),
+            };
+        }
+        Ok(files)
+    }
+
+    /// Whether `source` can be forked from `cycle`: the cycle has closed, and its workspace is
+    /// still kept.
+    pub fn check_fork(&self, source: &AgentState, cycle: u64) -> Result<(), ForkRefusal> {
+        let last = source.last_episode().map_or(0, |e| e.cycle);
+        if cycle > last {
+            return Err(ForkRefusal::NotFinished { asked: cycle, last });
+        }
+        let oldest = source.cycle.saturating_sub(SNAPSHOT_CYCLES);
+        if cycle < oldest {
+            return Err(ForkRefusal::TooOld { oldest });
+        }
+        Ok(())
+    }
+
+    /// Stores a new agent `fork` as `source` was when `cycle` closed: its record, the steps up to
+    /// that cycle and the workspace as it was then, with `audit` on its trail, all together.
+    /// Memories are the memory service's to copy.
+    pub fn fork_agent(
+        &self,
+        source: &str,
+        cycle: u64,
+        fork: &AgentState,
+        audit: &AuditEntry,
+    ) -> Result<(), StoreError> {
+        let mut writes = Writes::default();
+        writes.put(TreeId::Agents, fork.id.as_bytes(), encode(fork)?);
+        let end = cycle_key(source, cycle.saturating_add(1));
+        let prefix = agent_prefix(source);
+        for item in self.episodes.range(prefix.clone()..end) {
+            let (key, raw) = item?;
+            // The key is "agent/<cycle in hex>"; the record is copied as stored.
+            let cycle = std::str::from_utf8(&key[prefix.len()..])
+                .ok()
+                .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+                .ok_or_else(|| {
+                    StoreError::Corrupt(format!("a step of agent {source} has a malformed key"))
+                })?;
+            writes.put(TreeId::Episodes, cycle_key(&fork.id, cycle), raw.to_vec());
+        }
+        for (path, contents) in self.workspace_at(source, cycle)? {
+            writes.put(TreeId::Workspace, file_key(&fork.id, &path), contents);
+        }
+        for key in self.new_audit_keys(&fork.id, 1)? {
+            writes.put(TreeId::Audit, key, encode(audit)?);
+        }
+        self.write_together(&writes)?;
+        Ok(())
+    }
+
+    /// Removes an agent's undo records (the agent is deleted).
+    pub(super) fn remove_undo(&self, agent: &str) -> Result<(), StoreError> {
+        for key in self.workspace_undo.scan_prefix(agent_prefix(agent)).keys() {
+            self.workspace_undo.remove(key?)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::audit::AuditEvent;
+    use crate::core::history::{Episode, Outcome};
+    use crate::store::Commit;
+
+    fn put(path: &str, contents: &str) -> WorkspaceOp {
+        WorkspaceOp::Put {
+            path: path.into(),
+            contents: contents.as_bytes().to_vec(),
+        }
+    }
+
+    /// Closes `cycle` of `agent` with its step and the workspace changes its command made.
+    fn close_cycle(store: &Store, agent: &mut AgentState, cycle: u64, ops: Vec<WorkspaceOp>) {
+        let outcome = Outcome::Success("ok".into());
+        agent.record_episode(Episode {
+            cycle,
+            command: Default::default(),
+            reasoning: String::new(),
+            outcome: outcome.clone(),
+            summary: None,
+            decided_by: None,
+            cost: Default::default(),
+        });
+        agent.cycle = cycle + 1;
+        let episode = agent.last_episode().unwrap().clone();
+        store
+            .commit(&Commit {
+                state: Some(agent),
+                episodes: vec![&episode],
+                journal_done: Some((cycle, &outcome)),
+                workspace: ops,
+                ..Default::default()
+            })
+            .unwrap();
+    }
+
+    fn files(pairs: &[(&str, &str)]) -> BTreeMap<String, Vec<u8>> {
+        pairs
+            .iter()
+            .map(|(p, c)| (p.to_string(), c.as_bytes().to_vec()))
+            .collect()
+    }
+
+    #[test]
+    fn the_workspace_after_each_cycle_is_read_back_and_a_fork_copies_it_leaving_the_source() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut agent = AgentState::for_test("src1");
+        close_cycle(&store, &mut agent, 1, vec![put("a.txt", "1")]);
+        close_cycle(
+            &store,
+            &mut agent,
+            2,
+            vec![put("a.txt", "2"), put("b.txt", "b")],
+        );
+        close_cycle(
+            &store,
+            &mut agent,
+            3,
+            vec![
+                WorkspaceOp::Delete {
+                    path: "b.txt".into(),
+                },
+                put("a.txt", "3"),
+                put("a.txt", "3b"),
+            ],
+        );
+        close_cycle(&store, &mut agent, 4, vec![put("c.txt", "c")]);
+        assert_eq!(store.workspace_at("src1", 0).unwrap(), files(&[]));
+        assert_eq!(
+            store.workspace_at("src1", 1).unwrap(),
+            files(&[("a.txt", "1")])
+        );
+        assert_eq!(
+            store.workspace_at("src1", 2).unwrap(),
+            files(&[("a.txt", "2"), ("b.txt", "b")])
+        );
+        assert_eq!(
+            store.workspace_at("src1", 3).unwrap(),
+            files(&[("a.txt", "3b")])
+        );
+        assert_eq!(
+            store.workspace_at("src1", 4).unwrap(),
+            files(&[("a.txt", "3b"), ("c.txt", "c")])
+        );
+
+        let mut fork = AgentState::for_test("fork1");
+        fork.cycle = 3;
+        let audit = AuditEntry {
+            at: fork.created_at,
+            by: "alice".into(),
+            event: AuditEvent::Resumed,
+        };
+        store.fork_agent("src1", 2, &fork, &audit).unwrap();
+        drop(store);
+        let store = Store::open(dir.path()).unwrap();
+        let forked = store.load_agent("fork1").unwrap().unwrap();
+        let cycles: Vec<u64> = forked.episodes.iter().map(|e| e.cycle).collect();
+        assert_eq!((cycles, forked.cycle), (vec![1, 2], 3));
+        assert_eq!(
+            store.list_files("fork1").unwrap(),
+            [("a.txt".to_string(), 1), ("b.txt".to_string(), 1)]
+        );
+        assert_eq!(store.audit_page("fork1", 0, 10).unwrap().entries.len(), 1);
+        // The source is as it was.
+        assert_eq!(store.load_agent("src1").unwrap().unwrap().episodes.len(), 4);
+        assert_eq!(
+            store.workspace_at("src1", 4).unwrap(),
+            files(&[("a.txt", "3b"), ("c.txt", "c")])
+        );
+        // The fork's own later changes do not touch the source's history.
+        let mut forked = forked;
+        close_cycle(&store, &mut forked, 3, vec![put("a.txt", "fork")]);
+        assert_eq!(
+            store.workspace_at("src1", 2).unwrap(),
+            files(&[("a.txt", "2"), ("b.txt", "b")])
+        );
+        assert_eq!(
+            store.workspace_at("fork1", 2).unwrap(),
+            files(&[("a.txt", "2"), ("b.txt", "b")])
+        );
+    }
+
+    #[test]
+    fn undo_records_are_kept_for_the_last_cycles_only_and_a_fork_beyond_them_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut agent = AgentState::for_test("long");
+        let last = SNAPSHOT_CYCLES + 20;
+        for cycle in 1..=last {
+            close_cycle(
+                &store,
+                &mut agent,
+                cycle,
+                vec![put("log.txt", &cycle.to_string())],
+            );
+        }
+        // One record per cycle, for the kept window only.
+        let kept = store
+            .workspace_undo
+            .scan_prefix(agent_prefix("long"))
+            .count() as u64;
+        assert_eq!(kept, SNAPSHOT_CYCLES + 1);
+        let oldest = agent.cycle - SNAPSHOT_CYCLES;
+        assert_eq!(store.check_fork(&agent, oldest), Ok(()));
+        assert_eq!(
+            store.workspace_at("long", oldest).unwrap(),
+            files(&[("log.txt", &oldest.to_string())])
+        );
+        assert_eq!(
+            store.check_fork(&agent, oldest - 1),
+            Err(ForkRefusal::TooOld { oldest })
+        );
+        assert_eq!(
+            store.check_fork(&agent, last + 1),
+            Err(ForkRefusal::NotFinished {
+                asked: last + 1,
+                last
+            })
+        );
+        store.delete_agent("long").unwrap();
+        assert_eq!(
+            store
+                .workspace_undo
+                .scan_prefix(agent_prefix("long"))
+                .count(),
+            0
+        );
+    }
+}

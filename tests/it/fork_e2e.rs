@@ -1,0 +1,120 @@
+//! `/agent fork` end to end: a new agent in a new thread with the history, memories and
+//! workspace of another as they were after a cycle, for the original's deciders only, and the
+//! original untouched.
+
+use crate::support;
+
+use serde_json::{json, Value};
+use support::bot::{answer, button, card, message_containing, start_agent, start_bot, Start};
+use support::fake_discord::{FakeDiscord, ALICE, BOB};
+use support::fake_openai::{agent_reply, Expect, FakeOpenAi, Kind};
+use support::TestEnv;
+
+/// The text of every message of a cycle request, joined: what the model was shown.
+fn prompt_text(request: &Value) -> String {
+    request["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["content"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_starts_from_the_history_memories_and_workspace_of_a_past_cycle() {
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
+    for contents in ["first draft", "second draft"] {
+        openai.push_content(agent_reply(
+            "write_file",
+            json!({"filename": "draft.txt", "contents": contents}),
+        ));
+    }
+    openai.push_content(agent_reply(
+        "write_file",
+        json!({"filename": "notes.txt", "contents": "late"}),
+    ));
+    let discord = FakeDiscord::start().await;
+    let env = TestEnv::with_memory(&openai.base_url, "");
+    let _bot = start_bot(&env, &discord).await;
+    let original = start_agent(
+        &discord,
+        Start {
+            task: "Write a draft",
+            name: Some("DraftGPT"),
+            ..Start::default()
+        },
+    )
+    .await;
+    for cycle in 1..=2 {
+        let shown = card(&discord, original, &format!("DraftGPT · cycle {cycle}")).await;
+        discord.click(ALICE, &[], &shown, &button(&shown, "Approve"));
+    }
+    let waiting = card(&discord, original, "DraftGPT · cycle 3").await;
+
+    // Only the original's deciders may fork it, and only from a cycle that closed.
+    let fork =
+        |user, options: Value| discord.slash(user, &[], original, "fork", options, json!({}));
+    let refused = fork(BOB, json!([]));
+    assert!(answer(&discord, refused, true)
+        .await
+        .starts_with("Only the agent's owner"));
+    let refused = fork(
+        ALICE,
+        json!([{"name": "from_cycle", "type": 4, "value": 3}]),
+    );
+    assert_eq!(
+        answer(&discord, refused, true).await,
+        "It cannot be forked from cycle 3: cycle 3 has not finished yet: the last finished cycle is 2."
+    );
+    assert_eq!(discord.threads().len(), 1, "a refused fork opens no thread");
+
+    // The fork after cycle 1 reads its draft: the first one.
+    openai.push_content(agent_reply("read_file", json!({"filename": "draft.txt"})));
+    openai.push_content(agent_reply("read_file", json!({"filename": "notes.txt"})));
+    let forked = fork(
+        ALICE,
+        json!([{"name": "from_cycle", "type": 4, "value": 1}]),
+    );
+    let said = answer(&discord, forked, true).await;
+    assert!(said.starts_with("Forked into <#"), "{said}");
+    let threads = discord.threads();
+    assert_eq!(threads.len(), 2);
+    assert_eq!(threads[1]["name"], "DraftGPT (fork after cycle 1)");
+    let fork_thread: u64 = threads[1]["id"].as_str().unwrap().parse().unwrap();
+    let origin = message_containing(&discord, fork_thread, "🍴 Forked from **DraftGPT**").await;
+    let origin = origin["content"].as_str().unwrap();
+    assert!(
+        origin.ends_with("as it was after cycle 1, by alice: 1 steps, 1 memories and 1 files."),
+        "{origin}"
+    );
+    message_containing(
+        &discord,
+        original,
+        "🍴 alice forked this agent after cycle 1",
+    )
+    .await;
+    let read = card(&discord, fork_thread, "DraftGPT · cycle 2").await;
+    discord.click(ALICE, &[], &read, &button(&read, "Approve"));
+    card(&discord, fork_thread, "DraftGPT · cycle 3").await;
+    let prompts = openai.requests(Kind::Cycle);
+    let shown = prompt_text(prompts.last().unwrap());
+    assert!(shown.contains("first draft"), "{shown}");
+    assert!(
+        !shown.contains("second draft"),
+        "the fork saw a later cycle:\n{shown}"
+    );
+
+    // The original goes on where it was, with its own history.
+    openai.push_content(agent_reply("read_file", json!({"filename": "draft.txt"})));
+    discord.click(ALICE, &[], &waiting, &button(&waiting, "Approve"));
+    card(&discord, original, "DraftGPT · cycle 4").await;
+    let prompts = openai.requests(Kind::Cycle);
+    let shown = prompt_text(prompts.last().unwrap());
+    assert!(
+        shown.contains("second draft") && shown.contains("notes.txt"),
+        "{shown}"
+    );
+    discord.assert_clean();
+    openai.assert_clean();
+}

@@ -167,6 +167,11 @@ pub enum AuditEvent {
         fork: String,
         cycle: u64,
     },
+    /// The agent was rewound in place to how it was after `cycle`: `steps` later steps undone.
+    Rewound {
+        cycle: u64,
+        steps: usize,
+    },
 }
 
 impl AuditEvent {
@@ -320,6 +325,9 @@ impl AuditEntry {
             }
             AuditEvent::Forked { fork, cycle } => {
                 format!("forked this agent after cycle {cycle} into `{fork}`")
+            }
+            AuditEvent::Rewound { cycle, steps } => {
+                format!("rewound the agent to after cycle {cycle}, undoing {steps} steps")
             }
         };
         format!("{when} · {} · {what}", self.by)

@@ -609,6 +609,32 @@ impl Memory {
         Ok(copied)
     }
 
+    /// Forgets every memory `agent` made after `cycle` (its steps since were rewound); returns
+    /// how many.
+    pub fn forget_after(&self, agent: &str, cycle: u64) -> Result<usize, MemoryError> {
+        let mut later = Vec::new();
+        for item in self.records.scan_prefix(prefix(agent)) {
+            let (k, raw) = item.map_err(StoreError::from)?;
+            let record: MemoryRecord = decode(&k, &raw)?;
+            if !record.forgotten && record.cycle > cycle {
+                later.push(record.id);
+            }
+        }
+        for id in &later {
+            self.forget(agent, *id)?;
+        }
+        // Memories of those cycles still waiting for the embeddings endpoint go too.
+        for item in self.pending.scan_prefix(prefix(agent)) {
+            let (k, raw) = item.map_err(StoreError::from)?;
+            let record: MemoryRecord = decode(&k, &raw)?;
+            if record.cycle > cycle {
+                self.pending.remove(&k).map_err(StoreError::from)?;
+            }
+        }
+        self.db.flush().map_err(StoreError::from)?;
+        Ok(later.len())
+    }
+
     /// Drops every cached index (tests use it to prove the store alone is enough).
     pub fn clear_cache(&self) {
         self.cache

@@ -110,6 +110,19 @@ impl Supervisor {
         self.lock().contains_key(agent)
     }
 
+    /// Runs `change` on a resting agent's stored state with no actor able to start meanwhile
+    /// (starting one takes the same lock), or returns `None` when an actor runs it. For changes
+    /// that rewrite what an actor would load, such as a rewind.
+    pub fn while_resting<T>(&self, agent: &str, change: impl FnOnce() -> T) -> Option<T> {
+        let live = self.lock();
+        if live.contains_key(agent) {
+            return None;
+        }
+        let result = change();
+        drop(live);
+        Some(result)
+    }
+
     /// Stores a new agent and starts it.
     pub async fn start_new(&self, state: AgentState) -> Result<AgentHandle, StoreError> {
         self.deps.store.commit(&Commit {

@@ -113,4 +113,9 @@ impl Doing {
             _ => false,
         }
     }
+
+    /// Whether the agent rests (finished or paused) until a person lets it go on.
+    pub fn is_resting(&self) -> bool {
+        matches!(self, Doing::Finished | Doing::Paused { .. })
+    }
 }

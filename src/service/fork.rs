@@ -1,5 +1,6 @@
-//! Forking an agent: a new agent with another's history, workspace and (through the memory
-//! service) memories as they were when one of its cycles closed, the original left untouched.
+//! Forking an agent (a new agent with another's history, workspace and, through the memory
+//! service, memories as they were when one of its cycles closed, the original left untouched)
+//! and rewinding one in place to such a cycle.
 
 use anyhow::Context as _;
 
@@ -16,7 +17,7 @@ impl AgentService {
         let cycle = asked.unwrap_or_else(|| source.last_episode().map_or(0, |e| e.cycle));
         self.store
             .check_fork(source, cycle)
-            .map_err(|why| UserError(format!("It cannot be forked from cycle {cycle}: {why}.")))?;
+            .map_err(|why| UserError(format!("It cannot go back to cycle {cycle}: {why}.")))?;
         Ok(cycle)
     }
 
@@ -74,5 +75,49 @@ impl AgentService {
         self.store
             .load_agent(&fork.id)?
             .context("the fork vanished as it was stored")
+    }
+}
+
+impl AgentService {
+    /// Rewinds the resting agent `current` in place to how it was after `cycle` (checked as for a
+    /// fork), by `by`: returns its new state, ready to think again, and how many steps were
+    /// undone. Its next cycle is numbered after every cycle it had, so no card or record of the
+    /// undone cycles can act on a new step.
+    pub fn rewind(
+        &self,
+        current: &AgentState,
+        cycle: u64,
+        by: &str,
+    ) -> ServiceResult<(AgentState, usize)> {
+        self.fork_cycle(current, Some(cycle))?;
+        let now = self.clock.now();
+        let mut state = current.clone();
+        state.cycle = current.cycle + 1;
+        state.phase = crate::core::state::Phase::Thinking;
+        state.pending = None;
+        state.auto_approvals_left = 0;
+        state.invalid_replies_in_row = 0;
+        state.refusals_in_row = 0;
+        state.rethink_used = false;
+        state.rethink_requested = None;
+        state.pause_requested = None;
+        state.finish_requested = None;
+        state.paced = None;
+        state.recalled = Vec::new();
+        state.cycles_since_resume = 0;
+        state.brake = Default::default();
+        state.tainted = current.tainted.clone().filter(|t| t.cycle <= cycle);
+        state.updated_at = now;
+        let audit = |steps| AuditEntry {
+            at: now,
+            by: by.to_string(),
+            event: AuditEvent::Rewound { cycle, steps },
+        };
+        let removed = self.store.rewind_agent(cycle, &state, audit)?;
+        let state = self
+            .store
+            .load_agent(&state.id)?
+            .context("the agent vanished as it was rewound")?;
+        Ok((state, removed))
     }
 }

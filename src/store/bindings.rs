@@ -93,6 +93,8 @@ impl Store {
             format!("{STATUS}{agent}").as_bytes(),
             &message.to_be_bytes(),
         )?;
+        // Once per agent: on disk at once, so a restart never has to search the thread for it.
+        self.db.flush()?;
         Ok(())
     }
 

@@ -175,6 +175,65 @@ impl Store {
         Ok(())
     }
 
+    /// Rewinds `agent` in place to how it was when `cycle` closed: `state` becomes its record,
+    /// the steps after that cycle are removed, its files are put back as they were (and the undo
+    /// records of the later cycles, now spent, removed), and the entry `audit` makes of the number
+    /// of steps undone joins its trail, all together. The journal and decisions of the later cycles stay: the agent's cycle numbers
+    /// go on past them (see `AgentService::rewound`), so no old card or record can meet a new
+    /// step. Returns how many steps were removed.
+    pub fn rewind_agent(
+        &self,
+        cycle: u64,
+        state: &AgentState,
+        audit: impl FnOnce(usize) -> AuditEntry,
+    ) -> Result<usize, StoreError> {
+        let agent = &state.id;
+        let mut writes = Writes::default();
+        writes.put(TreeId::Agents, agent.as_bytes(), encode(state)?);
+        let mut end = agent_prefix(agent);
+        end.push(0xff);
+        let mut removed = 0;
+        for key in self
+            .episodes
+            .range(cycle_key(agent, cycle.saturating_add(1))..end)
+            .keys()
+        {
+            writes.remove(TreeId::Episodes, key?.to_vec());
+            removed += 1;
+        }
+        let then = self.workspace_at(agent, cycle)?;
+        let prefix = agent_prefix(agent);
+        for key in self.workspace.scan_prefix(&prefix).keys() {
+            let key = key?;
+            let path = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
+            if !then.contains_key(&path) {
+                writes.remove(TreeId::Workspace, key.to_vec());
+            }
+        }
+        for (path, contents) in &then {
+            let key = file_key(agent, path);
+            if self.workspace.get(&key)?.as_deref() != Some(contents.as_slice()) {
+                writes.put(TreeId::Workspace, key, contents.clone());
+            }
+        }
+        let mut undo_end = prefix.clone();
+        undo_end.extend_from_slice(&u64::MAX.to_be_bytes());
+        undo_end.push(0xff);
+        for key in self
+            .workspace_undo
+            .range(undo_key(agent, cycle.saturating_add(1), "")..undo_end)
+            .keys()
+        {
+            writes.remove(TreeId::WorkspaceUndo, key?.to_vec());
+        }
+        let audit = audit(removed);
+        for key in self.new_audit_keys(agent, 1)? {
+            writes.put(TreeId::Audit, key, encode(&audit)?);
+        }
+        self.write_together(&writes)?;
+        Ok(removed)
+    }
+
     /// Removes an agent's undo records (the agent is deleted).
     pub(super) fn remove_undo(&self, agent: &str) -> Result<(), StoreError> {
         for key in self.workspace_undo.scan_prefix(agent_prefix(agent)).keys() {

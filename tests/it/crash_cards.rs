@@ -138,10 +138,23 @@ async fn killed_a_hundred_times_around_posting_no_card_is_posted_twice() {
                 *copies.entry(title).or_default() += 1;
             }
         }
-        assert_eq!(
-            statuses, 1,
-            "thread {thread}: {statuses} live status messages"
-        );
+        if statuses != 1 {
+            // Where each status message sits among the thread's messages, to tell how a second
+            // one came about.
+            let order: Vec<String> = discord
+                .messages_in(thread)
+                .iter()
+                .enumerate()
+                .filter(|(_, m)| title(m).starts_with("📌 Live status"))
+                .map(|(at, m)| format!("#{at} id {} at {}", m["id"], m["timestamp"]))
+                .collect();
+            let posted = bot.stderr().matches("status message posted").count();
+            panic!(
+                "thread {thread}: {statuses} live status messages ({order:?}; of {} messages; \
+                 the last bot logged {posted} posts)",
+                discord.messages_in(thread).len()
+            );
+        }
     }
     let duplicated: Vec<_> = copies.iter().filter(|(_, n)| **n > 1).collect();
     assert!(duplicated.is_empty(), "cards posted twice: {duplicated:?}");

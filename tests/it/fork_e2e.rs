@@ -65,7 +65,7 @@ async fn a_fork_starts_from_the_history_memories_and_workspace_of_a_past_cycle()
     );
     assert_eq!(
         answer(&discord, refused, true).await,
-        "It cannot be forked from cycle 3: cycle 3 has not finished yet: the last finished cycle is 2."
+        "It cannot go back to cycle 3: cycle 3 has not finished yet: the last finished cycle is 2."
     );
     assert_eq!(discord.threads().len(), 1, "a refused fork opens no thread");
 
@@ -114,6 +114,93 @@ async fn a_fork_starts_from_the_history_memories_and_workspace_of_a_past_cycle()
     assert!(
         shown.contains("second draft") && shown.contains("notes.txt"),
         "{shown}"
+    );
+    discord.assert_clean();
+    openai.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewind_puts_the_agent_back_in_place_for_its_owner_after_a_confirmation() {
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
+    for contents in ["first draft", "second draft"] {
+        openai.push_content(agent_reply(
+            "write_file",
+            json!({"filename": "draft.txt", "contents": contents}),
+        ));
+    }
+    openai.push_content(agent_reply(
+        "write_file",
+        json!({"filename": "notes.txt", "contents": "late"}),
+    ));
+    openai.push_content(agent_reply("read_file", json!({"filename": "notes.txt"})));
+    let discord = FakeDiscord::start().await;
+    let env = TestEnv::with_memory(&openai.base_url, "");
+    let _bot = start_bot(&env, &discord).await;
+    let thread = start_agent(
+        &discord,
+        Start {
+            task: "Write a draft",
+            name: Some("BackGPT"),
+            ..Start::default()
+        },
+    )
+    .await;
+    for cycle in 1..=3 {
+        let shown = card(&discord, thread, &format!("BackGPT · cycle {cycle}")).await;
+        discord.click(ALICE, &[], &shown, &button(&shown, "Approve"));
+    }
+    let stale = card(&discord, thread, "BackGPT · cycle 4").await;
+
+    let rewind = |user, cycle: u64| {
+        let options = json!([{"name": "cycle", "type": 4, "value": cycle}]);
+        discord.slash(user, &[], thread, "rewind", options, json!({}))
+    };
+    let refused = rewind(BOB, 1);
+    assert!(answer(&discord, refused, true)
+        .await
+        .starts_with("Only the agent's owner"));
+    let refused = rewind(ALICE, 4);
+    assert_eq!(
+        answer(&discord, refused, true).await,
+        "It cannot go back to cycle 4: cycle 4 has not finished yet: the last finished cycle is 3."
+    );
+    let asked = rewind(ALICE, 1);
+    let confirm = support::bot::response_shown(&discord, thread, asked, 4).await;
+    let text = confirm["content"].as_str().unwrap();
+    assert!(
+        text.starts_with("Rewind **BackGPT** to how it was after cycle 1? The 2 steps after it"),
+        "{text}"
+    );
+    let go = button(&confirm, "Rewind to cycle 1");
+    let refused = discord.click(BOB, &[], &confirm, &go);
+    assert!(answer(&discord, refused, true)
+        .await
+        .starts_with("Only the agent's owner"));
+
+    // Confirmed: the agent thinks again from cycle 1, under a new cycle number.
+    openai.push_content(agent_reply("read_file", json!({"filename": "draft.txt"})));
+    discord.click(ALICE, &[], &confirm, &go);
+    let told = message_containing(&discord, thread, "⏪ alice rewound **BackGPT**").await;
+    assert!(
+        told["content"]
+            .as_str()
+            .unwrap()
+            .contains("after cycle 1: 2 later steps, their memories and their file changes are undone. It goes on from there with cycle 5;"),
+        "{told}"
+    );
+    let next = card(&discord, thread, "BackGPT · cycle 5").await;
+    // The card shown before the rewind no longer decides anything.
+    let late = discord.click(ALICE, &[], &stale, &button(&stale, "Approve"));
+    assert!(!answer(&discord, late, true).await.is_empty());
+    openai.push_content(agent_reply("read_file", json!({"filename": "notes.txt"})));
+    discord.click(ALICE, &[], &next, &button(&next, "Approve"));
+    card(&discord, thread, "BackGPT · cycle 6").await;
+    let prompts = openai.requests(Kind::Cycle);
+    let shown = prompt_text(prompts.last().unwrap());
+    assert!(shown.contains("first draft"), "{shown}");
+    assert!(
+        !shown.contains("second draft") && !shown.contains("notes.txt\", \"contents\""),
+        "the rewound steps are still shown:\n{shown}"
     );
     discord.assert_clean();
     openai.assert_clean();

@@ -56,6 +56,8 @@ pub enum CardAction {
     Skip,
     /// On `/agent delete`'s private confirmation: delete the agent for good.
     DeleteAgent,
+    /// On `/agent rewind`'s private confirmation: rewind to the cycle in the `cycle` slot.
+    RewindAgent,
 }
 
 impl CardAction {
@@ -86,6 +88,7 @@ impl CardAction {
             CardAction::Rethink => "rt",
             CardAction::Skip => "sk",
             CardAction::DeleteAgent => "del",
+            CardAction::RewindAgent => "rwd",
         }
     }
 
@@ -116,6 +119,7 @@ impl CardAction {
             "rt" => CardAction::Rethink,
             "sk" => CardAction::Skip,
             "del" => CardAction::DeleteAgent,
+            "rwd" => CardAction::RewindAgent,
             _ => return None,
         })
     }
@@ -223,6 +227,7 @@ mod tests {
             CardAction::Rethink,
             CardAction::Skip,
             CardAction::DeleteAgent,
+            CardAction::RewindAgent,
         ] {
             let id = CardId::new(action, "0123456789ab", u64::MAX);
             let raw = id.encode();

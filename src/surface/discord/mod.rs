@@ -107,6 +107,7 @@ impl DiscordSurface {
     /// Archives an agent's thread (it leaves the channel's list of active threads; a message in
     /// it, such as a follow-up's card, opens it again).
     pub async fn archive_thread(&self, thread_id: u64) {
+        self.status.thread_archived(thread_id);
         let archived = ChannelId::new(thread_id)
             .edit_thread(&*self.http, serenity::all::EditThread::new().archived(true))
             .await;

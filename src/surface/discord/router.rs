@@ -205,6 +205,10 @@ async fn on_click(http: &serenity::Http, data: &Data, click: ComponentInteractio
         super::commands::delete::on_delete_click(http, data, &click, &id, &who).await;
         return;
     }
+    if id.action == CardAction::RewindAgent {
+        super::commands::rewind::on_rewind_click(http, data, &click, &id, &who).await;
+        return;
+    }
     if id.action == CardAction::AuditPage {
         super::commands::audit::on_page_click(http, data, &click, &id, &who).await;
         return;
@@ -273,7 +277,8 @@ async fn on_click(http: &serenity::Http, data: &Data, click: ComponentInteractio
         | CardAction::RaiseServerMonthly
         | CardAction::AuditPage
         | CardAction::RevokeRule
-        | CardAction::DeleteAgent => {
+        | CardAction::DeleteAgent
+        | CardAction::RewindAgent => {
             interaction
                 .respond(http, ephemeral(NOT_FROM_THIS_VERSION))
                 .await;

@@ -64,7 +64,15 @@ enum Job {
 #[derive(Default)]
 pub(super) struct StatusBoard {
     entries: Mutex<HashMap<String, Entry>>,
+    /// Threads the bot archived: a message there would open them again (Discord reopens an
+    /// archived thread on any new message), so a resting agent's status is not shown in them
+    /// until the agent is live again.
+    archived: Mutex<std::collections::HashSet<u64>>,
 }
+
+/// At this many archived threads remembered the set starts again: a status posted in a thread
+/// archived long ago is the worst that can happen, and it bounds the set.
+const ARCHIVED_REMEMBERED: usize = 65_536;
 
 impl StatusBoard {
     fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
@@ -92,6 +100,16 @@ impl StatusBoard {
             return;
         }
         let Some(binding) = binding() else { return };
+        {
+            let mut archived = self.archived.lock().unwrap_or_else(|e| e.into_inner());
+            if status.doing.is_resting() {
+                if archived.contains(&binding.thread_id) {
+                    return;
+                }
+            } else {
+                archived.remove(&binding.thread_id);
+            }
+        }
         entries.insert(
             agent.to_string(),
             Entry {
@@ -110,6 +128,17 @@ impl StatusBoard {
                 last_typing: None,
             },
         );
+    }
+
+    /// The bot is archiving `thread`: its status is left as it is, and nothing more is shown
+    /// there while its agent rests.
+    pub(super) fn thread_archived(&self, thread: u64) {
+        self.entries().retain(|_, entry| entry.thread != thread);
+        let mut archived = self.archived.lock().unwrap_or_else(|e| e.into_inner());
+        if archived.len() >= ARCHIVED_REMEMBERED {
+            archived.clear();
+        }
+        archived.insert(thread);
     }
 
     /// A running command's progress.
@@ -415,7 +444,7 @@ impl super::DiscordSurface {
             let Some(message) = entry.message else { return };
             entry.dirty = false;
             entry.last_edit = Some(Instant::now());
-            let done = matches!(entry.status.doing, Doing::Finished | Doing::Paused { .. });
+            let done = entry.status.doing.is_resting();
             (entry.thread, message, render(entry, self.clock.now()), done)
         };
         let edit = EditMessage::new()
@@ -487,6 +516,24 @@ mod tests {
             shared_roles: vec![12],
             card: None,
         }
+    }
+
+    #[test]
+    fn an_archived_thread_shows_no_status_while_its_agent_rests_and_again_once_it_is_live() {
+        let board = StatusBoard::default();
+        let now = Utc::now();
+        board.update("a1", "A", &status(Doing::Thinking, now), || Some(binding()));
+        board.thread_archived(30);
+        // Nothing is left to post or edit there: a message would open the thread again.
+        assert!(board.next_job(Instant::now()).is_none());
+        board.update("a1", "A", &status(Doing::Finished, now), || Some(binding()));
+        assert!(board.next_job(Instant::now()).is_none());
+        // A follow-up makes the agent live: its status is shown again.
+        board.update("a1", "A", &status(Doing::Thinking, now), || Some(binding()));
+        assert!(matches!(
+            board.next_job(Instant::now()),
+            Some(Job::Post { .. })
+        ));
     }
 
     #[test]

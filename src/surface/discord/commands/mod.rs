@@ -12,6 +12,7 @@ mod list;
 mod memory;
 mod models;
 mod policy;
+pub(super) mod rewind;
 pub(super) mod rules;
 mod share;
 mod spend_chart;
@@ -70,6 +71,7 @@ pub fn all() -> Vec<poise::Command<Data, Error>> {
         "share::unshare",
         "export::export",
         "fork::fork",
+        "rewind::rewind",
         "budget::budget",
         "memory::memory",
         "policy::policy",

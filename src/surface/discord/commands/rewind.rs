@@ -1,0 +1,190 @@
+//! `/agent rewind cycle`: its owner (or a server admin) puts an agent back, in place, to how it
+//! was after a cycle (history, memories and workspace) after a private confirmation button.
+
+use std::time::Duration;
+
+use poise::serenity_prelude as serenity;
+use serenity::{
+    ButtonStyle, ComponentInteraction, CreateActionRow, CreateButton, CreateInteractionResponse,
+    CreateInteractionResponseMessage, EditInteractionResponse,
+};
+
+use super::{thread_agent, Ctx, Data, Error};
+use crate::core::event::Event;
+use crate::service::rights::Requester;
+use crate::service::UserError;
+use crate::store::ThreadBinding;
+use crate::surface::discord::ids::{CardAction, CardId};
+use crate::surface::discord::no_mentions;
+use crate::surface::discord::respond::{
+    author, ephemeral, note_command_ack, something_went_wrong, Interaction,
+};
+
+const ONLY_OWNER: &str =
+    "Only the agent's owner, or a server admin (Manage Server), can rewind it.";
+
+/// How long a rewind waits for the agent to come to rest after it is paused.
+const REST_WAIT: Duration = Duration::from_secs(10);
+
+fn may_rewind(binding: &ThreadBinding, who: &Requester) -> bool {
+    who.user_id == binding.owner_id || who.manage_guild
+}
+
+/// Put the agent back to how it was after a cycle: later steps, memories and file changes undone.
+#[poise::command(slash_command, guild_only)]
+pub(super) async fn rewind(
+    ctx: Ctx<'_>,
+    #[description = "The cycle to go back to (its step is kept)"]
+    #[min = 0]
+    cycle: u64,
+) -> Result<(), Error> {
+    // A few store reads, then the answer: the first response, private, with its button.
+    let (binding, state) = thread_agent(ctx).await?;
+    let who = author(ctx);
+    if !may_rewind(&binding, &who) {
+        return Err(UserError::new(ONLY_OWNER).into());
+    }
+    // Checked now so that a cycle out of reach is said before anyone confirms.
+    ctx.data().agents.fork_cycle(&state, Some(cycle))?;
+    ctx.data().agents.check_resume(&binding, &state, &who)?;
+    let confirm =
+        CreateButton::new(CardId::new(CardAction::RewindAgent, &state.id, cycle).encode())
+            .label(format!("Rewind to cycle {cycle}"))
+            .style(ButtonStyle::Danger);
+    let later = state
+        .last_episode()
+        .map_or(0, |e| e.cycle)
+        .saturating_sub(cycle);
+    note_command_ack(ctx);
+    ctx.send(
+        poise::CreateReply::default()
+            .content(format!(
+                "Rewind **{}** to how it was after cycle {cycle}? The {later} steps after it, the \
+                 memories they made and their changes to its files are undone; it then thinks \
+                 again from there. `/agent fork` tries another way without undoing anything.",
+                state.name()
+            ))
+            .components(vec![CreateActionRow::Buttons(vec![confirm])])
+            .ephemeral(true)
+            .allowed_mentions(no_mentions()),
+    )
+    .await?;
+    Ok(())
+}
+
+/// The confirmation's click: rights checked again, the agent paused and waited for, rewound
+/// while no actor can start, its later memories forgotten, then started again.
+pub(crate) async fn on_rewind_click(
+    http: &serenity::Http,
+    data: &Data,
+    click: &ComponentInteraction,
+    id: &CardId,
+    who: &Requester,
+) {
+    let interaction = Interaction::Click(click);
+    let binding = match data.app.store.binding(&id.agent) {
+        Ok(Some(binding)) => binding,
+        Ok(None) => {
+            let gone = "This agent no longer exists.";
+            interaction.respond(http, ephemeral(gone)).await;
+            return;
+        }
+        Err(e) => {
+            let why = something_went_wrong("reading the agent", &e);
+            interaction.respond(http, ephemeral(why)).await;
+            return;
+        }
+    };
+    if !may_rewind(&binding, who) {
+        interaction.respond(http, ephemeral(ONLY_OWNER)).await;
+        return;
+    }
+    let working = CreateInteractionResponseMessage::new()
+        .content("Rewinding…")
+        .components(Vec::new())
+        .allowed_mentions(no_mentions());
+    if !interaction
+        .respond(http, CreateInteractionResponse::UpdateMessage(working))
+        .await
+    {
+        return;
+    }
+    let by = click.user.name.clone();
+    let text = match rewind_agent(data, &binding, id.cycle, &by).await {
+        Ok((name, steps, next)) => {
+            let said = format!(
+                "⏪ {by} rewound **{name}** to how it was after cycle {}: {steps} later steps, \
+                 their memories and their file changes are undone. It goes on from there with \
+                 cycle {next}; older cards no longer act.",
+                id.cycle
+            );
+            data.surface.say_in_thread(binding.thread_id, &said).await;
+            format!("Rewound to cycle {}.", id.cycle)
+        }
+        Err(why) => why,
+    };
+    let edit = EditInteractionResponse::new()
+        .content(text)
+        .allowed_mentions(no_mentions());
+    if let Err(e) = click.edit_response(http, edit).await {
+        tracing::warn!(error = %e, "the rewind's confirmation could not be updated");
+    }
+}
+
+/// Pauses the agent if it runs and waits for it to rest, rewinds it, forgets the memories of the
+/// undone cycles, and starts it again. Returns its name, the steps undone and its next cycle.
+async fn rewind_agent(
+    data: &Data,
+    binding: &ThreadBinding,
+    cycle: u64,
+    by: &str,
+) -> Result<(String, usize, u64), String> {
+    let agent = &binding.agent_id;
+    if data.supervisor.is_running(agent) {
+        let pause = Event::Pause { by: by.to_string() };
+        if let Err(e) = data.supervisor.send(agent, pause) {
+            return Err(something_went_wrong("pausing the agent", &e));
+        }
+        let started = tokio::time::Instant::now();
+        while data.supervisor.is_running(agent) {
+            if started.elapsed() >= REST_WAIT {
+                return Err(
+                    "The agent is still running a command; it pauses when the command returns. Rewind it then."
+                        .into(),
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let rewound = data.supervisor.while_resting(agent, || {
+        let current = data
+            .app
+            .store
+            .load_agent(agent)?
+            .ok_or_else(|| anyhow::anyhow!("the agent vanished"))?;
+        data.agents.rewind(&current, cycle, by)
+    });
+    let (state, steps) = match rewound {
+        None => return Err("The agent started again meanwhile; pause it, then rewind it.".into()),
+        Some(Err(e)) => {
+            return Err(match e.downcast_ref::<UserError>() {
+                Some(refusal) => refusal.0.clone(),
+                None => something_went_wrong("rewinding the agent", &e),
+            })
+        }
+        Some(Ok(done)) => done,
+    };
+    if let Some(memory) = &data.app.memory {
+        if let Err(e) = memory.forget_after(agent, cycle) {
+            tracing::warn!(%agent, error = %e, "the memories of rewound cycles could not all be forgotten");
+        }
+    }
+    let (name, next) = (state.name().to_string(), state.cycle);
+    if let Err(e) = data
+        .supervisor
+        .send(agent, Event::Recovered { interrupted: false })
+    {
+        return Err(something_went_wrong("starting the rewound agent", &e));
+    }
+    Ok((name, steps, next))
+}

@@ -36,6 +36,8 @@ fn chart_error(e: impl std::fmt::Display) -> ChartError {
 #[derive(Debug, Clone, PartialEq)]
 pub struct BurnDown {
     pub agent_name: String,
+    /// The cycle the line starts after, at zero: 0, or the cycle a fork began after.
+    pub starts_after: u64,
     /// `(cycle, spent so far)`, in cycle order; spend never falls.
     pub spent_after_cycle: Vec<(u64, Micros)>,
     pub budget: Micros,
@@ -192,7 +194,10 @@ pub fn burn_down_png(chart: &BurnDown) -> Result<Vec<u8>, ChartError> {
             .margin(16)
             .x_label_area_size(40)
             .y_label_area_size(80)
-            .build_cartesian_2d(0u64..last_cycle, 0f64..top)
+            .build_cartesian_2d(
+                chart.starts_after..last_cycle.max(chart.starts_after + 1),
+                0f64..top,
+            )
             .map_err(chart_error)?;
         plot.configure_mesh()
             .x_desc("cycle")
@@ -201,7 +206,12 @@ pub fn burn_down_png(chart: &BurnDown) -> Result<Vec<u8>, ChartError> {
             .label_style((FONT, 14))
             .draw()
             .map_err(chart_error)?;
-        let across = |at: Micros| vec![(0, usd(at)), (last_cycle, usd(at))];
+        let across = |at: Micros| {
+            vec![
+                (chart.starts_after, usd(at)),
+                (last_cycle.max(chart.starts_after + 1), usd(at)),
+            ]
+        };
         plot.draw_series(LineSeries::new(
             across(chart.budget),
             BUDGET.stroke_width(2),
@@ -216,7 +226,7 @@ pub fn burn_down_png(chart: &BurnDown) -> Result<Vec<u8>, ChartError> {
         .map_err(chart_error)?
         .label(format!("soft cap {}", format_usd(chart.soft_cap)))
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], SOFT_CAP.stroke_width(2)));
-        let line = std::iter::once((0, 0.0)).chain(
+        let line = std::iter::once((chart.starts_after, 0.0)).chain(
             chart
                 .spent_after_cycle
                 .iter()
@@ -348,6 +358,7 @@ mod tests {
     fn a_burn_down_is_a_png_of_its_size_showing_spend_budget_and_soft_cap() {
         let chart = BurnDown {
             agent_name: "ChartGPT".into(),
+            starts_after: 0,
             spent_after_cycle: (1..=20).map(|c| (c, Micros(c * 20_000))).collect(),
             budget: Micros(1_000_000),
             soft_cap: Micros(800_000),
@@ -372,6 +383,7 @@ mod tests {
     fn a_burn_down_without_cycles_still_draws_its_budget() {
         let chart = BurnDown {
             agent_name: "New".into(),
+            starts_after: 7,
             spent_after_cycle: Vec::new(),
             budget: Micros(500_000),
             soft_cap: Micros(400_000),

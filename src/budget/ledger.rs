@@ -216,6 +216,9 @@ impl Ledger {
     /// open reservations hold), in name order.
     pub fn accounts_with_prefix(&self, prefix: &str) -> Result<Vec<(String, Account)>, StoreError> {
         let mut found = std::collections::BTreeMap::new();
+        // Held while the stored accounts are read, so that no fold moves spend from memory to
+        // the store in between (which would show the older stored figure).
+        let state = self.state();
         for item in self.books.accounts.scan_prefix(prefix.as_bytes()) {
             let (key, raw) = item?;
             let account = Account {
@@ -225,7 +228,7 @@ impl Ledger {
             found.insert(String::from_utf8_lossy(&key).into_owned(), account);
         }
         // The books in memory are newer than the stored accounts they were loaded from.
-        for (name, account) in &self.state().accounts {
+        for (name, account) in &state.accounts {
             if name.starts_with(prefix) {
                 found.insert(name.clone(), *account);
             }

@@ -402,6 +402,12 @@ pub struct AgentState {
     /// its server's are kept in the store, shared by its agents.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<crate::core::rules::ApprovalRule>,
+    /// The cycle after which this agent's own history begins: 0 for an agent started afresh,
+    /// the cycle it was forked after for a fork, `None` for an agent stored before forks. Its
+    /// workspace can be read back only from there on (see `store::snapshots`), and its spend
+    /// chart starts there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_from: Option<u64>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     /// The newest steps, whole (at most `WHOLE_STEPS_KEPT` once recorded through
@@ -448,6 +454,7 @@ impl AgentState {
             brake: BrakeState::default(),
             tainted: None,
             rules: Vec::new(),
+            history_from: Some(0),
             created_at: now,
             updated_at: now,
             episodes: Vec::new(),

@@ -110,17 +110,24 @@ impl Supervisor {
         self.lock().contains_key(agent)
     }
 
-    /// Runs `change` on a resting agent's stored state with no actor able to start meanwhile
-    /// (starting one takes the same lock), or returns `None` when an actor runs it. For changes
-    /// that rewrite what an actor would load, such as a rewind.
-    pub fn while_resting<T>(&self, agent: &str, change: impl FnOnce() -> T) -> Option<T> {
-        let live = self.lock();
-        if live.contains_key(agent) {
+    /// Rewrites a resting agent with `change`, which returns its new state, and starts it with
+    /// `first`, all under the lock every start takes: no click or message can start the agent
+    /// from its old state in between, or a second time. `None` when an actor runs it already
+    /// (or the bot is shutting down). For a rewind; the store work is short and rare.
+    pub fn change_resting_and_start<T, E>(
+        &self,
+        agent: &str,
+        first: Event,
+        change: impl FnOnce() -> Result<(AgentState, T), E>,
+    ) -> Option<Result<T, E>> {
+        let mut live = self.lock();
+        if live.contains_key(agent) || self.deps.drain.is_raised() {
             return None;
         }
-        let result = change();
-        drop(live);
-        Some(result)
+        Some(change().map(|(state, result)| {
+            self.spawn_locked(&mut live, state, first);
+            result
+        }))
     }
 
     /// Stores a new agent and starts it.

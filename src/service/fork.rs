@@ -43,6 +43,7 @@ impl AgentService {
         );
         fork.follow_ups = source.follow_ups.clone();
         fork.cycle = cycle + 1;
+        fork.history_from = Some(cycle);
         fork.spent_at_last_cycle = Some(Micros::ZERO);
         fork.spender = Spender {
             user: Some(who.user_id.to_string()),
@@ -106,7 +107,7 @@ impl AgentService {
         state.recalled = Vec::new();
         state.cycles_since_resume = 0;
         state.brake = Default::default();
-        state.tainted = current.tainted.clone().filter(|t| t.cycle <= cycle);
+        // The taint stays: sub-agents started since are kept, and what they read may come back.
         state.updated_at = now;
         let audit = |steps| AuditEntry {
             at: now,

@@ -61,7 +61,7 @@ fn read_undo(
 pub enum ForkRefusal {
     #[error("cycle {asked} has not finished yet: the last finished cycle is {last}")]
     NotFinished { asked: u64, last: u64 },
-    #[error("the workspace is kept for the last {SNAPSHOT_CYCLES} cycles: fork from cycle {oldest} or later")]
+    #[error("its files are kept from cycle {oldest} on: choose cycle {oldest} or later")]
     TooOld { oldest: u64 },
 }
 
@@ -133,7 +133,16 @@ impl Store {
         if cycle > last {
             return Err(ForkRefusal::NotFinished { asked: cycle, last });
         }
-        let oldest = source.cycle.saturating_sub(SNAPSHOT_CYCLES);
+        // Undo records cover the agent's own cycles only (a fork has none from before it began;
+        // an agent stored before forks, none from before its first change since).
+        let own_from = match source.history_from {
+            Some(from) => from,
+            None => match self.first_undo_cycle(&source.id) {
+                Ok(Some(first)) => first.saturating_sub(1),
+                _ => last,
+            },
+        };
+        let oldest = source.cycle.saturating_sub(SNAPSHOT_CYCLES).max(own_from);
         if cycle < oldest {
             return Err(ForkRefusal::TooOld { oldest });
         }
@@ -232,6 +241,26 @@ impl Store {
         }
         self.write_together(&writes)?;
         Ok(removed)
+    }
+
+    /// The first cycle with an undo record of `agent`, if any.
+    fn first_undo_cycle(&self, agent: &str) -> Result<Option<u64>, StoreError> {
+        match self.workspace_undo.scan_prefix(agent_prefix(agent)).next() {
+            Some(item) => {
+                let (key, value) = item?;
+                Ok(Some(read_undo(agent, &key, &value)?.0))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// How many of the agent's steps come after `cycle`.
+    pub fn steps_after(&self, agent: &str, cycle: u64) -> usize {
+        let mut end = agent_prefix(agent);
+        end.push(0xff);
+        self.episodes
+            .range(cycle_key(agent, cycle.saturating_add(1))..end)
+            .count()
     }
 
     /// Removes an agent's undo records (the agent is deleted).
@@ -334,6 +363,7 @@ mod tests {
 
         let mut fork = AgentState::for_test("fork1");
         fork.cycle = 3;
+        fork.history_from = Some(2);
         let audit = AuditEntry {
             at: fork.created_at,
             by: "alice".into(),
@@ -355,6 +385,25 @@ mod tests {
         assert_eq!(
             store.workspace_at("src1", 4).unwrap(),
             files(&[("a.txt", "3b"), ("c.txt", "c")])
+        );
+        // A fork has no workspace from before it began: going further back is refused.
+        assert_eq!(forked.history_from, Some(2));
+        assert_eq!(
+            store.check_fork(&forked, 1),
+            Err(ForkRefusal::TooOld { oldest: 2 })
+        );
+        assert_eq!(store.check_fork(&forked, 2), Ok(()));
+        // An agent stored before forks is read back only from its first recorded change on.
+        let mut older = store.load_agent("src1").unwrap().unwrap();
+        older.history_from = None;
+        assert_eq!(store.check_fork(&older, 0), Ok(()));
+        let mut unrecorded = AgentState::for_test("old1");
+        unrecorded.history_from = None;
+        close_cycle(&store, &mut unrecorded, 1, Vec::new());
+        close_cycle(&store, &mut unrecorded, 2, Vec::new());
+        assert_eq!(
+            store.check_fork(&unrecorded, 1),
+            Err(ForkRefusal::TooOld { oldest: 2 })
         );
         // The fork's own later changes do not touch the source's history.
         let mut forked = forked;

@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use super::{agent_prefix, decode, Store, StoreError};
+use super::{agent_prefix, cycle_key, decode, Store, StoreError};
 use crate::core::budget::Micros;
 
 /// The two fields of a stored step the chart needs; the rest of the record is skipped unread.
@@ -15,12 +15,19 @@ struct StepCost {
 }
 
 impl Store {
-    /// `(cycle, spend so far)` after each step the agent has taken, oldest first: the running
-    /// sum of what each cycle cost.
-    pub fn spend_after_each_cycle(&self, agent: &str) -> Result<Vec<(u64, Micros)>, StoreError> {
+    /// `(cycle, spend so far)` after each step the agent has taken after cycle `from`, oldest
+    /// first: the running sum of what each of those cycles cost (a fork's steps from before it
+    /// began were paid by the agent it came from).
+    pub fn spend_after_each_cycle(
+        &self,
+        agent: &str,
+        from: u64,
+    ) -> Result<Vec<(u64, Micros)>, StoreError> {
         let mut spent = Micros::ZERO;
+        let mut end = agent_prefix(agent);
+        end.push(0xff);
         self.episodes
-            .scan_prefix(agent_prefix(agent))
+            .range(cycle_key(agent, from.saturating_add(1))..end)
             .map(|item| {
                 let (key, raw) = item?;
                 let step: StepCost = decode(&key, &raw)?;

@@ -94,6 +94,19 @@ async fn a_fork_starts_from_the_history_memories_and_workspace_of_a_past_cycle()
         "🍴 alice forked this agent after cycle 1",
     )
     .await;
+    // The fork has no files of its own from before it began.
+    let too_old = discord.slash(
+        ALICE,
+        &[],
+        fork_thread,
+        "fork",
+        json!([{"name": "from_cycle", "type": 4, "value": 0}]),
+        json!({}),
+    );
+    assert_eq!(
+        answer(&discord, too_old, true).await,
+        "It cannot go back to cycle 0: its files are kept from cycle 1 on: choose cycle 1 or later."
+    );
     let read = card(&discord, fork_thread, "DraftGPT · cycle 2").await;
     discord.click(ALICE, &[], &read, &button(&read, "Approve"));
     card(&discord, fork_thread, "DraftGPT · cycle 3").await;

@@ -254,6 +254,53 @@ async fn a_deleted_agents_memories_are_removed_and_no_one_elses() {
 }
 
 #[tokio::test]
+async fn a_fork_gets_the_memories_of_its_cycles_and_a_rewind_forgets_the_later_ones() {
+    let f = fixture_in(tempfile::tempdir().unwrap());
+    let a = payer("agent-a", "g1");
+    let password = remember_password(&f, &a).await;
+    let lunch = f
+        .memory
+        .remember(&a, 4, MemorySource::Cycle, "Lunch is at noon")
+        .await
+        .unwrap();
+    f.memory.pin("agent-a", password, true).unwrap();
+    let forgotten = f
+        .memory
+        .remember(&a, 2, MemorySource::Cycle, "The old code was 1234")
+        .await
+        .unwrap();
+    f.memory.forget("agent-a", forgotten).unwrap();
+    f.memory.search(&a, "password", 10).await.unwrap();
+
+    // A fork from cycle 3 gets cycle 3's memory (pinned still), not cycle 4's, not a forgotten one.
+    let copied = f
+        .memory
+        .copy_to_fork("agent-a", 3, "fork-1", Some("g2".into()))
+        .unwrap();
+    assert_eq!(copied, 1);
+    let fork = payer("fork-1", "g2");
+    let found = f
+        .memory
+        .search(&fork, "lunch noon password code", 10)
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].text, "The launch password is heliotrope");
+    assert!(found[0].pinned);
+    assert_ne!(found[0].id, password, "the fork's memory is its own");
+
+    // Rewinding the source to cycle 3 forgets cycle 4's memory; the fork keeps its own.
+    assert_eq!(f.memory.forget_after("agent-a", 3).unwrap(), 1);
+    let left = f.memory.search(&a, "lunch noon", 10).await.unwrap();
+    assert!(left.iter().all(|h| h.id != lunch), "{left:?}");
+    assert_eq!(left.len(), 1);
+    assert_eq!(
+        f.memory.search(&fork, "password", 10).await.unwrap().len(),
+        1
+    );
+}
+
+#[tokio::test]
 async fn recalled_memories_get_their_texts_back_and_forgotten_ones_drop_out() {
     let f = fixture_in(tempfile::tempdir().unwrap());
     let a = payer("agent-a", "g1");

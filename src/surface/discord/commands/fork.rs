@@ -36,19 +36,14 @@ pub(super) async fn fork(
     let thread = open_thread(ctx, ChannelId::new(binding.parent_channel_id), &title).await?;
     let by = ctx.author().name.clone();
     let guild = GuildId::from(binding.guild_id);
-    let fork = data
-        .agents
-        .fork(&source, cycle, id.clone(), &who, &by, guild.clone())?;
-    let memories = match &data.app.memory {
-        Some(memory) => memory.copy_to_fork(&source.id, cycle, &id, Some(guild))?,
-        None => 0,
-    };
     // The team that worked with the original works with the fork: its owner becomes a sharer.
     let mut shared_users = binding.shared_users.clone();
     if binding.owner_id != who.user_id && !shared_users.contains(&binding.owner_id) {
         shared_users.insert(0, binding.owner_id);
     }
     shared_users.retain(|user| *user != who.user_id);
+    // The binding first, as at a start: a fork stored and then cut short by a crash is started
+    // at the next start of the bot, in its own thread.
     data.app.store.save_binding(&ThreadBinding {
         agent_id: id.clone(),
         guild_id: binding.guild_id,
@@ -59,6 +54,18 @@ pub(super) async fn fork(
         shared_roles: binding.shared_roles.clone(),
         card: None,
     })?;
+    let fork = data
+        .agents
+        .fork(&source, cycle, id.clone(), &who, &by, guild.clone())?;
+    let memories = match &data.app.memory {
+        Some(memory) => memory
+            .copy_to_fork(&source.id, cycle, &id, Some(guild))
+            .unwrap_or_else(|e| {
+                tracing::warn!(agent = %id, error = %e, "the fork's memories could not be copied");
+                0
+            }),
+        None => 0,
+    };
     let steps = fork.step_count();
     let files = data.app.store.list_files(&id)?.len();
     let origin = format!(

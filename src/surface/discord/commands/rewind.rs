@@ -110,7 +110,7 @@ pub(crate) async fn on_rewind_click(
         return;
     }
     let by = click.user.name.clone();
-    let text = match rewind_agent(data, &binding, id.cycle, &by).await {
+    let text = match rewind_agent(data, &binding, who, id.cycle, &by).await {
         Ok((name, steps, next)) => {
             let said = format!(
                 "⏪ {by} rewound **{name}** to how it was after cycle {}: {steps} later steps, \
@@ -131,15 +131,34 @@ pub(crate) async fn on_rewind_click(
     }
 }
 
-/// Pauses the agent if it runs and waits for it to rest, rewinds it, forgets the memories of the
-/// undone cycles, and starts it again. Returns its name, the steps undone and its next cycle.
+/// Checks the rewind can happen, pauses the agent if it runs and waits for it to rest, then in
+/// one step no event can split (`Supervisor::change_resting_and_start`) forgets the memories of
+/// the undone cycles, rewinds the store and starts the agent again. Returns its name, the steps
+/// undone and its next cycle.
 async fn rewind_agent(
     data: &Data,
     binding: &ThreadBinding,
+    who: &Requester,
     cycle: u64,
     by: &str,
 ) -> Result<(String, usize, u64), String> {
     let agent = &binding.agent_id;
+    let refused = |e: anyhow::Error| match e.downcast_ref::<UserError>() {
+        Some(refusal) => refusal.0.clone(),
+        None => something_went_wrong("rewinding the agent", &e),
+    };
+    // Before anything changes: a rewind that cannot happen leaves the agent as it was.
+    let current = match data.app.store.load_agent(agent) {
+        Ok(Some(state)) => state,
+        Ok(None) => return Err("This agent no longer exists.".into()),
+        Err(e) => return Err(something_went_wrong("reading the agent", &e)),
+    };
+    data.agents
+        .fork_cycle(&current, Some(cycle))
+        .map_err(refused)?;
+    data.agents
+        .check_resume(binding, &current, who)
+        .map_err(refused)?;
     if data.supervisor.is_running(agent) {
         let pause = Event::Pause { by: by.to_string() };
         if let Err(e) = data.supervisor.send(agent, pause) {
@@ -156,35 +175,25 @@ async fn rewind_agent(
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    let rewound = data.supervisor.while_resting(agent, || {
+    let first = Event::Recovered { interrupted: false };
+    let rewound = data.supervisor.change_resting_and_start(agent, first, || {
         let current = data
             .app
             .store
             .load_agent(agent)?
             .ok_or_else(|| anyhow::anyhow!("the agent vanished"))?;
-        data.agents.rewind(&current, cycle, by)
+        // Memories first: if the store's rewind then fails, nothing was undone that a retry
+        // would not undo again.
+        if let Some(memory) = &data.app.memory {
+            memory.forget_after(agent, cycle)?;
+        }
+        let (state, steps) = data.agents.rewind(&current, cycle, by)?;
+        let done = (state.name().to_string(), steps, state.cycle);
+        Ok::<_, anyhow::Error>((state, done))
     });
-    let (state, steps) = match rewound {
-        None => return Err("The agent started again meanwhile; pause it, then rewind it.".into()),
-        Some(Err(e)) => {
-            return Err(match e.downcast_ref::<UserError>() {
-                Some(refusal) => refusal.0.clone(),
-                None => something_went_wrong("rewinding the agent", &e),
-            })
-        }
-        Some(Ok(done)) => done,
-    };
-    if let Some(memory) = &data.app.memory {
-        if let Err(e) = memory.forget_after(agent, cycle) {
-            tracing::warn!(%agent, error = %e, "the memories of rewound cycles could not all be forgotten");
-        }
+    match rewound {
+        None => Err("The agent started again meanwhile (or the bot is shutting down); pause it, then rewind it.".into()),
+        Some(Err(e)) => Err(refused(e)),
+        Some(Ok(done)) => Ok(done),
     }
-    let (name, next) = (state.name().to_string(), state.cycle);
-    if let Err(e) = data
-        .supervisor
-        .send(agent, Event::Recovered { interrupted: false })
-    {
-        return Err(something_went_wrong("starting the rewound agent", &e));
-    }
-    Ok((name, steps, next))
 }

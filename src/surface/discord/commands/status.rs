@@ -90,18 +90,19 @@ pub(super) async fn status(ctx: Ctx<'_>) -> Result<(), Error> {
     let agent = state.id.clone();
     let chart = BurnDown {
         agent_name: state.name().to_string(),
+        starts_after: state.history_from.unwrap_or(0),
         spent_after_cycle: Vec::new(),
         budget: limit,
         soft_cap: Micros(
             (limit.0 as u128 * data.app.budgets.soft_cap_percent() as u128 / 100) as u64,
         ),
     };
-    let (cycle, spent_now) = (state.cycle, spent.spent);
+    let (cycle, spent_now, from) = (state.cycle, spent.spent, state.history_from.unwrap_or(0));
     let png = data
         .agents_runtime
         .spawn_blocking(move || -> Result<Vec<u8>, Error> {
             let mut chart = chart;
-            chart.spent_after_cycle = store.spend_after_each_cycle(&agent)?;
+            chart.spent_after_cycle = store.spend_after_each_cycle(&agent, from)?;
             // The cycle under way has spent too (its model call), though no step records it yet.
             let recorded = chart.spent_after_cycle.last().copied();
             if recorded.is_none_or(|(last, so_far)| last < cycle && so_far < spent_now) {

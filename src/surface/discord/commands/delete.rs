@@ -4,21 +4,15 @@
 use std::time::Duration;
 
 use poise::serenity_prelude as serenity;
-use serenity::{
-    ButtonStyle, ComponentInteraction, CreateActionRow, CreateButton, CreateInteractionResponse,
-    CreateInteractionResponseMessage, EditInteractionResponse,
-};
+use serenity::ComponentInteraction;
 
-use super::{thread_agent, Ctx, Data, Error};
+use super::{confirm, thread_agent, Ctx, Data, Error};
 use crate::core::event::Event;
 use crate::service::rights::Requester;
 use crate::service::UserError;
 use crate::store::ThreadBinding;
 use crate::surface::discord::ids::{CardAction, CardId};
-use crate::surface::discord::no_mentions;
-use crate::surface::discord::respond::{
-    author, ephemeral, note_command_ack, something_went_wrong, Interaction,
-};
+use crate::surface::discord::respond::{author, something_went_wrong};
 
 const ONLY_OWNER: &str =
     "Only the agent's owner, or a server admin (Manage Server), can delete it.";
@@ -38,22 +32,12 @@ pub(super) async fn delete(ctx: Ctx<'_>) -> Result<(), Error> {
     if !may_delete(&binding, &author(ctx)) {
         return Err(UserError::new(ONLY_OWNER).into());
     }
-    let confirm = CreateButton::new(CardId::new(CardAction::DeleteAgent, &state.id, 0).encode())
-        .label("Delete for good")
-        .style(ButtonStyle::Danger);
-    note_command_ack(ctx);
-    ctx.send(
-        poise::CreateReply::default()
-            .content(format!(
-                "Delete **{}** for good? Its history, memories, workspace and audit trail are removed; this cannot be undone (`/agent export` first keeps a copy).",
-                state.name()
-            ))
-            .components(vec![CreateActionRow::Buttons(vec![confirm])])
-            .ephemeral(true)
-            .allowed_mentions(no_mentions()),
-    )
-    .await?;
-    Ok(())
+    let question = format!(
+        "Delete **{}** for good? Its history, memories, workspace and audit trail are removed; this cannot be undone (`/agent export` first keeps a copy).",
+        state.name()
+    );
+    let id = CardId::new(CardAction::DeleteAgent, &state.id, 0);
+    confirm::ask(ctx, question, &id, "Delete for good").await
 }
 
 /// The confirmation's click: the rights are checked again, the agent is finished and waited for,
@@ -65,34 +49,14 @@ pub(crate) async fn on_delete_click(
     id: &CardId,
     who: &Requester,
 ) {
-    let interaction = Interaction::Click(click);
-    let binding = match data.app.store.binding(&id.agent) {
-        Ok(Some(binding)) => binding,
-        Ok(None) => {
-            let gone = "This agent was already deleted.";
-            interaction.respond(http, ephemeral(gone)).await;
-            return;
-        }
-        Err(e) => {
-            let why = something_went_wrong("reading the agent", &e);
-            interaction.respond(http, ephemeral(why)).await;
-            return;
-        }
+    let rights = confirm::Rights {
+        may: may_delete,
+        refusal: ONLY_OWNER,
     };
-    if !may_delete(&binding, who) {
-        interaction.respond(http, ephemeral(ONLY_OWNER)).await;
+    let Some(binding) = confirm::begin(http, data, click, id, who, rights, "Deleting…").await
+    else {
         return;
-    }
-    let working = CreateInteractionResponseMessage::new()
-        .content("Deleting…")
-        .components(Vec::new())
-        .allowed_mentions(no_mentions());
-    if !interaction
-        .respond(http, CreateInteractionResponse::UpdateMessage(working))
-        .await
-    {
-        return;
-    }
+    };
     let text = match delete_agent(data, &binding, &click.user.name).await {
         Ok(name) => {
             let said = format!(
@@ -105,12 +69,7 @@ pub(crate) async fn on_delete_click(
         }
         Err(why) => why,
     };
-    let edit = EditInteractionResponse::new()
-        .content(text)
-        .allowed_mentions(no_mentions());
-    if let Err(e) = click.edit_response(http, edit).await {
-        tracing::warn!(error = %e, "the deletion's confirmation could not be updated");
-    }
+    confirm::end(http, click, text).await;
 }
 
 /// Finishes the agent if it runs, waits for its actor to rest, then removes it: its memories

@@ -3,6 +3,7 @@
 
 pub(super) mod audit;
 mod budget;
+mod confirm;
 mod control;
 pub(super) mod delete;
 mod export;

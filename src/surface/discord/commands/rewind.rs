@@ -4,21 +4,15 @@
 use std::time::Duration;
 
 use poise::serenity_prelude as serenity;
-use serenity::{
-    ButtonStyle, ComponentInteraction, CreateActionRow, CreateButton, CreateInteractionResponse,
-    CreateInteractionResponseMessage, EditInteractionResponse,
-};
+use serenity::ComponentInteraction;
 
-use super::{thread_agent, Ctx, Data, Error};
+use super::{confirm, thread_agent, Ctx, Data, Error};
 use crate::core::event::Event;
 use crate::service::rights::Requester;
 use crate::service::UserError;
 use crate::store::ThreadBinding;
 use crate::surface::discord::ids::{CardAction, CardId};
-use crate::surface::discord::no_mentions;
-use crate::surface::discord::respond::{
-    author, ephemeral, note_command_ack, something_went_wrong, Interaction,
-};
+use crate::surface::discord::respond::{author, something_went_wrong};
 
 const ONLY_OWNER: &str =
     "Only the agent's owner, or a server admin (Manage Server), can rewind it.";
@@ -47,29 +41,15 @@ pub(super) async fn rewind(
     // Checked now so that a cycle out of reach is said before anyone confirms.
     ctx.data().agents.fork_cycle(&state, Some(cycle))?;
     ctx.data().agents.check_resume(&binding, &state, &who)?;
-    let confirm =
-        CreateButton::new(CardId::new(CardAction::RewindAgent, &state.id, cycle).encode())
-            .label(format!("Rewind to cycle {cycle}"))
-            .style(ButtonStyle::Danger);
-    let later = state
-        .last_episode()
-        .map_or(0, |e| e.cycle)
-        .saturating_sub(cycle);
-    note_command_ack(ctx);
-    ctx.send(
-        poise::CreateReply::default()
-            .content(format!(
-                "Rewind **{}** to how it was after cycle {cycle}? The {later} steps after it, the \
-                 memories they made and their changes to its files are undone; it then thinks \
-                 again from there. `/agent fork` tries another way without undoing anything.",
-                state.name()
-            ))
-            .components(vec![CreateActionRow::Buttons(vec![confirm])])
-            .ephemeral(true)
-            .allowed_mentions(no_mentions()),
-    )
-    .await?;
-    Ok(())
+    let later = ctx.data().app.store.steps_after(&state.id, cycle);
+    let question = format!(
+        "Rewind **{}** to how it was after cycle {cycle}? The {later} steps after it, the memories \
+         they made and their changes to its files are undone; it then thinks again from there. \
+         `/agent fork` tries another way without undoing anything.",
+        state.name()
+    );
+    let id = CardId::new(CardAction::RewindAgent, &state.id, cycle);
+    confirm::ask(ctx, question, &id, &format!("Rewind to cycle {cycle}")).await
 }
 
 /// The confirmation's click: rights checked again, the agent paused and waited for, rewound
@@ -81,34 +61,14 @@ pub(crate) async fn on_rewind_click(
     id: &CardId,
     who: &Requester,
 ) {
-    let interaction = Interaction::Click(click);
-    let binding = match data.app.store.binding(&id.agent) {
-        Ok(Some(binding)) => binding,
-        Ok(None) => {
-            let gone = "This agent no longer exists.";
-            interaction.respond(http, ephemeral(gone)).await;
-            return;
-        }
-        Err(e) => {
-            let why = something_went_wrong("reading the agent", &e);
-            interaction.respond(http, ephemeral(why)).await;
-            return;
-        }
+    let rights = confirm::Rights {
+        may: may_rewind,
+        refusal: ONLY_OWNER,
     };
-    if !may_rewind(&binding, who) {
-        interaction.respond(http, ephemeral(ONLY_OWNER)).await;
+    let Some(binding) = confirm::begin(http, data, click, id, who, rights, "Rewinding…").await
+    else {
         return;
-    }
-    let working = CreateInteractionResponseMessage::new()
-        .content("Rewinding…")
-        .components(Vec::new())
-        .allowed_mentions(no_mentions());
-    if !interaction
-        .respond(http, CreateInteractionResponse::UpdateMessage(working))
-        .await
-    {
-        return;
-    }
+    };
     let by = click.user.name.clone();
     let text = match rewind_agent(data, &binding, who, id.cycle, &by).await {
         Ok((name, steps, next)) => {
@@ -123,12 +83,7 @@ pub(crate) async fn on_rewind_click(
         }
         Err(why) => why,
     };
-    let edit = EditInteractionResponse::new()
-        .content(text)
-        .allowed_mentions(no_mentions());
-    if let Err(e) = click.edit_response(http, edit).await {
-        tracing::warn!(error = %e, "the rewind's confirmation could not be updated");
-    }
+    confirm::end(http, click, text).await;
 }
 
 /// Checks the rewind can happen, pauses the agent if it runs and waits for it to rest, then in

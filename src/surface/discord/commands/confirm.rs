@@ -1,0 +1,95 @@
+//! The private confirmation button of a command that cannot be undone lightly (`/agent delete`,
+//! `/agent rewind`): the first reply with its button, and the click's checks and answers.
+
+use poise::serenity_prelude as serenity;
+use serenity::{
+    ButtonStyle, ComponentInteraction, CreateActionRow, CreateButton, CreateInteractionResponse,
+    CreateInteractionResponseMessage, EditInteractionResponse,
+};
+
+use super::{Ctx, Data, Error};
+use crate::service::rights::Requester;
+use crate::store::ThreadBinding;
+use crate::surface::discord::ids::CardId;
+use crate::surface::discord::no_mentions;
+use crate::surface::discord::respond::{
+    ephemeral, note_command_ack, something_went_wrong, Interaction,
+};
+
+/// Answers the command privately with `question` and one danger button for `id`.
+pub(super) async fn ask(
+    ctx: Ctx<'_>,
+    question: String,
+    id: &CardId,
+    label: &str,
+) -> Result<(), Error> {
+    let button = CreateButton::new(id.encode())
+        .label(label)
+        .style(ButtonStyle::Danger);
+    note_command_ack(ctx);
+    ctx.send(
+        poise::CreateReply::default()
+            .content(question)
+            .components(vec![CreateActionRow::Buttons(vec![button])])
+            .ephemeral(true)
+            .allowed_mentions(no_mentions()),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Who may press a confirmation, and what anyone else is told.
+pub(super) struct Rights {
+    pub may: fn(&ThreadBinding, &Requester) -> bool,
+    pub refusal: &'static str,
+}
+
+/// A click on a confirmation: the agent's binding, once the rights are checked again and the
+/// message turned into `working` (without its button, so it cannot be pressed twice); `None`
+/// when the click was answered already (gone, refused or failed).
+pub(super) async fn begin(
+    http: &serenity::Http,
+    data: &Data,
+    click: &ComponentInteraction,
+    id: &CardId,
+    who: &Requester,
+    rights: Rights,
+    working: &str,
+) -> Option<ThreadBinding> {
+    let interaction = Interaction::Click(click);
+    let binding = match data.app.store.binding(&id.agent) {
+        Ok(Some(binding)) => binding,
+        Ok(None) => {
+            let gone = "This agent no longer exists.";
+            interaction.respond(http, ephemeral(gone)).await;
+            return None;
+        }
+        Err(e) => {
+            let why = something_went_wrong("reading the agent", &e);
+            interaction.respond(http, ephemeral(why)).await;
+            return None;
+        }
+    };
+    if !(rights.may)(&binding, who) {
+        interaction.respond(http, ephemeral(rights.refusal)).await;
+        return None;
+    }
+    let working = CreateInteractionResponseMessage::new()
+        .content(working)
+        .components(Vec::new())
+        .allowed_mentions(no_mentions());
+    interaction
+        .respond(http, CreateInteractionResponse::UpdateMessage(working))
+        .await
+        .then_some(binding)
+}
+
+/// Says in the confirmation's message how it ended.
+pub(super) async fn end(http: &serenity::Http, click: &ComponentInteraction, text: String) {
+    let edit = EditInteractionResponse::new()
+        .content(text)
+        .allowed_mentions(no_mentions());
+    if let Err(e) = click.edit_response(http, edit).await {
+        tracing::warn!(error = %e, "a confirmation could not be updated");
+    }
+}

@@ -93,3 +93,32 @@ pub(super) async fn end(http: &serenity::Http, click: &ComponentInteraction, tex
         tracing::warn!(error = %e, "a confirmation could not be updated");
     }
 }
+
+/// How long a confirmed action waits for a running agent to come to rest.
+const REST_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Brings a running agent to rest with `event` (a pause or a finish; `doing` names it, as in
+/// "pausing") and waits for its actor to stop; `still_running` is the answer when a command
+/// outlasts the wait.
+pub(super) async fn bring_to_rest(
+    data: &Data,
+    agent: &str,
+    event: crate::core::event::Event,
+    doing: &str,
+    still_running: &str,
+) -> Result<(), String> {
+    if !data.supervisor.is_running(agent) {
+        return Ok(());
+    }
+    if let Err(e) = data.supervisor.send(agent, event) {
+        return Err(something_went_wrong(&format!("{doing} the agent"), &e));
+    }
+    let started = tokio::time::Instant::now();
+    while data.supervisor.is_running(agent) {
+        if started.elapsed() >= REST_WAIT {
+            return Err(still_running.to_string());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    Ok(())
+}

@@ -1,8 +1,6 @@
 //! `/agent delete`: its owner or a server admin removes an agent for good (its history, memories
 //! and workspace) after a private confirmation button; the thread is told and archived.
 
-use std::time::Duration;
-
 use poise::serenity_prelude as serenity;
 use serenity::ComponentInteraction;
 
@@ -16,9 +14,6 @@ use crate::surface::discord::respond::{author, something_went_wrong};
 
 const ONLY_OWNER: &str =
     "Only the agent's owner, or a server admin (Manage Server), can delete it.";
-
-/// How long a deletion waits for a running agent to come to rest after it is finished.
-const REST_WAIT: Duration = Duration::from_secs(10);
 
 fn may_delete(binding: &ThreadBinding, who: &Requester) -> bool {
     who.user_id == binding.owner_id || who.manage_guild
@@ -82,22 +77,15 @@ async fn delete_agent(data: &Data, binding: &ThreadBinding, by: &str) -> Result<
         Ok(None) => agent.clone(),
         Err(e) => return Err(something_went_wrong("reading the agent", &e)),
     };
-    if data.supervisor.is_running(agent) {
-        let finish = Event::Finish { by: by.to_string() };
-        if let Err(e) = data.supervisor.send(agent, finish) {
-            return Err(something_went_wrong("stopping the agent", &e));
-        }
-        let started = tokio::time::Instant::now();
-        while data.supervisor.is_running(agent) {
-            if started.elapsed() >= REST_WAIT {
-                return Err(
-                    "The agent is still running a command; it finishes when the command returns. Delete it then."
-                        .into(),
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
+    let finish = Event::Finish { by: by.to_string() };
+    confirm::bring_to_rest(
+        data,
+        agent,
+        finish,
+        "stopping",
+        "The agent is still running a command; it finishes when the command returns. Delete it then.",
+    )
+    .await?;
     if let Some(memory) = &data.app.memory {
         memory
             .remove_agent(agent)

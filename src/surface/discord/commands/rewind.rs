@@ -1,8 +1,6 @@
 //! `/agent rewind cycle`: its owner (or a server admin) puts an agent back, in place, to how it
 //! was after a cycle (history, memories and workspace) after a private confirmation button.
 
-use std::time::Duration;
-
 use poise::serenity_prelude as serenity;
 use serenity::ComponentInteraction;
 
@@ -16,9 +14,6 @@ use crate::surface::discord::respond::{author, something_went_wrong};
 
 const ONLY_OWNER: &str =
     "Only the agent's owner, or a server admin (Manage Server), can rewind it.";
-
-/// How long a rewind waits for the agent to come to rest after it is paused.
-const REST_WAIT: Duration = Duration::from_secs(10);
 
 fn may_rewind(binding: &ThreadBinding, who: &Requester) -> bool {
     who.user_id == binding.owner_id || who.manage_guild
@@ -114,22 +109,15 @@ async fn rewind_agent(
     data.agents
         .check_resume(binding, &current, who)
         .map_err(refused)?;
-    if data.supervisor.is_running(agent) {
-        let pause = Event::Pause { by: by.to_string() };
-        if let Err(e) = data.supervisor.send(agent, pause) {
-            return Err(something_went_wrong("pausing the agent", &e));
-        }
-        let started = tokio::time::Instant::now();
-        while data.supervisor.is_running(agent) {
-            if started.elapsed() >= REST_WAIT {
-                return Err(
-                    "The agent is still running a command; it pauses when the command returns. Rewind it then."
-                        .into(),
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
+    let pause = Event::Pause { by: by.to_string() };
+    confirm::bring_to_rest(
+        data,
+        agent,
+        pause,
+        "pausing",
+        "The agent is still running a command; it pauses when the command returns. Rewind it then.",
+    )
+    .await?;
     let first = Event::Recovered { interrupted: false };
     let rewound = data.supervisor.change_resting_and_start(agent, first, || {
         let current = data

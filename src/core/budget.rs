@@ -194,6 +194,11 @@ pub fn format_usd(micros: Micros) -> String {
     format!("${usd:.decimals$}")
 }
 
+/// The spend from which an agent with budget `limit` no longer runs by itself.
+pub fn soft_cap(limit: Micros, percent: u8) -> Micros {
+    Micros((u128::from(limit.0) * u128::from(percent) / 100) as u64)
+}
+
 /// The budget situation of one agent at this moment, as the runtime read it from the ledger.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BudgetView {

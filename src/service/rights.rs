@@ -29,6 +29,12 @@ pub fn may_set_agent_budget(binding: &ThreadBinding, requester: &Requester) -> b
     may_share(binding, requester) || requester.manage_guild
 }
 
+/// The owner or a server admin (Manage Server): for what cannot be undone lightly, deleting an
+/// agent or rewinding it.
+pub fn is_owner_or_admin(binding: &ThreadBinding, requester: &Requester) -> bool {
+    requester.user_id == binding.owner_id || requester.manage_guild
+}
+
 /// Only the owner and moderators may change who an agent is shared with.
 pub fn may_share(binding: &ThreadBinding, requester: &Requester) -> bool {
     requester.user_id == binding.owner_id || requester.manage_threads

@@ -88,6 +88,13 @@ fn agent_prefix(agent: &str) -> Vec<u8> {
     format!("{agent}/").into_bytes()
 }
 
+/// The first key after every key of `agent`'s in a tree keyed by text (no UTF-8 byte is 0xff).
+fn agent_end(agent: &str) -> Vec<u8> {
+    let mut end = agent_prefix(agent);
+    end.push(0xff);
+    end
+}
+
 fn file_key(agent: &str, path: &str) -> Vec<u8> {
     format!("{agent}/{path}").into_bytes()
 }

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use super::ahead::{TreeId, Writes};
-use super::{agent_prefix, cycle_key, encode, file_key, Store, StoreError, WorkspaceOp};
+use super::{agent_end, agent_prefix, cycle_key, encode, file_key, Store, StoreError, WorkspaceOp};
 use crate::core::audit::AuditEntry;
 use crate::core::state::AgentState;
 
@@ -22,6 +22,14 @@ fn undo_key(agent: &str, cycle: u64, path: &str) -> Vec<u8> {
     key.extend_from_slice(&cycle.to_be_bytes());
     key.extend_from_slice(path.as_bytes());
     key
+}
+
+/// The first key after every undo record of `agent`, whatever its cycle.
+fn undo_end(agent: &str) -> Vec<u8> {
+    let mut end = agent_prefix(agent);
+    end.extend_from_slice(&u64::MAX.to_be_bytes());
+    end.push(0xff);
+    end
 }
 
 /// An undo record's value: 0 when the file did not exist before, else 1 and its contents.
@@ -112,10 +120,7 @@ impl Store {
             files.insert(path, contents.to_vec());
         }
         let later = undo_key(agent, cycle.saturating_add(1), "");
-        let mut end = prefix.clone();
-        end.extend_from_slice(&u64::MAX.to_be_bytes());
-        end.push(0xff);
-        for item in self.workspace_undo.range(later..end).rev() {
+        for item in self.workspace_undo.range(later..undo_end(agent)).rev() {
             let (key, value) = item?;
             let (_, path, before) = read_undo(agent, &key, &value)?;
             match before {
@@ -199,12 +204,10 @@ impl Store {
         let agent = &state.id;
         let mut writes = Writes::default();
         writes.put(TreeId::Agents, agent.as_bytes(), encode(state)?);
-        let mut end = agent_prefix(agent);
-        end.push(0xff);
         let mut removed = 0;
         for key in self
             .episodes
-            .range(cycle_key(agent, cycle.saturating_add(1))..end)
+            .range(cycle_key(agent, cycle.saturating_add(1))..agent_end(agent))
             .keys()
         {
             writes.remove(TreeId::Episodes, key?.to_vec());
@@ -225,12 +228,9 @@ impl Store {
                 writes.put(TreeId::Workspace, key, contents.clone());
             }
         }
-        let mut undo_end = prefix.clone();
-        undo_end.extend_from_slice(&u64::MAX.to_be_bytes());
-        undo_end.push(0xff);
         for key in self
             .workspace_undo
-            .range(undo_key(agent, cycle.saturating_add(1), "")..undo_end)
+            .range(undo_key(agent, cycle.saturating_add(1), "")..undo_end(agent))
             .keys()
         {
             writes.remove(TreeId::WorkspaceUndo, key?.to_vec());
@@ -256,10 +256,8 @@ impl Store {
 
     /// How many of the agent's steps come after `cycle`.
     pub fn steps_after(&self, agent: &str, cycle: u64) -> usize {
-        let mut end = agent_prefix(agent);
-        end.push(0xff);
         self.episodes
-            .range(cycle_key(agent, cycle.saturating_add(1))..end)
+            .range(cycle_key(agent, cycle.saturating_add(1))..agent_end(agent))
             .count()
     }
 

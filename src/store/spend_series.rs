@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use super::{agent_prefix, cycle_key, decode, Store, StoreError};
+use super::{agent_end, cycle_key, decode, Store, StoreError};
 use crate::core::budget::Micros;
 
 /// The two fields of a stored step the chart needs; the rest of the record is skipped unread.
@@ -24,10 +24,8 @@ impl Store {
         from: u64,
     ) -> Result<Vec<(u64, Micros)>, StoreError> {
         let mut spent = Micros::ZERO;
-        let mut end = agent_prefix(agent);
-        end.push(0xff);
         self.episodes
-            .range(cycle_key(agent, from.saturating_add(1))..end)
+            .range(cycle_key(agent, from.saturating_add(1))..agent_end(agent))
             .map(|item| {
                 let (key, raw) = item?;
                 let step: StepCost = decode(&key, &raw)?;

@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use serenity::all::{ChannelId, CreateEmbed, CreateMessage, EditMessage, MessageId};
 
 use super::post;
-use crate::core::budget::{format_usd, Micros};
+use crate::core::budget::format_usd;
 use crate::runtime::{Doing, LiveStatus};
 use crate::store::ThreadBinding;
 
@@ -276,7 +276,7 @@ fn doing_line(
 /// The status message's embed at `now`.
 fn render(entry: &Entry, now: DateTime<Utc>) -> CreateEmbed {
     let status = &entry.status;
-    let soft_cap = Micros(status.budget.0 / 100 * u64::from(status.soft_cap_percent));
+    let soft_cap = crate::core::budget::soft_cap(status.budget, status.soft_cap_percent);
     let mut spend = format!(
         "{} of {} (runs by itself up to {})",
         format_usd(status.spent),
@@ -491,6 +491,7 @@ impl super::DiscordSurface {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::budget::Micros;
 
     fn status(doing: Doing, since: DateTime<Utc>) -> LiveStatus {
         LiveStatus {

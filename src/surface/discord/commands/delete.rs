@@ -6,7 +6,7 @@ use serenity::ComponentInteraction;
 
 use super::{confirm, thread_agent, Ctx, Data, Error};
 use crate::core::event::Event;
-use crate::service::rights::Requester;
+use crate::service::rights::{is_owner_or_admin, Requester};
 use crate::service::UserError;
 use crate::store::ThreadBinding;
 use crate::surface::discord::ids::{CardAction, CardId};
@@ -15,16 +15,12 @@ use crate::surface::discord::respond::{author, something_went_wrong};
 const ONLY_OWNER: &str =
     "Only the agent's owner, or a server admin (Manage Server), can delete it.";
 
-fn may_delete(binding: &ThreadBinding, who: &Requester) -> bool {
-    who.user_id == binding.owner_id || who.manage_guild
-}
-
 /// Delete the agent, its memories and its workspace, for good.
 #[poise::command(slash_command, guild_only)]
 pub(super) async fn delete(ctx: Ctx<'_>) -> Result<(), Error> {
     // Two store reads, then the answer: the first response, private, with its button.
     let (binding, state) = thread_agent(ctx).await?;
-    if !may_delete(&binding, &author(ctx)) {
+    if !is_owner_or_admin(&binding, &author(ctx)) {
         return Err(UserError::new(ONLY_OWNER).into());
     }
     let question = format!(
@@ -45,7 +41,7 @@ pub(crate) async fn on_delete_click(
     who: &Requester,
 ) {
     let rights = confirm::Rights {
-        may: may_delete,
+        may: is_owner_or_admin,
         refusal: ONLY_OWNER,
     };
     let Some(binding) = confirm::begin(http, data, click, id, who, rights, "Deleting…").await

@@ -6,7 +6,7 @@ use serenity::ComponentInteraction;
 
 use super::{confirm, thread_agent, Ctx, Data, Error};
 use crate::core::event::Event;
-use crate::service::rights::Requester;
+use crate::service::rights::{is_owner_or_admin, Requester};
 use crate::service::UserError;
 use crate::store::ThreadBinding;
 use crate::surface::discord::ids::{CardAction, CardId};
@@ -14,10 +14,6 @@ use crate::surface::discord::respond::{author, something_went_wrong};
 
 const ONLY_OWNER: &str =
     "Only the agent's owner, or a server admin (Manage Server), can rewind it.";
-
-fn may_rewind(binding: &ThreadBinding, who: &Requester) -> bool {
-    who.user_id == binding.owner_id || who.manage_guild
-}
 
 /// Put the agent back to how it was after a cycle: later steps, memories and file changes undone.
 #[poise::command(slash_command, guild_only)]
@@ -30,7 +26,7 @@ pub(super) async fn rewind(
     // A few store reads, then the answer: the first response, private, with its button.
     let (binding, state) = thread_agent(ctx).await?;
     let who = author(ctx);
-    if !may_rewind(&binding, &who) {
+    if !is_owner_or_admin(&binding, &who) {
         return Err(UserError::new(ONLY_OWNER).into());
     }
     // Checked now so that a cycle out of reach is said before anyone confirms.
@@ -57,7 +53,7 @@ pub(crate) async fn on_rewind_click(
     who: &Requester,
 ) {
     let rights = confirm::Rights {
-        may: may_rewind,
+        may: is_owner_or_admin,
         refusal: ONLY_OWNER,
     };
     let Some(binding) = confirm::begin(http, data, click, id, who, rights, "Rewinding…").await

@@ -6,7 +6,7 @@ use poise::serenity_prelude::CreateAttachment;
 use super::{thread_agent, Ctx, Error};
 use crate::budget::Budgets;
 use crate::charts::{burn_down_png, BurnDown};
-use crate::core::budget::{format_usd, Micros};
+use crate::core::budget::{format_usd, soft_cap};
 use crate::core::state::Phase;
 use crate::surface::discord::respond::{defer_privately, send_privately};
 
@@ -93,9 +93,7 @@ pub(super) async fn status(ctx: Ctx<'_>) -> Result<(), Error> {
         starts_after: state.history_from.unwrap_or(0),
         spent_after_cycle: Vec::new(),
         budget: limit,
-        soft_cap: Micros(
-            (limit.0 as u128 * data.app.budgets.soft_cap_percent() as u128 / 100) as u64,
-        ),
+        soft_cap: soft_cap(limit, data.app.budgets.soft_cap_percent()),
     };
     let (cycle, spent_now, from) = (state.cycle, spent.spent, state.history_from.unwrap_or(0));
     let png = data

@@ -476,10 +476,11 @@ async fn a_buried_card_is_reposted_at_the_bottom_and_decided_there() {
     );
     let newest = discord
         .wait_for("the re-posted card", support::bot::WAIT, |d| {
-            let messages = d.messages_in(thread);
-            let last = messages.last()?.clone();
-            (last["id"] != first["id"] && last.to_string().contains("HaikuGPT · cycle 1"))
-                .then_some(last)
+            // The live status message may be posted after the new card on a busy machine, so
+            // the card is the newest card, not necessarily the thread's last message.
+            d.messages_in(thread).into_iter().rev().find(|m| {
+                m["id"] != first["id"] && m["embeds"].to_string().contains("HaikuGPT · cycle 1")
+            })
         })
         .await;
     let copies = discord

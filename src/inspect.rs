@@ -157,7 +157,13 @@ async fn change_memory(
 ) -> anyhow::Result<()> {
     let agent = load_agent(&app.store, prefix)?;
     app.agents()
-        .change_memory(memory_of(app)?, &agent.id, memory, change, OPERATOR)
+        .change_memory(
+            memory_of(app)?,
+            &crate::memory::MemoryPlace::agent(&agent.id),
+            memory,
+            change,
+            OPERATOR,
+        )
         .await?;
     shown.line(format!(
         "{} memory #{memory} of agent {}.",

@@ -182,6 +182,19 @@ impl Budgets {
         }
     }
 
+    /// Who pays for a person's own call outside any agent (embedding a server note): the person
+    /// and their server, against an account of its own (`account`) limited like a new agent's.
+    pub fn person_payer(&self, account: &str, user: u64, guild: GuildId) -> Payer {
+        Payer {
+            agent: account.to_string(),
+            spender: Spender {
+                user: Some(user.to_string()),
+                guild: Some(guild),
+            },
+            agent_limit: self.config.agent_default(),
+        }
+    }
+
     pub fn agent_limit(&self, state: &AgentState) -> Micros {
         state
             .settings

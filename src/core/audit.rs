@@ -144,6 +144,12 @@ pub enum AuditEvent {
         rule: String,
         scope: String,
     },
+    /// A person added a note for this agent or its thread (its text is kept in memory only).
+    MemoryAdded {
+        memory: u64,
+        scope: crate::core::memory::MemoryScope,
+        digest: String,
+    },
     MemoryPinned {
         memory: u64,
     },
@@ -315,6 +321,17 @@ impl AuditEntry {
             AuditEvent::RuleRevoked { rule, scope } => {
                 format!("revoked rule {rule} ({scope})")
             }
+            AuditEvent::MemoryAdded {
+                memory,
+                scope,
+                digest,
+            } => format!(
+                "added {} note #{memory} (text digest {digest})",
+                match scope {
+                    crate::core::memory::MemoryScope::Thread => "a thread",
+                    _ => "an agent",
+                }
+            ),
             AuditEvent::MemoryPinned { memory } => format!("pinned memory #{memory}"),
             AuditEvent::MemoryUnpinned { memory } => format!("unpinned memory #{memory}"),
             AuditEvent::MemoryForgotten { memory, digest } => {

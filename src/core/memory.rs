@@ -29,6 +29,63 @@ impl MemorySource {
     }
 }
 
+/// Who shares a memory: the agent that made or was given it, every agent of its thread (a note
+/// that outlives the agent's rewinds), or every agent of its server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryScope {
+    #[default]
+    Agent,
+    Thread,
+    Server,
+}
+
+impl MemoryScope {
+    pub const ALL: [MemoryScope; 3] =
+        [MemoryScope::Agent, MemoryScope::Thread, MemoryScope::Server];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            MemoryScope::Agent => "agent",
+            MemoryScope::Thread => "thread",
+            MemoryScope::Server => "server",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<MemoryScope> {
+        Self::ALL.into_iter().find(|scope| scope.label() == text)
+    }
+}
+
+/// Where a recalled memory comes from when it is not simply one of the agent's own: a note a
+/// person added, or a memory its thread or server shares. The prompt names it, and the agent's
+/// record finds its text again under `kept_under`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryOrigin {
+    pub scope: MemoryScope,
+    /// The key the memory is stored under: the agent's id, or its thread's or server's.
+    pub kept_under: String,
+    /// The person who added it, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub added_by: Option<String>,
+}
+
+impl MemoryOrigin {
+    /// How the prompt introduces the memory.
+    fn prompt_label(&self) -> String {
+        let from = self
+            .added_by
+            .as_deref()
+            .map(|who| format!(" from {}", truncate_chars(who, 40)))
+            .unwrap_or_default();
+        match self.scope {
+            MemoryScope::Agent => format!("Note{from}: "),
+            MemoryScope::Thread => format!("Thread note{from}: "),
+            MemoryScope::Server => format!("Server note{from}: "),
+        }
+    }
+}
+
 /// A memory found by a search, most similar first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MemoryHit {
@@ -42,6 +99,18 @@ pub struct MemoryHit {
     /// Cosine similarity to the query (vectors are unit length).
     pub score: f32,
     pub pinned: bool,
+    /// `None` for the agent's own memories of its steps and commands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<MemoryOrigin>,
+}
+
+impl MemoryHit {
+    /// The key the memory is stored under, given the agent that recalled it.
+    pub fn kept_under<'a>(&'a self, agent: &'a str) -> &'a str {
+        self.origin
+            .as_ref()
+            .map_or(agent, |origin| origin.kept_under.as_str())
+    }
 }
 
 /// The text a cycle leaves in memory, as AutoGPT wrote "Assistant Reply … Result … Human
@@ -96,7 +165,12 @@ pub fn fit_memories(
     let mut used = counter.count(MEMORY_HEADER) + MESSAGE_OVERHEAD;
     let mut chosen = Vec::new();
     for hit in ordered {
-        let line = hit.text.replace('\n', " / ");
+        let label = hit
+            .origin
+            .as_ref()
+            .map(MemoryOrigin::prompt_label)
+            .unwrap_or_default();
+        let line = format!("{label}{}", hit.text.replace('\n', " / "));
         let cost = counter.count(&line) + 2;
         if used + cost > cap_tokens {
             continue;
@@ -141,6 +215,7 @@ mod tests {
             text: format!("m{id} {}", "w ".repeat(words.saturating_sub(1))),
             score,
             pinned: false,
+            origin: None,
         }
     }
 

@@ -566,11 +566,7 @@ fn hits_by_reference<S: serde::Serializer>(
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
     serializer.collect_seq(hits.iter().map(|hit| MemoryHit {
-        id: hit.id,
-        cycle: hit.cycle,
-        source: hit.source,
         text: String::new(),
-        score: hit.score,
-        pinned: hit.pinned,
+        ..hit.clone()
     }))
 }

@@ -1280,6 +1280,7 @@ fn with_memory_each_cycle_recalls_first_and_summaries_become_memories() {
             text: "The vault code is 7319".into(),
             score: 0.9,
             pinned: false,
+            origin: None,
         },
         MemoryHit {
             id: 8,
@@ -1288,6 +1289,7 @@ fn with_memory_each_cycle_recalls_first_and_summaries_become_memories() {
             text: "Always rhyme".into(),
             score: 0.1,
             pinned: true,
+            origin: None,
         },
     ];
     let fx = h.step(Event::Recalled { seq, hits });

@@ -10,6 +10,7 @@ pub mod index;
 mod paid;
 pub mod saved;
 mod source;
+pub mod team;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, RwLock};
@@ -21,7 +22,7 @@ use crate::budget::Budgets;
 pub use crate::budget::Payer;
 use crate::clock::{Clock, SystemClock};
 use crate::config::MemoryConfig;
-use crate::core::memory::{MemoryHit, MemorySource};
+use crate::core::memory::{MemoryHit, MemoryOrigin, MemoryScope, MemorySource};
 use crate::core::prompt::TokenCounter;
 use crate::core::state::{AgentState, GuildId};
 use crate::llm::embed::{EmbedPurpose, Embedder};
@@ -32,6 +33,7 @@ use index::{GraphOrigin, HnswParams, VectorIndex};
 pub use paid::{PreparedRecall, PreparedRemember};
 use saved::SavedIndexes;
 use source::{make_graph, save_graph, GraphToMake, IndexSource};
+pub use team::{MemoryPlace, Stamp};
 
 /// A cached graph is saved again once it has grown by this many memories (or a tenth, if more)
 /// since its last save, so a restart after a crash has little to add to what it loads.
@@ -49,6 +51,25 @@ pub struct MemoryRecord {
     pub created_at: DateTime<Utc>,
     pub pinned: bool,
     pub forgotten: bool,
+    /// Who shares it; memories stored before scopes are the agent's own.
+    #[serde(default, skip_serializing_if = "is_agent_scope")]
+    pub scope: MemoryScope,
+    /// The person who added it (`None`: the agent, at `cycle`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub added_by: Option<Stamp>,
+    /// Who pinned it, while it is pinned by a person.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned_by: Option<Stamp>,
+    /// Who last unpinned it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unpinned_by: Option<Stamp>,
+    /// Who forgot it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forgotten_by: Option<Stamp>,
+}
+
+fn is_agent_scope(scope: &MemoryScope) -> bool {
+    *scope == MemoryScope::Agent
 }
 
 impl From<sled::Error> for MemoryError {
@@ -69,6 +90,10 @@ pub enum MemoryError {
     Unknown(u64),
     #[error("the embedding has {got} dimensions but this agent's memories have {want}; the embedding model changed")]
     Dimension { got: usize, want: usize },
+    #[error("{0} memories are pinned here already, the most allowed; unpin one first")]
+    TooManyPins(usize),
+    #[error("{0} memories are kept here already, the most allowed; forget some first")]
+    TooManyNotes(usize),
     #[error("memory is {}", .0.describe())]
     Off(MemoryOff),
 }
@@ -185,6 +210,11 @@ impl Memory {
 
     pub fn payer(&self, agent: &AgentState) -> Payer {
         self.budgets.payer(agent)
+    }
+
+    /// Who pays for a person's note to a server (see `Budgets::person_payer`).
+    pub fn person_payer(&self, account: &str, user: u64, guild: GuildId) -> Payer {
+        self.budgets.person_payer(account, user, guild)
     }
 
     /// Why memory is off now (the embeddings endpoint refused or keeps failing), if it is.
@@ -422,18 +452,55 @@ impl Memory {
         query: &str,
         k: usize,
     ) -> Result<Vec<MemoryHit>, MemoryError> {
-        let query_vector = self.embed_one(payer, query, EmbedPurpose::Query).await?;
-        self.search_vector(payer, &query_vector, k).await
+        let own = [MemoryPlace::agent(&payer.agent)];
+        self.search_at(payer, &own, query, k).await
     }
 
-    /// `search` for a query already embedded.
-    async fn search_vector(
+    /// `search` over several places (an agent's own memories, its thread's and its server's),
+    /// with the query embedded once and paid by `payer`: the `k` most similar of them all, and
+    /// every pinned one.
+    pub async fn search_at(
         &self,
         payer: &Payer,
+        places: &[MemoryPlace],
+        query: &str,
+        k: usize,
+    ) -> Result<Vec<MemoryHit>, MemoryError> {
+        let query_vector = self.embed_one(payer, query, EmbedPurpose::Query).await?;
+        self.search_vector(places, &query_vector, k).await
+    }
+
+    /// `search_at` for a query already embedded.
+    async fn search_vector(
+        &self,
+        places: &[MemoryPlace],
         query_vector: &[f32],
         k: usize,
     ) -> Result<Vec<MemoryHit>, MemoryError> {
-        let (index, forgotten) = self.index_of(&payer.agent).await?;
+        let mut hits = Vec::with_capacity(k);
+        for place in places {
+            // A thread or server with no memories is not worth an index in the cache.
+            if place.scope != MemoryScope::Agent && !self.has_any(&place.key) {
+                continue;
+            }
+            hits.extend(self.most_similar(&place.key, query_vector, k).await?);
+        }
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
+        hits.truncate(k);
+        for place in places {
+            self.add_pinned(&place.key, query_vector, &mut hits)?;
+        }
+        Ok(hits)
+    }
+
+    /// The `k` memories kept under `key` most similar to the query, forgotten ones left out.
+    async fn most_similar(
+        &self,
+        key: &str,
+        query_vector: &[f32],
+        k: usize,
+    ) -> Result<Vec<MemoryHit>, MemoryError> {
+        let (index, forgotten) = self.index_of(key).await?;
         let found =
             index
                 .read()
@@ -441,26 +508,36 @@ impl Memory {
                 .search(query_vector, k, &forgotten);
         let mut hits = Vec::with_capacity(found.len());
         for scored in found {
-            if let Some(record) = self.record(&payer.agent, scored.id)? {
+            if let Some(record) = self.record(key, scored.id)? {
                 if !record.forgotten {
                     hits.push(hit(record, scored.score));
                 }
             }
         }
-        for item in self.pins.scan_prefix(prefix(&payer.agent)) {
+        Ok(hits)
+    }
+
+    /// Adds the memories pinned under `key` that `hits` lacks, scored against the query.
+    fn add_pinned(
+        &self,
+        key_of_place: &str,
+        query_vector: &[f32],
+        hits: &mut Vec<MemoryHit>,
+    ) -> Result<(), MemoryError> {
+        for item in self.pins.scan_prefix(prefix(key_of_place)) {
             let (k, _) = item?;
             let id = u64::from_str_radix(
-                std::str::from_utf8(&k[payer.agent.len() + 1..]).unwrap_or("0"),
+                std::str::from_utf8(&k[key_of_place.len() + 1..]).unwrap_or("0"),
                 16,
             )
             .unwrap_or(0);
             if hits.iter().any(|h| h.id == id) {
                 continue;
             }
-            if let Some(record) = self.record(&payer.agent, id)? {
+            if let Some(record) = self.record(key_of_place, id)? {
                 let score = self
                     .vectors
-                    .get(key(&payer.agent, id))?
+                    .get(key(key_of_place, id))?
                     .map(|raw| index::dot(query_vector, &from_bytes(&raw)))
                     .unwrap_or(0.0);
                 if !record.forgotten {
@@ -468,14 +545,22 @@ impl Memory {
                 }
             }
         }
-        Ok(hits)
+        Ok(())
+    }
+
+    /// Whether anything is stored under `key`.
+    fn has_any(&self, key_of_place: &str) -> bool {
+        self.records
+            .scan_prefix(prefix(key_of_place))
+            .next()
+            .is_some()
     }
 
     /// `hits` read back from an agent's record, with their texts from this store again; a hit
     /// whose memory was forgotten meanwhile (or cannot be read) is left out.
     pub fn with_texts(&self, agent: &str, hits: Vec<MemoryHit>) -> Vec<MemoryHit> {
         hits.into_iter()
-            .filter_map(|found| match self.record(agent, found.id) {
+            .filter_map(|found| match self.record(found.kept_under(agent), found.id) {
                 Ok(Some(record)) if !record.forgotten => Some(MemoryHit {
                     text: record.text,
                     ..found
@@ -514,9 +599,21 @@ impl Memory {
 
     /// Forgets a memory: searches skip it at once, and the next rebuild leaves it out.
     pub fn forget(&self, agent: &str, id: u64) -> Result<MemoryRecord, MemoryError> {
+        self.forget_stamped(agent, id, None)
+    }
+
+    /// `forget`, recording who did it and when.
+    pub fn forget_stamped(
+        &self,
+        agent: &str,
+        id: u64,
+        stamp: Option<Stamp>,
+    ) -> Result<MemoryRecord, MemoryError> {
         let record = self.update(agent, id, |r| {
             r.forgotten = true;
             r.pinned = false;
+            r.pinned_by = None;
+            r.forgotten_by = stamp.clone();
         })?;
         self.pins.remove(key(agent, id))?;
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
@@ -530,7 +627,31 @@ impl Memory {
 
     /// Pins (or unpins) a memory: pinned memories are recalled in every cycle.
     pub fn pin(&self, agent: &str, id: u64, pinned: bool) -> Result<MemoryRecord, MemoryError> {
-        let record = self.update(agent, id, |r| r.pinned = pinned)?;
+        self.pin_stamped(agent, id, pinned, None)
+    }
+
+    /// `pin`, recording who did it and when. Each place keeps at most `team::MAX_PINS` pinned
+    /// memories, since every one of them is recalled in every cycle.
+    pub fn pin_stamped(
+        &self,
+        agent: &str,
+        id: u64,
+        pinned: bool,
+        stamp: Option<Stamp>,
+    ) -> Result<MemoryRecord, MemoryError> {
+        let already = self.pins.contains_key(key(agent, id))?;
+        if pinned && !already && self.pins.scan_prefix(prefix(agent)).count() >= team::MAX_PINS {
+            return Err(MemoryError::TooManyPins(team::MAX_PINS));
+        }
+        let record = self.update(agent, id, |r| {
+            r.pinned = pinned;
+            if pinned {
+                r.pinned_by = stamp.clone();
+            } else {
+                r.pinned_by = None;
+                r.unpinned_by = stamp.clone();
+            }
+        })?;
         if pinned {
             self.pins.insert(key(agent, id), &[])?;
         } else {
@@ -615,7 +736,14 @@ impl Memory {
 }
 
 fn hit(record: MemoryRecord, score: f32) -> MemoryHit {
+    let origin =
+        (record.scope != MemoryScope::Agent || record.added_by.is_some()).then(|| MemoryOrigin {
+            scope: record.scope,
+            kept_under: record.agent.clone(),
+            added_by: record.added_by.as_ref().map(|stamp| stamp.by.clone()),
+        });
     MemoryHit {
+        origin,
         id: record.id,
         cycle: record.cycle,
         source: record.source,

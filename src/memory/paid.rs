@@ -4,11 +4,11 @@
 //! `prepare_recall`), so that flush makes the reservations durable and the calls cost no flush of
 //! their own.
 
-use super::{Memory, MemoryError, MemoryRecord, Payer};
+use super::{Memory, MemoryError, MemoryPlace, MemoryRecord, Payer};
 use crate::budget::ledger::Reservation;
 use crate::budget::Metered;
 use crate::core::budget::Price;
-use crate::core::memory::{MemoryHit, MemorySource};
+use crate::core::memory::{MemoryHit, MemoryScope, MemorySource};
 use crate::llm::embed::{EmbedPurpose, Embedded};
 use crate::llm::LlmError;
 
@@ -35,10 +35,15 @@ pub enum PreparedRecall {
     Nothing,
     /// Queued memories are written first, each batch with its own reserved call, so the query
     /// waits for them.
-    AfterQueued { payer: Payer, query: String },
+    AfterQueued {
+        payer: Payer,
+        places: Vec<MemoryPlace>,
+        query: String,
+    },
     /// The query's embedding is reserved (or the reason it could not be).
     Ready {
         payer: Payer,
+        places: Vec<MemoryPlace>,
         ticket: Box<Result<EmbedTicket, MemoryError>>,
     },
 }
@@ -227,6 +232,11 @@ impl Memory {
             created_at: self.clock.now(),
             pinned: false,
             forgotten: false,
+            scope: MemoryScope::Agent,
+            added_by: None,
+            pinned_by: None,
+            unpinned_by: None,
+            forgotten_by: None,
         };
         let ticket =
             self.reserve_embedding(payer, vec![record.text.clone()], EmbedPurpose::Passage);
@@ -284,14 +294,16 @@ impl Memory {
         }
     }
 
-    /// A cycle's recall with its query's embedding reserved but not yet durable: the caller
-    /// flushes the store before `recall_prepared`.
-    pub fn prepare_recall(&self, payer: &Payer, query: &str) -> PreparedRecall {
-        let nothing_stored = self
-            .records
-            .scan_prefix(super::prefix(&payer.agent))
-            .next()
-            .is_none();
+    /// A cycle's recall from `places` (see `MemoryPlace::recalled_by`) with its query's
+    /// embedding reserved but not yet durable: the caller flushes the store before
+    /// `recall_prepared`.
+    pub fn prepare_recall(
+        &self,
+        payer: &Payer,
+        places: Vec<MemoryPlace>,
+        query: &str,
+    ) -> PreparedRecall {
+        let nothing_stored = !places.iter().any(|place| self.has_any(&place.key));
         let queued = self.pending_count(&payer.agent);
         if nothing_stored && queued == 0 {
             // A new agent has nothing to recall: no query embedding is paid for.
@@ -300,11 +312,13 @@ impl Memory {
         if queued > 0 {
             return PreparedRecall::AfterQueued {
                 payer: payer.clone(),
+                places,
                 query: query.to_string(),
             };
         }
         PreparedRecall::Ready {
             payer: payer.clone(),
+            places,
             ticket: Box::new(self.reserve_embedding(
                 payer,
                 vec![query.to_string()],
@@ -324,16 +338,26 @@ impl Memory {
     pub async fn recall_prepared(&self, prepared: PreparedRecall) -> Vec<MemoryHit> {
         let (payer, found) = match prepared {
             PreparedRecall::Nothing => return Vec::new(),
-            PreparedRecall::AfterQueued { payer, query } => {
+            PreparedRecall::AfterQueued {
+                payer,
+                places,
+                query,
+            } => {
                 if let Err(e) = self.flush_pending(&payer).await {
                     if !matches!(e, MemoryError::Off(_)) {
                         tracing::warn!(agent = %payer.agent, error = %e, "queued memories are still waiting");
                     }
                 }
-                let found = self.search(&payer, &query, self.config.recall_top_k).await;
+                let found = self
+                    .search_at(&payer, &places, &query, self.config.recall_top_k)
+                    .await;
                 (payer, found)
             }
-            PreparedRecall::Ready { payer, ticket } => {
+            PreparedRecall::Ready {
+                payer,
+                places,
+                ticket,
+            } => {
                 let found = match *ticket {
                     Ok(ticket) => match self
                         .embed_reserved(ticket)
@@ -341,7 +365,7 @@ impl Memory {
                         .and_then(Self::only_vector)
                     {
                         Ok(vector) => {
-                            self.search_vector(&payer, &vector, self.config.recall_top_k)
+                            self.search_vector(&places, &vector, self.config.recall_top_k)
                                 .await
                         }
                         Err(e) => Err(e),
@@ -367,8 +391,13 @@ impl Memory {
     }
 
     /// A cycle's recall made at once: queued memories are written first, then the search.
-    pub async fn recall(&self, payer: &Payer, query: &str) -> Vec<MemoryHit> {
-        let prepared = self.prepare_recall(payer, query);
+    pub async fn recall(
+        &self,
+        payer: &Payer,
+        places: Vec<MemoryPlace>,
+        query: &str,
+    ) -> Vec<MemoryHit> {
+        let prepared = self.prepare_recall(payer, places, query);
         if prepared.reservation().is_some() {
             if let Err(e) = self.budgets.make_durable().await {
                 self.abandon_recall(&prepared);

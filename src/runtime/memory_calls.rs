@@ -4,6 +4,7 @@
 
 use crate::core::event::{Effect, Event};
 use crate::core::memory::MemorySource;
+use crate::memory::MemoryPlace;
 
 use super::{Actor, ActorMsg};
 
@@ -39,12 +40,24 @@ impl Actor {
                     })
                     .ok()
                     .map(|prepared| PreparedCall::Remember(Box::new(prepared))),
-                Effect::Recall { query, .. } if !self.deps.drain.is_raised() => {
-                    Some(PreparedCall::Recall(memory.prepare_recall(&payer, query)))
-                }
+                Effect::Recall { query, .. } if !self.deps.drain.is_raised() => Some(
+                    PreparedCall::Recall(memory.prepare_recall(&payer, self.recall_places(), query)),
+                ),
                 _ => None,
             })
             .collect()
+    }
+
+    /// Where the agent recalls from: its own memories, its thread's and its server's.
+    fn recall_places(&self) -> Vec<MemoryPlace> {
+        let thread = match self.deps.store.binding(&self.state.id) {
+            Ok(binding) => binding.map(|b| b.thread_id),
+            Err(e) => {
+                tracing::warn!(agent = %self.state.id, error = %e, "the agent's thread cannot be read; it recalls without the thread's memories");
+                None
+            }
+        };
+        MemoryPlace::recalled_by(&self.state.id, thread, self.state.spender.guild.as_ref())
     }
 
     /// Gives back the reservation of a prepared call that will not be made.
@@ -68,10 +81,11 @@ impl Actor {
             return;
         };
         let payer = memory.payer(&self.state);
+        let places = self.recall_places();
         self.tasks.spawn(async move {
             let hits = match prepared {
                 Some(PreparedCall::Recall(prepared)) => memory.recall_prepared(prepared).await,
-                _ => memory.recall(&payer, &query).await,
+                _ => memory.recall(&payer, places, &query).await,
             };
             let event = Event::Recalled { seq, hits };
             handle.report(ActorMsg::Event { event, reply: None }).await;

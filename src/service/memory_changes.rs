@@ -1,9 +1,12 @@
-//! What a person does to one of an agent's memories (pin, unpin, forget), from any surface,
-//! applied and recorded in the agent's audit trail, on disk before the person is told.
+//! What a person does to memories from any surface: adds a note for an agent, its thread or its
+//! server, and pins, unpins or forgets a memory. Each records who and when on the memory and,
+//! for an agent's or its thread's memory, in the agent's audit trail; all on disk before the
+//! person is told.
 
 use super::AgentService;
-use crate::core::audit::{AuditEntry, AuditEvent};
-use crate::memory::{Memory, MemoryError};
+use crate::core::audit::{text_digest, AuditEntry, AuditEvent};
+use crate::core::memory::MemoryScope;
+use crate::memory::{Memory, MemoryError, MemoryPlace, MemoryRecord, Payer, Stamp};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MemoryChange {
@@ -24,46 +27,89 @@ impl MemoryChange {
 }
 
 impl AgentService {
-    /// Applies `change` to memory `id` of `agent`, made by `by`, and records it in the trail.
+    /// Applies `change` to memory `id` kept at `place`, made by `by`.
     pub async fn change_memory(
         &self,
         memory: &Memory,
-        agent: &str,
+        place: &MemoryPlace,
         id: u64,
         change: MemoryChange,
         by: &str,
-    ) -> Result<(), MemoryError> {
-        let event = match change {
-            MemoryChange::Pin => {
-                memory.pin(agent, id, true)?;
-                AuditEvent::MemoryPinned { memory: id }
-            }
-            MemoryChange::Unpin => {
-                memory.pin(agent, id, false)?;
-                AuditEvent::MemoryUnpinned { memory: id }
-            }
+    ) -> Result<MemoryRecord, MemoryError> {
+        let stamp = Some(self.stamp(by));
+        let (record, event) = match change {
+            MemoryChange::Pin => (
+                memory.pin_stamped(&place.key, id, true, stamp)?,
+                AuditEvent::MemoryPinned { memory: id },
+            ),
+            MemoryChange::Unpin => (
+                memory.pin_stamped(&place.key, id, false, stamp)?,
+                AuditEvent::MemoryUnpinned { memory: id },
+            ),
             MemoryChange::Forget => {
-                let record = memory.forget(agent, id)?;
-                AuditEvent::MemoryForgotten {
-                    memory: id,
-                    digest: crate::core::audit::text_digest(&record.text),
+                let record = memory.forget_stamped(&place.key, id, stamp)?;
+                let digest = text_digest(&record.text);
+                (record, AuditEvent::MemoryForgotten { memory: id, digest })
+            }
+        };
+        self.record_memory_event(place, event, by).await;
+        Ok(record)
+    }
+
+    /// Adds `text` as a note at `place` from `by`, embedded at `payer`'s expense.
+    pub async fn add_memory_note(
+        &self,
+        memory: &Memory,
+        payer: &Payer,
+        place: &MemoryPlace,
+        cycle: u64,
+        text: &str,
+        by: &str,
+    ) -> Result<MemoryRecord, MemoryError> {
+        let record = memory.add_note(payer, place, cycle, text, by).await?;
+        let event = AuditEvent::MemoryAdded {
+            memory: record.id,
+            scope: place.scope,
+            digest: text_digest(&record.text),
+        };
+        self.record_memory_event(place, event, by).await;
+        Ok(record)
+    }
+
+    fn stamp(&self, by: &str) -> Stamp {
+        Stamp {
+            by: by.to_string(),
+            at: self.clock.now(),
+        }
+    }
+
+    /// Writes a memory change to the trail of the agent it concerns (a server's memories concern
+    /// no one agent: their stamps say who and when) and flushes the store. The change happened:
+    /// a trail that cannot be written is logged, not reported as if nothing changed.
+    async fn record_memory_event(&self, place: &MemoryPlace, event: AuditEvent, by: &str) {
+        let agent = match place.scope {
+            MemoryScope::Agent => Some(place.key.clone()),
+            MemoryScope::Thread => place
+                .thread_id()
+                .and_then(|thread| self.store.agent_for_thread(thread).ok().flatten()),
+            MemoryScope::Server => None,
+        };
+        let recorded = match agent {
+            Some(agent) => {
+                let entry = AuditEntry {
+                    at: self.clock.now(),
+                    by: by.to_string(),
+                    event,
+                };
+                match self.store.append_audit(&agent, &entry) {
+                    Ok(()) => self.store.flush().await,
+                    Err(e) => Err(e),
                 }
             }
-        };
-        let entry = AuditEntry {
-            at: self.clock.now(),
-            by: by.to_string(),
-            event,
-        };
-        // The change happened: a trail that cannot be written is logged, not reported as if
-        // nothing changed.
-        let recorded = match self.store.append_audit(agent, &entry) {
-            Ok(()) => self.store.flush().await,
-            Err(e) => Err(e),
+            None => self.store.flush().await,
         };
         if let Err(e) = recorded {
-            tracing::error!(%agent, memory = id, error = %e, "cannot record a memory change in the audit trail");
+            tracing::error!(place = %place.key, error = %e, "cannot record a memory change");
         }
-        Ok(())
     }
 }

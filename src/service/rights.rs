@@ -35,6 +35,19 @@ pub fn is_owner_or_admin(binding: &ThreadBinding, requester: &Requester) -> bool
     requester.user_id == binding.owner_id || requester.manage_guild
 }
 
+/// Who may add to, pin, unpin and forget a server's shared memories: its admins (Manage Server)
+/// and the roles they named writers.
+pub fn may_write_server_memory(requester: &Requester, writer_roles: &[u64]) -> bool {
+    requester.manage_guild
+        || requester
+            .role_ids
+            .iter()
+            .any(|role| writer_roles.contains(role))
+}
+
+/// The most roles a server may name as writers of its shared memories.
+pub const MAX_MEMORY_WRITER_ROLES: usize = 25;
+
 /// Only the owner and moderators may change who an agent is shared with.
 pub fn may_share(binding: &ThreadBinding, requester: &Requester) -> bool {
     requester.user_id == binding.owner_id || requester.manage_threads

@@ -139,6 +139,25 @@ impl Store {
         Ok(())
     }
 
+    /// The roles a server's admins let write its shared memories (admins always may).
+    pub fn memory_writers(&self, guild_id: u64) -> Result<Vec<u64>, StoreError> {
+        let key = format!("memory-writers/{guild_id}");
+        Ok(self
+            .discord
+            .get(key.as_bytes())?
+            .map(|raw| decode(key.as_bytes(), &raw))
+            .transpose()?
+            .unwrap_or_default())
+    }
+
+    /// Saves the roles that may write a server's shared memories, on disk before the admin is told.
+    pub fn set_memory_writers(&self, guild_id: u64, roles: &[u64]) -> Result<(), StoreError> {
+        let key = format!("memory-writers/{guild_id}");
+        self.discord.insert(key.as_bytes(), encode(&roles)?)?;
+        self.discord.flush()?;
+        Ok(())
+    }
+
     pub fn bindings(&self) -> Result<Vec<ThreadBinding>, StoreError> {
         let mut list = Vec::new();
         for item in self.discord.scan_prefix(b"agent/") {

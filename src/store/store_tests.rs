@@ -249,6 +249,7 @@ fn recalled_memories_are_kept_by_reference_and_older_records_with_texts_still_lo
         text: text.clone(),
         score: 0.5,
         pinned: true,
+        origin: None,
     }];
     store
         .commit(&Commit {

@@ -173,7 +173,7 @@ async fn help_explains_the_buttons_and_every_command_privately() {
         "`/agent start` — Start an agent on a task, in a new thread.",
         "`/agent status` — ",
         "`/agent budget show|set|chart` — ",
-        "`/agent memory search` — ",
+        "`/memory add|search|list|writers` — ",
         "`/agent models show|allow|remove` — ",
         "`/agent help` — ",
         "`/agent finish` — ",

@@ -36,4 +36,5 @@ mod store_migration;
 mod stuck_e2e;
 mod subagents;
 mod supervisor;
+mod team_memory_e2e;
 mod web;

@@ -17,7 +17,7 @@ use autothread::core::memory::MemorySource;
 use autothread::core::state::{Phase, Spender};
 use autothread::llm::tokens::TiktokenCounter;
 use autothread::memory::index::{clustered_unit_vectors, GraphOrigin, HnswParams, VectorIndex};
-use autothread::memory::{Memory, Payer};
+use autothread::memory::{Memory, MemoryPlace, Payer};
 use autothread::runtime::{self, Deps};
 use autothread::store::Store;
 use autothread::tools::Registry;
@@ -464,7 +464,11 @@ async fn an_embeddings_outage_queues_memories_and_loses_none() {
     // write the queue is the third failure in a row, so memory turns off and the search itself
     // is not even tried.
     let calls = f.embedder.calls.load(Ordering::SeqCst);
-    assert!(f.memory.recall(&a, "ferry").await.is_empty());
+    assert!(f
+        .memory
+        .recall(&a, vec![MemoryPlace::agent(&a.agent)], "ferry")
+        .await
+        .is_empty());
     assert_eq!(f.embedder.calls.load(Ordering::SeqCst), calls + 1);
     let off = f
         .memory
@@ -473,10 +477,21 @@ async fn an_embeddings_outage_queues_memories_and_loses_none() {
     assert!(!off.refused, "{off:?}");
     f.embedder.down.store(false, Ordering::SeqCst);
     // Until the cooldown is over, nothing is sent even though the endpoint is back.
-    assert!(f.memory.recall(&a, "ferry").await.is_empty());
+    assert!(f
+        .memory
+        .recall(&a, vec![MemoryPlace::agent(&a.agent)], "ferry")
+        .await
+        .is_empty());
     assert_eq!(f.embedder.calls.load(Ordering::SeqCst), calls + 1);
     f.clock.advance(chrono::Duration::seconds(31));
-    let hits = f.memory.recall(&a, "when does the ferry leave").await;
+    let hits = f
+        .memory
+        .recall(
+            &a,
+            vec![MemoryPlace::agent(&a.agent)],
+            "when does the ferry leave",
+        )
+        .await;
     assert_eq!(f.memory.pending_count("agent-a"), 0);
     assert_eq!(hits[0].text, "The ferry leaves at 7:40");
     assert_eq!(hits[0].cycle, 1);

@@ -1,6 +1,6 @@
 //! Long-term memory end to end: the real binary writes cycle memories through the fake
 //! OpenAI-compatible embeddings endpoint, `autothread memory search|forget|pin` and
-//! `/agent memory search` with its Forget and Pin buttons work on them, only for those who may decide.
+//! `/memory search` with its Forget and Pin buttons work on them, only for those who may decide.
 
 use crate::support;
 
@@ -179,12 +179,12 @@ async fn discord_memory_search_with_forget_and_pin_for_deciders_only() {
     card(&discord, thread, "FerryGPT · cycle 3").await;
     // Cycle 1's memory is written when its summary lands, at the start of cycle 2.
     let search = |user: u64| {
-        discord.slash_group(
+        discord.slash_command(
+            "memory",
             user,
             &[],
             MEMBER_PERMS,
             thread,
-            "memory",
             "search",
             json!([{"name": "query", "type": 3, "value": "when does the ferry to Skye leave"}]),
             json!({}),

@@ -25,10 +25,15 @@ pub enum CardAction {
     Edit,
     /// The submitted edit form.
     EditSubmit,
-    /// On `/agent memory search` results: forget the memory whose id is in the `cycle` slot.
+    /// On `/memory search` and `/memory list`: forget the memory whose id is in the `cycle`
+    /// slot, kept under the place whose key is in the agent slot.
     MemoryForget,
     /// Pin that memory (recalled in every cycle).
     MemoryPin,
+    /// Unpin it.
+    MemoryUnpin,
+    /// On `/memory list`: show the page in the `cycle` slot of the place in the agent slot.
+    MemoryPage,
     /// On a parked agent's card: go on (the `cycle` slot holds the cycle it parked at).
     ParkContinue,
     /// On a parked agent's card: stay paused until someone resumes it.
@@ -74,6 +79,8 @@ impl CardAction {
             CardAction::EditSubmit => "ed-m",
             CardAction::MemoryForget => "mf",
             CardAction::MemoryPin => "mp",
+            CardAction::MemoryUnpin => "mu",
+            CardAction::MemoryPage => "mpg",
             CardAction::ParkContinue => "pk-go",
             CardAction::ParkStop => "pk-stop",
             CardAction::RaiseAgent => "ra-a",
@@ -105,6 +112,8 @@ impl CardAction {
             "ed-m" => CardAction::EditSubmit,
             "mf" => CardAction::MemoryForget,
             "mp" => CardAction::MemoryPin,
+            "mu" => CardAction::MemoryUnpin,
+            "mpg" => CardAction::MemoryPage,
             "pk-go" => CardAction::ParkContinue,
             "pk-stop" => CardAction::ParkStop,
             "ra-a" => CardAction::RaiseAgent,
@@ -213,6 +222,8 @@ mod tests {
             CardAction::EditSubmit,
             CardAction::MemoryForget,
             CardAction::MemoryPin,
+            CardAction::MemoryUnpin,
+            CardAction::MemoryPage,
             CardAction::ParkContinue,
             CardAction::ParkStop,
             CardAction::RaiseAgent,

@@ -17,7 +17,6 @@ use crate::core::event::{Decision, APPROVE_N_MAX};
 use crate::core::reply::CommandCall;
 use crate::core::state::Phase;
 use crate::runtime::DecideError;
-use crate::service::memory_changes::MemoryChange;
 use crate::service::rights::{may_decide, Requester};
 use crate::service::NOT_ALLOWED;
 
@@ -157,32 +156,6 @@ pub(super) async fn decide_and_report(
     }
 }
 
-/// Forget or Pin on a memory search result: checked against the agent's deciders again, since
-/// the results may be old and rights may have changed.
-async fn memory_click(data: &Data, id: &CardId, who: &Requester, by: &str) -> String {
-    let Some(memory) = &data.app.memory else {
-        return "Long-term memory is switched off.".into();
-    };
-    match data.app.store.binding(&id.agent) {
-        Ok(Some(binding)) if may_decide(&binding, who) => {}
-        Ok(Some(_)) => return NOT_ALLOWED.into(),
-        _ => return "This agent no longer exists.".into(),
-    }
-    let memory_id = id.cycle;
-    let change = match id.action {
-        CardAction::MemoryForget => MemoryChange::Forget,
-        _ => MemoryChange::Pin,
-    };
-    match data
-        .agents
-        .change_memory(memory, &id.agent, memory_id, change, by)
-        .await
-    {
-        Ok(()) => format!("{} memory #{memory_id}.", change.done()),
-        Err(e) => format!("Nothing changed: {e}."),
-    }
-}
-
 async fn on_click(http: &serenity::Http, data: &Data, click: ComponentInteraction) {
     let interaction = Interaction::Click(&click);
     let Some(id) = CardId::parse(&click.data.custom_id) else {
@@ -192,9 +165,14 @@ async fn on_click(http: &serenity::Http, data: &Data, click: ComponentInteractio
         return;
     };
     let who = requester_of(click.user.id, click.member.as_ref());
-    if matches!(id.action, CardAction::MemoryForget | CardAction::MemoryPin) {
-        let text = memory_click(data, &id, &who, &click.user.name).await;
-        interaction.respond(http, ephemeral(text)).await;
+    if matches!(
+        id.action,
+        CardAction::MemoryForget
+            | CardAction::MemoryPin
+            | CardAction::MemoryUnpin
+            | CardAction::MemoryPage
+    ) {
+        super::commands::memory::on_memory_click(http, data, &click, &id, &who).await;
         return;
     }
     if id.action == CardAction::RevokeRule {
@@ -269,6 +247,8 @@ async fn on_click(http: &serenity::Http, data: &Data, click: ComponentInteractio
         | CardAction::EditSubmit
         | CardAction::MemoryForget
         | CardAction::MemoryPin
+        | CardAction::MemoryUnpin
+        | CardAction::MemoryPage
         | CardAction::ParkContinue
         | CardAction::ParkStop
         | CardAction::RaiseAgent

@@ -485,7 +485,10 @@ impl FakeDiscord {
     /// callback with at most 25 choices.
     pub fn autocomplete(&self, user_id: u64, channel: u64, sub: &str, options: Value) -> u64 {
         let sub = json!([{"name": sub, "type": 1, "options": options}]);
-        self.command_interaction(4, user_id, &[], MEMBER_PERMS, channel, sub, json!({}))
+        let (id, payload) =
+            self.command_interaction(4, user_id, &[], MEMBER_PERMS, channel, sub, json!({}));
+        self.dispatch("INTERACTION_CREATE", payload);
+        id
     }
 
     fn slash_options(
@@ -497,7 +500,32 @@ impl FakeDiscord {
         options: Value,
         resolved: Value,
     ) -> u64 {
-        self.command_interaction(2, user_id, roles, permissions, channel, options, resolved)
+        let (id, payload) =
+            self.command_interaction(2, user_id, roles, permissions, channel, options, resolved);
+        self.dispatch("INTERACTION_CREATE", payload);
+        id
+    }
+
+    /// `/<command> <sub> …` (a top-level command other than `/agent`) typed by a member with
+    /// these roles and permissions.
+    #[allow(clippy::too_many_arguments)]
+    pub fn slash_command(
+        &self,
+        command: &str,
+        user_id: u64,
+        roles: &[u64],
+        permissions: &str,
+        channel: u64,
+        sub: &str,
+        options: Value,
+        resolved: Value,
+    ) -> u64 {
+        let sub = json!([{"name": sub, "type": 1, "options": options}]);
+        let (id, mut payload) =
+            self.command_interaction(2, user_id, roles, permissions, channel, sub, resolved);
+        payload["data"]["name"] = json!(command);
+        self.dispatch("INTERACTION_CREATE", payload);
+        id
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -510,13 +538,12 @@ impl FakeDiscord {
         channel: u64,
         options: Value,
         resolved: Value,
-    ) -> u64 {
+    ) -> (u64, Value) {
         let (id, mut payload) = self.interaction_base(kind, user_id, roles, permissions, channel);
         let guild = payload["guild_id"].clone();
         payload["data"] = json!({"id": "7000000000000000001", "name": "agent", "type": 1, "guild_id": guild,
             "options": options, "resolved": resolved});
-        self.dispatch("INTERACTION_CREATE", payload);
-        id
+        (id, payload)
     }
 
     /// A click on a button of a message the bot posted.

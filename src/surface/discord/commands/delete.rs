@@ -64,7 +64,7 @@ pub(crate) async fn on_delete_click(
 }
 
 /// Finishes the agent if it runs, waits for its actor to rest, then removes it: its memories
-/// first (a removal that fails there leaves the agent whole, to try again).
+/// and its thread's first (a removal that fails there leaves the agent whole, to try again).
 async fn delete_agent(data: &Data, binding: &ThreadBinding, by: &str) -> Result<String, String> {
     let agent = &binding.agent_id;
     let store = &data.app.store;
@@ -83,9 +83,13 @@ async fn delete_agent(data: &Data, binding: &ThreadBinding, by: &str) -> Result<
     )
     .await?;
     if let Some(memory) = &data.app.memory {
-        memory
-            .remove_agent(agent)
-            .map_err(|e| something_went_wrong("removing the agent's memories", &e))?;
+        // The thread's notes go with it: the thread is archived, and no other agent has it.
+        let thread = crate::memory::MemoryPlace::thread(binding.thread_id);
+        for key in [agent.as_str(), thread.key.as_str()] {
+            memory
+                .remove_agent(key)
+                .map_err(|e| something_went_wrong("removing the agent's memories", &e))?;
+        }
     }
     store
         .delete_agent(agent)

@@ -1,5 +1,5 @@
-//! `/agent help`: what the card buttons do and every `/agent` command, listed from the commands
-//! as they are registered so that the help never drifts from them.
+//! `/agent help`: what the card buttons do and every command (`/agent …`, `/memory …`), listed
+//! from the commands as they are registered so that the help never drifts from them.
 
 use super::{Ctx, Data, Error};
 use crate::surface::discord::no_mentions;
@@ -20,14 +20,7 @@ A reply to the card (or a message with the feedback prefix) is feedback; any mes
 /// Explain the card buttons and the /agent commands (only you see it).
 #[poise::command(slash_command, guild_only)]
 pub(super) async fn help(ctx: Ctx<'_>) -> Result<(), Error> {
-    let commands = ctx
-        .framework()
-        .options()
-        .commands
-        .iter()
-        .find(|c| c.name == "agent")
-        .map(|agent| command_lines(agent, "/agent"))
-        .unwrap_or_default();
+    let commands = all_lines(&ctx.framework().options().commands);
     // An embed's description holds twice a message's text: room for the commands to come.
     let text = help_text(&commands);
     note_command_ack(ctx);
@@ -44,41 +37,61 @@ pub(super) async fn help(ctx: Ctx<'_>) -> Result<(), Error> {
 /// The buttons, then one line per command.
 fn help_text(commands: &[String]) -> String {
     format!(
-        "{BUTTONS}\n\n**Commands** (in a channel: `start` and `list`; the rest in an agent's thread):\n{}",
+        "{BUTTONS}\n\n**Commands** (in a channel: `start`, `list` and `/memory`; the rest in an agent's thread):\n{}",
         commands.join("\n")
     )
 }
 
-/// One line per command under `parent`; a group is one line with its subcommands' names and
-/// the group's description (`/agent budget show|set`), so the help stays one message as
-/// commands are added.
+/// Every `/agent` command, then the other top-level commands (`/memory …`), one line each.
+fn all_lines(commands: &[poise::Command<Data, Error>]) -> Vec<String> {
+    let mut lines = Vec::new();
+    for command in commands.iter().filter(|c| c.name == "agent") {
+        lines.extend(command_lines(command, "/agent"));
+    }
+    for command in commands.iter().filter(|c| c.name != "agent") {
+        lines.push(command_line(command, ""));
+    }
+    lines
+}
+
+/// One line per command under `parent`, so the help stays one message as commands are added.
 fn command_lines(parent: &poise::Command<Data, Error>, path: &str) -> Vec<String> {
     parent
         .subcommands
         .iter()
-        .map(|command| {
-            let what = command.description.as_deref().unwrap_or("");
-            let names: Vec<&str> = command.subcommands.iter().map(|s| &*s.name).collect();
-            if names.is_empty() {
-                format!("`{path} {}` — {what}", command.name)
-            } else {
-                format!("`{path} {} {}` — {what}", command.name, names.join("|"))
-            }
-        })
+        .map(|command| command_line(command, &format!("{path} ")))
         .collect()
+}
+
+/// A command's line; a group is one line with its subcommands' names and the group's
+/// description (`/agent budget show|set`).
+fn command_line(command: &poise::Command<Data, Error>, prefix: &str) -> String {
+    let what = command.description.as_deref().unwrap_or("");
+    let names: Vec<&str> = command.subcommands.iter().map(|s| &*s.name).collect();
+    if names.is_empty() {
+        format!(
+            "`/{}{}` — {what}",
+            prefix.trim_start_matches('/'),
+            command.name
+        )
+    } else {
+        format!(
+            "`/{}{} {}` — {what}",
+            prefix.trim_start_matches('/'),
+            command.name,
+            names.join("|")
+        )
+    }
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
     fn every_command_is_listed_with_its_description() {
-        let agent = super::super::all()
-            .into_iter()
-            .find(|c| c.name == "agent")
-            .expect("the /agent command");
-        let lines = super::command_lines(&agent, "/agent");
+        let lines = super::all_lines(&super::super::all());
         for expected in [
             "`/agent start` — ",
+            "`/memory add|search|list|writers` — ",
             "`/agent help` — ",
             "`/agent budget show|set|chart` — ",
             "`/agent models show|allow|remove` — ",

@@ -10,7 +10,7 @@ mod export;
 mod fork;
 mod help;
 mod list;
-mod memory;
+pub(super) mod memory;
 mod models;
 mod policy;
 pub(super) mod rewind;
@@ -49,7 +49,7 @@ pub type Ctx<'a> = poise::Context<'a, Data, Error>;
 
 /// Every command the bot registers.
 pub fn all() -> Vec<poise::Command<Data, Error>> {
-    vec![agent()]
+    vec![agent(), memory::memory()]
 }
 
 /// Agent commands. Use them in a channel to start an agent, and in its thread for the rest.
@@ -74,7 +74,6 @@ pub fn all() -> Vec<poise::Command<Data, Error>> {
         "fork::fork",
         "rewind::rewind",
         "budget::budget",
-        "memory::memory",
         "policy::policy",
         "models::models",
         "help::help"

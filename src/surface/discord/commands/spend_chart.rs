@@ -66,7 +66,15 @@ pub(super) async fn budget_chart(
             .ok()
             .flatten()
             .map(|state| state.name().to_string())
-            .or_else(|| Some(format!("{id} (deleted)")))
+            .or_else(|| {
+                // People's server notes are embedded at their own expense, under the server's
+                // memory account rather than an agent.
+                let place = crate::memory::MemoryPlace::from_key(id);
+                Some(match place.scope {
+                    crate::core::memory::MemoryScope::Server => "server notes".to_string(),
+                    _ => format!("{id} (deleted)"),
+                })
+            })
     });
     let first = days.first().copied().unwrap_or(today);
     let title = format!(

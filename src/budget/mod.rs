@@ -182,8 +182,9 @@ impl Budgets {
         }
     }
 
-    /// Who pays for a person's own call outside any agent (embedding a server note): the person
-    /// and their server, against an account of its own (`account`) limited like a new agent's.
+    /// Who pays for a person's own call outside any agent (embedding a server note): the person's
+    /// daily budget and their server's budgets. The call is booked on an account of its own
+    /// (`account`), which no one could raise, so it has no limit of its own.
     pub fn person_payer(&self, account: &str, user: u64, guild: GuildId) -> Payer {
         Payer {
             agent: account.to_string(),
@@ -191,7 +192,7 @@ impl Budgets {
                 user: Some(user.to_string()),
                 guild: Some(guild),
             },
-            agent_limit: self.config.agent_default(),
+            agent_limit: Micros(u64::MAX),
         }
     }
 

@@ -38,6 +38,9 @@ impl Memory {
             if copy.pinned {
                 self.pins.insert(&new_key, &[])?;
             }
+            if copy.added_by.is_some() {
+                self.notes.insert(&new_key, &[])?;
+            }
             copied += 1;
         }
         self.db.flush().map_err(StoreError::from)?;

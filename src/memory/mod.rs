@@ -92,8 +92,12 @@ pub enum MemoryError {
     Dimension { got: usize, want: usize },
     #[error("{0} memories are pinned here already, the most allowed; unpin one first")]
     TooManyPins(usize),
-    #[error("{0} memories are kept here already, the most allowed; forget some first")]
+    #[error("{0} notes are kept here already, the most allowed; forget some first")]
     TooManyNotes(usize),
+    #[error("{0}")]
+    Unchanged(&'static str),
+    #[error("the agent was deleted meanwhile")]
+    PlaceGone,
     #[error("memory is {}", .0.describe())]
     Off(MemoryOff),
 }
@@ -104,6 +108,10 @@ pub struct Memory {
     vectors: sled::Tree,
     pending: sled::Tree,
     pins: sled::Tree,
+    /// The live notes people added, by place (`team::MAX_NOTES` bounds them per place).
+    notes: sled::Tree,
+    /// Held while a pin is counted and made, so simultaneous clicks cannot pass `team::MAX_PINS`.
+    pin_lock: Mutex<()>,
     embedder: Arc<dyn Embedder>,
     budgets: Arc<Budgets>,
     counter: Arc<dyn TokenCounter>,
@@ -157,6 +165,8 @@ impl Memory {
             vectors: db.open_tree("memory_vectors")?,
             pending: db.open_tree("memory_pending")?,
             pins: db.open_tree("memory_pins")?,
+            notes: db.open_tree("memory_notes")?,
+            pin_lock: Mutex::new(()),
             db,
             embedder,
             budgets,
@@ -616,6 +626,7 @@ impl Memory {
             r.forgotten_by = stamp.clone();
         })?;
         self.pins.remove(key(agent, id))?;
+        self.notes.remove(key(agent, id))?;
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(cached) = cache.agents.get_mut(agent) {
             cached.forgotten.insert(id);
@@ -639,8 +650,19 @@ impl Memory {
         pinned: bool,
         stamp: Option<Stamp>,
     ) -> Result<MemoryRecord, MemoryError> {
-        let already = self.pins.contains_key(key(agent, id))?;
-        if pinned && !already && self.pins.scan_prefix(prefix(agent)).count() >= team::MAX_PINS {
+        let _counted_and_made = self.pin_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let current = self
+            .record(agent, id)?
+            .filter(|r| !r.forgotten)
+            .ok_or(MemoryError::Unknown(id))?;
+        if current.pinned == pinned {
+            return Err(MemoryError::Unchanged(if pinned {
+                "it is pinned already"
+            } else {
+                "it is not pinned"
+            }));
+        }
+        if pinned && self.pins.scan_prefix(prefix(agent)).count() >= team::MAX_PINS {
             return Err(MemoryError::TooManyPins(team::MAX_PINS));
         }
         let record = self.update(agent, id, |r| {
@@ -674,9 +696,15 @@ impl Memory {
             .agents
             .remove(agent);
         let mut removed = 0;
-        for (n, tree) in [&self.records, &self.vectors, &self.pending, &self.pins]
-            .into_iter()
-            .enumerate()
+        for (n, tree) in [
+            &self.records,
+            &self.vectors,
+            &self.pending,
+            &self.pins,
+            &self.notes,
+        ]
+        .into_iter()
+        .enumerate()
         {
             for key in tree.scan_prefix(prefix(agent)).keys() {
                 tree.remove(key.map_err(StoreError::from)?)

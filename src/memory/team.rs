@@ -14,8 +14,8 @@ use crate::store::StoreError;
 /// The most memories pinned in one place: every pinned memory is recalled in every cycle.
 pub const MAX_PINS: usize = 25;
 
-/// The most notes people may keep in one place (an agent's own memories are bounded by its
-/// budget; a server's notes only by this).
+/// The most live notes people may keep in one place (an agent's own memories are bounded by its
+/// budget; a server's notes only by this); forgetting one makes room.
 pub const MAX_NOTES: usize = 10_000;
 
 /// The longest note, in characters.
@@ -116,8 +116,7 @@ impl Memory {
         text: &str,
         by: &str,
     ) -> Result<MemoryRecord, MemoryError> {
-        let notes = self.records.scan_prefix(prefix(&place.key)).count();
-        if notes >= MAX_NOTES {
+        if self.live_notes(place) >= MAX_NOTES {
             return Err(MemoryError::TooManyNotes(MAX_NOTES));
         }
         let text = crate::core::history::truncate_chars(text.trim(), NOTE_MAX_CHARS);
@@ -143,7 +142,13 @@ impl Memory {
             forgotten_by: None,
         };
         self.store(&record, &vector)?;
+        self.notes.insert(key(&place.key, record.id), &[])?;
         Ok(record)
+    }
+
+    /// How many notes people added at `place` are not forgotten.
+    pub fn live_notes(&self, place: &MemoryPlace) -> usize {
+        self.notes.scan_prefix(prefix(&place.key)).count()
     }
 
     /// Page `page` (0 is the newest) of the memories kept at `place`, `per_page` at a time;
@@ -168,7 +173,7 @@ impl Memory {
             })
             .filter(|record| !matches!(record, Ok(r) if r.forgotten));
         for (at, record) in live.enumerate().skip(skip) {
-            if at >= skip + per_page {
+            if at >= skip.saturating_add(per_page) {
                 more = true;
                 break;
             }
@@ -194,6 +199,19 @@ impl Memory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memories_and_recalled_hits_stored_before_scopes_are_the_agents_own() {
+        let raw = br#"{"v":1,"data":{"id":7,"agent":"abc","guild":"1","cycle":3,"source":"cycle","text":"t","created_at":"2026-01-01T00:00:00Z","pinned":true,"forgotten":false}}"#;
+        let record: MemoryRecord = decode(b"abc/7", raw).unwrap();
+        assert_eq!(record.scope, MemoryScope::Agent);
+        assert!(record.added_by.is_none() && record.pinned_by.is_none());
+        let hit: crate::core::memory::MemoryHit = serde_json::from_str(
+            r#"{"id":7,"cycle":3,"source":"cycle","score":0.5,"pinned":true}"#,
+        )
+        .unwrap();
+        assert_eq!(hit.kept_under("abc"), "abc");
+    }
 
     #[test]
     fn a_place_is_read_back_from_its_key() {

@@ -67,6 +67,12 @@ impl AgentService {
         by: &str,
     ) -> Result<MemoryRecord, MemoryError> {
         let record = memory.add_note(payer, place, cycle, text, by).await?;
+        if !self.place_exists(place) {
+            // The agent was deleted while the note was embedded: its memories were removed
+            // before this one was stored, which nothing could reach or remove later.
+            memory.remove_agent(&place.key)?;
+            return Err(MemoryError::PlaceGone);
+        }
         let event = AuditEvent::MemoryAdded {
             memory: record.id,
             scope: place.scope,
@@ -74,6 +80,23 @@ impl AgentService {
         };
         self.record_memory_event(place, event, by).await;
         Ok(record)
+    }
+
+    /// Whether the agent or thread a place belongs to still exists (a server's always does).
+    fn place_exists(&self, place: &MemoryPlace) -> bool {
+        let found = match place.scope {
+            MemoryScope::Agent => self
+                .store
+                .load_agent_record(&place.key)
+                .map(|a| a.is_some()),
+            MemoryScope::Thread => match place.thread_id() {
+                Some(thread) => self.store.agent_for_thread(thread).map(|a| a.is_some()),
+                None => Ok(false),
+            },
+            MemoryScope::Server => Ok(true),
+        };
+        // A store that cannot say keeps the note: a lost note is worse than an orphaned one.
+        found.unwrap_or(true)
     }
 
     fn stamp(&self, by: &str) -> Stamp {

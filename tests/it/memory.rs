@@ -596,3 +596,45 @@ async fn a_fact_from_cycle_3_is_recalled_at_cycle_40_when_the_task_turns_to_it()
         .unwrap();
     assert!(!progress.content.contains("7319"));
 }
+
+/// A place's pins are bounded (every pinned memory is recalled in every cycle), a pin or unpin
+/// that changes nothing says so, and the place's notes count only live notes: forgetting one
+/// makes room again.
+#[tokio::test]
+async fn pins_are_bounded_per_place_and_a_change_that_changes_nothing_says_so() {
+    use autothread::memory::team::MAX_PINS;
+    let f = fixture_in(tempfile::tempdir().unwrap());
+    let server = MemoryPlace::server(&"g1".into());
+    let person = payer(&server.key, "g1");
+    let mut ids = Vec::new();
+    for n in 0..=MAX_PINS {
+        let note = f
+            .memory
+            .add_note(&person, &server, 0, &format!("House rule {n}"), "alice")
+            .await
+            .unwrap();
+        ids.push(note.id);
+    }
+    for id in &ids[..MAX_PINS] {
+        f.memory.pin(&server.key, *id, true).unwrap();
+    }
+    let over = f.memory.pin(&server.key, ids[MAX_PINS], true).unwrap_err();
+    assert!(
+        over.to_string()
+            .starts_with(&format!("{MAX_PINS} memories are pinned here already")),
+        "{over}"
+    );
+    let again = f.memory.pin(&server.key, ids[0], true).unwrap_err();
+    assert_eq!(again.to_string(), "it is pinned already");
+    f.memory.pin(&server.key, ids[0], false).unwrap();
+    let again = f.memory.pin(&server.key, ids[0], false).unwrap_err();
+    assert_eq!(again.to_string(), "it is not pinned");
+    f.memory.pin(&server.key, ids[MAX_PINS], true).unwrap();
+    assert_eq!(f.memory.live_notes(&server), MAX_PINS + 1);
+    f.memory.forget(&server.key, ids[1]).unwrap();
+    assert_eq!(f.memory.live_notes(&server), MAX_PINS);
+    // An agent's own memories are not notes.
+    let agent = payer("agent-a", "g1");
+    remember_password(&f, &agent).await;
+    assert_eq!(f.memory.live_notes(&MemoryPlace::agent("agent-a")), 0);
+}

@@ -198,6 +198,25 @@ async fn team_notes_are_written_by_those_allowed_recalled_by_their_agents_and_ne
     let added = memory(&discord, (ALICE, MEMBER, MEMBER_PERMS), thread, "add", own);
     let text = answer(&discord, added, true).await;
     assert!(text.starts_with("Kept an agent note **#"), "{text}");
+    let own_id = kept_id(&text);
+    let listed = memory(
+        &discord,
+        (ALICE, MEMBER, MEMBER_PERMS),
+        thread,
+        "list",
+        json!([]),
+    );
+    let page = response_shown(&discord, thread, listed, 4).await;
+    let pin_own = discord.click(
+        ALICE,
+        MEMBER,
+        &page,
+        &button(&page, &format!("Pin #{own_id}")),
+    );
+    assert_eq!(
+        answer(&discord, pin_own, true).await,
+        format!("Pinned memory #{own_id}.")
+    );
 
     // The server's list, read in the thread: pinning needs a writer; a writer's pin is stamped.
     let listed = memory(
@@ -256,6 +275,10 @@ async fn team_notes_are_written_by_those_allowed_recalled_by_their_agents_and_ne
     );
     assert!(
         prompt.contains("Thread note from alice: The ferry leaves at 7:40 from pier 3"),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains("Note from alice: Cite the timetable you used"),
         "{prompt}"
     );
     assert!(!prompt.contains("vault code"), "{prompt}");
@@ -330,6 +353,45 @@ async fn team_notes_are_written_by_those_allowed_recalled_by_their_agents_and_ne
     ] {
         assert!(trail.contains(&entry), "{entry} in {trail}");
     }
+
+    // Someone who moderates another server cannot reach this agent's or thread's memories, even
+    // with buttons made up from ids its cards show.
+    let agent = button(&first, "Approve")
+        .split(':')
+        .nth(2)
+        .unwrap()
+        .to_string();
+    let moderator_elsewhere = "19327352832";
+    for made_up in [
+        format!("at1:mpg:{agent}:0"),
+        format!("at1:mp:{agent}:{own_id}"),
+        format!("at1:mpg:thread-{thread}:0"),
+        format!("at1:mf:server-{}:{style_id}", support::fake_discord::GUILD),
+    ] {
+        let click = discord.click_with(CAROL, moderator_elsewhere, &page_b, &made_up);
+        assert_eq!(
+            answer(&discord, click, true).await,
+            "These memories belong to another server.",
+            "{made_up}"
+        );
+    }
+
+    // Taking the role back stops its members writing.
+    let taken = memory(
+        &discord,
+        (CAROL, MEMBER, ADMIN_PERMS),
+        CHANNEL,
+        "writers",
+        json!([{"name": "role", "type": 8, "value": ROLE_TEAM.to_string()}, {"name": "allow", "type": 5, "value": false}]),
+    );
+    assert_eq!(
+        answer(&discord, taken, true).await,
+        "Server memories are written by the server's admins only."
+    );
+    let again = note("Another house rule", Some("server"));
+    let refused = memory(&discord, (BOB, team, MEMBER_PERMS), CHANNEL, "add", again);
+    let text = answer(&discord, refused, true).await;
+    assert!(text.starts_with("Only the server's admins"), "{text}");
     discord.assert_clean();
     openai.assert_clean();
 }

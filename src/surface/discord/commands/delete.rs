@@ -64,7 +64,8 @@ pub(crate) async fn on_delete_click(
 }
 
 /// Finishes the agent if it runs, waits for its actor to rest, then removes it: its memories
-/// and its thread's first (a removal that fails there leaves the agent whole, to try again).
+/// and its thread's first (a removal that fails there leaves the agent's record, so the delete
+/// can be tried again and removes the rest).
 async fn delete_agent(data: &Data, binding: &ThreadBinding, by: &str) -> Result<String, String> {
     let agent = &binding.agent_id;
     let store = &data.app.store;

@@ -70,7 +70,13 @@ impl Here {
         let agent = match store.agent_for_thread(ctx.channel_id().get())? {
             Some(agent) => match (store.binding(&agent)?, store.load_agent(&agent)?) {
                 (Some(binding), Some(state)) => Some((binding, state)),
-                _ => None,
+                // Never the server instead: a note meant for this agent must not reach them all.
+                _ => {
+                    return Err(UserError::new(
+                        "This thread's agent cannot be read now; try again.",
+                    )
+                    .into())
+                }
             },
             None => None,
         };
@@ -104,13 +110,15 @@ impl Here {
     }
 }
 
-/// Whether `who` may see the memories kept at `place`: an agent's and a thread's are for the
-/// agent's deciders; a server's for its members.
+const ANOTHER_SERVERS: &str = "These memories belong to another server.";
+
+/// Whether `who`, in server `guild`, may see the memories kept at `place`: an agent's and a
+/// thread's are for the agent's deciders; a server's for its members.
 fn may_read(store: &Store, place: &MemoryPlace, who: &Requester, guild: u64) -> Result<(), String> {
     match place.scope {
         MemoryScope::Server if place.server_id() == Some(guild.to_string().as_str()) => Ok(()),
-        MemoryScope::Server => Err(NOT_ALLOWED.into()),
-        MemoryScope::Agent | MemoryScope::Thread => deciders_only(store, place, who),
+        MemoryScope::Server => Err(ANOTHER_SERVERS.into()),
+        MemoryScope::Agent | MemoryScope::Thread => deciders_only(store, place, who, guild),
     }
 }
 
@@ -134,11 +142,18 @@ fn may_write(
                 Err(NOT_A_SERVER_WRITER.into())
             }
         }
-        MemoryScope::Agent | MemoryScope::Thread => deciders_only(store, place, who),
+        MemoryScope::Agent | MemoryScope::Thread => deciders_only(store, place, who, guild),
     }
 }
 
-fn deciders_only(store: &Store, place: &MemoryPlace, who: &Requester) -> Result<(), String> {
+/// The agent's deciders, in the agent's own server: the rights a member has come from the
+/// server the click is made in, so a moderator elsewhere is nobody here.
+fn deciders_only(
+    store: &Store,
+    place: &MemoryPlace,
+    who: &Requester,
+    guild: u64,
+) -> Result<(), String> {
     let agent = match place.thread_id() {
         Some(thread) => store.agent_for_thread(thread),
         None => Ok(Some(place.key.clone())),
@@ -149,6 +164,7 @@ fn deciders_only(store: &Store, place: &MemoryPlace, who: &Requester) -> Result<
         Err(e) => Err(e),
     };
     match binding {
+        Ok(Some(binding)) if binding.guild_id != guild => Err(ANOTHER_SERVERS.into()),
         Ok(Some(binding)) if may_decide(&binding, who) => Ok(()),
         Ok(Some(_)) => Err(NOT_ALLOWED.into()),
         Ok(None) => Err("This agent no longer exists.".into()),
@@ -189,7 +205,7 @@ async fn add(
     let added = data
         .agents_runtime
         .spawn({
-            let place = place.clone();
+            let (place, text) = (place.clone(), text.clone());
             async move {
                 agents
                     .add_memory_note(&memory, &payer, &place, cycle, &text, &by)
@@ -197,7 +213,7 @@ async fn add(
             }
         })
         .await?;
-    let text = match added {
+    let reply_text = match added {
         Ok(record) => format!(
             "Kept {} note **#{}**: {}",
             scope_phrase(place.scope),
@@ -208,9 +224,12 @@ async fn add(
                 "the agent recalls it when it is relevant."
             }
         ),
-        Err(e) => format!("Nothing was kept: {e}. Try again."),
+        Err(e) => format!(
+            "Nothing was kept: {e}. Your note, to try again:\n> {}",
+            text.replace('\n', "\n> ")
+        ),
     };
-    reply(ctx, text, true).await
+    reply(ctx, message_text(&reply_text), true).await
 }
 
 /// Search memories: in a thread, what its agent would recall; elsewhere, the server's notes.
@@ -484,7 +503,9 @@ pub(crate) async fn on_memory_click(
         CardAction::MemoryPin => MemoryChange::Pin,
         CardAction::MemoryUnpin => MemoryChange::Unpin,
         _ => {
-            let page = usize::try_from(id.cycle).unwrap_or(usize::MAX);
+            // A page past any list is shown as empty; the clamp keeps its neighbours' numbers
+            // from overflowing.
+            let page = usize::try_from(id.cycle.min(u64::from(u32::MAX))).unwrap_or(0);
             let response = match may_read(store, &place, who, guild) {
                 Ok(()) => match list_view(memory, &place, page) {
                     Ok((text, rows)) => CreateInteractionResponse::UpdateMessage(

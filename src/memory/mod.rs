@@ -140,11 +140,18 @@ fn prefix(agent: &str) -> Vec<u8> {
     format!("{agent}/").into_bytes()
 }
 
+/// A vector as stored: little-endian floats, compressed when that makes them smaller (sparse
+/// vectors shrink; a real model's dense ones mostly do not).
 fn to_bytes(vector: &[f32]) -> Vec<u8> {
-    vector.iter().flat_map(|x| x.to_le_bytes()).collect()
+    crate::store::packed::pack(vector.iter().flat_map(|x| x.to_le_bytes()).collect())
 }
 
-fn from_bytes(bytes: &[u8]) -> Vec<f32> {
+/// A stored vector; one that cannot be read comes back empty, which no search matches.
+fn from_bytes(stored: &[u8]) -> Vec<f32> {
+    let bytes = crate::store::packed::unpack(stored).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "a stored vector cannot be read");
+        std::borrow::Cow::Borrowed(&[][..])
+    });
     bytes
         .chunks_exact(4)
         .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))

@@ -88,7 +88,10 @@ impl Memory {
             .price(&model)
             .map_err(|unpriced| MemoryError::Budget(unpriced.to_string()))?;
         let tokens: u64 = texts.iter().map(|t| self.counter.count(t) as u64).sum();
-        let worst = price.cost(tokens, 0);
+        // An embeddings server may count with a tokenizer of its own: the worst case leaves it a
+        // quarter more, and a little per text, so a settled call stays within its reservation.
+        let margin = tokens / 4 + 16 * texts.len() as u64;
+        let worst = price.cost(tokens + margin, 0);
         self.breaker
             .would_admit(self.clock.now())
             .map_err(MemoryError::Off)?;

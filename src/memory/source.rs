@@ -122,7 +122,7 @@ impl IndexSource<'_> {
             if dim == 0 {
                 dim = vector.len();
             }
-            if vector.len() != dim {
+            if vector.is_empty() || vector.len() != dim {
                 return Ok(None);
             }
             items.push((*id, vector));
@@ -143,6 +143,9 @@ impl IndexSource<'_> {
             }
             if let Some(bytes) = self.vectors.get(&k)? {
                 let vector = from_bytes(&bytes);
+                if vector.is_empty() {
+                    continue;
+                }
                 if dim == 0 {
                     dim = vector.len();
                 }

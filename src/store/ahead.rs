@@ -8,7 +8,7 @@
 //! and time. A set written ahead costs two more small log records and no sync of its own; its
 //! durability comes from the flush that follows, as before.
 
-use super::{Store, StoreError};
+use super::{packed, Store, StoreError};
 
 /// The trees a set of writes may touch. The numbers are stored: never reuse one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,7 +154,11 @@ impl Store {
     pub(super) fn apply_write(&self, write: &Write) -> Result<(), StoreError> {
         let tree = self.tree(write.tree);
         let sizes = (write.tree == TreeId::Workspace).then(|| self.workspace_sizes());
+        let files = matches!(write.tree, TreeId::Workspace | TreeId::WorkspaceUndo);
         let before = match &write.value {
+            Some(value) if files && self.packs_files => {
+                tree.insert(write.key.as_slice(), packed::pack_any(value.clone()))?
+            }
             Some(value) => tree.insert(write.key.as_slice(), value.as_slice())?,
             None => tree.remove(write.key.as_slice())?,
         };
@@ -168,7 +172,7 @@ impl Store {
             sizes.writes += 1;
             if let Some(total) = agent.and_then(|agent| sizes.sizes.get_mut(agent)) {
                 let after = write.value.as_ref().map_or(0, Vec::len) as u64;
-                let before = before.map_or(0, |v| v.len() as u64);
+                let before = before.map_or(0, |v| self.file_len(&v));
                 *total = total.saturating_sub(before) + after;
             }
         }

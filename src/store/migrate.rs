@@ -187,16 +187,19 @@ fn apply(db: &sled::Db, step: &MigrationStep) -> Result<(), StoreError> {
                 StoreError::Migration(format!("pointer {pointer:?} must start with '/'"))
             })?;
             for item in tree.iter() {
-                let (key, raw) = item?;
-                let mut record: Value = serde_json::from_slice(&raw).map_err(|e| {
+                let (key, stored) = item?;
+                let corrupt = |e: String| {
                     StoreError::Corrupt(format!("record {:?}: {e}", String::from_utf8_lossy(&key)))
-                })?;
+                };
+                let raw = super::packed::unpack(&stored).map_err(corrupt)?;
+                let mut record: Value =
+                    serde_json::from_slice(&raw).map_err(|e| corrupt(e.to_string()))?;
                 let Some(Value::Object(target)) = record.pointer_mut(parent) else {
                     continue;
                 };
                 if !target.contains_key(field) {
                     target.insert(field.to_string(), value.clone());
-                    tree.insert(key, serde_json::to_vec(&record)?)?;
+                    tree.insert(key, super::packed::pack(serde_json::to_vec(&record)?))?;
                 }
             }
         }

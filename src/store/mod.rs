@@ -7,6 +7,7 @@ use ahead::{TreeId, Writes};
 mod audit;
 mod bindings;
 pub mod migrate;
+pub(crate) mod packed;
 mod rules;
 pub mod snapshots;
 mod spend_series;
@@ -67,16 +68,18 @@ struct Record<T> {
 
 const RECORD_VERSION: u32 = 1;
 
+/// A record as stored: versioned JSON, compressed when large (see `packed`).
 pub(crate) fn encode<T: Serialize>(data: &T) -> Result<Vec<u8>, StoreError> {
-    Ok(serde_json::to_vec(&Record {
+    Ok(packed::pack(serde_json::to_vec(&Record {
         v: RECORD_VERSION,
         data,
-    })?)
+    })?))
 }
 
 pub(crate) fn decode<T: DeserializeOwned>(key: &[u8], raw: &[u8]) -> Result<T, StoreError> {
-    let record: Record<T> = serde_json::from_slice(raw)
-        .map_err(|e| StoreError::Corrupt(format!("{}: {e}", String::from_utf8_lossy(key))))?;
+    let corrupt = |e: String| StoreError::Corrupt(format!("{}: {e}", String::from_utf8_lossy(key)));
+    let json = packed::unpack(raw).map_err(corrupt)?;
+    let record: Record<T> = serde_json::from_slice(&json).map_err(|e| corrupt(e.to_string()))?;
     Ok(record.data)
 }
 
@@ -208,15 +211,19 @@ pub(crate) fn count_durable_flush() {
 /// How long `Store::open` waits for another handle on the same directory to go away.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
-/// zstd's level for what sled writes. sled compresses every record it logs with a fresh context,
-/// and at its default (5) setting up and searching took a fifth of a cycle's own time; level 1
-/// costs a few percent more on disk. sled does not store the level, so any store opens with it.
+/// zstd's level for what sled writes in stores made with sled's compression (before `packed`):
+/// sled compresses every record it logs with a fresh context, and at its default (5) setting up
+/// and searching took a fifth of a cycle's own time. sled does not store the level, so any store
+/// opens with it.
 const COMPRESSION_LEVEL: i32 = 3;
 
 /// Opens sled, waiting briefly when the directory is still locked: a process that just exited (or
 /// a handle just dropped) can hold sled's file lock for a moment while its flusher thread stops.
-fn open_waiting_for_lock(dir: &Path, cache_bytes: u64) -> Result<sled::Db, StoreError> {
-    let compress = created_compressed(dir).unwrap_or(true);
+/// Returns the database and whether sled compresses it (a store made before `packed`).
+fn open_waiting_for_lock(dir: &Path, cache_bytes: u64) -> Result<(sled::Db, bool), StoreError> {
+    // New stores leave compression to `packed`, value by value with a kept context; a store
+    // sled compressed must be opened that way for good.
+    let compress = created_compressed(dir).unwrap_or(false);
     let started = std::time::Instant::now();
     loop {
         match sled::Config::new()
@@ -226,7 +233,7 @@ fn open_waiting_for_lock(dir: &Path, cache_bytes: u64) -> Result<sled::Db, Store
             .compression_factor(COMPRESSION_LEVEL)
             .open()
         {
-            Ok(db) => return Ok(db),
+            Ok(db) => return Ok((db, compress)),
             Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
                 if started.elapsed() >= LOCK_WAIT {
                     return Err(StoreError::Locked(dir.to_path_buf()));
@@ -240,9 +247,9 @@ fn open_waiting_for_lock(dir: &Path, cache_bytes: u64) -> Result<sled::Db, Store
 
 /// Whether the store in `dir` was created with zstd compression, from the settings sled wrote
 /// beside it; `None` for a new store. sled fixes the choice when a store is created and refuses
-/// to open it with the other, so a store from before compression stays uncompressed. New stores
-/// are compressed: records are JSON and text, which zstd shrinks about threefold, on disk and in
-/// what each flush writes.
+/// to open it with the other, so a store keeps the choice it was made with. New stores are made
+/// without: their records are compressed by `packed` instead (records are JSON and text, which
+/// zstd shrinks about threefold, on disk and in what each flush writes).
 fn created_compressed(dir: &Path) -> Option<bool> {
     // The settings are text lines followed by a binary checksum.
     let settings = std::fs::read(dir.join("conf")).ok()?;
@@ -276,6 +283,10 @@ pub struct Store {
     /// for and kept up to date as workspace writes land (see `ahead::apply_write`), so checking a
     /// write against the workspace limit does not read every file again each time.
     workspace_sizes: Arc<Mutex<workspace_sizes::WorkspaceSizes>>,
+    /// Whether workspace files and their undo records are kept compressed (`packed::pack_any`).
+    /// A store sled compresses (made before `packed`) keeps them as they are, since a file of its
+    /// could look like a frame without being one.
+    packs_files: bool,
 }
 
 impl std::fmt::Debug for Store {
@@ -299,7 +310,7 @@ impl Store {
                 format!("cannot create {}: {e}", dir.display()),
             )))
         })?;
-        let db = open_waiting_for_lock(dir, cache_bytes)?;
+        let (db, sled_compressed) = open_waiting_for_lock(dir, cache_bytes)?;
         migrate::run(&db)?;
         let store = Store {
             agents: db.open_tree("agents")?,
@@ -315,6 +326,7 @@ impl Store {
             ahead: db.open_tree("ahead")?,
             books: Arc::default(),
             workspace_sizes: Arc::default(),
+            packs_files: !sled_compressed,
             dir: dir.to_path_buf(),
             db,
         };
@@ -638,10 +650,29 @@ impl Store {
     }
 
     pub fn read_file(&self, agent: &str, path: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self
-            .workspace
+        self.workspace
             .get(file_key(agent, path))?
-            .map(|v| v.to_vec()))
+            .map(|stored| self.file_contents(&stored))
+            .transpose()
+    }
+
+    /// A workspace file (or undo record) as stored, as it was written.
+    fn file_contents(&self, stored: &[u8]) -> Result<Vec<u8>, StoreError> {
+        if !self.packs_files {
+            return Ok(stored.to_vec());
+        }
+        packed::unpack(stored)
+            .map(std::borrow::Cow::into_owned)
+            .map_err(StoreError::Corrupt)
+    }
+
+    /// The size of a workspace file as written, whichever way it is stored.
+    fn file_len(&self, stored: &[u8]) -> u64 {
+        if self.packs_files {
+            packed::unpacked_len(stored)
+        } else {
+            stored.len() as u64
+        }
     }
 
     /// Hands out the next sub-agent key of an agent ("1", "2", …); keys are never reused, so a
@@ -697,7 +728,7 @@ impl Store {
         for item in self.workspace.scan_prefix(&prefix) {
             let (key, value) = item?;
             let path = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
-            files.push((path, value.len() as u64));
+            files.push((path, self.file_len(&value)));
         }
         Ok(files)
     }

@@ -93,7 +93,7 @@ impl Store {
             if !seen.insert(path) || self.workspace_undo.contains_key(&key)? {
                 continue;
             }
-            let before = self.workspace.get(file_key(agent, path))?;
+            let before = self.read_file(agent, path)?;
             writes.put(TreeId::WorkspaceUndo, key, undo_value(before.as_deref()));
         }
         if let Some(oldest_kept) = cycle.checked_sub(SNAPSHOT_CYCLES) {
@@ -117,12 +117,12 @@ impl Store {
         for item in self.workspace.scan_prefix(&prefix) {
             let (key, contents) = item?;
             let path = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
-            files.insert(path, contents.to_vec());
+            files.insert(path, self.file_contents(&contents)?);
         }
         let later = undo_key(agent, cycle.saturating_add(1), "");
         for item in self.workspace_undo.range(later..undo_end(agent)).rev() {
             let (key, value) = item?;
-            let (_, path, before) = read_undo(agent, &key, &value)?;
+            let (_, path, before) = read_undo(agent, &key, &self.file_contents(&value)?)?;
             match before {
                 Some(contents) => files.insert(path, contents),
                 None => files.remove(&path),
@@ -224,7 +224,7 @@ impl Store {
         }
         for (path, contents) in &then {
             let key = file_key(agent, path);
-            if self.workspace.get(&key)?.as_deref() != Some(contents.as_slice()) {
+            if self.read_file(agent, path)?.as_ref() != Some(contents) {
                 writes.put(TreeId::Workspace, key, contents.clone());
             }
         }
@@ -248,7 +248,9 @@ impl Store {
         match self.workspace_undo.scan_prefix(agent_prefix(agent)).next() {
             Some(item) => {
                 let (key, value) = item?;
-                Ok(Some(read_undo(agent, &key, &value)?.0))
+                Ok(Some(
+                    read_undo(agent, &key, &self.file_contents(&value)?)?.0,
+                ))
             }
             None => Ok(None),
         }

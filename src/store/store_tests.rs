@@ -257,7 +257,8 @@ fn recalled_memories_are_kept_by_reference_and_older_records_with_texts_still_lo
             ..Default::default()
         })
         .unwrap();
-    let raw = store.agents.get("r1").unwrap().unwrap();
+    let stored = store.agents.get("r1").unwrap().unwrap();
+    let raw = super::packed::unpack(&stored).unwrap().into_owned();
     assert!(
         !String::from_utf8_lossy(&raw).contains("heliotrope"),
         "the record holds the memory's text"
@@ -481,4 +482,64 @@ fn an_agents_workspace_size_follows_its_writes_and_matches_its_files() {
     drop(store);
     let store = Store::open(dir.path()).unwrap();
     assert_eq!(store.workspace_bytes("sized12").unwrap(), 100);
+}
+
+#[test]
+fn workspace_files_are_kept_compressed_and_read_back_as_written_with_their_own_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let agent = state("packs");
+    let text = "the ferry to Skye leaves at 7:40 from pier 3; "
+        .repeat(100)
+        .into_bytes();
+    // A file whose own bytes look like a compressed value (a .zst an agent downloaded).
+    let mut looks_packed = vec![0x28, 0xb5, 0x2f, 0xfd];
+    looks_packed.extend_from_slice(b"not a frame at all");
+    store
+        .commit(&Commit {
+            state: Some(&agent),
+            workspace: vec![
+                WorkspaceOp::Put {
+                    path: "notes.txt".into(),
+                    contents: text.clone(),
+                },
+                WorkspaceOp::Put {
+                    path: "data.zst".into(),
+                    contents: looks_packed.clone(),
+                },
+            ],
+            ..Default::default()
+        })
+        .unwrap();
+    let stored = store
+        .workspace
+        .get(file_key("packs", "notes.txt"))
+        .unwrap()
+        .unwrap();
+    assert!(
+        stored.len() * 4 < text.len(),
+        "{} bytes stored",
+        stored.len()
+    );
+    assert_eq!(
+        store.read_file("packs", "notes.txt").unwrap().unwrap(),
+        text
+    );
+    assert_eq!(
+        store.read_file("packs", "data.zst").unwrap().unwrap(),
+        looks_packed
+    );
+    // Sizes and the workspace limit count what was written, not what is stored.
+    let expected = (text.len() + looks_packed.len()) as u64;
+    assert_eq!(store.workspace_bytes("packs").unwrap(), expected);
+    assert_eq!(
+        store.file_size("packs", "notes.txt").unwrap(),
+        Some(text.len() as u64)
+    );
+    let listed: u64 = store.list_files("packs").unwrap().iter().map(|f| f.1).sum();
+    assert_eq!(listed, expected);
+    drop(store);
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.workspace_bytes("packs").unwrap(), expected);
+    assert_eq!(store.workspace_at("packs", 1).unwrap()["notes.txt"], text);
 }

@@ -34,7 +34,7 @@ impl Store {
         Ok(self
             .workspace
             .get(file_key(agent, path))?
-            .map(|v| v.len() as u64))
+            .map(|v| self.file_len(&v)))
     }
 
     /// The bytes all files of an agent hold together. The files are added up without the lock
@@ -45,7 +45,7 @@ impl Store {
         let add_up = || -> Result<u64, StoreError> {
             let mut total = 0u64;
             for value in self.workspace.scan_prefix(agent_prefix(agent)).values() {
-                total += value?.len() as u64;
+                total += self.file_len(&value?);
             }
             Ok(total)
         };

@@ -75,6 +75,28 @@ fn newest_prompt(openai: &FakeOpenAi) -> String {
 
 const MEMBER: &[u64] = &[];
 
+/// `/memory list` typed by `user` in `channel`, and the private page it shows.
+async fn list_page(
+    discord: &FakeDiscord,
+    user: (u64, &[u64], &str),
+    channel: u64,
+    options: Value,
+) -> Value {
+    let listed = memory(discord, user, channel, "list", options);
+    response_shown(discord, channel, listed, 4).await
+}
+
+/// A click by `user` (with roles) on the button of `message` labelled `label`, and its answer.
+async fn click_answer(
+    discord: &FakeDiscord,
+    user: (u64, &[u64]),
+    message: &Value,
+    label: &str,
+) -> String {
+    let click = discord.click(user.0, user.1, message, &button(message, label));
+    answer(discord, click, true).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn team_notes_are_written_by_those_allowed_recalled_by_their_agents_and_never_across_servers()
 {
@@ -155,14 +177,7 @@ async fn team_notes_are_written_by_those_allowed_recalled_by_their_agents_and_ne
     );
     let text = answer(&discord, added_b, true).await;
     assert!(text.starts_with("Kept a server note"), "{text}");
-    let listed_b = memory(
-        &discord,
-        (CAROL, MEMBER, ADMIN_PERMS),
-        CHANNEL_B,
-        "list",
-        json!([]),
-    );
-    let page_b = response_shown(&discord, CHANNEL_B, listed_b, 4).await;
+    let page_b = list_page(&discord, (CAROL, MEMBER, ADMIN_PERMS), CHANNEL_B, json!([])).await;
     let text_b = page_b["content"].as_str().unwrap();
     assert!(
         text_b.contains("vault code") && !text_b.contains("House style"),
@@ -199,34 +214,20 @@ async fn team_notes_are_written_by_those_allowed_recalled_by_their_agents_and_ne
     let text = answer(&discord, added, true).await;
     assert!(text.starts_with("Kept an agent note **#"), "{text}");
     let own_id = kept_id(&text);
-    let listed = memory(
-        &discord,
-        (ALICE, MEMBER, MEMBER_PERMS),
-        thread,
-        "list",
-        json!([]),
-    );
-    let page = response_shown(&discord, thread, listed, 4).await;
-    let pin_own = discord.click(
-        ALICE,
-        MEMBER,
-        &page,
-        &button(&page, &format!("Pin #{own_id}")),
-    );
+    let page = list_page(&discord, (ALICE, MEMBER, MEMBER_PERMS), thread, json!([])).await;
     assert_eq!(
-        answer(&discord, pin_own, true).await,
+        click_answer(&discord, (ALICE, MEMBER), &page, &format!("Pin #{own_id}")).await,
         format!("Pinned memory #{own_id}.")
     );
 
     // The server's list, read in the thread: pinning needs a writer; a writer's pin is stamped.
-    let listed = memory(
+    let page = list_page(
         &discord,
         (ALICE, MEMBER, MEMBER_PERMS),
         thread,
-        "list",
         scope("server"),
-    );
-    let page = response_shown(&discord, thread, listed, 4).await;
+    )
+    .await;
     let text = page["content"].as_str().unwrap();
     assert!(
         text.contains(&format!("**#{style_id}** · server · added by bob on ")),
@@ -245,22 +246,21 @@ async fn team_notes_are_written_by_those_allowed_recalled_by_their_agents_and_ne
         answer(&discord, by_bob, true).await,
         format!("Pinned memory #{style_id}.")
     );
-    let listed = memory(
+    let page = list_page(
         &discord,
         (ALICE, MEMBER, MEMBER_PERMS),
         thread,
-        "list",
         scope("thread"),
-    );
-    let page = response_shown(&discord, thread, listed, 4).await;
-    let pin_ferry = discord.click(
-        ALICE,
-        MEMBER,
-        &page,
-        &button(&page, &format!("Pin #{ferry_id}")),
-    );
+    )
+    .await;
     assert_eq!(
-        answer(&discord, pin_ferry, true).await,
+        click_answer(
+            &discord,
+            (ALICE, MEMBER),
+            &page,
+            &format!("Pin #{ferry_id}")
+        )
+        .await,
         format!("Pinned memory #{ferry_id}.")
     );
 
@@ -300,44 +300,42 @@ async fn team_notes_are_written_by_those_allowed_recalled_by_their_agents_and_ne
     assert!(!text.contains("vault code"), "{text}");
     let results = discord.followups_for(searched)[0].clone();
     // Unpin and forget, each stamped and in the agent's audit trail.
-    let unpin = discord.click(
-        ALICE,
-        MEMBER,
-        &results,
-        &button(&results, &format!("Unpin #{ferry_id}")),
-    );
     assert_eq!(
-        answer(&discord, unpin, true).await,
+        click_answer(
+            &discord,
+            (ALICE, MEMBER),
+            &results,
+            &format!("Unpin #{ferry_id}")
+        )
+        .await,
         format!("Unpinned memory #{ferry_id}.")
     );
-    let listed = memory(
+    let page = list_page(
         &discord,
         (ALICE, MEMBER, MEMBER_PERMS),
         thread,
-        "list",
         scope("thread"),
-    );
-    let page = response_shown(&discord, thread, listed, 4).await;
+    )
+    .await;
     let text = page["content"].as_str().unwrap();
     assert!(text.contains("· unpinned by alice on "), "{text}");
-    let forget = discord.click(
-        ALICE,
-        MEMBER,
-        &page,
-        &button(&page, &format!("Forget #{ferry_id}")),
-    );
     assert_eq!(
-        answer(&discord, forget, true).await,
+        click_answer(
+            &discord,
+            (ALICE, MEMBER),
+            &page,
+            &format!("Forget #{ferry_id}")
+        )
+        .await,
         format!("Forgot memory #{ferry_id}.")
     );
-    let listed = memory(
+    let page = list_page(
         &discord,
         (ALICE, MEMBER, MEMBER_PERMS),
         thread,
-        "list",
         scope("thread"),
-    );
-    let page = response_shown(&discord, thread, listed, 4).await;
+    )
+    .await;
     assert_eq!(
         page["content"],
         "This thread's notes: none yet. Add one with `/memory add`."
@@ -420,14 +418,7 @@ async fn a_servers_notes_are_listed_a_page_at_a_time_to_its_members_only() {
     let text = answer(&discord, nowhere, true).await;
     assert!(text.starts_with("Use this in an agent's thread"), "{text}");
 
-    let listed = memory(
-        &discord,
-        (BOB, MEMBER, MEMBER_PERMS),
-        CHANNEL,
-        "list",
-        json!([]),
-    );
-    let page = response_shown(&discord, CHANNEL, listed, 4).await;
+    let page = list_page(&discord, (BOB, MEMBER, MEMBER_PERMS), CHANNEL, json!([])).await;
     let text = page["content"].as_str().unwrap();
     assert!(
         text.starts_with("The server's shared memories, page 1:"),
@@ -455,14 +446,7 @@ async fn a_servers_notes_are_listed_a_page_at_a_time_to_its_members_only() {
     let text = answer(&discord, forget, true).await;
     assert!(text.starts_with("Only the server's admins"), "{text}");
     // The other server sees none of them.
-    let elsewhere = memory(
-        &discord,
-        (BOB, MEMBER, MEMBER_PERMS),
-        CHANNEL_B,
-        "list",
-        json!([]),
-    );
-    let page_b = response_shown(&discord, CHANNEL_B, elsewhere, 4).await;
+    let page_b = list_page(&discord, (BOB, MEMBER, MEMBER_PERMS), CHANNEL_B, json!([])).await;
     assert_eq!(
         page_b["content"],
         "The server's shared memories: none yet. Add one with `/memory add`."

@@ -350,10 +350,11 @@ impl Config {
         }
         if self.workspace.max_file_bytes == 0
             || self.workspace.max_file_bytes > self.workspace.max_agent_bytes
+            || self.workspace.max_file_bytes >= crate::store::packed::UNPACKED_MAX as u64
         {
             return Err(invalid(
                 "workspace.max_file_bytes",
-                "must be at least 1 and at most workspace.max_agent_bytes",
+                "must be at least 1, at most workspace.max_agent_bytes, and below 1 GiB",
             ));
         }
         if self.workspace.max_output_chars < 200 {

@@ -143,7 +143,9 @@ impl Store {
             return self.apply_write(single);
         }
         let id = self.db.generate_id()?.to_be_bytes();
-        self.ahead.insert(id, writes.encode())?;
+        // Compressed: the set holds whole files and records (its first byte, a tree id, is never
+        // a frame's).
+        self.ahead.insert(id, packed::pack(writes.encode()))?;
         for write in &writes.writes {
             self.apply_write(write)?;
         }
@@ -156,8 +158,9 @@ impl Store {
         let sizes = (write.tree == TreeId::Workspace).then(|| self.workspace_sizes());
         let files = matches!(write.tree, TreeId::Workspace | TreeId::WorkspaceUndo);
         let before = match &write.value {
-            Some(value) if files && self.packs_files => {
-                tree.insert(write.key.as_slice(), packed::pack_any(value.clone()))?
+            Some(value) if files => {
+                let framed = packed::pack_any(value.clone()).map_err(StoreError::Corrupt)?;
+                tree.insert(write.key.as_slice(), framed)?
             }
             Some(value) => tree.insert(write.key.as_slice(), value.as_slice())?,
             None => tree.remove(write.key.as_slice())?,
@@ -183,7 +186,8 @@ impl Store {
     pub(super) fn finish_writes_cut_short(&self) -> Result<(), StoreError> {
         let mut finished = 0usize;
         for item in self.ahead.iter() {
-            let (key, raw) = item?;
+            let (key, stored) = item?;
+            let raw = packed::unpack(&stored).map_err(StoreError::Corrupt)?;
             for write in Writes::decode(&raw)?.writes {
                 self.apply_write(&write)?;
             }

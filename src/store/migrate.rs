@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::StoreError;
 
 /// The schema this code reads and writes.
-pub const SCHEMA_VERSION: u32 = 7;
+pub const SCHEMA_VERSION: u32 = 8;
 
 const SCHEMA_KEY: &[u8] = b"schema_version";
 
@@ -40,6 +40,10 @@ const MIGRATION_FILES: &[(&str, &str)] = &[
         "0007_writes_ahead_and_settlements.toml",
         include_str!("../../migrations/0007_writes_ahead_and_settlements.toml"),
     ),
+    (
+        "0008_values_packed_by_the_store.toml",
+        include_str!("../../migrations/0008_values_packed_by_the_store.toml"),
+    ),
 ];
 
 #[derive(Debug, Deserialize)]
@@ -65,6 +69,13 @@ pub enum MigrationStep {
     /// Drops a tree and its records, if it exists.
     DropTree {
         tree: String,
+    },
+    /// Copies every value of `from`, framed by `packed::pack_any`, into `to` (emptied first),
+    /// flushes, then drops `from`; nothing when `from` is gone (a rerun after the drop). Followed
+    /// by a `rename_tree` back, it frames a tree's values once whatever crash comes between.
+    PackInto {
+        from: String,
+        to: String,
     },
     /// Sets `pointer` in every JSON record of `tree` where it is missing.
     SetDefault {
@@ -175,6 +186,25 @@ fn apply(db: &sled::Db, step: &MigrationStep) -> Result<(), StoreError> {
                 .any(|n| n.as_ref() == tree.as_bytes())
             {
                 db.drop_tree(tree)?;
+            }
+        }
+        MigrationStep::PackInto { from, to } => {
+            if db
+                .tree_names()
+                .iter()
+                .any(|n| n.as_ref() == from.as_bytes())
+            {
+                let source = db.open_tree(from)?;
+                let target = db.open_tree(to)?;
+                target.clear()?;
+                for item in source.iter() {
+                    let (key, value) = item?;
+                    let framed = super::packed::pack_any(value.to_vec())
+                        .map_err(|e| StoreError::Migration(format!("{from}: {e}")))?;
+                    target.insert(key, framed)?;
+                }
+                target.flush()?;
+                db.drop_tree(from)?;
             }
         }
         MigrationStep::SetDefault {

@@ -219,8 +219,7 @@ const COMPRESSION_LEVEL: i32 = 3;
 
 /// Opens sled, waiting briefly when the directory is still locked: a process that just exited (or
 /// a handle just dropped) can hold sled's file lock for a moment while its flusher thread stops.
-/// Returns the database and whether sled compresses it (a store made before `packed`).
-fn open_waiting_for_lock(dir: &Path, cache_bytes: u64) -> Result<(sled::Db, bool), StoreError> {
+fn open_waiting_for_lock(dir: &Path, cache_bytes: u64) -> Result<sled::Db, StoreError> {
     // New stores leave compression to `packed`, value by value with a kept context; a store
     // sled compressed must be opened that way for good.
     let compress = created_compressed(dir).unwrap_or(false);
@@ -233,7 +232,7 @@ fn open_waiting_for_lock(dir: &Path, cache_bytes: u64) -> Result<(sled::Db, bool
             .compression_factor(COMPRESSION_LEVEL)
             .open()
         {
-            Ok(db) => return Ok((db, compress)),
+            Ok(db) => return Ok(db),
             Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
                 if started.elapsed() >= LOCK_WAIT {
                     return Err(StoreError::Locked(dir.to_path_buf()));
@@ -283,10 +282,6 @@ pub struct Store {
     /// for and kept up to date as workspace writes land (see `ahead::apply_write`), so checking a
     /// write against the workspace limit does not read every file again each time.
     workspace_sizes: Arc<Mutex<workspace_sizes::WorkspaceSizes>>,
-    /// Whether workspace files and their undo records are kept compressed (`packed::pack_any`).
-    /// A store sled compresses (made before `packed`) keeps them as they are, since a file of its
-    /// could look like a frame without being one.
-    packs_files: bool,
 }
 
 impl std::fmt::Debug for Store {
@@ -310,7 +305,7 @@ impl Store {
                 format!("cannot create {}: {e}", dir.display()),
             )))
         })?;
-        let (db, sled_compressed) = open_waiting_for_lock(dir, cache_bytes)?;
+        let db = open_waiting_for_lock(dir, cache_bytes)?;
         migrate::run(&db)?;
         let store = Store {
             agents: db.open_tree("agents")?,
@@ -326,7 +321,6 @@ impl Store {
             ahead: db.open_tree("ahead")?,
             books: Arc::default(),
             workspace_sizes: Arc::default(),
-            packs_files: !sled_compressed,
             dir: dir.to_path_buf(),
             db,
         };
@@ -658,9 +652,6 @@ impl Store {
 
     /// A workspace file (or undo record) as stored, as it was written.
     fn file_contents(&self, stored: &[u8]) -> Result<Vec<u8>, StoreError> {
-        if !self.packs_files {
-            return Ok(stored.to_vec());
-        }
         packed::unpack(stored)
             .map(std::borrow::Cow::into_owned)
             .map_err(StoreError::Corrupt)
@@ -668,11 +659,7 @@ impl Store {
 
     /// The size of a workspace file as written, whichever way it is stored.
     fn file_len(&self, stored: &[u8]) -> u64 {
-        if self.packs_files {
-            packed::unpacked_len(stored)
-        } else {
-            stored.len() as u64
-        }
+        packed::unpacked_len(stored)
     }
 
     /// Hands out the next sub-agent key of an agent ("1", "2", …); keys are never reused, so a

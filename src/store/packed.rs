@@ -15,7 +15,8 @@ const PACK_FROM: usize = 256;
 const LEVEL: i32 = 3;
 
 /// The most a stored value may unpack to (a record is far smaller; this bounds a damaged one).
-const UNPACKED_MAX: usize = 256 << 20;
+/// `workspace.max_file_bytes` is held below it.
+pub const UNPACKED_MAX: usize = 1 << 30;
 
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 
@@ -39,17 +40,14 @@ pub(crate) fn pack(raw: Vec<u8>) -> Vec<u8> {
 
 /// `pack`, for a value whose own bytes may look like a zstd frame (a workspace file may be a
 /// `.zst`): such a value is always framed, so that a stored value that looks like a frame is one.
-pub(crate) fn pack_any(raw: Vec<u8>) -> Vec<u8> {
+/// Fails (rather than store it ambiguous) only if zstd cannot get memory for its buffers.
+pub(crate) fn pack_any(raw: Vec<u8>) -> Result<Vec<u8>, String> {
     if !raw.starts_with(&ZSTD_MAGIC) {
-        return pack(raw);
+        return Ok(pack(raw));
     }
     COMPRESSOR
         .with(|compressor| compressor.borrow_mut().compress(&raw, LEVEL))
-        .unwrap_or_else(|e| {
-            // zstd fails only without memory for its buffers; the value is kept as it came.
-            tracing::error!(error = %e, "a value could not be framed");
-            raw
-        })
+        .map_err(|e| format!("a value could not be compressed: {e}"))
 }
 
 /// The length of a stored value before `pack`, read from the frame's header (no decompression).
@@ -58,7 +56,7 @@ pub(crate) fn unpacked_len(stored: &[u8]) -> u64 {
         return stored.len() as u64;
     }
     match zstd::zstd_safe::get_frame_content_size(stored) {
-        size if size as usize <= UNPACKED_MAX => size,
+        size if size <= UNPACKED_MAX as u64 => size,
         _ => stored.len() as u64,
     }
 }
@@ -108,7 +106,7 @@ mod tests {
         assert_eq!(unpacked_len(&small), small.len() as u64);
         // A value that looks like a frame is framed, even when that makes it larger.
         let looks_packed = packed.clone();
-        let framed = pack_any(looks_packed.clone());
+        let framed = pack_any(looks_packed.clone()).unwrap();
         assert_ne!(framed, looks_packed);
         assert_eq!(unpack(&framed).unwrap(), looks_packed.as_slice());
         // A damaged frame is an error, not a panic.

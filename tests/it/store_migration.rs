@@ -27,11 +27,36 @@ fn write_v1_store(dir: &std::path::Path) {
     db.flush().unwrap();
 }
 
+/// A file whose own bytes start like a zstd frame (a `.zst` an agent downloaded), as older code
+/// stored it: as it was.
+const LOOKS_LIKE_A_FRAME: &[u8] = &[
+    0x28, 0xb5, 0x2f, 0xfd, b'n', b'o', b't', b' ', b'o', b'n', b'e',
+];
+
 #[test]
 fn a_schema_1_store_is_migrated_on_open() {
     let dir = tempfile::tempdir().unwrap();
     write_v1_store(dir.path());
+    {
+        let db = sled::open(dir.path()).unwrap();
+        db.open_tree("workspace")
+            .unwrap()
+            .insert("0f1e2d3c4b5a/data.zst", LOOKS_LIKE_A_FRAME)
+            .unwrap();
+        db.flush().unwrap();
+    }
     let store = Store::open(dir.path()).unwrap();
+    assert_eq!(
+        store
+            .read_file("0f1e2d3c4b5a", "data.zst")
+            .unwrap()
+            .as_deref(),
+        Some(LOOKS_LIKE_A_FRAME)
+    );
+    assert_eq!(
+        store.file_size("0f1e2d3c4b5a", "data.zst").unwrap(),
+        Some(LOOKS_LIKE_A_FRAME.len() as u64)
+    );
     assert_eq!(store.schema_version().unwrap(), Some(SCHEMA_VERSION));
     let agent = store.load_agent("0f1e2d3c4b5a").unwrap().unwrap();
     assert_eq!(agent.name(), "PoetGPT");

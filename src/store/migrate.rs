@@ -156,17 +156,19 @@ pub fn run(db: &sled::Db) -> Result<Vec<u32>, StoreError> {
     Ok(applied)
 }
 
+fn has_tree(db: &sled::Db, name: &str) -> bool {
+    db.tree_names()
+        .iter()
+        .any(|n| n.as_ref() == name.as_bytes())
+}
+
 fn apply(db: &sled::Db, step: &MigrationStep) -> Result<(), StoreError> {
     match step {
         MigrationStep::EnsureTree { tree } => {
             db.open_tree(tree)?;
         }
         MigrationStep::RenameTree { from, to } => {
-            if db
-                .tree_names()
-                .iter()
-                .any(|n| n.as_ref() == from.as_bytes())
-            {
+            if has_tree(db, from) {
                 let source = db.open_tree(from)?;
                 let target = db.open_tree(to)?;
                 for item in source.iter() {
@@ -180,20 +182,12 @@ fn apply(db: &sled::Db, step: &MigrationStep) -> Result<(), StoreError> {
             }
         }
         MigrationStep::DropTree { tree } => {
-            if db
-                .tree_names()
-                .iter()
-                .any(|n| n.as_ref() == tree.as_bytes())
-            {
+            if has_tree(db, tree) {
                 db.drop_tree(tree)?;
             }
         }
         MigrationStep::PackInto { from, to } => {
-            if db
-                .tree_names()
-                .iter()
-                .any(|n| n.as_ref() == from.as_bytes())
-            {
+            if has_tree(db, from) {
                 let source = db.open_tree(from)?;
                 let target = db.open_tree(to)?;
                 target.clear()?;

@@ -6,6 +6,7 @@ mod ahead;
 use ahead::{TreeId, Writes};
 mod audit;
 mod bindings;
+mod files;
 pub mod migrate;
 pub(crate) mod packed;
 mod rules;
@@ -643,25 +644,6 @@ impl Store {
         }
     }
 
-    pub fn read_file(&self, agent: &str, path: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        self.workspace
-            .get(file_key(agent, path))?
-            .map(|stored| self.file_contents(&stored))
-            .transpose()
-    }
-
-    /// A workspace file (or undo record) as stored, as it was written.
-    fn file_contents(&self, stored: &[u8]) -> Result<Vec<u8>, StoreError> {
-        packed::unpack(stored)
-            .map(std::borrow::Cow::into_owned)
-            .map_err(StoreError::Corrupt)
-    }
-
-    /// The size of a workspace file as written, whichever way it is stored.
-    fn file_len(&self, stored: &[u8]) -> u64 {
-        packed::unpacked_len(stored)
-    }
-
     /// Hands out the next sub-agent key of an agent ("1", "2", …); keys are never reused, so a
     /// message for a deleted sub-agent cannot reach a new one.
     pub fn next_subagent_key(&self, agent: &str) -> Result<String, StoreError> {
@@ -706,18 +688,6 @@ impl Store {
     /// Removes a sub-agent; `false` when there was none under that key.
     pub fn delete_subagent(&self, agent: &str, key: &str) -> Result<bool, StoreError> {
         Ok(self.subagents.remove(subagent_key(agent, key))?.is_some())
-    }
-
-    /// All files of an agent with their sizes, sorted by path.
-    pub fn list_files(&self, agent: &str) -> Result<Vec<(String, u64)>, StoreError> {
-        let prefix = agent_prefix(agent);
-        let mut files = Vec::new();
-        for item in self.workspace.scan_prefix(&prefix) {
-            let (key, value) = item?;
-            let path = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
-            files.push((path, self.file_len(&value)));
-        }
-        Ok(files)
     }
 }
 

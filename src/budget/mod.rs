@@ -499,6 +499,22 @@ impl Budgets {
             self.release_call(payer, &reservation);
             return Err(Metered::Ledger(e));
         }
+        self.metered_reserved(payer, reservation, call, cost_of)
+            .await
+    }
+
+    /// `metered` for a call whose reservation was made, and made durable, before: the call, then
+    /// its settlement (at most the reservation) or release.
+    pub async fn metered_reserved<T, E, Fut>(
+        &self,
+        payer: &Payer,
+        reservation: Reservation,
+        call: impl FnOnce() -> Fut,
+        cost_of: impl FnOnce(&T) -> Micros,
+    ) -> Result<(T, Micros), Metered<E>>
+    where
+        Fut: std::future::Future<Output = Result<T, E>>,
+    {
         let result = call().await;
         self.close_call(payer, &reservation, result, cost_of)
     }

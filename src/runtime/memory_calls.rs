@@ -1,9 +1,12 @@
-//! A step's paid memory calls (the cycle's memory and its recall query), reserved in the spend
-//! ledger before the step's own flush so that flush makes them durable too, instead of one flush
-//! each; and the tasks that make them.
+//! A step's paid calls reserved in the spend ledger before the step's own flush, so that flush
+//! makes them durable too instead of one flush each: the cycle's memory and its recall query, and
+//! the cycle's model call that follows the recall; and the tasks that make the memory calls.
 
+use crate::budget::ledger::Reservation;
 use crate::core::event::{Effect, Event};
 use crate::core::memory::MemorySource;
+use crate::core::prompt::ContextLimits;
+use crate::core::state::Phase;
 use crate::memory::MemoryPlace;
 
 use super::{Actor, ActorMsg};
@@ -23,7 +26,73 @@ impl PreparedCall {
     }
 }
 
+/// The model call a recall leads to, reserved with the recall: the cycle's third flush (the
+/// call's own reservation) is saved. Its prompt is not built yet, so the amount is the last such
+/// prompt with room to grow; a call it does not cover gives it back and reserves for itself.
+pub(super) struct ThinkAhead {
+    /// The recall it waits for: it is kept only while the state waits for this one.
+    pub(super) recall_seq: u64,
+    pub(super) reservation: Reservation,
+}
+
 impl Actor {
+    /// Reserves, before the step's flush, the cycle's model call that the step's recall leads to.
+    /// Nothing for the first cycle (no prompt to go by), during a drain, or when the budgets
+    /// cannot cover the estimate: the call then reserves for itself, as any call does.
+    pub(super) fn reserve_think_ahead(
+        &self,
+        effects: &[Effect],
+        limits: ContextLimits,
+    ) -> Option<ThinkAhead> {
+        let recall_seq = effects.iter().find_map(|effect| match effect {
+            Effect::Recall { seq, .. } => Some(*seq),
+            _ => None,
+        })?;
+        let last_prompt = self.last_think_prompt_tokens?;
+        if self.deps.drain.is_raised() {
+            return None;
+        }
+        let model = &self.state.settings.model;
+        let price = self.deps.budgets.price(model).ok()?;
+        // The history grows by a step, and the recall may find more than the last one did.
+        let recall_room = self.deps.config.memory.max_recall_tokens as u64;
+        let prompt =
+            (last_prompt + last_prompt / 4 + recall_room).min(limits.context_tokens.into());
+        let reply = self.deps.config.llm.reply_tokens(model, limits.max_tokens);
+        let worst = price.cost(prompt, reply.into());
+        let payer = self.deps.budgets.payer(&self.state);
+        let what = format!("{model} {:?}", crate::core::event::CallPurpose::Think);
+        let reservation = self
+            .deps
+            .budgets
+            .reserve_call::<()>(&payer, worst, &what, self.deps.clock.now())
+            .ok()?;
+        Some(ThinkAhead {
+            recall_seq,
+            reservation,
+        })
+    }
+
+    /// Gives back a reservation made ahead that no call will use: the state no longer waits for
+    /// its recall (paused, stopped, or the cycle moved on), or the bot is shutting down.
+    pub(super) fn drop_unused_think_ahead(&mut self) {
+        let waiting = self.think_ahead.as_ref().is_some_and(|ahead| {
+            self.state.phase == Phase::Thinking
+                && self.state.call_seq == ahead.recall_seq
+                && !self.deps.drain.is_raised()
+        });
+        if !waiting {
+            self.release_think_ahead();
+        }
+    }
+
+    pub(super) fn release_think_ahead(&mut self) {
+        if let Some(ahead) = self.think_ahead.take() {
+            let payer = self.deps.budgets.payer(&self.state);
+            self.deps.budgets.release_call(&payer, &ahead.reservation);
+        }
+    }
+
     /// Reserves the paid memory calls among a step's effects (one entry per effect).
     pub(super) fn prepare_memory_calls(&self, effects: &[Effect]) -> Vec<Option<PreparedCall>> {
         let Some(memory) = self.deps.memory.as_ref() else {

@@ -1,6 +1,7 @@
 //! Model calls with spend control: `MeteredCall` paces, reserves, calls, then settles or
 //! releases; `AgentModel` is the agent's model as commands use it, metered the same way.
 
+use crate::budget::ledger::Reservation;
 use crate::budget::{Budgets, Metered, Payer};
 use crate::core::budget::{Micros, Pacing};
 use crate::core::event::{CallPurpose, Event};
@@ -19,6 +20,10 @@ pub(super) struct MeteredCall {
     /// `Err` for a model nobody priced: the call is refused, never made for free.
     pub(super) price: Result<crate::core::budget::Price, crate::config::Unpriced>,
     pub(super) request: ChatRequest,
+    /// A reservation made for this call before it was built, durable already (a cycle's call is
+    /// reserved with its recall, in the same flush). Used when it covers the call's worst case;
+    /// otherwise given back and the call reserves for itself.
+    pub(super) reserved_ahead: Option<Reservation>,
 }
 
 /// What came of a metered call.
@@ -106,11 +111,19 @@ impl MeteredCall {
                 return CallOutcome::Refused(unpriced.to_string());
             }
         };
-        if let Err(e) = self.fit_to_budget(deps, price) {
+        let mut ahead = self.reserved_ahead.take();
+        let held = ahead.as_ref().map_or(Micros::ZERO, |r| r.amount);
+        if let Err(e) = self.fit_to_budget(deps, price, held) {
+            self.give_back(deps, ahead);
             return CallOutcome::Failed(format!("the spend ledger is unavailable: {e}"));
         }
         let worst = price.cost(self.prompt_tokens, self.request.max_tokens as u64);
-        self.wait_for_pacer(deps, worst, on_wait).await;
+        if let Some(short) = ahead.as_ref().filter(|r| r.amount < worst) {
+            tracing::debug!(agent = %self.payer.agent, reserved = short.amount.0, worst = worst.0,
+                "the call outgrew its reservation made ahead; it reserves for itself");
+            self.give_back(deps, ahead.take());
+        }
+        self.wait_for_pacer(deps, worst, on_wait, &mut ahead).await;
         let prompt_tokens = self.prompt_tokens;
         let (model, purpose) = (self.request.model.clone(), self.request.purpose);
         let started = std::time::Instant::now();
@@ -127,17 +140,19 @@ impl MeteredCall {
             });
             Ok::<_, crate::llm::LlmError>((reply.content, usage))
         };
-        let paid = deps
-            .budgets
-            .metered(
-                &self.payer,
-                worst,
-                what,
-                deps.clock.now(),
-                call,
-                |(_, usage)| price.cost_of(*usage),
-            )
-            .await;
+        let cost_of = |(_, usage): &(String, crate::core::event::Usage)| price.cost_of(*usage);
+        let paid = match ahead {
+            Some(reservation) => {
+                deps.budgets
+                    .metered_reserved(&self.payer, reservation, call, cost_of)
+                    .await
+            }
+            None => {
+                deps.budgets
+                    .metered(&self.payer, worst, what, deps.clock.now(), call, cost_of)
+                    .await
+            }
+        };
         record_call(&model, purpose, started.elapsed(), &paid, deps.clock.now());
         match paid {
             Ok(((text, usage), cost)) => CallOutcome::Replied { text, usage, cost },
@@ -156,13 +171,18 @@ impl MeteredCall {
     /// down to the model's floor, so a small budget's last calls still go out. Below the floor
     /// the request stays as it is and the ledger refuses it with its reason. The ledger's
     /// reservation, made after, is what keeps the cap: another call may reserve in between.
+    /// `held`: what a reservation made ahead for this very call holds, which is this call's to use.
     fn fit_to_budget(
         &mut self,
         deps: &Deps,
         price: crate::core::budget::Price,
+        held: Micros,
     ) -> Result<(), crate::store::StoreError> {
         use crate::core::budget::ReplyFit;
-        let available = deps.budgets.available(&self.payer, deps.clock.now())?;
+        let available = deps
+            .budgets
+            .available(&self.payer, deps.clock.now())?
+            .saturating_add(held);
         let model = &self.request.model;
         let floor = deps.config.llm.reply_floor(model);
         let wanted = self.request.max_tokens;
@@ -176,12 +196,21 @@ impl MeteredCall {
         Ok(())
     }
 
-    /// Passes the rate-limit gates one by one, waiting (on the clock seam) at a closed one.
-    async fn wait_for_pacer(&self, deps: &Deps, worst: Micros, on_wait: &(dyn Fn(Pacing) + Sync)) {
+    /// Passes the rate-limit gates one by one, waiting (on the clock seam) at a closed one. A
+    /// reservation made ahead is given back before a wait, so that it holds no one's budget while
+    /// the call is paced; the call then reserves for itself.
+    async fn wait_for_pacer(
+        &self,
+        deps: &Deps,
+        worst: Micros,
+        on_wait: &(dyn Fn(Pacing) + Sync),
+        ahead: &mut Option<Reservation>,
+    ) {
         let pacer = deps.budgets.pacer();
         let request = Budgets::pace_request(&self.payer.spender, worst);
         for gate in 0..pacer.gates() {
             while let Err(wait) = pacer.try_gate(gate, &request) {
+                self.give_back(deps, ahead.take());
                 let until = deps.clock.now()
                     + chrono::Duration::from_std(wait.after).unwrap_or(chrono::Duration::MAX);
                 on_wait(Pacing {
@@ -192,6 +221,12 @@ impl MeteredCall {
             }
         }
         pacer.retain_recent();
+    }
+
+    fn give_back(&self, deps: &Deps, reservation: Option<Reservation>) {
+        if let Some(reservation) = reservation {
+            deps.budgets.release_call(&self.payer, &reservation);
+        }
     }
 }
 
@@ -217,6 +252,7 @@ impl AgentModel<'_> {
                 messages,
                 json_schema: None,
             },
+            reserved_ahead: None,
         }
     }
 }

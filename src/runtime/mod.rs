@@ -13,7 +13,7 @@ mod surface;
 
 pub use drain::Drain;
 pub use handle::{ActorMsg, AgentHandle, DecideError, Refused, BUSY, MAILBOX_CAPACITY};
-use memory_calls::PreparedCall;
+use memory_calls::{PreparedCall, ThinkAhead};
 use metered::{AgentModel, MeteredCall};
 pub use surface::{Doing, LiveStatus, Surface};
 
@@ -108,6 +108,10 @@ struct Actor {
     deadline_timer: Option<deadline::DeadlineTimer>,
     /// The live status last reported to the surface (see `live`).
     live: Option<surface::LiveStatus>,
+    /// The cycle's model call, reserved with its recall (see `memory_calls`).
+    think_ahead: Option<ThinkAhead>,
+    /// The prompt of the last cycle's model call, in tokens: what a reservation made ahead goes by.
+    last_think_prompt_tokens: Option<u64>,
 }
 
 /// Starts an agent's actor. It runs until the agent rests (paused or finished) with no work in
@@ -164,6 +168,8 @@ fn start_registered(
         armed_deadline: None,
         deadline_timer: None,
         live: None,
+        think_ahead: None,
+        last_think_prompt_tokens: None,
         state,
         deps,
         handle: handle.clone(),
@@ -220,6 +226,7 @@ impl Actor {
                 tracing::error!(agent = %self.state.id, error = %e, "an agent task failed");
             }
         }
+        self.release_think_ahead();
         Ok(self.state)
     }
 
@@ -346,6 +353,7 @@ impl Actor {
         {
             self.summaries_in_flight.remove(cycle);
         }
+        let answers_recall = matches!(event, Event::Recalled { .. });
         let extras = PromptExtras::default();
         let limits = self.limits();
         // A budget being changed by this very event already counts for the prompt it leads to.
@@ -362,7 +370,15 @@ impl Actor {
             .budgets
             .view(&self.state, new_limit, self.deps.clock.now())
         {
-            Ok(view) => Some(view),
+            Ok(mut view) => {
+                // The cycle's own call, reserved ahead, is not spend yet: the prompt and the
+                // caps see the budget as they would without it.
+                if let Some(ahead) = &self.think_ahead {
+                    view.agent_used = view.agent_used.saturating_sub(ahead.reservation.amount);
+                    view.remaining = view.remaining.saturating_add(ahead.reservation.amount);
+                }
+                Some(view)
+            }
             Err(e) => {
                 tracing::error!(agent = %self.state.id, error = %e, "cannot read the spend ledger");
                 None
@@ -408,11 +424,28 @@ impl Actor {
         // The paid memory calls this step starts are reserved before its flush, which then makes
         // them durable too, instead of one flush each.
         let mut prepared = self.prepare_memory_calls(&effects);
-        if let Err(e) = self.persist(&effects, executed, &prepared).await {
+        let think_ahead = self.reserve_think_ahead(&effects, limits);
+        let reserved = think_ahead.is_some()
+            || prepared
+                .iter()
+                .flatten()
+                .any(PreparedCall::needs_durability);
+        if let Err(e) = self
+            .persist(&effects, executed, reserved, answers_recall)
+            .await
+        {
             for call in prepared.iter().flatten() {
                 self.abandon(call);
             }
+            if let Some(ahead) = think_ahead {
+                self.think_ahead = Some(ahead);
+                self.release_think_ahead();
+            }
             return Err(e);
+        }
+        if think_ahead.is_some() {
+            self.release_think_ahead();
+            self.think_ahead = think_ahead;
         }
         let mut rejection = None;
         for (effect, prepared) in effects.into_iter().zip(prepared.drain(..)) {
@@ -434,6 +467,7 @@ impl Actor {
         } else if let Some(why) = rejection {
             self.deps.surface.notify(&self.state, &why).await;
         }
+        self.drop_unused_think_ahead();
         Ok(())
     }
 
@@ -473,7 +507,8 @@ impl Actor {
         &self,
         effects: &[Effect],
         executed: Option<Executed>,
-        prepared: &[Option<PreparedCall>],
+        reserved: bool,
+        answers_recall: bool,
     ) -> Result<(), RuntimeError> {
         let mut starts_command = false;
         if !self.deps.drain.is_raised() {
@@ -489,10 +524,6 @@ impl Actor {
                 }
             }
         }
-        let reserved = prepared
-            .iter()
-            .flatten()
-            .any(PreparedCall::needs_durability);
         let episodes = effects
             .iter()
             .filter_map(|e| match e {
@@ -525,6 +556,11 @@ impl Actor {
             || executed.is_some()
             || starts_command
             || reserved;
+        if answers_recall && !durable {
+            // What a recall found only shapes the prompt of the call this step starts; a restart
+            // recalls again. The state is stored with the reply instead, a record less per cycle.
+            return Ok(());
+        }
         self.deps.store.commit(&Commit {
             state: Some(&self.state),
             episodes,
@@ -665,13 +701,21 @@ impl Actor {
             (true, Some(smart)) => smart.to_string(),
             _ => self.state.settings.model.clone(),
         };
+        let prompt_tokens = (self.deps.counter.count_messages(&call.messages)
+            + call.json_schema.as_ref().map_or(0, |schema| {
+                // Structured-output schemas are read by the model too, and billed as input.
+                self.deps.counter.count(&schema.to_string())
+            })) as u64;
+        let reserved_ahead = if call.purpose == CallPurpose::Think {
+            self.last_think_prompt_tokens = Some(prompt_tokens);
+            self.think_ahead.take().map(|ahead| ahead.reservation)
+        } else {
+            None
+        };
         let metered = MeteredCall {
             payer: self.deps.budgets.payer(&self.state),
-            prompt_tokens: (self.deps.counter.count_messages(&call.messages)
-                + call.json_schema.as_ref().map_or(0, |schema| {
-                    // Structured-output schemas are read by the model too, and billed as input.
-                    self.deps.counter.count(&schema.to_string())
-                })) as u64,
+            prompt_tokens,
+            reserved_ahead,
             price: self.deps.budgets.price(&model_name),
             request: ChatRequest {
                 purpose: call.purpose.marker(),

@@ -7,6 +7,11 @@
 //! (about three synced writes each, whatever its size), which was most of a cycle's disk writes
 //! and time. A set written ahead costs two more small log records and no sync of its own; its
 //! durability comes from the flush that follows, as before.
+//!
+//! An agent's state, the largest value of most sets, is not copied into its set: the set names it
+//! by a digest (its anchor) and the state is written first after the set, then the rest. Since
+//! sled recovers a prefix, a set found at open whose anchor is not the stored state was cut short
+//! before anything of it was applied, and is dropped; one whose anchor landed is finished.
 
 use super::{packed, Store, StoreError};
 
@@ -51,6 +56,35 @@ pub(crate) struct Write {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct Writes {
     pub writes: Vec<Write>,
+    /// In a set stored ahead: the agent state written with it, by key and digest, in place of a
+    /// copy of its value.
+    pub anchor: Option<Anchor>,
+}
+
+/// An agent state a stored set goes with: the set applies only if this is the stored state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Anchor {
+    pub key: Vec<u8>,
+    pub digest: u64,
+}
+
+impl Anchor {
+    /// The anchor of `value` stored at `key` in the agents tree.
+    pub(crate) fn of(key: &[u8], value: &[u8]) -> Anchor {
+        Anchor {
+            key: key.to_vec(),
+            digest: digest(value),
+        }
+    }
+}
+
+/// The byte that marks an anchor in a stored set, where a write has its tree's number.
+const ANCHOR_MARK: u8 = 0;
+
+/// A stored value's length and CRC-32: two different states of one agent, the only values an
+/// anchor is compared with, would have to agree on both.
+fn digest(value: &[u8]) -> u64 {
+    (u64::from(crc32fast::hash(value)) << 32) | (value.len() as u64 & 0xffff_ffff)
 }
 
 impl Writes {
@@ -78,7 +112,13 @@ impl Writes {
             .iter()
             .map(|w| 10 + w.key.len() + w.value.as_ref().map_or(0, Vec::len))
             .sum();
-        let mut out = Vec::with_capacity(size);
+        let mut out =
+            Vec::with_capacity(size + self.anchor.as_ref().map_or(0, |a| 13 + a.key.len()));
+        if let Some(anchor) = &self.anchor {
+            out.push(ANCHOR_MARK);
+            push_bytes(&mut out, &anchor.key);
+            out.extend_from_slice(&anchor.digest.to_be_bytes());
+        }
         for write in &self.writes {
             out.push(write.tree as u8);
             push_bytes(&mut out, &write.key);
@@ -97,6 +137,16 @@ impl Writes {
         let corrupt = || StoreError::Corrupt("a set of writes stored ahead is cut short".into());
         let mut rest = raw;
         let mut writes = Vec::new();
+        let mut anchor = None;
+        if let Some((&ANCHOR_MARK, after)) = rest.split_first() {
+            let (key, after) = take_bytes(after).ok_or_else(corrupt)?;
+            let (digest, after) = after.split_first_chunk::<8>().ok_or_else(corrupt)?;
+            anchor = Some(Anchor {
+                key: key.to_vec(),
+                digest: u64::from_be_bytes(*digest),
+            });
+            rest = after;
+        }
         while let Some((&tree, after)) = rest.split_first() {
             let tree = TreeId::from_byte(tree).ok_or_else(|| {
                 StoreError::Corrupt(format!("a set of writes names an unknown tree {tree}"))
@@ -118,7 +168,7 @@ impl Writes {
             });
             rest = after;
         }
-        Ok(Writes { writes })
+        Ok(Writes { writes, anchor })
     }
 }
 
@@ -143,10 +193,33 @@ impl Store {
             return self.apply_write(single);
         }
         let id = self.db.generate_id()?.to_be_bytes();
-        // Compressed: the set holds whole files and records (its first byte, a tree id, is never
-        // a frame's).
-        self.ahead.insert(id, packed::pack(writes.encode()))?;
-        for write in &writes.writes {
+        let state = writes
+            .writes
+            .iter()
+            .position(|w| w.tree == TreeId::Agents && w.value.is_some());
+        let stored = Writes {
+            writes: writes
+                .writes
+                .iter()
+                .enumerate()
+                .filter(|(at, _)| Some(*at) != state)
+                .map(|(_, write)| write.clone())
+                .collect(),
+            anchor: state.and_then(|at| {
+                let write = &writes.writes[at];
+                write
+                    .value
+                    .as_ref()
+                    .map(|value| Anchor::of(&write.key, value))
+            }),
+        };
+        // Compressed: the set holds whole files and records (its first byte, an anchor's mark or
+        // a tree id, is never a frame's).
+        self.ahead.insert(id, packed::pack(stored.encode()))?;
+        if let Some(at) = state {
+            self.apply_write(&writes.writes[at])?;
+        }
+        for write in &stored.writes {
             self.apply_write(write)?;
         }
         self.ahead.remove(id)?;
@@ -184,19 +257,35 @@ impl Store {
 
     /// At open: applies again, in the order they were made, the sets of writes a crash cut short.
     pub(super) fn finish_writes_cut_short(&self) -> Result<(), StoreError> {
-        let mut finished = 0usize;
+        let (mut finished, mut dropped) = (0usize, 0usize);
         for item in self.ahead.iter() {
             let (key, stored) = item?;
             let raw = packed::unpack(&stored).map_err(StoreError::Corrupt)?;
-            for write in Writes::decode(&raw)?.writes {
-                self.apply_write(&write)?;
+            let set = Writes::decode(&raw)?;
+            let landed = match &set.anchor {
+                None => true,
+                Some(anchor) => self
+                    .agents
+                    .get(&anchor.key)?
+                    .is_some_and(|value| digest(&value) == anchor.digest),
+            };
+            if landed {
+                for write in set.writes {
+                    self.apply_write(&write)?;
+                }
+                finished += 1;
+            } else {
+                dropped += 1;
             }
             self.ahead.remove(key)?;
-            finished += 1;
         }
-        if finished > 0 {
+        if finished + dropped > 0 {
             self.db.flush()?;
-            tracing::info!(sets = finished, "finished writes a crash had cut short");
+            tracing::info!(
+                finished,
+                dropped,
+                "sets of writes a crash had cut short: finished, or dropped when their state never landed"
+            );
         }
         Ok(())
     }
@@ -238,5 +327,12 @@ mod tests {
         let mut unknown = raw.clone();
         unknown[0] = 99;
         assert!(Writes::decode(&unknown).is_err());
+        // An anchor reads back too; a set cut inside it is refused.
+        writes.anchor = Some(Anchor::of(b"a", b"{\"v\":2}"));
+        let raw = writes.encode();
+        assert_eq!(Writes::decode(&raw).unwrap(), writes);
+        for cut in 1..=12 {
+            assert!(Writes::decode(&raw[..cut]).is_err(), "cut at {cut}");
+        }
     }
 }

@@ -399,6 +399,50 @@ fn writes_a_crash_cut_short_are_finished_when_the_store_opens() {
     assert!(store.ahead.is_empty());
 }
 
+/// A set stored ahead names its agent state by an anchor instead of holding a copy. At open, a
+/// set whose state landed is finished; one whose state never landed (the crash came right after
+/// the set was stored, before anything of it was applied) is dropped, its writes unapplied.
+#[test]
+fn a_set_stored_ahead_is_finished_or_dropped_by_whether_its_state_landed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = (state("a1"), {
+        let mut new = state("a1");
+        new.cycle = 4;
+        new
+    });
+    let set = |state: &AgentState, file: &str| {
+        let mut writes = Writes::default();
+        writes.put(TreeId::Workspace, file_key("a1", file), b"x".to_vec());
+        writes.anchor = Some(ahead::Anchor::of(b"a1", &encode(state).unwrap()));
+        writes
+    };
+    {
+        let store = Store::open(dir.path()).unwrap();
+        store.agents.insert("a1", encode(&old).unwrap()).unwrap();
+        // The new state never landed: its set is dropped.
+        store
+            .ahead
+            .insert(7u64.to_be_bytes(), set(&new, "dropped.txt").encode())
+            .unwrap();
+        // The old state is the stored one: its set is finished.
+        store
+            .ahead
+            .insert(8u64.to_be_bytes(), set(&old, "finished.txt").encode())
+            .unwrap();
+    }
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.read_file("a1", "dropped.txt").unwrap(), None);
+    assert_eq!(
+        store.read_file("a1", "finished.txt").unwrap(),
+        Some(b"x".to_vec())
+    );
+    assert_eq!(
+        store.load_agent_record("a1").unwrap().map(|s| s.cycle),
+        Some(old.cycle)
+    );
+    assert!(store.ahead.is_empty());
+}
+
 #[test]
 fn a_commit_leaves_nothing_stored_ahead() {
     let dir = tempfile::tempdir().unwrap();

@@ -7,7 +7,7 @@ use crate::support;
 use serde_json::{json, Value};
 use support::bot::{answer, card, start_agent, start_bot, Start, WAIT};
 use support::fake_discord::{FakeDiscord, ALICE, BOB, MEMBER_PERMS};
-use support::fake_openai::{agent_reply, Expect, FakeOpenAi};
+use support::fake_openai::{agent_reply, Expect, FakeOpenAi, Kind};
 use support::{created_agent_id, TestEnv};
 
 const FACT: &str = "The ferry to Skye leaves at 7:40 from pier 3.";
@@ -309,11 +309,11 @@ async fn a_failing_embeddings_endpoint_is_left_alone_after_three_failures() {
 }
 
 /// A cycle with memory on makes three paid calls (the model, the memory's embedding and the
-/// recall query's) and runs a command, yet flushes the store three times: the embeddings'
-/// reservations ride on the step's own flush and an auto-approved command's `executing` record
-/// on its proposal's. Every call is still reserved and settled.
+/// recall query's) and runs a command, yet flushes the store twice: the embeddings' reservations
+/// and the next model call's ride on the step's own flush, and an auto-approved command's
+/// `executing` record on its proposal's. Every call is still reserved and settled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cycle_with_memory_flushes_the_store_three_times_and_settles_every_call() {
+async fn a_cycle_with_memory_flushes_the_store_twice_and_settles_every_call() {
     let openai = FakeOpenAi::start(Expect::test_model()).await;
     let pairs = 5;
     let env = TestEnv::with_memory(&openai.base_url, "guild_calls_per_minute = 0\n");
@@ -334,9 +334,10 @@ async fn a_cycle_with_memory_flushes_the_store_three_times_and_settles_every_cal
         .and_then(|report| report.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no disk report in the log:\n{err}"));
-    // Three per cycle, and a few outside them: the agent's creation, its first step, the exit.
+    // Two per cycle, and a few outside them: the agent's creation, its first step, the first
+    // cycle's call (no prompt before it to reserve by), the exit.
     assert!(
-        flushes <= 3 * cycles + 3,
+        flushes <= 2 * cycles + 4,
         "{flushes} durable flushes for {cycles} cycles:\n{err}"
     );
     let (ok, budget, _) = env.run(&["budget"]).await;
@@ -349,5 +350,34 @@ async fn a_cycle_with_memory_flushes_the_store_three_times_and_settles_every_cal
             "every call settled, nothing left reserved:\n{budget}"
         );
     }
+    openai.assert_clean();
+}
+
+/// A cycle's model call is reserved with its recall, in the step's own flush, going by the last
+/// prompt's size with room to grow; the call then settles that reservation at what it cost, not
+/// at the (larger) amount set aside, and nothing stays reserved when the run ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_reserved_with_its_recall_is_charged_what_it_cost() {
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
+    // $10 and $30 a million tokens: a call of 1,000 prompt and 100 reply tokens costs 13,000 µ$.
+    openai.set_usage(1000, 100);
+    let env = TestEnv::with_memory(
+        &openai.base_url,
+        "guild_calls_per_minute = 0\n[budget.prices.\"test-model\"]\ninput_per_million = 10.0\noutput_per_million = 30.0\n",
+    );
+    let err = run_cycles_logging(&env, &openai, 3, "warn,autothread::cli=info").await;
+    let calls = openai.requests(Kind::Cycle).len() + openai.requests(Kind::Summary).len();
+    assert!(calls >= 7, "{calls} model calls");
+    let (ok, budget, _) = env.run(&["budget"]).await;
+    assert!(ok, "{budget}");
+    let owner = budget
+        .lines()
+        .find(|l| l.contains("the owner's daily budget"))
+        .unwrap_or_else(|| panic!("no owner's account:\n{budget}"));
+    assert!(
+        owner.contains(&format!("spent ({} µ$)", 13_000 * calls))
+            && owner.contains("reserved (0 µ$)"),
+        "{calls} calls at 13,000 µ$ each, settled at what they cost:\n{budget}\n{err}"
+    );
     openai.assert_clean();
 }

@@ -4,38 +4,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-/// mimalloc rather than glibc's malloc: a cycle allocates and frees many short-lived buffers
-/// (prompts, JSON, compressed records), and glibc spent about a tenth of the bot's time
-/// consolidating free chunks (`cargo bench --bench cycle -- console` under `perf`).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// No transparent huge pages for this process: mimalloc asks for them for its arenas, and the
-/// bot's heap is small and scattered, so 2 MiB pages only inflated RSS (a 1,000-cycle console run
-/// peaked at 118 MiB instead of 91) for no measurable speed.
-fn no_huge_pages() {
-    #[cfg(target_os = "linux")]
-    // SAFETY: a process-wide flag with no pointers; failure leaves huge pages allowed, harmlessly.
-    unsafe {
-        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
-    }
-}
-
-fn main() -> ExitCode {
-    no_huge_pages();
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_or_else(
-            |error| {
-                eprintln!("error: cannot start the async runtime: {error}");
-                ExitCode::from(2)
-            },
-            |runtime| runtime.block_on(run()),
-        )
-}
-
-async fn run() -> ExitCode {
+#[tokio::main]
+async fn main() -> ExitCode {
     let cli = autothread::cli::Cli::parse();
     // Logs go to stderr so the console's own output on stdout stays readable and scriptable.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

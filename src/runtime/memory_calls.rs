@@ -2,7 +2,11 @@
 //! makes them durable too instead of one flush each: the cycle's memory and its recall query, and
 //! the cycle's model call that follows the recall; and the tasks that make the memory calls.
 
+use std::sync::Arc;
+
 use crate::budget::ledger::Reservation;
+use crate::budget::{Budgets, Payer};
+use crate::core::budget::Micros;
 use crate::core::event::{Effect, Event};
 use crate::core::memory::MemorySource;
 use crate::core::prompt::ContextLimits;
@@ -29,10 +33,32 @@ impl PreparedCall {
 /// The model call a recall leads to, reserved with the recall: the cycle's third flush (the
 /// call's own reservation) is saved. Its prompt is not built yet, so the amount is the last such
 /// prompt with room to grow; a call it does not cover gives it back and reserves for itself.
+/// Dropped unused (the agent stopped waiting, the actor ended, even by an error), it is given back.
 pub(super) struct ThinkAhead {
     /// The recall it waits for: it is kept only while the state waits for this one.
     pub(super) recall_seq: u64,
-    pub(super) reservation: Reservation,
+    reservation: Option<Reservation>,
+    budgets: Arc<Budgets>,
+    payer: Payer,
+}
+
+impl ThinkAhead {
+    pub(super) fn amount(&self) -> Micros {
+        self.reservation.as_ref().map_or(Micros::ZERO, |r| r.amount)
+    }
+
+    /// The reservation, for the call that uses it: from now on that call settles or releases it.
+    pub(super) fn into_reservation(mut self) -> Option<Reservation> {
+        self.reservation.take()
+    }
+}
+
+impl Drop for ThinkAhead {
+    fn drop(&mut self) {
+        if let Some(reservation) = self.reservation.take() {
+            self.budgets.release_call(&self.payer, &reservation);
+        }
+    }
 }
 
 impl Actor {
@@ -69,7 +95,9 @@ impl Actor {
             .ok()?;
         Some(ThinkAhead {
             recall_seq,
-            reservation,
+            reservation: Some(reservation),
+            budgets: self.deps.budgets.clone(),
+            payer,
         })
     }
 
@@ -87,10 +115,8 @@ impl Actor {
     }
 
     pub(super) fn release_think_ahead(&mut self) {
-        if let Some(ahead) = self.think_ahead.take() {
-            let payer = self.deps.budgets.payer(&self.state);
-            self.deps.budgets.release_call(&payer, &ahead.reservation);
-        }
+        // Dropping it gives it back.
+        self.think_ahead = None;
     }
 
     /// Reserves the paid memory calls among a step's effects (one entry per effect).
@@ -179,5 +205,49 @@ impl Actor {
                 }
             };
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::BudgetConfig;
+    use crate::core::state::Spender;
+    use crate::store::Store;
+
+    /// A reservation made ahead and never used is given back when it is dropped, whatever drops
+    /// it; one handed to its call is not (the call settles it).
+    #[test]
+    fn a_reservation_made_ahead_is_given_back_unless_its_call_takes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let budgets = Arc::new(Budgets::new(&store, &BudgetConfig::default()).unwrap());
+        let payer = Payer {
+            agent: "a1".into(),
+            spender: Spender::default(),
+            agent_limit: Micros(1_000_000),
+        };
+        let now = chrono::DateTime::<chrono::Utc>::from_timestamp(1_795_000_000, 0).unwrap();
+        let ahead = || ThinkAhead {
+            recall_seq: 1,
+            reservation: Some(
+                budgets
+                    .reserve_call::<()>(&payer, Micros(500), "m Think", now)
+                    .unwrap_or_else(|_| panic!("the budget covers it")),
+            ),
+            budgets: budgets.clone(),
+            payer: payer.clone(),
+        };
+        let open = || budgets.ledger().open_reservations().unwrap().len();
+        drop(ahead());
+        assert_eq!(open(), 0, "dropped unused: given back");
+        let taken = ahead().into_reservation().unwrap();
+        assert_eq!(open(), 1, "taken by its call: still held");
+        budgets.ledger().settle(taken.id, Micros(200)).unwrap();
+        assert_eq!(open(), 0);
+        assert_eq!(
+            budgets.ledger().account("agent/a1").unwrap().spent,
+            Micros(200)
+        );
     }
 }

@@ -374,8 +374,8 @@ impl Actor {
                 // The cycle's own call, reserved ahead, is not spend yet: the prompt and the
                 // caps see the budget as they would without it.
                 if let Some(ahead) = &self.think_ahead {
-                    view.agent_used = view.agent_used.saturating_sub(ahead.reservation.amount);
-                    view.remaining = view.remaining.saturating_add(ahead.reservation.amount);
+                    view.agent_used = view.agent_used.saturating_sub(ahead.amount());
+                    view.remaining = view.remaining.saturating_add(ahead.amount());
                 }
                 Some(view)
             }
@@ -437,14 +437,10 @@ impl Actor {
             for call in prepared.iter().flatten() {
                 self.abandon(call);
             }
-            if let Some(ahead) = think_ahead {
-                self.think_ahead = Some(ahead);
-                self.release_think_ahead();
-            }
+            // Dropping `think_ahead` gives it back.
             return Err(e);
         }
         if think_ahead.is_some() {
-            self.release_think_ahead();
             self.think_ahead = think_ahead;
         }
         let mut rejection = None;
@@ -708,7 +704,9 @@ impl Actor {
             })) as u64;
         let reserved_ahead = if call.purpose == CallPurpose::Think {
             self.last_think_prompt_tokens = Some(prompt_tokens);
-            self.think_ahead.take().map(|ahead| ahead.reservation)
+            self.think_ahead
+                .take()
+                .and_then(ThinkAhead::into_reservation)
         } else {
             None
         };

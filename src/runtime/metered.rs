@@ -103,15 +103,16 @@ impl MeteredCall {
         on_wait: &(dyn Fn(Pacing) + Sync),
         on_text: Option<&TextSink<'_>>,
     ) -> CallOutcome {
+        let mut ahead = self.reserved_ahead.take();
         let price = match &self.price {
             Ok(price) => *price,
             Err(unpriced) => {
                 metrics::counter!(crate::ops::names::BUDGET_REFUSALS, "kind" => "unpriced")
                     .increment(1);
+                self.give_back(deps, ahead);
                 return CallOutcome::Refused(unpriced.to_string());
             }
         };
-        let mut ahead = self.reserved_ahead.take();
         let held = ahead.as_ref().map_or(Micros::ZERO, |r| r.amount);
         if let Err(e) = self.fit_to_budget(deps, price, held) {
             self.give_back(deps, ahead);

@@ -110,13 +110,9 @@ impl Actor {
                 && !self.deps.drain.is_raised()
         });
         if !waiting {
-            self.release_think_ahead();
+            // Dropping it gives it back.
+            self.think_ahead = None;
         }
-    }
-
-    pub(super) fn release_think_ahead(&mut self) {
-        // Dropping it gives it back.
-        self.think_ahead = None;
     }
 
     /// Reserves the paid memory calls among a step's effects (one entry per effect).

@@ -1,14 +1,16 @@
 //! Model calls with spend control: `MeteredCall` paces, reserves, calls, then settles or
-//! releases; `AgentModel` is the agent's model as commands use it, metered the same way.
+//! releases; `Actor::call_model` starts the agent's own; `AgentModel` is the agent's model as
+//! commands use it, metered the same way.
 
 use crate::budget::ledger::Reservation;
 use crate::budget::{Budgets, Metered, Payer};
 use crate::core::budget::{Micros, Pacing};
-use crate::core::event::{CallPurpose, Event};
+use crate::core::event::{CallPurpose, Event, ModelCall};
 use crate::core::prompt::Message;
 use crate::llm::ChatRequest;
 
-use super::{AgentHandle, Deps};
+use super::memory_calls::ThinkAhead;
+use super::{Actor, ActorMsg, AgentHandle, Deps};
 
 /// One model call with its spend control: paced by the rate limits, its worst case reserved in
 /// the ledger (durably) before it is made, settled with the reported usage after, or released
@@ -228,6 +230,57 @@ impl MeteredCall {
         if let Some(reservation) = reservation {
             deps.budgets.release_call(&self.payer, &reservation);
         }
+    }
+}
+
+impl Actor {
+    /// Starts one of the agent's own model calls in a task, metered; its answer comes back as an
+    /// event. A cycle's call takes the reservation made ahead with its recall.
+    pub(super) fn call_model(&mut self, call: ModelCall) {
+        if let CallPurpose::Summary { cycle } = call.purpose {
+            if !self.summaries_in_flight.insert(cycle) {
+                return;
+            }
+        }
+        let llm = &self.deps.config.llm;
+        let model_name = match (call.smart, llm.smart_model()) {
+            (true, Some(smart)) => smart.to_string(),
+            _ => self.state.settings.model.clone(),
+        };
+        let prompt_tokens = (self.deps.counter.count_messages(&call.messages)
+            + call.json_schema.as_ref().map_or(0, |schema| {
+                // Structured-output schemas are read by the model too, and billed as input.
+                self.deps.counter.count(&schema.to_string())
+            })) as u64;
+        let reserved_ahead = if call.purpose == CallPurpose::Think {
+            self.last_think_prompt_tokens = Some(prompt_tokens);
+            self.think_ahead
+                .take()
+                .and_then(ThinkAhead::into_reservation)
+        } else {
+            None
+        };
+        let metered = MeteredCall {
+            payer: self.deps.budgets.payer(&self.state),
+            prompt_tokens,
+            reserved_ahead,
+            price: self.deps.budgets.price(&model_name),
+            request: ChatRequest {
+                purpose: call.purpose.marker(),
+                max_tokens: llm.reply_tokens(&model_name, call.max_tokens),
+                model: model_name,
+                messages: call.messages,
+                json_schema: call.json_schema,
+            },
+        };
+        let deps = self.deps.clone();
+        let handle = self.handle.clone();
+        self.tasks.spawn(async move {
+            let event = metered
+                .run_for_actor(&deps, &handle, call.seq, call.purpose)
+                .await;
+            handle.report(ActorMsg::Event { event, reply: None }).await;
+        });
     }
 }
 

@@ -14,7 +14,7 @@ mod surface;
 pub use drain::Drain;
 pub use handle::{ActorMsg, AgentHandle, DecideError, Refused, BUSY, MAILBOX_CAPACITY};
 use memory_calls::{PreparedCall, ThinkAhead};
-use metered::{AgentModel, MeteredCall};
+use metered::AgentModel;
 pub use surface::{Doing, LiveStatus, Surface};
 
 use std::collections::HashSet;
@@ -26,7 +26,7 @@ use tokio::task::JoinSet;
 use crate::budget::Budgets;
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::core::event::{CallPurpose, Decision, Effect, Event, ModelCall};
+use crate::core::event::{CallPurpose, Decision, Effect, Event};
 use crate::core::expiry::Expiry;
 use crate::core::history::Outcome;
 use crate::core::policy::Policy;
@@ -35,7 +35,7 @@ use crate::core::quorum::Quorum;
 use crate::core::reply::CommandCall;
 use crate::core::state::{AgentState, Phase};
 use crate::core::step::{step, StepCtx, NO_LONGER_PENDING};
-use crate::llm::{ChatModel, ChatRequest};
+use crate::llm::ChatModel;
 use crate::store::{Commit, DecisionRecord, JournalEntry, Store, StoreError, WorkspaceOp};
 use crate::tools::preview::{preview, FileBase};
 use crate::tools::{AgentFiles, Registry};
@@ -226,7 +226,7 @@ impl Actor {
                 tracing::error!(agent = %self.state.id, error = %e, "an agent task failed");
             }
         }
-        self.release_think_ahead();
+        // The rest of the actor, with any reservation made ahead, is dropped here: given back.
         Ok(self.state)
     }
 
@@ -684,52 +684,5 @@ impl Actor {
             Effect::Remember { cycle, text } => self.remember(cycle, text, prepared),
         }
         Ok(())
-    }
-
-    fn call_model(&mut self, call: ModelCall) {
-        if let CallPurpose::Summary { cycle } = call.purpose {
-            if !self.summaries_in_flight.insert(cycle) {
-                return;
-            }
-        }
-        let llm = &self.deps.config.llm;
-        let model_name = match (call.smart, llm.smart_model()) {
-            (true, Some(smart)) => smart.to_string(),
-            _ => self.state.settings.model.clone(),
-        };
-        let prompt_tokens = (self.deps.counter.count_messages(&call.messages)
-            + call.json_schema.as_ref().map_or(0, |schema| {
-                // Structured-output schemas are read by the model too, and billed as input.
-                self.deps.counter.count(&schema.to_string())
-            })) as u64;
-        let reserved_ahead = if call.purpose == CallPurpose::Think {
-            self.last_think_prompt_tokens = Some(prompt_tokens);
-            self.think_ahead
-                .take()
-                .and_then(ThinkAhead::into_reservation)
-        } else {
-            None
-        };
-        let metered = MeteredCall {
-            payer: self.deps.budgets.payer(&self.state),
-            prompt_tokens,
-            reserved_ahead,
-            price: self.deps.budgets.price(&model_name),
-            request: ChatRequest {
-                purpose: call.purpose.marker(),
-                max_tokens: llm.reply_tokens(&model_name, call.max_tokens),
-                model: model_name,
-                messages: call.messages,
-                json_schema: call.json_schema,
-            },
-        };
-        let deps = self.deps.clone();
-        let handle = self.handle.clone();
-        self.tasks.spawn(async move {
-            let event = metered
-                .run_for_actor(&deps, &handle, call.seq, call.purpose)
-                .await;
-            handle.report(ActorMsg::Event { event, reply: None }).await;
-        });
     }
 }

@@ -428,7 +428,24 @@ fn peak_rss_of_console_run(cycles: usize, dimensions: Option<u32>, quiet: bool) 
             text
         });
         let mut peak_kib = 0u64;
+        // Bytes written by the process at every hundredth cycle, to show whether a long run's
+        // writes per cycle settle or keep growing.
+        let mut written_at_hundreds: Vec<u64> = Vec::new();
+        let written_now = || -> Option<u64> {
+            std::fs::read_to_string(format!("/proc/{pid}/io"))
+                .ok()?
+                .lines()
+                .find_map(|l| l.strip_prefix("write_bytes:"))?
+                .trim()
+                .parse()
+                .ok()
+        };
         loop {
+            if (written_at_hundreds.len() + 1) * 100 <= fake.cycle_arrivals().len() {
+                if let Some(bytes) = written_now() {
+                    written_at_hundreds.push(bytes);
+                }
+            }
             if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
                 if let Some(kib) = status
                     .lines()
@@ -471,6 +488,11 @@ fn peak_rss_of_console_run(cycles: usize, dimensions: Option<u32>, quiet: bool) 
                     })
                     .collect();
                 println!("  by hundreds of cycles (ms): {}", blocks.join(" "));
+                let written: Vec<String> = written_at_hundreds
+                    .windows(2)
+                    .map(|pair| format!("{:.1}", (pair[1] - pair[0]) as f64 / 100.0 / 1e3))
+                    .collect();
+                println!("  written by hundreds of cycles (KB per cycle): {}", written.join(" "));
                 let (longest_at, longest) = arrivals
                     .windows(2)
                     .map(|pair| pair[1].duration_since(pair[0]))

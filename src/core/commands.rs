@@ -158,6 +158,11 @@ pub struct CommandSpec {
     /// The argument an approve-and-remember rule can be narrowed to (a folder, a host).
     #[serde(default)]
     pub rule_argument: Option<crate::core::rules::RuleArgument>,
+    /// Its only effect is the workspace change it returns, which the store applies in the same
+    /// write as its result: nothing happens before that write, so a crash before it loses the
+    /// command whole and the restart asks the model again (see `Actor::persist`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lands_with_result: bool,
 }
 
 impl CommandSpec {
@@ -171,7 +176,14 @@ impl CommandSpec {
             reads_untrusted: false,
             egress: None,
             rule_argument: None,
+            lands_with_result: false,
         }
+    }
+
+    /// Marks a command whose only effect is the workspace change it returns.
+    pub fn lands_with_result(mut self) -> Self {
+        self.lands_with_result = true;
+        self
     }
 
     /// Marks what the command returns as untrusted.

@@ -26,6 +26,7 @@ use tokio::task::JoinSet;
 use crate::budget::Budgets;
 use crate::clock::Clock;
 use crate::config::Config;
+use crate::core::audit::AuditEntry;
 use crate::core::event::{CallPurpose, Decision, Effect, Event};
 use crate::core::expiry::Expiry;
 use crate::core::history::Outcome;
@@ -112,6 +113,9 @@ struct Actor {
     think_ahead: Option<ThinkAhead>,
     /// The prompt of the last cycle's model call, in tokens: what a reservation made ahead goes by.
     last_think_prompt_tokens: Option<u64>,
+    /// Trail entries of a step that was not stored on its own (a command that lands with its
+    /// result, started where proposals need not be stored first): the next write takes them.
+    unstored_audit: Vec<AuditEntry>,
 }
 
 /// Starts an agent's actor. It runs until the agent rests (paused or finished) with no work in
@@ -170,6 +174,7 @@ fn start_registered(
         live: None,
         think_ahead: None,
         last_think_prompt_tokens: None,
+        unstored_audit: Vec::new(),
         state,
         deps,
         handle: handle.clone(),
@@ -499,13 +504,25 @@ impl Actor {
     /// with the journal's `executing` record of a command the step starts (written before the
     /// flush, so an auto-approved command costs no flush of its own) and one flush for all of it
     /// and for the reservations of the step's memory calls.
+    ///
+    /// A step that only starts an auto-approved command landing with its result is not stored at
+    /// all where proposals need not be stored first (see `only_starts_what_lands_with_its_result`):
+    /// the result's write stores it, and its trail entries are kept for that write.
     async fn persist(
-        &self,
+        &mut self,
         effects: &[Effect],
         executed: Option<Executed>,
         reserved: bool,
         answers_recall: bool,
     ) -> Result<(), RuntimeError> {
+        if executed.is_none() && !reserved && self.only_starts_what_lands_with_its_result(effects) {
+            self.unstored_audit
+                .extend(effects.iter().filter_map(|e| match e {
+                    Effect::Audit(entry) => Some(entry.clone()),
+                    _ => None,
+                }));
+            return Ok(());
+        }
         let mut starts_command = false;
         if !self.deps.drain.is_raised() {
             for effect in effects {
@@ -531,7 +548,7 @@ impl Actor {
             Effect::ShowProposal { proposal, .. } => Some(proposal),
             _ => None,
         });
-        let audit: Vec<_> = effects
+        let step_audit: Vec<_> = effects
             .iter()
             .filter_map(|e| match e {
                 Effect::Audit(entry) => Some(entry),
@@ -547,7 +564,7 @@ impl Actor {
             || effects
                 .iter()
                 .any(|e| matches!(e, Effect::SaveServerRule(_)))
-            || !audit.is_empty()
+            || !step_audit.is_empty()
             || proposal.is_some()
             || executed.is_some()
             || starts_command
@@ -557,6 +574,10 @@ impl Actor {
             // recalls again. The state is stored with the reply instead, a record less per cycle.
             return Ok(());
         }
+        // Entries of a step stored with this one come first: they happened first.
+        let unstored_audit = std::mem::take(&mut self.unstored_audit);
+        let mut audit: Vec<_> = unstored_audit.iter().collect();
+        audit.extend(step_audit);
         self.deps.store.commit(&Commit {
             state: Some(&self.state),
             episodes,
@@ -573,6 +594,38 @@ impl Actor {
             self.deps.store.flush().await?;
         }
         Ok(())
+    }
+
+    /// Whether the step only shows an auto-approved proposal and starts its command, a command
+    /// whose one effect is the workspace change it returns, on a surface that may show proposals
+    /// before they are stored. Such a step needs no write of its own: the command's change lands
+    /// in the same write as its result, with this step's state, so a crash before that write
+    /// loses the step whole (nothing ran, as far as anything kept can tell) and the restart asks
+    /// the model again, exactly as after a crash while it was thinking.
+    fn only_starts_what_lands_with_its_result(&self, effects: &[Effect]) -> bool {
+        if self.deps.surface.needs_stored_proposals() || self.deps.drain.is_raised() {
+            return false;
+        }
+        let commands = self.deps.tools.command_set();
+        let (mut shown, mut started) = (false, false);
+        for effect in effects {
+            match effect {
+                Effect::ShowProposal {
+                    auto_approved: true,
+                    ..
+                } => shown = true,
+                Effect::Execute { call, .. }
+                    if commands
+                        .get(&call.name)
+                        .is_some_and(|spec| spec.lands_with_result) =>
+                {
+                    started = true
+                }
+                Effect::Audit(_) => {}
+                _ => return false,
+            }
+        }
+        shown && started
     }
 
     async fn carry_out(
@@ -647,7 +700,7 @@ impl Actor {
                     .expired(&self.state, &proposal, &text, escalate)
                     .await
             }
-            // `persist` has journalled it as executing, durably.
+            // `persist` has journalled it as executing, durably, unless it lands with its result.
             Effect::Execute { cycle, call, .. } => self.execute(cycle, call),
             Effect::EpisodeRecorded { cycle } => {
                 if cycle > self.last_result_shown {

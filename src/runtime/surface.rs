@@ -45,6 +45,13 @@ pub trait Surface: Send + Sync {
     /// Withdraws the question `ask_user` waits on for `agent`, so that it returns at once (the
     /// agent was paused or finished; nobody should be left answering it).
     async fn withdraw_question(&self, _agent: &AgentView) {}
+    /// Whether a proposal must be on disk before this surface shows it. Discord's cards must: a
+    /// card posted and then lost to a crash would be posted again, a duplicate. A surface that
+    /// only prints (the console) may show an auto-approved proposal first, which lets a command
+    /// that lands with its result skip the flush before it runs.
+    fn needs_stored_proposals(&self) -> bool {
+        true
+    }
     /// Whether this surface shows a live status; the actor works one out only for those that do.
     fn wants_status(&self) -> bool {
         false

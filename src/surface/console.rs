@@ -323,6 +323,11 @@ impl ConsoleSurface {
 
 #[async_trait]
 impl Surface for ConsoleSurface {
+    /// A proposal printed again after a crash is only a line more in the terminal.
+    fn needs_stored_proposals(&self) -> bool {
+        false
+    }
+
     fn watches_stream(&self) -> bool {
         self.echo_stream
     }

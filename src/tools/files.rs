@@ -80,6 +80,7 @@ struct ReadFile;
 impl Command for ReadFile {
     fn spec(&self) -> CommandSpec {
         CommandSpec::new("read_file", "Read an existing file", Risk::Read)
+            .lands_with_result()
             .arg("filename", ArgType::String, "The path of the file to read")
             .rule_argument(RuleArgument::Path("filename".into()))
     }
@@ -109,6 +110,7 @@ impl Command for WriteFile {
             "Write a file, creating or overwriting it",
             Risk::Write,
         )
+        .lands_with_result()
         .arg(
             "filename",
             ArgType::String,
@@ -150,6 +152,7 @@ impl Command for AppendToFile {
             "Append text to the end of a file, creating it if necessary",
             Risk::Write,
         )
+        .lands_with_result()
         .arg(
             "filename",
             ArgType::String,
@@ -183,6 +186,7 @@ struct DeleteFile;
 impl Command for DeleteFile {
     fn spec(&self) -> CommandSpec {
         CommandSpec::new("delete_file", "Delete a file", Risk::Write)
+            .lands_with_result()
             .arg(
                 "filename",
                 ArgType::String,
@@ -212,6 +216,7 @@ impl Command for ListFolder {
             "List a workspace folder's files, recursively",
             Risk::Read,
         )
+        .lands_with_result()
         .optional_arg(
             "folder",
             ArgType::String,
@@ -268,6 +273,7 @@ impl Command for SearchFiles {
             "Find workspace files whose path matches a glob pattern, optionally only those containing a text (its lines are shown)",
             Risk::Read,
         )
+        .lands_with_result()
         .arg(
             "pattern",
             ArgType::String,

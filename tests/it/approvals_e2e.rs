@@ -515,3 +515,113 @@ async fn a_buried_card_is_reposted_at_the_bottom_and_decided_there() {
     discord.assert_clean();
     bot.kill().await;
 }
+
+/// An auto-approved command whose only effect is the file change it returns is stored once, with
+/// its result, where a proposal may be shown before it is stored (the console): while it runs,
+/// the store still holds the agent as it was thinking, with no journal entry, so a crash then
+/// would leave nothing to undo or to run twice. The approval's trail entry lands with the result.
+/// Where cards must be stored first (Discord), and for any other command, the proposal and the
+/// journal's `executing` record are on disk before the command starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_command_that_lands_with_its_result_runs_before_its_proposal_is_stored() {
+    use autothread::core::audit::AuditEvent;
+    use autothread::core::event::Event;
+    use autothread::core::state::Phase;
+    use autothread::store::{JournalEntry, Store};
+    use std::sync::atomic::Ordering;
+    use std::sync::{Arc, Mutex};
+    use support::inproc::{agent, deps, reply, Recorder, ScriptedModel};
+
+    let cases = [
+        ("write_file", true, false),
+        ("write_file", false, true),
+        ("list_agents", true, true),
+    ];
+    for (command, shows_unstored, stored_first) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut config = autothread::config::Config::default();
+        config.llm.model = "local-model".into();
+        config.budget.free_models = vec!["local-model".into()];
+        let args = match command {
+            "write_file" => json!({"filename": "haiku.txt", "contents": "crab\n"}),
+            _ => json!({}),
+        };
+        let model = Arc::new(ScriptedModel::new([
+            reply(command, args),
+            reply("finish", json!({"reason": "done"})),
+        ]));
+        let surface = Arc::new(Recorder::default());
+        surface
+            .shows_unstored_proposals
+            .store(shows_unstored, Ordering::SeqCst);
+        let id = "lands0000001";
+        // What the store held when the card was shown: phase, a pending proposal, the journal.
+        type Stored = (Phase, bool, Option<JournalEntry>);
+        let seen: Arc<Mutex<Option<Stored>>> = Arc::default();
+        let (reader, seen_by_hook) = (store.clone(), seen.clone());
+        *surface.on_first_card.lock().unwrap() = Some(Box::new(move |_| {
+            let stored = reader.load_agent_record(id).unwrap().expect("stored agent");
+            let journal = reader.journal_entry(id, 1).unwrap();
+            *seen_by_hook.lock().unwrap() = Some((stored.phase, stored.pending.is_some(), journal));
+        }));
+        let deps = deps(&store, model, surface.clone(), config, None);
+        let (_handle, done) = autothread::runtime::start(
+            agent(id, "Write a haiku", "local-model", true),
+            Event::Start,
+            deps,
+        );
+        let state = tokio::time::timeout(support::WAIT, done)
+            .await
+            .expect("the agent finishes")
+            .unwrap()
+            .unwrap();
+
+        let case = format!("{command}, shown before stored: {shows_unstored}");
+        let (phase, pending, journal) = seen.lock().unwrap().take().expect("a card was shown");
+        if stored_first {
+            assert_eq!(phase, Phase::Executing, "{case}");
+            assert!(pending, "{case}");
+            assert!(
+                matches!(journal, Some(JournalEntry::Executing { .. })),
+                "{case}: {journal:?}"
+            );
+        } else {
+            assert_ne!(phase, Phase::Executing, "{case}");
+            assert!(!pending && journal.is_none(), "{case}: {journal:?}");
+        }
+        // Either way the command ran once, its result is recorded, and the trail has its approval
+        // first, before the decision on `finish` (which always asks).
+        assert!(state.episodes.len() >= 2, "{case}: {:?}", state.episodes);
+        if command == "write_file" {
+            assert_eq!(
+                store.read_file(id, "haiku.txt").unwrap().as_deref(),
+                Some(&b"crab\n"[..]),
+                "{case}"
+            );
+        }
+        let trail = store.audit_trail(id).unwrap();
+        let approved: Vec<u64> = trail
+            .iter()
+            .filter_map(|entry| match &entry.event {
+                AuditEvent::AutoApproved { cycle, .. } => Some(*cycle),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(approved, [1], "{case}: {trail:?}");
+        assert!(
+            matches!(
+                trail.first().map(|e| &e.event),
+                Some(AuditEvent::AutoApproved { .. })
+            ),
+            "{case}: {trail:?}"
+        );
+        assert!(
+            matches!(
+                store.journal_entry(id, 1).unwrap(),
+                Some(JournalEntry::Done { .. })
+            ),
+            "{case}"
+        );
+    }
+}

@@ -309,11 +309,11 @@ async fn a_failing_embeddings_endpoint_is_left_alone_after_three_failures() {
 }
 
 /// A cycle with memory on makes three paid calls (the model, the memory's embedding and the
-/// recall query's) and runs a command, yet flushes the store twice: the embeddings' reservations
-/// and the next model call's ride on the step's own flush, and an auto-approved command's
-/// `executing` record on its proposal's. Every call is still reserved and settled.
+/// recall query's) and runs a command, yet flushes the store once: the embeddings' reservations
+/// and the next model call's ride on the step's own flush, and an auto-approved command that
+/// lands with its result is stored with it. Every call is still reserved and settled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cycle_with_memory_flushes_the_store_twice_and_settles_every_call() {
+async fn a_cycle_with_memory_flushes_the_store_once_and_settles_every_call() {
     let openai = FakeOpenAi::start(Expect::test_model()).await;
     let pairs = 5;
     let env = TestEnv::with_memory(&openai.base_url, "guild_calls_per_minute = 0\n");
@@ -334,10 +334,12 @@ async fn a_cycle_with_memory_flushes_the_store_twice_and_settles_every_call() {
         .and_then(|report| report.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no disk report in the log:\n{err}"));
-    // Two per cycle, and a few outside them: the agent's creation, its first step, the first
-    // cycle's call (no prompt before it to reserve by), the exit.
+    // One per cycle (`write_file` and `read_file` land with their results, so the console does
+    // not store their proposals first), and a few outside them: the agent's creation, its first
+    // step, the first cycle's call (no prompt before it to reserve by), `finish`'s proposal and
+    // its decision, the exit (16 for 11 cycles here; one more is allowed for a busy machine).
     assert!(
-        flushes <= 2 * cycles + 4,
+        flushes <= cycles + 6,
         "{flushes} durable flushes for {cycles} cycles:\n{err}"
     );
     let (ok, budget, _) = env.run(&["budget"]).await;

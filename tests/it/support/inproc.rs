@@ -158,6 +158,8 @@ pub struct Recorder {
     /// The diff of every card that writes a file.
     pub previews: Mutex<Vec<String>>,
     pub deny_cards: AtomicBool,
+    /// Shows proposals before they are stored, as the console does.
+    pub shows_unstored_proposals: AtomicBool,
     /// Runs once, when the first card is shown (after its diff was made): a test changes the
     /// world between showing and running here.
     pub on_first_card: Mutex<Option<ShowHook>>,
@@ -168,6 +170,9 @@ pub type ShowHook = Box<dyn FnOnce(&AgentState) + Send>;
 
 #[async_trait]
 impl Surface for Recorder {
+    fn needs_stored_proposals(&self) -> bool {
+        !self.shows_unstored_proposals.load(Ordering::SeqCst)
+    }
     async fn show_profile(&self, _agent: &AgentState) {}
     async fn show_proposal(
         &self,

@@ -4,7 +4,8 @@
 
 use async_openai::Client;
 use async_trait::async_trait;
-use serde_json::{json, Value};
+use serde::Deserialize;
+use serde_json::json;
 
 use super::openai::{classify, openai_client, Endpoint};
 use super::LlmError;
@@ -84,26 +85,37 @@ impl OpenAiEmbedder {
     }
 }
 
+/// An embeddings response as read: only the fields used, each optional, since local servers
+/// leave some out. Read straight into numbers: going through a `serde_json::Value` (one boxed
+/// value per dimension) took more of a cycle than the search.
+#[derive(Debug, Default, Deserialize)]
+pub struct EmbeddingsBody {
+    data: Option<Vec<EmbeddingItem>>,
+    usage: Option<EmbeddingsUsage>,
+}
+
+#[derive(Debug, Deserialize)]
+struct EmbeddingItem {
+    index: Option<u64>,
+    embedding: Option<Vec<f32>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct EmbeddingsUsage {
+    prompt_tokens: Option<u64>,
+}
+
 /// Reads `data[i].embedding` in index order; tolerant of the fields local servers leave out.
-pub fn parse_embeddings(body: &Value, expected: usize) -> Result<Embedded, LlmError> {
+pub fn parse_embeddings(body: EmbeddingsBody, expected: usize) -> Result<Embedded, LlmError> {
     let data = body
-        .get("data")
-        .and_then(Value::as_array)
+        .data
         .ok_or_else(|| LlmError::BadResponse("the response has no data array".into()))?;
     let mut indexed: Vec<(usize, Vec<f32>)> = Vec::with_capacity(data.len());
-    for (position, item) in data.iter().enumerate() {
-        let index = item
-            .get("index")
-            .and_then(Value::as_u64)
-            .map_or(position, |i| i as usize);
-        let vector: Vec<f32> = item
-            .get("embedding")
-            .and_then(Value::as_array)
-            .ok_or_else(|| LlmError::BadResponse("an item has no embedding".into()))?
-            .iter()
-            .map(|x| x.as_f64().map(|x| x as f32))
-            .collect::<Option<_>>()
-            .ok_or_else(|| LlmError::BadResponse("an embedding holds a non-number".into()))?;
+    for (position, item) in data.into_iter().enumerate() {
+        let index = item.index.map_or(position, |i| i as usize);
+        let vector = item
+            .embedding
+            .ok_or_else(|| LlmError::BadResponse("an item has no embedding".into()))?;
         indexed.push((index, normalise(vector)?));
     }
     indexed.sort_by_key(|(i, _)| *i);
@@ -113,7 +125,7 @@ pub fn parse_embeddings(body: &Value, expected: usize) -> Result<Embedded, LlmEr
             indexed.len()
         )));
     }
-    let prompt_tokens = body.pointer("/usage/prompt_tokens").and_then(Value::as_u64);
+    let prompt_tokens = body.usage.and_then(|usage| usage.prompt_tokens);
     Ok(Embedded {
         vectors: indexed.into_iter().map(|(_, v)| v).collect(),
         prompt_tokens,
@@ -140,13 +152,13 @@ impl Embedder for OpenAiEmbedder {
             if let Some(dimensions) = self.dimensions {
                 body["dimensions"] = json!(dimensions);
             }
-            let response: Value = self
+            let response: EmbeddingsBody = self
                 .client
                 .embeddings()
                 .create_byot(body)
                 .await
                 .map_err(classify)?;
-            let part = parse_embeddings(&response, batch.len())?;
+            let part = parse_embeddings(response, batch.len())?;
             all.vectors.extend(part.vectors);
             all.prompt_tokens = match (all.prompt_tokens, part.prompt_tokens) {
                 (Some(a), Some(b)) => Some(a + b),
@@ -161,18 +173,29 @@ impl Embedder for OpenAiEmbedder {
 mod tests {
     use super::*;
 
+    fn body(value: serde_json::Value) -> EmbeddingsBody {
+        serde_json::from_value(value).unwrap()
+    }
+
     #[test]
     fn embeddings_are_read_in_index_order_and_normalised() {
-        let body = json!({"data": [
-            {"index": 1, "embedding": [0.0, 2.0]},
+        let both = json!({"object": "list", "data": [
+            {"index": 1, "embedding": [0.0, 2.0], "object": "embedding"},
             {"index": 0, "embedding": [3.0, 4.0]}
-        ], "usage": {"prompt_tokens": 7}});
-        let parsed = parse_embeddings(&body, 2).unwrap();
+        ], "usage": {"prompt_tokens": 7, "total_tokens": 7}});
+        let parsed = parse_embeddings(body(both.clone()), 2).unwrap();
         assert_eq!(parsed.vectors, vec![vec![0.6, 0.8], vec![0.0, 1.0]]);
         assert_eq!(parsed.prompt_tokens, Some(7));
-        assert!(parse_embeddings(&body, 3).is_err());
+        assert!(parse_embeddings(body(both), 3).is_err());
         let zero = json!({"data": [{"embedding": [0.0, 0.0]}]});
-        assert!(parse_embeddings(&zero, 1).is_err());
-        assert!(parse_embeddings(&json!({"object": "list"}), 1).is_err());
+        assert!(parse_embeddings(body(zero), 1).is_err());
+        let no_usage = parse_embeddings(body(json!({"data": [{"embedding": [1.0]}]})), 1).unwrap();
+        assert_eq!(no_usage.prompt_tokens, None);
+        assert!(parse_embeddings(body(json!({"object": "list"})), 1).is_err());
+        let without_vector = json!({"data": [{"index": 0}]});
+        assert!(parse_embeddings(body(without_vector), 1).is_err());
+        // A server that ignores `encoding_format` and answers in base64 is not read as numbers.
+        let base64 = json!({"data": [{"embedding": "AACAPw=="}]});
+        assert!(serde_json::from_value::<EmbeddingsBody>(base64).is_err());
     }
 }

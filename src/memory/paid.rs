@@ -19,9 +19,11 @@ pub struct EmbedTicket {
     purpose: EmbedPurpose,
     model: String,
     price: Price,
-    tokens: u64,
     reservation: Reservation,
 }
+
+/// Tokens a server may add to each text it embeds (a start and an end marker, and room to spare).
+const MARKERS_PER_TEXT: u64 = 16;
 
 /// A cycle's memory with its embedding reserved (or the reason it could not be).
 pub struct PreparedRemember {
@@ -87,11 +89,16 @@ impl Memory {
             .budgets
             .price(&model)
             .map_err(|unpriced| MemoryError::Budget(unpriced.to_string()))?;
-        let tokens: u64 = texts.iter().map(|t| self.counter.count(t) as u64).sum();
-        // An embeddings server may count with a tokenizer of its own: the worst case leaves it a
-        // quarter more, and a little per text, so a settled call stays within its reservation.
-        let margin = tokens / 4 + 16 * texts.len() as u64;
-        let worst = price.cost(tokens + margin, 0);
+        // The worst case is counted in bytes, not tokens: no tokenizer an embeddings server may
+        // use makes more tokens of a text than it has bytes (each token stands for one byte at
+        // least), plus a few markers per text, so a settled call stays within its reservation
+        // whatever the server counts with. Encoding the texts here cost a tenth of a millisecond
+        // a cycle for a bound that a server with another tokenizer could still pass.
+        let worst_tokens: u64 = texts
+            .iter()
+            .map(|t| t.len() as u64 + MARKERS_PER_TEXT)
+            .sum();
+        let worst = price.cost(worst_tokens, 0);
         self.breaker
             .would_admit(self.clock.now())
             .map_err(MemoryError::Off)?;
@@ -106,7 +113,6 @@ impl Memory {
                 purpose,
                 model,
                 price,
-                tokens,
                 reservation,
             }),
             Err(refused) => Err(match refused {
@@ -129,9 +135,18 @@ impl Memory {
             purpose,
             model,
             price,
-            tokens,
             reservation,
         } = ticket;
+        // What the call used, by the server's count; a server that reports none is charged by
+        // ours (counted only then).
+        let used = |embedded: &Embedded| {
+            embedded.prompt_tokens.unwrap_or_else(|| {
+                texts
+                    .iter()
+                    .map(|text| self.counter.count(text) as u64)
+                    .sum()
+            })
+        };
         // Calls reserved together are admitted one by one: an earlier one may have just turned
         // memory off.
         if let Err(off) = self.breaker.admit(self.clock.now()) {
@@ -142,13 +157,13 @@ impl Memory {
         let embedded =
             self.budgets
                 .close_call(&payer, &reservation, result, |embedded: &Embedded| {
-                    price.cost(embedded.prompt_tokens.unwrap_or(tokens), 0)
+                    price.cost(used(embedded), 0)
                 });
         match embedded {
             Ok((done, cost)) => {
                 use crate::ops::names;
                 metrics::counter!(names::TOKENS, "model" => model.clone(), "kind" => "embedding")
-                    .increment(done.prompt_tokens.unwrap_or(tokens));
+                    .increment(used(&done));
                 metrics::counter!(names::SPEND_MICRODOLLARS, "model" => model).increment(cost.0);
                 if self.breaker.record_success() {
                     tracing::info!("the embeddings endpoint answers again; memory is back on");

@@ -113,7 +113,7 @@ async fn console_memories_are_written_searched_forgotten_and_pinned() {
         .embedded()
         .iter()
         .any(|(model, _)| model == "fake-query"));
-    let fact_id = result_id(&out, "7:40");
+    let fact_id = result_id(&out, "leaves at 7:40");
     let other_id = result_id(&out, "Cycle 3:");
 
     let (ok, out, _) = env
@@ -157,7 +157,10 @@ async fn console_memories_are_written_searched_forgotten_and_pinned() {
         .expect(&out);
     assert!(forgot < pinned, "{out}");
     assert_eq!(out.matches("forgot memory").count(), 1, "{out}");
-    assert!(!out.contains("7:40"), "a forgotten text is not kept: {out}");
+    assert!(
+        !out.contains("leaves at 7:40"),
+        "a forgotten text is not kept: {out}"
+    );
     openai.assert_clean();
 }
 
@@ -197,7 +200,7 @@ async fn discord_memory_search_with_forget_and_pin_for_deciders_only() {
     let found = search(ALICE);
     let text = answer(&discord, found, true).await;
     assert!(
-        text.contains("cycle 1 · cycle") && text.contains("7:40"),
+        text.contains("cycle 1 · cycle") && text.contains("leaves at 7:40"),
         "{text}"
     );
     let followup: Value = discord.followups_for(found)[0].clone();

@@ -53,28 +53,69 @@ fn rss_mib(pid: u32) -> f64 {
         .map_or(f64::NAN, |kib| kib / 1024.0)
 }
 
+/// An acknowledgement slower than this is listed with the time it came, to tell a stall from
+/// a steady tail.
+const SLOW_ACK: Duration = Duration::from_secs(1);
+
+/// What the bot has written to disk so far (`/proc/<pid>/io`), in bytes.
+fn written_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/io"))
+        .ok()
+        .and_then(|io| {
+            io.lines()
+                .find_map(|l| l.strip_prefix("write_bytes:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// The size of the store's files, in bytes.
+fn store_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|entry| match entry.metadata() {
+                    Ok(meta) if meta.is_dir() => store_bytes(&entry.path()),
+                    Ok(meta) => meta.len(),
+                    Err(_) => 0,
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
 /// Clicks sent and not yet answered, and the latencies of those that were.
 #[derive(Default)]
 struct Clicks {
-    waiting: Vec<(u64, Instant)>,
+    /// Each click, when it was sent, and the seconds into the run at which it was.
+    waiting: Vec<(u64, Instant, f64)>,
     acked: Vec<Duration>,
     missed: usize,
+    /// Slow or missing acknowledgements: seconds into the run, and the latency (`None`: none came).
+    slow: Vec<(f64, Option<Duration>)>,
 }
 
 impl Clicks {
     /// Collects the acknowledgements that arrived; a click unanswered past the limit is missed.
     fn collect(&mut self, discord: &FakeDiscord) {
         let mut still = Vec::with_capacity(self.waiting.len());
-        for (click, sent) in self.waiting.drain(..) {
+        for (click, sent, at) in self.waiting.drain(..) {
             match discord.callbacks(click).first() {
                 Some(callback) => {
                     if callback.latency > ACK_LIMIT {
                         self.missed += 1;
                     }
+                    if callback.latency > SLOW_ACK {
+                        self.slow.push((at, Some(callback.latency)));
+                    }
                     self.acked.push(callback.latency);
                 }
-                None if sent.elapsed() > ACK_LIMIT => self.missed += 1,
-                None => still.push((click, sent)),
+                None if sent.elapsed() > ACK_LIMIT => {
+                    self.missed += 1;
+                    self.slow.push((at, None));
+                }
+                None => still.push((click, sent, at)),
             }
         }
         self.waiting = still;
@@ -89,11 +130,19 @@ struct Driven {
     cycles_at_warmup: u64,
     rss_at_warmup: f64,
     rss_samples: Vec<(f64, f64)>,
+    /// Bytes written by the bot, and the store's size, when the warm-up ended.
+    disk_at_warmup: (u64, u64),
 }
 
 /// Approves every new card as it appears, for the warm-up and then the measured seconds; clicks
 /// after warm-up are the measured ones.
-fn drive(discord: &FakeDiscord, threads: &[u64], pid: u32, warmup: u64, secs: u64) -> Driven {
+fn drive(
+    discord: &FakeDiscord,
+    threads: &[u64],
+    (pid, data): (u32, &std::path::Path),
+    warmup: u64,
+    secs: u64,
+) -> Driven {
     let mut driven = Driven {
         last_clicked: HashMap::new(),
         clicks: Clicks::default(),
@@ -101,6 +150,7 @@ fn drive(discord: &FakeDiscord, threads: &[u64], pid: u32, warmup: u64, secs: u6
         cycles_at_warmup: 0,
         rss_at_warmup: f64::NAN,
         rss_samples: Vec::new(),
+        disk_at_warmup: (0, 0),
     };
     let run_started = Instant::now();
     let total = Duration::from_secs(warmup + secs);
@@ -109,6 +159,7 @@ fn drive(discord: &FakeDiscord, threads: &[u64], pid: u32, warmup: u64, secs: u6
         let warm = run_started.elapsed() >= Duration::from_secs(warmup);
         if warm && driven.rss_at_warmup.is_nan() {
             driven.rss_at_warmup = rss_mib(pid);
+            driven.disk_at_warmup = (written_bytes(pid), store_bytes(data));
             driven.cycles_at_warmup = driven.last_clicked.values().sum();
         }
         for thread in threads {
@@ -129,7 +180,8 @@ fn drive(discord: &FakeDiscord, threads: &[u64], pid: u32, warmup: u64, secs: u6
             } else {
                 &mut driven.clicks
             };
-            into.waiting.push((click, Instant::now()));
+            into.waiting
+                .push((click, Instant::now(), run_started.elapsed().as_secs_f64()));
         }
         driven.clicks.collect(discord);
         driven.measured.collect(discord);
@@ -165,6 +217,10 @@ fn main() {
             ))),
         ));
         let discord = FakeDiscord::start().await;
+        // A soak of half an hour would otherwise keep every card and dispatch the fake ever saw,
+        // about 170 KB a cycle: the harness filled this machine's memory after 15 minutes and the
+        // bot, starved of it, answered late.
+        discord.keep_history_bounded();
         // BENCH_CACHE_MB sets sled's page cache, to weigh memory against throughput.
         let budget = match std::env::var("BENCH_CACHE_MB") {
             Ok(mb) => format!("guild_calls_per_minute = 0\n\n[store]\ncache_mb = {mb}\n"),
@@ -200,7 +256,8 @@ fn main() {
         // serves the fakes would hold up their answers and be counted as the bot's latency.
         let driver = {
             let discord = discord.clone();
-            std::thread::spawn(move || drive(&discord, &threads, pid, warmup, secs))
+            let data = env.data_dir();
+            std::thread::spawn(move || drive(&discord, &threads, (pid, &data), warmup, secs))
         };
         let Driven {
             last_clicked,
@@ -209,6 +266,7 @@ fn main() {
             cycles_at_warmup,
             rss_at_warmup,
             rss_samples,
+            disk_at_warmup,
         } = tokio::task::spawn_blocking(move || driver.join().expect("the driver"))
             .await
             .expect("the driver");
@@ -217,6 +275,7 @@ fn main() {
         measured.collect(&discord);
         let cycles_run = last_clicked.values().sum::<u64>() - cycles_at_warmup;
         let rss_end = rss_mib(pid);
+        let (written_end, store_end) = (written_bytes(pid), store_bytes(&env.data_dir()));
         if measured.acked.is_empty() {
             panic!("no click was acknowledged after warm-up");
         }
@@ -238,6 +297,38 @@ fn main() {
             (rss_end / rss_at_warmup - 1.0) * 100.0,
             rss_end / agents as f64,
             (rss_end - rss_at_warmup) / (cycles_run.max(1) as f64 / 1000.0)
+        );
+        // Slow acknowledgements by the ten seconds of the run they fell in: a stall shows as one
+        // crowded window, a tail as many thin ones.
+        let mut windows: std::collections::BTreeMap<u64, (usize, usize, Duration)> =
+            std::collections::BTreeMap::new();
+        for (at, latency) in &measured.slow {
+            let window = windows.entry(*at as u64 / 10 * 10).or_default();
+            match latency {
+                Some(latency) => {
+                    window.0 += 1;
+                    window.2 = window.2.max(*latency);
+                }
+                None => window.1 += 1,
+            }
+        }
+        let shown: Vec<String> = windows
+            .iter()
+            .map(|(at, (slow, unanswered, worst))| {
+                format!("{at}s: {slow} slow (worst {}), {unanswered} unanswered", ms(*worst))
+            })
+            .collect();
+        println!(
+            "acks over {} s or none, by 10 s of the run: {}",
+            SLOW_ACK.as_secs(),
+            if shown.is_empty() { "none".to_string() } else { shown.join("; ") }
+        );
+        let per_cycle = |bytes: u64| bytes as f64 / cycles_run.max(1) as f64 / 1024.0;
+        println!(
+            "bot disk after warm-up: {:.1} KB written and the store grown by {:.1} KB a cycle; store {:.0} MiB at the end",
+            per_cycle(written_end.saturating_sub(disk_at_warmup.0)),
+            per_cycle(store_end.saturating_sub(disk_at_warmup.1)),
+            store_end as f64 / (1 << 20) as f64
         );
         let trace: Vec<String> = rss_samples
             .iter()

@@ -85,6 +85,8 @@ pub struct Ledger {
 
 struct Books {
     db: sled::Db,
+    /// The store's shared flush (see `store::Durable`).
+    durable: crate::store::Durable,
     /// Settled spend per account, as of the last fold (`reserved` is kept at zero on disk).
     accounts: sled::Tree,
     /// Every reservation not yet folded, open or settled.
@@ -142,7 +144,7 @@ impl Ledger {
     /// clone of it, because two sets of books over the same trees would each think they held
     /// all the money.
     pub fn new(store: &Store) -> Result<Ledger, StoreError> {
-        let books = store.shared_books(|| Books::load(store.db()))?;
+        let books = store.shared_books(|| Books::load(store.db(), store.durable()))?;
         Ok(Ledger { books })
     }
 }
@@ -160,13 +162,14 @@ impl Books {
         })
     }
 
-    fn load(db: &sled::Db) -> Result<Books, StoreError> {
+    fn load(db: &sled::Db, durable: crate::store::Durable) -> Result<Books, StoreError> {
         let books = Books {
             accounts: db.open_tree("ledger_accounts")?,
             reservations: db.open_tree("ledger_reservations")?,
             settlements: db.open_tree("ledger_settlements")?,
             limits: db.open_tree("budget_limits")?,
             db: db.clone(),
+            durable,
             state: Mutex::new(BookState::default()),
         };
         let mut state = BookState::default();
@@ -403,8 +406,7 @@ impl Ledger {
 
     /// Waits until the ledger's writes are on disk; a reservation must be durable before its call.
     pub fn flush_blocking(&self) -> Result<(), StoreError> {
-        crate::store::count_durable_flush();
-        self.books.db.flush()?;
+        self.books.durable.flush_blocking()?;
         Ok(())
     }
 

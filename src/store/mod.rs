@@ -6,6 +6,8 @@ mod ahead;
 use ahead::{TreeId, Writes};
 mod audit;
 mod bindings;
+mod durable;
+pub(crate) use durable::Durable;
 mod files;
 pub mod migrate;
 pub(crate) mod packed;
@@ -203,11 +205,17 @@ pub const DEFAULT_CACHE_BYTES: u64 = 8 << 20;
 /// benchmark divides by the cycles run.
 static FLUSHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Counts a durable flush of the store's database made by a component that shares it (the
-/// spend ledger), so the per-cycle figure covers every flush.
-pub(crate) fn count_durable_flush() {
+/// Counts a durable flush of the store's database; every one goes through `Durable`, so the
+/// per-cycle figure covers the ledger's too.
+fn count_durable_flush() {
     FLUSHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
+
+/// The size of the segments sled's log is made of, in new stores. sled reclaims a segment only
+/// once at most half of it is live, and with its default (512 KiB) a store of many agents
+/// cycling kept seven to eight times its live records on disk; with 16 MiB segments, about
+/// three times (see the README's store figures). sled holds one segment's write buffer in memory.
+const SEGMENT_BYTES: usize = 16 << 20;
 
 /// How long `Store::open` waits for another handle on the same directory to go away.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
@@ -223,7 +231,12 @@ const COMPRESSION_LEVEL: i32 = 3;
 fn open_waiting_for_lock(dir: &Path, cache_bytes: u64) -> Result<sled::Db, StoreError> {
     // New stores leave compression to `packed`, value by value with a kept context; a store
     // sled compressed must be opened that way for good.
-    let compress = created_compressed(dir).unwrap_or(false);
+    let compress = created_setting(dir, "use_compression").map(|value| value == "true");
+    let compress = compress.unwrap_or(false);
+    // sled fixes the segment size when a store is created and refuses another one later.
+    let segment_bytes = created_setting(dir, "segment_size")
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(SEGMENT_BYTES);
     let started = std::time::Instant::now();
     loop {
         match sled::Config::new()
@@ -231,6 +244,7 @@ fn open_waiting_for_lock(dir: &Path, cache_bytes: u64) -> Result<sled::Db, Store
             .cache_capacity(cache_bytes)
             .use_compression(compress)
             .compression_factor(COMPRESSION_LEVEL)
+            .segment_size(segment_bytes)
             .open()
         {
             Ok(db) => return Ok(db),
@@ -245,18 +259,18 @@ fn open_waiting_for_lock(dir: &Path, cache_bytes: u64) -> Result<sled::Db, Store
     }
 }
 
-/// Whether the store in `dir` was created with zstd compression, from the settings sled wrote
-/// beside it; `None` for a new store. sled fixes the choice when a store is created and refuses
-/// to open it with the other, so a store keeps the choice it was made with. New stores are made
-/// without: their records are compressed by `packed` instead (records are JSON and text, which
-/// zstd shrinks about threefold, on disk and in what each flush writes).
-fn created_compressed(dir: &Path) -> Option<bool> {
-    // The settings are text lines followed by a binary checksum.
+/// A setting sled wrote beside the store in `dir` when it was created (`use_compression`,
+/// `segment_size`), as text; `None` for a new store. sled fixes both when a store is created and
+/// refuses to open it with others, so a store keeps what it was made with. New stores are made
+/// without compression (their records are compressed by `packed` instead: records are JSON and
+/// text, which zstd shrinks about threefold) and with `SEGMENT_BYTES` segments.
+fn created_setting(dir: &Path, name: &str) -> Option<String> {
+    // The settings are text lines ("name: value") followed by a binary checksum.
     let settings = std::fs::read(dir.join("conf")).ok()?;
     String::from_utf8_lossy(&settings)
         .lines()
-        .find_map(|line| line.strip_prefix("use_compression:"))
-        .map(|value| value.trim() == "true")
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+        .map(|value| value.trim().to_string())
 }
 
 #[derive(Clone)]
@@ -276,6 +290,8 @@ pub struct Store {
     rules: sled::Tree,
     /// Sets of writes stored whole before they are applied (see `ahead`).
     ahead: sled::Tree,
+    /// Flushes shared by every clone of this store and by the ledger (see `durable`).
+    durable: Durable,
     /// In-memory state a component keeps over its own trees here (the spend ledger's books), read
     /// once and shared by every clone of this store; typed by its owner, not by the store.
     books: Arc<Mutex<Option<Arc<dyn std::any::Any + Send + Sync>>>>,
@@ -320,6 +336,7 @@ impl Store {
             audit: db.open_tree("audit")?,
             rules: db.open_tree("rules")?,
             ahead: db.open_tree("ahead")?,
+            durable: Durable::new(db.clone()),
             books: Arc::default(),
             workspace_sizes: Arc::default(),
             dir: dir.to_path_buf(),
@@ -366,18 +383,21 @@ impl Store {
     pub async fn flush(&self) -> Result<(), StoreError> {
         // sled's flush_async can stall when many tasks flush at once (seen here with 50 agents
         // starting together), so the blocking flush runs on the blocking pool instead.
-        let db = self.db.clone();
-        count_durable_flush();
-        tokio::task::spawn_blocking(move || db.flush())
+        let durable = self.durable.clone();
+        tokio::task::spawn_blocking(move || durable.flush_blocking())
             .await
             .map_err(|e| StoreError::Corrupt(format!("the flush task failed: {e}")))??;
         Ok(())
     }
 
     pub fn flush_blocking(&self) -> Result<(), StoreError> {
-        count_durable_flush();
-        self.db.flush()?;
+        self.durable.flush_blocking()?;
         Ok(())
+    }
+
+    /// The store's shared flush, for components that keep their own trees in its database.
+    pub(crate) fn durable(&self) -> Durable {
+        self.durable.clone()
     }
 
     /// What this process did to the disk, for the log line at exit: durable flushes, bytes
@@ -594,7 +614,7 @@ impl Store {
             self.forget_binding(&binding)?;
         }
         self.agents.remove(agent.as_bytes())?;
-        self.db.flush()?;
+        self.durable.flush_blocking()?;
         Ok(())
     }
 

@@ -587,3 +587,36 @@ fn workspace_files_are_kept_compressed_and_read_back_as_written_with_their_own_s
     assert_eq!(store.workspace_bytes("packs").unwrap(), expected);
     assert_eq!(store.workspace_at("packs", 1).unwrap()["notes.txt"], text);
 }
+
+#[test]
+fn new_stores_get_large_log_segments_and_older_stores_open_with_theirs() {
+    let dir = tempfile::tempdir().unwrap();
+    let fresh = dir.path().join("fresh");
+    drop(Store::open(&fresh).unwrap());
+    assert_eq!(
+        created_setting(&fresh, "segment_size"),
+        Some(SEGMENT_BYTES.to_string())
+    );
+    // A store made by an earlier build, with sled's default segments, opens as it was made.
+    let older = dir.path().join("older");
+    drop(sled::Config::new().path(&older).open().unwrap());
+    {
+        let store = Store::open(&older).unwrap();
+        store.db().insert("kept", &b"yes"[..]).unwrap();
+        store.flush_blocking().unwrap();
+    }
+    let store = Store::open(&older).unwrap();
+    assert_eq!(
+        store.db().get("kept").unwrap().as_deref(),
+        Some(&b"yes"[..])
+    );
+    drop(store);
+    assert_eq!(
+        created_setting(&older, "segment_size"),
+        Some((512 * 1024).to_string())
+    );
+    assert_eq!(
+        created_setting(&older, "use_compression"),
+        Some("false".into())
+    );
+}

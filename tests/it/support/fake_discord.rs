@@ -83,7 +83,7 @@ struct Inner {
     failing_posts: VecDeque<(u16, bool)>,
     /// Messages by (channel, nonce) with when they were posted, for posts that ask Discord to
     /// enforce their nonce.
-    nonces: HashMap<(u64, String), (Value, Instant)>,
+    nonces: HashMap<(u64, String), (usize, Instant)>,
     /// How long an enforced nonce is remembered ("the past few minutes", Discord says).
     nonce_window: Option<Duration>,
     /// Cards (posts with buttons or embeds) stored so far, counted as they are stored.
@@ -104,7 +104,14 @@ struct Inner {
     typing: HashMap<u64, usize>,
     /// Every uploaded file's bytes, by its attachment URL.
     files: HashMap<String, Vec<u8>>,
+    /// Set by benchmarks that run for hours: what only tests read back (dispatches sent,
+    /// follow-ups) is not recorded, and a channel keeps the bodies of its latest messages only.
+    bounded_history: bool,
 }
+
+/// With bounded history, how many of a channel's latest messages keep their bodies; older ones
+/// keep only their id and channel, so positions and ids stay as they were.
+const MESSAGES_KEPT_PER_CHANNEL: usize = 32;
 
 /// Discord allows about five message edits per channel in five seconds; more are counted.
 const EDITS_PER_WINDOW: usize = 5;
@@ -430,6 +437,13 @@ impl FakeDiscord {
         let token = format!("itok{id}");
         let guild = {
             let mut inner = self.lock();
+            // Discord's interaction tokens last 15 minutes; a benchmark's fake forgets older ones.
+            let count = inner.interactions.len();
+            if inner.bounded_history && count >= 1024 && count.is_power_of_two() {
+                inner
+                    .interactions
+                    .retain(|_, (_, at)| at.elapsed() < Duration::from_secs(15 * 60));
+            }
             inner
                 .interactions
                 .insert(id, (token.clone(), Instant::now()));
@@ -740,6 +754,12 @@ impl FakeDiscord {
         self.lock().nonce_window = Some(window);
     }
 
+    /// For a benchmark that runs for hours: keeps the fake's own memory bounded (see
+    /// `bounded_history`), so the harness cannot starve the bot it measures of memory.
+    pub fn keep_history_bounded(&self) {
+        self.lock().bounded_history = true;
+    }
+
     /// Holds back the answer to every stored card by `delay`.
     pub fn delay_card_answers(&self, delay: Duration) {
         self.lock().card_answer_delay = delay;
@@ -1003,7 +1023,9 @@ fn send_dispatch(inner: &mut Inner, shard: u32, mut payload: Value) {
     if let Some(tx) = &link.tx {
         let _ = tx.send(payload.clone());
     }
-    inner.sent_payloads.push(payload);
+    if !inner.bounded_history {
+        inner.sent_payloads.push(payload);
+    }
 }
 
 async fn gateway(mut socket: WebSocket, state: Shared, port: u16) {
@@ -1404,7 +1426,10 @@ fn store_message(
         .and_then(|k| inner.nonces.get(k))
         .filter(|(_, at)| at.elapsed() < window)
     {
-        return (Json(existing.clone()).into_response(), Duration::ZERO);
+        return (
+            Json(inner.messages[*existing].clone()).into_response(),
+            Duration::ZERO,
+        );
     }
     let is_card = payload["components"]
         .as_array()
@@ -1424,8 +1449,24 @@ fn store_message(
     let at = inner.messages.len();
     inner.messages.push(message.clone());
     inner.by_channel.entry(channel).or_default().push(at);
+    if inner.bounded_history {
+        let positions = &inner.by_channel[&channel];
+        if let Some(&old) = positions
+            .len()
+            .checked_sub(MESSAGES_KEPT_PER_CHANNEL + 1)
+            .map(|i| &positions[i])
+        {
+            let skeleton =
+                json!({"id": inner.messages[old]["id"], "channel_id": channel.to_string()});
+            inner.messages[old] = skeleton;
+        }
+    }
     if let Some(key) = nonce_key {
-        inner.nonces.insert(key, (message.clone(), Instant::now()));
+        // Discord forgets a nonce after its window; so does the fake, a few times a window.
+        if inner.nonces.len() >= 1024 && inner.nonces.len().is_power_of_two() {
+            inner.nonces.retain(|_, (_, at)| at.elapsed() < window);
+        }
+        inner.nonces.insert(key, (at, Instant::now()));
     }
     let is_embed = payload["embeds"]
         .as_array()
@@ -1705,6 +1746,12 @@ async fn callback(
             return rejected;
         }
     }
+    // A benchmark reads only how long an answer took.
+    let data = if inner.bounded_history {
+        Value::Null
+    } else {
+        data
+    };
     inner.callbacks.entry(id).or_default().push(Callback {
         kind,
         data,
@@ -1731,7 +1778,9 @@ async fn followup(
         // interaction was deferred, and the follow-up's own flags cannot change it.
         message["flags"] = json!(if ephemeral { 64 } else { 0 });
     }
-    inner.followups.push((token, message.clone()));
+    if !inner.bounded_history {
+        inner.followups.push((token, message.clone()));
+    }
     Json(message).into_response()
 }
 
@@ -1744,7 +1793,9 @@ async fn edit_followup(
     let (payload, files) = read_body(&headers, body).await;
     let mut inner = state.lock().unwrap();
     let message = stored_message(&mut inner, CHANNEL, &payload, &files, "http://127.0.0.1");
-    inner.followups.push((token, message.clone()));
+    if !inner.bounded_history {
+        inner.followups.push((token, message.clone()));
+    }
     Json(message).into_response()
 }
 

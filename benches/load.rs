@@ -298,6 +298,25 @@ fn main() {
             rss_end / agents as f64,
             (rss_end - rss_at_warmup) / (cycles_run.max(1) as f64 / 1000.0)
         );
+        // The bot's memory moves with sled's segment buffers, so one reading at each end can
+        // land on a peak or a trough: the whole range after warm-up is the figure to judge.
+        let after_warmup: Vec<f64> = rss_samples
+            .iter()
+            .filter(|(at, _)| *at >= warmup as f64)
+            .map(|(_, mib)| *mib)
+            .collect();
+        if !after_warmup.is_empty() {
+            let (low, high) = after_warmup
+                .iter()
+                .fold((f64::MAX, f64::MIN), |(lo, hi), m| (lo.min(*m), hi.max(*m)));
+            let mean = after_warmup.iter().sum::<f64>() / after_warmup.len() as f64;
+            println!(
+                "bot RSS after warm-up, {} readings 10 s apart: {low:.1} to {high:.1} MiB ({:+.1}% to {:+.1}% of the reading at warm-up), mean {mean:.1}",
+                after_warmup.len(),
+                (low / rss_at_warmup - 1.0) * 100.0,
+                (high / rss_at_warmup - 1.0) * 100.0,
+            );
+        }
         // Slow acknowledgements by the ten seconds of the run they fell in: a stall shows as one
         // crowded window, a tail as many thin ones.
         let mut windows: std::collections::BTreeMap<u64, (usize, usize, Duration)> =
@@ -345,6 +364,20 @@ fn main() {
         for violation in shown {
             println!("  {violation}");
         }
-        bot.kill().await;
+        // Stopped as a deploy stops it, so the bot logs what it did to the disk over the run.
+        let all_cycles = last_clicked.values().sum::<u64>();
+        bot.terminate();
+        let (_, _, log) = bot.finish(Duration::from_secs(90)).await;
+        let flushes = log
+            .lines()
+            .find_map(|l| l.split("this run: ").nth(1))
+            .and_then(|report| report.split_whitespace().next()?.parse::<u64>().ok());
+        match flushes {
+            Some(flushes) => println!(
+                "{flushes} durable flushes for {all_cycles} cycles with warm-up: {:.2} a cycle",
+                flushes as f64 / all_cycles.max(1) as f64
+            ),
+            None => println!("the bot logged no disk report when it stopped"),
+        }
     });
 }

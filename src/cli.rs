@@ -249,11 +249,12 @@ async fn inspect(config: Config, what: Inspect, out: Option<&Path>) -> anyhow::R
 /// the admin endpoint the inspection commands use while this bot holds the store (its address
 /// and token go into `ADMIN_FILE` beside the store, readable by this user only).
 async fn start_ops(app: &App) -> anyhow::Result<()> {
-    let metrics = crate::ops::install_metrics();
     if app.config.ops.listen.is_empty() {
         tracing::info!("ops listener: off (ops.listen is empty); list, status, budget, export and memory cannot reach this bot");
         return Ok(());
     }
+    // Without the listener nothing could read the metrics, so none are kept.
+    let metrics = crate::ops::install_metrics();
     let token = crate::inspect::new_admin_token();
     let addr = crate::ops::serve(
         &app.config.ops.listen,

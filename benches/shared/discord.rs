@@ -102,5 +102,12 @@ pub async fn start_unlimited_bot(env: &TestEnv, discord: &FakeDiscord) -> Runnin
         config + "\n[discord]\nmax_agents_per_user = 0\nmax_agents_per_guild = 0\n",
     )
     .expect("config");
-    start_bot_with(env, discord, &[], Some("error")).await
+    // Errors only, and the line the bot logs as it stops with what it did to the disk.
+    start_bot_with(
+        env,
+        discord,
+        &[],
+        Some("error,autothread::surface::discord::client=info"),
+    )
+    .await
 }

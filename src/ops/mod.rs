@@ -2,9 +2,9 @@
 //! the readiness facts it reports, and the names of the metrics the rest of the crate records.
 //!
 //! Metrics go through the `metrics` facade, so recording them costs nothing where no recorder is
-//! installed (the console, the tests); `run` installs the Prometheus recorder before anything
-//! else. Readiness is process-wide for the same reason: one process has one gateway and one
-//! model endpoint to report on.
+//! installed (the console, the tests, a bot without the listener); `run` installs the Prometheus
+//! recorder, with its upkeep, before it starts the listener. Readiness is process-wide for the
+//! same reason: one process has one gateway and one model endpoint to report on.
 
 pub mod names;
 
@@ -118,7 +118,11 @@ impl Health {
     }
 }
 
-/// Installs the Prometheus recorder for this process; `None` (with a warning) if one already is.
+/// How often the recorder's histogram samples are folded into their buckets.
+const METRICS_UPKEEP: Duration = Duration::from_secs(5);
+
+/// Installs the Prometheus recorder for this process, with its upkeep on the current runtime;
+/// `None` (with a warning) if one already is.
 pub fn install_metrics() -> Option<PrometheusHandle> {
     match PrometheusBuilder::new()
         .set_buckets(&[
@@ -128,6 +132,17 @@ pub fn install_metrics() -> Option<PrometheusHandle> {
     {
         Ok(handle) => {
             names::describe();
+            // The recorder keeps every histogram sample (an ack's and a model call's seconds)
+            // until upkeep folds them into the buckets; installed this way nothing runs it, so
+            // without a scrape they piled up for as long as the bot ran.
+            let upkept = handle.clone();
+            tokio::spawn(async move {
+                let mut every = tokio::time::interval(METRICS_UPKEEP);
+                loop {
+                    every.tick().await;
+                    upkept.run_upkeep();
+                }
+            });
             Some(handle)
         }
         Err(e) => {

@@ -1,13 +1,14 @@
 //! A step's paid calls reserved in the spend ledger before the step's own flush, so that flush
 //! makes them durable too instead of one flush each: the cycle's memory and its recall query, and
-//! the cycle's model call that follows the recall; and the tasks that make the memory calls.
+//! the cycle's model call (the one that follows the recall, or the one the step starts); and the
+//! tasks that make the memory calls.
 
 use std::sync::Arc;
 
 use crate::budget::ledger::Reservation;
 use crate::budget::{Budgets, Payer};
 use crate::core::budget::Micros;
-use crate::core::event::{Effect, Event};
+use crate::core::event::{CallPurpose, Effect, Event};
 use crate::core::memory::MemorySource;
 use crate::core::prompt::ContextLimits;
 use crate::core::state::Phase;
@@ -30,13 +31,15 @@ impl PreparedCall {
     }
 }
 
-/// The model call a recall leads to, reserved with the recall: the cycle's third flush (the
-/// call's own reservation) is saved. Its prompt is not built yet, so the amount is the last such
-/// prompt with room to grow; a call it does not cover gives it back and reserves for itself.
-/// Dropped unused (the agent stopped waiting, the actor ended, even by an error), it is given back.
+/// The cycle's model call, reserved before the flush of the step that leads to it: the step that
+/// starts a recall (the call follows the recall's answer), or the step that starts the call
+/// itself (no memory). The call's own flush for its reservation is saved. The prompt may not be
+/// built yet, so the amount is the last such prompt with room to grow; a call it does not cover
+/// gives it back and reserves for itself. Dropped unused (the agent stopped waiting, the actor
+/// ended, even by an error), it is given back.
 pub(super) struct ThinkAhead {
-    /// The recall it waits for: it is kept only while the state waits for this one.
-    pub(super) recall_seq: u64,
+    /// The recall or call it waits for: it is kept only while the state waits for this one.
+    pub(super) seq: u64,
     reservation: Option<Reservation>,
     budgets: Arc<Budgets>,
     payer: Payer,
@@ -62,16 +65,27 @@ impl Drop for ThinkAhead {
 }
 
 impl Actor {
-    /// Reserves, before the step's flush, the cycle's model call that the step's recall leads to.
-    /// Nothing for the first cycle (no prompt to go by), during a drain, or when the budgets
-    /// cannot cover the estimate: the call then reserves for itself, as any call does.
+    /// Reserves, before the step's flush, the cycle's model call: the one the step's recall leads
+    /// to, or the one the step starts. Nothing for the first cycle (no prompt to go by), during a
+    /// drain, for a call to the smarter model, or when the budgets cannot cover the estimate: the
+    /// call then reserves for itself, as any call does.
     pub(super) fn reserve_think_ahead(
         &self,
         effects: &[Effect],
         limits: ContextLimits,
     ) -> Option<ThinkAhead> {
-        let recall_seq = effects.iter().find_map(|effect| match effect {
-            Effect::Recall { seq, .. } => Some(*seq),
+        let recall_room = self.deps.config.memory.max_recall_tokens as u64;
+        // The recall may find more than the last one did; a call starting now has its prompt.
+        let (seq, room, max_tokens) = effects.iter().find_map(|effect| match effect {
+            Effect::Recall { seq, .. } => Some((*seq, recall_room, limits.max_tokens)),
+            // A call its recall already reserved for takes that reservation.
+            Effect::CallModel(call)
+                if call.purpose == CallPurpose::Think
+                    && !call.smart
+                    && self.think_ahead.is_none() =>
+            {
+                Some((call.seq, 0, call.max_tokens))
+            }
             _ => None,
         })?;
         let last_prompt = self.last_think_prompt_tokens?;
@@ -80,21 +94,19 @@ impl Actor {
         }
         let model = &self.state.settings.model;
         let price = self.deps.budgets.price(model).ok()?;
-        // The history grows by a step, and the recall may find more than the last one did.
-        let recall_room = self.deps.config.memory.max_recall_tokens as u64;
-        let prompt =
-            (last_prompt + last_prompt / 4 + recall_room).min(limits.context_tokens.into());
-        let reply = self.deps.config.llm.reply_tokens(model, limits.max_tokens);
+        // The history grows by a step.
+        let prompt = (last_prompt + last_prompt / 4 + room).min(limits.context_tokens.into());
+        let reply = self.deps.config.llm.reply_tokens(model, max_tokens);
         let worst = price.cost(prompt, reply.into());
         let payer = self.deps.budgets.payer(&self.state);
-        let what = format!("{model} {:?}", crate::core::event::CallPurpose::Think);
+        let what = format!("{model} {:?}", CallPurpose::Think);
         let reservation = self
             .deps
             .budgets
             .reserve_call::<()>(&payer, worst, &what, self.deps.clock.now())
             .ok()?;
         Some(ThinkAhead {
-            recall_seq,
+            seq,
             reservation: Some(reservation),
             budgets: self.deps.budgets.clone(),
             payer,
@@ -106,7 +118,7 @@ impl Actor {
     pub(super) fn drop_unused_think_ahead(&mut self) {
         let waiting = self.think_ahead.as_ref().is_some_and(|ahead| {
             self.state.phase == Phase::Thinking
-                && self.state.call_seq == ahead.recall_seq
+                && self.state.call_seq == ahead.seq
                 && !self.deps.drain.is_raised()
         });
         if !waiting {
@@ -225,7 +237,7 @@ mod tests {
         };
         let now = chrono::DateTime::<chrono::Utc>::from_timestamp(1_795_000_000, 0).unwrap();
         let ahead = || ThinkAhead {
-            recall_seq: 1,
+            seq: 1,
             reservation: Some(
                 budgets
                     .reserve_call::<()>(&payer, Micros(500), "m Think", now)

@@ -7,9 +7,12 @@ use super::StoreError;
 
 /// The size of the segments sled's log is made of, in new stores. sled reclaims a segment only
 /// once at most half of it is live, and with its default (512 KiB) a store of many agents
-/// cycling kept seven to eight times its live records on disk; with 16 MiB segments, about
-/// three times (see the README's store figures). sled holds one segment's write buffer in memory.
-pub(super) const SEGMENT_BYTES: usize = 16 << 20;
+/// cycling kept seven to eight times its live records on disk; with 8 MiB segments, about four
+/// times (see the README's store figures). sled allocates a write buffer the size of a segment for
+/// each segment and frees it only once its writes are done and no thread can still see it: a
+/// soak of 300 agents held two to five at once, so 16 MiB segments swung the bot's memory by
+/// 50 MiB and more.
+pub(super) const SEGMENT_BYTES: usize = 8 << 20;
 
 /// How long `Store::open` waits for another handle on the same directory to go away.
 pub(super) const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);

@@ -386,3 +386,47 @@ async fn a_call_reserved_with_its_recall_is_charged_what_it_cost() {
     );
     openai.assert_clean();
 }
+
+/// Without memory the cycle's model call is started by the step that stores the last result,
+/// and is reserved before that step's flush, so a cycle still flushes once (it flushed twice:
+/// the call's reservation had a flush of its own). The call settles that reservation at what it
+/// cost, and nothing stays reserved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cycle_without_memory_flushes_once_and_its_call_is_charged_what_it_cost() {
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
+    // $10 and $30 a million tokens: a call of 1,000 prompt and 100 reply tokens costs 13,000 µ$.
+    openai.set_usage(1000, 100);
+    let env = TestEnv::with_budget(
+        &openai.base_url,
+        "",
+        "guild_calls_per_minute = 0\n[budget.prices.\"test-model\"]\ninput_per_million = 10.0\noutput_per_million = 30.0\n",
+    );
+    let pairs = 5;
+    let err = run_cycles_logging(&env, &openai, pairs, "warn,autothread::cli=info").await;
+    assert!(openai.embedded().is_empty(), "memory was off");
+    let cycles = 2 * pairs + 1;
+    let flushes: usize = err
+        .lines()
+        .find_map(|l| l.split("this run: ").nth(1))
+        .and_then(|report| report.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no disk report in the log:\n{err}"));
+    // As with memory: one a cycle and a few around them (see the test above).
+    assert!(
+        flushes <= cycles + 6,
+        "{flushes} durable flushes for {cycles} cycles:\n{err}"
+    );
+    let calls = openai.requests(Kind::Cycle).len() + openai.requests(Kind::Summary).len();
+    let (ok, budget, _) = env.run(&["budget"]).await;
+    assert!(ok, "{budget}");
+    let owner = budget
+        .lines()
+        .find(|l| l.contains("the owner's daily budget"))
+        .unwrap_or_else(|| panic!("no owner's account:\n{budget}"));
+    assert!(
+        owner.contains(&format!("spent ({} µ$)", 13_000 * calls))
+            && owner.contains("reserved (0 µ$)"),
+        "{calls} calls at 13,000 µ$ each, settled at what they cost:\n{budget}\n{err}"
+    );
+    openai.assert_clean();
+}

@@ -245,7 +245,7 @@ async fn inspect(config: Config, what: Inspect, out: Option<&Path>) -> anyhow::R
     Ok(ExitCode::SUCCESS)
 }
 
-/// The metrics recorder and, unless `ops.listen` is empty, the health and metrics listener with
+/// Unless `ops.listen` is empty: the metrics recorder, the health and metrics listener with
 /// the admin endpoint the inspection commands use while this bot holds the store (its address
 /// and token go into `ADMIN_FILE` beside the store, readable by this user only).
 async fn start_ops(app: &App) -> anyhow::Result<()> {

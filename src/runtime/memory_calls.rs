@@ -75,10 +75,12 @@ impl Actor {
         limits: ContextLimits,
     ) -> Option<ThinkAhead> {
         let recall_room = self.deps.config.memory.max_recall_tokens as u64;
-        // The recall may find more than the last one did; a call starting now has its prompt.
+        // The recall may find more than the last one did, so its call gets room for that too.
         let (seq, room, max_tokens) = effects.iter().find_map(|effect| match effect {
             Effect::Recall { seq, .. } => Some((*seq, recall_room, limits.max_tokens)),
-            // A call its recall already reserved for takes that reservation.
+            // A call its recall already reserved for takes that reservation. With memory on, a
+            // call reaches here only when its recall could not reserve for it: the flush this
+            // forces replaces the call's own.
             Effect::CallModel(call)
                 if call.purpose == CallPurpose::Think
                     && !call.smart
@@ -114,7 +116,7 @@ impl Actor {
     }
 
     /// Gives back a reservation made ahead that no call will use: the state no longer waits for
-    /// its recall (paused, stopped, or the cycle moved on), or the bot is shutting down.
+    /// its recall or call (paused, stopped, or the cycle moved on), or the bot is shutting down.
     pub(super) fn drop_unused_think_ahead(&mut self) {
         let waiting = self.think_ahead.as_ref().is_some_and(|ahead| {
             self.state.phase == Phase::Thinking

@@ -23,7 +23,7 @@ pub(super) struct MeteredCall {
     pub(super) price: Result<crate::core::budget::Price, crate::config::Unpriced>,
     pub(super) request: ChatRequest,
     /// A reservation made for this call before it was built, durable already (a cycle's call is
-    /// reserved with its recall, in the same flush). Used when it covers the call's worst case;
+    /// reserved by the step that leads to it, in that step's flush). Used when it covers the call's worst case;
     /// otherwise given back and the call reserves for itself.
     pub(super) reserved_ahead: Option<Reservation>,
 }
@@ -235,7 +235,7 @@ impl MeteredCall {
 
 impl Actor {
     /// Starts one of the agent's own model calls in a task, metered; its answer comes back as an
-    /// event. A cycle's call takes the reservation made ahead with its recall.
+    /// event. A cycle's call takes the reservation made ahead for it.
     pub(super) fn call_model(&mut self, call: ModelCall) {
         if let CallPurpose::Summary { cycle } = call.purpose {
             if !self.summaries_in_flight.insert(cycle) {

@@ -110,7 +110,7 @@ struct Actor {
     deadline_timer: Option<deadline::DeadlineTimer>,
     /// The live status last reported to the surface (see `live`).
     live: Option<surface::LiveStatus>,
-    /// The cycle's model call, reserved with its recall (see `memory_calls`).
+    /// The cycle's model call, reserved with the step that leads to it (see `memory_calls`).
     think_ahead: Option<ThinkAhead>,
     /// The prompt of the last cycle's model call, in tokens: what a reservation made ahead goes by.
     last_think_prompt_tokens: Option<u64>,

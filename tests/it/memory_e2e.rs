@@ -331,12 +331,7 @@ async fn a_cycle_with_memory_flushes_the_store_once_and_settles_every_call() {
         "memory was on: {} embedding requests",
         openai.embedded().len()
     );
-    let flushes: usize = err
-        .lines()
-        .find_map(|l| l.split("this run: ").nth(1))
-        .and_then(|report| report.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no disk report in the log:\n{err}"));
+    let flushes = durable_flushes(&err);
     // One per cycle (`write_file` and `read_file` land with their results, so the console does
     // not store their proposals first), and a few outside them: the agent's creation, its first
     // step, the first cycle's call (no prompt before it to reserve by), `finish`'s proposal and
@@ -364,26 +359,12 @@ async fn a_cycle_with_memory_flushes_the_store_once_and_settles_every_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_reserved_with_its_recall_is_charged_what_it_cost() {
     let openai = FakeOpenAi::start(Expect::test_model()).await;
-    // $10 and $30 a million tokens: a call of 1,000 prompt and 100 reply tokens costs 13,000 µ$.
-    openai.set_usage(1000, 100);
-    let env = TestEnv::with_memory(
-        &openai.base_url,
-        "guild_calls_per_minute = 0\n[budget.prices.\"test-model\"]\ninput_per_million = 10.0\noutput_per_million = 30.0\n",
-    );
+    openai.set_usage(PRICED_PROMPT_TOKENS, PRICED_REPLY_TOKENS);
+    let env = TestEnv::with_memory(&openai.base_url, PRICED);
     let err = run_cycles_logging(&env, &openai, 3, "warn,autothread::cli=info").await;
     let calls = openai.requests(Kind::Cycle).len() + openai.requests(Kind::Summary).len();
     assert!(calls >= 7, "{calls} model calls");
-    let (ok, budget, _) = env.run(&["budget"]).await;
-    assert!(ok, "{budget}");
-    let owner = budget
-        .lines()
-        .find(|l| l.contains("the owner's daily budget"))
-        .unwrap_or_else(|| panic!("no owner's account:\n{budget}"));
-    assert!(
-        owner.contains(&format!("spent ({} µ$)", 13_000 * calls))
-            && owner.contains("reserved (0 µ$)"),
-        "{calls} calls at 13,000 µ$ each, settled at what they cost:\n{budget}\n{err}"
-    );
+    assert_each_call_charged_what_it_cost(&env, calls, &err).await;
     openai.assert_clean();
 }
 
@@ -394,29 +375,40 @@ async fn a_call_reserved_with_its_recall_is_charged_what_it_cost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cycle_without_memory_flushes_once_and_its_call_is_charged_what_it_cost() {
     let openai = FakeOpenAi::start(Expect::test_model()).await;
-    // $10 and $30 a million tokens: a call of 1,000 prompt and 100 reply tokens costs 13,000 µ$.
-    openai.set_usage(1000, 100);
-    let env = TestEnv::with_budget(
-        &openai.base_url,
-        "",
-        "guild_calls_per_minute = 0\n[budget.prices.\"test-model\"]\ninput_per_million = 10.0\noutput_per_million = 30.0\n",
-    );
+    openai.set_usage(PRICED_PROMPT_TOKENS, PRICED_REPLY_TOKENS);
+    let env = TestEnv::with_budget(&openai.base_url, "", PRICED);
     let pairs = 5;
     let err = run_cycles_logging(&env, &openai, pairs, "warn,autothread::cli=info").await;
     assert!(openai.embedded().is_empty(), "memory was off");
     let cycles = 2 * pairs + 1;
-    let flushes: usize = err
-        .lines()
-        .find_map(|l| l.split("this run: ").nth(1))
-        .and_then(|report| report.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no disk report in the log:\n{err}"));
+    let flushes = durable_flushes(&err);
     // As with memory: one a cycle and a few around them (see the test above).
     assert!(
         flushes <= cycles + 6,
         "{flushes} durable flushes for {cycles} cycles:\n{err}"
     );
     let calls = openai.requests(Kind::Cycle).len() + openai.requests(Kind::Summary).len();
+    assert_each_call_charged_what_it_cost(&env, calls, &err).await;
+    openai.assert_clean();
+}
+
+/// $10 and $30 a million tokens: a call of 1,000 prompt and 100 reply tokens costs 13,000 µ$.
+const PRICED: &str = "guild_calls_per_minute = 0\n[budget.prices.\"test-model\"]\ninput_per_million = 10.0\noutput_per_million = 30.0\n";
+const PRICED_PROMPT_TOKENS: u64 = 1000;
+const PRICED_REPLY_TOKENS: u64 = 100;
+const PRICED_CALL_MICROS: usize = 13_000;
+
+/// The durable flushes the console's disk report at exit counts.
+fn durable_flushes(log: &str) -> usize {
+    log.lines()
+        .find_map(|l| l.split("this run: ").nth(1))
+        .and_then(|report| report.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no disk report in the log:\n{log}"))
+}
+
+/// The owner spent exactly `calls` priced calls at what each cost, with nothing left reserved.
+async fn assert_each_call_charged_what_it_cost(env: &TestEnv, calls: usize, log: &str) {
     let (ok, budget, _) = env.run(&["budget"]).await;
     assert!(ok, "{budget}");
     let owner = budget
@@ -424,9 +416,8 @@ async fn a_cycle_without_memory_flushes_once_and_its_call_is_charged_what_it_cos
         .find(|l| l.contains("the owner's daily budget"))
         .unwrap_or_else(|| panic!("no owner's account:\n{budget}"));
     assert!(
-        owner.contains(&format!("spent ({} µ$)", 13_000 * calls))
+        owner.contains(&format!("spent ({} µ$)", PRICED_CALL_MICROS * calls))
             && owner.contains("reserved (0 µ$)"),
-        "{calls} calls at 13,000 µ$ each, settled at what they cost:\n{budget}\n{err}"
+        "{calls} calls at {PRICED_CALL_MICROS} µ$ each, settled at what they cost:\n{budget}\n{log}"
     );
-    openai.assert_clean();
 }

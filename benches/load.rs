@@ -273,7 +273,8 @@ fn main() {
         // The clicks still waiting get their chance to be answered.
         tokio::time::sleep(ACK_LIMIT).await;
         measured.collect(&discord);
-        let cycles_run = last_clicked.values().sum::<u64>() - cycles_at_warmup;
+        let all_cycles = last_clicked.values().sum::<u64>();
+        let cycles_run = all_cycles - cycles_at_warmup;
         let rss_end = rss_mib(pid);
         let (written_end, store_end) = (written_bytes(pid), store_bytes(&env.data_dir()));
         if measured.acked.is_empty() {
@@ -365,14 +366,9 @@ fn main() {
             println!("  {violation}");
         }
         // Stopped as a deploy stops it, so the bot logs what it did to the disk over the run.
-        let all_cycles = last_clicked.values().sum::<u64>();
         bot.terminate();
         let (_, _, log) = bot.finish(Duration::from_secs(90)).await;
-        let flushes = log
-            .lines()
-            .find_map(|l| l.split("this run: ").nth(1))
-            .and_then(|report| report.split_whitespace().next()?.parse::<u64>().ok());
-        match flushes {
+        match support::durable_flushes(&log) {
             Some(flushes) => println!(
                 "{flushes} durable flushes for {all_cycles} cycles with warm-up: {:.2} a cycle",
                 flushes as f64 / all_cycles.max(1) as f64

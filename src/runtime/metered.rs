@@ -23,8 +23,8 @@ pub(super) struct MeteredCall {
     pub(super) price: Result<crate::core::budget::Price, crate::config::Unpriced>,
     pub(super) request: ChatRequest,
     /// A reservation made for this call before it was built, durable already (a cycle's call is
-    /// reserved by the step that leads to it, in that step's flush). Used when it covers the call's worst case;
-    /// otherwise given back and the call reserves for itself.
+    /// reserved by the step that leads to it, in that step's flush). Used when it covers the
+    /// call's worst case; otherwise given back and the call reserves for itself.
     pub(super) reserved_ahead: Option<Reservation>,
 }
 

@@ -400,11 +400,8 @@ const PRICED_CALL_MICROS: usize = 13_000;
 
 /// The durable flushes the console's disk report at exit counts.
 fn durable_flushes(log: &str) -> usize {
-    log.lines()
-        .find_map(|l| l.split("this run: ").nth(1))
-        .and_then(|report| report.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no disk report in the log:\n{log}"))
+    support::durable_flushes(log).unwrap_or_else(|| panic!("no disk report in the log:\n{log}"))
+        as usize
 }
 
 /// The owner spent exactly `calls` priced calls at what each cost, with nothing left reserved.

@@ -270,6 +270,14 @@ impl Running {
     }
 }
 
+/// The durable flushes in the disk report the console and the bot log as they stop ("this run:
+/// N durable flushes, ..."); `None` when the log holds no report.
+pub fn durable_flushes(log: &str) -> Option<u64> {
+    log.lines()
+        .find_map(|l| l.split("this run: ").nth(1))
+        .and_then(|report| report.split_whitespace().next()?.parse().ok())
+}
+
 /// The agent id the console printed when it created the agent.
 pub fn created_agent_id(stdout: &str) -> String {
     stdout

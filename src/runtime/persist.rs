@@ -62,8 +62,8 @@ impl Actor {
                 _ => None,
             })
             .collect();
-        let (journal_done, workspace) = match &executed {
-            Some((cycle, _, outcome, ops)) => (Some((*cycle, outcome)), ops.clone()),
+        let (finished_command, workspace) = match &executed {
+            Some((cycle, _, _, ops)) => (Some(*cycle), ops.clone()),
             None => (None, Vec::new()),
         };
         // A decision or a change people made is on disk before anyone is told it happened.
@@ -88,14 +88,13 @@ impl Actor {
         self.deps.store.commit(&Commit {
             state: Some(&self.state),
             episodes,
-            journal_done,
+            finished_command,
             workspace,
             audit,
             server_rule: effects.iter().find_map(|e| match e {
                 Effect::SaveServerRule(rule) => Some(rule),
                 _ => None,
             }),
-            at: self.deps.clock.now(),
         })?;
         if durable {
             self.deps.store.flush().await?;

@@ -33,7 +33,7 @@ use sled::transaction::TransactionError;
 
 use crate::core::audit::AuditEntry;
 use crate::core::event::Decision;
-use crate::core::history::{Episode, Outcome, STEP_LINES_KEPT, WHOLE_STEPS_KEPT};
+use crate::core::history::{Episode, STEP_LINES_KEPT, WHOLE_STEPS_KEPT};
 use crate::core::reply::CommandCall;
 use crate::core::state::AgentState;
 
@@ -149,8 +149,9 @@ pub enum JournalEntry {
         call: Option<CommandCall>,
         started_at: DateTime<Utc>,
     },
-    /// The command itself is the cycle's episode, written in the same transaction; a record
-    /// written before that kept a copy, which is still read.
+    /// Written by stores before the journal let finished commands go (the cycle's episode
+    /// records the command and its outcome, in the same write that removes the entry); still
+    /// read, and a record written before that kept a copy of the command.
     Done {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         call: Option<CommandCall>,
@@ -178,14 +179,15 @@ pub struct DecisionRecord {
 pub struct Commit<'a> {
     pub state: Option<&'a AgentState>,
     pub episodes: Vec<&'a Episode>,
-    pub journal_done: Option<(u64, &'a Outcome)>,
+    /// The cycle whose command finished with this write: its journal entry goes, since the
+    /// cycle's episode (in the same write) now says what the command did. The journal holds only
+    /// commands under way, a record less kept for every cycle.
+    pub finished_command: Option<u64>,
     pub workspace: Vec<WorkspaceOp>,
     /// Entries for the agent's audit trail, written with the state they record.
     pub audit: Vec<&'a AuditEntry>,
     /// A rule for every agent of the state's server, made by the step.
     pub server_rule: Option<&'a crate::core::rules::ApprovalRule>,
-    /// When the commit happens, from the runtime's clock: the journal's `done` time.
-    pub at: DateTime<Utc>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -382,23 +384,11 @@ impl Store {
                 encode(*episode)?,
             );
         }
-        if let Some((cycle, outcome)) = &commit.journal_done {
-            let entry = JournalEntry::Done {
-                call: None,
-                status: outcome.status().to_string(),
-                finished_at: commit.at,
-            };
-            writes.put(
-                TreeId::Journal,
-                cycle_key(&state.id, *cycle),
-                encode(&entry)?,
-            );
+        if let Some(cycle) = commit.finished_command {
+            writes.remove(TreeId::Journal, cycle_key(&state.id, cycle));
         }
         if !commit.workspace.is_empty() {
-            let cycle = commit
-                .journal_done
-                .as_ref()
-                .map_or(state.cycle, |(cycle, _)| *cycle);
+            let cycle = commit.finished_command.unwrap_or(state.cycle);
             self.record_undo(&mut writes, &state.id, cycle, &commit.workspace)?;
         }
         for op in &commit.workspace {

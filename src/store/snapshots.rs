@@ -288,12 +288,11 @@ mod tests {
 
     /// Closes `cycle` of `agent` with its step and the workspace changes its command made.
     fn close_cycle(store: &Store, agent: &mut AgentState, cycle: u64, ops: Vec<WorkspaceOp>) {
-        let outcome = Outcome::Success("ok".into());
         agent.record_episode(Episode {
             cycle,
             command: Default::default(),
             reasoning: String::new(),
-            outcome: outcome.clone(),
+            outcome: Outcome::Success("ok".into()),
             summary: None,
             decided_by: None,
             cost: Default::default(),
@@ -304,7 +303,7 @@ mod tests {
             .commit(&Commit {
                 state: Some(agent),
                 episodes: vec![&episode],
-                journal_done: Some((cycle, &outcome)),
+                finished_command: Some(cycle),
                 workspace: ops,
                 ..Default::default()
             })

@@ -1,6 +1,7 @@
 //! The store's own tests: commits, decisions, the journal and the schema check.
 
 use super::*;
+use crate::core::history::Outcome;
 
 fn state(id: &str) -> AgentState {
     AgentState::for_test(id)
@@ -179,7 +180,7 @@ fn first_decision_wins() {
 }
 
 #[tokio::test]
-async fn the_journal_records_start_then_done_with_the_commit() {
+async fn the_journal_holds_a_command_from_its_start_until_the_commit_of_its_result() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
     let agent = state("j1");
@@ -203,11 +204,10 @@ async fn the_journal_records_start_then_done_with_the_commit() {
         store.journal_entry("j1", 1).unwrap(),
         Some(JournalEntry::Executing { .. })
     ));
-    let outcome = Outcome::Success("ok".into());
     store
         .commit(&Commit {
             state: Some(&agent),
-            journal_done: Some((1, &outcome)),
+            finished_command: Some(1),
             workspace: vec![WorkspaceOp::Put {
                 path: "f.txt".into(),
                 contents: b"x".to_vec(),
@@ -215,11 +215,10 @@ async fn the_journal_records_start_then_done_with_the_commit() {
             ..Default::default()
         })
         .unwrap();
-    assert!(matches!(
-        store.journal_entry("j1", 1).unwrap(),
-        Some(JournalEntry::Done { status, .. }) if status == "success"
-    ));
+    assert_eq!(store.journal_entry("j1", 1).unwrap(), None);
     assert_eq!(store.read_file("j1", "f.txt").unwrap().unwrap(), b"x");
+    // Nothing of the finished command is left in the journal's tree.
+    assert!(store.journal.is_empty());
 }
 
 #[test]
@@ -455,7 +454,6 @@ fn a_commit_leaves_nothing_stored_ahead() {
                 path: "a.txt".into(),
                 contents: b"x".to_vec(),
             }],
-            at: DateTime::<Utc>::UNIX_EPOCH,
             ..Commit::default()
         })
         .unwrap();

@@ -146,7 +146,8 @@ pub trait ToolModel: Send + Sync {
 }
 
 /// A command's result plus the workspace changes it wants; the runtime commits the changes in the
-/// same transaction as the journal's `done` record, so a crash cannot leave one without the other.
+/// same write as the command's episode (which lets its journal entry go), so a crash cannot leave
+/// one without the other.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolOutput {
     pub outcome: Outcome,

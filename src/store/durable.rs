@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 
 /// The least time from the end of a shared flush to the start of the next one. 300 agents
 /// cycling flushed about 950 times a second, 2.7 times a cycle, each a sync of the disk for a
-/// few hundred bytes of records; waiting this long for company halved that (1.2 a cycle), for at
-/// most a few milliseconds on a step that also waits for a model call.
+/// few hundred bytes of records; waiting this long for company brought that to 1.2–1.5 a cycle
+/// in two-minute runs (2.0 over a half-hour soak), for at most a few milliseconds on a step that
+/// also waits for a model call.
 const SHARED_FLUSH_GAP: Duration = Duration::from_millis(3);
 
 /// What the last flush did.

@@ -2,12 +2,13 @@
 //! and memory per cycle, so the store's figures can be told apart from sled's own.
 //!
 //! `cargo run --release --example store_churn`. Settings come from the environment: `AGENTS`
-//! (300), `CYCLES` (100,000), `THREADS` (4), `FLUSH` (1: flush after each write of the first
-//! tree, as the bot flushes after each write of an agent's state; 0: never), `SEGMENT_KB` (8192)
-//! and `SPEC`, a comma list of `tree:bytes:count:kind` written each cycle, where kind is `hot` (one
-//! key per agent, overwritten), `temp` (inserted, then removed), `cold` (a key per cycle; a second
-//! write overwrites it) or `swap` (a key per cycle, removed by its last write). The default is
-//! what a Discord cycle of the load bench writes, measured from the store.
+//! (300), `CYCLES` (100,000), `THREADS` (4), `CACHE_MB` (8, sled's page cache), `FLUSH` (1: flush
+//! after each write of the first tree, as the bot flushed after each write of an agent's state;
+//! 0: never), `SEGMENT_KB` (8192) and `SPEC`, a comma list of `tree:bytes:count:kind` written each
+//! cycle, where kind is `hot` (one key per agent, overwritten), `temp` (inserted, then removed),
+//! `cold` (a key per cycle; a second write overwrites it) or `swap` (a key per cycle, removed by
+//! its last write). The default is what a Discord cycle of the load bench writes, measured from
+//! the store.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -60,7 +61,7 @@ fn main() {
     let flush = setting("FLUSH", 1) == 1;
     let db = sled::Config::new()
         .path(dir.path())
-        .cache_capacity(8 << 20)
+        .cache_capacity(setting("CACHE_MB", 8) << 20)
         .segment_size(setting("SEGMENT_KB", 8192) as usize * 1024)
         .open()
         .unwrap();

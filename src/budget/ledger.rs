@@ -410,6 +410,12 @@ impl Ledger {
         Ok(())
     }
 
+    /// As `flush_blocking`, for async code: waits without holding a thread.
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        self.books.durable.flush().await?;
+        Ok(())
+    }
+
     pub fn limit(&self, key: &str) -> Result<Option<Micros>, StoreError> {
         match self.books.limits.get(key)? {
             Some(raw) => decode(key.as_bytes(), &raw),

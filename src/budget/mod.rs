@@ -412,10 +412,7 @@ impl Budgets {
     /// Waits until every reservation made so far is on disk. The ledger shares the store's
     /// database, so a store flush made after a reservation does the same.
     pub async fn make_durable(&self) -> Result<(), StoreError> {
-        let ledger = self.ledger.clone();
-        tokio::task::spawn_blocking(move || ledger.flush_blocking())
-            .await
-            .map_err(|e| StoreError::Corrupt(format!("the flush task failed: {e}")))?
+        self.ledger.flush().await
     }
 
     /// Reserves a paid call's worst case against every budget the payer draws on, without

@@ -9,9 +9,15 @@
 //! When the last flush was shared, callers are arriving faster than flushes finish, and the next
 //! flush starts no sooner than `SHARED_FLUSH_GAP` after it: the callers of that gap share it. A
 //! lone caller (the console, one agent) never waits, since its flushes cover one call each.
+//!
+//! A process serving many agents (the bot) also sets a window (`Durable::share_within`): a flush
+//! starts no sooner than that long after the previous one started. Every sled flush writes and
+//! syncs at least a page of disk for a few hundred bytes of records, so flushes that each cover
+//! one call cost a page each; with a window the flushes of a busy bot are at most one a window,
+//! and an idle one (the previous flush long ago) flushes at once.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// The least time from the end of a shared flush to the start of the next one. 300 agents
@@ -21,24 +27,46 @@ use std::time::{Duration, Instant};
 /// also waits for a model call.
 const SHARED_FLUSH_GAP: Duration = Duration::from_millis(3);
 
-/// What the last flush did.
-#[derive(Debug, Default, Clone, Copy)]
+/// What the last flush did, and whether one is under way.
+#[derive(Debug, Default, Clone)]
 struct Flushed {
     /// Every call numbered up to this is on disk.
     covered: u64,
     /// The last flush covered more than one call.
     shared: bool,
     ended: Option<Instant>,
+    started: Option<Instant>,
+    /// A caller is flushing (or waiting out the gap before it): every other caller waits for it
+    /// rather than flushing beside it.
+    flushing: bool,
+    /// The last flush that failed: the calls it was to cover (up to this number) get its error.
+    failed: Option<(u64, String)>,
 }
 
 impl Flushed {
-    /// How long the next flush waits for company, at `now`: only after a shared flush, and only
-    /// for what is left of the gap since it ended.
-    fn wait_before_next(&self, now: Instant) -> Option<Duration> {
-        let ended = self.ended.filter(|_| self.shared)?;
-        SHARED_FLUSH_GAP
-            .checked_sub(now.saturating_duration_since(ended))
-            .filter(|rest| !rest.is_zero())
+    /// How long the next flush waits for company, at `now`: after a shared flush, what is left of
+    /// the gap since it ended; with a `window`, what is left of it since the last flush started;
+    /// the longer of the two.
+    fn wait_before_next(&self, now: Instant, window: Duration) -> Option<Duration> {
+        let rest_of = |span: Duration, since: Option<Instant>| {
+            since.and_then(|at| span.checked_sub(now.saturating_duration_since(at)))
+        };
+        let after_shared = rest_of(SHARED_FLUSH_GAP, self.ended.filter(|_| self.shared));
+        let in_window = rest_of(window, self.started);
+        after_shared.max(in_window).filter(|rest| !rest.is_zero())
+    }
+
+    /// The outcome for call `number`, once a flush has decided it.
+    fn outcome_for(&self, number: u64) -> Option<Result<(), sled::Error>> {
+        if self.covered >= number {
+            return Some(Ok(()));
+        }
+        match &self.failed {
+            Some((through, error)) if *through >= number => Some(Err(sled::Error::Io(
+                std::io::Error::other(format!("the store's flush failed: {error}")),
+            ))),
+            _ => None,
+        }
     }
 }
 
@@ -47,9 +75,16 @@ impl Flushed {
 struct Gate {
     /// The number of the last call taken; a call's writes come before its number.
     taken: AtomicU64,
-    /// Held while a flush runs (and while it waits for the gap), so flushes of one database never
-    /// overlap and the calls that wait behind one share the next.
-    done: Mutex<Flushed>,
+    /// What the flushes did; one caller at a time flushes, and the others wait for it to change.
+    state: Mutex<Flushed>,
+    /// Wakes the callers of `flush_blocking` when a flush ends.
+    ended: Condvar,
+    /// Wakes the callers of `flush` when a flush ends. They wait without a thread: with a window,
+    /// a busy bot had a blocked thread for every waiting step (220 threads), and the memory sled
+    /// frees once every thread has moved on piled up in the idle ones (RSS tripled).
+    ended_async: tokio::sync::Notify,
+    /// The least time between the starts of two flushes, in microseconds (0: none).
+    window_micros: AtomicU64,
     /// Flushes made, for tests to see that calls were shared.
     #[cfg(test)]
     flushed: AtomicU64,
@@ -70,6 +105,28 @@ impl std::fmt::Debug for Durable {
     }
 }
 
+/// Hands the flusher's role back (and wakes the waiters) however the flush ended, so that a
+/// panic in it cannot leave every later caller waiting.
+struct FlushingRole<'a>(&'a Gate);
+
+impl Drop for FlushingRole<'_> {
+    fn drop(&mut self) {
+        self.0.lock().flushing = false;
+        self.0.ended.notify_all();
+        self.0.ended_async.notify_waiters();
+    }
+}
+
+impl Gate {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Flushed> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn number_next_call(&self) -> u64 {
+        self.taken.fetch_add(1, Ordering::SeqCst) + 1
+    }
+}
+
 impl Durable {
     pub(crate) fn new(db: sled::Db) -> Durable {
         Durable {
@@ -80,29 +137,93 @@ impl Durable {
 
     /// Returns once everything this thread wrote before the call is on disk: at once if a flush
     /// that began after the call has already finished, else after the flush it makes or waits
-    /// for. Blocks; async code calls it from the blocking pool.
+    /// for. Blocks.
     pub(crate) fn flush_blocking(&self) -> Result<(), sled::Error> {
-        let number = self.gate.taken.fetch_add(1, Ordering::SeqCst) + 1;
-        let mut done = self.gate.done.lock().unwrap_or_else(|p| p.into_inner());
-        if done.covered >= number {
-            return Ok(());
+        let number = self.gate.number_next_call();
+        let mut state = self.gate.lock();
+        loop {
+            if let Some(outcome) = state.outcome_for(number) {
+                return outcome;
+            }
+            if !state.flushing {
+                state.flushing = true;
+                drop(state);
+                self.flush_as_the_flusher();
+                state = self.gate.lock();
+            } else {
+                state = self
+                    .gate
+                    .ended
+                    .wait(state)
+                    .unwrap_or_else(|p| p.into_inner());
+            }
         }
-        // Callers that arrive meanwhile queue on the lock and are covered by this flush.
-        if let Some(rest) = done.wait_before_next(Instant::now()) {
+    }
+
+    /// As `flush_blocking`, for async code: a caller that finds a flush under way waits for it
+    /// without holding a thread; the one that flushes does so on the blocking pool.
+    pub(crate) async fn flush(&self) -> Result<(), sled::Error> {
+        let number = self.gate.number_next_call();
+        loop {
+            // Registered before the state is read, so a flush ending in between still wakes it.
+            let ended = self.gate.ended_async.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            let flush_now = {
+                let mut state = self.gate.lock();
+                if let Some(outcome) = state.outcome_for(number) {
+                    return outcome;
+                }
+                !std::mem::replace(&mut state.flushing, true)
+            };
+            if flush_now {
+                let durable = self.clone();
+                tokio::task::spawn_blocking(move || durable.flush_as_the_flusher())
+                    .await
+                    .map_err(|e| {
+                        sled::Error::Io(std::io::Error::other(format!(
+                            "the store's flush task failed: {e}"
+                        )))
+                    })?;
+                continue;
+            }
+            ended.await;
+        }
+    }
+
+    /// One flush, by the caller that took the flusher's role: waits out the gap or the window
+    /// (the callers that arrive meanwhile are covered too), flushes, and records the outcome.
+    fn flush_as_the_flusher(&self) {
+        let _role = FlushingRole(&self.gate);
+        let window = Duration::from_micros(self.gate.window_micros.load(Ordering::Relaxed));
+        let wait = self.gate.lock().wait_before_next(Instant::now(), window);
+        if let Some(rest) = wait {
             std::thread::sleep(rest);
         }
         // Every call numbered up to here made its writes before this flush begins.
         let covered = self.gate.taken.load(Ordering::SeqCst);
+        let started = Instant::now();
         super::count_durable_flush();
-        self.db.flush()?;
+        let result = self.db.flush();
         #[cfg(test)]
         self.gate.flushed.fetch_add(1, Ordering::SeqCst);
-        *done = Flushed {
-            shared: covered - done.covered > 1,
-            covered,
-            ended: Some(Instant::now()),
-        };
-        Ok(())
+        let mut state = self.gate.lock();
+        match result {
+            Ok(_) => {
+                state.shared = covered - state.covered > 1;
+                state.covered = covered;
+                state.ended = Some(Instant::now());
+                state.started = Some(started);
+            }
+            Err(error) => state.failed = Some((covered, error.to_string())),
+        }
+    }
+
+    /// Makes every flush of this store start no sooner than `window` after the previous one
+    /// started (`Duration::ZERO`: no window). For every clone of this handle.
+    pub(crate) fn share_within(&self, window: Duration) {
+        let micros = u64::try_from(window.as_micros()).unwrap_or(u64::MAX);
+        self.gate.window_micros.store(micros, Ordering::Relaxed);
     }
 }
 
@@ -127,7 +248,7 @@ mod tests {
                         let number_before = durable.gate.taken.load(Ordering::SeqCst) + 1;
                         durable.flush_blocking().unwrap();
                         // The flush this call returned after covered a number at least its own.
-                        let done = durable.gate.done.lock().unwrap().covered;
+                        let done = durable.gate.lock().covered;
                         assert!(done >= number_before, "{done} < {number_before}");
                     }
                 });
@@ -135,7 +256,7 @@ mod tests {
         });
         let calls = (threads * rounds) as u64;
         assert_eq!(durable.gate.taken.load(Ordering::SeqCst), calls);
-        assert_eq!(durable.gate.done.lock().unwrap().covered, calls);
+        assert_eq!(durable.gate.lock().covered, calls);
         assert_eq!(db.len(), calls as usize);
         // Eight threads flushing at once share: a flush takes a sync of the disk, and every call
         // that arrives meanwhile waits for the next one rather than making its own.
@@ -153,30 +274,133 @@ mod tests {
             covered: 7,
             shared,
             ended: ended.map(|ago| now - ago),
+            started: ended.map(|ago| now - ago),
+            ..Flushed::default()
         };
         // A lone caller (each flush covering its own call) never waits: the console's steps.
         assert_eq!(
-            after(false, Some(Duration::ZERO)).wait_before_next(now),
+            after(false, Some(Duration::ZERO)).wait_before_next(now, Duration::ZERO),
             None
         );
-        assert_eq!(after(true, None).wait_before_next(now), None);
+        assert_eq!(
+            after(true, None).wait_before_next(now, Duration::ZERO),
+            None
+        );
         // After a shared flush, the rest of the gap since it ended.
         assert_eq!(
-            after(true, Some(Duration::ZERO)).wait_before_next(now),
+            after(true, Some(Duration::ZERO)).wait_before_next(now, Duration::ZERO),
             Some(SHARED_FLUSH_GAP)
         );
         assert_eq!(
-            after(true, Some(Duration::from_millis(1))).wait_before_next(now),
+            after(true, Some(Duration::from_millis(1))).wait_before_next(now, Duration::ZERO),
             Some(SHARED_FLUSH_GAP - Duration::from_millis(1))
         );
         assert_eq!(
-            after(true, Some(SHARED_FLUSH_GAP)).wait_before_next(now),
+            after(true, Some(SHARED_FLUSH_GAP)).wait_before_next(now, Duration::ZERO),
             None
         );
         assert_eq!(
-            after(true, Some(Duration::from_secs(1))).wait_before_next(now),
+            after(true, Some(Duration::from_secs(1))).wait_before_next(now, Duration::ZERO),
             None
         );
+    }
+
+    #[test]
+    fn with_a_window_a_flush_waits_for_what_is_left_of_it_since_the_last_one_started() {
+        let now = Instant::now();
+        let window = Duration::from_millis(5);
+        let started = |ago: Option<Duration>, shared| Flushed {
+            covered: 3,
+            shared,
+            ended: ago.map(|ago| now - ago),
+            started: ago.map(|ago| now - ago - Duration::from_millis(1)),
+            ..Flushed::default()
+        };
+        // The first flush of all never waits.
+        assert_eq!(started(None, false).wait_before_next(now, window), None);
+        // A lone caller waits too once there is a window: a busy bot's flushes cover one call each
+        // far more often than not.
+        assert_eq!(
+            started(Some(Duration::ZERO), false).wait_before_next(now, window),
+            Some(window - Duration::from_millis(1))
+        );
+        assert_eq!(
+            started(Some(Duration::from_millis(4)), false).wait_before_next(now, window),
+            None
+        );
+        // An idle store (its last flush long ago) flushes at once.
+        assert_eq!(
+            started(Some(Duration::from_secs(2)), true).wait_before_next(now, window),
+            None
+        );
+        // After a shared flush, the longer of the gap and the window.
+        let long_window = Duration::from_millis(10);
+        assert_eq!(
+            started(Some(Duration::ZERO), true).wait_before_next(now, long_window),
+            Some(long_window - Duration::from_millis(1))
+        );
+        assert_eq!(
+            started(Some(Duration::ZERO), true).wait_before_next(now, Duration::from_millis(2)),
+            Some(SHARED_FLUSH_GAP)
+        );
+    }
+
+    #[test]
+    fn a_window_set_on_one_handle_holds_for_its_clones() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::Config::new().path(dir.path()).open().unwrap();
+        let durable = Durable::new(db);
+        let clone = durable.clone();
+        durable.share_within(Duration::from_millis(4));
+        assert_eq!(clone.gate.window_micros.load(Ordering::Relaxed), 4_000);
+        clone.share_within(Duration::ZERO);
+        assert_eq!(durable.gate.window_micros.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn async_callers_share_flushes_and_each_returns_after_one_that_covers_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::Config::new().path(dir.path()).open().unwrap();
+        let durable = Durable::new(db.clone());
+        durable.share_within(Duration::from_millis(2));
+        let tasks: Vec<_> = (0..50u32)
+            .map(|task| {
+                let (durable, db) = (durable.clone(), db.clone());
+                tokio::spawn(async move {
+                    for round in 0..4u32 {
+                        db.insert(format!("{task}/{round}"), &[1u8][..]).unwrap();
+                        let number_before = durable.gate.taken.load(Ordering::SeqCst) + 1;
+                        durable.flush().await.unwrap();
+                        assert!(durable.gate.lock().covered >= number_before);
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let state = durable.gate.lock().clone();
+        assert_eq!(state.covered, 200);
+        assert!(!state.flushing);
+        let flushed = durable.gate.flushed.load(Ordering::SeqCst);
+        assert!(
+            (1..200).contains(&flushed),
+            "{flushed} flushes for 200 calls"
+        );
+    }
+
+    #[test]
+    fn a_failed_flush_answers_the_calls_it_was_to_cover_and_only_those() {
+        let state = Flushed {
+            covered: 4,
+            failed: Some((9, "disk full".to_string())),
+            ..Flushed::default()
+        };
+        assert!(matches!(state.outcome_for(3), Some(Ok(()))));
+        let error = state.outcome_for(9).unwrap().unwrap_err().to_string();
+        assert!(error.contains("disk full"), "{error}");
+        // A call after the failed flush waits for the next one, which may succeed.
+        assert!(state.outcome_for(10).is_none());
     }
 
     #[test]
@@ -187,7 +411,7 @@ mod tests {
         for round in 0..3u8 {
             db.insert([round], &[1u8][..]).unwrap();
             durable.flush_blocking().unwrap();
-            assert!(!durable.gate.done.lock().unwrap().shared);
+            assert!(!durable.gate.lock().shared);
         }
         assert_eq!(durable.gate.flushed.load(Ordering::SeqCst), 3);
     }
@@ -199,8 +423,8 @@ mod tests {
         let durable = Durable::new(db.clone());
         durable.flush_blocking().unwrap();
         db.insert("later", &[1u8][..]).unwrap();
-        let before = durable.gate.done.lock().unwrap().covered;
+        let before = durable.gate.lock().covered;
         durable.flush_blocking().unwrap();
-        assert_eq!(durable.gate.done.lock().unwrap().covered, before + 1);
+        assert_eq!(durable.gate.lock().covered, before + 1);
     }
 }

@@ -8,7 +8,8 @@
 //! Run with `cargo bench --bench load`. Settings come from the environment: `BENCH_AGENTS`
 //! (1000), `BENCH_SECS` (120, after warm-up), `BENCH_WARMUP_SECS` (30), `BENCH_MODEL_MS` (200),
 //! `BENCH_MEMORY` (1: long-term memory on, with the fake's embeddings), `BENCH_CACHE_MB` (sled's
-//! page cache; the bot's default unless set).
+//! page cache) and `BENCH_FLUSH_WINDOW_MS` (the bot's flush window; both the bot's default unless
+//! set).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // A benchmark stops at the first failure.
 
 #[path = "../tests/it/support/mod.rs"]
@@ -221,11 +222,17 @@ fn main() {
         // about 170 KB a cycle: the harness filled this machine's memory after 15 minutes and the
         // bot, starved of it, answered late.
         discord.keep_history_bounded();
-        // BENCH_CACHE_MB sets sled's page cache, to weigh memory against throughput.
-        let budget = match std::env::var("BENCH_CACHE_MB") {
-            Ok(mb) => format!("guild_calls_per_minute = 0\n\n[store]\ncache_mb = {mb}\n"),
-            Err(_) => "guild_calls_per_minute = 0\n".to_string(),
-        };
+        // BENCH_CACHE_MB sets sled's page cache, to weigh memory against throughput, and
+        // BENCH_FLUSH_WINDOW_MS the bot's flush window, to weigh a step's wait against the disk.
+        let mut budget = "guild_calls_per_minute = 0\n\n[store]\n".to_string();
+        for (variable, key) in [
+            ("BENCH_CACHE_MB", "cache_mb"),
+            ("BENCH_FLUSH_WINDOW_MS", "flush_window_ms"),
+        ] {
+            if let Ok(value) = std::env::var(variable) {
+                budget.push_str(&format!("{key} = {value}\n"));
+            }
+        }
         let budget = budget.as_str();
         let env = if memory {
             TestEnv::with_memory(&openai.base_url, budget)

@@ -697,6 +697,24 @@ mod tests {
         );
     }
 
+    #[test]
+    fn the_bots_flush_window_defaults_to_a_few_milliseconds_and_is_capped_at_a_second() {
+        let window = |text: &str| toml::from_str::<Config>(text).unwrap().store.flush_window();
+        assert_eq!(window(""), crate::store::BOT_FLUSH_WINDOW);
+        assert_eq!(
+            window("[store]\nflush_window_ms = 0\n"),
+            std::time::Duration::ZERO
+        );
+        assert_eq!(
+            window("[store]\nflush_window_ms = 12\n"),
+            std::time::Duration::from_millis(12)
+        );
+        assert_eq!(
+            window("[store]\nflush_window_ms = 60000\n"),
+            std::time::Duration::from_secs(1)
+        );
+    }
+
     fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
         move |name| {
             pairs

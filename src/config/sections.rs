@@ -331,6 +331,9 @@ pub struct StoreConfig {
     pub data_dir: Option<PathBuf>,
     /// sled's page cache in MiB.
     pub cache_mb: u64,
+    /// The bot's flushes start at most once per this many milliseconds (0: as soon as asked);
+    /// the console, with one agent, never waits.
+    pub flush_window_ms: u64,
 }
 
 impl Default for StoreConfig {
@@ -338,6 +341,7 @@ impl Default for StoreConfig {
         StoreConfig {
             data_dir: None,
             cache_mb: crate::store::DEFAULT_CACHE_BYTES >> 20,
+            flush_window_ms: crate::store::BOT_FLUSH_WINDOW.as_millis() as u64,
         }
     }
 }
@@ -345,6 +349,12 @@ impl Default for StoreConfig {
 impl StoreConfig {
     pub fn cache_bytes(&self) -> u64 {
         self.cache_mb.max(1) << 20
+    }
+
+    /// The bot's flush window (see `store::durable`), at most a second: longer would only slow
+    /// every step.
+    pub fn flush_window(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.flush_window_ms.min(1000))
     }
 }
 

@@ -207,9 +207,13 @@ pub struct AgentSummary {
 /// agents cycling for 30 minutes never filled the cache and RSS grew by 200 MiB.
 pub const DEFAULT_CACHE_BYTES: u64 = 8 << 20;
 
-/// The bot's flush window (see `durable`): at most one flush every this long. 300 agents cycling
-/// flushed about 500 times a second, 1.8 times a cycle, and each flush wrote at least a page.
-pub const BOT_FLUSH_WINDOW: std::time::Duration = std::time::Duration::from_millis(5);
+/// The bot's flush window by default (`store.flush_window_ms`; see `durable`): at most one flush
+/// every this long. 300 agents cycling flushed 1.8 times a cycle, each flush writing at least a
+/// page of disk for a few hundred bytes of records: 120 KB written a cycle in a two-minute run.
+/// With 5 ms, 0.63 flushes and 41 KB; with 10 ms, 0.28 flushes and 37 KB, and more cycles a
+/// second (the disk synced less often). A step waits at most this long for its flush, against
+/// the model call every cycle makes.
+pub const BOT_FLUSH_WINDOW: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Durable flushes since the process started, by every store handle: the figure the cycle
 /// benchmark divides by the cycles run.

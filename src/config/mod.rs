@@ -730,6 +730,10 @@ mod tests {
         let config = Config::from_toml(text, Path::new("bot.toml.example")).unwrap();
         config.validate().unwrap();
         assert_eq!(config.agent.approve_n_default, 5);
+        // The example shows the store's defaults, so copying it changes nothing by surprise.
+        let defaults = StoreConfig::default();
+        assert_eq!(config.store.cache_mb, defaults.cache_mb);
+        assert_eq!(config.store.flush_window_ms, defaults.flush_window_ms);
     }
 
     #[test]

@@ -25,6 +25,7 @@ use autothread::core::reply::CommandCall;
 use autothread::core::state::{AgentSettings, AgentState, Phase, Profile};
 use autothread::core::step::{step, StepCtx};
 use autothread::llm::tokens::TiktokenCounter;
+use autothread::ops::proc_counters::proc_counter;
 use autothread::store::{Commit, Store};
 use autothread::tools::Registry;
 use chrono::Utc;
@@ -431,29 +432,16 @@ fn peak_rss_of_console_run(cycles: usize, dimensions: Option<u32>, quiet: bool) 
         // Bytes written by the process at every hundredth cycle, to show whether a long run's
         // writes per cycle settle or keep growing.
         let mut written_at_hundreds: Vec<u64> = Vec::new();
-        let written_now = || -> Option<u64> {
-            std::fs::read_to_string(format!("/proc/{pid}/io"))
-                .ok()?
-                .lines()
-                .find_map(|l| l.strip_prefix("write_bytes:"))?
-                .trim()
-                .parse()
-                .ok()
-        };
+        let process = pid.to_string();
+        let written_now = || proc_counter(&process, "io", "write_bytes:");
         loop {
             if (written_at_hundreds.len() + 1) * 100 <= fake.cycle_arrivals().len() {
                 if let Some(bytes) = written_now() {
                     written_at_hundreds.push(bytes);
                 }
             }
-            if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
-                if let Some(kib) = status
-                    .lines()
-                    .find_map(|l| l.strip_prefix("VmHWM:"))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-                {
-                    peak_kib = peak_kib.max(kib);
-                }
+            if let Some(kib) = proc_counter(&process, "status", "VmHWM:") {
+                peak_kib = peak_kib.max(kib);
             }
             match tokio::time::timeout(Duration::from_millis(5), child.wait()).await {
                 Ok(_) => break,

@@ -21,6 +21,7 @@ mod discord_common;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use autothread::ops::proc_counters::proc_counter;
 use discord_common::{approve_id, ms, percentile, start_agents, start_unlimited_bot, title};
 use serde_json::{json, Value};
 use support::fake_discord::{FakeDiscord, ALICE};
@@ -43,15 +44,7 @@ fn cycle_of(card: &Value) -> Option<u64> {
 }
 
 fn rss_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        })
-        .map_or(f64::NAN, |kib| kib / 1024.0)
+    proc_counter(&pid.to_string(), "status", "VmRSS:").map_or(f64::NAN, |kib| kib as f64 / 1024.0)
 }
 
 /// An acknowledgement slower than this is listed with the time it came, to tell a stall from
@@ -60,14 +53,7 @@ const SLOW_ACK: Duration = Duration::from_secs(1);
 
 /// What the bot has written to disk so far (`/proc/<pid>/io`), in bytes.
 fn written_bytes(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/io"))
-        .ok()
-        .and_then(|io| {
-            io.lines()
-                .find_map(|l| l.strip_prefix("write_bytes:"))
-                .and_then(|v| v.trim().parse().ok())
-        })
-        .unwrap_or(0)
+    proc_counter(&pid.to_string(), "io", "write_bytes:").unwrap_or(0)
 }
 
 /// The size of the store's files, in bytes.

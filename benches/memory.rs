@@ -44,14 +44,7 @@ const PARAMS: HnswParams = HnswParams {
 };
 
 fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
+    autothread::ops::proc_counters::proc_counter("self", "status", "VmRSS:").unwrap_or(0)
 }
 
 struct Run {

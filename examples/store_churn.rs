@@ -13,6 +13,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use autothread::ops::proc_counters::proc_counter;
+
 const DISCORD_CYCLE: &str = "agents:950:3:hot,ahead:370:2:temp,audit:236:1:cold,\
     episodes:250:1:cold,journal:130:2:swap,decisions:90:1:cold,reservations:200:1:cold,\
     settlements:18:1:cold,workspace:50:1:cold,undo:37:1:cold";
@@ -37,13 +39,9 @@ fn noise(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// A counter of this process from `/proc/self`; the example needs Linux.
 fn proc_field(file: &str, field: &str) -> u64 {
-    std::fs::read_to_string(file)
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
-        .unwrap()
+    proc_counter("self", file, field).expect("a Linux /proc counter")
 }
 
 struct Write {
@@ -79,8 +77,8 @@ fn main() {
         })
         .collect();
     let (written_before, rss_before) = (
-        proc_field("/proc/self/io", "write_bytes:"),
-        proc_field("/proc/self/status", "VmRSS:"),
+        proc_field("io", "write_bytes:"),
+        proc_field("status", "VmRSS:"),
     );
     let (next, logical) = (AtomicU64::new(0), AtomicU64::new(0));
     let started = std::time::Instant::now();
@@ -123,10 +121,9 @@ fn main() {
         "{cycles} cycles of {agents} agents in {:.1} s: {:.1} KB written, {:.2} KB of records, \
          {:.1} KB kept on disk a cycle; RSS {:+.0} bytes a cycle",
         started.elapsed().as_secs_f64(),
-        per_cycle(proc_field("/proc/self/io", "write_bytes:") - written_before),
+        per_cycle(proc_field("io", "write_bytes:") - written_before),
         per_cycle(logical.load(Ordering::Relaxed)),
         per_cycle(db.size_on_disk().unwrap()),
-        (proc_field("/proc/self/status", "VmRSS:") as f64 - rss_before as f64) * 1024.0
-            / cycles as f64,
+        (proc_field("status", "VmRSS:") as f64 - rss_before as f64) * 1024.0 / cycles as f64,
     );
 }

@@ -7,6 +7,7 @@
 //! same reason: one process has one gateway and one model endpoint to report on.
 
 pub mod names;
+pub mod proc_counters;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};

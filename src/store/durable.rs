@@ -56,6 +56,16 @@ impl Flushed {
         after_shared.max(in_window).filter(|rest| !rest.is_zero())
     }
 
+    /// What call `number` does next: returns the outcome a flush decided for it, flushes itself
+    /// (the role is taken here) when no flush is under way, or waits for the one that is.
+    fn turn_of(&mut self, number: u64) -> Turn {
+        match self.outcome_for(number) {
+            Some(outcome) => Turn::Done(outcome),
+            None if std::mem::replace(&mut self.flushing, true) => Turn::Wait,
+            None => Turn::Flush,
+        }
+    }
+
     /// The outcome for call `number`, once a flush has decided it.
     fn outcome_for(&self, number: u64) -> Option<Result<(), sled::Error>> {
         if self.covered >= number {
@@ -68,6 +78,13 @@ impl Flushed {
             _ => None,
         }
     }
+}
+
+/// What a caller of a flush does next (`Flushed::turn_of`).
+enum Turn {
+    Done(Result<(), sled::Error>),
+    Flush,
+    Wait,
 }
 
 /// Numbers the calls and remembers how far the last finished flush reaches.
@@ -142,20 +159,20 @@ impl Durable {
         let number = self.gate.number_next_call();
         let mut state = self.gate.lock();
         loop {
-            if let Some(outcome) = state.outcome_for(number) {
-                return outcome;
-            }
-            if !state.flushing {
-                state.flushing = true;
-                drop(state);
-                self.flush_as_the_flusher();
-                state = self.gate.lock();
-            } else {
-                state = self
-                    .gate
-                    .ended
-                    .wait(state)
-                    .unwrap_or_else(|p| p.into_inner());
+            match state.turn_of(number) {
+                Turn::Done(outcome) => return outcome,
+                Turn::Flush => {
+                    drop(state);
+                    self.flush_as_the_flusher();
+                    state = self.gate.lock();
+                }
+                Turn::Wait => {
+                    state = self
+                        .gate
+                        .ended
+                        .wait(state)
+                        .unwrap_or_else(|p| p.into_inner());
+                }
             }
         }
     }
@@ -169,25 +186,21 @@ impl Durable {
             let ended = self.gate.ended_async.notified();
             tokio::pin!(ended);
             ended.as_mut().enable();
-            let flush_now = {
-                let mut state = self.gate.lock();
-                if let Some(outcome) = state.outcome_for(number) {
-                    return outcome;
+            let turn = self.gate.lock().turn_of(number);
+            match turn {
+                Turn::Done(outcome) => return outcome,
+                Turn::Wait => ended.await,
+                Turn::Flush => {
+                    let durable = self.clone();
+                    tokio::task::spawn_blocking(move || durable.flush_as_the_flusher())
+                        .await
+                        .map_err(|e| {
+                            sled::Error::Io(std::io::Error::other(format!(
+                                "the store's flush task failed: {e}"
+                            )))
+                        })?;
                 }
-                !std::mem::replace(&mut state.flushing, true)
-            };
-            if flush_now {
-                let durable = self.clone();
-                tokio::task::spawn_blocking(move || durable.flush_as_the_flusher())
-                    .await
-                    .map_err(|e| {
-                        sled::Error::Io(std::io::Error::other(format!(
-                            "the store's flush task failed: {e}"
-                        )))
-                    })?;
-                continue;
             }
-            ended.await;
         }
     }
 

@@ -359,13 +359,7 @@ impl Store {
     /// written (from `/proc/self/io`, where there is one) and the store's size.
     pub fn disk_report(&self) -> String {
         let flushes = FLUSHES.load(std::sync::atomic::Ordering::Relaxed);
-        let written = std::fs::read_to_string("/proc/self/io")
-            .ok()
-            .and_then(|io| {
-                io.lines()
-                    .find_map(|l| l.strip_prefix("write_bytes:"))
-                    .and_then(|n| n.trim().parse::<u64>().ok())
-            })
+        let written = crate::ops::proc_counters::proc_counter("self", "io", "write_bytes:")
             .map_or(String::new(), |bytes| format!(", {bytes} bytes written"));
         let size = self.db.size_on_disk().unwrap_or(0);
         format!("{flushes} durable flushes{written}, store {size} bytes on disk")

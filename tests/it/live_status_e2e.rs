@@ -106,6 +106,64 @@ async fn a_pinned_status_follows_the_agent_from_approval_through_a_command_to_it
     bot.kill().await;
 }
 
+/// A restart that does not know which message shows the status (the bot was killed between
+/// posting it and saving which it was) finds the pinned one, however many messages the thread
+/// got meanwhile, rather than posting a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_the_pinned_status_is_found_behind_a_busy_thread() {
+    use autothread::store::Store;
+
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
+    openai.push_content(agent_reply(
+        "ask_user",
+        json!({"question": "Which colour?"}),
+    ));
+    let discord = FakeDiscord::start().await;
+    // An outage longer than Discord remembers a nonce for: posting again would make a second.
+    discord.set_nonce_window(Duration::ZERO);
+    let env = TestEnv::new(&openai.base_url, "");
+    let bot = start_bot(&env, &discord).await;
+    let thread = start_agent(
+        &discord,
+        Start {
+            task: "Ask for a colour",
+            name: Some("NoteGPT"),
+            ..Start::default()
+        },
+    )
+    .await;
+    let first = card(&discord, thread, "NoteGPT · cycle 1").await;
+    let waiting = status_saying(&discord, thread, &["waiting for approval"]).await;
+    discord
+        .wait_for("the status pinned", WAIT, |d| {
+            (!d.pinned_in(thread).is_empty()).then_some(())
+        })
+        .await;
+    bot.kill().await;
+    {
+        let store = Store::open(&env.data_dir()).unwrap();
+        let agents = store.list_agents().unwrap();
+        store.forget_status_message(&agents[0].id).unwrap();
+        store.flush_blocking().unwrap();
+    }
+    // More than the newest messages the bot searches (100).
+    discord.store_missed_messages(ALICE, thread, 150);
+
+    let identified = discord.identifies();
+    let bot = start_bot(&env, &discord).await;
+    discord
+        .wait_for("the bot to identify again", WAIT, |d| {
+            (d.identifies() > identified).then_some(())
+        })
+        .await;
+    discord.click(ALICE, &[], &first, &button(&first, "Approve"));
+    let running = status_saying(&discord, thread, &["running `ask_user` for"]).await;
+    assert_eq!(running["id"], waiting["id"], "the pinned status, edited");
+    assert_eq!(status_messages(&discord, thread).len(), 1);
+    assert_eq!(discord.pinned_in(thread).len(), 1);
+    bot.kill().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_status_message_when_the_admin_turns_it_off() {
     let openai = FakeOpenAi::start(Expect::test_model()).await;

@@ -13,7 +13,7 @@ use tokio::sync::oneshot;
 
 use super::commands::{self, Data};
 use super::shards::Shards;
-use super::{respond, router, DiscordSurface};
+use super::{buckets, respond, router, DiscordSurface};
 use crate::app::App;
 use crate::runtime::supervisor::Supervisor;
 
@@ -44,7 +44,9 @@ pub async fn run(app: App, shards: Shards) -> anyhow::Result<()> {
     // Held until the agents are drained: clicks acknowledged before the gateway closed still
     // reach their agents meanwhile, as the gateway's runtime lives on until this is dropped.
     let (release_gateway, released) = oneshot::channel::<()>();
+    let clock = app.clock.clone();
     let serve = move || async move {
+        buckets::spawn_pruning(surface_http.clone(), clock.clone());
         let framework = framework(app, surface_http, agents_runtime, slot);
         let intents = GatewayIntents::GUILDS
             | GatewayIntents::GUILD_MESSAGES
@@ -53,6 +55,7 @@ pub async fn run(app: App, shards: Shards) -> anyhow::Result<()> {
             .framework(framework)
             .await
             .context("cannot connect to Discord")?;
+        buckets::spawn_pruning(client.http.clone(), clock);
         tracing::info!(%shards, "connecting to the gateway");
         let manager = client.shard_manager.clone();
         tokio::select! {

@@ -1,6 +1,7 @@
 //! The Discord surface: every agent lives in its own thread; proposals are cards with buttons,
 //! results and notices are messages, and `ask_user` waits for an answer typed in the thread.
 
+mod buckets;
 mod card_parts;
 pub mod cards;
 pub mod client;
@@ -23,7 +24,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serenity::all::{
     ChannelId, CreateAllowedMentions, CreateAttachment, CreateMessage, EditAttachments,
-    EditMessage, GetMessages, Http, MessageId, RoleId, UserId,
+    EditMessage, GetMessages, Http, Message, MessageId, RoleId, UserId,
 };
 use tokio::sync::{oneshot, Mutex};
 
@@ -159,18 +160,25 @@ impl DiscordSurface {
             )
             .await;
         match recent {
-            Ok(messages) => messages
-                .iter()
-                .find(|m| {
-                    m.author.bot
-                        && m.embeds
-                            .first()
-                            .and_then(|e| e.title.as_deref())
-                            .is_some_and(&wanted)
-                })
-                .map(|m| m.id.get()),
+            Ok(messages) => newest_posted_by_bot(&messages, wanted),
             Err(e) => {
                 tracing::warn!(thread = binding.thread_id, error = %e, "cannot search the thread for an earlier card");
+                None
+            }
+        }
+    }
+
+    /// The newest message the bot pinned in the thread whose embed's title `wanted`, however many
+    /// messages came after it.
+    async fn find_pinned(
+        &self,
+        binding: &ThreadBinding,
+        wanted: impl Fn(&str) -> bool,
+    ) -> Option<u64> {
+        match ChannelId::new(binding.thread_id).pins(&self.http).await {
+            Ok(pinned) => newest_posted_by_bot(&pinned, wanted),
+            Err(e) => {
+                tracing::warn!(thread = binding.thread_id, error = %e, "cannot read the thread's pinned messages");
                 None
             }
         }
@@ -675,4 +683,19 @@ impl Surface for DiscordSurface {
             }
         }
     }
+}
+
+/// The first of `messages` (Discord lists the newest first) that the bot posted with an embed
+/// whose title `wanted`.
+fn newest_posted_by_bot(messages: &[Message], wanted: impl Fn(&str) -> bool) -> Option<u64> {
+    messages
+        .iter()
+        .find(|m| {
+            m.author.bot
+                && m.embeds
+                    .first()
+                    .and_then(|e| e.title.as_deref())
+                    .is_some_and(&wanted)
+        })
+        .map(|m| m.id.get())
 }

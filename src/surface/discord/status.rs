@@ -19,6 +19,11 @@ use crate::store::ThreadBinding;
 /// The status message's title starts with this; it is how a restart finds a status message it
 /// posted but did not live to remember.
 pub(super) const STATUS_TITLE: &str = "📌 Live status";
+
+/// Whether an embed's title is a live status message's.
+fn is_status_title(title: &str) -> bool {
+    title.starts_with(STATUS_TITLE)
+}
 /// The least time between two edits of one status message: Discord allows about five edits in
 /// five seconds per channel, and cards are edited in the same channel.
 const MIN_EDIT_GAP: Duration = Duration::from_secs(5);
@@ -377,10 +382,12 @@ impl super::DiscordSurface {
         let found = match known {
             Some(id) => Some(id),
             None if replaced => None,
-            None => {
-                self.find_posted(&binding, |title| title.starts_with(STATUS_TITLE))
-                    .await
-            }
+            // Pinned when posted, so found among the pins however busy the thread has been
+            // since; among the newest messages when the restart came before the pin.
+            None => match self.find_pinned(&binding, is_status_title).await {
+                Some(id) => Some(id),
+                None => self.find_posted(&binding, is_status_title).await,
+            },
         };
         let id = match found {
             Some(id) => id,

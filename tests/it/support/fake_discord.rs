@@ -377,6 +377,7 @@ impl FakeDiscord {
                     "/api/v10/channels/{channel}/pins/{message}",
                     put(pin_message),
                 )
+                .route("/api/v10/channels/{channel}/pins", get(list_pins))
                 .route(
                     "/api/v10/interactions/{id}/{token}/callback",
                     post(callback),
@@ -707,6 +708,23 @@ impl FakeDiscord {
     /// A plain message typed by a user.
     pub fn say(&self, user_id: u64, roles: &[u64], channel: u64, content: &str) {
         self.user_message(user_id, roles, channel, content, None);
+    }
+
+    /// Stores `count` plain messages by a user in `channel` as Discord would while the bot is
+    /// away: they are in the channel's history, and no event announces them.
+    pub fn store_missed_messages(&self, user_id: u64, channel: u64, count: usize) {
+        for n in 0..count {
+            let id = self.new_id();
+            let mut inner = self.lock();
+            let message = json!({"id": id.to_string(), "channel_id": channel.to_string(),
+                "author": user(user_id, name_of(user_id), false), "content": format!("chatter {n}"),
+                "timestamp": now_stamp(), "edited_timestamp": null, "tts": false,
+                "mention_everyone": false, "mentions": [], "mention_roles": [], "attachments": [],
+                "embeds": [], "pinned": false, "type": 0});
+            let at = inner.messages.len();
+            inner.messages.push(message);
+            inner.by_channel.entry(channel).or_default().push(at);
+        }
     }
 
     /// A message typed by a user as Discord's reply to message `to` (it carries a reference to it).
@@ -1588,6 +1606,22 @@ async fn pin_message(
         pins.push(message);
     }
     StatusCode::NO_CONTENT.into_response()
+}
+
+/// `GET /channels/{id}/pins`: the channel's pinned messages, the latest pinned first; a deleted
+/// message is no longer among them.
+async fn list_pins(State(state): State<Shared>, Path(channel): Path<u64>) -> Response {
+    let inner = state.lock().unwrap();
+    let pinned: Vec<Value> = inner
+        .pins
+        .get(&channel)
+        .into_iter()
+        .flatten()
+        .rev()
+        .filter_map(|&id| find_message(&inner, channel, id))
+        .map(|at| inner.messages[at].clone())
+        .collect();
+    Json(pinned).into_response()
 }
 
 /// `POST /channels/{id}/typing`: counted per channel.

@@ -35,6 +35,28 @@ async fn status_saying(discord: &FakeDiscord, thread: u64, needles: &[&str]) -> 
         .await
 }
 
+/// Starts NoteGPT, which asks for a colour, in a new thread.
+async fn start_note_agent(discord: &FakeDiscord) -> u64 {
+    start_agent(
+        discord,
+        Start {
+            task: "Ask for a colour",
+            name: Some("NoteGPT"),
+            ..Start::default()
+        },
+    )
+    .await
+}
+
+/// Waits until the thread has a pinned message.
+async fn wait_until_pinned(discord: &FakeDiscord, thread: u64) {
+    discord
+        .wait_for("the status pinned", WAIT, |d| {
+            (!d.pinned_in(thread).is_empty()).then_some(())
+        })
+        .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pinned_status_follows_the_agent_from_approval_through_a_command_to_its_finish() {
     let openai = FakeOpenAi::start(Expect::test_model()).await;
@@ -46,15 +68,7 @@ async fn a_pinned_status_follows_the_agent_from_approval_through_a_command_to_it
     let discord = FakeDiscord::start().await;
     let env = TestEnv::new(&openai.base_url, "");
     let bot = start_bot(&env, &discord).await;
-    let thread = start_agent(
-        &discord,
-        Start {
-            task: "Ask for a colour",
-            name: Some("NoteGPT"),
-            ..Start::default()
-        },
-    )
-    .await;
+    let thread = start_note_agent(&discord).await;
 
     // A card waits: the status says for whom, at which cycle, and what was spent of what.
     let first = card(&discord, thread, "NoteGPT · cycle 1").await;
@@ -69,11 +83,7 @@ async fn a_pinned_status_follows_the_agent_from_approval_through_a_command_to_it
     )
     .await;
     let status_id: u64 = waiting["id"].as_str().unwrap().parse().unwrap();
-    discord
-        .wait_for("the status pinned", WAIT, |d| {
-            (!d.pinned_in(thread).is_empty()).then_some(())
-        })
-        .await;
+    wait_until_pinned(&discord, thread).await;
     assert_eq!(discord.pinned_in(thread), vec![status_id], "pinned once");
     assert!(
         discord.typing_in(thread) >= 1,
@@ -123,22 +133,10 @@ async fn after_a_restart_the_pinned_status_is_found_behind_a_busy_thread() {
     discord.set_nonce_window(Duration::ZERO);
     let env = TestEnv::new(&openai.base_url, "");
     let bot = start_bot(&env, &discord).await;
-    let thread = start_agent(
-        &discord,
-        Start {
-            task: "Ask for a colour",
-            name: Some("NoteGPT"),
-            ..Start::default()
-        },
-    )
-    .await;
+    let thread = start_note_agent(&discord).await;
     let first = card(&discord, thread, "NoteGPT · cycle 1").await;
     let waiting = status_saying(&discord, thread, &["waiting for approval"]).await;
-    discord
-        .wait_for("the status pinned", WAIT, |d| {
-            (!d.pinned_in(thread).is_empty()).then_some(())
-        })
-        .await;
+    wait_until_pinned(&discord, thread).await;
     bot.kill().await;
     {
         let store = Store::open(&env.data_dir()).unwrap();

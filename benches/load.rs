@@ -21,7 +21,7 @@ mod discord_common;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use autothread::ops::proc_counters::proc_counter;
+use autothread::ops::proc_counters::{device_bytes_written, proc_counter};
 use discord_common::{approve_id, ms, percentile, start_agents, start_unlimited_bot, title};
 use serde_json::{json, Value};
 use support::fake_discord::{FakeDiscord, ALICE};
@@ -54,6 +54,11 @@ const SLOW_ACK: Duration = Duration::from_secs(1);
 /// What the bot has written to disk so far (`/proc/<pid>/io`), in bytes.
 fn written_bytes(pid: u32) -> u64 {
     proc_counter(&pid.to_string(), "io", "write_bytes:").unwrap_or(0)
+}
+
+/// What the disk holding the store has written so far, by every writer, in bytes.
+fn device_bytes(dir: &std::path::Path) -> u64 {
+    device_bytes_written(dir).expect("the store's disk counts what is written to it")
 }
 
 /// The size of the store's files, in bytes.
@@ -117,8 +122,9 @@ struct Driven {
     cycles_at_warmup: u64,
     rss_at_warmup: f64,
     rss_samples: Vec<(f64, f64)>,
-    /// Bytes written by the bot, and the store's size, when the warm-up ended.
-    disk_at_warmup: (u64, u64),
+    /// Bytes written by the bot, the store's size and the bytes written to the store's disk,
+    /// when the warm-up ended.
+    disk_at_warmup: (u64, u64, u64),
 }
 
 /// Approves every new card as it appears, for the warm-up and then the measured seconds; clicks
@@ -137,7 +143,7 @@ fn drive(
         cycles_at_warmup: 0,
         rss_at_warmup: f64::NAN,
         rss_samples: Vec::new(),
-        disk_at_warmup: (0, 0),
+        disk_at_warmup: (0, 0, 0),
     };
     let run_started = Instant::now();
     let total = Duration::from_secs(warmup + secs);
@@ -146,7 +152,7 @@ fn drive(
         let warm = run_started.elapsed() >= Duration::from_secs(warmup);
         if warm && driven.rss_at_warmup.is_nan() {
             driven.rss_at_warmup = rss_mib(pid);
-            driven.disk_at_warmup = (written_bytes(pid), store_bytes(data));
+            driven.disk_at_warmup = (written_bytes(pid), store_bytes(data), device_bytes(data));
             driven.cycles_at_warmup = driven.last_clicked.values().sum();
         }
         for thread in threads {
@@ -269,7 +275,11 @@ fn main() {
         let all_cycles = last_clicked.values().sum::<u64>();
         let cycles_run = all_cycles - cycles_at_warmup;
         let rss_end = rss_mib(pid);
-        let (written_end, store_end) = (written_bytes(pid), store_bytes(&env.data_dir()));
+        let (written_end, store_end, device_end) = (
+            written_bytes(pid),
+            store_bytes(&env.data_dir()),
+            device_bytes(&env.data_dir()),
+        );
         if measured.acked.is_empty() {
             panic!("no click was acknowledged after warm-up");
         }
@@ -337,8 +347,13 @@ fn main() {
             if shown.is_empty() { "none".to_string() } else { shown.join("; ") }
         );
         let per_cycle = |bytes: u64| bytes as f64 / cycles_run.max(1) as f64 / 1024.0;
+        // The process's count is in whole page-cache folios (see `device_bytes_written`); the
+        // disk's is what reached it, from every writer on the machine.
         println!(
-            "bot disk after warm-up: {:.1} KB written and the store grown by {:.1} KB a cycle; store {:.0} MiB at the end",
+            "bot disk after warm-up: {:.1} KB written to the disk a cycle ({:.1} KB in the bot's \
+             write_bytes, which counts whole page-cache folios) and the store grown by {:.1} KB a \
+             cycle; store {:.0} MiB at the end",
+            per_cycle(device_end.saturating_sub(disk_at_warmup.2)),
             per_cycle(written_end.saturating_sub(disk_at_warmup.0)),
             per_cycle(store_end.saturating_sub(disk_at_warmup.1)),
             store_end as f64 / (1 << 20) as f64

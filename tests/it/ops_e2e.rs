@@ -28,6 +28,27 @@ async fn get(addr: &str, path: &str) -> (u16, String) {
     (response.status().as_u16(), response.text().await.unwrap())
 }
 
+/// glibc keeps pages freed inside its heaps resident; the bot hands them back from a thread of
+/// its own, which must be running for as long as the bot is.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bot_runs_the_thread_that_hands_free_heap_pages_back() {
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
+    let discord = FakeDiscord::start().await;
+    let env = TestEnv::new(&openai.base_url, "");
+    let bot = start_bot_with(&env, &discord, &[], None).await;
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", bot.pid())).unwrap();
+    let names: Vec<String> = tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("comm")).ok())
+        .map(|name| name.trim().to_string())
+        .collect();
+    assert!(
+        names.iter().any(|name| name == "heap-trim"),
+        "the bot's threads: {names:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_readiness_metrics_and_json_logs() {
     let openai = FakeOpenAi::start(Expect::test_model()).await;

@@ -7,7 +7,8 @@
 //! as fast as sled goes, which writes far less a cycle, so a figure taken unpaced says little
 //! about the bot), `THREADS` (4), `CACHE_MB` (8, sled's page cache), `FLUSH` (1: flush, 0: never)
 //! and `FLUSH_EVERY` (8: a flush after every eighth write of the first tree, about the bot's 0.37
-//! flushes a cycle), `SEGMENT_KB` (8192), `COLD_DB` (1: the `cold` and `seq` writes go to a
+//! flushes a cycle), `FLUSHER_MS` (500: how often sled's own thread flushes, and then reclaims
+//! segments; 0: never), `SEGMENT_KB` (8192), `COLD_DB` (1: the `cold` and `seq` writes go to a
 //! second database with a log of its own, flushed with the first) and `SPEC`, a comma list of
 //! `tree:bytes:count:kind` written each cycle, where kind is `hot` (one key per agent,
 //! overwritten), `temp` (inserted, then removed), `cold` (a key per agent and cycle, so each
@@ -69,6 +70,7 @@ fn main() {
         .path(dir.path())
         .cache_capacity(setting("CACHE_MB", 8) << 20)
         .segment_size(setting("SEGMENT_KB", 8192) as usize * 1024)
+        .flush_every_ms(Some(setting("FLUSHER_MS", 500)).filter(|ms| *ms > 0))
         .open()
         .unwrap();
     let cold_db = (setting("COLD_DB", 0) == 1).then(|| {

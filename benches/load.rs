@@ -56,9 +56,10 @@ fn written_bytes(pid: u32) -> u64 {
     proc_counter(&pid.to_string(), "io", "write_bytes:").unwrap_or(0)
 }
 
-/// What the disk holding the store has written so far, by every writer, in bytes.
-fn device_bytes(dir: &std::path::Path) -> u64 {
-    device_bytes_written(dir).expect("the store's disk counts what is written to it")
+/// What the disk holding the store has written so far, by every writer, in bytes; `None` when
+/// the store is on no block device (a tmpfs temporary folder), where only `write_bytes` is shown.
+fn device_bytes(dir: &std::path::Path) -> Option<u64> {
+    device_bytes_written(dir)
 }
 
 /// The size of the store's files, in bytes.
@@ -124,7 +125,7 @@ struct Driven {
     rss_samples: Vec<(f64, f64)>,
     /// Bytes written by the bot, the store's size and the bytes written to the store's disk,
     /// when the warm-up ended.
-    disk_at_warmup: (u64, u64, u64),
+    disk_at_warmup: (u64, u64, Option<u64>),
 }
 
 /// Approves every new card as it appears, for the warm-up and then the measured seconds; clicks
@@ -143,7 +144,7 @@ fn drive(
         cycles_at_warmup: 0,
         rss_at_warmup: f64::NAN,
         rss_samples: Vec::new(),
-        disk_at_warmup: (0, 0, 0),
+        disk_at_warmup: (0, 0, None),
     };
     let run_started = Instant::now();
     let total = Duration::from_secs(warmup + secs);
@@ -349,11 +350,17 @@ fn main() {
         let per_cycle = |bytes: u64| bytes as f64 / cycles_run.max(1) as f64 / 1024.0;
         // The process's count is in whole page-cache folios (see `device_bytes_written`); the
         // disk's is what reached it, from every writer on the machine.
+        let to_the_disk = match (disk_at_warmup.2, device_end) {
+            (Some(before), Some(after)) => format!(
+                "{:.1} KB written to the disk a cycle",
+                per_cycle(after.saturating_sub(before))
+            ),
+            _ => "the store's disk not counted (no block device)".to_string(),
+        };
         println!(
-            "bot disk after warm-up: {:.1} KB written to the disk a cycle ({:.1} KB in the bot's \
-             write_bytes, which counts whole page-cache folios) and the store grown by {:.1} KB a \
-             cycle; store {:.0} MiB at the end",
-            per_cycle(device_end.saturating_sub(disk_at_warmup.2)),
+            "bot disk after warm-up: {to_the_disk} ({:.1} KB in the bot's write_bytes, which \
+             counts whole page-cache folios) and the store grown by {:.1} KB a cycle; store \
+             {:.0} MiB at the end",
             per_cycle(written_end.saturating_sub(disk_at_warmup.0)),
             per_cycle(store_end.saturating_sub(disk_at_warmup.1)),
             store_end as f64 / (1 << 20) as f64

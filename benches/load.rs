@@ -56,12 +56,6 @@ fn written_bytes(pid: u32) -> u64 {
     proc_counter(&pid.to_string(), "io", "write_bytes:").unwrap_or(0)
 }
 
-/// What the disk holding the store has written so far, by every writer, in bytes; `None` when
-/// the store is on no block device (a tmpfs temporary folder), where only `write_bytes` is shown.
-fn device_bytes(dir: &std::path::Path) -> Option<u64> {
-    device_bytes_written(dir)
-}
-
 /// The size of the store's files, in bytes.
 fn store_bytes(dir: &std::path::Path) -> u64 {
     std::fs::read_dir(dir)
@@ -123,8 +117,8 @@ struct Driven {
     cycles_at_warmup: u64,
     rss_at_warmup: f64,
     rss_samples: Vec<(f64, f64)>,
-    /// Bytes written by the bot, the store's size and the bytes written to the store's disk,
-    /// when the warm-up ended.
+    /// Bytes written by the bot, the store's size and the bytes written to the store's disk
+    /// (`None` on no block device, such as a tmpfs temporary folder), when the warm-up ended.
     disk_at_warmup: (u64, u64, Option<u64>),
 }
 
@@ -153,7 +147,11 @@ fn drive(
         let warm = run_started.elapsed() >= Duration::from_secs(warmup);
         if warm && driven.rss_at_warmup.is_nan() {
             driven.rss_at_warmup = rss_mib(pid);
-            driven.disk_at_warmup = (written_bytes(pid), store_bytes(data), device_bytes(data));
+            driven.disk_at_warmup = (
+                written_bytes(pid),
+                store_bytes(data),
+                device_bytes_written(data),
+            );
             driven.cycles_at_warmup = driven.last_clicked.values().sum();
         }
         for thread in threads {
@@ -279,7 +277,7 @@ fn main() {
         let (written_end, store_end, device_end) = (
             written_bytes(pid),
             store_bytes(&env.data_dir()),
-            device_bytes(&env.data_dir()),
+            device_bytes_written(&env.data_dir()),
         );
         if measured.acked.is_empty() {
             panic!("no click was acknowledged after warm-up");

@@ -66,21 +66,24 @@ fn main() {
     let flush_every = setting("FLUSH_EVERY", 8).max(1);
     let rate = setting("RATE", 350);
     let first_tree_writes = AtomicU64::new(0);
-    let db = sled::Config::new()
-        .path(dir.path())
-        .cache_capacity(setting("CACHE_MB", 8) << 20)
-        .segment_size(setting("SEGMENT_KB", 8192) as usize * 1024)
-        .flush_every_ms(Some(setting("FLUSHER_MS", 500)).filter(|ms| *ms > 0))
-        .open()
-        .unwrap();
-    let cold_db = (setting("COLD_DB", 0) == 1).then(|| {
+    let open = |path: std::path::PathBuf| {
         sled::Config::new()
-            .path(dir.path().join("cold"))
+            .path(path)
             .cache_capacity(setting("CACHE_MB", 8) << 20)
             .segment_size(setting("SEGMENT_KB", 8192) as usize * 1024)
+            .flush_every_ms(Some(setting("FLUSHER_MS", 500)).filter(|ms| *ms > 0))
             .open()
             .unwrap()
-    });
+    };
+    let db = open(dir.path().to_path_buf());
+    let cold_db = (setting("COLD_DB", 0) == 1).then(|| open(dir.path().join("cold")));
+    // Flushes the second database with the first, as one durable point would.
+    let flush_all = || {
+        db.flush().unwrap();
+        if let Some(cold) = &cold_db {
+            cold.flush().unwrap();
+        }
+    };
     let spec = std::env::var("SPEC").unwrap_or_else(|_| DISCORD_CYCLE.to_string());
     let writes: Vec<Write> = spec
         .split(',')
@@ -158,10 +161,7 @@ fn main() {
                                 .fetch_add(1, Ordering::Relaxed)
                                 .is_multiple_of(flush_every)
                         {
-                            db.flush().unwrap();
-                            if let Some(cold) = &cold_db {
-                                cold.flush().unwrap();
-                            }
+                            flush_all();
                         }
                     }
                 }
@@ -169,10 +169,7 @@ fn main() {
         }
     });
     // What sled still holds in its buffers reaches the disk before the disk is read.
-    db.flush().unwrap();
-    if let Some(cold) = &cold_db {
-        cold.flush().unwrap();
-    }
+    flush_all();
     let per_cycle = |bytes: u64| bytes as f64 / cycles as f64 / 1024.0;
     let kept = db.size_on_disk().unwrap() + cold_db.map_or(0, |cold| cold.size_on_disk().unwrap());
     println!(

@@ -24,6 +24,7 @@ pub(super) const STATUS_TITLE: &str = "📌 Live status";
 fn is_status_title(title: &str) -> bool {
     title.starts_with(STATUS_TITLE)
 }
+
 /// The least time between two edits of one status message: Discord allows about five edits in
 /// five seconds per channel, and cards are edited in the same channel.
 const MIN_EDIT_GAP: Duration = Duration::from_secs(5);

@@ -477,8 +477,8 @@ impl Actor {
     fn claim_decision(&self, cycle: u64, decision: &Decision, by: &str) -> Result<(), DecideError> {
         if !self.state.awaits_decision_on(cycle) {
             // Tell a late clicker who won, when the card they clicked was decided by someone else.
-            return Err(match self.deps.store.decision(&self.state.id, cycle) {
-                Ok(Some(winner)) => DecideError::AlreadyDecided { by: winner.by },
+            return Err(match self.deps.store.decided_by(&self.state.id, cycle) {
+                Ok(Some(by)) => DecideError::AlreadyDecided { by },
                 _ => DecideError::NotPending,
             });
         }

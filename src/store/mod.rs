@@ -410,7 +410,17 @@ impl Store {
                 }
             }
         }
-        self.write_together(&writes)
+        self.write_together(&writes)?;
+        // A closed cycle's decision lives on in its episode, so its record goes. sled keeps every
+        // key's place in memory for as long as the key exists (about 25 to 30 bytes each), so a
+        // record kept for every cycle made the bot's memory grow with its cycles. It goes after
+        // the write rather than in it: a crash in between leaves a record nothing reads as
+        // pending, since its cycle is closed, and a cycle decided by no one has none to remove
+        // (sled skips removing a missing key without writing).
+        for episode in &commit.episodes {
+            self.decisions.remove(cycle_key(&state.id, episode.cycle))?;
+        }
+        Ok(())
     }
 
     /// Records that a command is about to run; must be on disk before the command starts.
@@ -477,13 +487,18 @@ impl Store {
         }
     }
 
-    /// The decision taken on (agent, cycle), if any.
-    pub fn decision(&self, agent: &str, cycle: u64) -> Result<Option<DecisionRecord>, StoreError> {
+    /// Who decided (agent, cycle), if anyone: the decision's record while the cycle is open, then
+    /// the cycle's episode, which keeps it (`decided_by`) once the cycle has closed and its
+    /// record is gone (see `commit`).
+    pub fn decided_by(&self, agent: &str, cycle: u64) -> Result<Option<String>, StoreError> {
         let key = cycle_key(agent, cycle);
-        self.decisions
-            .get(&key)?
-            .map(|raw| decode(&key, &raw))
-            .transpose()
+        if let Some(raw) = self.decisions.get(&key)? {
+            return Ok(Some(decode::<DecisionRecord>(&key, &raw)?.by));
+        }
+        match self.episodes.get(&key)? {
+            Some(raw) => Ok(decode::<Episode>(&key, &raw)?.decided_by),
+            None => Ok(None),
+        }
     }
 
     /// Forgets the decision for a cycle, so an interrupted command can be decided again.

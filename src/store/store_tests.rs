@@ -179,6 +179,56 @@ fn first_decision_wins() {
     assert_eq!(store.record_decision("a", 4, &second).unwrap(), Ok(()));
 }
 
+/// A closed cycle keeps who decided it in its episode, and its decision's record goes: the
+/// store keeps no record a cycle beyond those a person reads, and a late click still learns who
+/// won.
+#[test]
+fn a_closed_cycles_decision_is_read_from_its_episode_and_its_record_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let approval = |by: &str| DecisionRecord {
+        decision: Decision::Approve,
+        by: by.into(),
+        at: Utc::now(),
+    };
+    store
+        .record_decision("a", 3, &approval("alice"))
+        .unwrap()
+        .unwrap();
+    store
+        .record_decision("a", 4, &approval("bob"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(store.decided_by("a", 3).unwrap().as_deref(), Some("alice"));
+
+    let mut agent = state("a");
+    agent.episodes.push(Episode {
+        cycle: 3,
+        command: CommandCall::default(),
+        reasoning: "r".into(),
+        outcome: Outcome::Success("ok".into()),
+        summary: None,
+        decided_by: Some("alice; arguments edited by carol".into()),
+        cost: crate::core::budget::Micros::ZERO,
+    });
+    store
+        .commit(&Commit {
+            state: Some(&agent),
+            episodes: agent.episodes.iter().collect(),
+            ..Default::default()
+        })
+        .unwrap();
+
+    // Cycle 4 is still open: its record stays and answers. Cycle 3's answer is its episode's.
+    assert_eq!(store.decisions.len(), 1);
+    assert_eq!(store.decided_by("a", 4).unwrap().as_deref(), Some("bob"));
+    assert_eq!(
+        store.decided_by("a", 3).unwrap().as_deref(),
+        Some("alice; arguments edited by carol")
+    );
+    assert_eq!(store.decided_by("a", 5).unwrap(), None);
+}
+
 #[tokio::test]
 async fn the_journal_holds_a_command_from_its_start_until_the_commit_of_its_result() {
     let dir = tempfile::tempdir().unwrap();

@@ -117,8 +117,8 @@ fn check_click(data: &Data, id: &CardId, who: &Requester) -> Result<(), String> 
         }
     }
     if pending.is_none() {
-        let refusal = match store.decision(&id.agent, id.cycle) {
-            Ok(Some(winner)) => DecideError::AlreadyDecided { by: winner.by },
+        let refusal = match store.decided_by(&id.agent, id.cycle) {
+            Ok(Some(by)) => DecideError::AlreadyDecided { by },
             _ => DecideError::NotPending,
         };
         return Err(refusal.to_string());

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use autothread::ops::proc_counters::{device_bytes_written, proc_counter};
 
 const DISCORD_CYCLE: &str = "agents:950:3:hot,ahead:370:2:temp,audit:236:1:cold,\
-    episodes:250:1:cold,journal:130:2:swap,decisions:90:1:cold,reservations:200:1:seq,\
+    episodes:250:1:cold,journal:130:2:swap,decisions:90:1:temp,reservations:200:1:seq,\
     settlements:18:1:seq,workspace:50:1:cold,undo:37:1:cold";
 
 fn setting(name: &str, default: u64) -> u64 {

@@ -412,9 +412,9 @@ impl Store {
         }
         self.write_together(&writes)?;
         // A closed cycle's decision lives on in its episode, so its record goes. sled's memory
-        // grows with the keys a store holds (about 40 to 50 bytes a key: see the README's
-        // memory figures), so a record kept for every cycle made the bot's grow with its cycles. It goes after
-        // the write rather than in it: a crash in between leaves a record nothing reads as
+        // grows with the keys a store holds (about 40 to 50 bytes a key: see the README's memory
+        // figures), so a record kept for every cycle made the bot's grow with its cycles. It goes
+        // after the write rather than in it: a crash in between leaves a record nothing reads as
         // pending, since its cycle is closed, and a cycle decided by no one has none to remove
         // (sled skips removing a missing key without writing).
         for episode in &commit.episodes {

@@ -7,20 +7,25 @@ fn state(id: &str) -> AgentState {
     AgentState::for_test(id)
 }
 
+/// A successful step of `cycle`, decided by `decided_by`.
+fn episode(cycle: u64, decided_by: Option<&str>) -> Episode {
+    Episode {
+        cycle,
+        command: CommandCall::default(),
+        reasoning: "r".into(),
+        outcome: Outcome::Success("ok".into()),
+        summary: None,
+        decided_by: decided_by.map(String::from),
+        cost: crate::core::budget::Micros::ZERO,
+    }
+}
+
 #[test]
 fn commit_and_reload_with_episodes_and_files() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
     let mut agent = state("abc123");
-    agent.episodes.push(Episode {
-        cycle: 1,
-        command: CommandCall::default(),
-        reasoning: "r".into(),
-        outcome: Outcome::Success("ok".into()),
-        summary: None,
-        decided_by: Some("me".into()),
-        cost: crate::core::budget::Micros::ZERO,
-    });
+    agent.episodes.push(episode(1, Some("me")));
     store
         .commit(&Commit {
             state: Some(&agent),
@@ -57,15 +62,7 @@ fn a_deleted_agent_leaves_nothing_and_its_neighbour_everything() {
     let store = Store::open(dir.path()).unwrap();
     for id in ["abc123", "abc1234"] {
         let mut agent = state(id);
-        agent.episodes.push(Episode {
-            cycle: 1,
-            command: CommandCall::default(),
-            reasoning: "r".into(),
-            outcome: Outcome::Success("ok".into()),
-            summary: None,
-            decided_by: None,
-            cost: crate::core::budget::Micros::ZERO,
-        });
+        agent.episodes.push(episode(1, None));
         store
             .commit(&Commit {
                 state: Some(&agent),
@@ -202,15 +199,9 @@ fn a_closed_cycles_decision_is_read_from_its_episode_and_its_record_removed() {
     assert_eq!(store.decided_by("a", 3).unwrap().as_deref(), Some("alice"));
 
     let mut agent = state("a");
-    agent.episodes.push(Episode {
-        cycle: 3,
-        command: CommandCall::default(),
-        reasoning: "r".into(),
-        outcome: Outcome::Success("ok".into()),
-        summary: None,
-        decided_by: Some("alice; arguments edited by carol".into()),
-        cost: crate::core::budget::Micros::ZERO,
-    });
+    agent
+        .episodes
+        .push(episode(3, Some("alice; arguments edited by carol")));
     store
         .commit(&Commit {
             state: Some(&agent),

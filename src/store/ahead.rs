@@ -26,6 +26,7 @@ pub(crate) enum TreeId {
     Audit = 5,
     Rules = 6,
     WorkspaceUndo = 7,
+    AuditChunks = 8,
 }
 
 impl TreeId {
@@ -38,6 +39,7 @@ impl TreeId {
             5 => TreeId::Audit,
             6 => TreeId::Rules,
             7 => TreeId::WorkspaceUndo,
+            8 => TreeId::AuditChunks,
             _ => return None,
         })
     }
@@ -182,6 +184,7 @@ impl Store {
             TreeId::Audit => &self.audit,
             TreeId::Rules => &self.rules,
             TreeId::WorkspaceUndo => &self.workspace_undo,
+            TreeId::AuditChunks => &self.audit_chunks,
         }
     }
 

@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::StoreError;
 
 /// The schema this code reads and writes.
-pub const SCHEMA_VERSION: u32 = 8;
+pub const SCHEMA_VERSION: u32 = 9;
 
 const SCHEMA_KEY: &[u8] = b"schema_version";
 
@@ -43,6 +43,10 @@ const MIGRATION_FILES: &[(&str, &str)] = &[
     (
         "0008_values_packed_by_the_store.toml",
         include_str!("../../migrations/0008_values_packed_by_the_store.toml"),
+    ),
+    (
+        "0009_audit_chunks.toml",
+        include_str!("../../migrations/0009_audit_chunks.toml"),
     ),
 ];
 

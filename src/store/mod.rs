@@ -239,6 +239,10 @@ pub struct Store {
     discord: sled::Tree,
     subagents: sled::Tree,
     audit: sled::Tree,
+    /// Older entries of the audit trail, folded together (see `audit`).
+    audit_chunks: sled::Tree,
+    /// Keep each agent's new audit entries in order with its folds (see `audit::audit_locks`).
+    audit_locks: Arc<[Mutex<()>]>,
     rules: sled::Tree,
     /// Sets of writes stored whole before they are applied (see `ahead`).
     ahead: sled::Tree,
@@ -286,6 +290,8 @@ impl Store {
             discord: db.open_tree("discord")?,
             subagents: db.open_tree("subagents")?,
             audit: db.open_tree("audit")?,
+            audit_chunks: db.open_tree("audit_chunks")?,
+            audit_locks: audit::audit_locks(),
             rules: db.open_tree("rules")?,
             ahead: db.open_tree("ahead")?,
             durable: Durable::new(db.clone()),
@@ -378,6 +384,7 @@ impl Store {
                 encode(rule)?,
             );
         }
+        let audit_held = (!commit.audit.is_empty()).then(|| self.audit_lock(&state.id));
         let audit_keys = self.new_audit_keys(&state.id, commit.audit.len())?;
         for (key, entry) in audit_keys.into_iter().zip(&commit.audit) {
             writes.put(TreeId::Audit, key, encode(*entry)?);
@@ -411,6 +418,7 @@ impl Store {
             }
         }
         self.write_together(&writes)?;
+        drop(audit_held);
         // A closed cycle's decision lives on in its episode, so its record goes. sled's memory
         // grows with the keys a store holds (about 40 to 50 bytes a key: see the README's memory
         // figures), so a record kept for every cycle made the bot's grow with its cycles. It goes
@@ -419,6 +427,9 @@ impl Store {
         // (sled skips removing a missing key without writing).
         for episode in &commit.episodes {
             self.decisions.remove(cycle_key(&state.id, episode.cycle))?;
+        }
+        if !commit.audit.is_empty() && state.cycle.is_multiple_of(audit::FOLD_CHECK_EVERY) {
+            self.fold_audit_after_commit(&state.id);
         }
         Ok(())
     }
@@ -555,6 +566,7 @@ impl Store {
             &self.workspace,
             &self.subagents,
             &self.audit,
+            &self.audit_chunks,
         ] {
             for key in tree.scan_prefix(&prefix).keys() {
                 tree.remove(key?)?;

@@ -182,6 +182,7 @@ impl Store {
         for (path, contents) in self.workspace_at(source, cycle)? {
             writes.put(TreeId::Workspace, file_key(&fork.id, &path), contents);
         }
+        let _held = self.audit_lock(&fork.id);
         for key in self.new_audit_keys(&fork.id, 1)? {
             writes.put(TreeId::Audit, key, encode(audit)?);
         }
@@ -236,6 +237,7 @@ impl Store {
             writes.remove(TreeId::WorkspaceUndo, key?.to_vec());
         }
         let audit = audit(removed);
+        let _held = self.audit_lock(agent);
         for key in self.new_audit_keys(agent, 1)? {
             writes.put(TreeId::Audit, key, encode(&audit)?);
         }

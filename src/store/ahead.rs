@@ -27,6 +27,7 @@ pub(crate) enum TreeId {
     Rules = 6,
     WorkspaceUndo = 7,
     AuditChunks = 8,
+    EpisodeChunks = 9,
 }
 
 impl TreeId {
@@ -40,6 +41,7 @@ impl TreeId {
             6 => TreeId::Rules,
             7 => TreeId::WorkspaceUndo,
             8 => TreeId::AuditChunks,
+            9 => TreeId::EpisodeChunks,
             _ => return None,
         })
     }
@@ -175,7 +177,7 @@ impl Writes {
 }
 
 impl Store {
-    fn tree(&self, id: TreeId) -> &sled::Tree {
+    pub(super) fn tree(&self, id: TreeId) -> &sled::Tree {
         match id {
             TreeId::Agents => &self.agents,
             TreeId::Episodes => &self.episodes,
@@ -185,6 +187,7 @@ impl Store {
             TreeId::Rules => &self.rules,
             TreeId::WorkspaceUndo => &self.workspace_undo,
             TreeId::AuditChunks => &self.audit_chunks,
+            TreeId::EpisodeChunks => &self.episode_chunks,
         }
     }
 

@@ -1,20 +1,14 @@
 //! The audit trail's trees: entries per agent in the order they were written, appended with the
 //! step that made them (`Commit::audit`) or on their own (`append_audit`, for changes made outside
 //! an agent's loop such as pinning a memory), read newest first a page at a time, removed only
-//! with their agent.
-//!
-//! Why chunks: sled keeps a few dozen bytes of memory for every key a store holds (its page table
-//! and the log positions of each B-tree page), so an entry kept under a key of its own for every
-//! cycle grew the bot's memory with its cycles. Once an agent has `CHUNK_LEAST` entries of its
-//! own, they are folded into one record of the `audit_chunks` tree, which also compresses them
-//! together; new entries start under keys of their own again.
+//! with their agent. Once an agent has `CHUNK_LEAST` entries under keys of their own, they are
+//! folded into one record of the `audit_chunks` tree (see `chunks`).
 
 use std::sync::{Mutex, MutexGuard};
 
-use serde::{Deserialize, Serialize};
-
-use super::ahead::{TreeId, Writes};
-use super::{agent_prefix, decode, encode, Store, StoreError};
+use super::ahead::TreeId;
+use super::chunks::Folding;
+use super::{agent_prefix, encode, Store, StoreError};
 use crate::core::audit::AuditEntry;
 
 /// One page of an agent's trail, newest first.
@@ -32,17 +26,17 @@ pub(super) const CHUNK_LEAST: usize = 64;
 /// an agent gathered between two folds.
 const CHUNK_MOST: usize = 256;
 
-/// Commits check whether their agent's entries are due to be folded every this many cycles.
-pub(super) const FOLD_CHECK_EVERY: u64 = 16;
+/// How many locks the agents' trails are spread over (see `audit_locks`).
+const AUDIT_LOCKS: usize = 16;
 
-/// How many locks the agents' trails are spread over (see `Store::audit_lock`).
-pub(super) const AUDIT_LOCKS: usize = 16;
-
-/// Several entries of one agent's trail, oldest first.
-#[derive(Debug, Serialize, Deserialize)]
-struct AuditChunk {
-    entries: Vec<AuditEntry>,
-}
+/// Every entry may be folded: a page or the export reads the trail whole or newest first.
+const FOLDING: Folding = Folding {
+    singles: TreeId::Audit,
+    chunks: TreeId::AuditChunks,
+    keep_newest: 0,
+    least: CHUNK_LEAST,
+    most: CHUNK_MOST,
+};
 
 /// An entry's key: the agent, then an id from sled's generator, which only grows (across restarts
 /// too), so a scan returns the trail in the order it was written.
@@ -50,20 +44,6 @@ pub(super) fn audit_key(agent: &str, id: u64) -> Vec<u8> {
     let mut key = agent_prefix(agent);
     key.extend_from_slice(&id.to_be_bytes());
     key
-}
-
-/// A chunk's key: its newest entry's key, then how many entries it holds, so that a page is
-/// found without reading the chunks before it.
-fn chunk_key(newest_entry_key: &[u8], count: usize) -> Vec<u8> {
-    let mut key = newest_entry_key.to_vec();
-    key.extend_from_slice(&(count as u32).to_be_bytes());
-    key
-}
-
-fn chunk_count(key: &[u8]) -> Result<usize, StoreError> {
-    key.last_chunk::<4>()
-        .map(|count| u32::from_be_bytes(*count) as usize)
-        .ok_or_else(|| StoreError::Corrupt("an audit chunk has a malformed key".into()))
 }
 
 /// The locks that keep an agent's new entries in the order of their ids: a key is taken and its
@@ -107,47 +87,13 @@ impl Store {
     }
 
     /// Folds `agent`'s entries kept under keys of their own into a chunk, once there are at least
-    /// `CHUNK_LEAST` of them (the oldest `CHUNK_MOST` at most); the chunk and the removal of the
-    /// keys land together. Returns how many entries were folded.
+    /// `CHUNK_LEAST` of them. Returns how many entries were folded.
     pub(super) fn fold_audit(&self, agent: &str) -> Result<usize, StoreError> {
         let _held = self.audit_lock(agent);
-        let singles = self
-            .audit
-            .scan_prefix(agent_prefix(agent))
-            .take(CHUNK_MOST)
-            .collect::<Result<Vec<_>, _>>()?;
-        let Some((newest, _)) = singles.last().filter(|_| singles.len() >= CHUNK_LEAST) else {
-            return Ok(0);
-        };
-        let chunk = AuditChunk {
-            entries: singles
-                .iter()
-                .map(|(key, raw)| decode(key, raw))
-                .collect::<Result<_, _>>()?,
-        };
-        let mut writes = Writes::default();
-        writes.put(
-            TreeId::AuditChunks,
-            chunk_key(newest, singles.len()),
-            encode(&chunk)?,
-        );
-        for (key, _) in &singles {
-            writes.remove(TreeId::Audit, key.to_vec());
-        }
-        self.write_together(&writes)?;
-        Ok(singles.len())
+        self.fold_records::<AuditEntry>(&FOLDING, &agent_prefix(agent))
     }
 
-    /// `fold_audit` after a commit, which has landed whatever the fold does: a failure is logged
-    /// and the entries stay where they are, to be folded at a later check.
-    pub(super) fn fold_audit_after_commit(&self, agent: &str) {
-        if let Err(error) = self.fold_audit(agent) {
-            tracing::warn!(agent, %error, "could not fold the audit trail's entries into a chunk");
-        }
-    }
-
-    /// Page `page` (0 is the newest) of `agent`'s trail, `per_page` entries to a page. Only the
-    /// chunks the page draws on are read.
+    /// Page `page` (0 is the newest) of `agent`'s trail, `per_page` entries to a page.
     pub fn audit_page(
         &self,
         agent: &str,
@@ -155,65 +101,20 @@ impl Store {
         per_page: usize,
     ) -> Result<AuditPage, StoreError> {
         let prefix = agent_prefix(agent);
-        let singles = self.audit.scan_prefix(&prefix).keys().count();
-        let chunk_keys = self
-            .audit_chunks
-            .scan_prefix(&prefix)
-            .keys()
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut total = singles;
-        for key in &chunk_keys {
-            total += chunk_count(key)?;
-        }
-        let mut skip = page.saturating_mul(per_page);
-        let mut entries = self
-            .audit
-            .scan_prefix(&prefix)
-            .rev()
-            .skip(skip)
-            .take(per_page)
-            .map(|item| {
-                let (key, raw) = item?;
-                decode(&key, &raw)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        skip = skip.saturating_sub(singles);
-        for key in chunk_keys.iter().rev() {
-            if entries.len() >= per_page {
-                break;
-            }
-            let count = chunk_count(key)?;
-            if skip >= count {
-                skip -= count;
-                continue;
-            }
-            let chunk = self.read_chunk(key)?;
-            let wanted = per_page - entries.len();
-            entries.extend(chunk.entries.into_iter().rev().skip(skip).take(wanted));
-            skip = 0;
-        }
-        Ok(AuditPage { entries, total })
+        Ok(AuditPage {
+            entries: self.newest_records(
+                &FOLDING,
+                &prefix,
+                page.saturating_mul(per_page),
+                per_page,
+            )?,
+            total: self.count_records(&FOLDING, &prefix)?,
+        })
     }
 
     /// `agent`'s whole trail, oldest first, for the export.
     pub fn audit_trail(&self, agent: &str) -> Result<Vec<AuditEntry>, StoreError> {
-        let prefix = agent_prefix(agent);
-        let mut trail = Vec::new();
-        for key in self.audit_chunks.scan_prefix(&prefix).keys() {
-            trail.extend(self.read_chunk(&key?)?.entries);
-        }
-        for item in self.audit.scan_prefix(&prefix) {
-            let (key, raw) = item?;
-            trail.push(decode(&key, &raw)?);
-        }
-        Ok(trail)
-    }
-
-    fn read_chunk(&self, key: &[u8]) -> Result<AuditChunk, StoreError> {
-        let raw = self.audit_chunks.get(key)?.ok_or_else(|| {
-            StoreError::Corrupt("an audit chunk vanished while it was read".into())
-        })?;
-        decode(key, &raw)
+        self.all_records(&FOLDING, &agent_prefix(agent))
     }
 }
 
@@ -224,6 +125,7 @@ mod tests {
     use super::*;
     use crate::core::audit::AuditEvent;
     use crate::core::state::AgentState;
+    use crate::store::chunks::FOLD_CHECK_EVERY;
     use crate::store::Commit;
 
     fn entry(n: u64) -> AuditEntry {

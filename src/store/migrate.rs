@@ -45,8 +45,8 @@ const MIGRATION_FILES: &[(&str, &str)] = &[
         include_str!("../../migrations/0008_values_packed_by_the_store.toml"),
     ),
     (
-        "0009_audit_chunks.toml",
-        include_str!("../../migrations/0009_audit_chunks.toml"),
+        "0009_records_folded_into_chunks.toml",
+        include_str!("../../migrations/0009_records_folded_into_chunks.toml"),
     ),
 ];
 

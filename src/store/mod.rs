@@ -6,6 +6,7 @@ mod ahead;
 use ahead::{TreeId, Writes};
 mod audit;
 mod bindings;
+mod chunks;
 mod durable;
 pub(crate) use durable::Durable;
 mod opening;
@@ -18,6 +19,7 @@ pub(crate) mod packed;
 mod rules;
 pub mod snapshots;
 mod spend_series;
+mod steps;
 mod workspace_sizes;
 
 pub use audit::AuditPage;
@@ -33,7 +35,7 @@ use sled::transaction::TransactionError;
 
 use crate::core::audit::AuditEntry;
 use crate::core::event::Decision;
-use crate::core::history::{Episode, STEP_LINES_KEPT, WHOLE_STEPS_KEPT};
+use crate::core::history::Episode;
 use crate::core::reply::CommandCall;
 use crate::core::state::AgentState;
 
@@ -231,6 +233,8 @@ pub struct Store {
     db: sled::Db,
     agents: sled::Tree,
     episodes: sled::Tree,
+    /// Older steps, folded together (see `steps`).
+    episode_chunks: sled::Tree,
     decisions: sled::Tree,
     journal: sled::Tree,
     workspace: sled::Tree,
@@ -283,6 +287,7 @@ impl Store {
         let store = Store {
             agents: db.open_tree("agents")?,
             episodes: db.open_tree("episodes")?,
+            episode_chunks: db.open_tree("episode_chunks")?,
             decisions: db.open_tree("decisions")?,
             journal: db.open_tree("journal")?,
             workspace: db.open_tree("workspace")?,
@@ -428,8 +433,18 @@ impl Store {
         for episode in &commit.episodes {
             self.decisions.remove(cycle_key(&state.id, episode.cycle))?;
         }
-        if !commit.audit.is_empty() && state.cycle.is_multiple_of(audit::FOLD_CHECK_EVERY) {
-            self.fold_audit_after_commit(&state.id);
+        if state.cycle.is_multiple_of(chunks::FOLD_CHECK_EVERY) {
+            // The commit has landed whatever a fold does: a failure is logged, and the records
+            // stay where they are until a later check folds them.
+            let folds = [
+                (!commit.audit.is_empty()).then(|| ("audit entries", self.fold_audit(&state.id))),
+                (!commit.episodes.is_empty()).then(|| ("steps", self.fold_steps(&state.id))),
+            ];
+            for (records, folded) in folds.into_iter().flatten() {
+                if let Err(error) = folded {
+                    tracing::warn!(agent = %state.id, %error, "could not fold {records} into a chunk");
+                }
+            }
         }
         Ok(())
     }
@@ -506,10 +521,11 @@ impl Store {
         if let Some(raw) = self.decisions.get(&key)? {
             return Ok(Some(decode::<DecisionRecord>(&key, &raw)?.by));
         }
-        match self.episodes.get(&key)? {
-            Some(raw) => Ok(decode::<Episode>(&key, &raw)?.decided_by),
-            None => Ok(None),
+        if let Some(raw) = self.episodes.get(&key)? {
+            return Ok(decode::<Episode>(&key, &raw)?.decided_by);
         }
+        let folded = self.steps_in::<Episode>(agent, cycle, cycle)?;
+        Ok(folded.into_iter().next().and_then(|step| step.decided_by))
     }
 
     /// Forgets the decision for a cycle, so an interrupted command can be decided again.
@@ -525,32 +541,8 @@ impl Store {
             return Ok(None);
         };
         let mut state: AgentState = decode(id.as_bytes(), &raw)?;
-        let mut newest_first = self.episodes.scan_prefix(agent_prefix(id)).rev();
-        for item in newest_first.by_ref().take(WHOLE_STEPS_KEPT) {
-            let (key, raw) = item?;
-            state.episodes.push(decode(&key, &raw)?);
-        }
-        state.episodes.reverse();
-        for item in newest_first {
-            let (key, raw) = item?;
-            if state.earlier.lines.len() < STEP_LINES_KEPT {
-                state.earlier.push_older(&decode(&key, &raw)?);
-            } else {
-                state.earlier.not_kept += 1;
-            }
-        }
+        self.load_steps(&mut state)?;
         Ok(Some(state))
-    }
-
-    /// Every step the agent has taken, oldest first, for the transcript and export.
-    pub fn all_episodes(&self, id: &str) -> Result<Vec<Episode>, StoreError> {
-        self.episodes
-            .scan_prefix(agent_prefix(id))
-            .map(|item| {
-                let (key, raw) = item?;
-                decode(&key, &raw)
-            })
-            .collect()
     }
 
     /// Removes an agent for good: its record, steps, decisions, journal, workspace, sub-agents
@@ -561,6 +553,7 @@ impl Store {
         let prefix = agent_prefix(agent);
         for tree in [
             &self.episodes,
+            &self.episode_chunks,
             &self.decisions,
             &self.journal,
             &self.workspace,

@@ -9,8 +9,9 @@
 use std::collections::{BTreeMap, HashSet};
 
 use super::ahead::{TreeId, Writes};
-use super::{agent_end, agent_prefix, cycle_key, encode, file_key, Store, StoreError, WorkspaceOp};
+use super::{agent_prefix, cycle_key, encode, file_key, Store, StoreError, WorkspaceOp};
 use crate::core::audit::AuditEntry;
+use crate::core::history::Episode;
 use crate::core::state::AgentState;
 
 /// How many cycles back an agent can be forked from.
@@ -166,18 +167,12 @@ impl Store {
     ) -> Result<(), StoreError> {
         let mut writes = Writes::default();
         writes.put(TreeId::Agents, fork.id.as_bytes(), encode(fork)?);
-        let end = cycle_key(source, cycle.saturating_add(1));
-        let prefix = agent_prefix(source);
-        for item in self.episodes.range(prefix.clone()..end) {
-            let (key, raw) = item?;
-            // The key is "agent/<cycle in hex>"; the record is copied as stored.
-            let cycle = std::str::from_utf8(&key[prefix.len()..])
-                .ok()
-                .and_then(|hex| u64::from_str_radix(hex, 16).ok())
-                .ok_or_else(|| {
-                    StoreError::Corrupt(format!("a step of agent {source} has a malformed key"))
-                })?;
-            writes.put(TreeId::Episodes, cycle_key(&fork.id, cycle), raw.to_vec());
+        for step in self.steps_in::<Episode>(source, 0, cycle)? {
+            writes.put(
+                TreeId::Episodes,
+                cycle_key(&fork.id, step.cycle),
+                encode(&step)?,
+            );
         }
         for (path, contents) in self.workspace_at(source, cycle)? {
             writes.put(TreeId::Workspace, file_key(&fork.id, &path), contents);
@@ -187,7 +182,7 @@ impl Store {
             writes.put(TreeId::Audit, key, encode(audit)?);
         }
         self.write_together(&writes)?;
-        Ok(())
+        self.fold_copied_steps(&fork.id)
     }
 
     /// Rewinds `agent` in place to how it was when `cycle` closed: `state` becomes its record,
@@ -205,15 +200,7 @@ impl Store {
         let agent = &state.id;
         let mut writes = Writes::default();
         writes.put(TreeId::Agents, agent.as_bytes(), encode(state)?);
-        let mut removed = 0;
-        for key in self
-            .episodes
-            .range(cycle_key(agent, cycle.saturating_add(1))..agent_end(agent))
-            .keys()
-        {
-            writes.remove(TreeId::Episodes, key?.to_vec());
-            removed += 1;
-        }
+        let removed = self.remove_steps_after(agent, cycle, &mut writes)?;
         let then = self.workspace_at(agent, cycle)?;
         let prefix = agent_prefix(agent);
         for key in self.workspace.scan_prefix(&prefix).keys() {
@@ -256,13 +243,6 @@ impl Store {
             }
             None => Ok(None),
         }
-    }
-
-    /// How many of the agent's steps come after `cycle`.
-    pub fn steps_after(&self, agent: &str, cycle: u64) -> usize {
-        self.episodes
-            .range(cycle_key(agent, cycle.saturating_add(1))..agent_end(agent))
-            .count()
     }
 
     /// Removes an agent's undo records (the agent is deleted).

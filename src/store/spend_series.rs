@@ -3,7 +3,8 @@
 
 use serde::Deserialize;
 
-use super::{agent_end, cycle_key, decode, Store, StoreError};
+use super::steps::Step;
+use super::{Store, StoreError};
 use crate::core::budget::Micros;
 
 /// The two fields of a stored step the chart needs; the rest of the record is skipped unread.
@@ -12,6 +13,12 @@ struct StepCost {
     cycle: u64,
     #[serde(default)]
     cost: Micros,
+}
+
+impl Step for StepCost {
+    fn cycle(&self) -> u64 {
+        self.cycle
+    }
 }
 
 impl Store {
@@ -24,14 +31,13 @@ impl Store {
         from: u64,
     ) -> Result<Vec<(u64, Micros)>, StoreError> {
         let mut spent = Micros::ZERO;
-        self.episodes
-            .range(cycle_key(agent, from.saturating_add(1))..agent_end(agent))
-            .map(|item| {
-                let (key, raw) = item?;
-                let step: StepCost = decode(&key, &raw)?;
+        Ok(self
+            .steps_in::<StepCost>(agent, from.saturating_add(1), u64::MAX)?
+            .into_iter()
+            .map(|step| {
                 spent = spent.saturating_add(step.cost);
-                Ok((step.cycle, spent))
+                (step.cycle, spent)
             })
-            .collect()
+            .collect())
     }
 }

@@ -32,7 +32,7 @@ pub(super) async fn rewind(
     // Checked now so that a cycle out of reach is said before anyone confirms.
     ctx.data().agents.fork_cycle(&state, Some(cycle))?;
     ctx.data().agents.check_resume(&binding, &state, &who)?;
-    let later = ctx.data().app.store.steps_after(&state.id, cycle);
+    let later = ctx.data().app.store.steps_after(&state.id, cycle)?;
     let question = format!(
         "Rewind **{}** to how it was after cycle {cycle}? The {later} steps after it, the memories \
          they made and their changes to its files are undone; it then thinks again from there. \

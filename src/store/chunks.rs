@@ -1,0 +1,212 @@
+//! Records of one agent folded together: the newest under keys of their own, older ones in chunks
+//! of dozens, in a tree beside them. The audit trail and the agents' steps are kept this way.
+//!
+//! Why: sled keeps a few dozen bytes of memory for every key a store holds (its page table and
+//! the log positions of each B-tree page), so a record kept under a key of its own for every cycle
+//! grew the bot's memory with its cycles (see the README's memory figures). A chunk also
+//! compresses its records together.
+//!
+//! A chunk's key is the key its newest record had, then how many records it holds: chunks sort
+//! with the records they replaced, and a page is found without reading the chunks before it.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use super::ahead::{TreeId, Writes};
+use super::{decode, encode, Store, StoreError};
+
+/// Commits check whether their agent's records are due to be folded every this many cycles.
+pub(super) const FOLD_CHECK_EVERY: u64 = 16;
+
+/// Several records of one agent, oldest first.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct Chunk<T> {
+    pub records: Vec<T>,
+}
+
+/// How one kind of record is folded.
+pub(super) struct Folding {
+    pub singles: TreeId,
+    pub chunks: TreeId,
+    /// The newest records, which stay under keys of their own.
+    pub keep_newest: usize,
+    /// A fold waits until it can take at least this many records...
+    pub least: usize,
+    /// ...and takes at most this many, so that a chunk stays a small record.
+    pub most: usize,
+}
+
+pub(super) fn chunk_key(newest_record_key: &[u8], count: usize) -> Vec<u8> {
+    let mut key = newest_record_key.to_vec();
+    key.extend_from_slice(&(count as u32).to_be_bytes());
+    key
+}
+
+pub(super) fn chunk_count(key: &[u8]) -> Result<usize, StoreError> {
+    key.last_chunk::<4>()
+        .map(|count| u32::from_be_bytes(*count) as usize)
+        .ok_or_else(|| StoreError::Corrupt("a chunk of records has a malformed key".into()))
+}
+
+/// The key the chunk's newest record had.
+pub(super) fn newest_record_key(chunk_key: &[u8]) -> &[u8] {
+    &chunk_key[..chunk_key.len().saturating_sub(4)]
+}
+
+impl Store {
+    /// Folds the oldest records under `prefix` into a chunk, once there are at least
+    /// `folding.least` of them beyond the `keep_newest` newest; the chunk and the removal of the
+    /// records land together. Returns how many records were folded.
+    pub(super) fn fold_records<T: Serialize + DeserializeOwned>(
+        &self,
+        folding: &Folding,
+        prefix: &[u8],
+    ) -> Result<usize, StoreError> {
+        let singles = self.tree(folding.singles);
+        let present = singles
+            .scan_prefix(prefix)
+            .keys()
+            .take(folding.keep_newest + folding.most)
+            .count();
+        let foldable = present
+            .saturating_sub(folding.keep_newest)
+            .min(folding.most);
+        if foldable < folding.least {
+            return Ok(0);
+        }
+        let taken = singles
+            .scan_prefix(prefix)
+            .take(foldable)
+            .collect::<Result<Vec<_>, _>>()?;
+        let Some((newest, _)) = taken.last() else {
+            return Ok(0);
+        };
+        let chunk = Chunk::<T> {
+            records: taken
+                .iter()
+                .map(|(key, raw)| decode(key, raw))
+                .collect::<Result<_, _>>()?,
+        };
+        let mut writes = Writes::default();
+        writes.put(
+            folding.chunks,
+            chunk_key(newest, taken.len()),
+            encode(&chunk)?,
+        );
+        for (key, _) in &taken {
+            writes.remove(folding.singles, key.to_vec());
+        }
+        self.write_together(&writes)?;
+        Ok(taken.len())
+    }
+
+    /// How many records `prefix` holds, folded or not, counted without reading the chunks.
+    pub(super) fn count_records(
+        &self,
+        folding: &Folding,
+        prefix: &[u8],
+    ) -> Result<usize, StoreError> {
+        let mut total = self
+            .tree(folding.singles)
+            .scan_prefix(prefix)
+            .keys()
+            .count();
+        for key in self.tree(folding.chunks).scan_prefix(prefix).keys() {
+            total += chunk_count(&key?)?;
+        }
+        Ok(total)
+    }
+
+    /// Up to `take` of the records under `prefix`, newest first, after the `skip` newest. Only
+    /// the chunks the page draws on are decoded.
+    pub(super) fn newest_records<T: DeserializeOwned>(
+        &self,
+        folding: &Folding,
+        prefix: &[u8],
+        mut skip: usize,
+        take: usize,
+    ) -> Result<Vec<T>, StoreError> {
+        let mut page = Vec::new();
+        for item in self.tree(folding.singles).scan_prefix(prefix).rev() {
+            if page.len() >= take {
+                return Ok(page);
+            }
+            let (key, raw) = item?;
+            if skip > 0 {
+                skip -= 1;
+                continue;
+            }
+            page.push(decode(&key, &raw)?);
+        }
+        for item in self.tree(folding.chunks).scan_prefix(prefix).rev() {
+            if page.len() >= take {
+                break;
+            }
+            let (key, raw) = item?;
+            let count = chunk_count(&key)?;
+            if skip >= count {
+                skip -= count;
+                continue;
+            }
+            let chunk: Chunk<T> = decode(&key, &raw)?;
+            let wanted = take - page.len();
+            page.extend(chunk.records.into_iter().rev().skip(skip).take(wanted));
+            skip = 0;
+        }
+        Ok(page)
+    }
+
+    /// The records under `prefix` whose keys are in `start..end`, oldest first, with `key_of`
+    /// giving the key a folded record had. Chunks sort by their newest record, so the folded ones
+    /// are in the chunks from the first whose newest record is at `start` or later, up to the
+    /// first whose newest record is at `end` or later.
+    pub(super) fn records_in<T: DeserializeOwned>(
+        &self,
+        folding: &Folding,
+        prefix: &[u8],
+        (start, end): (&[u8], &[u8]),
+        key_of: impl Fn(&T) -> Vec<u8>,
+    ) -> Result<Vec<T>, StoreError> {
+        let wanted = |key: &[u8]| key >= start && key < end;
+        let mut records = Vec::new();
+        for item in self.tree(folding.chunks).range(start..) {
+            let (key, raw) = item?;
+            if !key.starts_with(prefix) {
+                break;
+            }
+            let chunk: Chunk<T> = decode(&key, &raw)?;
+            records.extend(
+                chunk
+                    .records
+                    .into_iter()
+                    .filter(|record| wanted(&key_of(record))),
+            );
+            if newest_record_key(&key) >= end {
+                break;
+            }
+        }
+        for item in self.tree(folding.singles).range(start..end) {
+            let (key, raw) = item?;
+            records.push(decode(&key, &raw)?);
+        }
+        Ok(records)
+    }
+
+    /// Every record under `prefix`, oldest first.
+    pub(super) fn all_records<T: DeserializeOwned>(
+        &self,
+        folding: &Folding,
+        prefix: &[u8],
+    ) -> Result<Vec<T>, StoreError> {
+        let mut records = Vec::new();
+        for item in self.tree(folding.chunks).scan_prefix(prefix) {
+            let (key, raw) = item?;
+            records.extend(decode::<Chunk<T>>(&key, &raw)?.records);
+        }
+        for item in self.tree(folding.singles).scan_prefix(prefix) {
+            let (key, raw) = item?;
+            records.push(decode(&key, &raw)?);
+        }
+        Ok(records)
+    }
+}

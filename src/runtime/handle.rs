@@ -42,6 +42,15 @@ pub const MAILBOX_CAPACITY: usize = 128;
 const RESERVED_FOR_THE_AGENT: usize = 16;
 
 impl DecideError {
+    /// What a click on a card of `cycle` is told once the agent no longer waits on it: who
+    /// decided it, when the store knows, else that it is no longer pending.
+    pub fn late(store: &crate::store::Store, agent: &str, cycle: u64) -> DecideError {
+        match store.decided_by(agent, cycle) {
+            Ok(Some(by)) => DecideError::AlreadyDecided { by },
+            _ => DecideError::NotPending,
+        }
+    }
+
     /// Whether trying the same decision again could succeed.
     pub fn is_retryable(&self) -> bool {
         matches!(self, DecideError::Storage | DecideError::Busy)

@@ -477,10 +477,7 @@ impl Actor {
     fn claim_decision(&self, cycle: u64, decision: &Decision, by: &str) -> Result<(), DecideError> {
         if !self.state.awaits_decision_on(cycle) {
             // Tell a late clicker who won, when the card they clicked was decided by someone else.
-            return Err(match self.deps.store.decided_by(&self.state.id, cycle) {
-                Ok(Some(by)) => DecideError::AlreadyDecided { by },
-                _ => DecideError::NotPending,
-            });
+            return Err(DecideError::late(&self.deps.store, &self.state.id, cycle));
         }
         let record = DecisionRecord {
             decision: decision.clone(),

@@ -4,7 +4,7 @@
 //! with their agent. Once an agent has `CHUNK_LEAST` entries under keys of their own, they are
 //! folded into one record of the `audit_chunks` tree (see `chunks`).
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::MutexGuard;
 
 use super::ahead::TreeId;
 use super::chunks::Folding;
@@ -26,9 +26,6 @@ pub(super) const CHUNK_LEAST: usize = 64;
 /// an agent gathered between two folds.
 const CHUNK_MOST: usize = 256;
 
-/// How many locks the agents' trails are spread over (see `audit_locks`).
-const AUDIT_LOCKS: usize = 16;
-
 /// Every entry may be folded: a page or the export reads the trail whole or newest first.
 const FOLDING: Folding = Folding {
     singles: TreeId::Audit,
@@ -46,23 +43,12 @@ pub(super) fn audit_key(agent: &str, id: u64) -> Vec<u8> {
     key
 }
 
-/// The locks that keep an agent's new entries in the order of their ids: a key is taken and its
-/// entry written under the lock of its agent, and a fold reads and replaces that agent's entries
-/// under it. Without them an entry whose id was taken before a fold but written after it would
-/// come after the chunk's newer entries.
-pub(super) fn audit_locks() -> std::sync::Arc<[Mutex<()>]> {
-    (0..AUDIT_LOCKS).map(|_| Mutex::new(())).collect()
-}
-
 impl Store {
-    /// The lock of `agent`'s trail (see `audit_locks`).
+    /// The lock of `agent`'s records, held from taking an entry's id to writing it: a fold takes
+    /// it too, so an entry whose id was taken before a fold is never written after it, behind the
+    /// chunk's newer entries.
     pub(super) fn audit_lock(&self, agent: &str) -> MutexGuard<'_, ()> {
-        use std::hash::{Hash, Hasher};
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        agent.hash(&mut hasher);
-        let lock = &self.audit_locks[hasher.finish() as usize % self.audit_locks.len()];
-        // The lock guards no data of its own, so one a panic left poisoned is still good.
-        lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.records_lock(&agent_prefix(agent))
     }
 
     /// Keys for `count` new entries of `agent`'s trail; the caller holds `audit_lock` until they
@@ -89,7 +75,6 @@ impl Store {
     /// Folds `agent`'s entries kept under keys of their own into a chunk, once there are at least
     /// `CHUNK_LEAST` of them. Returns how many entries were folded.
     pub(super) fn fold_audit(&self, agent: &str) -> Result<usize, StoreError> {
-        let _held = self.audit_lock(agent);
         self.fold_records::<AuditEntry>(&FOLDING, &agent_prefix(agent))
     }
 

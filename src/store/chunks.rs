@@ -8,6 +8,12 @@
 //!
 //! A chunk's key is the key its newest record had, then how many records it holds: chunks sort
 //! with the records they replaced, and a page is found without reading the chunks before it.
+//!
+//! A fold moves records from one tree to the other in several writes, and a reader scans the two
+//! trees one after the other, so both hold the lock of the agent's records (`records_lock`):
+//! otherwise a reader could pass the chunk before it lands and the records after they go.
+
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -17,6 +23,13 @@ use super::{decode, encode, Store, StoreError};
 
 /// Commits check whether their agent's records are due to be folded every this many cycles.
 pub(super) const FOLD_CHECK_EVERY: u64 = 16;
+
+/// How many locks the agents' records are spread over (see `records_lock`).
+const RECORD_LOCKS: usize = 16;
+
+pub(super) fn record_locks() -> Arc<[Mutex<()>]> {
+    (0..RECORD_LOCKS).map(|_| Mutex::new(())).collect()
+}
 
 /// Several records of one agent, oldest first.
 #[derive(Debug, Serialize, Deserialize)]
@@ -54,6 +67,17 @@ pub(super) fn newest_record_key(chunk_key: &[u8]) -> &[u8] {
 }
 
 impl Store {
+    /// The lock of the records under `prefix` (one agent's), shared with the agents whose
+    /// prefixes hash alike. Never held while taking another: the locks are not reentrant.
+    pub(super) fn records_lock(&self, prefix: &[u8]) -> MutexGuard<'_, ()> {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        prefix.hash(&mut hasher);
+        let lock = &self.record_locks[hasher.finish() as usize % self.record_locks.len()];
+        // The lock guards no data of its own, so one a panic left poisoned is still good.
+        lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// Folds the oldest records under `prefix` into a chunk, once there are at least
     /// `folding.least` of them beyond the `keep_newest` newest; the chunk and the removal of the
     /// records land together. Returns how many records were folded.
@@ -62,6 +86,7 @@ impl Store {
         folding: &Folding,
         prefix: &[u8],
     ) -> Result<usize, StoreError> {
+        let _held = self.records_lock(prefix);
         let singles = self.tree(folding.singles);
         let present = singles
             .scan_prefix(prefix)
@@ -106,6 +131,7 @@ impl Store {
         folding: &Folding,
         prefix: &[u8],
     ) -> Result<usize, StoreError> {
+        let _held = self.records_lock(prefix);
         let mut total = self
             .tree(folding.singles)
             .scan_prefix(prefix)
@@ -126,6 +152,7 @@ impl Store {
         mut skip: usize,
         take: usize,
     ) -> Result<Vec<T>, StoreError> {
+        let _held = self.records_lock(prefix);
         let mut page = Vec::new();
         for item in self.tree(folding.singles).scan_prefix(prefix).rev() {
             if page.len() >= take {
@@ -168,6 +195,7 @@ impl Store {
         key_of: impl Fn(&T) -> Vec<u8>,
     ) -> Result<Vec<T>, StoreError> {
         let wanted = |key: &[u8]| key >= start && key < end;
+        let _held = self.records_lock(prefix);
         let mut records = Vec::new();
         for item in self.tree(folding.chunks).range(start..) {
             let (key, raw) = item?;
@@ -198,6 +226,7 @@ impl Store {
         folding: &Folding,
         prefix: &[u8],
     ) -> Result<Vec<T>, StoreError> {
+        let _held = self.records_lock(prefix);
         let mut records = Vec::new();
         for item in self.tree(folding.chunks).scan_prefix(prefix) {
             let (key, raw) = item?;

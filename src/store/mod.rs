@@ -245,8 +245,8 @@ pub struct Store {
     audit: sled::Tree,
     /// Older entries of the audit trail, folded together (see `audit`).
     audit_chunks: sled::Tree,
-    /// Keep each agent's new audit entries in order with its folds (see `audit::audit_locks`).
-    audit_locks: Arc<[Mutex<()>]>,
+    /// Keep folds and the readers of folded records apart, agent by agent (see `chunks`).
+    record_locks: Arc<[Mutex<()>]>,
     rules: sled::Tree,
     /// Sets of writes stored whole before they are applied (see `ahead`).
     ahead: sled::Tree,
@@ -296,7 +296,7 @@ impl Store {
             subagents: db.open_tree("subagents")?,
             audit: db.open_tree("audit")?,
             audit_chunks: db.open_tree("audit_chunks")?,
-            audit_locks: audit::audit_locks(),
+            record_locks: chunks::record_locks(),
             rules: db.open_tree("rules")?,
             ahead: db.open_tree("ahead")?,
             durable: Durable::new(db.clone()),

@@ -177,12 +177,15 @@ impl Store {
         for (path, contents) in self.workspace_at(source, cycle)? {
             writes.put(TreeId::Workspace, file_key(&fork.id, &path), contents);
         }
-        let _held = self.audit_lock(&fork.id);
-        for key in self.new_audit_keys(&fork.id, 1)? {
-            writes.put(TreeId::Audit, key, encode(audit)?);
+        {
+            let _held = self.audit_lock(&fork.id);
+            for key in self.new_audit_keys(&fork.id, 1)? {
+                writes.put(TreeId::Audit, key, encode(audit)?);
+            }
+            self.write_together(&writes)?;
         }
-        self.write_together(&writes)?;
-        self.fold_copied_steps(&fork.id)
+        self.fold_copied_steps(&fork.id);
+        Ok(())
     }
 
     /// Rewinds `agent` in place to how it was when `cycle` closed: `state` becomes its record,

@@ -117,11 +117,7 @@ fn check_click(data: &Data, id: &CardId, who: &Requester) -> Result<(), String> 
         }
     }
     if pending.is_none() {
-        let refusal = match store.decided_by(&id.agent, id.cycle) {
-            Ok(Some(by)) => DecideError::AlreadyDecided { by },
-            _ => DecideError::NotPending,
-        };
-        return Err(refusal.to_string());
+        return Err(DecideError::late(store, &id.agent, id.cycle).to_string());
     }
     Ok(())
 }

@@ -20,7 +20,7 @@ pub struct AuditPage {
 }
 
 /// Entries under keys of their own that an agent gathers before they are folded into a chunk.
-pub(super) const CHUNK_LEAST: usize = 64;
+const CHUNK_LEAST: usize = 64;
 
 /// The most entries one chunk takes, so that a chunk stays a small record however many entries
 /// an agent gathered between two folds.

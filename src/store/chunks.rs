@@ -87,22 +87,20 @@ impl Store {
         prefix: &[u8],
     ) -> Result<usize, StoreError> {
         let _held = self.records_lock(prefix);
-        let singles = self.tree(folding.singles);
-        let present = singles
+        let mut present = self
+            .tree(folding.singles)
             .scan_prefix(prefix)
-            .keys()
             .take(folding.keep_newest + folding.most)
-            .count();
+            .collect::<Result<Vec<_>, _>>()?;
         let foldable = present
+            .len()
             .saturating_sub(folding.keep_newest)
             .min(folding.most);
         if foldable < folding.least {
             return Ok(0);
         }
-        let taken = singles
-            .scan_prefix(prefix)
-            .take(foldable)
-            .collect::<Result<Vec<_>, _>>()?;
+        present.truncate(foldable);
+        let taken = present;
         let Some((newest, _)) = taken.last() else {
             return Ok(0);
         };

@@ -521,6 +521,8 @@ impl Store {
         if let Some(raw) = self.decisions.get(&key)? {
             return Ok(Some(decode::<DecisionRecord>(&key, &raw)?.by));
         }
+        // Every click on a closed card asks, and a recent cycle's step is under a key of its own:
+        // one lookup, without the lock and the range `steps_in` takes for a folded one.
         if let Some(raw) = self.episodes.get(&key)? {
             return Ok(decode::<Episode>(&key, &raw)?.decided_by);
         }

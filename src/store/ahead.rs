@@ -28,6 +28,7 @@ pub(crate) enum TreeId {
     WorkspaceUndo = 7,
     AuditChunks = 8,
     EpisodeChunks = 9,
+    AgentBriefs = 10,
 }
 
 impl TreeId {
@@ -42,6 +43,7 @@ impl TreeId {
             7 => TreeId::WorkspaceUndo,
             8 => TreeId::AuditChunks,
             9 => TreeId::EpisodeChunks,
+            10 => TreeId::AgentBriefs,
             _ => return None,
         })
     }
@@ -188,6 +190,7 @@ impl Store {
             TreeId::WorkspaceUndo => &self.workspace_undo,
             TreeId::AuditChunks => &self.audit_chunks,
             TreeId::EpisodeChunks => &self.episode_chunks,
+            TreeId::AgentBriefs => &self.agent_briefs,
         }
     }
 

@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::StoreError;
 
 /// The schema this code reads and writes.
-pub const SCHEMA_VERSION: u32 = 9;
+pub const SCHEMA_VERSION: u32 = 10;
 
 const SCHEMA_KEY: &[u8] = b"schema_version";
 
@@ -47,6 +47,10 @@ const MIGRATION_FILES: &[(&str, &str)] = &[
     (
         "0009_records_folded_into_chunks.toml",
         include_str!("../../migrations/0009_records_folded_into_chunks.toml"),
+    ),
+    (
+        "0010_agent_briefs_apart.toml",
+        include_str!("../../migrations/0010_agent_briefs_apart.toml"),
     ),
 ];
 

@@ -2,13 +2,16 @@
 //! workspaces, as versioned JSON records; a step's writes land together (`ahead`) and are flushed
 //! at durability points.
 
+mod agent_records;
 mod ahead;
 use ahead::{TreeId, Writes};
 mod audit;
 mod bindings;
 mod chunks;
 mod durable;
+mod log_pages;
 pub(crate) use durable::Durable;
+use log_pages::LogPages;
 mod opening;
 use opening::open_waiting_for_lock;
 #[cfg(test)]
@@ -232,6 +235,8 @@ pub struct Store {
     dir: std::path::PathBuf,
     db: sled::Db,
     agents: sled::Tree,
+    /// What each agent was given and rarely changes, apart from its record (see `agent_records`).
+    agent_briefs: sled::Tree,
     episodes: sled::Tree,
     /// Older steps, folded together (see `steps`).
     episode_chunks: sled::Tree,
@@ -286,6 +291,7 @@ impl Store {
         migrate::run(&db)?;
         let store = Store {
             agents: db.open_tree("agents")?,
+            agent_briefs: db.open_tree("agent_briefs")?,
             episodes: db.open_tree("episodes")?,
             episode_chunks: db.open_tree("episode_chunks")?,
             decisions: db.open_tree("decisions")?,
@@ -299,7 +305,7 @@ impl Store {
             record_locks: chunks::record_locks(),
             rules: db.open_tree("rules")?,
             ahead: db.open_tree("ahead")?,
-            durable: Durable::new(db.clone()),
+            durable: Durable::new(db.clone()).letting_go_of(LogPages::of_store(dir)),
             books: Arc::default(),
             workspace_sizes: Arc::default(),
             dir: dir.to_path_buf(),
@@ -381,7 +387,7 @@ impl Store {
             return Ok(());
         };
         let mut writes = Writes::default();
-        writes.put(TreeId::Agents, state.id.as_bytes(), encode(state)?);
+        self.put_agent(&mut writes, state)?;
         if let (Some(rule), Some(guild)) = (commit.server_rule, &state.spender.guild) {
             writes.put(
                 TreeId::Rules,
@@ -542,7 +548,7 @@ impl Store {
         let Some(raw) = self.agents.get(id.as_bytes())? else {
             return Ok(None);
         };
-        let mut state: AgentState = decode(id.as_bytes(), &raw)?;
+        let mut state = self.decode_agent(id.as_bytes(), &raw)?;
         self.load_steps(&mut state)?;
         Ok(Some(state))
     }
@@ -573,6 +579,7 @@ impl Store {
             self.forget_binding(&binding)?;
         }
         self.agents.remove(agent.as_bytes())?;
+        self.agent_briefs.remove(agent.as_bytes())?;
         self.durable.flush_blocking()?;
         Ok(())
     }
@@ -581,7 +588,7 @@ impl Store {
     pub fn load_agent_record(&self, id: &str) -> Result<Option<AgentState>, StoreError> {
         self.agents
             .get(id.as_bytes())?
-            .map(|raw| decode(id.as_bytes(), &raw))
+            .map(|raw| self.decode_agent(id.as_bytes(), &raw))
             .transpose()
     }
 
@@ -589,7 +596,7 @@ impl Store {
         let mut list = Vec::new();
         for item in self.agents.iter() {
             let (key, raw) = item?;
-            let state: AgentState = decode(&key, &raw)?;
+            let state = self.decode_agent(&key, &raw)?;
             list.push(AgentSummary {
                 name: state.name().to_string(),
                 phase: state.phase.label().to_string(),

@@ -166,7 +166,7 @@ impl Store {
         audit: &AuditEntry,
     ) -> Result<(), StoreError> {
         let mut writes = Writes::default();
-        writes.put(TreeId::Agents, fork.id.as_bytes(), encode(fork)?);
+        self.put_agent(&mut writes, fork)?;
         for step in self.steps_in::<Episode>(source, 0, cycle)? {
             writes.put(
                 TreeId::Episodes,
@@ -202,7 +202,7 @@ impl Store {
     ) -> Result<usize, StoreError> {
         let agent = &state.id;
         let mut writes = Writes::default();
-        writes.put(TreeId::Agents, agent.as_bytes(), encode(state)?);
+        self.put_agent(&mut writes, state)?;
         let removed = self.remove_steps_after(agent, cycle, &mut writes)?;
         let then = self.workspace_at(agent, cycle)?;
         let prefix = agent_prefix(agent);

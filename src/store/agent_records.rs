@@ -1,6 +1,7 @@
 //! An agent's record kept under two keys: what changes as it cycles (the `agents` tree) and its
 //! brief, what it was given and rarely changes (the `agent_briefs` tree: task, follow-ups,
-//! profile, settings, who pays, rules, where its history starts, when it was made).
+//! profile, settings, who pays, where its history starts, when it was made). Its own approval
+//! rules stay in the record: each use of one counts in it.
 //!
 //! Why: a cycle writes the record three times, and the brief was most of it (a generated profile
 //! and the model's settings run to hundreds of bytes, the state that changes to a few dozen
@@ -15,13 +16,12 @@ use super::{packed, Record, Store, StoreError, RECORD_VERSION};
 use crate::core::state::AgentState;
 
 /// The fields of `AgentState` kept in its brief. A field not named here is in the record.
-const BRIEF_FIELDS: [&str; 8] = [
+const BRIEF_FIELDS: [&str; 7] = [
     "task",
     "follow_ups",
     "profile",
     "settings",
     "spender",
-    "rules",
     "history_from",
     "created_at",
 ];
@@ -32,12 +32,9 @@ const WHOLE_RECORD_MARK: &str = "task";
 
 /// `state` as its record and its brief, both as the JSON of a stored `Record` (not yet packed).
 fn split(state: &AgentState) -> Result<(Vec<u8>, Vec<u8>), StoreError> {
-    let Value::Object(mut record) = serde_json::to_value(state)? else {
-        return Err(StoreError::Corrupt(format!(
-            "{}: an agent's state is not a JSON object",
-            state.id
-        )));
-    };
+    // Through JSON text rather than `to_value`, which would widen each `f32` (a recalled
+    // memory's score) to an `f64` written out with twice the digits.
+    let mut record: Map<String, Value> = serde_json::from_slice(&serde_json::to_vec(state)?)?;
     let brief: Map<String, Value> = BRIEF_FIELDS
         .iter()
         .filter_map(|&field| Some((field.to_string(), record.shift_remove(field)?)))
@@ -57,8 +54,10 @@ impl Store {
     /// after its record landed puts the brief in place when the store is opened.
     ///
     /// An agent's first record is written whole: the record lands before the brief, and a
-    /// reader in between (a listing, a click) would find no brief at all. Later, one finds the
-    /// brief before the change for that moment, as it would a moment earlier.
+    /// reader in between (a listing, a click) would find no brief at all. Later, a reader between
+    /// the two writes, or one whose two reads the writes fall between, may pair a record with
+    /// the brief before or after it: only the agent's actor writes it, and it keeps its state in
+    /// memory, so such a reader only shows an agent a moment out of date.
     pub(super) fn put_agent(
         &self,
         writes: &mut Writes,
@@ -88,20 +87,30 @@ impl Store {
         Ok(())
     }
 
-    /// The agent stored under `key` as `raw` in the `agents` tree, with its brief read back.
-    pub(super) fn decode_agent(&self, key: &[u8], raw: &[u8]) -> Result<AgentState, StoreError> {
+    /// The agent stored under `key` as `raw` in the `agents` tree, with its brief read back;
+    /// `None` when the agent was deleted after `raw` was read (its brief went with it).
+    pub(super) fn decode_agent(
+        &self,
+        key: &[u8],
+        raw: &[u8],
+    ) -> Result<Option<AgentState>, StoreError> {
         let mut record: Map<String, Value> = super::decode(key, raw)?;
         if !record.contains_key(WHOLE_RECORD_MARK) {
-            let brief = self.agent_briefs.get(key)?.ok_or_else(|| {
-                StoreError::Corrupt(format!(
+            let Some(brief) = self.agent_briefs.get(key)? else {
+                // `delete_agent` removes the record, then the brief.
+                if !self.agents.contains_key(key)? {
+                    return Ok(None);
+                }
+                return Err(StoreError::Corrupt(format!(
                     "{}: the agent's brief is missing",
                     String::from_utf8_lossy(key)
-                ))
-            })?;
+                )));
+            };
             let brief: Map<String, Value> = super::decode(key, &brief)?;
             record.extend(brief);
         }
         serde_json::from_value(Value::Object(record))
+            .map(Some)
             .map_err(|e| StoreError::Corrupt(format!("{}: {e}", String::from_utf8_lossy(key))))
     }
 }
@@ -217,6 +226,17 @@ mod tests {
             error.contains("abc123") && error.contains("brief"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn a_record_read_just_before_its_agent_was_deleted_reads_as_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        commit(&store, &profiled("abc123"));
+        commit(&store, &profiled("abc123"));
+        let raw = store.agents.get("abc123").unwrap().unwrap();
+        store.delete_agent("abc123").unwrap();
+        assert_eq!(store.decode_agent(b"abc123", &raw).unwrap(), None);
     }
 
     #[test]

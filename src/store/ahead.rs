@@ -8,7 +8,8 @@
 //! and time. A set written ahead costs two more small log records and no sync of its own; its
 //! durability comes from the flush that follows, as before.
 //!
-//! An agent's state, the largest value of most sets, is not copied into its set: the set names it
+//! An agent's record, the largest value of most sets, is not copied into its set (its brief, kept
+//! apart and written only when it changes, is: see `agent_records`): the set names it
 //! by a digest (its anchor) and the state is written first after the set, then the rest. Since
 //! sled recovers a prefix, a set found at open whose anchor is not the stored state was cut short
 //! before anything of it was applied, and is dropped; one whose anchor landed is finished.

@@ -20,8 +20,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::log_pages::LogPages;
-
 /// The least time from the end of a shared flush to the start of the next one. 300 agents
 /// cycling flushed about 950 times a second, 2.7 times a cycle, each a sync of the disk for a
 /// few hundred bytes of records; waiting this long for company brought that to 1.2–1.5 a cycle
@@ -116,9 +114,6 @@ struct Gate {
 pub(crate) struct Durable {
     db: sled::Db,
     gate: Arc<Gate>,
-    /// The log whose cached pages a flush lets go of now and then (see `log_pages`), where there
-    /// is one.
-    log_pages: Option<Arc<LogPages>>,
 }
 
 impl std::fmt::Debug for Durable {
@@ -154,14 +149,7 @@ impl Durable {
         Durable {
             db,
             gate: Arc::default(),
-            log_pages: None,
         }
-    }
-
-    /// This handle, letting go of `log`'s cached pages after a flush now and then.
-    pub(crate) fn letting_go_of(mut self, log: Option<LogPages>) -> Durable {
-        self.log_pages = log.map(Arc::new);
-        self
     }
 
     /// Returns once everything this thread wrote before the call is on disk: at once if a flush
@@ -219,15 +207,6 @@ impl Durable {
     /// One flush, by the caller that took the flusher's role: waits out the gap or the window
     /// (the callers that arrive meanwhile are covered too), flushes, and records the outcome.
     fn flush_as_the_flusher(&self) {
-        let flushed = self.flush_holding_the_role();
-        // After the role is handed back, so the callers this flush covered are not kept waiting.
-        if let (true, Some(log)) = (flushed, &self.log_pages) {
-            log.let_go_if_due(Instant::now());
-        }
-    }
-
-    /// `flush_as_the_flusher` while it holds the flusher's role; whether the flush succeeded.
-    fn flush_holding_the_role(&self) -> bool {
         let _role = FlushingRole(&self.gate);
         let window = Duration::from_micros(self.gate.window_micros.load(Ordering::Relaxed));
         let wait = self.gate.lock().wait_before_next(Instant::now(), window);
@@ -248,12 +227,8 @@ impl Durable {
                 state.covered = covered;
                 state.ended = Some(Instant::now());
                 state.started = Some(started);
-                true
             }
-            Err(error) => {
-                state.failed = Some((covered, error.to_string()));
-                false
-            }
+            Err(error) => state.failed = Some((covered, error.to_string())),
         }
     }
 

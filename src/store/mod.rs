@@ -9,9 +9,7 @@ mod audit;
 mod bindings;
 mod chunks;
 mod durable;
-mod log_pages;
 pub(crate) use durable::Durable;
-use log_pages::LogPages;
 mod opening;
 use opening::open_waiting_for_lock;
 #[cfg(test)]
@@ -305,7 +303,7 @@ impl Store {
             record_locks: chunks::record_locks(),
             rules: db.open_tree("rules")?,
             ahead: db.open_tree("ahead")?,
-            durable: Durable::new(db.clone()).letting_go_of(LogPages::of_store(dir)),
+            durable: Durable::new(db.clone()),
             books: Arc::default(),
             workspace_sizes: Arc::default(),
             dir: dir.to_path_buf(),
@@ -548,7 +546,9 @@ impl Store {
         let Some(raw) = self.agents.get(id.as_bytes())? else {
             return Ok(None);
         };
-        let mut state = self.decode_agent(id.as_bytes(), &raw)?;
+        let Some(mut state) = self.decode_agent(id.as_bytes(), &raw)? else {
+            return Ok(None);
+        };
         self.load_steps(&mut state)?;
         Ok(Some(state))
     }
@@ -588,15 +588,16 @@ impl Store {
     pub fn load_agent_record(&self, id: &str) -> Result<Option<AgentState>, StoreError> {
         self.agents
             .get(id.as_bytes())?
-            .map(|raw| self.decode_agent(id.as_bytes(), &raw))
-            .transpose()
+            .map_or(Ok(None), |raw| self.decode_agent(id.as_bytes(), &raw))
     }
 
     pub fn list_agents(&self) -> Result<Vec<AgentSummary>, StoreError> {
         let mut list = Vec::new();
         for item in self.agents.iter() {
             let (key, raw) = item?;
-            let state = self.decode_agent(&key, &raw)?;
+            let Some(state) = self.decode_agent(&key, &raw)? else {
+                continue;
+            };
             list.push(AgentSummary {
                 name: state.name().to_string(),
                 phase: state.phase.label().to_string(),

@@ -215,9 +215,9 @@ pub const DEFAULT_CACHE_BYTES: u64 = 8 << 20;
 /// page of disk for a few hundred bytes of records: 120 KB written a cycle in a two-minute run.
 /// With 5 ms, 0.63 flushes and 41 KB; with 10 ms, 0.28 flushes and 37 KB, and more cycles a
 /// second (the disk synced less often). Over a 15-minute soak with the store at its full size,
-/// 10 ms made 0.46 flushes a cycle and 25 ms 0.18, at 207 cycles a second rather than 199, the
-/// same acks and 37.3 KB in `write_bytes` rather than 39.1. A step waits at most this long for
-/// its flush, against the model call every cycle makes.
+/// 25 ms made 0.18 flushes a cycle at 207 cycles a second (37.3 KB in `write_bytes`), and 10 ms
+/// 0.46 at 199 (39.1 KB), with the same acks. A step waits at most this long for its flush,
+/// against the model call every cycle makes.
 pub const BOT_FLUSH_WINDOW: std::time::Duration = std::time::Duration::from_millis(25);
 
 /// Durable flushes since the process started, by every store handle: the figure the cycle

@@ -727,6 +727,36 @@ fn recovery_asks_again_for_an_interrupted_command() {
     assert!(executes(&h.step(Event::Recovered { interrupted: false })).is_some());
 }
 
+/// Whether the step that starts the command says the approval is all it changed.
+fn only_approved(fx: &[Effect]) -> Option<bool> {
+    fx.iter().find_map(|e| match e {
+        Effect::Execute { only_approved, .. } => Some(*only_approved),
+        _ => None,
+    })
+}
+
+#[test]
+fn an_approval_that_changes_nothing_else_lets_the_journal_stand_for_the_step() {
+    // A different file each time: the agent refuses to repeat the command it just ran.
+    let write = |name: &str| reply_json("write_file", json!({"filename": name, "contents": "x"}));
+    let mut h = Harness::started();
+    h.think(&write("1"));
+    assert_eq!(only_approved(&h.decide(Decision::Approve)), Some(true));
+    h.finish_command(Outcome::Success("ok".into()));
+    h.think(&write("2"));
+    assert_eq!(only_approved(&h.decide(Decision::ApproveN(3))), Some(true));
+    // Started by Approve ×N's count: the step shows the proposal too, and stores it whole.
+    h.finish_command(Outcome::Success("ok".into()));
+    let fx = h.think(&write("3"));
+    assert_eq!(only_approved(&fx), Some(false));
+    // A proposal interrupted once is stored with its approval, so a second interruption is told.
+    let mut h = Harness::started();
+    h.think(&write("1"));
+    h.decide(Decision::Approve);
+    h.step(Event::Recovered { interrupted: true });
+    assert_eq!(only_approved(&h.decide(Decision::Approve)), Some(false));
+}
+
 #[test]
 fn cycle_limit_pauses_and_resume_resets_it() {
     let mut h = Harness::started();

@@ -4,6 +4,7 @@
 
 use super::{Actor, Executed, RuntimeError};
 use crate::core::event::Effect;
+use crate::core::state::Phase;
 use crate::store::Commit;
 
 impl Actor {
@@ -29,6 +30,9 @@ impl Actor {
                     _ => None,
                 }));
             return Ok(());
+        }
+        if executed.is_none() && self.starts_only_what_was_approved(effects) {
+            return self.store_start_alone(effects).await;
         }
         let mut starts_command = false;
         if !self.deps.drain.is_raised() {
@@ -85,10 +89,19 @@ impl Actor {
         let unstored_audit = std::mem::take(&mut self.unstored_audit);
         let mut audit: Vec<_> = unstored_audit.iter().collect();
         audit.extend(step_audit);
+        // While a proposal marked interrupted awaits a decision, its command's journal entry
+        // goes, so that the proposal's next approval is the one entry says started.
+        let interrupted_command = self
+            .state
+            .pending
+            .as_ref()
+            .filter(|p| p.interrupted && self.state.phase == Phase::AwaitingDecision)
+            .map(|p| p.cycle);
         self.deps.store.commit(&Commit {
             state: Some(&self.state),
             episodes,
             finished_command,
+            interrupted_command,
             workspace,
             audit,
             server_rule: effects.iter().find_map(|e| match e {
@@ -99,6 +112,53 @@ impl Actor {
         if durable {
             self.deps.store.flush().await?;
         }
+        Ok(())
+    }
+
+    /// Whether the step only starts the command a person just approved, with nothing else to
+    /// store but the approval's trail entries (`Effect::Execute::only_approved`).
+    fn starts_only_what_was_approved(&self, effects: &[Effect]) -> bool {
+        if self.deps.drain.is_raised() {
+            return false;
+        }
+        let mut starts = false;
+        for effect in effects {
+            match effect {
+                Effect::Execute {
+                    only_approved: true,
+                    ..
+                } if !starts => starts = true,
+                Effect::Execute { .. }
+                | Effect::ShowProposal { .. }
+                | Effect::EpisodeRecorded { .. }
+                | Effect::SaveServerRule(_) => return false,
+                _ => {}
+            }
+        }
+        starts
+    }
+
+    /// Stores the start of an approved command as its journal entry, with the step's trail
+    /// entries and any kept from an unstored step, and flushes before the command runs. The
+    /// agent's record stays as it was stored with the proposal: a reader sees it executing by the
+    /// journal entry, and a restart finds the command interrupted (see `store::started`).
+    async fn store_start_alone(&mut self, effects: &[Effect]) -> Result<(), RuntimeError> {
+        let Some((cycle, call)) = effects.iter().find_map(|e| match e {
+            Effect::Execute { cycle, call, .. } => Some((*cycle, call)),
+            _ => None,
+        }) else {
+            return Ok(());
+        };
+        let unstored_audit = std::mem::take(&mut self.unstored_audit);
+        let mut audit: Vec<_> = unstored_audit.iter().collect();
+        audit.extend(effects.iter().filter_map(|e| match e {
+            Effect::Audit(entry) => Some(entry),
+            _ => None,
+        }));
+        self.deps
+            .store
+            .record_start(&self.state.id, cycle, call, self.deps.clock.now(), &audit)?;
+        self.deps.store.flush().await?;
         Ok(())
     }
 

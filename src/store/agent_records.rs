@@ -3,10 +3,10 @@
 //! profile, settings, who pays, where its history starts, when it was made). Its own approval
 //! rules stay in the record: each use of one counts in it.
 //!
-//! Why: a cycle writes the record three times, and the brief was most of it (a generated profile
-//! and the model's settings run to hundreds of bytes, the state that changes to a few dozen
-//! fields). sled logs each write whole, and rewrites the pages that hold it, so every byte of a
-//! record written three times a cycle cost several on disk. The brief is written only when it
+//! Why: a cycle wrote the record three times (twice since `started`), and the brief was most of
+//! it (a generated profile and the model's settings run to hundreds of bytes, the state that
+//! changes to a few dozen fields). sled logs each write whole, and rewrites the pages that hold
+//! it, so every byte of a record written several times a cycle cost several on disk. The brief is written only when it
 //! changes; a record stored before the split holds both parts and is read as it is.
 
 use serde_json::{Map, Value};
@@ -87,8 +87,9 @@ impl Store {
         Ok(())
     }
 
-    /// The agent stored under `key` as `raw` in the `agents` tree, with its brief read back;
-    /// `None` when the agent was deleted after `raw` was read (its brief went with it).
+    /// The agent stored under `key` as `raw` in the `agents` tree, with its brief read back and
+    /// executing if the journal says so (see `started`); `None` when the agent was deleted after
+    /// `raw` was read (its brief went with it).
     pub(super) fn decode_agent(
         &self,
         key: &[u8],
@@ -109,9 +110,10 @@ impl Store {
             let brief: Map<String, Value> = super::decode(key, &brief)?;
             record.extend(brief);
         }
-        serde_json::from_value(Value::Object(record))
-            .map(Some)
-            .map_err(|e| StoreError::Corrupt(format!("{}: {e}", String::from_utf8_lossy(key))))
+        let mut state: AgentState = serde_json::from_value(Value::Object(record))
+            .map_err(|e| StoreError::Corrupt(format!("{}: {e}", String::from_utf8_lossy(key))))?;
+        self.with_started_command(&mut state)?;
+        Ok(Some(state))
     }
 }
 

@@ -20,6 +20,7 @@ pub(crate) mod packed;
 mod rules;
 pub mod snapshots;
 mod spend_series;
+mod started;
 mod steps;
 mod workspace_sizes;
 
@@ -163,6 +164,17 @@ pub enum JournalEntry {
     },
 }
 
+impl JournalEntry {
+    /// The record of `call` starting at `at`.
+    fn executing(call: &CommandCall, at: DateTime<Utc>) -> JournalEntry {
+        JournalEntry::Executing {
+            command: call.name.clone(),
+            call: None,
+            started_at: at,
+        }
+    }
+}
+
 /// A change to an agent's files, staged by a command and committed with its journal entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WorkspaceOp {
@@ -186,6 +198,10 @@ pub struct Commit<'a> {
     /// cycle's episode (in the same write) now says what the command did. The journal holds only
     /// commands under way, a record less kept for every cycle.
     pub finished_command: Option<u64>,
+    /// The cycle of a proposal shown again as interrupted (`Proposal::interrupted`): the journal
+    /// entry of its command goes, since the proposal now says so, and a later approval is not
+    /// mistaken for one whose start only the journal records (see `started`).
+    pub interrupted_command: Option<u64>,
     pub workspace: Vec<WorkspaceOp>,
     /// Entries for the agent's audit trail, written with the state they record.
     pub audit: Vec<&'a AuditEntry>,
@@ -407,7 +423,10 @@ impl Store {
                 encode(*episode)?,
             );
         }
-        if let Some(cycle) = commit.finished_command {
+        for cycle in [commit.finished_command, commit.interrupted_command]
+            .into_iter()
+            .flatten()
+        {
             writes.remove(TreeId::Journal, cycle_key(&state.id, cycle));
         }
         if !commit.workspace.is_empty() {
@@ -475,13 +494,10 @@ impl Store {
         call: &CommandCall,
         at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        let entry = JournalEntry::Executing {
-            command: call.name.clone(),
-            call: None,
-            started_at: at,
-        };
-        self.journal
-            .insert(cycle_key(agent, cycle), encode(&entry)?)?;
+        self.journal.insert(
+            cycle_key(agent, cycle),
+            encode(&JournalEntry::executing(call, at))?,
+        )?;
         Ok(())
     }
 

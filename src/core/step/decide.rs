@@ -85,7 +85,7 @@ impl Stepper<'_, '_> {
             self.audit(by.clone(), event);
         }
         match decision {
-            Decision::Approve => self.start_execution(by),
+            Decision::Approve => self.start_command(by, true),
             Decision::Remember(draft) => {
                 self.keep_rule(cycle, draft, &by);
                 self.start_execution(by);
@@ -101,7 +101,7 @@ impl Stepper<'_, '_> {
                     }
                     None => self.state.auto_approvals_left = n.saturating_sub(1),
                 }
-                self.start_execution(by);
+                self.start_command(by, true);
             }
             Decision::Deny => {
                 self.state.auto_approvals_left = 0;

@@ -509,9 +509,18 @@ impl Stepper<'_, '_> {
 
     /// Has the runtime run the pending command, approved by `by`.
     fn start_execution(&mut self, by: String) {
+        self.start_command(by, false);
+    }
+
+    /// `start_execution`, saying whether the approval is all the step changed (see
+    /// `Effect::Execute::only_approved`). A proposal already interrupted once is stored with the
+    /// step, so that a second interruption is found and told as the first was.
+    fn start_command(&mut self, by: String, only_approved: bool) {
         let Some(pending) = self.state.pending.as_mut() else {
             return;
         };
+        let only_approved =
+            only_approved && !pending.interrupted && self.state.phase == Phase::AwaitingDecision;
         pending.approved_by = Some(by);
         // The card no longer waits; if it is shown again (a stale file), it gets a new deadline.
         pending.deadline = None;
@@ -520,6 +529,7 @@ impl Stepper<'_, '_> {
             cycle: pending.cycle,
             call: pending.command.clone(),
             risk: pending.risk,
+            only_approved,
         });
     }
 

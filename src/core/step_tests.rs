@@ -749,12 +749,12 @@ fn an_approval_that_changes_nothing_else_lets_the_journal_stand_for_the_step() {
     h.finish_command(Outcome::Success("ok".into()));
     let fx = h.think(&write("3"));
     assert_eq!(only_approved(&fx), Some(false));
-    // A proposal interrupted once is stored with its approval, so a second interruption is told.
+    // A proposal asked about again after an interruption is approved like any other.
     let mut h = Harness::started();
     h.think(&write("1"));
     h.decide(Decision::Approve);
     h.step(Event::Recovered { interrupted: true });
-    assert_eq!(only_approved(&h.decide(Decision::Approve)), Some(false));
+    assert_eq!(only_approved(&h.decide(Decision::Approve)), Some(true));
 }
 
 #[test]

@@ -4,7 +4,6 @@
 
 use super::{Actor, Executed, RuntimeError};
 use crate::core::event::Effect;
-use crate::core::state::Phase;
 use crate::store::Commit;
 
 impl Actor {
@@ -89,19 +88,10 @@ impl Actor {
         let unstored_audit = std::mem::take(&mut self.unstored_audit);
         let mut audit: Vec<_> = unstored_audit.iter().collect();
         audit.extend(step_audit);
-        // While a proposal marked interrupted awaits a decision, its command's journal entry
-        // goes, so that the proposal's next approval is the one entry says started.
-        let interrupted_command = self
-            .state
-            .pending
-            .as_ref()
-            .filter(|p| p.interrupted && self.state.phase == Phase::AwaitingDecision)
-            .map(|p| p.cycle);
         self.deps.store.commit(&Commit {
             state: Some(&self.state),
             episodes,
             finished_command,
-            interrupted_command,
             workspace,
             audit,
             server_rule: effects.iter().find_map(|e| match e {

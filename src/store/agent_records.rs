@@ -112,7 +112,7 @@ impl Store {
         }
         let mut state: AgentState = serde_json::from_value(Value::Object(record))
             .map_err(|e| StoreError::Corrupt(format!("{}: {e}", String::from_utf8_lossy(key))))?;
-        self.with_started_command(&mut state)?;
+        self.with_started_command(&mut state, raw)?;
         Ok(Some(state))
     }
 }

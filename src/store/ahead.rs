@@ -90,7 +90,7 @@ const ANCHOR_MARK: u8 = 0;
 
 /// A stored value's length and CRC-32: two different states of one agent, the only values an
 /// anchor is compared with, would have to agree on both.
-fn digest(value: &[u8]) -> u64 {
+pub(super) fn digest(value: &[u8]) -> u64 {
     (u64::from(crc32fast::hash(value)) << 32) | (value.len() as u64 & 0xffff_ffff)
 }
 

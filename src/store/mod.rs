@@ -152,6 +152,11 @@ pub enum JournalEntry {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         call: Option<CommandCall>,
         started_at: DateTime<Utc>,
+        /// For a start stored without the agent's record (see `started`): the digest of the
+        /// record it was stored beside, which says that the record awaits the decision this
+        /// entry started. Any later write of the record makes the entry stale.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        on_record: Option<u64>,
     },
     /// Written by stores before the journal let finished commands go (the cycle's episode
     /// records the command and its outcome, in the same write that removes the entry); still
@@ -165,12 +170,14 @@ pub enum JournalEntry {
 }
 
 impl JournalEntry {
-    /// The record of `call` starting at `at`.
-    fn executing(call: &CommandCall, at: DateTime<Utc>) -> JournalEntry {
+    /// The record of `call` starting at `at`, beside the agent's stored record of digest
+    /// `on_record` when it stands for the step's state (see `started`).
+    fn executing(call: &CommandCall, at: DateTime<Utc>, on_record: Option<u64>) -> JournalEntry {
         JournalEntry::Executing {
             command: call.name.clone(),
             call: None,
             started_at: at,
+            on_record,
         }
     }
 }
@@ -198,10 +205,6 @@ pub struct Commit<'a> {
     /// cycle's episode (in the same write) now says what the command did. The journal holds only
     /// commands under way, a record less kept for every cycle.
     pub finished_command: Option<u64>,
-    /// The cycle of a proposal shown again as interrupted (`Proposal::interrupted`): the journal
-    /// entry of its command goes, since the proposal now says so, and a later approval is not
-    /// mistaken for one whose start only the journal records (see `started`).
-    pub interrupted_command: Option<u64>,
     pub workspace: Vec<WorkspaceOp>,
     /// Entries for the agent's audit trail, written with the state they record.
     pub audit: Vec<&'a AuditEntry>,
@@ -423,10 +426,7 @@ impl Store {
                 encode(*episode)?,
             );
         }
-        for cycle in [commit.finished_command, commit.interrupted_command]
-            .into_iter()
-            .flatten()
-        {
+        if let Some(cycle) = commit.finished_command {
             writes.remove(TreeId::Journal, cycle_key(&state.id, cycle));
         }
         if !commit.workspace.is_empty() {
@@ -458,20 +458,31 @@ impl Store {
         for episode in &commit.episodes {
             self.decisions.remove(cycle_key(&state.id, episode.cycle))?;
         }
-        if state.cycle.is_multiple_of(chunks::FOLD_CHECK_EVERY) {
-            // The commit has landed whatever a fold does: a failure is logged, and the records
-            // stay where they are until a later check folds them.
-            let folds = [
-                (!commit.audit.is_empty()).then(|| ("audit entries", self.fold_audit(&state.id))),
-                (!commit.episodes.is_empty()).then(|| ("steps", self.fold_steps(&state.id))),
-            ];
-            for (records, folded) in folds.into_iter().flatten() {
-                if let Err(error) = folded {
-                    tracing::warn!(agent = %state.id, %error, "could not fold {records} into a chunk");
-                }
+        self.fold_when_due(
+            &state.id,
+            state.cycle,
+            !commit.audit.is_empty(),
+            !commit.episodes.is_empty(),
+        );
+        Ok(())
+    }
+
+    /// Every `FOLD_CHECK_EVERY` cycles, after a write that added audit entries or steps, folds
+    /// the agent's older ones into chunks. The write has landed whatever a fold does: a failure
+    /// is logged, and the records stay where they are until a later check folds them.
+    fn fold_when_due(&self, agent: &str, cycle: u64, audit: bool, steps: bool) {
+        if !cycle.is_multiple_of(chunks::FOLD_CHECK_EVERY) {
+            return;
+        }
+        let folds = [
+            audit.then(|| ("audit entries", self.fold_audit(agent))),
+            steps.then(|| ("steps", self.fold_steps(agent))),
+        ];
+        for (records, folded) in folds.into_iter().flatten() {
+            if let Err(error) = folded {
+                tracing::warn!(%agent, %error, "could not fold {records} into a chunk");
             }
         }
-        Ok(())
     }
 
     /// Records that a command is about to run; must be on disk before the command starts.
@@ -496,7 +507,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         self.journal.insert(
             cycle_key(agent, cycle),
-            encode(&JournalEntry::executing(call, at))?,
+            encode(&JournalEntry::executing(call, at, None))?,
         )?;
         Ok(())
     }

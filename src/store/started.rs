@@ -6,13 +6,17 @@
 //! started, the result), and each write of a record logs it whole and, every few writes, the
 //! B-tree leaf it shares with fifteen others. An approval changes only what a restart sets anew
 //! when it finds the command interrupted (who approved, the approvals counted, Approve ×N's
-//! count, the phase: see `Effect::Execute::only_approved`), so the journal record, which must be
-//! on disk before the command starts anyway, can stand for it. A 300-agent run wrote 19% fewer
-//! bytes to sled's log (see the README's store figures).
+//! count, the card's deadline, the phase: see `Effect::Execute::only_approved`), so the journal
+//! record, which must be on disk before the command starts anyway, can stand for it.
+//!
+//! The journal record names the agent's record it stands beside by its digest (length and
+//! CRC-32, as `ahead`'s anchors do): any later write of the agent's record (the result, the
+//! proposal shown again as interrupted, a stale file's card, a rethink) leaves the entry stale,
+//! so only the start of the proposal the record shows reads as one, whatever the clock does.
 
 use chrono::{DateTime, Utc};
 
-use super::ahead::{TreeId, Writes};
+use super::ahead::{digest, TreeId, Writes};
 use super::{cycle_key, encode, JournalEntry, Store, StoreError};
 use crate::core::audit::AuditEntry;
 use crate::core::reply::CommandCall;
@@ -21,7 +25,8 @@ use crate::core::state::{AgentState, Phase};
 impl Store {
     /// Records that `agent`'s approved command of `cycle` starts at `at`, with the trail entries
     /// of the approval, in one write and without the agent's record; the caller flushes before
-    /// the command starts.
+    /// the command starts. Only the agent's actor writes its record, so the one read here is the
+    /// one the entry stands beside.
     pub fn record_start(
         &self,
         agent: &str,
@@ -30,11 +35,12 @@ impl Store {
         at: DateTime<Utc>,
         audit: &[&AuditEntry],
     ) -> Result<(), StoreError> {
+        let on_record = self.agents.get(agent.as_bytes())?.map(|raw| digest(&raw));
         let mut writes = Writes::default();
         writes.put(
             TreeId::Journal,
             cycle_key(agent, cycle),
-            encode(&JournalEntry::executing(call, at))?,
+            encode(&JournalEntry::executing(call, at, on_record))?,
         );
         let audit_held = (!audit.is_empty()).then(|| self.audit_lock(agent));
         for (key, entry) in self
@@ -46,27 +52,30 @@ impl Store {
         }
         self.write_together(&writes)?;
         drop(audit_held);
+        // The approval's entry is often the only one a hand-approved cycle adds.
+        self.fold_when_due(agent, cycle, !audit.is_empty(), false);
         Ok(())
     }
 
-    /// Shows `state`, as its record was stored, executing when the journal says that the command
-    /// of the proposal it awaits a decision on has started since (`record_start`). A proposal
-    /// marked interrupted has had its journal record removed (`Commit::interrupted_command`);
-    /// the time check keeps a record left by an older version, from before the proposal was
-    /// stored, from being taken for a start.
-    pub(super) fn with_started_command(&self, state: &mut AgentState) -> Result<(), StoreError> {
+    /// Shows `state`, stored as `raw`, executing when the journal holds a start of the proposal
+    /// it awaits a decision on, stored beside this very record (`record_start`).
+    pub(super) fn with_started_command(
+        &self,
+        state: &mut AgentState,
+        raw: &[u8],
+    ) -> Result<(), StoreError> {
         if state.phase != Phase::AwaitingDecision {
             return Ok(());
         }
         let Some(pending) = state
             .pending
             .as_mut()
-            .filter(|pending| pending.cycle == state.cycle && !pending.interrupted)
+            .filter(|pending| pending.cycle == state.cycle)
         else {
             return Ok(());
         };
         let started = match self.journal_entry(&state.id, state.cycle)? {
-            Some(JournalEntry::Executing { started_at, .. }) => started_at >= state.updated_at,
+            Some(JournalEntry::Executing { on_record, .. }) => on_record == Some(digest(raw)),
             _ => false,
         };
         if started {
@@ -81,7 +90,8 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::audit::AuditEvent;
+    use crate::core::audit::{AuditEvent, ShownCommand};
+    use crate::core::event::Decision;
     use crate::store::{Commit, DecisionRecord};
 
     fn awaiting(id: &str) -> AgentState {
@@ -116,7 +126,7 @@ mod tests {
 
     fn approve(store: &Store, state: &AgentState) {
         let decision = DecisionRecord {
-            decision: crate::core::event::Decision::Approve,
+            decision: Decision::Approve,
             by: "alice".into(),
             at: state.updated_at,
         };
@@ -124,14 +134,15 @@ mod tests {
             .record_decision(&state.id, 3, &decision)
             .unwrap()
             .unwrap();
+        let pending = state.pending.as_ref().unwrap();
+        let shown = ShownCommand::of(&pending.command, pending.revision);
         let entry = AuditEntry {
             at: state.updated_at,
             by: "alice".into(),
-            event: AuditEvent::PauseRequested,
+            event: AuditEvent::decided(3, &Decision::Approve, shown, Vec::new()),
         };
-        let call = &state.pending.as_ref().unwrap().command;
         store
-            .record_start(&state.id, 3, call, state.updated_at, &[&entry])
+            .record_start(&state.id, 3, &pending.command, state.updated_at, &[&entry])
             .unwrap();
     }
 
@@ -156,41 +167,65 @@ mod tests {
     }
 
     #[test]
-    fn a_proposal_shown_again_as_interrupted_drops_the_start_and_awaits_a_decision() {
-        let state = awaiting("a2");
-        let (_dir, store) = store_with(&state);
-        approve(&store, &state);
-        let mut shown_again = store.load_agent("a2").unwrap().unwrap();
-        shown_again.phase = Phase::AwaitingDecision;
-        shown_again.pending.as_mut().unwrap().interrupted = true;
-        store
-            .commit(&Commit {
-                state: Some(&shown_again),
-                interrupted_command: Some(3),
-                ..Default::default()
-            })
-            .unwrap();
-        assert_eq!(store.journal_entry("a2", 3).unwrap(), None);
-        // Asked again and rethought, the cycle's new proposal is not taken for a started one.
-        let mut rethought = shown_again.clone();
-        rethought.pending.as_mut().unwrap().interrupted = false;
-        store
-            .commit(&Commit {
-                state: Some(&rethought),
-                ..Default::default()
-            })
-            .unwrap();
-        let loaded = store.load_agent("a2").unwrap().unwrap();
-        assert_eq!(loaded.phase, Phase::AwaitingDecision);
+    fn any_later_write_of_the_record_leaves_the_start_stale() {
+        let shown_again_ways: [fn(&mut AgentState); 2] = [
+            // Shown again as interrupted after a restart.
+            |state| state.pending.as_mut().unwrap().interrupted = true,
+            // Shown again unchanged but for the time (a stale file's card), or rethought.
+            |state| state.updated_at += chrono::Duration::seconds(1),
+        ];
+        for shown_again in shown_again_ways {
+            let state = awaiting("a2");
+            let (_dir, store) = store_with(&state);
+            approve(&store, &state);
+            let mut again = store.load_agent("a2").unwrap().unwrap();
+            again.phase = Phase::AwaitingDecision;
+            shown_again(&mut again);
+            store
+                .commit(&Commit {
+                    state: Some(&again),
+                    ..Default::default()
+                })
+                .unwrap();
+            let loaded = store.load_agent("a2").unwrap().unwrap();
+            assert_eq!(loaded.phase, Phase::AwaitingDecision);
+            assert!(!crate::runtime::was_interrupted(&store, &loaded).unwrap());
+        }
     }
 
     #[test]
-    fn a_journal_record_older_than_the_stored_proposal_is_not_a_start() {
+    fn approvals_stored_on_their_own_are_folded_like_any_trail_entries() {
+        let state = awaiting("a4");
+        let (_dir, store) = store_with(&state);
+        let call = &state.pending.as_ref().unwrap().command;
+        let entry = AuditEntry {
+            at: state.updated_at,
+            by: "alice".into(),
+            event: AuditEvent::PauseRequested,
+        };
+        for cycle in 1..=80 {
+            store
+                .record_start("a4", cycle, call, state.updated_at, &[&entry])
+                .unwrap();
+        }
+        assert_eq!(store.audit_trail("a4").unwrap().len(), 80);
+        assert!(!store.audit_chunks.is_empty(), "no chunk was folded");
+        assert!(
+            store.audit.len() < 80,
+            "{} entries kept alone",
+            store.audit.len()
+        );
+    }
+
+    #[test]
+    fn an_entry_written_with_the_record_is_not_a_start_without_it() {
+        // Entries written before `record_start` (and by `record_executing`) name no record.
         let state = awaiting("a3");
         let (_dir, store) = store_with(&state);
         let call = &state.pending.as_ref().unwrap().command;
-        let before = state.updated_at - chrono::Duration::seconds(5);
-        store.record_executing("a3", 3, call, before).unwrap();
+        store
+            .record_executing("a3", 3, call, state.updated_at)
+            .unwrap();
         let loaded = store.load_agent("a3").unwrap().unwrap();
         assert_eq!(loaded.phase, Phase::AwaitingDecision);
     }

@@ -513,14 +513,13 @@ impl Stepper<'_, '_> {
     }
 
     /// `start_execution`, saying whether the approval is all the step changed (see
-    /// `Effect::Execute::only_approved`). A proposal already interrupted once is stored with the
-    /// step, so that a second interruption is found and told as the first was.
+    /// `Effect::Execute::only_approved`): only for a proposal that was awaiting a decision, as
+    /// the record stored with it says.
     fn start_command(&mut self, by: String, only_approved: bool) {
+        let only_approved = only_approved && self.state.phase == Phase::AwaitingDecision;
         let Some(pending) = self.state.pending.as_mut() else {
             return;
         };
-        let only_approved =
-            only_approved && !pending.interrupted && self.state.phase == Phase::AwaitingDecision;
         pending.approved_by = Some(by);
         // The card no longer waits; if it is shown again (a stale file), it gets a new deadline.
         pending.deadline = None;

@@ -4,6 +4,7 @@
 
 use super::{Actor, Executed, RuntimeError};
 use crate::core::event::Effect;
+use crate::core::reply::CommandCall;
 use crate::store::Commit;
 
 impl Actor {
@@ -30,8 +31,8 @@ impl Actor {
                 }));
             return Ok(());
         }
-        if executed.is_none() && self.starts_only_what_was_approved(effects) {
-            return self.store_start_alone(effects).await;
+        if let Some((cycle, call)) = self.approved_start_alone(effects, &executed) {
+            return self.store_start_alone(cycle, call, effects).await;
         }
         let mut starts_command = false;
         if !self.deps.drain.is_raised() {
@@ -105,40 +106,45 @@ impl Actor {
         Ok(())
     }
 
-    /// Whether the step only starts the command a person just approved, with nothing else to
-    /// store but the approval's trail entries (`Effect::Execute::only_approved`).
-    fn starts_only_what_was_approved(&self, effects: &[Effect]) -> bool {
-        if self.deps.drain.is_raised() {
-            return false;
+    /// The command the step starts, when starting it is all the step does besides the approval's
+    /// trail entries (`Effect::Execute::only_approved`).
+    fn approved_start_alone<'e>(
+        &self,
+        effects: &'e [Effect],
+        executed: &Option<Executed>,
+    ) -> Option<(u64, &'e CommandCall)> {
+        if executed.is_some() || self.deps.drain.is_raised() {
+            return None;
         }
-        let mut starts = false;
+        let mut start = None;
         for effect in effects {
             match effect {
                 Effect::Execute {
+                    cycle,
+                    call,
                     only_approved: true,
                     ..
-                } if !starts => starts = true,
+                } if start.is_none() => start = Some((*cycle, call)),
                 Effect::Execute { .. }
                 | Effect::ShowProposal { .. }
                 | Effect::EpisodeRecorded { .. }
-                | Effect::SaveServerRule(_) => return false,
+                | Effect::SaveServerRule(_) => return None,
                 _ => {}
             }
         }
-        starts
+        start
     }
 
     /// Stores the start of an approved command as its journal entry, with the step's trail
     /// entries and any kept from an unstored step, and flushes before the command runs. The
     /// agent's record stays as it was stored with the proposal: a reader sees it executing by the
     /// journal entry, and a restart finds the command interrupted (see `store::started`).
-    async fn store_start_alone(&mut self, effects: &[Effect]) -> Result<(), RuntimeError> {
-        let Some((cycle, call)) = effects.iter().find_map(|e| match e {
-            Effect::Execute { cycle, call, .. } => Some((*cycle, call)),
-            _ => None,
-        }) else {
-            return Ok(());
-        };
+    async fn store_start_alone(
+        &mut self,
+        cycle: u64,
+        call: &CommandCall,
+        effects: &[Effect],
+    ) -> Result<(), RuntimeError> {
         let unstored_audit = std::mem::take(&mut self.unstored_audit);
         let mut audit: Vec<_> = unstored_audit.iter().collect();
         audit.extend(effects.iter().filter_map(|e| match e {

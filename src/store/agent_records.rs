@@ -6,8 +6,9 @@
 //! Why: a cycle wrote the record three times (twice since `started`), and the brief was most of
 //! it (a generated profile and the model's settings run to hundreds of bytes, the state that
 //! changes to a few dozen fields). sled logs each write whole, and rewrites the pages that hold
-//! it, so every byte of a record written several times a cycle cost several on disk. The brief is written only when it
-//! changes; a record stored before the split holds both parts and is read as it is.
+//! it, so every byte of a record written several times a cycle cost several on disk. The brief
+//! is written only when it changes; a record stored before the split holds both parts and is
+//! read as it is.
 
 use serde_json::{Map, Value};
 

@@ -6,7 +6,7 @@
 
 use std::sync::MutexGuard;
 
-use super::ahead::TreeId;
+use super::ahead::{TreeId, Writes};
 use super::chunks::Folding;
 use super::{agent_prefix, encode, Store, StoreError};
 use crate::core::audit::AuditEntry;
@@ -61,6 +61,25 @@ impl Store {
         (0..count)
             .map(|_| Ok(audit_key(agent, self.db.generate_id()?)))
             .collect()
+    }
+
+    /// Adds `entries` to `writes` under new keys of `agent`'s trail, and returns the trail's lock
+    /// (when there are any), which the caller holds until the writes have landed.
+    pub(super) fn put_audit(
+        &self,
+        writes: &mut Writes,
+        agent: &str,
+        entries: &[&AuditEntry],
+    ) -> Result<Option<MutexGuard<'_, ()>>, StoreError> {
+        let held = (!entries.is_empty()).then(|| self.audit_lock(agent));
+        for (key, entry) in self
+            .new_audit_keys(agent, entries.len())?
+            .into_iter()
+            .zip(entries)
+        {
+            writes.put(TreeId::Audit, key, encode(*entry)?);
+        }
+        Ok(held)
     }
 
     /// Appends one entry to `agent`'s trail on its own (the caller flushes when it must be durable

@@ -414,11 +414,7 @@ impl Store {
                 encode(rule)?,
             );
         }
-        let audit_held = (!commit.audit.is_empty()).then(|| self.audit_lock(&state.id));
-        let audit_keys = self.new_audit_keys(&state.id, commit.audit.len())?;
-        for (key, entry) in audit_keys.into_iter().zip(&commit.audit) {
-            writes.put(TreeId::Audit, key, encode(*entry)?);
-        }
+        let audit_held = self.put_audit(&mut writes, &state.id, &commit.audit)?;
         for episode in &commit.episodes {
             writes.put(
                 TreeId::Episodes,

@@ -42,14 +42,7 @@ impl Store {
             cycle_key(agent, cycle),
             encode(&JournalEntry::executing(call, at, on_record))?,
         );
-        let audit_held = (!audit.is_empty()).then(|| self.audit_lock(agent));
-        for (key, entry) in self
-            .new_audit_keys(agent, audit.len())?
-            .into_iter()
-            .zip(audit)
-        {
-            writes.put(TreeId::Audit, key, encode(*entry)?);
-        }
+        let audit_held = self.put_audit(&mut writes, agent, audit)?;
         self.write_together(&writes)?;
         drop(audit_held);
         // The approval's entry is often the only one a hand-approved cycle adds.

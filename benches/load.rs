@@ -7,7 +7,7 @@
 //!
 //! Run with `cargo bench --bench load`. Settings come from the environment: `BENCH_AGENTS`
 //! (1000), `BENCH_SECS` (120, after warm-up), `BENCH_WARMUP_SECS` (30), `BENCH_MODEL_MS` (200),
-//! `BENCH_MEMORY` (1: long-term memory on, with the fake's embeddings), `BENCH_CACHE_MB` (sled's
+//! `BENCH_MEMORY` (0; 1 turns long-term memory on, with the fake's embeddings), `BENCH_CACHE_MB` (sled's
 //! page cache) and `BENCH_FLUSH_WINDOW_MS` (the bot's flush window; both the bot's default unless
 //! set).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // A benchmark stops at the first failure.

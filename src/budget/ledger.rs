@@ -17,9 +17,11 @@ use crate::store::{decode, encode, Store, StoreError};
 
 /// How many settlements are kept as their own keys before they are folded into the accounts.
 /// Folding takes a sled transaction, which writes and syncs about three log buffers whatever its
-/// size; a single insert rides on the next flush. Folding one in 64 keeps the ledger's share of a
-/// cycle's disk writes small while bounding what start-up has to add up.
-const SETTLEMENTS_PER_FOLD: usize = 64;
+/// size; a single insert rides on the next flush. Each of those writes also cuts short the buffer
+/// a flush window was filling, and the next write dirties the synced buffer's last page again.
+/// One in 256 keeps the ledger's share of a cycle's disk writes small while bounding what
+/// start-up has to add up and what is held in memory until the fold.
+const SETTLEMENTS_PER_FOLD: usize = 256;
 
 /// One budget's bookkeeping. `spent + reserved` never exceeds the limit it was reserved under.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

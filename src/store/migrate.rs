@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::StoreError;
 
 /// The schema this code reads and writes.
-pub const SCHEMA_VERSION: u32 = 10;
+pub const SCHEMA_VERSION: u32 = 11;
 
 const SCHEMA_KEY: &[u8] = b"schema_version";
 
@@ -51,6 +51,10 @@ const MIGRATION_FILES: &[(&str, &str)] = &[
     (
         "0010_agent_briefs_apart.toml",
         include_str!("../../migrations/0010_agent_briefs_apart.toml"),
+    ),
+    (
+        "0011_records_packed_with_a_dictionary.toml",
+        include_str!("../../migrations/0011_records_packed_with_a_dictionary.toml"),
     ),
 ];
 

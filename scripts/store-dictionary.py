@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Makes the zstd dictionary the store compresses its JSON records with (src/store/dictionary.zstd).
 
-Usage: scripts/store-dictionary.py DB OUT.zstd DICT_ID
+Usage: scripts/store-dictionary.py DB OUT.zstd DICT_ID [DICTIONARY_IN_USE]
 
 DB is the log of a store the load bench filled (`db` in its data directory, copied while it
-runs). Every JSON record found in it (zstd frames, and records too small to be compressed) is
-kept with its structure (keys, numbers, and the names of commands, states and enums) while every
-other string is replaced: free text with neutral words, and ids and times with random digits in
-their own shape. So the dictionary learns what records look like and nothing any agent wrote. zstd's trainer then makes a 4 KiB
+runs; with a store made since schema 11, also the dictionary its records were packed with,
+`src/store/dictionary.zstd`). Every JSON record found in it (zstd frames, and records too small to be compressed) is
+kept with its structure (keys, numbers, and single lowercase words: the names of commands, states
+and enums, and such short names as a user's) while every other string is replaced: free text with
+neutral words, and ids and times with random digits in their own shape. So the dictionary learns
+what records look like and nothing any agent wrote. zstd's trainer then makes a 4 KiB
 dictionary with DICT_ID. Needs Python's `zstandard` package and the `zstd` command.
 
 A dictionary, once shipped, must never change: stored records name it by its id. A new one gets
@@ -32,10 +34,10 @@ TIME = re.compile(r"^\d{4}-\d\d-\d\dT[\d:.]+(Z|[+-]\d\d:\d\d)$")
 NAME = re.compile(r"^[a-z_]{1,24}$")
 
 
-def records(log: bytes):
+def records(log: bytes, dictionary):
     """The distinct JSON records in a sled log: in zstd frames, or as they are."""
     seen = set()
-    decompressor = zstandard.ZstdDecompressor()
+    decompressor = zstandard.ZstdDecompressor(dict_data=dictionary)
     at = 0
     while (at := log.find(ZSTD_MAGIC, at) + 1) > 0:
         start = at - 1
@@ -82,13 +84,17 @@ def scrub(value, rng):
 
 
 def main():
-    db, out, dict_id = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    db, out, dict_id = sys.argv[1], sys.argv[2], int(sys.argv[3], 0)
+    dictionary = None
+    if len(sys.argv) > 4:
+        with open(sys.argv[4], "rb") as dictionary_file:
+            dictionary = zstandard.ZstdCompressionDict(dictionary_file.read())
     rng = random.Random(7)
     with open(db, "rb") as log_file:
         log = log_file.read()
     with tempfile.TemporaryDirectory() as samples:
         count = 0
-        for raw in records(log):
+        for raw in records(log, dictionary):
             try:
                 record = json.loads(raw)
             except ValueError:
@@ -101,6 +107,9 @@ def main():
                 f.write(sample)
             count += 1
         print(f"{count} records")
+        if count < 1000:
+            sys.exit("too few records to train on: is DB a store's log, and is the dictionary its "
+                     "records were packed with given?")
         subprocess.run(["zstd", "--train", "-r", samples, "--maxdict=4096", f"--dictID={dict_id}",
                         "-o", out, "-q", "-f"], check=True)
 

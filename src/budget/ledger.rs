@@ -582,7 +582,7 @@ mod tests {
                     reserved: Micros(10)
                 }
             );
-            // The fold took the first 64 settlements off their own keys.
+            // The fold took the first `SETTLEMENTS_PER_FOLD` settlements off their own keys.
             let unfolded = store.db().open_tree("ledger_settlements").unwrap().len();
             assert_eq!(unfolded, 5);
         }

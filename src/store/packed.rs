@@ -19,7 +19,9 @@ const LEVEL: i32 = 3;
 
 /// The store's dictionary: what its JSON records look like (their keys, the names of commands
 /// and states, the shape of times and ids), made by `scripts/store-dictionary.py` from the
-/// records of a load-bench store with every string an agent or a person wrote replaced. A record
+/// records of a load-bench store with their free text replaced by neutral words and their ids
+/// and times by random digits (keys, numbers and single lowercase words are kept, so the
+/// fake Discord's user name is in it; nothing an agent wrote is). A record
 /// of a few hundred bytes shares little with itself, so zstd alone barely shrinks it: on such a
 /// store's records, an agent's record packed to 458 bytes rather than 843, a step to 118 rather
 /// than 223, a trail entry to 120 rather than 216, and the small records kept as they were
@@ -30,7 +32,7 @@ const DICTIONARY: &[u8] = include_bytes!("dictionary.zstd");
 /// changes once shipped: a new one gets a new id, and the old stays for reading.
 const DICTIONARY_ID: u32 = 0x6174_0001;
 
-/// JSON records from this size on are packed with the dictionary (its frame header is a dozen
+/// JSON records (values that start like one) from this size on are packed with the dictionary (its frame header is a dozen
 /// bytes, and records this small shrink by a third with it).
 const DICTIONARY_FROM: usize = 48;
 

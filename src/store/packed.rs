@@ -32,8 +32,8 @@ const DICTIONARY: &[u8] = include_bytes!("dictionary.zstd");
 /// changes once shipped: a new one gets a new id, and the old stays for reading.
 const DICTIONARY_ID: u32 = 0x6174_0001;
 
-/// JSON records (values that start like one) from this size on are packed with the dictionary (its frame header is a dozen
-/// bytes, and records this small shrink by a third with it).
+/// JSON records (values that start like one) from this size on are packed with the dictionary
+/// (its frame header is a dozen bytes, and records this small shrink by a third with it).
 const DICTIONARY_FROM: usize = 48;
 
 /// Larger records (chunks of folded records) share enough with themselves that the dictionary
@@ -51,39 +51,60 @@ static COMPRESSION_DICTIONARY: LazyLock<zstd::zstd_safe::CDict<'static>> =
 static DECOMPRESSION_DICTIONARY: LazyLock<zstd::zstd_safe::DDict<'static>> =
     LazyLock::new(|| zstd::zstd_safe::create_ddict(DICTIONARY));
 
+// One context of each kind per thread serves frames made with the dictionary and without: each
+// call says which, and a context keeps no dictionary from one call to the next.
 thread_local! {
-    static COMPRESSOR: RefCell<zstd::block::Compressor> = RefCell::new(zstd::block::Compressor::new());
-    static DECOMPRESSOR: RefCell<zstd::block::Decompressor> =
-        RefCell::new(zstd::block::Decompressor::new());
-    static DICTIONARY_COMPRESSOR: RefCell<zstd::zstd_safe::CCtx<'static>> =
+    static COMPRESSOR: RefCell<zstd::zstd_safe::CCtx<'static>> =
         RefCell::new(zstd::zstd_safe::create_cctx());
-    static DICTIONARY_DECOMPRESSOR: RefCell<zstd::zstd_safe::DCtx<'static>> =
+    static DECOMPRESSOR: RefCell<zstd::zstd_safe::DCtx<'static>> =
         RefCell::new(zstd::zstd_safe::create_dctx());
 }
 
-/// `raw` packed with the store's dictionary, when that makes it smaller.
-fn pack_with_dictionary(raw: &[u8]) -> Option<Vec<u8>> {
+/// `raw` as one zstd frame, made with the store's dictionary or without one.
+fn compress(raw: &[u8], with_dictionary: bool) -> Result<Vec<u8>, String> {
     let mut packed = Vec::with_capacity(zstd::zstd_safe::compress_bound(raw.len()));
-    DICTIONARY_COMPRESSOR
+    COMPRESSOR
         .with(|context| {
-            context
-                .borrow_mut()
-                .compress_using_cdict(&mut packed, raw, &COMPRESSION_DICTIONARY)
+            let mut context = context.borrow_mut();
+            if with_dictionary {
+                context.compress_using_cdict(&mut packed, raw, &COMPRESSION_DICTIONARY)
+            } else {
+                context.compress(&mut packed, raw, LEVEL)
+            }
         })
-        .ok()?;
-    (packed.len() < raw.len()).then_some(packed)
+        .map_err(|code| zstd::zstd_safe::get_error_name(code).to_string())?;
+    Ok(packed)
+}
+
+/// A frame's content, `size` bytes, read with the store's dictionary or without one.
+fn decompress(stored: &[u8], size: usize, with_dictionary: bool) -> Result<Vec<u8>, String> {
+    let mut unpacked = Vec::with_capacity(size);
+    DECOMPRESSOR
+        .with(|context| {
+            let mut context = context.borrow_mut();
+            if with_dictionary {
+                context.decompress_using_ddict(&mut unpacked, stored, &DECOMPRESSION_DICTIONARY)
+            } else {
+                context.decompress(&mut unpacked, stored)
+            }
+        })
+        .map_err(|code| {
+            format!(
+                "a compressed value cannot be read: {}",
+                zstd::zstd_safe::get_error_name(code)
+            )
+        })?;
+    Ok(unpacked)
 }
 
 /// `raw` as it is to be stored: compressed when that makes it smaller.
 pub(crate) fn pack(raw: Vec<u8>) -> Vec<u8> {
-    if raw.starts_with(b"{") && (DICTIONARY_FROM..DICTIONARY_BELOW).contains(&raw.len()) {
-        return pack_with_dictionary(&raw).unwrap_or(raw);
-    }
-    if raw.len() < PACK_FROM {
+    let with_dictionary =
+        raw.starts_with(b"{") && (DICTIONARY_FROM..DICTIONARY_BELOW).contains(&raw.len());
+    if !with_dictionary && raw.len() < PACK_FROM {
         return raw;
     }
-    let packed = COMPRESSOR.with(|compressor| compressor.borrow_mut().compress(&raw, LEVEL));
-    match packed {
+    match compress(&raw, with_dictionary) {
         Ok(packed) if packed.len() < raw.len() => packed,
         _ => raw,
     }
@@ -96,9 +117,7 @@ pub(crate) fn pack_any(raw: Vec<u8>) -> Result<Vec<u8>, String> {
     if !raw.starts_with(&ZSTD_MAGIC) {
         return Ok(pack(raw));
     }
-    COMPRESSOR
-        .with(|compressor| compressor.borrow_mut().compress(&raw, LEVEL))
-        .map_err(|e| format!("a value could not be compressed: {e}"))
+    compress(&raw, false).map_err(|e| format!("a value could not be compressed: {e}"))
 }
 
 /// The length of a stored value before `pack`, read from the frame's header (no decompression).
@@ -123,28 +142,8 @@ pub(crate) fn unpack(stored: &[u8]) -> Result<Cow<'_, [u8]>, String> {
         .filter(|size| *size <= UNPACKED_MAX)
         .ok_or_else(|| format!("a compressed value gives no usable size ({size})"))?;
     match zstd::zstd_safe::get_dict_id_from_frame(stored) {
-        0 => DECOMPRESSOR
-            .with(|decompressor| decompressor.borrow_mut().decompress(stored, size))
-            .map(Cow::Owned)
-            .map_err(|e| format!("a compressed value cannot be read: {e}")),
-        DICTIONARY_ID => {
-            let mut unpacked = Vec::with_capacity(size);
-            DICTIONARY_DECOMPRESSOR
-                .with(|context| {
-                    context.borrow_mut().decompress_using_ddict(
-                        &mut unpacked,
-                        stored,
-                        &DECOMPRESSION_DICTIONARY,
-                    )
-                })
-                .map_err(|code| {
-                    format!(
-                        "a compressed value cannot be read: {}",
-                        zstd::zstd_safe::get_error_name(code)
-                    )
-                })?;
-            Ok(Cow::Owned(unpacked))
-        }
+        0 => decompress(stored, size, false).map(Cow::Owned),
+        DICTIONARY_ID => decompress(stored, size, true).map(Cow::Owned),
         other => Err(format!(
             "a value was compressed with zstd dictionary {other:#x}, which this version does not have"
         )),
@@ -216,7 +215,7 @@ mod tests {
         );
         assert_eq!(unpack(&packed).unwrap(), step.as_slice());
         assert_eq!(unpacked_len(&packed), step.len() as u64);
-        // Records too small for a frame to pay stay as they are; so does what is not JSON.
+        // Records too small for a frame to pay stay as they are.
         let tiny = br#"{"v":1,"data":{"at":1}}"#.to_vec();
         assert_eq!(pack(tiny.clone()), tiny);
         // A frame made with a dictionary this version does not have is refused by its id.

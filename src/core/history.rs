@@ -60,10 +60,63 @@ pub struct Episode {
     pub cost: Micros,
 }
 
-/// `name(arg=value, …)` with values as compact JSON, cut to `max_chars` code points.
+/// `name(arg=value, …)` with values as compact JSON, cut to `max_chars` code points (the same
+/// text as `truncate_chars` would make of the whole). Writing stops once the cut is known: a
+/// step's call is rendered for every step shown, every cycle, and formatting a written file's
+/// whole contents only to keep the first few dozen characters was a tenth of building a prompt.
 pub fn format_call(call: &CommandCall, max_chars: usize) -> String {
-    let args: Vec<String> = call.args.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    truncate_chars(&format!("{}({})", call.name, args.join(", ")), max_chars)
+    use std::fmt::Write;
+    let mut out = FirstChars::new(max_chars);
+    let _ = (|| {
+        write!(out, "{}(", call.name)?;
+        for (i, (key, value)) in call.args.iter().enumerate() {
+            let separator = if i == 0 { "" } else { ", " };
+            write!(out, "{separator}{key}={value}")?;
+        }
+        out.write_char(')')
+    })();
+    out.finish()
+}
+
+/// A writer that keeps the first `room` code points of what is written to it and refuses the
+/// rest, so that the formatting feeding it stops early.
+struct FirstChars {
+    kept: String,
+    room: usize,
+    overflowed: bool,
+}
+
+impl FirstChars {
+    fn new(room: usize) -> Self {
+        FirstChars {
+            kept: String::new(),
+            room,
+            overflowed: false,
+        }
+    }
+
+    /// The text kept, with its last character replaced by `…` when more was written than fit.
+    fn finish(mut self) -> String {
+        if self.overflowed {
+            self.kept.pop();
+            self.kept.push('…');
+        }
+        self.kept
+    }
+}
+
+impl std::fmt::Write for FirstChars {
+    fn write_str(&mut self, text: &str) -> std::fmt::Result {
+        for ch in text.chars() {
+            if self.room == 0 {
+                self.overflowed = true;
+                return Err(std::fmt::Error);
+            }
+            self.kept.push(ch);
+            self.room -= 1;
+        }
+        Ok(())
+    }
 }
 
 /// Cuts to at most `max` code points, marking the cut, never splitting a character.
@@ -200,6 +253,29 @@ mod tests {
             feedback.contains("- Status: `interrupted_by_human`\n- Feedback:"),
             "{feedback}"
         );
+    }
+
+    #[test]
+    fn a_call_is_cut_as_its_whole_text_would_be() {
+        let call = CommandCall {
+            name: "write_file".into(),
+            args: json!({"filename": "é/ß.md", "contents": "naïve “quotes”\n".repeat(300)})
+                .as_object()
+                .cloned()
+                .unwrap(),
+        };
+        let args: Vec<String> = call.args.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let whole = format!("{}({})", call.name, args.join(", "));
+        let length = whole.chars().count();
+        for max in [0, 1, 5, 11, 12, 48, 200, length - 1, length, length + 1] {
+            assert_eq!(
+                format_call(&call, max),
+                truncate_chars(&whole, max),
+                "cut at {max}"
+            );
+        }
+        assert_eq!(format_call(&call, length), whole);
+        assert!(format_call(&call, 48).ends_with('…'));
     }
 
     #[test]

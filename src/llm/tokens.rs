@@ -100,8 +100,10 @@ fn seen() -> MutexGuard<'static, Option<HashMap<SeenText, usize>>> {
 
 /// Longer texts are counted line by line: a prompt's Progress section is one long text that
 /// changes at its end each cycle, so its lines are encoded (and the long ones remembered) where
-/// the whole would be encoded again every time.
-const SPLIT_FROM_BYTES: usize = 2_000;
+/// the whole would be encoded again every time. Shorter texts too: the recalled memories are one
+/// message whose lines mostly come back next cycle in another order, and the newest step is
+/// counted on its own and then as lines of the Progress section.
+const SPLIT_FROM_BYTES: usize = 256;
 
 fn encoded_len(bpe: &'static CoreBPE, text: &str) -> usize {
     if text.len() < SPLIT_FROM_BYTES {

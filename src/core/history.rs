@@ -67,6 +67,8 @@ pub struct Episode {
 pub fn format_call(call: &CommandCall, max_chars: usize) -> String {
     use std::fmt::Write;
     let mut out = FirstChars::new(max_chars);
+    // The only error is the writer refusing more once the cut is reached, which is how the
+    // formatting stops; what it kept is the result either way.
     let _ = (|| {
         write!(out, "{}(", call.name)?;
         for (i, (key, value)) in call.args.iter().enumerate() {

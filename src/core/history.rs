@@ -60,8 +60,8 @@ pub struct Episode {
     pub cost: Micros,
 }
 
-/// `name(arg=value, …)` with values as compact JSON, cut to `max_chars` code points (the same
-/// text as `truncate_chars` would make of the whole). Writing stops once the cut is known: a
+/// `name(arg=value, …)` with values as compact JSON, cut to `max_chars` code points as
+/// `truncate_chars` cuts (through the same writer). Writing stops once the cut is known: a
 /// step's call is rendered for every step shown, every cycle, and formatting a written file's
 /// whole contents only to keep the first few dozen characters was a tenth of building a prompt.
 pub fn format_call(call: &CommandCall, max_chars: usize) -> String {
@@ -109,27 +109,30 @@ impl FirstChars {
 
 impl std::fmt::Write for FirstChars {
     fn write_str(&mut self, text: &str) -> std::fmt::Result {
-        for ch in text.chars() {
-            if self.room == 0 {
+        // One pass to find where the room ends, then one copy of what fits.
+        let mut taken = 0;
+        for (at, _) in text.char_indices() {
+            if taken == self.room {
+                self.kept.push_str(&text[..at]);
+                self.room = 0;
                 self.overflowed = true;
                 return Err(std::fmt::Error);
             }
-            self.kept.push(ch);
-            self.room -= 1;
+            taken += 1;
         }
+        self.kept.push_str(text);
+        self.room -= taken;
         Ok(())
     }
 }
 
 /// Cuts to at most `max` code points, marking the cut, never splitting a character.
 pub fn truncate_chars(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        return text.to_string();
-    }
-    let keep = max.saturating_sub(1);
-    let mut out: String = text.chars().take(keep).collect();
-    out.push('…');
-    out
+    use std::fmt::Write;
+    let mut out = FirstChars::new(max);
+    // Refused past the cut, which `finish` marks.
+    let _ = out.write_str(text);
+    out.finish()
 }
 
 impl Episode {

@@ -62,6 +62,15 @@ impl Cli {
         };
         format!("{level},serenity=warn,poise=warn,hnsw_rs=warn,anndists=warn,sled=warn,hyper=warn,reqwest=warn,rustls=warn,h2=warn,tungstenite=warn,rmcp=warn,async_openai=error")
     }
+
+    /// Whether the command serves one agent in this terminal (`console`), which then runs on one
+    /// thread. Its steps follow one another, so a second worker thread gives it nothing to do in
+    /// parallel, and every hand-over between the two (a reply arriving, a task woken, a store
+    /// flush coming back) cost a switch of threads: a tenth of the 30-cycle task's overhead. The
+    /// bot keeps a thread per core for its many agents.
+    pub fn serves_one_agent(&self) -> bool {
+        matches!(self.command, CliCommand::Console(_))
+    }
 }
 
 /// How `run` connects to Discord's gateway.

@@ -37,11 +37,14 @@ fn main() -> ExitCode {
         }
         hand_back_free_pages();
     }
-    match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime.block_on(run()),
+    let cli = autothread::cli::Cli::parse();
+    let mut runtime = if cli.serves_one_agent() {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    match runtime.enable_all().build() {
+        Ok(runtime) => runtime.block_on(run(cli)),
         Err(error) => {
             eprintln!("error: cannot start the async runtime: {error}");
             ExitCode::from(2)
@@ -70,8 +73,7 @@ fn hand_back_free_pages() {
     }
 }
 
-async fn run() -> ExitCode {
-    let cli = autothread::cli::Cli::parse();
+async fn run(cli: autothread::cli::Cli) -> ExitCode {
     // Logs go to stderr so the console's own output on stdout stays readable and scriptable.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(cli.default_log_filter()));

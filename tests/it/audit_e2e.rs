@@ -54,10 +54,24 @@ async fn discord_decisions_and_changes_are_in_a_paged_private_audit_and_the_expo
         })
         .await;
     // Three resumes and pauses, each answered before the next: nine entries in all, two pages.
+    // The answer ("Pausing.") comes as the agent is told, so the audit is asked for once the
+    // agent has said it paused, three times.
+    let pause_notes = |d: &FakeDiscord| {
+        d.messages_in(thread)
+            .iter()
+            .filter(|m| m["content"].as_str().unwrap_or("").starts_with("⏸️"))
+            .count()
+    };
+    let paused_before = pause_notes(&discord);
     for sub in ["resume", "pause", "resume", "pause", "resume", "pause"] {
         let sent = discord.slash(ALICE, &[], thread, sub, json!([]), json!({}));
         answer(&discord, sent, true).await;
     }
+    discord
+        .wait_for("the three pauses", WAIT, |d| {
+            (pause_notes(d) == paused_before + 3).then_some(())
+        })
+        .await;
 
     let asked = discord.slash(ALICE, &[], thread, "audit", json!([]), json!({}));
     let page = response_shown(&discord, thread, asked, 4).await;

@@ -420,6 +420,7 @@ fn task_with_goals(task: Option<&str>, goals: &[String]) -> anyhow::Result<Strin
 
 async fn console(mut config: Config, args: ConsoleArgs) -> anyhow::Result<ExitCode> {
     let store = open_store(&config)?;
+    store.flush_in_place();
     let mut resumed = match &args.resume {
         Some(prefix) => Some(load_agent(&store, prefix)?),
         None => None,

@@ -1,12 +1,14 @@
 //! The AutoGPT 0.5 prompt layout, assembled from state and fitted to the model's context window;
 //! also the smaller prompts (re-ask, rethink, self-critique, profile generation).
 
+use std::cell::OnceCell;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::commands::CommandSet;
-use super::history::{format_call, truncate_chars};
+use super::history::{format_call, truncate_chars, Episode};
 use super::reply::{reply_format_instructions, CommandCall, Thoughts};
 use super::state::{AgentState, Profile};
 
@@ -232,124 +234,206 @@ const PROGRESS_HEADER: &str =
 /// Builds the cycle prompt: fixed parts are counted first, then the history is added newest-first
 /// (the newest steps in full, older ones as one-line summaries) until the send limit would be crossed.
 pub fn build_cycle_prompt(inputs: &PromptInputs<'_>) -> BuiltPrompt {
-    let state = inputs.state;
-    let fallback_profile = Profile::fallback();
-    let profile = state.profile.as_ref().unwrap_or(&fallback_profile);
-    let counter = inputs.counter;
+    CyclePrompt::new(inputs).build(&inputs.extras.memories)
+}
 
-    let system = Message::system(system_prompt(profile, inputs.commands));
-    let task = Message::user(format!("\"\"\"{}\"\"\"", state.full_task()));
-    let time = Message::system(time_message(inputs.now));
-    let memory = (!inputs.extras.memories.is_empty()).then(|| {
-        Message::system(format!(
-            "{}\n{}",
-            super::memory::MEMORY_HEADER,
-            inputs
-                .extras
-                .memories
-                .iter()
-                .map(|m| format!("- {m}"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        ))
-    });
-    let budget = inputs.extras.budget.clone().map(Message::system);
-    let format = inputs
-        .format_in_prompt
-        .then(|| Message::system(reply_format_instructions()));
-    let trigger = Message::user(TRIGGER);
+/// A cycle's prompt in the making: its messages other than the memories, and each step's text
+/// with its token count, made once. With memory on, a cycle's prompt is fitted twice (see
+/// `Stepper::build_prompt`): first without memories, to learn which steps it shows, then with
+/// those the memories add; rendering and counting every step and message again for the second
+/// was about a sixth of a cycle's own time.
+pub struct CyclePrompt<'a> {
+    inputs: &'a PromptInputs<'a>,
+    system: Message,
+    task: Message,
+    time: Message,
+    budget: Option<Message>,
+    format: Option<Message>,
+    trigger: Message,
+    /// The tokens of the messages above, the reply's priming and the schema, and the Progress
+    /// section's header.
+    fixed_tokens: usize,
+    /// Per step, newest first: its text in full and as a line, each with its cost.
+    in_full: Vec<OnceCell<(String, usize)>>,
+    as_line: Vec<OnceCell<(String, usize)>>,
+}
 
-    let mut fixed: Vec<&Message> = vec![&system, &task, &time];
-    fixed.extend(memory.iter());
-    fixed.extend(budget.iter());
-    fixed.extend(format.iter());
-    fixed.push(&trigger);
-    let fixed_tokens: usize = fixed
-        .iter()
-        .map(|m| counter.count(&m.content) + MESSAGE_OVERHEAD)
-        .sum::<usize>()
-        + REPLY_PRIMING
-        + inputs.schema_tokens;
+/// The steps a prompt shows, newest first, and how.
+struct FittedSteps<'t> {
+    lines_newest_first: Vec<&'t str>,
+    shown_cycles: Vec<u64>,
+    in_full: usize,
+    summarised: usize,
+}
 
-    let send_limit = inputs.limits.send_limit();
-    let header_tokens = counter.count(PROGRESS_HEADER) + MESSAGE_OVERHEAD;
-    let mut available = send_limit.saturating_sub(fixed_tokens + header_tokens);
+impl<'a> CyclePrompt<'a> {
+    pub fn new(inputs: &'a PromptInputs<'a>) -> Self {
+        let state = inputs.state;
+        let fallback_profile = Profile::fallback();
+        let profile = state.profile.as_ref().unwrap_or(&fallback_profile);
+        let counter = inputs.counter;
+        let system = Message::system(system_prompt(profile, inputs.commands));
+        let task = Message::user(format!("\"\"\"{}\"\"\"", state.full_task()));
+        let time = Message::system(time_message(inputs.now));
+        let budget = inputs.extras.budget.clone().map(Message::system);
+        let format = inputs
+            .format_in_prompt
+            .then(|| Message::system(reply_format_instructions()));
+        let trigger = Message::user(TRIGGER);
+        let mut fixed: Vec<&Message> = vec![&system, &task, &time];
+        fixed.extend(budget.iter());
+        fixed.extend(format.iter());
+        fixed.push(&trigger);
+        let fixed_tokens = fixed
+            .iter()
+            .map(|m| counter.count(&m.content) + MESSAGE_OVERHEAD)
+            .sum::<usize>()
+            + REPLY_PRIMING
+            + inputs.schema_tokens
+            + counter.count(PROGRESS_HEADER)
+            + MESSAGE_OVERHEAD;
+        let steps = state.episodes.len();
+        CyclePrompt {
+            inputs,
+            system,
+            task,
+            time,
+            budget,
+            format,
+            trigger,
+            fixed_tokens,
+            in_full: (0..steps).map(|_| OnceCell::new()).collect(),
+            as_line: (0..steps).map(|_| OnceCell::new()).collect(),
+        }
+    }
 
-    let mut lines_newest_first: Vec<String> = Vec::new();
-    let mut shown_cycles = Vec::new();
-    let mut in_full = 0;
-    let mut summarised = 0;
-    let mut full_mode = true;
-    let mut out_of_room = false;
-    for episode in state.episodes.iter().rev() {
-        if full_mode && in_full < inputs.full_steps {
-            let text = episode.render_full();
-            let cost = counter.count(&text) + 1;
-            if cost <= available {
-                available -= cost;
-                lines_newest_first.push(text);
-                shown_cycles.push(episode.cycle);
-                in_full += 1;
-                continue;
+    /// The cycles of the steps the prompt would show without memories.
+    pub fn shown_without_memories(&self) -> Vec<u64> {
+        self.fit_steps(0).shown_cycles
+    }
+
+    /// The newest step's text and cost (`newest` 0 is the newest), in full or as a line.
+    fn step_text(&self, newest: usize, full: bool) -> (&str, usize) {
+        let episodes = &self.inputs.state.episodes;
+        let episode = &episodes[episodes.len() - 1 - newest];
+        let (cells, render): (_, fn(&Episode) -> String) = if full {
+            (&self.in_full, Episode::render_full)
+        } else {
+            (&self.as_line, Episode::render_summary)
+        };
+        let (text, cost) = cells[newest].get_or_init(|| {
+            let text = render(episode);
+            let cost = self.inputs.counter.count(&text) + 1;
+            (text, cost)
+        });
+        (text, *cost)
+    }
+
+    /// Fits the history into what the window leaves beside the fixed messages and `memory_tokens`:
+    /// newest first, the newest steps in full, older ones as one-line summaries, until the send
+    /// limit would be crossed.
+    fn fit_steps(&self, memory_tokens: usize) -> FittedSteps<'_> {
+        let inputs = self.inputs;
+        let state = inputs.state;
+        let send_limit = inputs.limits.send_limit();
+        let mut available = send_limit.saturating_sub(self.fixed_tokens + memory_tokens);
+        let mut fitted = FittedSteps {
+            lines_newest_first: Vec::new(),
+            shown_cycles: Vec::new(),
+            in_full: 0,
+            summarised: 0,
+        };
+        let mut full_mode = true;
+        let mut out_of_room = false;
+        for (newest, episode) in state.episodes.iter().rev().enumerate() {
+            if full_mode && fitted.in_full < inputs.full_steps {
+                let (text, cost) = self.step_text(newest, true);
+                if cost <= available {
+                    available -= cost;
+                    fitted.lines_newest_first.push(text);
+                    fitted.shown_cycles.push(episode.cycle);
+                    fitted.in_full += 1;
+                    continue;
+                }
             }
+            full_mode = false;
+            let (text, cost) = self.step_text(newest, false);
+            if cost > available {
+                out_of_room = true;
+                break;
+            }
+            available -= cost;
+            fitted.lines_newest_first.push(text);
+            fitted.shown_cycles.push(episode.cycle);
+            fitted.summarised += 1;
         }
-        full_mode = false;
-        let text = episode.render_summary();
-        let cost = counter.count(&text) + 1;
-        if cost > available {
-            out_of_room = true;
-            break;
+        // The steps older than the whole ones are held as the very lines shown for them.
+        for (cycle, line) in state.earlier.lines.iter().rev() {
+            if out_of_room {
+                break;
+            }
+            let cost = inputs.counter.count(line) + 1;
+            if cost > available {
+                break;
+            }
+            available -= cost;
+            fitted.lines_newest_first.push(line);
+            fitted.shown_cycles.push(*cycle);
+            fitted.summarised += 1;
         }
-        available -= cost;
-        lines_newest_first.push(text);
-        shown_cycles.push(episode.cycle);
-        summarised += 1;
+        fitted
     }
-    // The steps older than the whole ones are held as the very lines shown for them.
-    for (cycle, line) in state.earlier.lines.iter().rev() {
-        if out_of_room {
-            break;
-        }
-        let cost = counter.count(line) + 1;
-        if cost > available {
-            break;
-        }
-        available -= cost;
-        lines_newest_first.push(line.to_string());
-        shown_cycles.push(*cycle);
-        summarised += 1;
-    }
-    let omitted = state.step_count() as usize - in_full - summarised;
 
-    // The stable parts first (system, task) and what changes every cycle last (time, budget),
-    // so that a provider's prefix cache serves the start and the Progress section grows in place.
-    let mut messages = vec![system, task];
-    if !lines_newest_first.is_empty() {
-        let mut body = PROGRESS_HEADER.to_string();
-        if omitted > 0 {
-            body.push_str(&format!(
-                "\n({omitted} earlier steps are not shown; what matters from them is in your files.)"
-            ));
+    /// The prompt with `memories` (none: no memory message).
+    pub fn build(&self, memories: &[String]) -> BuiltPrompt {
+        let counter = self.inputs.counter;
+        let memory = (!memories.is_empty()).then(|| {
+            Message::system(format!(
+                "{}\n{}",
+                super::memory::MEMORY_HEADER,
+                memories
+                    .iter()
+                    .map(|m| format!("- {m}"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            ))
+        });
+        let memory_tokens = memory
+            .as_ref()
+            .map_or(0, |m| counter.count(&m.content) + MESSAGE_OVERHEAD);
+        let fitted = self.fit_steps(memory_tokens);
+        let omitted = self.inputs.state.step_count() as usize - fitted.in_full - fitted.summarised;
+
+        // The stable parts first (system, task) and what changes every cycle last (time, budget),
+        // so that a provider's prefix cache serves the start and the Progress section grows in place.
+        let mut messages = vec![self.system.clone(), self.task.clone()];
+        if !fitted.lines_newest_first.is_empty() {
+            let mut body = PROGRESS_HEADER.to_string();
+            if omitted > 0 {
+                body.push_str(&format!(
+                    "\n({omitted} earlier steps are not shown; what matters from them is in your files.)"
+                ));
+            }
+            for line in fitted.lines_newest_first.iter().rev() {
+                body.push('\n');
+                body.push_str(line);
+            }
+            messages.push(Message::system(body));
         }
-        for line in lines_newest_first.iter().rev() {
-            body.push('\n');
-            body.push_str(line);
+        messages.extend(memory);
+        messages.extend(self.format.clone());
+        messages.push(self.time.clone());
+        messages.extend(self.budget.clone());
+        messages.push(self.trigger.clone());
+        let prompt_tokens = counter.count_messages(&messages);
+        BuiltPrompt {
+            messages,
+            prompt_tokens,
+            steps_in_full: fitted.in_full,
+            steps_summarised: fitted.summarised,
+            steps_omitted: omitted,
+            shown_cycles: fitted.shown_cycles,
         }
-        messages.push(Message::system(body));
-    }
-    messages.extend(memory);
-    messages.extend(format);
-    messages.push(time);
-    messages.extend(budget);
-    messages.push(trigger);
-    let prompt_tokens = counter.count_messages(&messages);
-    BuiltPrompt {
-        messages,
-        prompt_tokens,
-        steps_in_full: in_full,
-        steps_summarised: summarised,
-        steps_omitted: omitted,
-        shown_cycles,
     }
 }
 

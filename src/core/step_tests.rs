@@ -1,7 +1,7 @@
 //! Unit tests of `step` and prompt fitting, driven with plain data.
 
 use crate::core::budget::Micros;
-use chrono::{TimeZone, Utc};
+use chrono::{DateTime, TimeZone, Utc};
 use serde_json::json;
 
 use super::budget::{BudgetView, Pacing, Price};
@@ -11,7 +11,7 @@ use super::history::{Episode, Outcome};
 use super::memory::{MemoryHit, MemorySource};
 use super::policy::{ClassAction, Policy};
 use super::prompt::{
-    build_cycle_prompt, ContextLimits, PromptExtras, PromptInputs, Role, TokenCounter,
+    build_cycle_prompt, ContextLimits, CyclePrompt, PromptExtras, PromptInputs, Role, TokenCounter,
 };
 use super::reply::CommandCall;
 use super::state::{AgentSettings, AgentState, PauseReason, Phase, Profile};
@@ -964,6 +964,57 @@ fn huge_newest_step_falls_back_to_its_summary() {
     assert!(built.prompt_tokens <= h.limits.send_limit());
     assert_eq!(built.steps_in_full, 0);
     assert_eq!(built.steps_summarised, 2);
+}
+
+/// A prompt fitted first without memories and then with them is the prompt made afresh with
+/// them: the step texts kept from the first fitting change nothing, even where the memories push
+/// steps out of the prompt.
+#[test]
+fn a_prompt_fitted_twice_is_the_prompt_made_afresh() {
+    let mut h = Harness::started();
+    h.state.episodes = (1..=200).map(|c| episode(c, 40)).collect();
+    // One moment for every prompt: the time line is part of each.
+    let now = Utc::now();
+    fn inputs<'a>(
+        h: &'a Harness,
+        extras: &'a PromptExtras,
+        now: DateTime<Utc>,
+    ) -> PromptInputs<'a> {
+        PromptInputs {
+            state: &h.state,
+            commands: &h.commands,
+            now,
+            limits: h.limits,
+            extras,
+            full_steps: 4,
+            counter: &QuarterCounter,
+            format_in_prompt: true,
+            schema_tokens: 0,
+        }
+    }
+    let no_memories = inputs(&h, &h.extras, now);
+    let prompt = CyclePrompt::new(&no_memories);
+    let shown_without = prompt.shown_without_memories();
+    let mut last_shown = shown_without.len();
+    for memories in [
+        vec![],
+        vec!["the capital is Paris".to_string()],
+        vec!["a long memory ".repeat(100); 3],
+    ] {
+        let reused = prompt.build(&memories);
+        let with_memories = PromptExtras {
+            memories: memories.clone(),
+            ..h.extras.clone()
+        };
+        let fresh = build_cycle_prompt(&inputs(&h, &with_memories, now));
+        assert_eq!(reused, fresh, "with {} memories", memories.len());
+        last_shown = reused.shown_cycles.len();
+    }
+    assert!(
+        last_shown < shown_without.len(),
+        "the long memories leave room for fewer steps: {last_shown} of {}",
+        shown_without.len()
+    );
 }
 
 #[test]

@@ -16,7 +16,7 @@
 //! one call cost a page each; with a window the flushes of a busy bot are at most one a window,
 //! and an idle one (the previous flush long ago) flushes at once.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -102,6 +102,8 @@ struct Gate {
     ended_async: tokio::sync::Notify,
     /// The least time between the starts of two flushes, in microseconds (0: none).
     window_micros: AtomicU64,
+    /// Async callers flush on their own thread rather than on the blocking pool (`in_place`).
+    in_place: AtomicBool,
     /// Flushes made, for tests to see that calls were shared.
     #[cfg(test)]
     flushed: AtomicU64,
@@ -190,6 +192,9 @@ impl Durable {
             match turn {
                 Turn::Done(outcome) => return outcome,
                 Turn::Wait => ended.await,
+                Turn::Flush if self.gate.in_place.load(Ordering::Relaxed) => {
+                    self.flush_as_the_flusher();
+                }
                 Turn::Flush => {
                     let durable = self.clone();
                     tokio::task::spawn_blocking(move || durable.flush_as_the_flusher())
@@ -230,6 +235,15 @@ impl Durable {
             }
             Err(error) => state.failed = Some((covered, error.to_string())),
         }
+    }
+
+    /// Makes async callers flush on their own thread, for every clone of this handle: for a
+    /// process of one agent on a runtime of one thread (the console), whose step has nothing else
+    /// to do until its flush ends (its effects wait for it). Handing the flush to the blocking
+    /// pool and back cost each cycle two switches of threads. Not for a runtime that serves
+    /// others meanwhile: the flush holds its thread until the disk has the writes.
+    pub(crate) fn flush_in_place(&self) {
+        self.gate.in_place.store(true, Ordering::Relaxed);
     }
 
     /// Makes every flush of this store start no sooner than `window` after the previous one
@@ -400,6 +414,34 @@ mod tests {
             (1..200).contains(&flushed),
             "{flushed} flushes for 200 calls"
         );
+    }
+
+    /// The console's flushes need no blocking thread: with the pool's only thread held until the
+    /// flush has ended, the flush still ends (handed to the pool, it would wait for ever).
+    #[test]
+    fn an_in_place_flush_ends_with_the_blocking_pool_busy() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::Config::new().path(dir.path()).open().unwrap();
+        let durable = Durable::new(db.clone());
+        durable.clone().flush_in_place();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .max_blocking_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let (release, held) = std::sync::mpsc::channel::<()>();
+            let busy = tokio::task::spawn_blocking(move || held.recv());
+            db.insert("k", &[1u8][..]).unwrap();
+            let flushed = tokio::time::timeout(Duration::from_secs(10), durable.flush()).await;
+            release.send(()).unwrap();
+            busy.await.unwrap().unwrap();
+            assert!(
+                matches!(flushed, Ok(Ok(()))),
+                "the flush did not end: {flushed:?}"
+            );
+            assert_eq!(durable.gate.lock().covered, 1);
+        });
     }
 
     #[test]

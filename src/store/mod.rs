@@ -386,6 +386,12 @@ impl Store {
         self.durable.share_within(window);
     }
 
+    /// Makes the store's async flushes wait for the disk on the calling thread (see
+    /// `Durable::flush_in_place`): for the console's one agent on its runtime of one thread.
+    pub fn flush_in_place(&self) {
+        self.durable.flush_in_place();
+    }
+
     /// The store's shared flush, for components that keep their own trees in its database.
     pub(crate) fn durable(&self) -> Durable {
         self.durable.clone()

@@ -10,8 +10,7 @@ use crate::core::history::summary_request;
 use crate::core::memory::{fit_memories, recall_query, MemoryHit};
 use crate::core::policy::ClassAction;
 use crate::core::prompt::{
-    build_cycle_prompt, profile_messages, profile_schema, BuiltPrompt, Message, PromptExtras,
-    PromptInputs,
+    profile_messages, profile_schema, BuiltPrompt, CyclePrompt, Message, PromptExtras, PromptInputs,
 };
 use crate::core::state::{PauseReason, Phase};
 
@@ -59,11 +58,12 @@ impl Stepper<'_, '_> {
 
     /// The cycle prompt with the budget line as the ledger stands now and the recalled memories.
     /// Recalled memories of steps the Progress section shows (in full or as a line) would say
-    /// the same thing twice, so the prompt is first built without them to learn which steps it
+    /// the same thing twice, so the prompt is first fitted without them to learn which steps it
     /// shows; only memories beyond those go in.
     pub(super) fn build_prompt(&self) -> BuiltPrompt {
         let (state, ctx) = (&*self.state, self.ctx);
-        let mut extras = PromptExtras {
+        // The memories are given to `CyclePrompt::build`, once it is known which fit.
+        let extras = PromptExtras {
             memories: Vec::new(),
             budget: ctx
                 .budget
@@ -79,37 +79,29 @@ impl Stepper<'_, '_> {
                 .map_or(0, |schema| ctx.counter.count(&schema.to_string())),
             ReplyFormat::FullSchema | ReplyFormat::Instructions => 0,
         };
-        let build = |extras: &PromptExtras| {
-            build_cycle_prompt(&PromptInputs {
-                state,
-                commands: &commands,
-                now: ctx.now,
-                limits: ctx.limits,
-                extras,
-                full_steps: ctx.full_steps,
-                counter: ctx.counter,
-                format_in_prompt: ctx.reply_format == ReplyFormat::Instructions,
-                schema_tokens,
-            })
+        let inputs = PromptInputs {
+            state,
+            commands: &commands,
+            now: ctx.now,
+            limits: ctx.limits,
+            extras: &extras,
+            full_steps: ctx.full_steps,
+            counter: ctx.counter,
+            format_in_prompt: ctx.reply_format == ReplyFormat::Instructions,
+            schema_tokens,
         };
-        extras.memories = match &ctx.memory {
-            Some(memory) => {
-                let without = build(&extras);
-                let memories = fit_memories(
-                    &state.recalled,
-                    &without.shown_cycles,
-                    memory.min_relevance,
-                    memory.recall_tokens(ctx.limits.context_tokens),
-                    ctx.counter,
-                );
-                if memories.is_empty() {
-                    return without;
-                }
-                memories
-            }
+        let prompt = CyclePrompt::new(&inputs);
+        let memories = match &ctx.memory {
+            Some(memory) => fit_memories(
+                &state.recalled,
+                &prompt.shown_without_memories(),
+                memory.min_relevance,
+                memory.recall_tokens(ctx.limits.context_tokens),
+                ctx.counter,
+            ),
             None => ctx.extras.memories.clone(),
         };
-        build(&extras)
+        prompt.build(&memories)
     }
 
     /// The schema the reply must follow, in the form the endpoint gets it; `None` when the format

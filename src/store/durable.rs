@@ -102,7 +102,7 @@ struct Gate {
     ended_async: tokio::sync::Notify,
     /// The least time between the starts of two flushes, in microseconds (0: none).
     window_micros: AtomicU64,
-    /// Async callers flush on their own thread rather than on the blocking pool (`in_place`).
+    /// Async callers flush on their own thread rather than on the blocking pool (`flush_in_place`).
     in_place: AtomicBool,
     /// Flushes made, for tests to see that calls were shared.
     #[cfg(test)]
@@ -180,7 +180,8 @@ impl Durable {
     }
 
     /// As `flush_blocking`, for async code: a caller that finds a flush under way waits for it
-    /// without holding a thread; the one that flushes does so on the blocking pool.
+    /// without holding a thread; the one that flushes does so on the blocking pool, or on its own
+    /// thread after `flush_in_place`.
     pub(crate) async fn flush(&self) -> Result<(), sled::Error> {
         let number = self.gate.number_next_call();
         loop {

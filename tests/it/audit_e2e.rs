@@ -55,21 +55,23 @@ async fn discord_decisions_and_changes_are_in_a_paged_private_audit_and_the_expo
         .await;
     // Three resumes and pauses, each answered before the next: nine entries in all, two pages.
     // The answer ("Pausing.") comes as the agent is told, so the audit is asked for once the
-    // agent has said it paused, three times.
-    let pause_notes = |d: &FakeDiscord| {
+    // agent has said three times that alice paused it (Bob's deny pauses it too, in other words).
+    let pauses_by_alice = |d: &FakeDiscord| {
         d.messages_in(thread)
             .iter()
-            .filter(|m| m["content"].as_str().unwrap_or("").starts_with("⏸️"))
+            .filter(|m| {
+                let text = m["content"].as_str().unwrap_or("");
+                text.starts_with("⏸️") && text.contains("paused by alice")
+            })
             .count()
     };
-    let paused_before = pause_notes(&discord);
     for sub in ["resume", "pause", "resume", "pause", "resume", "pause"] {
         let sent = discord.slash(ALICE, &[], thread, sub, json!([]), json!({}));
         answer(&discord, sent, true).await;
     }
     discord
-        .wait_for("the three pauses", WAIT, |d| {
-            (pause_notes(d) == paused_before + 3).then_some(())
+        .wait_for("alice's three pauses", WAIT, |d| {
+            (pauses_by_alice(d) == 3).then_some(())
         })
         .await;
 

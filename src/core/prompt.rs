@@ -238,7 +238,7 @@ pub fn build_cycle_prompt(inputs: &PromptInputs<'_>) -> BuiltPrompt {
 }
 
 /// A cycle's prompt in the making: its messages other than the memories, and each step's text
-/// with its token count, made once. With memory on, a cycle's prompt is fitted twice (see
+/// (and each earlier step's line) with its token count, made once. With memory on, a cycle's prompt is fitted twice (see
 /// `Stepper::build_prompt`): first without memories, to learn which steps it shows, then with
 /// those the memories add; rendering and counting every step and message again for the second
 /// was about a sixth of a cycle's own time.
@@ -256,6 +256,8 @@ pub struct CyclePrompt<'a> {
     /// Per step, newest first: its text in full and as a line, each with its cost.
     in_full: Vec<OnceCell<(String, usize)>>,
     as_line: Vec<OnceCell<(String, usize)>>,
+    /// Per line of the steps before the whole ones, newest first: its cost.
+    earlier_costs: Vec<OnceCell<usize>>,
 }
 
 /// The steps a prompt shows, newest first, and how.
@@ -304,6 +306,9 @@ impl<'a> CyclePrompt<'a> {
             fixed_tokens,
             in_full: (0..steps).map(|_| OnceCell::new()).collect(),
             as_line: (0..steps).map(|_| OnceCell::new()).collect(),
+            earlier_costs: (0..state.earlier.lines.len())
+                .map(|_| OnceCell::new())
+                .collect(),
         }
     }
 
@@ -368,11 +373,11 @@ impl<'a> CyclePrompt<'a> {
             fitted.summarised += 1;
         }
         // The steps older than the whole ones are held as the very lines shown for them.
-        for (cycle, line) in state.earlier.lines.iter().rev() {
+        for (newest, (cycle, line)) in state.earlier.lines.iter().rev().enumerate() {
             if out_of_room {
                 break;
             }
-            let cost = inputs.counter.count(line) + 1;
+            let cost = *self.earlier_costs[newest].get_or_init(|| inputs.counter.count(line) + 1);
             if cost > available {
                 break;
             }

@@ -15,7 +15,7 @@ use crate::llm::LlmError;
 /// An embedding call reserved in the ledger and not made yet.
 pub struct EmbedTicket {
     payer: Payer,
-    texts: Vec<String>,
+    pub(super) texts: Vec<String>,
     purpose: EmbedPurpose,
     model: String,
     price: Price,
@@ -27,8 +27,18 @@ const MARKERS_PER_TEXT: u64 = 16;
 
 /// A cycle's memory with its embedding reserved (or the reason it could not be).
 pub struct PreparedRemember {
-    record: MemoryRecord,
-    ticket: Result<EmbedTicket, MemoryError>,
+    pub(super) record: MemoryRecord,
+    pub(super) ticket: Result<EmbedTicket, MemoryError>,
+}
+
+/// How a recall begins (`Memory::recall_start`).
+pub(super) enum RecallStart {
+    /// Nothing is stored where it searches, and nothing is queued.
+    Nothing,
+    /// Queued memories are written first.
+    AfterQueued,
+    /// Its query is embedded and searched with at once.
+    Now,
 }
 
 /// A cycle's recall, prepared before the step's flush.
@@ -78,7 +88,7 @@ impl PreparedRecall {
 impl Memory {
     /// Reserves the worst case of embedding `texts`; refused at once while the breaker holds
     /// memory off. The reservation must be made durable before `embed_reserved` makes the call.
-    fn reserve_embedding(
+    pub(super) fn reserve_embedding(
         &self,
         payer: &Payer,
         texts: Vec<String>,
@@ -128,7 +138,10 @@ impl Memory {
     }
 
     /// Makes the call a durable reservation was made for, then settles it (or releases it).
-    async fn embed_reserved(&self, ticket: EmbedTicket) -> Result<Vec<Vec<f32>>, MemoryError> {
+    pub(super) async fn embed_reserved(
+        &self,
+        ticket: EmbedTicket,
+    ) -> Result<Vec<Vec<f32>>, MemoryError> {
         let EmbedTicket {
             payer,
             texts,
@@ -198,7 +211,7 @@ impl Memory {
     }
 
     /// Returns a reservation whose call will not be made.
-    fn give_back(&self, ticket: &EmbedTicket) {
+    pub(super) fn give_back(&self, ticket: &EmbedTicket) {
         self.budgets
             .release_call(&ticket.payer, &ticket.reservation);
     }
@@ -240,7 +253,21 @@ impl Memory {
         source: MemorySource,
         text: &str,
     ) -> Result<PreparedRemember, MemoryError> {
-        let record = MemoryRecord {
+        let record = self.new_record(payer, cycle, source, text)?;
+        let ticket =
+            self.reserve_embedding(payer, vec![record.text.clone()], EmbedPurpose::Passage);
+        Ok(PreparedRemember { record, ticket })
+    }
+
+    /// An agent's new memory, not stored yet.
+    pub(super) fn new_record(
+        &self,
+        payer: &Payer,
+        cycle: u64,
+        source: MemorySource,
+        text: &str,
+    ) -> Result<MemoryRecord, MemoryError> {
+        Ok(MemoryRecord {
             id: self.db.generate_id()?,
             agent: payer.agent.clone(),
             guild: payer.spender.guild.clone(),
@@ -255,10 +282,7 @@ impl Memory {
             pinned_by: None,
             unpinned_by: None,
             forgotten_by: None,
-        };
-        let ticket =
-            self.reserve_embedding(payer, vec![record.text.clone()], EmbedPurpose::Passage);
-        Ok(PreparedRemember { record, ticket })
+        })
     }
 
     /// Writes a prepared memory. When the embedding fails it is queued (and `Err` says why); the
@@ -272,13 +296,23 @@ impl Memory {
                 .and_then(Self::only_vector),
             Err(e) => Err(e),
         };
+        self.keep(&record, embedded)
+    }
+
+    /// Stores a memory with its vector, or queues it when its embedding failed (and `Err` says
+    /// why).
+    pub(super) fn keep(
+        &self,
+        record: &MemoryRecord,
+        embedded: Result<Vec<f32>, MemoryError>,
+    ) -> Result<u64, MemoryError> {
         match embedded {
             Ok(vector) => {
-                self.store(&record, &vector)?;
+                self.store(record, &vector)?;
                 Ok(record.id)
             }
             Err(e) => {
-                self.queue(&record)?;
+                self.queue(record)?;
                 if self.breaker.off().is_none() {
                     tracing::warn!(agent = %record.agent, error = %e, "memory queued until embeddings work again");
                 }
@@ -321,18 +355,17 @@ impl Memory {
         places: Vec<MemoryPlace>,
         query: &str,
     ) -> PreparedRecall {
-        let nothing_stored = !places.iter().any(|place| self.has_any(&place.key));
-        let queued = self.pending_count(&payer.agent);
-        if nothing_stored && queued == 0 {
+        match self.recall_start(&payer.agent, &places) {
             // A new agent has nothing to recall: no query embedding is paid for.
-            return PreparedRecall::Nothing;
-        }
-        if queued > 0 {
-            return PreparedRecall::AfterQueued {
-                payer: payer.clone(),
-                places,
-                query: query.to_string(),
-            };
+            RecallStart::Nothing => return PreparedRecall::Nothing,
+            RecallStart::AfterQueued => {
+                return PreparedRecall::AfterQueued {
+                    payer: payer.clone(),
+                    places,
+                    query: query.to_string(),
+                }
+            }
+            RecallStart::Now => {}
         }
         PreparedRecall::Ready {
             payer: payer.clone(),
@@ -393,18 +426,46 @@ impl Memory {
                 (payer, found)
             }
         };
-        match found {
-            Ok(hits) => hits,
+        self.hits_or_nothing(&payer, found)
+    }
+
+    /// What a recall found; a failure is logged and the cycle goes on without memories.
+    pub(super) fn hits_or_nothing(
+        &self,
+        payer: &Payer,
+        found: Result<Vec<MemoryHit>, MemoryError>,
+    ) -> Vec<MemoryHit> {
+        found.unwrap_or_else(|e| {
+            self.note_recall_failure(payer, &e);
+            Vec::new()
+        })
+    }
+
+    /// Logs why a recall found nothing, unless memory being off says it already.
+    pub(super) fn note_recall_failure(&self, payer: &Payer, error: &MemoryError) {
+        match error {
             // Memory turning off was announced once; each cycle without it is not news.
-            Err(MemoryError::Off(_)) => Vec::new(),
-            Err(e) if self.breaker.off().is_some() => {
+            MemoryError::Off(_) => {}
+            e if self.breaker.off().is_some() => {
                 tracing::debug!(agent = %payer.agent, error = %e, "recall failed");
-                Vec::new()
             }
-            Err(e) => {
+            e => {
                 tracing::warn!(agent = %payer.agent, error = %e, "recall failed; the cycle goes on without memories");
-                Vec::new()
             }
+        }
+    }
+
+    /// How a recall from `places` begins: with nothing to search, with the agent's queued
+    /// memories, or with its query.
+    pub(super) fn recall_start(&self, agent: &str, places: &[MemoryPlace]) -> RecallStart {
+        let nothing_stored = !places.iter().any(|place| self.has_any(&place.key));
+        let queued = self.pending_count(agent);
+        if queued > 0 {
+            RecallStart::AfterQueued
+        } else if nothing_stored {
+            RecallStart::Nothing
+        } else {
+            RecallStart::Now
         }
     }
 

@@ -6,13 +6,13 @@
 use std::sync::Arc;
 
 use crate::budget::ledger::Reservation;
-use crate::budget::{Budgets, Payer};
+use crate::budget::Budgets;
 use crate::core::budget::Micros;
 use crate::core::event::{CallPurpose, Effect, Event};
 use crate::core::memory::MemorySource;
 use crate::core::prompt::ContextLimits;
 use crate::core::state::Phase;
-use crate::memory::MemoryPlace;
+use crate::memory::{Memory, MemoryPlace, Payer, PreparedJoined};
 
 use super::{Actor, ActorMsg};
 
@@ -20,6 +20,10 @@ use super::{Actor, ActorMsg};
 pub(super) enum PreparedCall {
     Remember(Box<crate::memory::PreparedRemember>),
     Recall(crate::memory::PreparedRecall),
+    /// The step's recall and its memory in one request, carried out with the recall.
+    Joined(Box<crate::memory::PreparedJoined>),
+    /// The step's memory, which the recall's request carries (`Joined`).
+    WithRecall,
 }
 
 impl PreparedCall {
@@ -27,6 +31,8 @@ impl PreparedCall {
         match self {
             PreparedCall::Remember(prepared) => prepared.is_reserved(),
             PreparedCall::Recall(prepared) => prepared.is_reserved(),
+            PreparedCall::Joined(prepared) => prepared.is_reserved(),
+            PreparedCall::WithRecall => false,
         }
     }
 }
@@ -135,9 +141,17 @@ impl Actor {
             return effects.iter().map(|_| None).collect();
         };
         let payer = memory.payer(&self.state);
-        effects
-            .iter()
-            .map(|effect| match effect {
+        let mut prepared: Vec<Option<PreparedCall>> = effects.iter().map(|_| None).collect();
+        if let Some((remember_at, recall_at, joined)) = self.prepare_joined(memory, &payer, effects)
+        {
+            prepared[remember_at] = Some(PreparedCall::WithRecall);
+            prepared[recall_at] = Some(PreparedCall::Joined(Box::new(joined)));
+        }
+        for (effect, slot) in effects.iter().zip(prepared.iter_mut()) {
+            if slot.is_some() {
+                continue;
+            }
+            *slot = match effect {
                 Effect::Remember { cycle, text } => memory
                     .prepare_remember(&payer, *cycle, MemorySource::Cycle, text)
                     .map_err(|e| {
@@ -149,8 +163,39 @@ impl Actor {
                     PreparedCall::Recall(memory.prepare_recall(&payer, self.recall_places(), query)),
                 ),
                 _ => None,
-            })
-            .collect()
+            };
+        }
+        prepared
+    }
+
+    /// The step's memory and its recall query as one request, when the step has one of each and
+    /// the memory layer can join them (`Memory::prepare_joined`): with the positions of the
+    /// two effects.
+    fn prepare_joined(
+        &self,
+        memory: &Memory,
+        payer: &Payer,
+        effects: &[Effect],
+    ) -> Option<(usize, usize, PreparedJoined)> {
+        if self.deps.drain.is_raised() || !memory.embeds_both_alike() {
+            return None;
+        }
+        let mut remembers = effects.iter().enumerate().filter_map(|(at, e)| match e {
+            Effect::Remember { cycle, text } => Some((at, *cycle, text)),
+            _ => None,
+        });
+        let (remember_at, cycle, text) = remembers.next()?;
+        let mut recalls = effects.iter().enumerate().filter_map(|(at, e)| match e {
+            Effect::Recall { query, .. } => Some((at, query)),
+            _ => None,
+        });
+        let (recall_at, query) = recalls.next()?;
+        // A step with more than one of either is left to the usual calls.
+        if remembers.next().is_some() || recalls.next().is_some() {
+            return None;
+        }
+        let joined = memory.prepare_joined(payer, cycle, text, self.recall_places(), query)?;
+        Some((remember_at, recall_at, joined))
     }
 
     /// Where the agent recalls from: its own memories, its thread's and its server's.
@@ -171,6 +216,8 @@ impl Actor {
             match call {
                 PreparedCall::Remember(prepared) => memory.abandon_remember(prepared),
                 PreparedCall::Recall(prepared) => memory.abandon_recall(prepared),
+                PreparedCall::Joined(prepared) => memory.abandon_joined(prepared),
+                PreparedCall::WithRecall => {}
             }
         }
     }
@@ -185,6 +232,10 @@ impl Actor {
             });
             return;
         };
+        if let Some(PreparedCall::Joined(joined)) = prepared {
+            self.recall_with_memory(seq, *joined);
+            return;
+        }
         let payer = memory.payer(&self.state);
         let places = self.recall_places();
         self.tasks.spawn(async move {
@@ -197,11 +248,36 @@ impl Actor {
         });
     }
 
+    /// Recalls with the query embedded in one request with the cycle's memory. The memory is
+    /// stored after the cycle has its answer, in its turn among the agent's memory writes (held
+    /// from the start, as `remember` does, so that it keeps its cycle's order).
+    fn recall_with_memory(&mut self, seq: u64, joined: PreparedJoined) {
+        let Some(memory) = self.deps.memory.clone() else {
+            return;
+        };
+        let handle = self.handle.clone();
+        let in_order = self.memory_writes.clone();
+        self.tasks.spawn(async move {
+            let _turn = in_order.lock().await;
+            let (hits, embedded) = memory.recall_joined(joined).await;
+            let event = Event::Recalled { seq, hits };
+            handle.report(ActorMsg::Event { event, reply: None }).await;
+            // The cycle goes on first: on a runtime of one thread the memory is then indexed
+            // while the model call waits for its answer, not before the call is sent.
+            tokio::task::yield_now().await;
+            let _ = memory.keep_joined(embedded);
+        });
+    }
+
     /// Writes a cycle's memory in a task; a failed embedding leaves it queued in the store.
     pub(super) fn remember(&mut self, cycle: u64, text: String, prepared: Option<PreparedCall>) {
         let Some(memory) = self.deps.memory.clone() else {
             return;
         };
+        if matches!(prepared, Some(PreparedCall::WithRecall)) {
+            // The recall's request carries it (`recall_with_memory`).
+            return;
+        }
         let payer = memory.payer(&self.state);
         let in_order = self.memory_writes.clone();
         self.tasks.spawn(async move {

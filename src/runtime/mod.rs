@@ -512,8 +512,14 @@ impl Actor {
         {
             // Nothing new starts during a drain; the restart begins it again (see `Drain`).
             tracing::debug!(agent = %self.state.id, "not started: the bot is shutting down");
-            if let Some(call) = &prepared {
-                self.abandon(call);
+            match prepared {
+                // The recall's request was to carry the step's memory, which is still written.
+                Some(PreparedCall::Joined(joined)) => {
+                    let memory = PreparedCall::Remember(Box::new(joined.into_remember()));
+                    self.remember(self.state.cycle, String::new(), Some(memory));
+                }
+                Some(call) => self.abandon(&call),
+                None => {}
             }
             return Ok(());
         }

@@ -317,11 +317,7 @@ async fn a_failing_embeddings_endpoint_is_left_alone_after_three_failures() {
 /// lands with its result is stored with it. Every call is still reserved and settled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cycle_with_memory_flushes_the_store_once_and_settles_every_call() {
-    let openai = FakeOpenAi::start(Expect::test_model()).await;
-    let pairs = 5;
-    let env = TestEnv::with_memory(&openai.base_url, "guild_calls_per_minute = 0\n");
-    let err = run_cycles_logging(&env, &openai, pairs, "warn,autothread::cli=info").await;
-    let cycles = 2 * pairs + 1;
+    let (openai, cycles) = cycles_with_memory_flush_once_and_settle(false).await;
     // Every cycle after the first recalls, and every cycle that ran a command remembers it,
     // except that a step whose memory waits for its model summary is remembered only when the
     // summary arrives: on a loaded machine the newest two may still wait when the run stops at
@@ -331,6 +327,48 @@ async fn a_cycle_with_memory_flushes_the_store_once_and_settles_every_call() {
         "memory was on: {} embedding requests",
         openai.embedded().len()
     );
+}
+
+/// With one model for memories and queries, a cycle's memory and its next recall query go to
+/// the endpoint in one request (of two inputs, the memory first), reserved and settled once,
+/// and the cycle still flushes once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_one_embeddings_model_a_cycle_asks_for_its_memory_and_recall_at_once() {
+    let (openai, cycles) = cycles_with_memory_flush_once_and_settle(true).await;
+    let requests = openai.embedded();
+    let joined: Vec<&Vec<String>> = requests
+        .iter()
+        .filter(|(model, inputs)| model == "fake-passage" && inputs.len() == 2)
+        .map(|(_, inputs)| inputs)
+        .collect();
+    assert!(
+        requests.len() <= cycles + 2 && joined.len() >= cycles - 4,
+        "{} requests for {cycles} cycles, {} joined: {requests:?}",
+        requests.len(),
+        joined.len()
+    );
+    for inputs in joined {
+        assert!(
+            inputs[0].starts_with("Cycle ") && inputs[1].contains("Note the ferry time"),
+            "a memory, then a recall query: {inputs:?}"
+        );
+    }
+}
+
+/// Runs 11 cycles with memory on (`one_model`: the passage model embeds queries too) and checks
+/// that each cycle flushed the store once and every call was settled; gives the fake and the
+/// number of cycles.
+async fn cycles_with_memory_flush_once_and_settle(one_model: bool) -> (FakeOpenAi, usize) {
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
+    let pairs = 5;
+    let env = TestEnv::with_memory(&openai.base_url, "guild_calls_per_minute = 0\n");
+    if one_model {
+        let path = env.dir.path().join("bot.toml");
+        let config = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, config.replace("query_model = \"fake-query\"\n", "")).unwrap();
+    }
+    let err = run_cycles_logging(&env, &openai, pairs, "warn,autothread::cli=info").await;
+    let cycles = 2 * pairs + 1;
     let flushes = durable_flushes(&err);
     // One per cycle (`write_file` and `read_file` land with their results, so the console does
     // not store their proposals first), and a few outside them: the agent's creation, its first
@@ -351,6 +389,7 @@ async fn a_cycle_with_memory_flushes_the_store_once_and_settles_every_call() {
         );
     }
     openai.assert_clean();
+    (openai, cycles)
 }
 
 /// A cycle's model call is reserved with its recall, in the step's own flush, going by the last

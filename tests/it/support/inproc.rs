@@ -114,24 +114,29 @@ pub fn last_user(request: &ChatRequest) -> &str {
         .unwrap_or("")
 }
 
-/// An embedder on `hash_embedding` that can be switched off.
+/// An embedder on `hash_embedding` that can be switched off. It names two models, one for
+/// memories and one for queries, as E5-style models need, unless `one_model` is set.
 #[derive(Default)]
 pub struct HashEmbedder {
     pub down: AtomicBool,
     pub calls: AtomicUsize,
+    pub one_model: AtomicBool,
+    /// The texts of every call, in order.
+    pub inputs: Mutex<Vec<Vec<String>>>,
 }
 
 #[async_trait]
 impl Embedder for HashEmbedder {
     fn model(&self, purpose: EmbedPurpose) -> &str {
         match purpose {
-            EmbedPurpose::Passage => "hash-passage",
-            EmbedPurpose::Query => "hash-query",
+            EmbedPurpose::Query if !self.one_model.load(Ordering::SeqCst) => "hash-query",
+            _ => "hash-passage",
         }
     }
 
     async fn embed(&self, texts: &[String], _purpose: EmbedPurpose) -> Result<Embedded, LlmError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
+        self.inputs.lock().unwrap().push(texts.to_vec());
         if self.down.load(Ordering::SeqCst) {
             return Err(LlmError::Unavailable {
                 attempts: 3,

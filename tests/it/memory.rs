@@ -545,6 +545,24 @@ async fn a_memory_and_its_recall_query_share_one_request_and_a_failure_loses_nei
     let unused = join(5, "The museum closes on Mondays", "museum").unwrap();
     assert_eq!(f.budgets.ledger().open_reservations().unwrap().len(), 1);
     f.memory.abandon_joined(&unused);
+    // When the recall is dropped (the bot shuts down), the memory is still written, alone.
+    let alone = join(5, "The museum closes on Mondays", "museum").unwrap();
+    f.budgets.make_durable().await.unwrap();
+    let museum = f
+        .memory
+        .remember_prepared(alone.into_remember())
+        .await
+        .unwrap();
+    assert_eq!(
+        f.embedder.inputs.lock().unwrap().last().unwrap(),
+        &["The museum closes on Mondays"]
+    );
+    let found = f
+        .memory
+        .search(&a, "museum closes mondays", 1)
+        .await
+        .unwrap();
+    assert_eq!(found[0].id, museum);
 
     f.embedder.down.store(true, Ordering::SeqCst);
     let joined = join(6, "The ferry leaves at 7:40", "ferry").unwrap();

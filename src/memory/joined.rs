@@ -1,7 +1,10 @@
 //! A cycle's memory and its recall query embedded in one request, when one model serves both:
 //! a cycle then asks the embeddings endpoint once instead of twice, with one reservation and one
 //! settlement, which halves its embeddings requests against a provider's rate limit and takes a
-//! round trip off the cycle.
+//! round trip off the cycle. (With `memory.batch_size` at 1 the embedder still sends the two
+//! texts as two requests, under the one reservation.) A failed joined request counts once with
+//! the breaker, where the two requests counted twice; its memory is queued, and the recalls
+//! that follow are not joined until the queue is written.
 
 use super::paid::{EmbedTicket, PreparedRemember, RecallStart};
 use super::{Memory, MemoryError, MemoryPlace, MemoryRecord, Payer};

@@ -12,7 +12,7 @@ use crate::core::event::{CallPurpose, Effect, Event};
 use crate::core::memory::MemorySource;
 use crate::core::prompt::ContextLimits;
 use crate::core::state::Phase;
-use crate::memory::{Memory, MemoryPlace, Payer, PreparedJoined};
+use crate::memory::{Memory, MemoryPlace, Payer, PreparedJoined, PreparedRemember};
 
 use super::{Actor, ActorMsg};
 
@@ -141,8 +141,18 @@ impl Actor {
             return effects.iter().map(|_| None).collect();
         };
         let payer = memory.payer(&self.state);
+        // Read once for the step's recall, joined or not.
+        let recalls = effects
+            .iter()
+            .any(|effect| matches!(effect, Effect::Recall { .. }));
+        let places = if recalls {
+            self.recall_places()
+        } else {
+            Vec::new()
+        };
         let mut prepared: Vec<Option<PreparedCall>> = effects.iter().map(|_| None).collect();
-        if let Some((remember_at, recall_at, joined)) = self.prepare_joined(memory, &payer, effects)
+        if let Some((remember_at, recall_at, joined)) =
+            self.prepare_joined(memory, &payer, effects, &places)
         {
             prepared[remember_at] = Some(PreparedCall::WithRecall);
             prepared[recall_at] = Some(PreparedCall::Joined(Box::new(joined)));
@@ -160,7 +170,7 @@ impl Actor {
                     .ok()
                     .map(|prepared| PreparedCall::Remember(Box::new(prepared))),
                 Effect::Recall { query, .. } if !self.deps.drain.is_raised() => Some(
-                    PreparedCall::Recall(memory.prepare_recall(&payer, self.recall_places(), query)),
+                    PreparedCall::Recall(memory.prepare_recall(&payer, places.clone(), query)),
                 ),
                 _ => None,
             };
@@ -176,6 +186,7 @@ impl Actor {
         memory: &Memory,
         payer: &Payer,
         effects: &[Effect],
+        places: &[MemoryPlace],
     ) -> Option<(usize, usize, PreparedJoined)> {
         if self.deps.drain.is_raised() || !memory.embeds_both_alike() {
             return None;
@@ -194,7 +205,7 @@ impl Actor {
         if remembers.next().is_some() || recalls.next().is_some() {
             return None;
         }
-        let joined = memory.prepare_joined(payer, cycle, text, self.recall_places(), query)?;
+        let joined = memory.prepare_joined(payer, cycle, text, places.to_vec(), query)?;
         Some((remember_at, recall_at, joined))
     }
 
@@ -208,6 +219,15 @@ impl Actor {
             }
         };
         MemoryPlace::recalled_by(&self.state.id, thread, self.state.spender.guild.as_ref())
+    }
+
+    /// A prepared call that will not be made as planned: its reservation is given back, except
+    /// that a recall's request that was to carry the step's memory still writes the memory, alone.
+    pub(super) fn give_up(&mut self, call: PreparedCall) {
+        match call {
+            PreparedCall::Joined(joined) => self.write_memory(joined.into_remember()),
+            call => self.abandon(&call),
+        }
     }
 
     /// Gives back the reservation of a prepared call that will not be made.
@@ -233,7 +253,7 @@ impl Actor {
             return;
         };
         if let Some(PreparedCall::Joined(joined)) = prepared {
-            self.recall_with_memory(seq, *joined);
+            self.recall_with_memory(seq, *joined, memory);
             return;
         }
         let payer = memory.payer(&self.state);
@@ -249,47 +269,56 @@ impl Actor {
     }
 
     /// Recalls with the query embedded in one request with the cycle's memory. The memory is
-    /// stored after the cycle has its answer, in its turn among the agent's memory writes (held
-    /// from the start, as `remember` does, so that it keeps its cycle's order).
-    fn recall_with_memory(&mut self, seq: u64, joined: PreparedJoined) {
-        let Some(memory) = self.deps.memory.clone() else {
-            return;
-        };
+    /// stored after the cycle has its answer, in its turn among the agent's memory writes: the
+    /// turn is taken only then, so a summary's memory still on its way does not hold up the
+    /// recall, and still before the next cycle's memory can be written, which keeps their order.
+    fn recall_with_memory(&mut self, seq: u64, joined: PreparedJoined, memory: Arc<Memory>) {
         let handle = self.handle.clone();
         let in_order = self.memory_writes.clone();
         self.tasks.spawn(async move {
-            let _turn = in_order.lock().await;
             let (hits, embedded) = memory.recall_joined(joined).await;
             let event = Event::Recalled { seq, hits };
             handle.report(ActorMsg::Event { event, reply: None }).await;
-            // The cycle goes on first: on a runtime of one thread the memory is then indexed
-            // while the model call waits for its answer, not before the call is sent.
+            // Letting the actor take its answer first usually means, on the console's one
+            // thread, that the memory is indexed while the model call waits for its reply
+            // rather than before the call is sent.
             tokio::task::yield_now().await;
+            let _turn = in_order.lock().await;
             let _ = memory.keep_joined(embedded);
         });
     }
 
     /// Writes a cycle's memory in a task; a failed embedding leaves it queued in the store.
     pub(super) fn remember(&mut self, cycle: u64, text: String, prepared: Option<PreparedCall>) {
+        match prepared {
+            // The recall's request carries it (`recall_with_memory`).
+            Some(PreparedCall::WithRecall) => {}
+            Some(PreparedCall::Remember(prepared)) => self.write_memory(*prepared),
+            _ => {
+                let Some(memory) = self.deps.memory.clone() else {
+                    return;
+                };
+                let payer = memory.payer(&self.state);
+                let in_order = self.memory_writes.clone();
+                self.tasks.spawn(async move {
+                    let _turn = in_order.lock().await;
+                    let _ = memory
+                        .remember(&payer, cycle, MemorySource::Cycle, &text)
+                        .await;
+                });
+            }
+        }
+    }
+
+    /// Writes a prepared memory in a task, in its turn among the agent's memory writes.
+    fn write_memory(&mut self, prepared: PreparedRemember) {
         let Some(memory) = self.deps.memory.clone() else {
             return;
         };
-        if matches!(prepared, Some(PreparedCall::WithRecall)) {
-            // The recall's request carries it (`recall_with_memory`).
-            return;
-        }
-        let payer = memory.payer(&self.state);
         let in_order = self.memory_writes.clone();
         self.tasks.spawn(async move {
             let _turn = in_order.lock().await;
-            let _ = match prepared {
-                Some(PreparedCall::Remember(prepared)) => memory.remember_prepared(*prepared).await,
-                _ => {
-                    memory
-                        .remember(&payer, cycle, MemorySource::Cycle, &text)
-                        .await
-                }
-            };
+            let _ = memory.remember_prepared(prepared).await;
         });
     }
 }

@@ -450,11 +450,17 @@ impl Actor {
             self.think_ahead = think_ahead;
         }
         let mut rejection = None;
-        for (effect, prepared) in effects.into_iter().zip(prepared.drain(..)) {
+        let mut steps = effects.into_iter().zip(prepared.drain(..));
+        while let Some((effect, prepared)) = steps.next() {
             if let Effect::Rejected(why) = effect {
                 rejection = Some(why);
-            } else {
-                self.carry_out(effect, prepared).await?;
+            } else if let Err(e) = self.carry_out(effect, prepared).await {
+                // The step is stored, so the memory calls it prepared and did not reach are
+                // given back, except that a memory is still written.
+                for prepared in steps.filter_map(|(_, prepared)| prepared) {
+                    self.give_up(prepared);
+                }
+                return Err(e);
             }
         }
         if let Some(reply) = reply {
@@ -512,14 +518,8 @@ impl Actor {
         {
             // Nothing new starts during a drain; the restart begins it again (see `Drain`).
             tracing::debug!(agent = %self.state.id, "not started: the bot is shutting down");
-            match prepared {
-                // The recall's request was to carry the step's memory, which is still written.
-                Some(PreparedCall::Joined(joined)) => {
-                    let memory = PreparedCall::Remember(Box::new(joined.into_remember()));
-                    self.remember(self.state.cycle, String::new(), Some(memory));
-                }
-                Some(call) => self.abandon(&call),
-                None => {}
+            if let Some(call) = prepared {
+                self.give_up(call);
             }
             return Ok(());
         }

@@ -21,6 +21,7 @@ mod llm_client;
 mod mcp;
 mod memory;
 mod memory_e2e;
+mod memory_joined;
 mod ops_e2e;
 mod pacing;
 mod parked_e2e;

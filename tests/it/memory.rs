@@ -56,16 +56,16 @@ fn hnsw_recall_at_10_against_exact_search_on_20k_clustered_vectors() {
     assert!(recall >= 0.95, "recall@10 {recall}");
 }
 
-struct Fixture {
+pub(crate) struct Fixture {
     _dir: tempfile::TempDir,
-    store: Store,
-    memory: Arc<Memory>,
-    embedder: Arc<HashEmbedder>,
-    clock: Arc<SteppedClock>,
-    budgets: Arc<Budgets>,
+    pub(crate) store: Store,
+    pub(crate) memory: Arc<Memory>,
+    pub(crate) embedder: Arc<HashEmbedder>,
+    pub(crate) clock: Arc<SteppedClock>,
+    pub(crate) budgets: Arc<Budgets>,
 }
 
-fn fixture_in(dir: tempfile::TempDir) -> Fixture {
+pub(crate) fn fixture_in(dir: tempfile::TempDir) -> Fixture {
     fixture_with(dir, Config::default().memory.exact_below)
 }
 
@@ -110,7 +110,7 @@ fn fixture_meeting(
     }
 }
 
-fn payer(agent: &str, guild: &str) -> Payer {
+pub(crate) fn payer(agent: &str, guild: &str) -> Payer {
     Payer {
         agent: agent.into(),
         spender: Spender {
@@ -122,7 +122,7 @@ fn payer(agent: &str, guild: &str) -> Payer {
 }
 
 /// The memory the tests look for: cycle 3's launch password.
-async fn remember_password(f: &Fixture, payer: &Payer) -> u64 {
+pub(crate) async fn remember_password(f: &Fixture, payer: &Payer) -> u64 {
     f.memory
         .remember(
             payer,
@@ -501,107 +501,15 @@ async fn an_embeddings_outage_queues_memories_and_loses_none() {
     assert_eq!(f.memory.off(), None, "the probe worked: memory is back on");
 }
 
-/// A memory and a recall query embedded by one model go out in one request: the query finds
-/// what was stored before, the memory is stored after, and when the request fails the memory is
-/// queued and the recall finds nothing. Every reservation is settled or given back. With two
-/// models (E5-style), or nothing stored to search, they are not joined.
-#[tokio::test]
-async fn a_memory_and_its_recall_query_share_one_request_and_a_failure_loses_neither() {
-    let f = fixture_in(tempfile::tempdir().unwrap());
-    let a = payer("agent-a", "g1");
-    let places = vec![MemoryPlace::agent(&a.agent)];
-    let join = |cycle, text: &str, query: &str| {
-        f.memory
-            .prepare_joined(&a, cycle, text, places.clone(), query)
-    };
-    assert!(join(1, "Lunch is at noon", "lunch").is_none(), "two models");
-    f.embedder.one_model.store(true, Ordering::SeqCst);
-    assert!(
-        join(1, "Lunch is at noon", "lunch").is_none(),
-        "nothing stored to search: no query is paid for"
-    );
-    let password = remember_password(&f, &a).await;
-    let calls = f.embedder.calls.load(Ordering::SeqCst);
-    let joined = join(4, "Lunch is at noon", "what is the launch password").unwrap();
-    f.budgets.make_durable().await.unwrap();
-    let (hits, memory) = f.memory.recall_joined(joined).await;
-    assert_eq!(f.embedder.calls.load(Ordering::SeqCst), calls + 1);
-    assert_eq!(
-        f.embedder.inputs.lock().unwrap().last().unwrap(),
-        &["Lunch is at noon", "what is the launch password"]
-    );
-    let found: Vec<u64> = hits.iter().map(|h| h.id).collect();
-    assert_eq!(
-        found,
-        vec![password],
-        "the memory is stored after the search"
-    );
-    let lunch = f.memory.keep_joined(memory).unwrap();
-    let found = f.memory.search(&a, "lunch at noon", 1).await.unwrap();
-    assert_eq!(found[0].id, lunch);
-    assert_eq!(found[0].cycle, 4);
-
-    // A joined call that will not run gives its reservation back.
-    let unused = join(5, "The museum closes on Mondays", "museum").unwrap();
-    assert_eq!(f.budgets.ledger().open_reservations().unwrap().len(), 1);
-    f.memory.abandon_joined(&unused);
-    // When the recall is dropped (the bot shuts down), the memory is still written, alone.
-    let alone = join(5, "The museum closes on Mondays", "museum").unwrap();
-    f.budgets.make_durable().await.unwrap();
-    let museum = f
-        .memory
-        .remember_prepared(alone.into_remember())
-        .await
-        .unwrap();
-    assert_eq!(
-        f.embedder.inputs.lock().unwrap().last().unwrap(),
-        &["The museum closes on Mondays"]
-    );
-    let found = f
-        .memory
-        .search(&a, "museum closes mondays", 1)
-        .await
-        .unwrap();
-    assert_eq!(found[0].id, museum);
-
-    f.embedder.down.store(true, Ordering::SeqCst);
-    let joined = join(6, "The ferry leaves at 7:40", "ferry").unwrap();
-    let (hits, memory) = f.memory.recall_joined(joined).await;
-    assert!(hits.is_empty());
-    assert!(f.memory.keep_joined(memory).is_err());
-    assert_eq!(f.memory.pending_count("agent-a"), 1, "queued, not lost");
-    assert_eq!(f.budgets.ledger().open_reservations().unwrap().len(), 0);
-    // With a memory queued, a recall writes the queue first, so it is not joined.
-    f.embedder.down.store(false, Ordering::SeqCst);
-    assert!(join(7, "The bakery opens at six", "bakery").is_none());
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fact_from_cycle_3_is_recalled_at_cycle_40_when_the_task_turns_to_it() {
     fact_from_cycle_3_recalled_at_cycle_40(false).await;
 }
 
-/// The same with one model for memories and queries: each cycle's memory rides on its next
-/// recall's request, so the agent asks the endpoint about once a cycle instead of twice.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fact_is_recalled_as_well_when_each_memory_rides_on_a_recall_request() {
-    let f = fact_from_cycle_3_recalled_at_cycle_40(true).await;
-    let inputs = f.embedder.inputs.lock().unwrap().clone();
-    let joined = inputs.iter().filter(|texts| texts.len() == 2).count();
-    // 40 cycles: the first memory, the last, and the recalls with nothing stored or nothing to
-    // remember go alone (41 requests here, 37 of them joined, where apart it takes about 78).
-    assert!(
-        joined >= 35 && inputs.len() <= 44,
-        "{} requests, {joined} of them joined",
-        inputs.len()
-    );
-    assert_eq!(f.budgets.ledger().open_reservations().unwrap().len(), 0);
-}
-
 /// Runs 39 cycles of an inventory whose cycle 3 writes a vault code, then asks for the code at
 /// cycle 40 and checks that memory brings it back; `one_model` embeds memories and queries with
 /// one model.
-async fn fact_from_cycle_3_recalled_at_cycle_40(one_model: bool) -> Fixture {
+pub(crate) async fn fact_from_cycle_3_recalled_at_cycle_40(one_model: bool) -> Fixture {
     let f = fixture_in(tempfile::tempdir().unwrap());
     f.embedder.one_model.store(one_model, Ordering::SeqCst);
     let mut config = Config::default();

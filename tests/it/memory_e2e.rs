@@ -330,8 +330,8 @@ async fn a_cycle_with_memory_flushes_the_store_once_and_settles_every_call() {
 }
 
 /// With one model for memories and queries, a cycle's memory and its next recall query go to
-/// the endpoint in one request (of two inputs, the memory first), reserved and settled once,
-/// and the cycle still flushes once.
+/// the endpoint in one request (of two inputs, the memory first) through the real client, the
+/// cycle still flushes once, and nothing is left reserved.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_one_embeddings_model_a_cycle_asks_for_its_memory_and_recall_at_once() {
     let (openai, cycles) = cycles_with_memory_flush_once_and_settle(true).await;
@@ -341,6 +341,10 @@ async fn with_one_embeddings_model_a_cycle_asks_for_its_memory_and_recall_at_onc
         .filter(|(model, inputs)| model == "fake-passage" && inputs.len() == 2)
         .map(|(_, inputs)| inputs)
         .collect();
+    // Alone go the first memory (nothing stored yet for the next recall to search), the last
+    // (`finish` has no recall after it), and any that waits for its model summary; a busy
+    // machine may also find the first one still on its way at the next step (11 requests here,
+    // 8 or 9 joined).
     assert!(
         requests.len() <= cycles + 2 && joined.len() >= cycles - 4,
         "{} requests for {cycles} cycles, {} joined: {requests:?}",

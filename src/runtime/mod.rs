@@ -455,8 +455,8 @@ impl Actor {
             if let Effect::Rejected(why) = effect {
                 rejection = Some(why);
             } else if let Err(e) = self.carry_out(effect, prepared).await {
-                // The step is stored, so the memory calls it prepared and did not reach are
-                // given back, except that a memory is still written.
+                // The step is stored: the recalls it prepared and did not reach are given back,
+                // and its memory is still written.
                 for prepared in steps.filter_map(|(_, prepared)| prepared) {
                     self.give_up(prepared);
                 }

@@ -238,10 +238,10 @@ pub fn build_cycle_prompt(inputs: &PromptInputs<'_>) -> BuiltPrompt {
 }
 
 /// A cycle's prompt in the making: its messages other than the memories, and each step's text
-/// (and each earlier step's line) with its token count, made once. With memory on, a cycle's prompt is fitted twice (see
-/// `Stepper::build_prompt`): first without memories, to learn which steps it shows, then with
-/// those the memories add; rendering and counting every step and message again for the second
-/// was about a sixth of a cycle's own time.
+/// (and each earlier step's line) with its token count, made once. With memory on, a cycle's
+/// prompt is fitted twice (see `Stepper::build_prompt`): first without memories, to learn which
+/// steps it shows, then with those the memories add; rendering and counting every step and
+/// message again for the second was about a sixth of a cycle's own time.
 pub struct CyclePrompt<'a> {
     inputs: &'a PromptInputs<'a>,
     system: Message,

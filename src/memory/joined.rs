@@ -1,7 +1,7 @@
 //! A cycle's memory and its recall query embedded in one request, when one model serves both:
 //! a cycle then asks the embeddings endpoint once instead of twice, with one reservation and one
-//! settlement, which halves its embeddings requests against a provider's rate limit and takes a
-//! round trip off the cycle. (With `memory.batch_size` at 1 the embedder still sends the two
+//! settlement, which halves its embeddings requests against a provider's rate limit and spends
+//! less CPU on both ends. (With `memory.batch_size` at 1 the embedder still sends the two
 //! texts as two requests, under the one reservation.) A failed joined request counts once with
 //! the breaker, where the two requests counted twice; its memory is queued, and the recalls
 //! that follow are not joined until the queue is written.
@@ -100,10 +100,7 @@ impl Memory {
             places,
             ticket,
         } = prepared;
-        let embedded = match ticket {
-            Ok(ticket) => self.embed_reserved(ticket).await,
-            Err(e) => Err(e),
-        };
+        let embedded = self.embed_if_reserved(ticket).await;
         // `embed_reserved` has checked that there is one vector per text, the memory's first.
         let vectors = embedded.and_then(|vectors| {
             <[Vec<f32>; 2]>::try_from(vectors).map_err(|vectors| {

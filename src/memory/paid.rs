@@ -201,6 +201,15 @@ impl Memory {
         }
     }
 
+    /// `embed_reserved` for a prepared call, whose reservation may have been refused: the
+    /// refusal is its answer.
+    pub(super) async fn embed_if_reserved(
+        &self,
+        ticket: Result<EmbedTicket, MemoryError>,
+    ) -> Result<Vec<Vec<f32>>, MemoryError> {
+        self.embed_reserved(ticket?).await
+    }
+
     /// Makes a ticket's reservation durable on its own (when no step flush carries it) and calls.
     async fn embed_now(&self, ticket: EmbedTicket) -> Result<Vec<Vec<f32>>, MemoryError> {
         if let Err(e) = self.budgets.make_durable().await {
@@ -289,13 +298,10 @@ impl Memory {
     /// queue is written by `flush_pending` once the endpoint answers again.
     pub async fn remember_prepared(&self, prepared: PreparedRemember) -> Result<u64, MemoryError> {
         let PreparedRemember { record, ticket } = prepared;
-        let embedded = match ticket {
-            Ok(ticket) => self
-                .embed_reserved(ticket)
-                .await
-                .and_then(Self::only_vector),
-            Err(e) => Err(e),
-        };
+        let embedded = self
+            .embed_if_reserved(ticket)
+            .await
+            .and_then(Self::only_vector);
         self.keep(&record, embedded)
     }
 
@@ -409,18 +415,15 @@ impl Memory {
                 places,
                 ticket,
             } => {
-                let found = match *ticket {
-                    Ok(ticket) => match self
-                        .embed_reserved(ticket)
-                        .await
-                        .and_then(Self::only_vector)
-                    {
-                        Ok(vector) => {
-                            self.search_vector(&places, &vector, self.config.recall_top_k)
-                                .await
-                        }
-                        Err(e) => Err(e),
-                    },
+                let found = match self
+                    .embed_if_reserved(*ticket)
+                    .await
+                    .and_then(Self::only_vector)
+                {
+                    Ok(vector) => {
+                        self.search_vector(&places, &vector, self.config.recall_top_k)
+                            .await
+                    }
                     Err(e) => Err(e),
                 };
                 (payer, found)
@@ -458,14 +461,12 @@ impl Memory {
     /// How a recall from `places` begins: with nothing to search, with the agent's queued
     /// memories, or with its query.
     pub(super) fn recall_start(&self, agent: &str, places: &[MemoryPlace]) -> RecallStart {
-        let nothing_stored = !places.iter().any(|place| self.has_any(&place.key));
-        let queued = self.pending_count(agent);
-        if queued > 0 {
+        if self.pending_count(agent) > 0 {
             RecallStart::AfterQueued
-        } else if nothing_stored {
-            RecallStart::Nothing
-        } else {
+        } else if places.iter().any(|place| self.has_any(&place.key)) {
             RecallStart::Now
+        } else {
+            RecallStart::Nothing
         }
     }
 

@@ -58,10 +58,10 @@ fn hnsw_recall_at_10_against_exact_search_on_20k_clustered_vectors() {
 
 pub(crate) struct Fixture {
     _dir: tempfile::TempDir,
-    pub(crate) store: Store,
+    store: Store,
     pub(crate) memory: Arc<Memory>,
     pub(crate) embedder: Arc<HashEmbedder>,
-    pub(crate) clock: Arc<SteppedClock>,
+    clock: Arc<SteppedClock>,
     pub(crate) budgets: Arc<Budgets>,
 }
 

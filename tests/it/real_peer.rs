@@ -170,12 +170,7 @@ async fn a_real_embeddings_server_stores_and_recalls_a_memory() {
     let Some(peer) = PeerMemory::start("e5-query") else {
         return;
     };
-    for (cycle, fact) in FACTS.iter().enumerate() {
-        peer.memory
-            .remember(&peer.payer, cycle as u64 + 1, MemorySource::Cycle, fact)
-            .await
-            .unwrap();
-    }
+    peer.remember(&FACTS).await;
     let hits = peer
         .memory
         .search(&peer.payer, "When does the boat to the island depart?", 3)
@@ -194,12 +189,7 @@ async fn a_real_embeddings_server_embeds_a_memory_and_a_recall_query_in_one_requ
     let Some(peer) = PeerMemory::start("") else {
         return;
     };
-    for (cycle, fact) in FACTS[..2].iter().enumerate() {
-        peer.memory
-            .remember(&peer.payer, cycle as u64 + 1, MemorySource::Cycle, fact)
-            .await
-            .unwrap();
-    }
+    peer.remember(&FACTS[..2]).await;
     let places = vec![MemoryPlace::agent(&peer.payer.agent)];
     let query = "When does the boat to the island depart?";
     let joined = peer
@@ -275,6 +265,16 @@ impl PeerMemory {
             budgets,
             payer,
         })
+    }
+
+    /// Stores `facts` as the memories of cycles 1, 2, …
+    async fn remember(&self, facts: &[&str]) {
+        for (cycle, fact) in facts.iter().enumerate() {
+            self.memory
+                .remember(&self.payer, cycle as u64 + 1, MemorySource::Cycle, fact)
+                .await
+                .unwrap();
+        }
     }
 }
 

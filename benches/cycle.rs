@@ -51,7 +51,8 @@ fn episode(cycle: u64) -> Episode {
         summary: Some(format!(
             "Wrote notes/{cycle}.md with facts about build time (3.2 s), dependencies (14) and README length (120 lines)."
         )),
-        decided_by: Some("bench".into()),
+        decided_by: Some(autothread::core::person::ActedBy::Automatic("bench".into())),
+        edited_by: Vec::new(),
         cost: autothread::core::budget::Micros::ZERO,
     }
 }
@@ -181,7 +182,7 @@ fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize
             },
             risk: autothread::core::commands::Risk::Read,
             interrupted: false,
-            approved_by: Some("bench".into()),
+            approved_by: Some(autothread::core::person::ActedBy::Automatic("bench".into())),
             spend: None,
             auto_stop: None,
             paced: None,
@@ -192,6 +193,7 @@ fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize
             deadline: None,
             remember: Vec::new(),
             stuck: None,
+            script_check: None,
             revision: 0,
         });
         let cycle = state.cycle;

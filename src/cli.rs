@@ -223,8 +223,9 @@ fn parse_policy(text: &str) -> Result<(Risk, Option<ClassAction>), String> {
     if action.trim().eq_ignore_ascii_case("default") {
         return Ok((risk, None));
     }
-    let action = ClassAction::parse(action)
-        .ok_or_else(|| format!("unknown action {action:?}; actions: auto, ask, deny, default"))?;
+    let action = ClassAction::parse(action).ok_or_else(|| {
+        format!("unknown action {action:?}; actions: auto, remember, ask, deny, default")
+    })?;
     Ok((risk, Some(action)))
 }
 
@@ -471,12 +472,12 @@ async fn console(mut config: Config, args: ConsoleArgs) -> anyhow::Result<ExitCo
                         return Ok(ExitCode::SUCCESS);
                     }
                     Event::Resume {
-                        by: "console".into(),
+                        by: crate::surface::console::operator(),
                         follow_up: Some(follow_up),
                     }
                 }
                 Phase::Paused(_) => Event::Resume {
-                    by: "console".into(),
+                    by: crate::surface::console::operator(),
                     follow_up: args.task.clone(),
                 },
                 _ => Event::Recovered {
@@ -552,7 +553,9 @@ async fn console(mut config: Config, args: ConsoleArgs) -> anyhow::Result<ExitCo
         result = &mut actor => result,
         _ = tokio::signal::ctrl_c() => {
             println!("\nInterrupted: pausing the agent (it is saved).");
-            if handle.offer(Event::Pause { by: "Ctrl+C".into() }).is_err() {
+            if handle.offer(Event::Pause {
+                by: crate::surface::console::operator(),
+            }).is_err() {
                 println!("The agent is busy or stopping; it is saved as it is.");
             }
             actor.await

@@ -162,7 +162,7 @@ async fn change_memory(
             &crate::memory::MemoryPlace::agent(&agent.id),
             memory,
             change,
-            OPERATOR,
+            &crate::core::person::Person::console(OPERATOR),
         )
         .await?;
     shown.line(format!(

@@ -495,7 +495,7 @@ impl TryFrom<BTreeMap<String, PolicyEntry>> for PolicyConfig {
                 (Some(risk), PolicyEntry::Action(text)) => {
                     let action = ClassAction::parse(&text).ok_or_else(|| {
                         format!(
-                            "{key} = {text:?} is not an action: use \"auto\", \"ask\" or \"deny\""
+                            "{key} = {text:?} is not an action: use \"auto\", \"remember\", \"ask\" or \"deny\""
                         )
                     })?;
                     config.classes.insert(risk, action);
@@ -504,7 +504,7 @@ impl TryFrom<BTreeMap<String, PolicyEntry>> for PolicyConfig {
                 _ => {
                     let classes: Vec<&str> = ALL_RISKS.iter().map(|r| r.label()).collect();
                     return Err(format!(
-                        "unknown policy entry {key:?}: expected a class ({}) set to \"auto\", \"ask\" or \"deny\", or [policy.guilds.\"ID\"]",
+                        "unknown policy entry {key:?}: expected a class ({}) set to \"auto\", \"remember\", \"ask\" or \"deny\", or [policy.guilds.\"ID\"]",
                         classes.join(", ")
                     ));
                 }

@@ -22,7 +22,7 @@ pub const AUDIT_FEEDBACK_MAX: usize = 500;
 pub struct AuditEntry {
     pub at: DateTime<Utc>,
     /// The person who acted, or what acted for them (`Approve ×N (3 left)`, `continuous mode`).
-    pub by: String,
+    pub by: crate::core::person::ActedBy,
     #[serde(flatten)]
     pub event: AuditEvent,
 }
@@ -77,7 +77,7 @@ pub enum AuditEvent {
         shown: ShownCommand,
         /// Who edited the arguments before the decision, oldest first.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        edited_by: Vec<String>,
+        edited_by: Vec<crate::core::person::Person>,
         /// The feedback typed instead of a decision (cut to `AUDIT_FEEDBACK_MAX`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         feedback: Option<String>,
@@ -196,7 +196,7 @@ impl AuditEvent {
         cycle: u64,
         decision: &Decision,
         shown: ShownCommand,
-        edited_by: Vec<String>,
+        edited_by: Vec<crate::core::person::Person>,
     ) -> AuditEvent {
         let feedback = match decision {
             Decision::Feedback(text) => Some(truncate_chars(text.trim(), AUDIT_FEEDBACK_MAX)),
@@ -253,7 +253,10 @@ impl AuditEntry {
             } => {
                 let edited = match edited_by.as_slice() {
                     [] => String::new(),
-                    names => format!(" (arguments edited by {})", names.join(", ")),
+                    people => format!(
+                        " (arguments edited by {})",
+                        crate::core::person::ActedBy::People(people.to_vec())
+                    ),
                 };
                 let feedback = feedback
                     .as_deref()
@@ -354,6 +357,7 @@ impl AuditEntry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::person::{ActedBy, Person};
     use chrono::TimeZone;
     use serde_json::json;
 
@@ -379,20 +383,43 @@ mod tests {
     fn an_entry_reads_as_one_line_and_survives_a_round_trip() {
         let entry = AuditEntry {
             at: Utc.with_ymd_and_hms(2026, 11, 25, 9, 30, 0).unwrap(),
-            by: "alice, bob".into(),
+            by: ActedBy::People(vec![Person::discord(1, "alice"), Person::discord(2, "bob")]),
             event: AuditEvent::decided(
                 4,
                 &Decision::Approve,
                 ShownCommand::of(&call(json!({"filename": "b.txt", "contents": "hi"})), 1),
-                vec!["carol".into()],
+                vec![Person::discord(3, "carol")],
             ),
         };
         let line = entry.line(100);
-        assert!(line.starts_with("2026-11-25 09:30:00 UTC · alice, bob · approved cycle 4"));
+        assert!(
+            line.starts_with(
+                "2026-11-25 09:30:00 UTC · alice (<@1>), bob (<@2>) · approved cycle 4"
+            ),
+            "{line}"
+        );
         assert!(line.contains("`write_file`") && line.contains("revision 1"));
-        assert!(line.contains("edited by carol"), "{line}");
+        assert!(line.contains("edited by carol (<@3>)"), "{line}");
         let json = serde_json::to_string(&entry).unwrap();
         assert!(json.contains("\"event\":\"decided\""), "{json}");
         assert_eq!(serde_json::from_str::<AuditEntry>(&json).unwrap(), entry);
+    }
+
+    #[test]
+    fn an_entry_stored_before_ids_reads_back_with_its_names_marked() {
+        let old = r#"{"at":"2026-11-25T09:30:00Z","by":"alice, bob","event":"decided","cycle":4,
+            "decision":"approved","command":"finish","arguments":"{}","arguments_digest":"0",
+            "edited_by":["carol (text)"]}"#;
+        let entry: AuditEntry = serde_json::from_str(old).unwrap();
+        assert_eq!(entry.by, ActedBy::Recorded("alice, bob".into()));
+        let line = entry.line(100);
+        assert!(
+            line.contains("· alice, bob (name only) · approved cycle 4"),
+            "{line}"
+        );
+        assert!(
+            line.contains("edited by carol (text) (name only)"),
+            "{line}"
+        );
     }
 }

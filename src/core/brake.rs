@@ -180,6 +180,7 @@ mod tests {
             outcome: Outcome::Success(result.into()),
             summary: None,
             decided_by: None,
+            edited_by: Vec::new(),
             cost: Micros::ZERO,
         }
     }

@@ -158,6 +158,10 @@ pub struct CommandSpec {
     /// The argument an approve-and-remember rule can be narrowed to (a folder, a host).
     #[serde(default)]
     pub rule_argument: Option<crate::core::rules::RuleArgument>,
+    /// The argument naming a workspace file whose contents the command runs (a script): a
+    /// remembered rule for it binds those contents, not only the name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs_file: Option<String>,
     /// Its only effect is the workspace change it returns, which the store applies in the same
     /// write as its result: nothing happens before that write, so a crash before it loses the
     /// command whole and the restart asks the model again (see `Actor::persist`).
@@ -176,6 +180,7 @@ impl CommandSpec {
             reads_untrusted: false,
             egress: None,
             rule_argument: None,
+            runs_file: None,
             lands_with_result: false,
         }
     }
@@ -201,6 +206,12 @@ impl CommandSpec {
     /// Names the argument a remembered rule may be narrowed to.
     pub fn rule_argument(mut self, argument: crate::core::rules::RuleArgument) -> Self {
         self.rule_argument = Some(argument);
+        self
+    }
+
+    /// Names the argument whose file's contents the command runs.
+    pub fn runs_file(mut self, argument: &str) -> Self {
+        self.runs_file = Some(argument.into());
         self
     }
 

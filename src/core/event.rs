@@ -66,9 +66,9 @@ pub enum Decision {
     SelfCritique,
     /// Replace the pending command's arguments with these, then wait for a decision again. An
     /// edit is not a decision: it claims nothing, and the card stays open.
-    Edit(serde_json::Map<String, serde_json::Value>),
+    Edit(Box<serde_json::Map<String, serde_json::Value>>),
     /// Approve, and keep a rule that approves commands like it from now on.
-    Remember(crate::core::rules::RuleDraft),
+    Remember(Box<crate::core::rules::RuleDraft>),
     /// Drop the proposal and ask the model again (with the stronger model where there is one),
     /// told why it seems stuck.
     Rethink,
@@ -122,18 +122,18 @@ pub enum Event {
     /// Someone with the right changed the agent's own budget.
     SetBudget {
         budget: Micros,
-        by: String,
+        by: crate::core::person::Person,
     },
     /// The agent's owner narrowed (or, with `None`, cleared the narrowing of) a risk class.
     SetPolicy {
         risk: Risk,
         action: Option<crate::core::policy::ClassAction>,
-        by: String,
+        by: crate::core::person::Person,
     },
     Decided {
         cycle: u64,
         decision: Decision,
-        by: String,
+        by: crate::core::person::Person,
     },
     CommandFinished {
         cycle: u64,
@@ -151,26 +151,26 @@ pub enum Event {
         cycle: u64,
     },
     Pause {
-        by: String,
+        by: crate::core::person::Person,
     },
     /// A person ends the agent's task (it can be given a follow-up later): at once, or when its
     /// running command returns.
     Finish {
-        by: String,
+        by: crate::core::person::Person,
     },
     Resume {
-        by: String,
+        by: crate::core::person::Person,
         follow_up: Option<String>,
     },
     /// Revoke the agent's own rule `id` (a server's rules are revoked in the store, not through
     /// one agent).
     RevokeRule {
         id: String,
-        by: String,
+        by: crate::core::person::Person,
     },
     /// A parked agent's card: go on, with a new budget for the agent if one is given.
     Continue {
-        by: String,
+        by: crate::core::person::Person,
         budget: Option<Micros>,
     },
     /// The agent was loaded after a restart; `interrupted` says the journal shows its command

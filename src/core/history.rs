@@ -53,7 +53,10 @@ pub struct Episode {
     /// The model's one-line condensation, filled in off the critical path.
     pub summary: Option<String>,
     /// Who approved or answered, for the transcript.
-    pub decided_by: Option<String>,
+    pub decided_by: Option<crate::core::person::ActedBy>,
+    /// Who changed the model's arguments before they ran, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub edited_by: Vec<crate::core::person::Person>,
     /// What the agent spent during the cycle, as the ledger stood when it closed: the cycle's
     /// model calls and those its command made (sub-agents, pages read).
     #[serde(default)]
@@ -242,6 +245,7 @@ mod tests {
             outcome,
             summary: None,
             decided_by: None,
+            edited_by: Vec::new(),
             cost: Micros::ZERO,
         }
     }

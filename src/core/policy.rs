@@ -14,6 +14,10 @@ use super::commands::{Risk, FINISH};
 pub enum ClassAction {
     /// Runs without a card under Approve ×N and continuous mode; otherwise a card as always.
     Auto,
+    /// A card as with `Ask`, on which a person may also approve and remember the exact command
+    /// (its exact arguments, a script's exact contents) so that it runs without one next time:
+    /// for classes a server trusts its people to vet once (code, external tools, MCP).
+    Remember,
     /// Always a card, even under Approve ×N and continuous mode.
     Ask,
     /// Never runs; the model is told why.
@@ -24,6 +28,7 @@ impl ClassAction {
     pub fn label(self) -> &'static str {
         match self {
             ClassAction::Auto => "auto",
+            ClassAction::Remember => "remember",
             ClassAction::Ask => "ask",
             ClassAction::Deny => "deny",
         }
@@ -32,6 +37,7 @@ impl ClassAction {
     pub fn parse(text: &str) -> Option<Self> {
         match text.trim().to_ascii_lowercase().as_str() {
             "auto" => Some(ClassAction::Auto),
+            "remember" => Some(ClassAction::Remember),
             "ask" => Some(ClassAction::Ask),
             "deny" => Some(ClassAction::Deny),
             _ => None,
@@ -188,10 +194,15 @@ impl Policy {
 }
 
 fn stricter_or_equal(action: ClassAction) -> Vec<ClassAction> {
-    [ClassAction::Auto, ClassAction::Ask, ClassAction::Deny]
-        .into_iter()
-        .filter(|a| *a >= action)
-        .collect()
+    [
+        ClassAction::Auto,
+        ClassAction::Remember,
+        ClassAction::Ask,
+        ClassAction::Deny,
+    ]
+    .into_iter()
+    .filter(|a| *a >= action)
+    .collect()
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::commands::Risk;
+use super::person::{names, Person};
 
 /// How many distinct approvals each class needs; a class it leaves out needs one.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,16 +49,17 @@ impl Quorum {
 
     /// Whether an approval by `by` on a proposal already approved by `approvals` would be the
     /// one that reaches the quorum (the runtime claims the decision only then).
-    pub fn is_final(&self, risk: Risk, approvals: &[String], by: &str) -> bool {
-        !approvals.iter().any(|a| a == by) && approvals.len() + 1 >= self.needed(risk) as usize
+    pub fn is_final(&self, risk: Risk, approvals: &[Person], by: &Person) -> bool {
+        !approvals.iter().any(|a| a.is(by)) && approvals.len() + 1 >= self.needed(risk) as usize
     }
 
-    /// Counts `by`'s approval into `approvals`.
-    pub fn approve(&self, risk: Risk, approvals: &mut Vec<String>, by: &str) -> Tally {
-        if approvals.iter().any(|a| a == by) {
+    /// Counts `by`'s approval into `approvals`: by their id, so a person who renamed between two
+    /// clicks is still counted once.
+    pub fn approve(&self, risk: Risk, approvals: &mut Vec<Person>, by: &Person) -> Tally {
+        if approvals.iter().any(|a| a.is(by)) {
             return Tally::AlreadyCounted;
         }
-        approvals.push(by.to_string());
+        approvals.push(by.clone());
         let needed = self.needed(risk);
         if approvals.len() >= needed as usize {
             Tally::Reached
@@ -71,12 +73,12 @@ impl Quorum {
 }
 
 /// "1 of 2 approvals: alice", for a card waiting on more.
-pub fn progress_line(approvals: &[String], needed: u32) -> String {
+pub fn progress_line(approvals: &[Person], needed: u32) -> String {
     let count = format!("{} of {needed} approvals", approvals.len());
     if approvals.is_empty() {
         count
     } else {
-        format!("{count}: {}", approvals.join(", "))
+        format!("{count}: {}", names(approvals))
     }
 }
 
@@ -86,30 +88,40 @@ mod tests {
 
     #[test]
     fn k_distinct_people_reach_a_quorum_and_nobody_counts_twice() {
+        let alice = &Person::discord(1, "alice");
+        let alicia = &Person::discord(1, "alicia");
+        let bob = &Person::discord(2, "bob");
+        let carol = &Person::discord(3, "carol");
         let quorum = Quorum::default().with(Risk::External, 2);
         assert_eq!(quorum.needed(Risk::Write), 1, "unnamed classes need one");
         let mut approvals = Vec::new();
-        assert!(!quorum.is_final(Risk::External, &approvals, "alice"));
+        assert!(!quorum.is_final(Risk::External, &approvals, alice));
         assert_eq!(
-            quorum.approve(Risk::External, &mut approvals, "alice"),
+            quorum.approve(Risk::External, &mut approvals, alice),
             Tally::Waiting { have: 1, needed: 2 }
         );
         assert_eq!(progress_line(&approvals, 2), "1 of 2 approvals: alice");
-        assert!(!quorum.is_final(Risk::External, &approvals, "alice"));
+        assert!(!quorum.is_final(Risk::External, &approvals, alice));
         assert_eq!(
-            quorum.approve(Risk::External, &mut approvals, "alice"),
+            quorum.approve(Risk::External, &mut approvals, alice),
             Tally::AlreadyCounted
         );
-        assert!(quorum.is_final(Risk::External, &approvals, "bob"));
+        // The same id under a new name is the same person.
+        assert!(!quorum.is_final(Risk::External, &approvals, alicia));
         assert_eq!(
-            quorum.approve(Risk::External, &mut approvals, "bob"),
+            quorum.approve(Risk::External, &mut approvals, alicia),
+            Tally::AlreadyCounted
+        );
+        assert!(quorum.is_final(Risk::External, &approvals, bob));
+        assert_eq!(
+            quorum.approve(Risk::External, &mut approvals, bob),
             Tally::Reached
         );
-        assert_eq!(approvals, ["alice", "bob"]);
+        assert_eq!(approvals, [alice.clone(), bob.clone()]);
         let mut single = Vec::new();
-        assert!(quorum.is_final(Risk::Write, &single, "carol"));
+        assert!(quorum.is_final(Risk::Write, &single, carol));
         assert_eq!(
-            quorum.approve(Risk::Write, &mut single, "carol"),
+            quorum.approve(Risk::Write, &mut single, carol),
             Tally::Reached
         );
     }

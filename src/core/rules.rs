@@ -10,8 +10,9 @@ use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::audit::{text_digest, AuditEvent};
+use super::audit::AuditEvent;
 use super::commands::CommandSpec;
+use super::digest::sha256_tagged;
 use super::history::truncate_chars;
 use super::reply::CommandCall;
 
@@ -41,6 +42,18 @@ pub enum RuleScope {
         arguments: String,
         digest: String,
     },
+    /// A script run with exactly these arguments, and only while the file it runs (`path`) holds
+    /// exactly the contents it held when the rule was made (`contents`, the runtime's SHA-256 of
+    /// it, filled in as the person's approval is taken): an agent that changes the script is
+    /// asked again.
+    ExactScript {
+        command: String,
+        arguments: String,
+        digest: String,
+        path: String,
+        #[serde(default)]
+        contents: String,
+    },
     /// This command's paths under a folder of the workspace.
     PathUnder {
         command: String,
@@ -62,6 +75,7 @@ impl RuleScope {
     pub fn command(&self) -> &str {
         match self {
             RuleScope::Exact { command, .. }
+            | RuleScope::ExactScript { command, .. }
             | RuleScope::PathUnder { command, .. }
             | RuleScope::UrlOrigin { command, .. }
             | RuleScope::AnyArguments { command, .. } => command,
@@ -74,6 +88,16 @@ impl RuleScope {
             RuleScope::Exact {
                 command, arguments, ..
             } => format!("`{command}` exactly as {}", code(arguments)),
+            RuleScope::ExactScript {
+                command,
+                arguments,
+                path,
+                ..
+            } => format!(
+                "`{command}` exactly as {}, with {} as it was then",
+                code(arguments),
+                code(path)
+            ),
             RuleScope::PathUnder {
                 command,
                 argument,
@@ -95,6 +119,7 @@ impl RuleScope {
     pub fn short_label(&self) -> String {
         let text = match self {
             RuleScope::Exact { .. } => "exactly this command".to_string(),
+            RuleScope::ExactScript { .. } => "exactly this command and script".to_string(),
             RuleScope::PathUnder {
                 argument, folder, ..
             } => format!("any {argument} under {folder}/"),
@@ -112,7 +137,9 @@ impl RuleScope {
             return false;
         }
         match self {
-            RuleScope::Exact { digest, .. } => canonical_digest(&call.args) == *digest,
+            RuleScope::Exact { digest, .. } | RuleScope::ExactScript { digest, .. } => {
+                canonical_digest(&call.args) == *digest
+            }
             RuleScope::PathUnder {
                 argument, folder, ..
             } => string_arg(call, argument)
@@ -148,9 +175,10 @@ fn string_arg<'c>(call: &'c CommandCall, name: &str) -> Option<&'c str> {
     call.args.get(name).and_then(Value::as_str)
 }
 
-/// The arguments' digest whatever order their keys came in.
+/// The arguments' SHA-256 whatever order their keys came in. A rule stored with the 64-bit FNV
+/// digest of earlier versions matches nothing: its person is asked again, once.
 fn canonical_digest(args: &Map<String, Value>) -> String {
-    text_digest(&canonical_text(args))
+    sha256_tagged(canonical_text(args).as_bytes())
 }
 
 fn canonical_text(args: &Map<String, Value>) -> String {
@@ -220,14 +248,131 @@ fn url_origin(url: &str) -> Option<String> {
     }
 }
 
+/// A script that must be as a rule bound it for the rule's approval to hold: the runtime compares
+/// the file's SHA-256 with `contents` just before running it, and shows the card instead when
+/// they differ.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScriptCheck {
+    pub rule: String,
+    pub path: String,
+    pub contents: String,
+}
+
+impl ApprovalRule {
+    /// What the runtime must check before a command this rule approved runs, if anything.
+    pub fn script_check(&self) -> Option<ScriptCheck> {
+        self.scope
+            .bound_script()
+            .map(|(path, contents)| ScriptCheck {
+                rule: self.id.clone(),
+                path: path.to_string(),
+                contents: contents.to_string(),
+            })
+    }
+}
+
+/// How wide a rule the class of a command allows (see `ClassAction::Remember`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleBreadth {
+    /// Any scope: a class the policy runs unattended anyway.
+    Any,
+    /// The exact command only (and a script's exact contents): a class that always asks.
+    ExactOnly,
+}
+
+impl RuleScope {
+    /// Whether it covers one exact command only (a class that always asks allows no other).
+    pub fn is_exact(&self) -> bool {
+        matches!(
+            self,
+            RuleScope::Exact { .. } | RuleScope::ExactScript { .. }
+        )
+    }
+
+    /// The scope as a card offers it: a script's contents are bound only when a person takes it.
+    pub fn as_offered(&self) -> RuleScope {
+        match self {
+            RuleScope::ExactScript {
+                command,
+                arguments,
+                digest,
+                path,
+                ..
+            } => RuleScope::ExactScript {
+                command: command.clone(),
+                arguments: arguments.clone(),
+                digest: digest.clone(),
+                path: path.clone(),
+                contents: String::new(),
+            },
+            other => other.clone(),
+        }
+    }
+
+    /// This scope binding the script it runs to `contents` (the SHA-256 of the file as it is).
+    pub fn binding_script(self, contents: String) -> RuleScope {
+        match self {
+            RuleScope::ExactScript {
+                command,
+                arguments,
+                digest,
+                path,
+                ..
+            } => RuleScope::ExactScript {
+                command,
+                arguments,
+                digest,
+                path,
+                contents,
+            },
+            other => other,
+        }
+    }
+
+    /// The script whose contents the rule binds, once they are known: (path, digest).
+    pub fn bound_script(&self) -> Option<(&str, &str)> {
+        match self {
+            RuleScope::ExactScript { path, contents, .. } if !contents.is_empty() => {
+                Some((path, contents))
+            }
+            _ => None,
+        }
+    }
+}
+
 /// The scopes a rule made from `call` may have, narrowest first.
-pub fn offered_scopes(spec: &CommandSpec, call: &CommandCall) -> Vec<RuleScope> {
+pub fn offered_scopes(
+    spec: &CommandSpec,
+    call: &CommandCall,
+    breadth: RuleBreadth,
+) -> Vec<RuleScope> {
     let canonical = canonical_text(&call.args);
+    let arguments = truncate_chars(&canonical, SHOWN_ARGUMENTS_MAX);
+    let digest = sha256_tagged(canonical.as_bytes());
+    if let Some(argument) = spec.runs_file.as_deref() {
+        // A script's rule is worth only as much as the file it runs: it binds its contents, and
+        // a script whose path the workspace would refuse gets no rule at all.
+        let path = string_arg(call, argument)
+            .and_then(|path| crate::core::paths::normalize_path(path).ok());
+        return path
+            .map(|path| RuleScope::ExactScript {
+                command: call.name.clone(),
+                arguments,
+                digest,
+                path,
+                contents: String::new(),
+            })
+            .into_iter()
+            .collect();
+    }
     let mut scopes = vec![RuleScope::Exact {
         command: call.name.clone(),
-        arguments: truncate_chars(&canonical, SHOWN_ARGUMENTS_MAX),
-        digest: text_digest(&canonical),
+        arguments,
+        digest,
     }];
+    if breadth == RuleBreadth::ExactOnly {
+        return scopes;
+    }
     match &spec.rule_argument {
         Some(RuleArgument::Path(argument)) => {
             let parts = string_arg(call, argument)
@@ -332,7 +477,7 @@ pub struct ApprovalRule {
     pub id: String,
     pub scope: RuleScope,
     pub reach: RuleReach,
-    pub created_by: String,
+    pub created_by: crate::core::person::Person,
     pub created_at: DateTime<Utc>,
     pub expires_at: Option<DateTime<Utc>>,
     #[serde(default)]
@@ -346,14 +491,14 @@ impl ApprovalRule {
         agent: &str,
         cycle: u64,
         draft: RuleDraft,
-        by: &str,
+        by: &crate::core::person::Person,
         now: DateTime<Utc>,
     ) -> Self {
         ApprovalRule {
             id: rule_id(agent, cycle),
             scope: draft.scope,
             reach: draft.reach,
-            created_by: by.to_string(),
+            created_by: by.clone(),
             created_at: now,
             expires_at: draft.life.expires_at(now),
             uses: 0,
@@ -474,7 +619,7 @@ mod tests {
             "write_file",
             json!({"filename": "notes/today/a.md", "text": "hi"}),
         );
-        let scopes = offered_scopes(&write_spec(), &written);
+        let scopes = offered_scopes(&write_spec(), &written, RuleBreadth::Any);
         let labels: Vec<String> = scopes.iter().map(RuleScope::label).collect();
         assert_eq!(labels.len(), 3, "{labels:?}");
         assert!(
@@ -489,7 +634,11 @@ mod tests {
         assert_eq!(labels[2], "`write_file` with any arguments");
         let search =
             CommandSpec::new("web_search", "s", Risk::Network).arg("query", ArgType::String, "q");
-        let scopes = offered_scopes(&search, &call("web_search", json!({"query": "rust"})));
+        let scopes = offered_scopes(
+            &search,
+            &call("web_search", json!({"query": "rust"})),
+            RuleBreadth::Any,
+        );
         assert_eq!(
             scopes.last().unwrap().label(),
             "`web_search` with any query"
@@ -500,6 +649,7 @@ mod tests {
         let scopes = offered_scopes(
             &page,
             &call("read_webpage", json!({"url": "https://Docs.RS:443/x?y=1"})),
+            RuleBreadth::Any,
         );
         assert_eq!(
             scopes[1].label(),
@@ -511,15 +661,18 @@ mod tests {
             "write_file",
             json!({"filename": "a`[x](https://e.example)`/b.md", "text": "t"}),
         );
-        let folder = offered_scopes(&write_spec(), &sneaky)[1].label();
+        let folder = offered_scopes(&write_spec(), &sneaky, RuleBreadth::Any)[1].label();
         assert_eq!(
             folder,
             "`write_file` with any filename under `a'[x](https:/e.example)'/`"
         );
         let control = call("write_file", json!({"filename": "a\nb/c.md", "text": "t"}));
-        assert_eq!(offered_scopes(&write_spec(), &control).len(), 2);
+        assert_eq!(
+            offered_scopes(&write_spec(), &control, RuleBreadth::Any).len(),
+            2
+        );
         let odd = call("read_webpage", json!({"url": "https://a*b.example/"}));
-        assert_eq!(offered_scopes(&page, &odd).len(), 2);
+        assert_eq!(offered_scopes(&page, &odd, RuleBreadth::Any).len(), 2);
     }
 
     #[test]
@@ -528,7 +681,7 @@ mod tests {
             "write_file",
             json!({"filename": "notes/a.md", "text": "hi"}),
         );
-        let scopes = offered_scopes(&write_spec(), &shown);
+        let scopes = offered_scopes(&write_spec(), &shown, RuleBreadth::Any);
         let (exact, folder) = (&scopes[0], &scopes[1]);
         let reordered = call(
             "write_file",
@@ -584,7 +737,7 @@ mod tests {
             reach: RuleReach::Agent,
             life: RuleLife::Hour,
         };
-        let rule = ApprovalRule::from_draft("abc", 4, draft, "alice", now);
+        let rule = ApprovalRule::from_draft("abc", 4, draft, &"alice".into(), now);
         assert_eq!(rule.id, "abc.4");
         let rules = [rule];
         assert!(covering_rule(&rules, &search, now + Duration::minutes(59)).is_some());

@@ -36,9 +36,9 @@ impl Profile {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum PauseReason {
     /// A human paused it.
-    ByUser { by: String },
+    ByUser { by: crate::core::person::Person },
     /// A human answered "n" / Deny; the proposal is kept and shown again on resume.
-    Denied { by: String },
+    Denied { by: crate::core::person::Person },
     /// The model gave three unusable replies in a row.
     InvalidReplies { last_error: String },
     /// The model endpoint kept failing after all retries.
@@ -69,8 +69,10 @@ pub enum PauseReason {
 impl PauseReason {
     pub fn describe(&self) -> String {
         match self {
-            PauseReason::ByUser { by } => format!("paused by {by}"),
-            PauseReason::Denied { by } => format!("stopped by {by}; the proposal is kept"),
+            PauseReason::ByUser { by } => format!("paused by {}", by.name),
+            PauseReason::Denied { by } => {
+                format!("stopped by {}; the proposal is kept", by.name)
+            }
             PauseReason::InvalidReplies { last_error } => format!(
                 "paused after 3 invalid replies from the model in a row (last: {last_error})"
             ),
@@ -143,7 +145,7 @@ pub struct Proposal {
     /// Set when a restart found this command half-run: it is asked again, never re-run silently.
     pub interrupted: bool,
     /// Who approved (or asked for the critique); it goes into the episode for the transcript.
-    pub approved_by: Option<String>,
+    pub approved_by: Option<crate::core::person::ActedBy>,
     /// The cost of the next step and what is left, for the card.
     #[serde(default)]
     pub spend: Option<SpendNote>,
@@ -158,7 +160,7 @@ pub struct Proposal {
     pub edits: Vec<ArgumentEdit>,
     /// Who has approved so far, when the class needs more than one approval.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub approvals: Vec<String>,
+    pub approvals: Vec<crate::core::person::Person>,
     /// How many times people edited the command: a card's buttons carry it, so that a click
     /// refers to the version it showed.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -181,6 +183,10 @@ pub struct Proposal {
     /// stop, or approve anyway), and nothing approves it automatically.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stuck: Option<crate::core::watchdog::Stuck>,
+    /// The script a rule approved this command for, as the rule bound it: checked just before it
+    /// runs (see `rules::ScriptCheck`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script_check: Option<crate::core::rules::ScriptCheck>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -194,7 +200,7 @@ fn needs_one_approval(needed: &u32) -> bool {
 /// One person's edit of a proposal's arguments.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ArgumentEdit {
-    pub by: String,
+    pub by: crate::core::person::Person,
     /// The names of the arguments changed, added or removed.
     pub arguments: Vec<String>,
 }
@@ -205,7 +211,7 @@ pub const MAX_EDITS_KEPT: usize = 5;
 impl ArgumentEdit {
     /// "alice (filename, text)"
     pub fn describe(&self) -> String {
-        format!("{} ({})", self.by, self.arguments.join(", "))
+        format!("{} ({})", self.by.name, self.arguments.join(", "))
     }
 }
 
@@ -369,10 +375,10 @@ pub struct AgentState {
     /// Identifies the model call the agent is waiting for; replies to older calls are ignored.
     pub call_seq: u64,
     /// Pause once the running command has finished.
-    pub pause_requested: Option<String>,
+    pub pause_requested: Option<crate::core::person::Person>,
     /// Finish once the running command has finished (who asked).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub finish_requested: Option<String>,
+    pub finish_requested: Option<crate::core::person::Person>,
     pub usage: UsageTotals,
     #[serde(default)]
     pub spender: Spender,

@@ -9,6 +9,7 @@ use super::budget::Micros;
 use super::commands::Risk;
 use super::event::{Decision, Event};
 use super::history::Outcome;
+use super::person::Person;
 use super::policy::ClassAction;
 use super::step_tests::{reply_json, Harness};
 
@@ -21,11 +22,19 @@ fn decide_as(h: &mut Harness, by: &str, decision: Decision) {
     });
 }
 
-/// The trail as people read it, oldest first.
+/// The trail as people read it, oldest first, with the test's people (each a Discord user whose
+/// id the trail shows beside their name) written by name alone.
 fn lines(h: &Harness) -> Vec<String> {
     h.audits
         .iter()
-        .map(|entry| entry.line(200).split_once(" UTC · ").unwrap().1.to_string())
+        .map(|entry| {
+            let line = entry.line(200).split_once(" UTC · ").unwrap().1.to_string();
+            ["alice", "bob", "carol", "admin"]
+                .into_iter()
+                .fold(line, |line, name| {
+                    line.replace(&Person::from(name).to_string(), name)
+                })
+        })
         .collect()
 }
 
@@ -43,12 +52,12 @@ fn a_decision_is_recorded_with_the_card_it_was_made_on_and_its_editors() {
     let cycle = h.state.cycle;
     h.step(Event::Decided {
         cycle,
-        decision: Decision::Edit(
+        decision: Decision::Edit(Box::new(
             json!({"filename": "b.txt", "contents": "x"})
                 .as_object()
                 .unwrap()
                 .clone(),
-        ),
+        )),
         by: "carol".into(),
     });
     decide_as(&mut h, "alice", Decision::Approve);
@@ -59,7 +68,7 @@ fn a_decision_is_recorded_with_the_card_it_was_made_on_and_its_editors() {
             r#"alice · approved cycle 1 (1 of 2): `write_file` {"filename":"notes.txt","contents":"x"}"#,
             r#"carol · edited cycle 1 (filename): `write_file` {"filename":"b.txt","contents":"x"}, revision 1"#,
             r#"alice · approved cycle 1 (1 of 2): `write_file` {"filename":"b.txt","contents":"x"}, revision 1"#,
-            r#"alice, bob · approved cycle 1: `write_file` {"filename":"b.txt","contents":"x"}, revision 1 (arguments edited by carol (filename))"#,
+            r#"alice, bob · approved cycle 1: `write_file` {"filename":"b.txt","contents":"x"}, revision 1 (arguments edited by carol)"#,
         ]
     );
     let Some(AuditEvent::Decided { shown, .. }) = h.audits.last().map(|e| &e.event) else {

@@ -2,6 +2,7 @@
 //! the proposal's, is shown again with who changed what, and is what runs once approved; a
 //! command whose file changed after its card was shown is shown again instead of run.
 
+use super::person::{ActedBy, Person};
 use serde_json::json;
 
 use super::event::{Decision, Effect, Event};
@@ -17,7 +18,7 @@ fn edit(h: &mut Harness, by: &str, value: serde_json::Value) -> Vec<Effect> {
     let cycle = h.state.cycle;
     h.step(Event::Decided {
         cycle,
-        decision: Decision::Edit(args(value)),
+        decision: Decision::Edit(Box::new(args(value))),
         by: by.into(),
     })
 }
@@ -54,9 +55,10 @@ fn an_edited_command_is_shown_again_and_runs_as_edited() {
     let episode = h.state.last_episode().unwrap();
     assert_eq!(episode.command.args["filename"], "report.txt");
     assert_eq!(
-        episode.decided_by.as_deref(),
-        Some("alice; arguments edited by bob (filename)")
+        episode.decided_by.as_ref().map(|by| by.names()).as_deref(),
+        Some("alice")
     );
+    assert_eq!(episode.edited_by, [Person::from("bob")]);
 }
 
 #[test]
@@ -122,7 +124,7 @@ fn an_edit_ends_approve_n_and_edits_are_kept_bounded() {
     assert_eq!(h.state.auto_approvals_left, 0);
     let pending = h.state.pending.as_ref().unwrap();
     assert_eq!(pending.edits.len(), crate::core::state::MAX_EDITS_KEPT);
-    assert_eq!(pending.edits.last().unwrap().by, "editor8");
+    assert_eq!(pending.edits.last().unwrap().by.name, "editor8");
 }
 
 #[test]
@@ -199,10 +201,12 @@ fn a_quorum_class_runs_after_k_distinct_approvals_and_one_deny_ends_it() {
     let fx = decide_as(&mut h, "bob", Decision::Approve);
     assert!(executes(&fx).is_some(), "{fx:?}");
     h.finish_command(Outcome::Success("ok".into()));
+    let episode = h.state.last_episode().unwrap();
     assert_eq!(
-        h.state.last_episode().unwrap().decided_by.as_deref(),
-        Some("alice, bob; arguments edited by carol (filename)")
+        episode.decided_by,
+        Some(ActedBy::People(vec!["alice".into(), "bob".into()]))
     );
+    assert_eq!(episode.edited_by, [Person::from("carol")]);
 
     // One deny ends a proposal whatever approvals it has.
     h.think(&reply_json(

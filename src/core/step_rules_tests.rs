@@ -40,11 +40,11 @@ fn write(path: &str, text: &str) -> String {
 }
 
 fn remember(scope: &RuleScope, reach: RuleReach, life: RuleLife) -> Decision {
-    Decision::Remember(RuleDraft {
+    Decision::Remember(Box::new(RuleDraft {
         scope: scope.clone(),
         reach,
         life,
-    })
+    }))
 }
 
 /// The card's folder scope, approved and remembered by alice for this agent.
@@ -80,8 +80,8 @@ fn a_remembered_rule_approves_what_it_covers_and_counts_each_use() {
     assert!(
         shown
             .approved_by
-            .as_deref()
-            .is_some_and(|by| by.starts_with(&format!("rule {rule_id} "))),
+            .as_ref()
+            .is_some_and(|by| by.names().starts_with(&format!("rule {rule_id} "))),
         "{:?}",
         shown.approved_by
     );
@@ -90,7 +90,7 @@ fn a_remembered_rule_approves_what_it_covers_and_counts_each_use() {
     assert_eq!(h.state.rules[0].last_used, Some(h.now));
     let used = h.audits.last().unwrap();
     assert!(matches!(used.event, AuditEvent::AutoApproved { .. }));
-    assert!(used.by.contains(&rule_id), "{}", used.by);
+    assert!(used.by.names().contains(&rule_id), "{}", used.by);
     h.finish_command(Outcome::Success("written".into()));
 
     // Not covered: another folder, a path climbing out, another command.
@@ -112,7 +112,7 @@ fn a_remembered_rule_approves_what_it_covers_and_counts_each_use() {
         by: "bob".into(),
     });
     assert!(fx.is_empty(), "{fx:?}");
-    assert!(h.audits.iter().any(|a| a.by == "bob"
+    assert!(h.audits.iter().any(|a| a.by.names() == "bob"
         && matches!(&a.event, AuditEvent::RuleRevoked { rule, .. } if *rule == rule_id)));
     let fx = h.step(Event::RevokeRule {
         id: rule_id,
@@ -269,4 +269,176 @@ fn server_rules_are_saved_and_counted_through_the_store_within_their_limit() {
         |e| matches!(e, Effect::Notify(text) if text.contains("no rule was kept") && text.contains("revoke one"))
     ));
     assert_eq!(h.state.rules.len(), MAX_RULES_PER_AGENT);
+}
+
+/// An agent with an external tool and a script runner, under a policy that asks for external
+/// commands but lets people remember exact approvals of them.
+fn remembering_agent() -> Harness {
+    let mut h = agent();
+    h.commands.specs.push(
+        CommandSpec::new("deploy", "Deploy", Risk::External)
+            .arg("target", ArgType::String, "t")
+            .rule_argument(RuleArgument::Path("target".into())),
+    );
+    h.commands.specs.push(
+        CommandSpec::new("execute_python_file", "Run a script", Risk::External)
+            .arg("filename", ArgType::String, "f")
+            .runs_file("filename"),
+    );
+    h.policy = Policy::default().with(Risk::External, ClassAction::Remember);
+    h
+}
+
+#[test]
+fn a_class_that_asks_may_remember_exact_commands_only_and_only_where_allowed() {
+    let mut h = remembering_agent();
+    let deploy = |target: &str| reply_json("deploy", json!({"target": target}));
+
+    // Under the default policy (ask) an external command offers no rule.
+    h.policy = Policy::default();
+    let fx = h.think(&deploy("site/a"));
+    assert!(proposal_of(&fx).remember.is_empty());
+    h.decide(Decision::Feedback("not now".into()));
+
+    // Where the server allows it, the card offers the exact command alone, bound by SHA-256.
+    h.policy = Policy::default().with(Risk::External, ClassAction::Remember);
+    let fx = h.think(&deploy("site/a"));
+    let scopes = proposal_of(&fx).remember.clone();
+    assert_eq!(scopes.len(), 1, "{scopes:?}");
+    assert!(
+        matches!(&scopes[0], RuleScope::Exact { digest, .. } if digest.starts_with("sha256:") && digest.len() == 71),
+        "{scopes:?}"
+    );
+    let fx = h.decide(remember(
+        &scopes[0],
+        RuleReach::Agent,
+        RuleLife::UntilRevoked,
+    ));
+    assert!(executes(&fx).is_some());
+    h.finish_command(Outcome::Success("deployed".into()));
+    let made = h
+        .audits
+        .iter()
+        .find(|a| matches!(a.event, AuditEvent::RuleCreated { .. }))
+        .unwrap();
+    assert!(
+        made.by
+            .includes(&crate::core::person::Person::from("alice")),
+        "the trail names the person by id: {}",
+        made.by
+    );
+
+    // Any other arguments ask again; the exact command runs without a card (after another
+    // step, since the same command twice in a row is the watchdog's to question).
+    let fx = h.think(&deploy("site/b"));
+    assert!(executes(&fx).is_none());
+    h.decide(Decision::Feedback("no".into()));
+    assert!(executes(&h.think(&deploy("site/a"))).is_some());
+    h.finish_command(Outcome::Success("deployed".into()));
+    assert_eq!(h.state.rules[0].uses, 1);
+
+    // A rule made while the class ran unattended covers nothing wider once it asks.
+    h.state.rules.push(ApprovalRule {
+        id: "agent1.90".into(),
+        scope: RuleScope::AnyArguments {
+            command: "deploy".into(),
+            what: "target".into(),
+        },
+        reach: RuleReach::Agent,
+        created_by: "bob".into(),
+        created_at: h.now,
+        expires_at: None,
+        uses: 0,
+        last_used: None,
+    });
+    assert!(executes(&h.think(&deploy("site/c"))).is_none());
+    h.decide(Decision::Feedback("no".into()));
+
+    // The owner narrowing the class to ask stops the exact rule too.
+    h.state
+        .settings
+        .policy
+        .insert(Risk::External, ClassAction::Ask);
+    let fx = h.think(&deploy("site/a"));
+    assert!(executes(&fx).is_none());
+    assert!(proposal_of(&fx).remember.is_empty());
+}
+
+#[test]
+fn a_script_rule_binds_the_scripts_contents_and_needs_them_known() {
+    let mut h = remembering_agent();
+    let run = reply_json("execute_python_file", json!({"filename": "tools/job.py"}));
+    let missing = reply_json("execute_python_file", json!({"filename": "tools/gone.py"}));
+    let fx = h.think(&missing);
+    let scopes = proposal_of(&fx).remember.clone();
+    assert!(
+        matches!(&scopes[..], [RuleScope::ExactScript { path, contents, .. }] if path == "tools/gone.py" && contents.is_empty()),
+        "{scopes:?}"
+    );
+
+    // The runtime could not read the script: approved, but no rule is kept.
+    let fx = h.decide(remember(
+        &scopes[0],
+        RuleReach::Agent,
+        RuleLife::UntilRevoked,
+    ));
+    assert!(executes(&fx).is_some());
+    assert!(h.state.rules.is_empty());
+    h.finish_command(Outcome::Error("no such file".into()));
+
+    // Bound to the script's contents, as the runtime does with the person's approval.
+    h.think(&write("notes/a.md", "between"));
+    h.decide(Decision::Approve);
+    h.finish_command(Outcome::Success("written".into()));
+    let fx = h.think(&run);
+    let bound = proposal_of(&fx).remember[0]
+        .clone()
+        .binding_script("sha256:1111".into());
+    let fx = h.decide(remember(&bound, RuleReach::Agent, RuleLife::UntilRevoked));
+    assert!(executes(&fx).is_some());
+    assert_eq!(h.state.rules.len(), 1);
+    assert_eq!(
+        h.state.pending.as_ref().unwrap().script_check,
+        None,
+        "a person's own approval needs no check"
+    );
+    h.finish_command(Outcome::Success("ran".into()));
+
+    // The rule approves the same command, and the runtime is told to check the script first.
+    h.think(&write("notes/b.md", "between"));
+    h.decide(Decision::Approve);
+    h.finish_command(Outcome::Success("written".into()));
+    let fx = h.think(&run);
+    assert!(executes(&fx).is_some());
+    let check = h
+        .state
+        .pending
+        .as_ref()
+        .unwrap()
+        .script_check
+        .clone()
+        .unwrap();
+    assert_eq!(
+        (check.path.as_str(), check.contents.as_str()),
+        ("tools/job.py", "sha256:1111")
+    );
+
+    // The script changed (the runtime found so): the card is shown to a person, unchecked.
+    let cycle = h.state.cycle;
+    h.step(Event::CommandStale {
+        cycle,
+        why: "tools/job.py changed since rule agent1.2 was made for it".into(),
+    });
+    assert_eq!(h.state.phase, Phase::AwaitingDecision);
+    assert_eq!(h.state.pending.as_ref().unwrap().script_check, None);
+
+    // Once the agent has read untrusted content, no rule runs its code for it: a person looks.
+    h.decide(Decision::Feedback("later".into()));
+    h.state.tainted = Some(crate::core::taint::Taint {
+        cycle: 1,
+        command: "read_webpage".into(),
+    });
+    let fx = h.think(&run);
+    assert!(executes(&fx).is_none());
+    assert!(proposal_of(&fx).remember.is_empty());
 }

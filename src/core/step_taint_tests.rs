@@ -103,7 +103,9 @@ fn after_untrusted_content_a_command_that_sends_data_out_asks_a_person() {
     let cycle = h.state.cycle;
     let fx = h.step(Event::Decided {
         cycle,
-        decision: Decision::Edit(json!({"query": "rust sled"}).as_object().unwrap().clone()),
+        decision: Decision::Edit(Box::new(
+            json!({"query": "rust sled"}).as_object().unwrap().clone(),
+        )),
         by: "bob".into(),
     });
     assert_eq!(

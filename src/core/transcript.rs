@@ -51,6 +51,10 @@ pub fn render_transcript(state: &AgentState, episodes: &[Episode], spent: Micros
         if let Some(by) = &episode.decided_by {
             out.push_str(&format!("*Decided by:* {by}\n\n"));
         }
+        if !episode.edited_by.is_empty() {
+            let editors = crate::core::person::ActedBy::People(episode.edited_by.clone());
+            out.push_str(&format!("*Arguments edited by:* {editors}\n\n"));
+        }
         if !episode.cost.is_zero() {
             out.push_str(&format!("*Cost:* {}\n\n", format_usd(episode.cost)));
         }

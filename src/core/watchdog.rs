@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::expiry::DEADLINE;
 use super::history::{Episode, Outcome};
+use super::person::ActedBy;
 use super::reply::CommandCall;
 
 /// Failed results in a row (errors and refused commands) that mean the agent is stuck.
@@ -24,6 +25,11 @@ pub struct Stuck {
     pub smart: bool,
 }
 
+/// Whether the deadline decided it (nobody answered the card in time).
+fn is_deadline(by: Option<&ActedBy>) -> bool {
+    matches!(by, Some(ActedBy::Automatic(what) | ActedBy::Recorded(what)) if what == DEADLINE)
+}
+
 /// Why the agent, about to propose `proposed` after `episodes` (oldest first), makes no
 /// progress; `None` while it does.
 pub fn no_progress(episodes: &[Episode], proposed: &CommandCall) -> Option<String> {
@@ -32,7 +38,7 @@ pub fn no_progress(episodes: &[Episode], proposed: &CommandCall) -> Option<Strin
         .iter()
         .rev()
         .take_while(|e| {
-            matches!(e.outcome, Outcome::Error(_)) && e.decided_by.as_deref() != Some(DEADLINE)
+            matches!(e.outcome, Outcome::Error(_)) && !is_deadline(e.decided_by.as_ref())
         })
         .count();
     if failing >= FAILING_IN_ROW {
@@ -102,6 +108,7 @@ mod tests {
             outcome,
             summary: None,
             decided_by: None,
+            edited_by: Vec::new(),
             cost: crate::core::budget::Micros::ZERO,
         }
     }
@@ -122,7 +129,8 @@ mod tests {
         );
         // A card nobody answered in time, denied by its deadline, is no failure of the agent's.
         let unanswered = Episode {
-            decided_by: Some(DEADLINE.into()),
+            decided_by: Some(ActedBy::Automatic(DEADLINE.into())),
+            edited_by: Vec::new(),
             ..failed(read("d"))
         };
         let with_unanswered = [failed(read("a")), unanswered, failed(read("c"))];

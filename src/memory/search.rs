@@ -145,7 +145,7 @@ fn hit(record: MemoryRecord, score: f32) -> MemoryHit {
         (record.scope != MemoryScope::Agent || record.added_by.is_some()).then(|| MemoryOrigin {
             scope: record.scope,
             kept_under: record.agent.clone(),
-            added_by: record.added_by.as_ref().map(|stamp| stamp.by.clone()),
+            added_by: record.added_by.as_ref().map(|stamp| stamp.by.name.clone()),
         });
     MemoryHit {
         origin,

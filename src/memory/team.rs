@@ -2,6 +2,7 @@
 //! the agents' own memories with who added them and when; the places an agent recalls from (its
 //! own, its thread's, its server's, never another server's); and the paged list of a place.
 
+use crate::core::person::Person;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -24,7 +25,7 @@ pub const NOTE_MAX_CHARS: usize = 1_000;
 /// Who did something to a memory, and when.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stamp {
-    pub by: String,
+    pub by: crate::core::person::Person,
     pub at: DateTime<Utc>,
 }
 
@@ -114,7 +115,7 @@ impl Memory {
         place: &MemoryPlace,
         cycle: u64,
         text: &str,
-        by: &str,
+        by: &Person,
     ) -> Result<MemoryRecord, MemoryError> {
         if self.live_notes(place) >= MAX_NOTES {
             return Err(MemoryError::TooManyNotes(MAX_NOTES));
@@ -134,7 +135,7 @@ impl Memory {
             forgotten: false,
             scope: place.scope,
             added_by: Some(Stamp {
-                by: by.to_string(),
+                by: by.clone(),
                 at: now,
             }),
             pinned_by: None,

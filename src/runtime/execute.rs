@@ -32,6 +32,12 @@ impl Actor {
     pub(super) fn execute(&mut self, cycle: u64, call: CommandCall) {
         let deps = self.deps.clone();
         let shown = self.shown_base.take().filter(|(shown, ..)| *shown == cycle);
+        let script_check = self
+            .state
+            .pending
+            .as_ref()
+            .filter(|pending| pending.cycle == cycle)
+            .and_then(|pending| pending.script_check.clone());
         // Commands see their agent through a view: no copy of its history per command.
         let agent = self.state.view();
         let payer = deps.budgets.payer(&self.state);
@@ -62,6 +68,13 @@ impl Actor {
             if let Some((_, path, base)) = shown {
                 if file_base(&ctx.workspace, &path).is_ok_and(|now| now != base) {
                     let why = format!("{path} changed after its card was shown.");
+                    let event = Event::CommandStale { cycle, why };
+                    handle.report(ActorMsg::Event { event, reply: None }).await;
+                    return;
+                }
+            }
+            if let Some(check) = script_check {
+                if let Some(why) = script_changed(&ctx.workspace, &check) {
                     let event = Event::CommandStale { cycle, why };
                     handle.report(ActorMsg::Event { event, reply: None }).await;
                     return;
@@ -117,6 +130,30 @@ fn cap_output(outcome: Outcome, max_chars: usize) -> Outcome {
         Outcome::Error(t) => Outcome::Error(cap(t)),
         other => other,
     }
+}
+
+/// Why a script a rule approved may not run under it: it is not the file the rule was made for
+/// (changed, gone or unreadable); `None` when it is exactly that file.
+fn script_changed(
+    files: &crate::tools::AgentFiles<'_>,
+    check: &crate::core::rules::ScriptCheck,
+) -> Option<String> {
+    let now = match files.read(&check.path) {
+        Ok(Some(bytes)) => crate::core::digest::sha256_tagged(&bytes),
+        Ok(None) => {
+            return Some(format!(
+                "{} is gone since rule {} was made for it.",
+                check.path, check.rule
+            ))
+        }
+        Err(e) => return Some(format!("{} could not be read ({e}).", check.path)),
+    };
+    (now != check.contents).then(|| {
+        format!(
+            "{} changed since rule {} was made for it, so the rule does not cover it.",
+            check.path, check.rule
+        )
+    })
 }
 
 #[cfg(test)]

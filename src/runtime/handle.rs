@@ -5,6 +5,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::core::event::{Decision, Event};
 use crate::core::history::Outcome;
+use crate::core::person::Person;
 use crate::core::reply::CommandCall;
 use crate::store::WorkspaceOp;
 
@@ -14,7 +15,7 @@ use crate::store::WorkspaceOp;
 pub enum DecideError {
     /// Someone else's decision for this cycle came first.
     #[error("This proposal is no longer pending: already decided by {by}.")]
-    AlreadyDecided { by: String },
+    AlreadyDecided { by: crate::core::person::ActedBy },
     /// The card is for a cycle the agent is no longer waiting on.
     #[error("This proposal is no longer pending.")]
     NotPending,
@@ -140,13 +141,13 @@ impl AgentHandle {
         &self,
         cycle: u64,
         decision: Decision,
-        by: &str,
+        by: &Person,
     ) -> Result<oneshot::Receiver<Result<(), DecideError>>, DecideError> {
         let (reply, answer) = oneshot::channel();
         let event = Event::Decided {
             cycle,
             decision,
-            by: by.to_string(),
+            by: by.clone(),
         };
         match self.admit(event, Some(reply)) {
             Ok(()) => Ok(answer),
@@ -160,7 +161,7 @@ impl AgentHandle {
         &self,
         cycle: u64,
         decision: Decision,
-        by: &str,
+        by: &Person,
     ) -> Result<(), DecideError> {
         let answer = self.ask_decision(cycle, decision, by)?;
         answer.await.unwrap_or(Err(DecideError::NotRunning))
@@ -175,14 +176,18 @@ mod tests {
     fn a_full_mailbox_refuses_people_but_keeps_room_for_the_agent() {
         let (tx, mut rx) = mpsc::channel(MAILBOX_CAPACITY);
         let handle = AgentHandle { id: "a".into(), tx };
-        let pause = || Event::Pause { by: "x".into() };
+        let pause = || Event::Pause {
+            by: Person::discord(1, "x"),
+        };
         let taken = (0..MAILBOX_CAPACITY)
             .take_while(|_| handle.offer(pause()).is_ok())
             .count();
         assert_eq!(taken, MAILBOX_CAPACITY - RESERVED_FOR_THE_AGENT);
         assert!(matches!(handle.offer(pause()), Err(Refused::Full(_))));
         assert_eq!(
-            handle.ask_decision(1, Decision::Approve, "x").err(),
+            handle
+                .ask_decision(1, Decision::Approve, &Person::discord(1, "x"))
+                .err(),
             Some(DecideError::Busy)
         );
         assert_eq!(DecideError::Busy.to_string(), BUSY);

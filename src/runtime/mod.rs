@@ -31,10 +31,12 @@ use crate::core::audit::AuditEntry;
 use crate::core::event::{CallPurpose, Decision, Effect, Event};
 use crate::core::expiry::Expiry;
 use crate::core::history::Outcome;
+use crate::core::person::ActedBy;
 use crate::core::policy::Policy;
 use crate::core::prompt::{ContextLimits, PromptExtras, TokenCounter};
 use crate::core::quorum::Quorum;
 use crate::core::reply::CommandCall;
+use crate::core::rules::{RuleDraft, RuleScope};
 use crate::core::state::{AgentState, Phase};
 use crate::core::step::{step, StepCtx, NO_LONGER_PENDING};
 use crate::llm::ChatModel;
@@ -293,12 +295,52 @@ impl Actor {
             .context_limits(&settings.model, settings.prompt_budget_tokens)
     }
 
+    /// A person's "approve & remember" of a script binds the script's contents as they are now:
+    /// the rule then covers this file only while it stays so (see `rules::ScriptCheck`). A
+    /// script that cannot be read leaves the draft unbound, and the core keeps no rule for it.
+    fn bind_remembered_script(&self, event: Event) -> Event {
+        let Event::Decided {
+            cycle,
+            decision: Decision::Remember(draft),
+            by,
+        } = event
+        else {
+            return event;
+        };
+        let contents = match &draft.scope {
+            RuleScope::ExactScript { path, .. } => {
+                match crate::tools::AgentFiles::new(&self.deps.store, &self.state.id).read(path) {
+                    Ok(Some(bytes)) => Some(crate::core::digest::sha256_tagged(&bytes)),
+                    Ok(None) => None,
+                    Err(e) => {
+                        tracing::warn!(agent = %self.state.id, error = %e, "cannot read a script to remember");
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        let draft = match contents {
+            Some(contents) => Box::new(RuleDraft {
+                scope: draft.scope.binding_script(contents),
+                ..*draft
+            }),
+            None => draft,
+        };
+        Event::Decided {
+            cycle,
+            decision: Decision::Remember(draft),
+            by,
+        }
+    }
+
     async fn apply(
         &mut self,
         event: Event,
         reply: Option<oneshot::Sender<Result<(), DecideError>>>,
         executed: Option<Executed>,
     ) -> Result<(), RuntimeError> {
+        let event = self.bind_remembered_script(event);
         // An edit changes the proposal but decides nothing: it claims no decision and leaves
         // the card open.
         if let Event::Decided {
@@ -328,9 +370,11 @@ impl Actor {
                             && !p.approvals.is_empty()
                             && decision.is_approval() =>
                     {
-                        format!("{}, {by}", p.approvals.join(", "))
+                        let mut people = p.approvals.clone();
+                        people.push(by.clone());
+                        ActedBy::People(people)
                     }
-                    _ => by.clone(),
+                    _ => ActedBy::person(by.clone()),
                 };
                 if let Err(why) = self.claim_decision(*cycle, decision, by) {
                     if let Some(reply) = reply {
@@ -480,14 +524,19 @@ impl Actor {
     }
 
     /// The compare-and-swap on (agent, cycle): only the first decision for a cycle is applied.
-    fn claim_decision(&self, cycle: u64, decision: &Decision, by: &str) -> Result<(), DecideError> {
+    fn claim_decision(
+        &self,
+        cycle: u64,
+        decision: &Decision,
+        by: &ActedBy,
+    ) -> Result<(), DecideError> {
         if !self.state.awaits_decision_on(cycle) {
             // Tell a late clicker who won, when the card they clicked was decided by someone else.
             return Err(DecideError::late(&self.deps.store, &self.state.id, cycle));
         }
         let record = DecisionRecord {
             decision: decision.clone(),
-            by: by.to_string(),
+            by: by.clone(),
             at: self.deps.clock.now(),
         };
         match self

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::core::event::{Decision, Event};
+use crate::core::person::Person;
 use crate::core::state::AgentState;
 use crate::store::{Commit, StoreError};
 
@@ -178,7 +179,7 @@ impl Supervisor {
         agent: &str,
         cycle: u64,
         decision: Decision,
-        by: &str,
+        by: &Person,
     ) -> Result<(), DecideError> {
         // Into the mailbox under the lock (so the actor cannot stop between), answered after it.
         let answer = match self.lock().get(agent) {

@@ -9,6 +9,7 @@ use super::AgentHandle;
 use crate::core::budget::Micros;
 use crate::core::event::Decision;
 use crate::core::history::Episode;
+use crate::core::person::ActedBy;
 use crate::core::state::{AgentState, AgentView, PauseReason, Proposal};
 use crate::tools::preview::Preview;
 
@@ -31,7 +32,8 @@ pub trait Surface: Send + Sync {
     async fn paused(&self, agent: &AgentState, reason: &PauseReason);
     async fn finished(&self, agent: &AgentState, reason: &str);
     /// A decision was taken on the proposal of `cycle` (the card can show who decided, and when).
-    async fn decided(&self, _agent: &AgentState, _cycle: u64, _decision: &Decision, _by: &str) {}
+    async fn decided(&self, _agent: &AgentState, _cycle: u64, _decision: &Decision, _by: &ActedBy) {
+    }
     /// Nobody decided on the card of `proposal` (as it was shown) in time; `text` says what happened. With
     /// `escalate` the card stays open and the approvers are called (Discord mentions them);
     /// otherwise the card closes.

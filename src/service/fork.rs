@@ -2,6 +2,7 @@
 //! service, memories as they were when one of its cycles closed, the original left untouched)
 //! and rewinding one in place to such a cycle.
 
+use crate::core::person::Person;
 use anyhow::Context as _;
 
 use super::rights::Requester;
@@ -30,7 +31,7 @@ impl AgentService {
         cycle: u64,
         id: String,
         who: &Requester,
-        by: &str,
+        by: &Person,
         guild: GuildId,
     ) -> ServiceResult<AgentState> {
         let now = self.clock.now();
@@ -53,7 +54,7 @@ impl AgentService {
         fork.tainted = source.tainted.clone().filter(|t| t.cycle <= cycle);
         let forked_from = AuditEntry {
             at: now,
-            by: by.to_string(),
+            by: by.into(),
             event: AuditEvent::ForkedFrom {
                 agent: source.id.clone(),
                 name: source.name().to_string(),
@@ -66,7 +67,7 @@ impl AgentService {
             &source.id,
             &AuditEntry {
                 at: now,
-                by: by.to_string(),
+                by: by.into(),
                 event: AuditEvent::Forked {
                     fork: fork.id.clone(),
                     cycle,
@@ -88,7 +89,7 @@ impl AgentService {
         &self,
         current: &AgentState,
         cycle: u64,
-        by: &str,
+        by: &Person,
     ) -> ServiceResult<(AgentState, usize)> {
         self.fork_cycle(current, Some(cycle))?;
         let now = self.clock.now();
@@ -111,7 +112,7 @@ impl AgentService {
         state.updated_at = now;
         let audit = |steps| AuditEntry {
             at: now,
-            by: by.to_string(),
+            by: by.into(),
             event: AuditEvent::Rewound { cycle, steps },
         };
         let removed = self.store.rewind_agent(cycle, &state, audit)?;

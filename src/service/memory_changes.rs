@@ -6,6 +6,7 @@
 use super::AgentService;
 use crate::core::audit::{text_digest, AuditEntry, AuditEvent};
 use crate::core::memory::MemoryScope;
+use crate::core::person::Person;
 use crate::memory::{Memory, MemoryError, MemoryPlace, MemoryRecord, Payer, Stamp};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,7 +35,7 @@ impl AgentService {
         place: &MemoryPlace,
         id: u64,
         change: MemoryChange,
-        by: &str,
+        by: &Person,
     ) -> Result<MemoryRecord, MemoryError> {
         let stamp = Some(self.stamp(by));
         let (record, event) = match change {
@@ -64,7 +65,7 @@ impl AgentService {
         place: &MemoryPlace,
         cycle: u64,
         text: &str,
-        by: &str,
+        by: &Person,
     ) -> Result<MemoryRecord, MemoryError> {
         let record = memory.add_note(payer, place, cycle, text, by).await?;
         if !self.place_exists(place) {
@@ -99,9 +100,9 @@ impl AgentService {
         found.unwrap_or(true)
     }
 
-    fn stamp(&self, by: &str) -> Stamp {
+    fn stamp(&self, by: &Person) -> Stamp {
         Stamp {
-            by: by.to_string(),
+            by: by.clone(),
             at: self.clock.now(),
         }
     }
@@ -109,7 +110,7 @@ impl AgentService {
     /// Writes a memory change to the trail of the agent it concerns (a server's memories concern
     /// no one agent: their stamps say who and when) and flushes the store. The change happened:
     /// a trail that cannot be written is logged, not reported as if nothing changed.
-    async fn record_memory_event(&self, place: &MemoryPlace, event: AuditEvent, by: &str) {
+    async fn record_memory_event(&self, place: &MemoryPlace, event: AuditEvent, by: &Person) {
         let agent = match place.scope {
             MemoryScope::Agent => Some(place.key.clone()),
             MemoryScope::Thread => place
@@ -121,7 +122,7 @@ impl AgentService {
             Some(agent) => {
                 let entry = AuditEntry {
                     at: self.clock.now(),
-                    by: by.to_string(),
+                    by: by.into(),
                     event,
                 };
                 match self.store.append_audit(&agent, &entry) {

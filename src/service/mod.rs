@@ -7,6 +7,7 @@ pub mod memory_changes;
 pub mod parked;
 pub mod rights;
 
+use crate::core::person::Person;
 use std::sync::Arc;
 
 use crate::budget::{Budgets, LimitScope};
@@ -344,7 +345,7 @@ impl AgentService {
         &self,
         supervisor: &Supervisor,
         who: &Requester,
-        by: &str,
+        by: &Person,
         change: LimitChange,
     ) -> ServiceResult<usize> {
         let LimitChange {
@@ -371,7 +372,7 @@ impl AgentService {
                 .load_agent_record(&binding.agent_id)?
                 .is_some_and(|s| matches!(s.phase, Phase::Paused(PauseReason::Budget { .. })));
             let resume = Event::Resume {
-                by: by.to_string(),
+                by: by.clone(),
                 follow_up: None,
             };
             if paused_for_budget && supervisor.send(&binding.agent_id, resume).is_ok() {

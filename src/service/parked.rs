@@ -6,6 +6,7 @@ use super::{AgentService, LimitChange, ServiceResult, UserError, NOT_ALLOWED};
 use crate::budget::LimitScope;
 use crate::core::budget::{format_usd, BudgetKind, Micros};
 use crate::core::event::Event;
+use crate::core::person::Person;
 use crate::core::state::{AgentState, PauseReason, Phase};
 use crate::runtime::supervisor::Supervisor;
 
@@ -52,7 +53,7 @@ impl AgentService {
         supervisor: &Supervisor,
         agent: &str,
         who: &Requester,
-        by: &str,
+        by: &Person,
         choice: ParkChoice,
     ) -> ServiceResult<String> {
         let binding = self
@@ -111,14 +112,14 @@ impl AgentService {
                 let (event, done) = match choice {
                     ParkChoice::Continue { .. } => (
                         Event::Continue {
-                            by: by.to_string(),
+                            by: by.clone(),
                             budget: None,
                         },
-                        format!("Continued by {by}."),
+                        format!("Continued by {}.", by.name),
                     ),
                     _ => (
-                        Event::Pause { by: by.to_string() },
-                        format!("Stopped by {by}; `/agent resume` continues."),
+                        Event::Pause { by: by.clone() },
+                        format!("Stopped by {}; `/agent resume` continues.", by.name),
                     ),
                 };
                 supervisor.send(agent, event)?;
@@ -130,12 +131,13 @@ impl AgentService {
             } => {
                 self.check_agent_budget(&binding, who, to)?;
                 let event = Event::Continue {
-                    by: by.to_string(),
+                    by: by.clone(),
                     budget: Some(to),
                 };
                 supervisor.send(agent, event)?;
                 Ok(format!(
-                    "{by} raised the agent's budget to {}; it goes on.",
+                    "{} raised the agent's budget to {}; it goes on.",
+                    by.name,
                     format_usd(to)
                 ))
             }
@@ -154,7 +156,8 @@ impl AgentService {
                 };
                 let resumed = self.set_limit(supervisor, who, by, change)?;
                 Ok(format!(
-                    "{by} raised {} to {}; {resumed} paused agent{} of this server {}.",
+                    "{} raised {} to {}; {resumed} paused agent{} of this server {}.",
+                    by.name,
                     budget.label(),
                     format_usd(to),
                     if resumed == 1 { "" } else { "s" },

@@ -135,7 +135,7 @@ mod tests {
     fn entry(n: u64) -> AuditEntry {
         AuditEntry {
             at: Utc::now(),
-            by: format!("person {n}"),
+            by: format!("person {n}").as_str().into(),
             event: AuditEvent::MemoryPinned { memory: n },
         }
     }

@@ -192,7 +192,9 @@ pub enum WorkspaceOp {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DecisionRecord {
     pub decision: Decision,
-    pub by: String,
+    /// Who decided: the person who clicked, with everyone who approved before them when the
+    /// click reached a quorum.
+    pub by: crate::core::person::ActedBy,
     pub at: DateTime<Utc>,
 }
 
@@ -551,7 +553,11 @@ impl Store {
     /// Who decided (agent, cycle), if anyone: the decision's record while the cycle is open, then
     /// the cycle's episode, which keeps it (`decided_by`) once the cycle has closed and its
     /// record is gone (see `commit`).
-    pub fn decided_by(&self, agent: &str, cycle: u64) -> Result<Option<String>, StoreError> {
+    pub fn decided_by(
+        &self,
+        agent: &str,
+        cycle: u64,
+    ) -> Result<Option<crate::core::person::ActedBy>, StoreError> {
         let key = cycle_key(agent, cycle);
         if let Some(raw) = self.decisions.get(&key)? {
             return Ok(Some(decode::<DecisionRecord>(&key, &raw)?.by));

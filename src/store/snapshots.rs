@@ -280,6 +280,7 @@ mod tests {
             outcome: Outcome::Success("ok".into()),
             summary: None,
             decided_by: None,
+            edited_by: Vec::new(),
             cost: Default::default(),
         });
         agent.cycle = cycle + 1;

@@ -151,7 +151,10 @@ mod tests {
         let loaded = store.load_agent("a1").unwrap().unwrap();
         assert_eq!(loaded.phase, Phase::Executing);
         let pending = loaded.pending.as_ref().unwrap();
-        assert_eq!(pending.approved_by.as_deref(), Some("alice"));
+        assert_eq!(
+            pending.approved_by.as_ref().map(|by| by.names()).as_deref(),
+            Some("alice")
+        );
         assert_eq!(pending.deadline, None);
         let listed = store.list_agents().unwrap();
         assert_eq!(listed[0].phase, Phase::Executing.label());

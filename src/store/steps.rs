@@ -180,7 +180,8 @@ mod tests {
             reasoning: format!("reason {cycle}"),
             outcome: Outcome::Success(format!("done {cycle}")),
             summary: None,
-            decided_by: Some(format!("person {cycle}")),
+            decided_by: Some(format!("person {cycle}").as_str().into()),
+            edited_by: Vec::new(),
             cost: Micros(cycle),
         }
     }
@@ -242,7 +243,11 @@ mod tests {
         assert_eq!(loaded.earlier.not_kept, 112);
 
         assert_eq!(
-            store.decided_by("long", 5).unwrap().as_deref(),
+            store
+                .decided_by("long", 5)
+                .unwrap()
+                .map(|by| by.names())
+                .as_deref(),
             Some("person 5")
         );
         assert_eq!(store.decided_by("long", 401).unwrap(), None);

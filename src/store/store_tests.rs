@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::core::history::Outcome;
+use crate::core::person::ActedBy;
 
 fn state(id: &str) -> AgentState {
     AgentState::for_test(id)
@@ -15,7 +16,8 @@ fn episode(cycle: u64, decided_by: Option<&str>) -> Episode {
         reasoning: "r".into(),
         outcome: Outcome::Success("ok".into()),
         summary: None,
-        decided_by: decided_by.map(String::from),
+        decided_by: decided_by.map(ActedBy::from),
+        edited_by: Vec::new(),
         cost: crate::core::budget::Micros::ZERO,
     }
 }
@@ -123,6 +125,7 @@ fn an_agent_is_loaded_with_its_newest_steps_whole_and_older_ones_as_lines() {
             outcome: Outcome::Success(format!("output of {cycle}")),
             summary: (cycle % 2 == 0).then(|| format!("summary of {cycle}")),
             decided_by: None,
+            edited_by: Vec::new(),
             cost: crate::core::budget::Micros::ZERO,
         });
         store
@@ -172,7 +175,7 @@ fn first_decision_wins() {
     };
     assert_eq!(store.record_decision("a", 3, &first).unwrap(), Ok(()));
     let lost = store.record_decision("a", 3, &second).unwrap().unwrap_err();
-    assert_eq!(lost.by, "alice");
+    assert_eq!(lost.by.names(), "alice");
     assert_eq!(store.record_decision("a", 4, &second).unwrap(), Ok(()));
 }
 
@@ -196,7 +199,14 @@ fn a_closed_cycles_decision_is_read_from_its_episode_and_its_record_removed() {
         .record_decision("a", 4, &approval("bob"))
         .unwrap()
         .unwrap();
-    assert_eq!(store.decided_by("a", 3).unwrap().as_deref(), Some("alice"));
+    assert_eq!(
+        store
+            .decided_by("a", 3)
+            .unwrap()
+            .map(|by| by.names())
+            .as_deref(),
+        Some("alice")
+    );
 
     let mut agent = state("a");
     agent
@@ -212,9 +222,20 @@ fn a_closed_cycles_decision_is_read_from_its_episode_and_its_record_removed() {
 
     // Cycle 4 is still open: its record stays and answers. Cycle 3's answer is its episode's.
     assert_eq!(store.decisions.len(), 1);
-    assert_eq!(store.decided_by("a", 4).unwrap().as_deref(), Some("bob"));
     assert_eq!(
-        store.decided_by("a", 3).unwrap().as_deref(),
+        store
+            .decided_by("a", 4)
+            .unwrap()
+            .map(|by| by.names())
+            .as_deref(),
+        Some("bob")
+    );
+    assert_eq!(
+        store
+            .decided_by("a", 3)
+            .unwrap()
+            .map(|by| by.names())
+            .as_deref(),
         Some("alice; arguments edited by carol")
     );
     assert_eq!(store.decided_by("a", 5).unwrap(), None);
@@ -348,7 +369,7 @@ fn the_audit_trail_is_kept_in_order_per_agent_paged_newest_first_and_survives_a_
     let store = Store::open(dir.path()).unwrap();
     let entry = |n: u64| AuditEntry {
         at: Utc::now(),
-        by: format!("person {n}"),
+        by: format!("person {n}").as_str().into(),
         event: AuditEvent::MemoryPinned { memory: n },
     };
     let (first, second) = (entry(1), entry(2));

@@ -12,6 +12,7 @@ use tokio::sync::Mutex;
 use crate::core::budget::{format_usd, BudgetKind, Micros, MICROS_PER_USD};
 use crate::core::event::{Decision, APPROVE_N_MAX};
 use crate::core::history::{truncate_chars, Episode, Outcome};
+use crate::core::person::Person;
 use crate::core::rules::{RuleDraft, RuleLife, RuleReach, RuleScope};
 use crate::core::state::{AgentState, AgentView, PauseReason, Proposal};
 use crate::core::step::{argument_text, edited_value};
@@ -66,9 +67,15 @@ pub fn parse_input(line: &str) -> ConsoleInput {
     ConsoleInput::Decision(Decision::Feedback(text.to_string()))
 }
 
+/// Whoever runs this console: one terminal has one operator, named as the system knows them.
+pub fn operator() -> Person {
+    Person::console(std::env::var("USER").unwrap_or_else(|_| "console user".into()))
+}
+
 pub struct ConsoleSurface {
     input: Arc<Mutex<LineSource>>,
-    user: String,
+    /// The terminal's one operator, named as the system knows them.
+    user: Person,
     /// Whether a streamed reply is printed as it comes: on a terminal, where a person watches;
     /// piped output gets the formatted proposal only.
     echo_stream: bool,
@@ -78,7 +85,7 @@ pub struct ConsoleSurface {
 
 impl ConsoleSurface {
     pub fn new(input: Box<dyn AsyncRead + Send + Unpin>) -> Self {
-        let user = std::env::var("USER").unwrap_or_else(|_| "console user".into());
+        let user = operator();
         ConsoleSurface {
             input: Arc::new(Mutex::new(BufReader::new(input).lines())),
             user,
@@ -414,11 +421,11 @@ impl Surface for ConsoleSurface {
                     Some(line) => match parse_input(&line) {
                         ConsoleInput::Decision(d) => d,
                         ConsoleInput::Edit => match input.read_edit(&args).await {
-                            Some(edited) => Decision::Edit(edited),
+                            Some(edited) => Decision::Edit(Box::new(edited)),
                             None => continue,
                         },
                         ConsoleInput::Remember => match input.read_rule(&scopes).await {
-                            Some(draft) => Decision::Remember(draft),
+                            Some(draft) => Decision::Remember(Box::new(draft)),
                             None => continue,
                         },
                         ConsoleInput::Empty => continue,

@@ -63,6 +63,7 @@ impl Command for ExecutePythonFile {
         )
         .arg("filename", ArgType::String, "The .py file to run")
         .optional_arg("args", ArgType::StringList, "Command-line arguments")
+        .runs_file("filename")
     }
 
     async fn run(&self, call: &CommandCall, ctx: &ToolCtx<'_>) -> ToolOutput {

@@ -7,7 +7,7 @@ use crate::support;
 
 use serde_json::json;
 use support::bot::{
-    button, card, ephemeral_text, message_containing, start_agent, start_bot, Start,
+    button, card, ephemeral_text, message_containing, response_shown, start_agent, start_bot, Start,
 };
 use support::fake_discord::{FakeDiscord, ALICE, BOB, CAROL, GUILD, ROLE_TEAM};
 use support::fake_openai::{agent_reply, Expect, FakeOpenAi};
@@ -315,7 +315,7 @@ async fn a_file_changed_after_its_card_was_shown_is_shown_again_instead_of_writt
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_quorum_class_waits_for_two_distinct_approvers() {
+async fn a_quorum_class_waits_for_two_distinct_approvers_counted_by_id() {
     let openai = FakeOpenAi::start(Expect::test_model()).await;
     openai.push_content(write_reply("haiku.txt", "crab"));
     openai.push_content(agent_reply("read_file", json!({"filename": "haiku.txt"})));
@@ -345,6 +345,8 @@ async fn a_quorum_class_waits_for_two_distinct_approvers() {
         })
         .await;
     assert_eq!(button(&counted, "Approve"), approve, "the buttons stay");
+    // Alice renames herself: she is still one person, and her second click does not count.
+    discord.rename(ALICE, "alicia");
     let again = discord.click(ALICE, &[ROLE_TEAM], &counted, &approve);
     let text = ephemeral_text(&discord, again).await;
     assert!(text.contains("already counts"), "{text}");
@@ -360,6 +362,22 @@ async fn a_quorum_class_waits_for_two_distinct_approvers() {
     let status = field(&decided, "Status").unwrap_or_default().to_string();
     assert!(status.starts_with("✅ Approved by alice, bob"), "{status}");
     message_containing(&discord, thread, "has been written successfully").await;
+
+    // The trail names the same person, by id, for the counted approval and the decision.
+    let asked = discord.slash(BOB, &[ROLE_TEAM], thread, "audit", json!([]), json!({}));
+    let page = response_shown(&discord, thread, asked, 4).await;
+    let trail = page["content"].as_str().unwrap();
+    let alice = format!("alice (<@{ALICE}>)");
+    let bob = format!("bob (<@{BOB}>)");
+    assert!(
+        trail.contains(&format!("{alice} · approved cycle 1 (1 of 2)")),
+        "{trail}"
+    );
+    assert!(
+        trail.contains(&format!("{alice}, {bob} · approved cycle 1")),
+        "{trail}"
+    );
+    assert!(!trail.contains("alicia"), "{trail}");
 
     discord.assert_clean();
     openai.assert_clean();

@@ -578,7 +578,7 @@ pub(crate) async fn fact_from_cycle_3_recalled_at_cycle_40(one_model: bool) -> F
     let (_handle, done) = runtime::start(
         state,
         Event::Resume {
-            by: "tester".into(),
+            by: autothread::core::person::Person::console("tester"),
             follow_up: Some("What is the vault access code of the zebra orchid greenhouse?".into()),
         },
         deps,
@@ -622,7 +622,13 @@ async fn pins_are_bounded_per_place_and_a_change_that_changes_nothing_says_so() 
     for n in 0..=MAX_PINS {
         let note = f
             .memory
-            .add_note(&person, &server, 0, &format!("House rule {n}"), "alice")
+            .add_note(
+                &person,
+                &server,
+                0,
+                &format!("House rule {n}"),
+                &autothread::core::person::Person::discord(1, "alice"),
+            )
             .await
             .unwrap();
         ids.push(note.id);

@@ -104,7 +104,7 @@ async fn a_remembered_rule_approves_what_it_covers_until_it_is_revoked() {
     // `/agent rules` lists the rule and its use; Revoke takes it away.
     let list = rules_list(&discord, thread, MEMBER_PERMS).await;
     assert!(
-        text(&list).contains("1. `write_file` with any filename under `notes/` — for this agent, by alice, until revoked; used 1×"),
+        text(&list).contains(&format!("1. `write_file` with any filename under `notes/` — for this agent, by alice (<@{ALICE}>), until revoked; used 1×")),
         "{}",
         text(&list)
     );
@@ -165,10 +165,10 @@ async fn a_remembered_rule_approves_what_it_covers_until_it_is_revoked() {
     let asked = discord.slash(ALICE, &[], thread, "audit", json!([]), json!({}));
     let trail = ephemeral_text(&discord, asked).await;
     for wanted in [
-        "alice · made rule ",
+        format!("alice (<@{ALICE}>) · made rule ").as_str(),
         "approve `write_file` with any arguments for every agent in this server, until ",
         "without asking",
-        "alice · revoked rule ",
+        format!("alice (<@{ALICE}>) · revoked rule ").as_str(),
     ] {
         assert!(trail.contains(wanted), "{wanted}: {trail}");
     }
@@ -224,5 +224,62 @@ async fn the_console_remembers_a_rule_with_r() {
         3,
         "{stdout}"
     );
+    openai.assert_clean();
+}
+
+/// Where the server lets people remember external commands, the console remembers a script run
+/// by its exact contents: the same script runs unasked, and once the agent has changed it the
+/// rule no longer covers it and the person is asked again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remembered_script_runs_unasked_until_the_agent_changes_it() {
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
+    let run_job = || agent_reply("execute_python_file", json!({"filename": "tools/job.py"}));
+    for reply in [
+        write_reply("tools/job.py", "print('job one')"),
+        run_job(),
+        agent_reply("read_file", json!({"filename": "tools/job.py"})),
+        run_job(),
+        write_reply("tools/job.py", "print('job two')"),
+        agent_reply("read_file", json!({"filename": "tools/job.py"})),
+        write_reply("notes.txt", "ran it twice"),
+        run_job(),
+        agent_reply("finish", json!({"reason": "done"})),
+    ] {
+        openai.push_content(reply);
+    }
+    let env = support::TestEnv::new(&openai.base_url, "[policy]\nexternal = \"remember\"\n");
+    let mut run = env.spawn(&[
+        "console",
+        "--task",
+        "Run the job",
+        "--name",
+        "JobGPT",
+        "--role",
+        "a job runner",
+    ]);
+    // The write by hand; the first run remembered (its one scope, until revoked); a read by hand
+    // (the same command twice in a row is the watchdog's to question); the second run unasked;
+    // the rewrite, a read and a note by hand (so that the third run is not one of two in five
+    // steps, which the watchdog would show as circling); the changed script asked for again
+    // and approved; the finish.
+    run.type_lines(&["y", "r", "1", "3", "y", "y", "y", "y", "y", "y"])
+        .await;
+    let (ok, stdout, stderr) = run.finish(support::WAIT).await;
+    assert!(ok, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("  1) `execute_python_file` exactly as"),
+        "{stdout}"
+    );
+    assert_eq!(
+        stdout.matches("(approved automatically by rule ").count(),
+        2,
+        "the unchanged run, and the changed one before its check: {stdout}"
+    );
+    assert!(
+        stdout.contains("tools/job.py changed since rule"),
+        "{stdout}"
+    );
+    assert_eq!(stdout.matches("STDOUT:\njob one").count(), 2, "{stdout}");
+    assert_eq!(stdout.matches("STDOUT:\njob two").count(), 1, "{stdout}");
     openai.assert_clean();
 }

@@ -85,7 +85,10 @@ fn agent() -> AgentState {
             reasoning: "The task asks for a haiku in a file.".into(),
             outcome,
             summary,
-            decided_by: Some("alice".into()),
+            decided_by: Some(autothread::core::person::ActedBy::person(
+                autothread::core::person::Person::discord(1, "alice"),
+            )),
+            edited_by: Vec::new(),
             cost: autothread::core::budget::Micros::ZERO,
         });
     }
@@ -123,15 +126,16 @@ fn proposal() -> Proposal {
         auto_stop: None,
         paced: None,
         edits: vec![autothread::core::state::ArgumentEdit {
-            by: "bob".into(),
+            by: autothread::core::person::Person::discord(2, "bob"),
             arguments: vec!["contents".into()],
         }],
-        approvals: vec!["carol".into()],
+        approvals: vec![autothread::core::person::Person::discord(3, "carol")],
         approvals_needed: 2,
         outgoing: None,
         deadline: None,
         remember: Vec::new(),
         stuck: None,
+        script_check: None,
         revision: 1,
     }
 }

@@ -62,7 +62,9 @@ fn a_schema_1_store_is_migrated_on_open() {
     assert_eq!(agent.name(), "PoetGPT");
     assert_eq!(
         agent.phase,
-        Phase::Paused(PauseReason::Denied { by: "alice".into() })
+        Phase::Paused(PauseReason::Denied {
+            by: autothread::core::person::Person::name_only("alice")
+        })
     );
     assert_eq!(agent.usage.calls, 0);
     assert_eq!(agent.cycles_since_resume, 0);

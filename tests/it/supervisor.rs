@@ -30,7 +30,9 @@ impl ChatModel for Silent {
 fn resting_agent(dir: &tempfile::TempDir, id: &str) -> (Supervisor, Arc<Recorder>, Store) {
     let store = Store::open(dir.path()).unwrap();
     let mut state = agent(id, "Wait", "local-model", false);
-    state.phase = Phase::Paused(PauseReason::ByUser { by: "owner".into() });
+    state.phase = Phase::Paused(PauseReason::ByUser {
+        by: autothread::core::person::Person::discord(9, "owner"),
+    });
     store
         .commit(&Commit {
             state: Some(&state),
@@ -60,14 +62,14 @@ fn notices_containing(recorder: &Recorder, needle: &str) -> usize {
 async fn fifty_concurrent_sends_to_a_resting_agent_start_exactly_one_actor() {
     let dir = tempfile::tempdir().unwrap();
     let (supervisor, recorder, _store) = resting_agent(&dir, "owner0000001");
-    let sends: Vec<_> = (0..50)
+    let sends: Vec<_> = (0..50u64)
         .map(|i| {
             let supervisor = supervisor.clone();
             tokio::spawn(async move {
                 supervisor.send(
                     "owner0000001",
                     Event::Resume {
-                        by: format!("member{i}"),
+                        by: autothread::core::person::Person::discord(i, format!("member{i}")),
                         follow_up: None,
                     },
                 )
@@ -106,7 +108,10 @@ async fn events_sent_while_actors_come_to_rest_are_all_applied() {
                 for i in 0..50u64 {
                     let event = Event::SetBudget {
                         budget: Micros(1_000_000 + sender * 1_000 + i),
-                        by: format!("sender{sender}"),
+                        by: autothread::core::person::Person::discord(
+                            sender,
+                            format!("sender{sender}"),
+                        ),
                     };
                     match supervisor.send("owner0000002", event) {
                         Ok(()) => delivered += 1,

@@ -8,6 +8,7 @@ use crate::core::budget::{BudgetStop, Micros, Pacing};
 use crate::core::commands::Risk;
 use crate::core::event::{CallPurpose, Effect};
 use crate::core::history::Outcome;
+use crate::core::person::{ActedBy, Person};
 use crate::core::policy::ClassAction;
 use crate::core::state::{PauseReason, Phase};
 
@@ -56,10 +57,11 @@ impl Stepper<'_, '_> {
     }
 
     /// A new budget for the agent; one paused because its budget ran out continues by itself.
-    pub(super) fn on_set_budget(&mut self, budget: Micros, by: String) {
+    pub(super) fn on_set_budget(&mut self, budget: Micros, by: Person) {
         self.state.settings.budget = Some(budget);
         self.fx.push(Effect::Notify(format!(
-            "{by} set the agent's budget to {}.",
+            "{} set the agent's budget to {}.",
+            by.name,
             crate::core::budget::format_usd(budget)
         )));
         self.audit(by, AuditEvent::BudgetChanged { budget });
@@ -69,7 +71,7 @@ impl Stepper<'_, '_> {
     }
 
     /// Someone let a parked agent go on from its card, with a new budget if they raised it.
-    pub(super) fn on_continue(&mut self, by: String, budget: Option<Micros>) {
+    pub(super) fn on_continue(&mut self, by: Person, budget: Option<Micros>) {
         if !matches!(self.state.phase, Phase::Paused(_)) {
             self.fx.push(Effect::Rejected(format!(
                 "the agent is not paused ({})",
@@ -84,7 +86,8 @@ impl Stepper<'_, '_> {
             format!(" with a budget of {}", crate::core::budget::format_usd(b))
         });
         self.fx.push(Effect::Notify(format!(
-            "{by} let the agent go on{budget_note}."
+            "{} let the agent go on{budget_note}.",
+            by.name
         )));
         self.audit(by, AuditEvent::Continued { budget });
         self.on_resume(None);
@@ -92,7 +95,7 @@ impl Stepper<'_, '_> {
 
     /// The owner narrows a class for this agent; the core checks again that it is no wider than the
     /// server's policy, so no surface can widen it by mistake.
-    pub(super) fn on_set_policy(&mut self, risk: Risk, action: Option<ClassAction>, by: String) {
+    pub(super) fn on_set_policy(&mut self, risk: Risk, action: Option<ClassAction>, by: Person) {
         let ctx = self.ctx;
         match action {
             Some(action) => {
@@ -108,7 +111,8 @@ impl Stepper<'_, '_> {
         }
         let (now, _) = ctx.policy.effective(&self.state.settings.policy, risk);
         self.fx.push(Effect::Notify(format!(
-            "{by} set {} commands to `{}` for this agent.",
+            "{} set {} commands to `{}` for this agent.",
+            by.name,
             risk.label(),
             now.label()
         )));
@@ -149,7 +153,7 @@ impl Stepper<'_, '_> {
     }
 
     /// Pauses the agent at once, or when its running command returns.
-    pub(super) fn on_pause(&mut self, by: String) {
+    pub(super) fn on_pause(&mut self, by: Person) {
         match self.state.phase {
             Phase::Creating | Phase::Thinking | Phase::AwaitingDecision | Phase::Critiquing => {
                 if self.state.phase == Phase::Critiquing {
@@ -180,7 +184,7 @@ impl Stepper<'_, '_> {
 
     /// Ends the agent's task at once, or when its running command returns; a proposal waiting
     /// for a decision is dropped, not run.
-    pub(super) fn on_finish(&mut self, by: String) {
+    pub(super) fn on_finish(&mut self, by: Person) {
         match self.state.phase {
             Phase::Executing => {
                 // A running command is never cut short (an `ask_user` wait is withdrawn by the
@@ -198,10 +202,10 @@ impl Stepper<'_, '_> {
                 // The waiting proposal closes its cycle as not run, so that its card's buttons
                 // can never decide a later proposal of the same number.
                 if self.state.pending.is_some() {
-                    let why = format!("Not run: {by} finished the agent's task.");
-                    self.record_from_pending(Outcome::HumanFeedback(why), Some(by.clone()));
+                    let why = format!("Not run: {} finished the agent's task.", by.name);
+                    self.record_from_pending(Outcome::HumanFeedback(why), Some(ActedBy::from(&by)));
                 }
-                self.finish(format!("Finished by {by}."));
+                self.finish(format!("Finished by {}.", by.name));
             }
         }
     }

@@ -22,7 +22,7 @@ impl Stepper<'_, '_> {
     }
 
     /// Applies a human's decision on the pending proposal of `cycle`.
-    pub(super) fn on_decision(&mut self, cycle: u64, decision: Decision, by: String) {
+    pub(super) fn on_decision(&mut self, cycle: u64, decision: Decision, by: Person) {
         let ctx = self.ctx;
         if !self.state.awaits_decision_on(cycle) {
             self.fx
@@ -30,7 +30,7 @@ impl Stepper<'_, '_> {
             return;
         }
         let decision = match decision {
-            Decision::Edit(args) => return self.apply_edit(args, by),
+            Decision::Edit(args) => return self.apply_edit(*args, by),
             other => other,
         };
         let approving = decision.is_approval();
@@ -56,7 +56,7 @@ impl Stepper<'_, '_> {
                     "Cycle {}: the approved command was not run: its class is now denied by policy.",
                     self.state.cycle
                 )));
-                self.record_from_pending(Outcome::Error(denial), Some(by));
+                self.record_from_pending(Outcome::Error(denial), Some(ActedBy::person(by)));
                 self.begin_cycle();
                 return;
             }
@@ -66,7 +66,7 @@ impl Stepper<'_, '_> {
                 Some(all) => all,
                 None => return,
             },
-            false => by,
+            false => ActedBy::person(by),
         };
         let soft_capped = ctx.budget.is_some_and(BudgetView::soft_cap_reached);
         if let Some(shown) = self.shown_pending() {
@@ -74,7 +74,7 @@ impl Stepper<'_, '_> {
                 .state
                 .pending
                 .as_ref()
-                .map(|p| p.edits.iter().map(ArgumentEdit::describe).collect())
+                .map(|p| p.edits.iter().map(|edit| edit.by.clone()).collect())
                 .unwrap_or_default();
             let mut event = AuditEvent::decided(cycle, &decision, shown, edited_by);
             if let (Decision::ApproveN(_), true, AuditEvent::Decided { decision, .. }) =
@@ -87,7 +87,9 @@ impl Stepper<'_, '_> {
         match decision {
             Decision::Approve => self.start_command(by, true),
             Decision::Remember(draft) => {
-                self.keep_rule(cycle, draft, &by);
+                if let Some(person) = by.people().first().cloned() {
+                    self.keep_rule(cycle, *draft, &person);
+                }
                 self.start_execution(by);
             }
             Decision::ApproveN(n) => {
@@ -109,7 +111,10 @@ impl Stepper<'_, '_> {
                 if let Some(pending) = self.state.pending.as_mut() {
                     pending.approvals.clear();
                 }
-                self.pause(PauseReason::Denied { by });
+                let by = by.people().first().cloned();
+                if let Some(by) = by {
+                    self.pause(PauseReason::Denied { by });
+                }
             }
             Decision::Feedback(text) => {
                 self.state.auto_approvals_left = 0;
@@ -121,7 +126,8 @@ impl Stepper<'_, '_> {
             Decision::Skip => {
                 self.state.auto_approvals_left = 0;
                 let skipped = format!(
-                    "{by} skipped this step: the command was not run. Do not propose it again; try a different approach."
+                    "{} skipped this step: the command was not run. Do not propose it again; try a different approach.",
+                    by.names()
                 );
                 self.record_from_pending(Outcome::HumanFeedback(skipped), Some(by));
                 self.begin_cycle();

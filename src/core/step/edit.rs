@@ -7,6 +7,7 @@ use serde_json::{Map, Value};
 use super::Stepper;
 use crate::core::audit::{AuditEvent, ShownCommand};
 use crate::core::event::Effect;
+use crate::core::person::{ActedBy, Person};
 use crate::core::quorum::Tally;
 use crate::core::reply::CommandCall;
 use crate::core::state::{ArgumentEdit, Phase, MAX_EDITS_KEPT};
@@ -48,7 +49,7 @@ pub fn changed_arguments(before: &Map<String, Value>, after: &Map<String, Value>
 impl Stepper<'_, '_> {
     /// Applies `by`'s edit of the pending command: the same command with `args`, validated like a
     /// model's reply. A refused edit leaves the proposal as it was and says why.
-    pub(super) fn apply_edit(&mut self, args: Map<String, Value>, by: String) {
+    pub(super) fn apply_edit(&mut self, args: Map<String, Value>, by: Person) {
         let Some(pending) = self.state.pending.as_ref() else {
             return;
         };
@@ -109,12 +110,12 @@ impl Stepper<'_, '_> {
     /// Counts `by`'s approval toward the class's quorum: `Some(approvers)` once it is reached (the
     /// command runs, approved by all of them); otherwise the card is shown again with the count,
     /// or `by` is told their approval already counts, and `None`.
-    pub(super) fn count_approval(&mut self, by: String) -> Option<String> {
+    pub(super) fn count_approval(&mut self, by: Person) -> Option<ActedBy> {
         let quorum = self.ctx.quorum;
         let pending = self.state.pending.as_mut()?;
         match quorum.approve(pending.risk, &mut pending.approvals, &by) {
-            Tally::Reached if pending.approvals.len() == 1 => Some(by),
-            Tally::Reached => Some(pending.approvals.join(", ")),
+            Tally::Reached if pending.approvals.len() == 1 => Some(ActedBy::person(by)),
+            Tally::Reached => Some(ActedBy::People(pending.approvals.clone())),
             Tally::Waiting { .. } => {
                 let progress = format!(
                     "{} of {}",
@@ -156,9 +157,11 @@ impl Stepper<'_, '_> {
         if let Some(pending) = self.state.pending.as_mut() {
             pending.approved_by = None;
             pending.approvals.clear();
+            // Shown to a person now: what they approve needs no rule's check.
+            pending.script_check = None;
             let command = pending.command.name.clone();
             self.audit(
-                "file check",
+                ActedBy::Automatic("file check".into()),
                 AuditEvent::NotRun {
                     cycle,
                     command,

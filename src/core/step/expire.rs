@@ -7,6 +7,7 @@ use crate::core::audit::AuditEvent;
 use crate::core::event::Effect;
 use crate::core::expiry::{ExpiryAction, DEADLINE};
 use crate::core::history::Outcome;
+use crate::core::person::ActedBy;
 use crate::core::state::PauseReason;
 
 impl Stepper<'_, '_> {
@@ -50,7 +51,7 @@ impl Stepper<'_, '_> {
             )
         };
         self.audit(
-            DEADLINE,
+            ActedBy::Automatic(DEADLINE.into()),
             AuditEvent::Expired {
                 cycle,
                 command: command.clone(),
@@ -69,7 +70,10 @@ impl Stepper<'_, '_> {
                 let told = format!(
                     "Nobody decided on `{command}` within {waited}, so it was not run. Consider another way."
                 );
-                self.record_from_pending(Outcome::Error(told), Some(DEADLINE.into()));
+                self.record_from_pending(
+                    Outcome::Error(told),
+                    Some(ActedBy::Automatic(DEADLINE.into())),
+                );
                 self.begin_cycle();
             }
             ExpiryAction::Park | ExpiryAction::Escalate => {

@@ -8,10 +8,12 @@ use super::commands::{ValidCall, FINISH};
 use super::event::{CallPurpose, Decision, Effect, Event, Usage};
 use super::history::{truncate_chars, Episode, Outcome};
 use super::memory::cycle_memory_text;
+use super::person::{ActedBy, Person};
 use super::policy::ClassAction;
 use super::prompt::{reask_messages, rethink_messages, self_critique_messages};
 use super::reply::{parse_reply, CommandCall, Thoughts};
-use super::state::{AgentState, ArgumentEdit, PauseReason, Phase, Profile, Proposal};
+use super::rules::ApprovalRule;
+use super::state::{AgentState, PauseReason, Phase, Profile, Proposal};
 use super::taint::{outgoing_data, Outgoing, Taint};
 use super::watchdog::{no_progress, repeated_after_rethink, repeats_last_step, Stuck};
 
@@ -141,7 +143,7 @@ struct Stepper<'s, 'c> {
 
 impl Stepper<'_, '_> {
     /// Adds an entry to the audit trail, at the step's time.
-    fn audit(&mut self, by: impl Into<String>, event: AuditEvent) {
+    fn audit(&mut self, by: impl Into<ActedBy>, event: AuditEvent) {
         self.fx.push(Effect::Audit(AuditEntry {
             at: self.ctx.now,
             by: by.into(),
@@ -150,7 +152,7 @@ impl Stepper<'_, '_> {
     }
 
     /// Audits a human's event that the step applied (it rejected nothing).
-    fn audit_unless_rejected(&mut self, by: String, event: AuditEvent) {
+    fn audit_unless_rejected(&mut self, by: Person, event: AuditEvent) {
         if !self.fx.iter().any(|e| matches!(e, Effect::Rejected(_))) {
             self.audit(by, event);
         }
@@ -458,6 +460,10 @@ impl Stepper<'_, '_> {
             deadline: None,
             remember,
             stuck,
+            script_check: rule
+                .as_ref()
+                .filter(|_| automatic)
+                .and_then(ApprovalRule::script_check),
         };
         self.state.pending = Some(proposal.clone());
         if automatic {
@@ -465,12 +471,17 @@ impl Stepper<'_, '_> {
                 // A rule's approval leaves Approve ×N's count as it was.
                 Some(rule) => {
                     self.note_rule_use(rule);
-                    rule.approver()
+                    ActedBy::Automatic(rule.approver())
                 }
-                None if self.state.settings.continuous => "continuous mode".to_string(),
+                None if self.state.settings.continuous => {
+                    ActedBy::Automatic("continuous mode".to_string())
+                }
                 None => {
                     self.state.auto_approvals_left -= 1;
-                    format!("Approve ×N ({} left)", self.state.auto_approvals_left)
+                    ActedBy::Automatic(format!(
+                        "Approve ×N ({} left)",
+                        self.state.auto_approvals_left
+                    ))
                 }
             };
             self.audit(
@@ -508,14 +519,14 @@ impl Stepper<'_, '_> {
     }
 
     /// Has the runtime run the pending command, approved by `by`.
-    fn start_execution(&mut self, by: String) {
+    fn start_execution(&mut self, by: ActedBy) {
         self.start_command(by, false);
     }
 
     /// `start_execution`, saying whether the approval is all the step changed (see
     /// `Effect::Execute::only_approved`): only for a proposal that was awaiting a decision, as
     /// the record stored with it says.
-    fn start_command(&mut self, by: String, only_approved: bool) {
+    fn start_command(&mut self, by: ActedBy, only_approved: bool) {
         let only_approved = only_approved && self.state.phase == Phase::AwaitingDecision;
         let Some(pending) = self.state.pending.as_mut() else {
             return;
@@ -605,6 +616,7 @@ impl Stepper<'_, '_> {
                         pending.interrupted = true;
                         pending.approved_by = None;
                         pending.approvals.clear();
+                        pending.script_check = None;
                     }
                     self.state.auto_approvals_left = 0;
                     self.fx.push(Effect::Notify(format!(
@@ -619,7 +631,7 @@ impl Stepper<'_, '_> {
                         .pending
                         .as_ref()
                         .and_then(|p| p.approved_by.clone())
-                        .unwrap_or_else(|| "recovery".into());
+                        .unwrap_or_else(|| ActedBy::Automatic("recovery".into()));
                     self.start_execution(by);
                 }
             }

@@ -52,14 +52,16 @@ impl Stepper<'_, '_> {
     }
 
     /// Closes the current cycle with an episode of the pending proposal and `outcome`.
-    pub(super) fn record_from_pending(&mut self, outcome: Outcome, by: Option<String>) {
+    pub(super) fn record_from_pending(&mut self, outcome: Outcome, by: Option<ActedBy>) {
         if let Some(pending) = self.state.pending.take() {
             // The transcript says whose arguments ran when they were not the model's.
-            let by = match (by, pending.editors()) {
-                (Some(by), Some(editors)) => Some(format!("{by}; arguments edited by {editors}")),
-                (by, _) => by,
-            };
-            self.record_episode(pending.command, pending.thoughts.reasoning, outcome, by);
+            let edited_by = pending.edits.into_iter().map(|edit| edit.by).collect();
+            let episode =
+                self.new_episode(pending.command, pending.thoughts.reasoning, outcome, by);
+            self.close_cycle(Episode {
+                edited_by,
+                ..episode
+            });
         }
     }
 
@@ -69,19 +71,35 @@ impl Stepper<'_, '_> {
         command: CommandCall,
         reasoning: String,
         outcome: Outcome,
-        decided_by: Option<String>,
+        decided_by: Option<ActedBy>,
     ) {
-        let cycle = self.state.cycle;
-        let cost = self.note_spend();
-        let episode = Episode {
-            cycle,
+        let episode = self.new_episode(command, reasoning, outcome, decided_by);
+        self.close_cycle(episode);
+    }
+
+    /// The episode closing the current cycle, with what the agent spent in it.
+    fn new_episode(
+        &mut self,
+        command: CommandCall,
+        reasoning: String,
+        outcome: Outcome,
+        decided_by: Option<ActedBy>,
+    ) -> Episode {
+        Episode {
+            cycle: self.state.cycle,
             command,
             reasoning,
             outcome,
             summary: None,
             decided_by,
-            cost,
-        };
+            edited_by: Vec::new(),
+            cost: self.note_spend(),
+        }
+    }
+
+    /// Records `episode` and moves to the next cycle number.
+    fn close_cycle(&mut self, episode: Episode) {
+        let cycle = episode.cycle;
         // A step that needs no model summary is remembered now; the others when their summary
         // arrives, so that the memory carries the condensed line.
         if let Some(memory) = self

@@ -4,19 +4,28 @@
 use super::*;
 use crate::core::commands::Risk;
 use crate::core::rules::{
-    covering_rule, offered_scopes, over_limit, ApprovalRule, RuleDraft, RuleReach, RuleScope,
+    covering_rule, offered_scopes, over_limit, ApprovalRule, RuleBreadth, RuleDraft, RuleReach,
+    RuleScope,
 };
 
 impl Stepper<'_, '_> {
-    /// Whether a rule may stand in for a person's click on `call`: only where the policy lets its
-    /// class run unattended anyway, where one approval is enough, and where nothing would leave a
-    /// tainted agent.
-    fn rule_may_approve(&self, call: &CommandCall, risk: Risk, sends_out: bool) -> bool {
-        let action = self
+    /// How wide a rule may stand in for a person's click on `call`, if at all: any scope where
+    /// the policy lets its class run unattended anyway, the exact command where the class asks
+    /// but lets people remember (`ClassAction::Remember`); never where the class needs several
+    /// approvers or data would leave a tainted agent.
+    fn rule_breadth(&self, call: &CommandCall, risk: Risk, sends_out: bool) -> Option<RuleBreadth> {
+        if self.ctx.quorum.needed(risk) > 1 || sends_out {
+            return None;
+        }
+        match self
             .ctx
             .policy
-            .action_for(&self.state.settings.policy, &call.name, risk);
-        action == ClassAction::Auto && self.ctx.quorum.needed(risk) <= 1 && !sends_out
+            .action_for(&self.state.settings.policy, &call.name, risk)
+        {
+            ClassAction::Auto => Some(RuleBreadth::Any),
+            ClassAction::Remember => Some(RuleBreadth::ExactOnly),
+            ClassAction::Ask | ClassAction::Deny => None,
+        }
     }
 
     /// The scopes a card for `call` may offer to remember (none where no rule may approve it).
@@ -26,13 +35,13 @@ impl Stepper<'_, '_> {
         risk: Risk,
         sends_out: bool,
     ) -> Vec<RuleScope> {
-        if !self.rule_may_approve(call, risk, sends_out) {
+        let Some(breadth) = self.rule_breadth(call, risk, sends_out) else {
             return Vec::new();
-        }
+        };
         self.ctx
             .commands
             .get(&call.name)
-            .map(|spec| offered_scopes(spec, call))
+            .map(|spec| offered_scopes(spec, call, breadth))
             .unwrap_or_default()
     }
 
@@ -43,10 +52,19 @@ impl Stepper<'_, '_> {
         risk: Risk,
         sends_out: bool,
     ) -> Option<ApprovalRule> {
-        if !self.rule_may_approve(call, risk, sends_out) {
-            return None;
-        }
-        let rules = self.state.rules.iter().chain(self.ctx.server_rules);
+        let breadth = self.rule_breadth(call, risk, sends_out)?;
+        // A class that asks is covered by exact rules only, whatever rules were made while it
+        // ran unattended; and a script's rule only once it knows the contents it binds.
+        let rules = self
+            .state
+            .rules
+            .iter()
+            .chain(self.ctx.server_rules)
+            .filter(|rule| breadth == RuleBreadth::Any || rule.scope.is_exact())
+            .filter(|rule| {
+                !matches!(rule.scope, RuleScope::ExactScript { .. })
+                    || rule.scope.bound_script().is_some()
+            });
         covering_rule(rules, call, self.ctx.now).cloned()
     }
 
@@ -70,18 +88,22 @@ impl Stepper<'_, '_> {
     /// Keeps the rule a person asked for with their approval of `cycle`. The approval stands
     /// whatever happens here; a rule that no longer fits the card, or one over the limit, is not
     /// kept and the thread is told why.
-    pub(super) fn keep_rule(&mut self, cycle: u64, draft: RuleDraft, by: &str) {
+    pub(super) fn keep_rule(&mut self, cycle: u64, draft: RuleDraft, by: &Person) {
         let now = self.ctx.now;
         // Worked out again now: the policy may have become stricter since the card was shown.
         let offered = self.state.pending.as_ref().is_some_and(|p| {
             p.stuck.is_none()
                 && self
                     .rule_scopes(&p.command, p.risk, p.outgoing.is_some())
-                    .contains(&draft.scope)
+                    .contains(&draft.scope.as_offered())
         });
         let full = over_limit(draft.reach, &self.state.rules, self.ctx.server_rules, now);
+        let unbound_script = matches!(draft.scope, RuleScope::ExactScript { .. })
+            && draft.scope.bound_script().is_none();
         let problem = if !offered {
             Some("the card no longer offers that rule (the command or the policy changed)".into())
+        } else if unbound_script {
+            Some("the script it runs could not be read".into())
         } else if draft.reach == RuleReach::Server && self.state.spender.guild.is_none() {
             Some("rules for every agent need a server".into())
         } else {
@@ -107,7 +129,7 @@ impl Stepper<'_, '_> {
     }
 
     /// Revokes the agent's own rule `id`.
-    pub(super) fn on_revoke_rule(&mut self, id: String, by: String) {
+    pub(super) fn on_revoke_rule(&mut self, id: String, by: Person) {
         let Some(at) = self.state.rules.iter().position(|r| r.id == id) else {
             self.fx.push(Effect::Rejected(format!(
                 "This agent has no rule {id}; it may have been revoked already."

@@ -150,7 +150,7 @@ impl Stepper<'_, '_> {
     /// episodes that lack one (the runtime runs them beside the main call), then asks the model.
     pub(super) fn begin_cycle(&mut self) {
         if let Some(by) = self.state.finish_requested.take() {
-            self.finish(format!("Finished by {by}."));
+            self.finish(format!("Finished by {}.", by.name));
             return;
         }
         if let Some(by) = self.state.pause_requested.take() {

@@ -351,10 +351,10 @@ mod tests {
             auto_stop: Some(noise.clone()),
             paced: Some(noise.clone()),
             edits: vec![crate::core::state::ArgumentEdit {
-                by: noise.clone(),
+                by: crate::core::person::Person::discord(1, noise.clone()),
                 arguments: vec![noise.clone()],
             }],
-            approvals: vec![noise.clone(); 10],
+            approvals: vec![crate::core::person::Person::discord(1, noise.clone()); 10],
             approvals_needed: 10,
             deadline: Some(crate::core::expiry::Deadline {
                 at: chrono::DateTime::<chrono::Utc>::MAX_UTC,
@@ -372,6 +372,7 @@ mod tests {
             }),
             revision: u32::MAX,
             remember: Vec::new(),
+            script_check: None,
             stuck: Some(crate::core::watchdog::Stuck {
                 why: noise.clone(),
                 smart: true,
@@ -463,6 +464,7 @@ mod tests {
             outcome: Outcome::Success("short".into()),
             summary: None,
             decided_by: None,
+            edited_by: Vec::new(),
             cost: crate::core::budget::Micros::ZERO,
         };
         let (text, file) = result_message(&episode);

@@ -10,6 +10,7 @@ mod forms;
 mod found;
 pub mod ids;
 mod parked;
+mod people;
 mod post;
 mod remember;
 mod repost;
@@ -32,6 +33,7 @@ use tokio::sync::{oneshot, Mutex};
 use crate::clock::Clock;
 use crate::core::event::Decision;
 use crate::core::history::Episode;
+use crate::core::person::ActedBy;
 use crate::core::state::{AgentState, AgentView, PauseReason, Proposal};
 use crate::runtime::{AgentHandle, Surface};
 use crate::store::{CardRef, Store, ThreadBinding};
@@ -482,7 +484,7 @@ impl Surface for DiscordSurface {
         // The card's buttons are the request; clicks reach the agent through the interaction router.
     }
 
-    async fn decided(&self, agent: &AgentState, cycle: u64, decision: &Decision, by: &str) {
+    async fn decided(&self, agent: &AgentState, cycle: u64, decision: &Decision, by: &ActedBy) {
         let Some(binding) = self.binding(&agent.id) else {
             return;
         };
@@ -492,7 +494,7 @@ impl Surface for DiscordSurface {
         let Some(proposal) = agent.pending.as_ref().filter(|p| p.cycle == cycle) else {
             return;
         };
-        let status = cards::decision_line(decision, by, self.clock.now());
+        let status = cards::decision_line(decision, &by.names(), self.clock.now());
         self.close_card(agent, &binding, card.message_id, proposal, &status)
             .await;
     }

@@ -1,6 +1,7 @@
 //! A parked agent's card: paused for a budget ([+$1] [+$5] [Stop]) or by the runaway brake
 //! ([Continue] [Raise budget +$1] [Stop]), saying why and what it spent; and what its buttons do.
 
+use crate::surface::discord::people::person_of;
 use poise::serenity_prelude as serenity;
 use serenity::{
     ButtonStyle, ComponentInteraction, CreateActionRow, CreateButton, CreateInteractionResponse,
@@ -156,7 +157,7 @@ pub(super) async fn on_park_click(
     who: &Requester,
 ) {
     let interaction = Interaction::Click(click);
-    let by = click.user.name.clone();
+    let by = person_of(&click.user);
     let done = data
         .agents
         .park_choice(&data.supervisor, &id.agent, who, &by, choice);

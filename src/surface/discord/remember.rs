@@ -2,6 +2,7 @@
 //! rules the command allows (scope × reach × how long), and a choice approves the card and keeps
 //! the rule. Server-wide rules are offered to the server's admins only.
 
+use crate::surface::discord::people::person_of;
 use poise::serenity_prelude as serenity;
 use serenity::{
     ComponentInteraction, ComponentInteractionDataKind, CreateActionRow, CreateInteractionResponse,
@@ -221,8 +222,16 @@ pub(super) async fn on_choice(
         return;
     }
     let draft = RuleDraft { scope, reach, life };
-    let by = click.user.name.clone();
-    decide_and_report(http, data, interaction, id, Decision::Remember(draft), &by).await;
+    let by = person_of(&click.user);
+    decide_and_report(
+        http,
+        data,
+        interaction,
+        id,
+        Decision::Remember(Box::new(draft)),
+        &by,
+    )
+    .await;
 }
 
 #[cfg(test)]
@@ -245,7 +254,7 @@ mod tests {
                 .cloned()
                 .unwrap(),
         };
-        let scopes = offered_scopes(&spec, &call);
+        let scopes = offered_scopes(&spec, &call, crate::core::rules::RuleBreadth::Any);
         let options = menu_options(&scopes, true);
         assert_eq!(options.len(), scopes.len() * 2 * 3);
         let json = serde_json::to_value(&options).unwrap();

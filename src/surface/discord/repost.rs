@@ -2,6 +2,8 @@
 //! buttons, and the old message becomes a pointer to it. The card reference moves to the new
 //! message, so decisions and edits land there.
 
+use crate::core::person::Person;
+use crate::surface::discord::people::person_of;
 use poise::serenity_prelude as serenity;
 use serenity::{
     ChannelId, ComponentInteraction, CreateAttachment, CreateInteractionResponse,
@@ -24,7 +26,7 @@ impl DiscordSurface {
         agent: &str,
         cycle: u64,
         clicked: u64,
-        by: &str,
+        by: &Person,
     ) -> Result<(), String> {
         const NOT_WAITING: &str = "This card is no longer waiting for a decision.";
         let state = self
@@ -105,7 +107,8 @@ impl DiscordSurface {
         );
         let pointer = EditMessage::new()
             .content(cards::message_text(&format!(
-                "⬇️ Cycle {cycle}'s card was moved to the bottom of the thread by {by}: {link}"
+                "⬇️ Cycle {cycle}'s card was moved to the bottom of the thread by {}: {link}",
+                by.name
             )))
             .embeds(Vec::new())
             .components(Vec::new())
@@ -152,7 +155,7 @@ pub(super) async fn on_repost_click(
             &id.agent,
             id.cycle,
             click.message.id.get(),
-            &click.user.name,
+            &person_of(&click.user),
         )
         .await
     {

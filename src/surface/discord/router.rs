@@ -3,6 +3,8 @@
 //! refusal), checked against the clicker's rights and the card's staleness, and only then decided
 //! in the agent's actor.
 
+use crate::core::person::Person;
+use crate::surface::discord::people::person_of;
 use poise::serenity_prelude as serenity;
 use serenity::{ComponentInteraction, CreateInteractionResponse, FullEvent, ModalInteraction};
 
@@ -141,7 +143,7 @@ pub(super) async fn decide_and_report(
     interaction: Interaction<'_>,
     id: &CardId,
     decision: Decision,
-    by: &str,
+    by: &Person,
 ) {
     if let Err(refusal) = data
         .supervisor
@@ -267,7 +269,7 @@ async fn on_click(http: &serenity::Http, data: &Data, click: ComponentInteractio
     {
         return;
     }
-    let by = click.user.name.clone();
+    let by = person_of(&click.user);
     decide_and_report(http, data, interaction, &id, decision, &by).await;
 }
 
@@ -303,7 +305,7 @@ async fn on_modal(http: &serenity::Http, data: &Data, submit: ModalInteraction) 
             let edited = pending_command(data, &id)
                 .and_then(|command| edited_arguments(&command.args, &modal_fields(&submit)));
             match edited {
-                Ok(args) => Decision::Edit(args),
+                Ok(args) => Decision::Edit(Box::new(args)),
                 Err(why) => {
                     interaction.respond(http, ephemeral(why)).await;
                     return;
@@ -322,7 +324,7 @@ async fn on_modal(http: &serenity::Http, data: &Data, submit: ModalInteraction) 
     {
         return;
     }
-    let by = submit.user.name.clone();
+    let by = person_of(&submit.user);
     decide_and_report(http, data, interaction, &id, decision, &by).await;
 }
 
@@ -382,7 +384,7 @@ async fn on_thread_message(data: &Data, message: serenity::Message) {
     };
     if let (Phase::AwaitingDecision, Some(pending)) = (&state.phase, &state.pending) {
         let feedback = Decision::Feedback(text.to_string());
-        let by = &message.author.name;
+        let by = &person_of(&message.author);
         let cycle = replied_card.map_or(pending.cycle, |card| card.cycle);
         if let Err(refusal) = data.supervisor.decide(&agent, cycle, feedback, by).await {
             // The card was decided in the meantime; the message stays an ordinary message.

@@ -107,6 +107,9 @@ struct Inner {
     /// Set by benchmarks that run for hours: what only tests read back (dispatches sent,
     /// follow-ups) is not recorded, and a channel keeps the bodies of its latest messages only.
     bounded_history: bool,
+    /// Users who changed their user name since the fake started, by id: what Discord sends
+    /// about them from then on carries the new name under the same id.
+    renamed: HashMap<u64, String>,
 }
 
 /// With bounded history, how many of a channel's latest messages keep their bodies; older ones
@@ -448,13 +451,22 @@ impl FakeDiscord {
             inner
                 .interactions
                 .insert(id, (token.clone(), Instant::now()));
-            inner.guild_of(channel)
+            (
+                inner.guild_of(channel),
+                inner.renamed.get(&user_id).cloned(),
+            )
         };
+        let (guild, renamed) = guild;
+        let mut member = member(user_id, roles, perms);
+        if let Some(name) = renamed {
+            member["user"]["username"] = json!(name);
+            member["user"]["global_name"] = json!(name);
+        }
         let value = json!({"id": id.to_string(), "application_id": APP.to_string(), "type": kind, "token": token,
             "version": 1, "locale": "en-US", "guild_locale": "en-US", "entitlements": [], "attachment_size_limit": 26214400,
             "app_permissions": "2199023255551", "context": 0, "authorizing_integration_owners": {"0": guild.to_string()},
             "guild_id": guild.to_string(), "channel_id": channel.to_string(),
-            "member": member(user_id, roles, perms)});
+            "member": member});
         (id, value)
     }
 
@@ -559,6 +571,11 @@ impl FakeDiscord {
         payload["data"] = json!({"id": "7000000000000000001", "name": "agent", "type": 1, "guild_id": guild,
             "options": options, "resolved": resolved});
         (id, payload)
+    }
+
+    /// `user_id` changes their user name: their later interactions carry `name`, their id stays.
+    pub fn rename(&self, user_id: u64, name: &str) {
+        self.lock().renamed.insert(user_id, name.to_string());
     }
 
     /// A click on a button of a message the bot posted.

@@ -216,7 +216,8 @@ impl Surface for Recorder {
             Decision::Approve
         };
         tokio::spawn(async move {
-            let _ = handle.decide(cycle, decision, "tester").await;
+            let tester = autothread::core::person::Person::console("tester");
+            let _ = handle.decide(cycle, decision, &tester).await;
         });
     }
     async fn show_result(&self, _agent: &AgentState, _episode: &Episode) {}

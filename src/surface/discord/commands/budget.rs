@@ -1,5 +1,6 @@
 //! `/agent budget show|set`: spend and limits, and changing an agent's, a user's or the server's budget.
 
+use crate::surface::discord::people::person_of;
 use anyhow::Context as _;
 use poise::serenity_prelude::UserId;
 
@@ -111,7 +112,7 @@ pub(super) async fn budget_set(
         BudgetScope::Agent => {
             let (binding, state) = thread_agent(ctx).await?;
             data.agents.check_agent_budget(&binding, &who, micros)?;
-            let by = ctx.author().name.clone();
+            let by = person_of(ctx.author());
             data.supervisor
                 .send(&state.id, Event::SetBudget { budget: micros, by })?;
             return reply(
@@ -125,7 +126,7 @@ pub(super) async fn budget_set(
         BudgetScope::GuildDaily => LimitScope::GuildDaily,
         BudgetScope::GuildMonthly => LimitScope::GuildMonthly,
     };
-    let by = ctx.author().name.clone();
+    let by = person_of(ctx.author());
     let user = user
         .filter(|_| limit_scope == LimitScope::UserDaily)
         .map(|u| u.get());

@@ -3,16 +3,18 @@
 
 use super::{thread_agent, Ctx, Error};
 use crate::core::event::Event;
+use crate::core::person::Person;
 use crate::core::state::Phase;
 use crate::service::rights::may_decide;
 use crate::service::{UserError, NOT_ALLOWED};
+use crate::surface::discord::people::person_of;
 use crate::surface::discord::respond::{author, defer_privately, reply};
 
 /// Sends the agent `event` for a decider; `resuming` checks the caps on running agents first
 /// (a paused or finished agent counts against them again once it goes on).
 async fn control(
     ctx: Ctx<'_>,
-    event: impl FnOnce(String) -> Event,
+    event: impl FnOnce(Person) -> Event,
     done: &str,
     resuming: bool,
 ) -> Result<(), Error> {
@@ -28,7 +30,7 @@ async fn control(
         // leaves the thread open.
         ctx.data().app.store.take_archive_mark(&state.id)?;
     }
-    let by = ctx.author().name.clone();
+    let by = person_of(ctx.author());
     ctx.data().supervisor.send(&state.id, event(by))?;
     reply(ctx, done, true).await
 }
@@ -71,7 +73,7 @@ pub(super) async fn archive(ctx: Ctx<'_>) -> Result<(), Error> {
         return Ok(());
     }
     ctx.data().app.store.archive_when_finished(&state.id)?;
-    let by = ctx.author().name.clone();
+    let by = person_of(ctx.author());
     ctx.data()
         .supervisor
         .send(&state.id, Event::Finish { by })?;

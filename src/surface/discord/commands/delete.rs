@@ -1,6 +1,8 @@
 //! `/agent delete`: its owner or a server admin removes an agent for good (its history, memories
 //! and workspace) after a private confirmation button; the thread is told and archived.
 
+use crate::core::person::Person;
+use crate::surface::discord::people::person_of;
 use poise::serenity_prelude as serenity;
 use serenity::ComponentInteraction;
 
@@ -48,7 +50,7 @@ pub(crate) async fn on_delete_click(
     else {
         return;
     };
-    let text = match delete_agent(data, &binding, &click.user.name).await {
+    let text = match delete_agent(data, &binding, &person_of(&click.user)).await {
         Ok(name) => {
             let said = format!(
                 "🗑️ **{name}** was deleted by {}: its history, memories and workspace are gone.",
@@ -66,7 +68,7 @@ pub(crate) async fn on_delete_click(
 /// Finishes the agent if it runs, waits for its actor to rest, then removes it: its memories
 /// and its thread's first (a removal that fails there leaves the agent's record, so the delete
 /// can be tried again and removes the rest).
-async fn delete_agent(data: &Data, binding: &ThreadBinding, by: &str) -> Result<String, String> {
+async fn delete_agent(data: &Data, binding: &ThreadBinding, by: &Person) -> Result<String, String> {
     let agent = &binding.agent_id;
     let store = &data.app.store;
     let name = match store.load_agent_record(agent) {
@@ -74,7 +76,7 @@ async fn delete_agent(data: &Data, binding: &ThreadBinding, by: &str) -> Result<
         Ok(None) => agent.clone(),
         Err(e) => return Err(something_went_wrong("reading the agent", &e)),
     };
-    let finish = Event::Finish { by: by.to_string() };
+    let finish = Event::Finish { by: by.clone() };
     confirm::bring_to_rest(
         data,
         agent,

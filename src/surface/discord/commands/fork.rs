@@ -1,6 +1,7 @@
 //! `/agent fork [from_cycle]`: a new agent in a new thread, with this agent's history, memories
 //! and workspace as they were when a cycle closed; this agent goes on untouched.
 
+use crate::surface::discord::people::person_of;
 use poise::serenity_prelude::{ChannelId, CreateMessage};
 
 use super::start::open_thread;
@@ -34,7 +35,7 @@ pub(super) async fn fork(
     let id = AgentService::new_agent_id();
     let title = format!("{} (fork after cycle {cycle})", source.name());
     let thread = open_thread(ctx, ChannelId::new(binding.parent_channel_id), &title).await?;
-    let by = ctx.author().name.clone();
+    let by = person_of(ctx.author());
     let guild = GuildId::from(binding.guild_id);
     // The team that worked with the original works with the fork: its owner becomes a sharer.
     let mut shared_users = binding.shared_users.clone();

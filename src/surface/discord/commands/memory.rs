@@ -4,6 +4,7 @@
 //! memories. Results carry Pin, Unpin and Forget buttons, whose rights are checked again on every
 //! click.
 
+use crate::surface::discord::people::person_of;
 use poise::serenity_prelude as serenity;
 use serenity::{
     ButtonStyle, ComponentInteraction, CreateActionRow, CreateButton, CreateInteractionResponse,
@@ -200,7 +201,7 @@ async fn add(
         _ => 0,
     };
     let payer = here.payer(&memory, &place, &who);
-    let (agents, by) = (data.agents.clone(), ctx.author().name.clone());
+    let (agents, by) = (data.agents.clone(), person_of(ctx.author()));
     // On the agents' runtime: the embedding call's connection joins their pool.
     let added = data
         .agents_runtime
@@ -525,7 +526,7 @@ pub(crate) async fn on_memory_click(
     let text = match may_write(store, &place, who, guild) {
         Ok(()) => match data
             .agents
-            .change_memory(memory, &place, id.cycle, change, &click.user.name)
+            .change_memory(memory, &place, id.cycle, change, &person_of(&click.user))
             .await
         {
             Ok(_) => format!("{} memory #{}.", change.done(), id.cycle),

@@ -6,6 +6,7 @@ use crate::core::event::Event;
 use crate::core::policy::{ClassAction, ALL_RISKS};
 use crate::service::rights::may_share;
 use crate::service::UserError;
+use crate::surface::discord::people::person_of;
 use crate::surface::discord::respond::{author, defer_privately, reply};
 
 /// What each risk class of command does for this agent: show it, or make it stricter.
@@ -56,6 +57,8 @@ impl poise::ChoiceParameter for RiskChoice {
 enum ActionChoice {
     #[name = "auto: runs under Approve ×N"]
     Auto,
+    #[name = "remember: a card; exact approvals may be remembered"]
+    Remember,
     #[name = "ask: always a card"]
     Ask,
     #[name = "deny: never runs"]
@@ -100,13 +103,14 @@ pub(super) async fn policy_set(
     let RiskChoice(risk) = class;
     let action = match action {
         ActionChoice::Auto => Some(ClassAction::Auto),
+        ActionChoice::Remember => Some(ClassAction::Remember),
         ActionChoice::Ask => Some(ClassAction::Ask),
         ActionChoice::Deny => Some(ClassAction::Deny),
         ActionChoice::ServerDefault => None,
     };
     ctx.data().agents.check_narrowing(&state, risk, action)?;
     let server = ctx.data().app.config.policy.for_agent(&state);
-    let by = ctx.author().name.clone();
+    let by = person_of(ctx.author());
     ctx.data()
         .supervisor
         .send(&state.id, Event::SetPolicy { risk, action, by })?;

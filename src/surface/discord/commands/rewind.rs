@@ -1,6 +1,8 @@
 //! `/agent rewind cycle`: its owner (or a server admin) puts an agent back, in place, to how it
 //! was after a cycle (history, memories and workspace) after a private confirmation button.
 
+use crate::core::person::Person;
+use crate::surface::discord::people::person_of;
 use poise::serenity_prelude as serenity;
 use serenity::ComponentInteraction;
 
@@ -60,7 +62,7 @@ pub(crate) async fn on_rewind_click(
     else {
         return;
     };
-    let by = click.user.name.clone();
+    let by = person_of(&click.user);
     let text = match rewind_agent(data, &binding, who, id.cycle, &by).await {
         Ok((name, steps, next)) => {
             let said = format!(
@@ -86,7 +88,7 @@ async fn rewind_agent(
     binding: &ThreadBinding,
     who: &Requester,
     cycle: u64,
-    by: &str,
+    by: &Person,
 ) -> Result<(String, usize, u64), String> {
     let agent = &binding.agent_id;
     let refused = |e: anyhow::Error| match e.downcast_ref::<UserError>() {
@@ -105,7 +107,7 @@ async fn rewind_agent(
     data.agents
         .check_resume(binding, &current, who)
         .map_err(refused)?;
-    let pause = Event::Pause { by: by.to_string() };
+    let pause = Event::Pause { by: by.clone() };
     confirm::bring_to_rest(
         data,
         agent,

@@ -2,6 +2,7 @@
 //! its server's), privately, each with a Revoke button for those who may revoke it: the agent's
 //! deciders for its own rules, the server's admins for the server's.
 
+use crate::surface::discord::people::person_of;
 use poise::serenity_prelude as serenity;
 use serenity::{
     ButtonStyle, ComponentInteraction, CreateActionRow, CreateButton, CreateEmbed,
@@ -157,7 +158,7 @@ async fn revoke(
     let store = &data.app.store;
     let failed = |what: &str, e: &dyn std::fmt::Debug| something_went_wrong(what, e);
     let rule = rule_id(&id.agent, id.cycle);
-    let by = click.user.name.clone();
+    let by = person_of(&click.user);
     let now = data.app.clock.now();
     let thread_agent = store
         .agent_for_thread(click.channel_id.get())
@@ -177,7 +178,7 @@ async fn revoke(
             .ok_or("That rule was revoked already.")?;
         let entry = AuditEntry {
             at: now,
-            by,
+            by: by.into(),
             event: removed.revoked_event(),
         };
         let recorded = match store.append_audit(&thread_agent, &entry) {

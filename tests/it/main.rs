@@ -37,5 +37,6 @@ mod store_migration;
 mod stuck_e2e;
 mod subagents;
 mod supervisor;
+mod taint_e2e;
 mod team_memory_e2e;
 mod web;

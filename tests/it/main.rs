@@ -14,6 +14,7 @@ mod console_e2e;
 mod crash_cards;
 mod discord_contact;
 mod discord_e2e;
+mod export_e2e;
 mod fake_discord_payloads;
 mod fork_e2e;
 mod live_status_e2e;

@@ -35,7 +35,12 @@ async fn an_export_writes_everything_it_can_and_names_what_it_could_not() {
 
     // The store is closed once the console ends: damage one file in it.
     {
-        let db = sled::open(env.data_dir()).unwrap();
+        // Opened with the segment size the store was made with, which sled keeps for good.
+        let db = sled::Config::new()
+            .path(env.data_dir())
+            .segment_size(8 << 20)
+            .open()
+            .unwrap();
         let tree = db.open_tree("workspace").unwrap();
         let key = format!("{id}/broken.txt");
         let stored = tree.get(&key).unwrap().expect("the file is stored");

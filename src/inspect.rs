@@ -73,7 +73,36 @@ pub struct Shown {
     pub text: String,
     /// (path relative to the export directory, contents in base64).
     pub files: Vec<(String, String)>,
+    /// For `export`: each file written under another name than its own, and why.
+    #[serde(default)]
+    pub notes: Vec<String>,
+    /// For `export`: each file that could not be exported, and why.
+    #[serde(default)]
+    pub left_out: Vec<String>,
 }
+
+/// The file an export writes beside the others when it renamed or left out any, saying which.
+pub const EXPORT_NOTES: &str = "EXPORT-NOTES.md";
+
+/// Why `deliver` wrote an export without some of its files: how many were left out (each is
+/// named on stderr and in `EXPORT_NOTES`).
+#[derive(Debug)]
+pub struct IncompleteExport(pub usize);
+
+impl std::fmt::Display for IncompleteExport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            1 => write!(f, "1 file")?,
+            n => write!(f, "{n} files")?,
+        }
+        write!(
+            f,
+            " could not be exported (named above and in {EXPORT_NOTES}); everything else was"
+        )
+    }
+}
+
+impl std::error::Error for IncompleteExport {}
 
 impl Shown {
     fn line(&mut self, text: impl AsRef<str>) {
@@ -81,31 +110,64 @@ impl Shown {
         self.text.push('\n');
     }
 
-    /// Prints the text and writes the files under `out`.
+    /// Prints the text and writes the files under `out`. A file that cannot be written is named
+    /// and the others are still written; the notes and what was left out go to stderr and, under
+    /// `out`, into `EXPORT_NOTES`. Anything left out makes an `IncompleteExport` at the end.
     pub fn deliver(&self, out: Option<&Path>) -> anyhow::Result<()> {
         print!("{}", self.text);
-        let Some(out) = out else {
-            return Ok(());
-        };
-        std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
-        for (path, contents) in &self.files {
-            // Paths come from the store (or the bot); checking again keeps a damaged store or a
-            // confused peer from writing outside the export directory.
-            let safe = crate::tools::workspace::normalize_path(path)
-                .map_err(|why| anyhow::anyhow!("exported path {path:?} is unsafe: {why}"))?;
-            let target = out.join(&safe);
-            if let Some(parent) = target.parent() {
-                std::fs::create_dir_all(parent)
-                    .with_context(|| format!("cannot create {}", parent.display()))?;
+        let mut left_out = self.left_out.clone();
+        if let Some(out) = out {
+            std::fs::create_dir_all(out)
+                .with_context(|| format!("cannot create {}", out.display()))?;
+            for (path, contents) in &self.files {
+                if let Err(e) = write_exported(out, path, contents) {
+                    left_out.push(format!("{path} could not be written: {e:#}."));
+                }
             }
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(contents)
-                .context("an exported file is not base64")?;
-            std::fs::write(&target, bytes)
-                .with_context(|| format!("cannot write {}", target.display()))?;
+            if !self.notes.is_empty() || !left_out.is_empty() {
+                let mut text = String::from("# Export notes\n\n");
+                for line in &self.notes {
+                    text.push_str(&format!("- Renamed: {line}\n"));
+                }
+                for line in &left_out {
+                    text.push_str(&format!("- Left out: {line}\n"));
+                }
+                let path = out.join(EXPORT_NOTES);
+                if let Err(e) = std::fs::write(&path, text) {
+                    left_out.push(format!("{EXPORT_NOTES} could not be written: {e}."));
+                }
+            }
         }
-        Ok(())
+        for line in self.notes.iter().chain(&left_out) {
+            eprintln!("{line}");
+        }
+        if left_out.is_empty() {
+            return Ok(());
+        }
+        Err(IncompleteExport(left_out.len()).into())
     }
+}
+
+/// Writes one exported file, `contents` in base64, at `path` under `out`.
+fn write_exported(out: &Path, path: &str, contents: &str) -> anyhow::Result<()> {
+    // Paths come from the store (or the bot); checking again keeps a damaged store or a confused
+    // peer from writing outside the export directory. The export's own folder and the workspace
+    // path in it are checked apart: together they are longer than one workspace path may be.
+    let (first, rest) = path.split_once('/').unwrap_or((path, ""));
+    let mut target = out.to_path_buf();
+    for part in [first, rest].into_iter().filter(|part| !part.is_empty()) {
+        let safe = crate::tools::workspace::normalize_path(part)
+            .map_err(|why| anyhow::anyhow!("the path is unsafe: {why}"))?;
+        target.push(safe);
+    }
+    if let Some(parent) = target.parent() {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("cannot create {}", parent.display()))?;
+    }
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(contents)
+        .context("it is not base64")?;
+    std::fs::write(&target, bytes).with_context(|| format!("cannot write {}", target.display()))
 }
 
 /// The agent a prefix names, loaded from the store.
@@ -320,36 +382,52 @@ async fn memory_search(
 fn export(store: &Store, prefix: &str, shown: &mut Shown) -> anyhow::Result<()> {
     let state = load_agent(store, prefix)?;
     let encode = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
-    let transcript = crate::export::transcript(store, &state)?;
-    shown
-        .files
-        .push(("transcript.md".into(), encode(transcript.as_bytes())));
-    let audit = crate::export::audit_markdown(store, &state, None)?;
-    shown
-        .files
-        .push(("audit.md".into(), encode(audit.as_bytes())));
+    // Each part is made on its own: one that fails is named, and the rest are still exported.
+    match crate::export::transcript(store, &state) {
+        Ok(transcript) => shown
+            .files
+            .push(("transcript.md".into(), encode(transcript.as_bytes()))),
+        Err(e) => shown
+            .left_out
+            .push(format!("transcript.md could not be made: {e}.")),
+    }
+    match crate::export::audit_markdown(store, &state, None) {
+        Ok(audit) => shown
+            .files
+            .push(("audit.md".into(), encode(audit.as_bytes()))),
+        Err(e) => shown
+            .left_out
+            .push(format!("audit.md could not be made: {e}.")),
+    }
     let files: Vec<String> = store
         .list_files(&state.id)?
         .into_iter()
         .map(|(path, _)| path)
         .collect();
-    let written_as = crate::export::unclash(&files);
-    for (path, name) in files.iter().zip(&written_as) {
-        let contents = store.read_file(&state.id, path)?.unwrap_or_default();
-        shown
-            .files
-            .push((format!("workspace/{name}"), encode(&contents)));
+    let names = crate::export::export_names(&files);
+    let mut exported = 0;
+    for name in &names {
+        match store.read_file(&state.id, &name.path) {
+            Ok(Some(contents)) => {
+                exported += 1;
+                shown
+                    .files
+                    .push((format!("workspace/{}", name.written_as), encode(&contents)));
+            }
+            // Deleted since it was listed: nothing to keep.
+            Ok(None) => {}
+            Err(e) => shown
+                .left_out
+                .push(format!("workspace/{} could not be read: {e}.", name.path)),
+        }
     }
     shown.line(format!(
-        "Exported agent {}: transcript.md, audit.md and {} workspace file(s).",
+        "Exported agent {}: transcript.md, audit.md and {exported} workspace file(s).",
         state.id,
-        files.len()
     ));
-    for (path, name) in files.iter().zip(&written_as).filter(|(p, n)| p != n) {
-        shown.line(format!(
-            "workspace/{path} is written as workspace/{name}: a folder has the same name."
-        ));
-    }
+    shown
+        .notes
+        .extend(names.iter().filter_map(|name| name.note("workspace/")));
     Ok(())
 }
 

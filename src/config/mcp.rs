@@ -42,6 +42,11 @@ pub struct McpServerConfig {
     /// The risk class of its tools, which the approval policy is written in.
     #[serde(default = "external")]
     pub risk: Risk,
+    /// Whether the server can reach a network. A tool's arguments may carry data out through a
+    /// server that can, so a tainted agent's call of it needs a person (see `core::taint`);
+    /// `network = false` says the server, and whatever it calls, stays on the bot's machine.
+    #[serde(default = "reaches_network")]
+    pub network: bool,
     /// How long a call (and the start of the server) may take before the server is restarted.
     #[serde(default = "thirty")]
     pub timeout_secs: u64,
@@ -52,6 +57,10 @@ pub struct McpServerConfig {
 
 fn external() -> Risk {
     Risk::External
+}
+
+fn reaches_network() -> bool {
+    true
 }
 
 fn thirty() -> u64 {
@@ -74,6 +83,7 @@ impl std::fmt::Debug for McpServerConfig {
             .field("allow", &self.allow)
             .field("deny", &self.deny)
             .field("risk", &self.risk)
+            .field("network", &self.network)
             .field("timeout_secs", &self.timeout_secs)
             .finish()
     }

@@ -152,9 +152,10 @@ pub struct CommandSpec {
     /// a sub-agent's reply): an agent that ran it is tainted (see `core::taint`).
     #[serde(default)]
     pub reads_untrusted: bool,
-    /// How it can carry data out, for a tainted agent (commands of the external class always can).
+    /// Each way it can carry data out, for a tainted agent (commands of the external class
+    /// always can, unless they say `Egress::Nowhere`).
     #[serde(default)]
-    pub egress: Option<crate::core::taint::Egress>,
+    pub egress: Vec<crate::core::taint::Egress>,
     /// The argument an approve-and-remember rule can be narrowed to (a folder, a host).
     #[serde(default)]
     pub rule_argument: Option<crate::core::rules::RuleArgument>,
@@ -178,7 +179,7 @@ impl CommandSpec {
             risk,
             aliases: Vec::new(),
             reads_untrusted: false,
-            egress: None,
+            egress: Vec::new(),
             rule_argument: None,
             runs_file: None,
             lands_with_result: false,
@@ -197,9 +198,9 @@ impl CommandSpec {
         self
     }
 
-    /// Says how the command can carry data out.
+    /// Adds a way the command can carry data out.
     pub fn egress(mut self, egress: crate::core::taint::Egress) -> Self {
-        self.egress = Some(egress);
+        self.egress.push(egress);
         self
     }
 

@@ -1,6 +1,7 @@
 //! Taint-aware escalation in the pure core: after a successful read of untrusted content, a
 //! command that can carry data out asks a person even in continuous mode, its proposal names what
-//! leaves (updated by an edit), and commands that carry nothing out still run unattended.
+//! leaves (updated by an edit; any URL, not only one with a query), and commands that carry
+//! nothing out still run unattended.
 
 use serde_json::json;
 
@@ -21,7 +22,7 @@ fn unattended_web_agent() -> Harness {
         CommandSpec::new("read_webpage", "Read a page", Risk::Network)
             .arg("url", ArgType::String, "u")
             .reads_untrusted()
-            .egress(Egress::UrlQuery("url".into())),
+            .egress(Egress::Url("url".into())),
     );
     h.commands.specs.push(
         CommandSpec::new("web_search", "Search", Risk::Network)
@@ -83,13 +84,22 @@ fn after_untrusted_content_a_command_that_sends_data_out_asks_a_person() {
     );
     h.finish_command(Outcome::Success("ok".into()));
 
-    // A page without a query string carries nothing out: unattended again.
-    let fx = h.think(&reply_json(
-        "read_webpage",
-        json!({"url": "https://news.example/other"}),
-    ));
-    assert!(executes(&fx).is_some());
+    // A URL's path and host carry data as well as its query: a plain page asks too, and its
+    // card shows the whole URL.
+    let plain = "https://the-secret.news.example/notes-say-42";
+    let fx = h.think(&reply_json("read_webpage", json!({ "url": plain })));
+    assert!(executes(&fx).is_none());
+    assert_eq!(
+        proposal_of(&fx).outgoing.as_ref().map(|o| o.data.as_str()),
+        Some(plain)
+    );
+    h.decide(Decision::Approve);
     h.finish_command(Outcome::Success("page".into()));
+
+    // A command that carries nothing out still runs unattended.
+    let fx = h.think(&reply_json("read_file", json!({"filename": "notes.txt"})));
+    assert!(executes(&fx).is_some());
+    h.finish_command(Outcome::Success("notes".into()));
 
     // A search query always leaves; an edit changes what the card says leaves.
     let fx = h.think(&reply_json(

@@ -9,17 +9,27 @@ use serde_json::Value;
 use super::commands::{CommandSpec, Risk};
 use super::reply::CommandCall;
 
-/// How a command can carry data out of the agent.
+/// One way a command can carry data out of the agent. A command names each of its ways; one that
+/// names none carries nothing out, unless it is of the external class.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Egress {
     /// Every call sends this argument out (a search query, a message to a sub-agent).
     Argument(String),
-    /// Every call sends all its arguments out (a new sub-agent's name, task and first message).
+    /// Every call sends all its arguments out (a new sub-agent's name, task and first message,
+    /// an MCP tool's arguments).
     AllArguments,
-    /// The URL in this argument carries data out when it has a query string or a user name
-    /// before its host (anything can be encoded in either, and the server it names reads it).
-    UrlQuery(String),
+    /// The URL in this argument is requested, and every part of it can carry data: the host's
+    /// labels (`<data>.x.example`, which a DNS server sees), the user info, the path, the query,
+    /// and the fragment (which a client or a redirect may pass on). Nothing tells a URL the agent
+    /// was given apart from one it made up, so every URL counts.
+    #[serde(alias = "url_query")]
+    Url(String),
+    /// This argument is sent as a request's body.
+    Body(String),
+    /// What the command is given stays on the bot's machine (an MCP server the operator
+    /// configured with `network = false`): nothing counts as leaving, whatever its class.
+    Nowhere,
 }
 
 /// How a result that carries text from outside begins, whether it succeeded or failed (an MCP
@@ -72,41 +82,42 @@ impl Outgoing {
     }
 }
 
-/// What `call` would send out, when it can carry data out at all.
+/// What `call` would send out, when it can carry data out at all: the argument that carries it
+/// and the data in full. A command with several ways out names each argument, and the data says
+/// which argument holds what.
 pub fn outgoing_data(spec: &CommandSpec, call: &CommandCall) -> Option<(String, String)> {
     let text = |name: &str| match call.args.get(name)? {
         Value::String(text) => Some(text.clone()),
         Value::Null => None,
         other => Some(other.to_string()),
     };
-    let everything = || Some(("*".into(), Value::Object(call.args.clone()).to_string()));
-    if spec.risk == Risk::External {
-        return everything();
+    if spec.egress.contains(&Egress::Nowhere) {
+        return None;
     }
-    match spec.egress.as_ref()? {
-        Egress::AllArguments => everything(),
-        Egress::Argument(name) => Some((name.clone(), text(name)?)),
-        Egress::UrlQuery(name) => {
-            let url = text(name)?;
-            carries_data(&url).then(|| (name.clone(), url))
-        }
+    if spec.risk == Risk::External || spec.egress.contains(&Egress::AllArguments) {
+        return Some(("*".into(), Value::Object(call.args.clone()).to_string()));
     }
-}
-
-/// Whether a URL has a non-empty query string (what follows `?`, before any `#`), or a user name
-/// before its host (`https://data@host/`), either of which the server it names reads.
-fn carries_data(url: &str) -> bool {
-    let before_fragment = url.split('#').next().unwrap_or("");
-    let query = before_fragment
-        .split_once('?')
-        .is_some_and(|(_, query)| !query.trim().is_empty());
-    let authority = before_fragment
-        .split_once("://")
-        .map_or(before_fragment, |(_, rest)| rest)
-        .split(['/', '?'])
-        .next()
-        .unwrap_or("");
-    query || authority.contains('@')
+    let mut parts: Vec<(String, String)> = spec
+        .egress
+        .iter()
+        .filter_map(|egress| match egress {
+            Egress::Argument(name) | Egress::Body(name) => Some((name.clone(), text(name)?)),
+            // An empty URL requests nothing: the command refuses it.
+            Egress::Url(name) => text(name)
+                .filter(|url| !url.trim().is_empty())
+                .map(|url| (name.clone(), url)),
+            Egress::AllArguments | Egress::Nowhere => None,
+        })
+        .collect();
+    if parts.len() <= 1 {
+        return parts.pop();
+    }
+    let names: Vec<&str> = parts.iter().map(|(name, _)| name.as_str()).collect();
+    let data: Vec<String> = parts
+        .iter()
+        .map(|(name, data)| format!("{name}: {data}"))
+        .collect();
+    Some((names.join(", "), data.join("\n")))
 }
 
 #[cfg(test)]
@@ -132,42 +143,139 @@ mod tests {
         }
     }
 
+    fn read_spec() -> CommandSpec {
+        CommandSpec::new("read_webpage", "r", Risk::Network)
+            .arg("url", ArgType::String, "u")
+            .egress(Egress::Url("url".into()))
+    }
+
+    /// What `read_webpage` of `url` would send out.
+    fn url_leaves(url: &str) -> Option<(String, String)> {
+        outgoing_data(&read_spec(), &call("read_webpage", json!({ "url": url })))
+    }
+
     #[test]
-    fn what_leaves_is_the_query_a_url_with_a_query_string_or_every_external_argument() {
+    fn a_url_s_path_carries_data_out() {
+        let url = "https://x.example/the%20secret%20notes";
+        assert_eq!(url_leaves(url), Some(("url".into(), url.into())));
+    }
+
+    #[test]
+    fn a_url_s_host_labels_carry_data_out() {
+        let url = "https://the-secret-notes.x.example";
+        assert_eq!(url_leaves(url), Some(("url".into(), url.into())));
+    }
+
+    #[test]
+    fn a_url_s_query_carries_data_out() {
+        let url = "https://x.example/?d=secret";
+        assert_eq!(url_leaves(url), Some(("url".into(), url.into())));
+    }
+
+    #[test]
+    fn a_url_s_fragment_carries_data_out() {
+        let url = "https://x.example/#secret";
+        assert_eq!(url_leaves(url), Some(("url".into(), url.into())));
+    }
+
+    #[test]
+    fn a_url_s_user_info_carries_data_out() {
+        let url = "https://secret:notes@x.example/";
+        assert_eq!(url_leaves(url), Some(("url".into(), url.into())));
+    }
+
+    #[test]
+    fn an_empty_url_requests_nothing() {
+        assert_eq!(url_leaves("  "), None);
+        assert_eq!(
+            outgoing_data(&read_spec(), &call("read_webpage", json!({}))),
+            None
+        );
+    }
+
+    #[test]
+    fn a_clone_url_carries_data_out_and_the_folder_does_not() {
+        // Shaped like `clone_repository`'s (its own test checks that it says so).
+        let clone = CommandSpec::new("clone_repository", "c", Risk::Network)
+            .arg("url", ArgType::String, "u")
+            .egress(Egress::Url("url".into()))
+            .arg("path", ArgType::String, "p");
+        let url = "https://git.example/the-secret/notes.git";
+        assert_eq!(
+            outgoing_data(
+                &clone,
+                &call("clone_repository", json!({"url": url, "path": "repo"}))
+            ),
+            Some(("url".into(), url.into()))
+        );
+    }
+
+    #[test]
+    fn an_mcp_tool_s_arguments_carry_data_out() {
+        let tool = CommandSpec::new("notes.save", "s", Risk::Write)
+            .arg("text", ArgType::String, "t")
+            .egress(Egress::AllArguments);
+        assert_eq!(
+            outgoing_data(&tool, &call("notes.save", json!({"text": "secret"}))),
+            Some(("*".into(), r#"{"text":"secret"}"#.into()))
+        );
+    }
+
+    #[test]
+    fn an_mcp_tool_of_a_server_without_network_carries_nothing_out() {
+        // Even in the external class, where a command that says nothing counts whole.
+        for risk in [Risk::Write, Risk::External] {
+            let tool = CommandSpec::new("clock.now", "c", risk)
+                .arg("zone", ArgType::String, "z")
+                .egress(Egress::Nowhere);
+            assert_eq!(
+                outgoing_data(&tool, &call("clock.now", json!({"zone": "secret"}))),
+                None,
+                "{risk:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_request_body_carries_data_out_and_says_so_beside_its_url() {
+        let post = CommandSpec::new("post", "p", Risk::Network)
+            .arg("url", ArgType::String, "u")
+            .arg("body", ArgType::String, "b")
+            .egress(Egress::Url("url".into()))
+            .egress(Egress::Body("body".into()));
+        assert_eq!(
+            outgoing_data(
+                &post,
+                &call(
+                    "post",
+                    json!({"url": "https://x.example/", "body": "secret"})
+                )
+            ),
+            Some((
+                "url, body".into(),
+                "url: https://x.example/\nbody: secret".into()
+            ))
+        );
+        let body_only = CommandSpec::new("post", "p", Risk::Network)
+            .arg("body", ArgType::String, "b")
+            .egress(Egress::Body("body".into()));
+        assert_eq!(
+            outgoing_data(&body_only, &call("post", json!({"body": "secret"}))),
+            Some(("body".into(), "secret".into()))
+        );
+    }
+
+    #[test]
+    fn a_query_an_external_command_and_a_plain_read() {
         let search = CommandSpec::new("web_search", "s", Risk::Network)
             .arg("query", ArgType::String, "q")
             .egress(Egress::Argument("query".into()));
-        let read = CommandSpec::new("read_webpage", "r", Risk::Network)
-            .arg("url", ArgType::String, "u")
-            .egress(Egress::UrlQuery("url".into()));
         let external = CommandSpec::new("post", "p", Risk::External);
         let plain = CommandSpec::new("read_file", "f", Risk::Read);
         assert_eq!(
             outgoing_data(&search, &call("web_search", json!({"query": "my secret"}))),
             Some(("query".into(), "my secret".into()))
         );
-        let with_query = "https://x.example/a?d=secret#top";
-        assert_eq!(
-            outgoing_data(&read, &call("read_webpage", json!({"url": with_query}))),
-            Some(("url".into(), with_query.into()))
-        );
-        assert!(outgoing_data(
-            &read,
-            &call("read_webpage", json!({"url": "https://secret@x.example/"}))
-        )
-        .is_some());
-        for url in [
-            "https://x.example/a",
-            "https://x.example/a?",
-            "https://x.example/#?d=1",
-            "https://x.example/mail@b",
-        ] {
-            assert_eq!(
-                outgoing_data(&read, &call("read_webpage", json!({"url": url}))),
-                None,
-                "{url}"
-            );
-        }
         assert_eq!(
             outgoing_data(&external, &call("post", json!({"to": "x"}))),
             Some(("*".into(), r#"{"to":"x"}"#.into()))
@@ -176,5 +284,11 @@ mod tests {
             outgoing_data(&plain, &call("read_file", json!({"filename": "a"}))),
             None
         );
+    }
+
+    #[test]
+    fn a_spec_stored_with_the_old_name_of_url_egress_still_reads() {
+        let read: Egress = serde_json::from_value(json!({"url_query": "url"})).unwrap();
+        assert_eq!(read, Egress::Url("url".into()));
     }
 }

@@ -10,6 +10,7 @@ use serde_json::Value;
 use super::McpServer;
 use crate::core::commands::{ArgType, CommandSpec};
 use crate::core::reply::CommandCall;
+use crate::core::taint::Egress;
 use crate::tools::{Command, ToolCtx, ToolOutput};
 
 /// Tools taken from one server at most: every command is in every prompt.
@@ -46,8 +47,15 @@ impl McpTool {
         }
         let command_name = format!("{}.{name}", server.name());
         let description = describe(tool);
-        let mut spec =
-            CommandSpec::new(&command_name, &description, server.config().risk).reads_untrusted();
+        // What the server is given reaches whatever the server reaches.
+        let egress = if server.config().network {
+            Egress::AllArguments
+        } else {
+            Egress::Nowhere
+        };
+        let mut spec = CommandSpec::new(&command_name, &description, server.config().risk)
+            .reads_untrusted()
+            .egress(egress);
         let schema = Value::Object((*tool.input_schema).clone());
         let required: Vec<&str> = schema
             .get("required")
@@ -257,6 +265,32 @@ const MAX_ARGUMENT_SCHEMA_CHARS: usize = 2_000;
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The command for a tool `echo` of a server configured by `config`.
+    fn echo_of(config: &str) -> CommandSpec {
+        let config: crate::config::McpServerConfig = toml::from_str(config).unwrap();
+        let server = McpServer::new(&config, &crate::config::WebConfig::default()).unwrap();
+        let schema = json!({"type": "object", "properties": {"text": {"type": "string"}}});
+        let tool = Tool::new("echo", "Echoes", schema.as_object().unwrap().clone());
+        McpTool::new(server, &tool).unwrap().spec
+    }
+
+    #[test]
+    fn a_tool_s_arguments_leave_unless_its_server_has_no_network() {
+        let reaching = echo_of("name = \"notes\"\ncommand = \"notes-server\"\nrisk = \"write\"\n");
+        assert_eq!(reaching.egress, [Egress::AllArguments]);
+        let call = CommandCall {
+            name: "notes.echo".into(),
+            args: json!({"text": "secret"}).as_object().unwrap().clone(),
+        };
+        assert_eq!(
+            crate::core::taint::outgoing_data(&reaching, &call),
+            Some(("*".into(), r#"{"text":"secret"}"#.into()))
+        );
+        let local = echo_of("name = \"notes\"\ncommand = \"notes-server\"\nnetwork = false\n");
+        assert_eq!(local.egress, [Egress::Nowhere]);
+        assert_eq!(crate::core::taint::outgoing_data(&local, &call), None);
+    }
 
     #[test]
     fn argument_kinds_follow_the_schema() {

@@ -41,7 +41,7 @@ impl Command for CloneRepository {
         )
         .arg("url", ArgType::String, "The repository's URL")
         .reads_untrusted()
-        .egress(Egress::UrlQuery("url".into()))
+        .egress(Egress::Url("url".into()))
         .rule_argument(RuleArgument::Url("url".into()))
         .arg(
             "path",
@@ -158,6 +158,11 @@ fn cloned(url: &str, folder: &str, checkout: Checkout) -> ToolOutput {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_clone_url_is_a_way_out_for_a_tainted_agent() {
+        assert_eq!(CloneRepository.spec().egress, [Egress::Url("url".into())]);
+    }
 
     #[test]
     fn a_clone_goes_only_into_a_new_folder() {

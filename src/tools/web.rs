@@ -141,7 +141,7 @@ impl Command for ReadWebpage {
         )
         .arg("url", ArgType::String, "The URL to visit")
         .reads_untrusted()
-        .egress(Egress::UrlQuery("url".into()))
+        .egress(Egress::Url("url".into()))
         .rule_argument(RuleArgument::Url("url".into()))
         .optional_arg(
             "topics_of_interest",
@@ -484,6 +484,14 @@ fn batch_notes(notes: &[String], chunk_tokens: usize, model: &dyn ToolModel) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_web_command_names_what_it_sends_out() {
+        assert_eq!(ReadWebpage.spec().egress, [Egress::Url("url".into())]);
+        for search in [WebSearch.spec(), WikipediaSearch.spec()] {
+            assert_eq!(search.egress, [Egress::Argument("query".into())]);
+        }
+    }
 
     /// Counts ASCII at four characters per token and anything else at two tokens per character,
     /// as tokenizers roughly do for English and for CJK text.

@@ -680,12 +680,11 @@ async fn export_keeps_a_file_named_like_a_folder_and_spoofing_names_are_refused(
         .run(&["export", &id, "--out", dir.to_str().unwrap()])
         .await;
     assert!(ok, "{shown}{err}");
-    assert!(
-        shown.contains(
-            "workspace/clash is written as workspace/clash (file): a folder has the same name."
-        ),
-        "{shown}"
-    );
+    // Said on stderr and in the export's notes.
+    let renamed =
+        "workspace/clash is written as workspace/clash (file): a folder has the same name.";
+    assert!(err.contains(renamed), "{err}");
+    assert!(read(dir.join("EXPORT-NOTES.md")).contains(renamed));
     assert_eq!(read(dir.join("workspace/clash (file)")), "the file");
     assert_eq!(read(dir.join("workspace/clash/inner.txt")), "inside");
     fake.assert_clean();

@@ -20,36 +20,88 @@ pub(super) async fn export(ctx: Ctx<'_>) -> Result<(), Error> {
     let store = ctx.data().app.store.clone();
     let agent = state.clone();
     // Reading every step and zipping up to the workspace's limit takes a while: not on the
-    // gateway's thread.
+    // gateway's thread. Each part is made on its own, so one that fails leaves the others.
     let (transcript, audit, archive) = ctx
         .data()
         .agents_runtime
-        .spawn_blocking(move || -> Result<_, Error> {
-            let transcript = crate::export::transcript(&store, &agent)?;
+        .spawn_blocking(move || {
+            let transcript = crate::export::transcript(&store, &agent);
             // Well under the smallest upload limit Discord gives a server.
-            let audit = crate::export::audit_markdown(&store, &agent, Some(4 << 20))?;
-            let archive = crate::export::workspace_zip(&store, &agent.id)?;
-            Ok((transcript, audit, archive))
+            let audit = crate::export::audit_markdown(&store, &agent, Some(4 << 20));
+            let archive = crate::export::workspace_zip(&store, &agent.id);
+            (transcript, audit, archive)
         })
-        .await??;
-    ctx.send(
-        poise::CreateReply::default()
-            .content(format!("Export of **{}**.", state.name()))
-            .attachment(serenity::CreateAttachment::bytes(
-                transcript.into_bytes(),
+        .await?;
+    let mut reply = poise::CreateReply::default()
+        .ephemeral(true)
+        .allowed_mentions(no_mentions());
+    let mut missing = Vec::new();
+    match transcript {
+        Ok(text) => {
+            reply = reply.attachment(serenity::CreateAttachment::bytes(
+                text.into_bytes(),
                 format!("{}-transcript.md", state.id),
             ))
-            .attachment(serenity::CreateAttachment::bytes(
-                audit.into_bytes(),
+        }
+        Err(e) => missing.push(format!("The transcript could not be made: {e}.")),
+    }
+    match audit {
+        Ok(text) => {
+            reply = reply.attachment(serenity::CreateAttachment::bytes(
+                text.into_bytes(),
                 format!("{}-audit.md", state.id),
             ))
-            .attachment(serenity::CreateAttachment::bytes(
-                archive,
+        }
+        Err(e) => missing.push(format!("The audit trail could not be made: {e}.")),
+    }
+    match archive {
+        Ok(archive) => {
+            missing.extend(archive.notes);
+            reply = reply.attachment(serenity::CreateAttachment::bytes(
+                archive.bytes,
                 format!("{}-workspace.zip", state.id),
             ))
-            .ephemeral(true)
-            .allowed_mentions(no_mentions()),
-    )
-    .await?;
+        }
+        Err(e) => missing.push(format!("The workspace could not be zipped: {e}.")),
+    }
+    reply = reply.content(export_message(state.name(), &missing));
+    ctx.send(reply).await?;
     Ok(())
+}
+
+/// Characters of notes the reply shows; the archive's notes file holds them all.
+const MAX_NOTES_CHARS: usize = 1500;
+
+/// The reply's text: whose export it is, and what was renamed or left out, cut to fit a message.
+fn export_message(name: &str, notes: &[String]) -> String {
+    let mut text = format!("Export of **{}**.", name);
+    if notes.is_empty() {
+        return text;
+    }
+    let listed = notes
+        .iter()
+        .map(|note| format!("- {}", note))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let shown = crate::core::history::truncate_chars(&listed, MAX_NOTES_CHARS);
+    text.push_str(&format!(
+        "\n{shown}\n(All of them are in {} in the zip.)",
+        crate::export::NOTES_NAME
+    ));
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_message_lists_the_notes_within_a_message_s_size() {
+        assert_eq!(export_message("Ada", &[]), "Export of **Ada**.");
+        let notes = vec![format!("{} is left out: it could not be read.", "n".repeat(255)); 40];
+        let text = export_message("Ada", &notes);
+        assert!(text.starts_with("Export of **Ada**.\n- nnn"), "{text}");
+        assert!(text.ends_with("(All of them are in EXPORT-NOTES.txt in the zip.)"));
+        assert!(text.chars().count() < 2000, "{}", text.chars().count());
+    }
 }

@@ -23,7 +23,9 @@ use crate::store::{decode, encode, Store, StoreError};
 /// start-up has to add up and what is held in memory until the fold.
 const SETTLEMENTS_PER_FOLD: usize = 256;
 
-/// One budget's bookkeeping. `spent + reserved` never exceeds the limit it was reserved under.
+/// One budget's bookkeeping. A reservation is made only when `spent + reserved` stays within the
+/// limit; only a call that cost more than its reservation (charged in full) can take an account
+/// past its limit, and then no new reservation is made on it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Account {
     pub spent: Micros,
@@ -287,8 +289,9 @@ impl Ledger {
         Ok(Ok(reservation))
     }
 
-    /// Turns a reservation into spend: `actual` is charged, at most the amount reserved, so the
-    /// limits checked at reservation hold. Returns what was charged; settling twice charges once.
+    /// Turns a reservation into spend: `actual` is charged, in full even above the amount reserved
+    /// (the provider bills it; the limits are kept by the reservations that follow, which see it).
+    /// Returns what was charged; settling twice charges once.
     pub fn settle(&self, id: u64, actual: Micros) -> Result<Micros, StoreError> {
         self.close(id, actual)
     }
@@ -303,7 +306,7 @@ impl Ledger {
         let Some(reservation) = state.open.remove(&id) else {
             return Ok(Micros::ZERO);
         };
-        let charged = actual.min(reservation.amount);
+        let charged = actual;
         // One key again: the settlement is either on disk whole, or the reservation is still
         // open and is settled at its worst case at the next start.
         if let Err(e) = self
@@ -496,7 +499,7 @@ mod tests {
     }
 
     #[test]
-    fn settlement_is_capped_at_the_reservation_and_release_charges_nothing() {
+    fn an_overrun_is_charged_in_full_and_refuses_what_follows_and_release_charges_nothing() {
         let (_dir, ledger) = ledger();
         let at = DateTime::<Utc>::UNIX_EPOCH;
         let charges = [charge("a", Some(Micros(1000)))];
@@ -504,19 +507,25 @@ mod tests {
             .reserve(&charges, Micros(400), "x", "t", at)
             .unwrap()
             .unwrap();
-        assert_eq!(ledger.settle(r.id, Micros(900)).unwrap(), Micros(400));
-        let r = ledger
+        let r2 = ledger
             .reserve(&charges, Micros(400), "x", "t", at)
             .unwrap()
             .unwrap();
-        ledger.release(r.id).unwrap();
+        ledger.release(r2.id).unwrap();
+        assert_eq!(ledger.settle(r.id, Micros(1100)).unwrap(), Micros(1100));
         assert_eq!(
             ledger.account("a").unwrap(),
             Account {
-                spent: Micros(400),
+                spent: Micros(1100),
                 reserved: Micros(0)
             }
         );
+        // The overrun went past the limit; no new reservation is made on top of it.
+        let refused = ledger
+            .reserve(&charges, Micros(1), "x", "t", at)
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(refused.available, Micros(0));
         assert!(ledger.open_reservations().unwrap().is_empty());
     }
 

@@ -31,8 +31,24 @@ pub enum Metered<E> {
     Refused(String),
     /// The ledger could not be read or written; the call was not made.
     Ledger(StoreError),
-    /// The call itself failed; its reservation was released.
+    /// The call itself failed; its reservation was released, or charged when the call may have
+    /// been billed (see `FailedCharge`).
     Call(E),
+}
+
+/// What a failed call is charged: a provider bills what its model generated, whether or not the
+/// answer arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailedCharge {
+    /// The call certainly was not billed (it never reached the model): its reservation is given
+    /// back.
+    Nothing,
+    /// The call may have been billed for an unknown amount (a timeout once sent, a server error):
+    /// it is charged its reservation, its worst case.
+    Reservation,
+    /// What the call is known to have used before it broke off (the prompt and the reply streamed
+    /// so far).
+    Used(Micros),
 }
 
 /// The budgets that can be set per guild, by admins (`/agent budget set`).
@@ -439,32 +455,53 @@ impl Budgets {
         }
     }
 
-    /// Settles a reservation with what the call cost (at most the reservation), or releases it
-    /// when the call failed.
+    /// Settles a reservation with what the call cost, or, when the call failed, with what
+    /// `failed` says the failure may have cost (given back when nothing). A cost above the
+    /// reservation is charged in full, since the provider bills it, and logged: the limits are
+    /// kept by refusing new reservations, never by forgetting spend.
     pub fn close_call<T, E>(
         &self,
         payer: &Payer,
         reservation: &Reservation,
         result: Result<T, E>,
         cost_of: impl FnOnce(&T) -> Micros,
+        failed: impl FnOnce(&E) -> FailedCharge,
     ) -> Result<(T, Micros), Metered<E>> {
         match result {
             Ok(value) => {
                 let cost = cost_of(&value);
-                if cost > reservation.amount {
-                    tracing::warn!(agent = %payer.agent, what = %reservation.what, cost = %format_usd(cost), reserved = %format_usd(reservation.amount),
-                        "a call used more than its reservation; it is charged the reservation");
-                }
-                if let Err(e) = self.ledger.settle(reservation.id, cost) {
-                    // The reservation stays open and is settled at its worst case at the next start.
-                    tracing::error!(agent = %payer.agent, error = %e, "cannot settle a reservation");
-                }
-                Ok((value, cost.min(reservation.amount)))
+                self.charge(payer, reservation, cost);
+                Ok((value, cost))
             }
             Err(e) => {
-                self.release_call(payer, reservation);
+                match failed(&e) {
+                    FailedCharge::Nothing => self.release_call(payer, reservation),
+                    FailedCharge::Reservation => {
+                        tracing::info!(agent = %payer.agent, what = %reservation.what, charged = %format_usd(reservation.amount),
+                            "a failed call may have been billed; it is charged its reservation");
+                        self.charge(payer, reservation, reservation.amount);
+                    }
+                    FailedCharge::Used(cost) => {
+                        tracing::info!(agent = %payer.agent, what = %reservation.what, charged = %format_usd(cost),
+                            "a reply that broke off is charged what it used so far");
+                        self.charge(payer, reservation, cost);
+                    }
+                }
                 Err(Metered::Call(e))
             }
+        }
+    }
+
+    /// Settles a reservation at `cost`, logging a cost above it.
+    fn charge(&self, payer: &Payer, reservation: &Reservation, cost: Micros) {
+        if cost > reservation.amount {
+            metrics::counter!(crate::ops::names::BUDGET_OVERRUNS).increment(1);
+            tracing::warn!(agent = %payer.agent, what = %reservation.what, cost = %format_usd(cost), reserved = %format_usd(reservation.amount),
+                "a call cost more than its reservation; it is charged in full");
+        }
+        if let Err(e) = self.ledger.settle(reservation.id, cost) {
+            // The reservation stays open and is settled at its worst case at the next start.
+            tracing::error!(agent = %payer.agent, error = %e, "cannot settle a reservation");
         }
     }
 
@@ -475,45 +512,22 @@ impl Budgets {
         }
     }
 
-    /// One paid call, start to end: its worst case reserved (durably) against every budget the
-    /// payer draws on, the call made, then settled at what it cost, at most the reservation, or
-    /// released if it failed. Chat calls and embedding calls both go through here, so the
-    /// ledger's rules live in one place.
-    pub async fn metered<T, E, Fut>(
+    /// `reserve_call`, made durable before it is returned: the call may go out, and is then
+    /// closed with `close_call`. Paid calls all go through these two, so the ledger's rules live
+    /// in one place.
+    pub async fn reserve_durably<E>(
         &self,
         payer: &Payer,
         worst: Micros,
         what: &str,
         now: DateTime<Utc>,
-        call: impl FnOnce() -> Fut,
-        cost_of: impl FnOnce(&T) -> Micros,
-    ) -> Result<(T, Micros), Metered<E>>
-    where
-        Fut: std::future::Future<Output = Result<T, E>>,
-    {
+    ) -> Result<Reservation, Metered<E>> {
         let reservation = self.reserve_call(payer, worst, what, now)?;
         if let Err(e) = self.make_durable().await {
             self.release_call(payer, &reservation);
             return Err(Metered::Ledger(e));
         }
-        self.metered_reserved(payer, reservation, call, cost_of)
-            .await
-    }
-
-    /// `metered` for a call whose reservation was made, and made durable, before: the call, then
-    /// its settlement (at most the reservation) or release.
-    pub async fn metered_reserved<T, E, Fut>(
-        &self,
-        payer: &Payer,
-        reservation: Reservation,
-        call: impl FnOnce() -> Fut,
-        cost_of: impl FnOnce(&T) -> Micros,
-    ) -> Result<(T, Micros), Metered<E>>
-    where
-        Fut: std::future::Future<Output = Result<T, E>>,
-    {
-        let result = call().await;
-        self.close_call(payer, &reservation, result, cost_of)
+        Ok(reservation)
     }
 
     /// The pacing request for a call of this cost by this agent's spender.

@@ -39,15 +39,68 @@ pub struct ChatReply {
     pub usage: Option<Usage>,
 }
 
+/// Whether a failed request may have cost money: a provider bills what its model generated,
+/// whether or not the answer reached us.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Billing {
+    /// The request never reached the model: the connection failed, or the endpoint refused it
+    /// before generating (a 4xx such as 400, 401 or 429).
+    NotBilled,
+    /// The request was sent and the model may have generated for it: the answer timed out, the
+    /// endpoint failed (a 5xx), or the reply was cut short or unreadable.
+    MayBeBilled,
+}
+
 /// Failures after the transport's retries, phrased for the person running the agent.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LlmError {
     #[error("the model endpoint did not answer after {attempts} attempts ({detail})")]
-    Unavailable { attempts: u32, detail: String },
+    Unavailable {
+        attempts: u32,
+        detail: String,
+        /// Whether the last attempt may have been billed (it was sent and not answered whole).
+        billing: Billing,
+    },
     #[error("the model endpoint refused the request (HTTP {status}): {message}")]
     Rejected { status: u16, message: String },
     #[error("the model endpoint sent an unusable response: {0}")]
     BadResponse(String),
+}
+
+impl LlmError {
+    /// Whether the failed request may have been billed. A refusal is billed only when the server
+    /// failed (5xx) after it may have generated; llama.cpp's "not implemented" and its full shared
+    /// context are said before any generation. An unusable answer was generated, so it is billed.
+    pub fn billing(&self) -> Billing {
+        match self {
+            LlmError::Unavailable { billing, .. } => *billing,
+            LlmError::Rejected { status, message } => {
+                if retry::status_may_be_billed(*status, message) {
+                    Billing::MayBeBilled
+                } else {
+                    Billing::NotBilled
+                }
+            }
+            LlmError::BadResponse(_) => Billing::MayBeBilled,
+        }
+    }
+
+    /// The same failure, counting `earlier` attempts made before the one that ended in it (a
+    /// paid call retried under a reservation of its own each time).
+    pub fn after_attempts(self, earlier: u32) -> LlmError {
+        match self {
+            LlmError::Unavailable {
+                attempts,
+                detail,
+                billing,
+            } => LlmError::Unavailable {
+                attempts: attempts.saturating_add(earlier),
+                detail,
+                billing,
+            },
+            other => other,
+        }
+    }
 }
 
 #[async_trait]

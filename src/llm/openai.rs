@@ -13,7 +13,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::{json, Value};
 
 use super::retry::{RetryPolicy, RetryingTransport, TransportError, SHARED_CONTEXT_FULL};
-use super::{ChatModel, ChatReply, ChatRequest, LlmError, PURPOSE_HEADER};
+use super::{Billing, ChatModel, ChatReply, ChatRequest, LlmError, PURPOSE_HEADER};
 use crate::config::{LlmConfig, Provider, ResponseFormatMode};
 use crate::core::event::Usage;
 use crate::core::prompt::Role;
@@ -215,6 +215,7 @@ pub(crate) fn classify(error: OpenAIError) -> LlmError {
             Ok(transport) => LlmError::Unavailable {
                 attempts: transport.attempts(),
                 detail: transport.to_string(),
+                billing: transport.billing(),
             },
             Err(other) => LlmError::BadResponse(other.to_string()),
         },
@@ -225,9 +226,11 @@ pub(crate) fn classify(error: OpenAIError) -> LlmError {
                 .take(300)
                 .collect(),
         },
+        // The answer had begun to come: the model generated for it.
         OpenAIError::Reqwest(e) if e.is_timeout() => LlmError::Unavailable {
             attempts: 1,
             detail: "timed out while reading the response".into(),
+            billing: Billing::MayBeBilled,
         },
         OpenAIError::JSONDeserialize(_, content) => LlmError::BadResponse(format!(
             "not JSON: {}",
@@ -424,6 +427,7 @@ impl OpenAiChat {
                 OpenAIError::StreamError(_) | OpenAIError::Reqwest(_) => LlmError::Unavailable {
                     attempts: 1,
                     detail: format!("the reply stream broke off: {e}"),
+                    billing: Billing::MayBeBilled,
                 },
                 other => classify(other),
             })?;

@@ -1,5 +1,7 @@
-//! A retrying HTTP transport for async-openai: retries 429, 5xx, timeouts and connection errors
-//! with exponential backoff and jitter, whatever the response body looks like.
+//! A retrying HTTP transport for async-openai: retries what cannot have been billed (429, 408,
+//! a connection that failed) with exponential backoff and jitter, whatever the response body
+//! looks like; a failure the provider may have billed (a 5xx, a timeout once the request was sent)
+//! is returned at once, for the caller to charge and to retry only under a new reservation.
 //!
 //! async-openai's own retry only recognises a 429 whose body is an OpenAI error object and stops
 //! after three tries; a plain-text 429 from a proxy or a local server would fail at once. Installing
@@ -14,6 +16,8 @@ use async_openai::error::OpenAIError;
 use async_openai::middleware::HttpRequestFactory;
 use rand::Rng;
 use reqwest::{Response, StatusCode};
+
+use super::Billing;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
@@ -43,9 +47,14 @@ pub enum TransportError {
         status: StatusCode,
         attempts: u32,
         body: String,
+        billing: Billing,
     },
     #[error("{kind}")]
-    Network { attempts: u32, kind: String },
+    Network {
+        attempts: u32,
+        kind: String,
+        billing: Billing,
+    },
 }
 
 impl TransportError {
@@ -55,6 +64,31 @@ impl TransportError {
                 *attempts
             }
         }
+    }
+
+    pub fn billing(&self) -> Billing {
+        match self {
+            TransportError::Status { billing, .. } | TransportError::Network { billing, .. } => {
+                *billing
+            }
+        }
+    }
+}
+
+/// Whether a failure status may come after the model generated: a server error may, except
+/// llama.cpp's "not implemented" and its full shared context, which are said before generating.
+/// A 4xx (429 and 408 among them) refuses the request before any generation.
+pub(crate) fn status_may_be_billed(status: u16, body: &str) -> bool {
+    (500..600).contains(&status) && status != 501 && !body.contains(SHARED_CONTEXT_FULL)
+}
+
+/// Whether a request that failed without an answer may have reached the model: only a connection
+/// that was never made (refused, or timed out while connecting) certainly did not.
+fn network_billing(error: &reqwest::Error) -> Billing {
+    if error.is_connect() {
+        Billing::NotBilled
+    } else {
+        Billing::MayBeBilled
     }
 }
 
@@ -114,12 +148,23 @@ impl tower::Service<HttpRequestFactory> for RetryingTransport {
                         // same request sent again at once would overflow again: the chat client
                         // makes requests take turns instead.
                         let body = response.text().await.unwrap_or_default();
-                        if attempt >= policy.max_attempts || body.contains(SHARED_CONTEXT_FULL) {
+                        // A failure that may have been billed is not sent again here: the
+                        // caller charges it, and retries it only under a reservation of its own.
+                        let billing = if status_may_be_billed(status.as_u16(), &body) {
+                            Billing::MayBeBilled
+                        } else {
+                            Billing::NotBilled
+                        };
+                        if attempt >= policy.max_attempts
+                            || body.contains(SHARED_CONTEXT_FULL)
+                            || billing == Billing::MayBeBilled
+                        {
                             let body: String = body.chars().take(200).collect();
                             return Err(OpenAIError::Boxed(Box::new(TransportError::Status {
                                 status,
                                 attempts: attempt,
                                 body,
+                                billing,
                             })));
                         }
                         tracing::warn!(%status, attempt, "model endpoint busy or failing; retrying");
@@ -129,7 +174,10 @@ impl tower::Service<HttpRequestFactory> for RetryingTransport {
                     }
                     Ok(response) => return Ok(response),
                     Err(error) => match crate::ops::network_failure(&error) {
-                        Some(kind) if attempt < policy.max_attempts => {
+                        Some(kind)
+                            if attempt < policy.max_attempts
+                                && network_billing(&error) == Billing::NotBilled =>
+                        {
                             tracing::warn!(kind, attempt, "model endpoint unreachable; retrying");
                             metrics::counter!(crate::ops::names::RETRIES, "status" => kind)
                                 .increment(1);
@@ -139,6 +187,7 @@ impl tower::Service<HttpRequestFactory> for RetryingTransport {
                             return Err(OpenAIError::Boxed(Box::new(TransportError::Network {
                                 attempts: attempt,
                                 kind: kind.to_string(),
+                                billing: network_billing(&error),
                             })))
                         }
                         None => return Err(OpenAIError::Reqwest(error)),
@@ -168,6 +217,21 @@ mod tests {
                 "{status}"
             );
         }
+    }
+
+    #[test]
+    fn only_failures_after_a_possible_generation_may_be_billed() {
+        for status in [500, 502, 503, 504] {
+            assert!(status_may_be_billed(status, "upstream failed"), "{status}");
+        }
+        for status in [400, 401, 404, 408, 429, 501] {
+            assert!(!status_may_be_billed(status, "refused"), "{status}");
+        }
+        // llama.cpp refuses a request that does not fit its shared context before generating.
+        assert!(!status_may_be_billed(
+            500,
+            r#"{"error":{"message":"Context size has been exceeded."}}"#
+        ));
     }
 
     #[test]

@@ -217,6 +217,7 @@ mod tests {
         LlmError::Unavailable {
             attempts: 2,
             detail: "HTTP 503".into(),
+            billing: crate::llm::Billing::MayBeBilled,
         }
     }
 

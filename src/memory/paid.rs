@@ -6,11 +6,11 @@
 
 use super::{Memory, MemoryError, MemoryPlace, MemoryRecord, Payer};
 use crate::budget::ledger::Reservation;
-use crate::budget::Metered;
+use crate::budget::{FailedCharge, Metered};
 use crate::core::budget::Price;
 use crate::core::memory::{MemoryHit, MemoryScope, MemorySource};
 use crate::llm::embed::{EmbedPurpose, Embedded};
-use crate::llm::LlmError;
+use crate::llm::{Billing, LlmError};
 
 /// An embedding call reserved in the ledger and not made yet.
 pub struct EmbedTicket {
@@ -167,11 +167,17 @@ impl Memory {
             return Err(MemoryError::Off(off));
         }
         let result = self.embedder.embed(&texts, purpose).await;
-        let embedded =
-            self.budgets
-                .close_call(&payer, &reservation, result, |embedded: &Embedded| {
-                    price.cost(used(embedded), 0)
-                });
+        let embedded = self.budgets.close_call(
+            &payer,
+            &reservation,
+            result,
+            |embedded: &Embedded| price.cost(used(embedded), 0),
+            |e: &LlmError| match e.billing() {
+                Billing::NotBilled => FailedCharge::Nothing,
+                // The server may have embedded the texts before it failed.
+                Billing::MayBeBilled => FailedCharge::Reservation,
+            },
+        );
         match embedded {
             Ok((done, cost)) => {
                 use crate::ops::names;

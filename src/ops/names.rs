@@ -22,6 +22,8 @@ pub const SPEND_MICRODOLLARS: &str = "autothread_spend_microdollars_total";
 pub const RETRIES: &str = "autothread_model_retries_total";
 /// Calls the budgets refused (`kind`: chat, embeddings).
 pub const BUDGET_REFUSALS: &str = "autothread_budget_refusals_total";
+/// Calls that cost more than their reservation (charged in full all the same).
+pub const BUDGET_OVERRUNS: &str = "autothread_budget_overruns_total";
 /// Seconds from a Discord interaction's creation to its acknowledgement (`kind`: command,
 /// button, form).
 pub const INTERACTION_ACK_SECONDS: &str = "autothread_interaction_ack_seconds";
@@ -68,6 +70,10 @@ pub fn describe() {
         "Cards that could not be posted yet and will be posted again."
     );
     metrics::describe_counter!(BUDGET_REFUSALS, "Calls refused by a budget.");
+    metrics::describe_counter!(
+        BUDGET_OVERRUNS,
+        "Calls that cost more than their reservation."
+    );
     metrics::describe_histogram!(
         INTERACTION_ACK_SECONDS,
         metrics::Unit::Seconds,

@@ -3,19 +3,23 @@
 //! commands use it, metered the same way.
 
 use crate::budget::ledger::Reservation;
-use crate::budget::{Budgets, Metered, Payer};
+use crate::budget::{Budgets, FailedCharge, Metered, Payer};
 use crate::core::budget::{Micros, Pacing};
+use crate::core::event::Usage;
 use crate::core::event::{CallPurpose, Event, ModelCall};
 use crate::core::prompt::Message;
-use crate::llm::ChatRequest;
+use crate::llm::retry::RetryPolicy;
+use crate::llm::{Billing, ChatRequest, LlmError};
 
 use super::memory_calls::ThinkAhead;
 use super::{Actor, ActorMsg, AgentHandle, Deps};
 
 /// One model call with its spend control: paced by the rate limits, its worst case reserved in
-/// the ledger (durably) before it is made, settled with the reported usage after, or released
-/// when it fails. Retries happen inside `complete`, under the same reservation, so a 429 storm
-/// is charged once.
+/// the ledger (durably) before it is made, settled with the reported usage after. A failure
+/// that certainly was not billed (a refused connection, a 429) is retried inside `complete`,
+/// under the same reservation, and released if it stays a failure, so a 429 storm is charged
+/// once; one that may have been billed (a timeout once sent, a 5xx, a reply cut short) is charged
+/// and tried again here, each time under a reservation of its own.
 pub(super) struct MeteredCall {
     pub(super) payer: Payer,
     pub(super) prompt_tokens: u64,
@@ -106,6 +110,7 @@ impl MeteredCall {
         on_text: Option<&TextSink<'_>>,
     ) -> CallOutcome {
         let mut ahead = self.reserved_ahead.take();
+        let mut worst;
         let price = match &self.price {
             Ok(price) => *price,
             Err(unpriced) => {
@@ -120,43 +125,81 @@ impl MeteredCall {
             self.give_back(deps, ahead);
             return CallOutcome::Failed(format!("the spend ledger is unavailable: {e}"));
         }
-        let worst = price.cost(self.prompt_tokens, self.request.max_tokens as u64);
+        worst = price.cost(self.prompt_tokens, self.request.max_tokens as u64);
         if let Some(short) = ahead.as_ref().filter(|r| r.amount < worst) {
             tracing::debug!(agent = %self.payer.agent, reserved = short.amount.0, worst = worst.0,
                 "the call outgrew its reservation made ahead; it reserves for itself");
             self.give_back(deps, ahead.take());
         }
         self.wait_for_pacer(deps, worst, on_wait, &mut ahead).await;
-        let prompt_tokens = self.prompt_tokens;
-        let (model, purpose) = (self.request.model.clone(), self.request.purpose);
+        let llm = &deps.config.llm;
+        let policy = RetryPolicy {
+            max_attempts: llm.max_attempts,
+            initial: std::time::Duration::from_millis(llm.retry_initial_ms),
+            max: std::time::Duration::from_millis(llm.retry_max_ms),
+        };
         let started = std::time::Instant::now();
-        let call = || async {
-            let reply = match on_text {
-                Some(on_text) => deps.model.complete_streaming(self.request, on_text).await?,
-                None => deps.model.complete(self.request).await?,
+        let cost_of = |(_, usage): &(String, Usage)| price.cost_of(*usage);
+        // Requests made before the one at hand, the transport's own retries included.
+        let mut earlier = 0;
+        let mut tries = 1;
+        let paid = loop {
+            let reservation = match ahead.take() {
+                Some(reservation) => reservation,
+                None => match deps
+                    .budgets
+                    .reserve_durably(&self.payer, worst, what, deps.clock.now())
+                    .await
+                {
+                    Ok(reservation) => reservation,
+                    Err(refused) => break Err(refused),
+                },
             };
-            // A server that reports no usage is billed by our own count of what was exchanged.
-            let usage = reply.usage.unwrap_or_else(|| crate::core::event::Usage {
-                prompt_tokens,
-                completion_tokens: deps.counter.count(&reply.content) as u64,
-                cached_prompt_tokens: 0,
-            });
-            Ok::<_, crate::llm::LlmError>((reply.content, usage))
-        };
-        let cost_of = |(_, usage): &(String, crate::core::event::Usage)| price.cost_of(*usage);
-        let paid = match ahead {
-            Some(reservation) => {
-                deps.budgets
-                    .metered_reserved(&self.payer, reservation, call, cost_of)
-                    .await
+            let streamed = std::sync::Mutex::new(String::new());
+            let result = self.attempt(deps, on_text, &streamed).await;
+            let streamed = streamed.into_inner().unwrap_or_else(|p| p.into_inner());
+            let failed = |error: &LlmError| self.failed_charge(deps, price, error, &streamed);
+            match deps
+                .budgets
+                .close_call(&self.payer, &reservation, result, cost_of, failed)
+            {
+                // A failure that may have been billed is tried again only under a reservation
+                // of its own, which the next turn makes (or the budget refuses), and only while
+                // nothing of it was shown: a reply streamed twice would read as two.
+                Err(Metered::Call(error))
+                    if error.billing() == Billing::MayBeBilled
+                        && streamed.is_empty()
+                        && tries < policy.max_attempts =>
+                {
+                    earlier += attempts_of(&error);
+                    tracing::warn!(what, %error, tries, "a paid model call failed after it may have been billed; it is charged and tried again under a new reservation");
+                    metrics::counter!(crate::ops::names::RETRIES, "status" => "billed")
+                        .increment(1);
+                    deps.clock
+                        .sleep(policy.delay(tries, rand::random::<f64>()))
+                        .await;
+                    tries += 1;
+                    if let Err(e) = self.fit_to_budget(deps, price, Micros::ZERO) {
+                        return CallOutcome::Failed(format!(
+                            "the spend ledger is unavailable: {e}"
+                        ));
+                    }
+                    worst = price.cost(self.prompt_tokens, self.request.max_tokens as u64);
+                    self.wait_for_pacer(deps, worst, on_wait, &mut None).await;
+                }
+                Err(Metered::Call(error)) => {
+                    break Err(Metered::Call(error.after_attempts(earlier)))
+                }
+                other => break other,
             }
-            None => {
-                deps.budgets
-                    .metered(&self.payer, worst, what, deps.clock.now(), call, cost_of)
-                    .await
-            }
         };
-        record_call(&model, purpose, started.elapsed(), &paid, deps.clock.now());
+        record_call(
+            &self.request.model,
+            self.request.purpose,
+            started.elapsed(),
+            &paid,
+            deps.clock.now(),
+        );
         match paid {
             Ok(((text, usage), cost)) => CallOutcome::Replied { text, usage, cost },
             Err(Metered::Refused(reason)) => CallOutcome::Refused(reason),
@@ -167,6 +210,56 @@ impl MeteredCall {
                 tracing::warn!(what, %error, "model call failed");
                 CallOutcome::Failed(error.to_string())
             }
+        }
+    }
+
+    /// One request to the model. The text a streamed reply has shown so far is kept in
+    /// `streamed`, so that a reply that breaks off is charged what it used.
+    async fn attempt(
+        &self,
+        deps: &Deps,
+        on_text: Option<&TextSink<'_>>,
+        streamed: &std::sync::Mutex<String>,
+    ) -> Result<(String, Usage), LlmError> {
+        let request = self.request.clone();
+        let reply = match on_text {
+            Some(on_text) => {
+                let kept = |piece: &str| {
+                    streamed
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push_str(piece);
+                    on_text(piece);
+                };
+                deps.model.complete_streaming(request, &kept).await?
+            }
+            None => deps.model.complete(request).await?,
+        };
+        // A server that reports no usage is billed by our own count of what was exchanged.
+        let usage = reply.usage.unwrap_or_else(|| Usage {
+            prompt_tokens: self.prompt_tokens,
+            completion_tokens: deps.counter.count(&reply.content) as u64,
+            cached_prompt_tokens: 0,
+        });
+        Ok((reply.content, usage))
+    }
+
+    /// What a failed request is charged: what a reply that broke off used so far (its prompt and
+    /// the text it streamed), else its reservation when the provider may have billed it.
+    fn failed_charge(
+        &self,
+        deps: &Deps,
+        price: crate::core::budget::Price,
+        error: &LlmError,
+        streamed: &str,
+    ) -> FailedCharge {
+        if !streamed.is_empty() {
+            let completion = deps.counter.count(streamed) as u64;
+            return FailedCharge::Used(price.cost(self.prompt_tokens, completion));
+        }
+        match error.billing() {
+            Billing::NotBilled => FailedCharge::Nothing,
+            Billing::MayBeBilled => FailedCharge::Reservation,
         }
     }
 
@@ -337,7 +430,15 @@ impl crate::tools::ToolModel for AgentModel<'_> {
     }
 }
 
-type Paid = Result<((String, crate::core::event::Usage), Micros), Metered<crate::llm::LlmError>>;
+type Paid = Result<((String, Usage), Micros), Metered<LlmError>>;
+
+/// How many requests a failure took, the transport's retries included.
+fn attempts_of(error: &LlmError) -> u32 {
+    match error {
+        LlmError::Unavailable { attempts, .. } => *attempts,
+        _ => 1,
+    }
+}
 
 /// The call's metrics (calls, latency, tokens, dollars, refusals) and what readiness learns from it.
 fn record_call(

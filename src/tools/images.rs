@@ -89,17 +89,30 @@ impl Command for GenerateImage {
         }
         let price = usd_to_micros(*usd);
         let what = format!("{} image {size}", self.model.model());
-        let made = self
+        let made = match self
             .budgets
-            .metered(
-                ctx.payer,
-                price,
-                &what,
-                ctx.now,
-                || self.model.generate(prompt, size, self.max_bytes),
-                |_| price,
-            )
-            .await;
+            .reserve_durably(ctx.payer, price, &what, ctx.now)
+            .await
+        {
+            Ok(reservation) => {
+                let generated = self.model.generate(prompt, size, self.max_bytes).await;
+                self.budgets.close_call(
+                    ctx.payer,
+                    &reservation,
+                    generated,
+                    |_| price,
+                    // An image's price is its worst case: a failure that may have been billed
+                    // is charged it.
+                    |e: &crate::llm::LlmError| match e.billing() {
+                        crate::llm::Billing::NotBilled => crate::budget::FailedCharge::Nothing,
+                        crate::llm::Billing::MayBeBilled => {
+                            crate::budget::FailedCharge::Reservation
+                        }
+                    },
+                )
+            }
+            Err(refused) => Err(refused),
+        };
         let (image, cost) = match made {
             Ok(made) => made,
             Err(Metered::Refused(why)) => {

@@ -667,3 +667,104 @@ async fn status_charts_the_burn_down_and_admins_chart_the_servers_spend_per_day(
     discord.assert_clean();
     openai.assert_clean();
 }
+
+/// A model slower than the timeout (`llm.timeout_secs = 1` against a 2.5 s answer) still
+/// generates, and a provider bills it: each attempt is charged its reservation, a retry goes out
+/// only under a reservation of its own, and the agent stops at its cap instead of retrying for
+/// free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_slower_than_the_timeout_is_charged_each_attempt_and_stops_at_the_cap() {
+    let fake = fake().await;
+    for _ in 0..6 {
+        fake.push(Reply::Delay(
+            Duration::from_millis(2500),
+            Box::new(Reply::Content(agent_reply(
+                "finish",
+                json!({"reason": "too late"}),
+            ))),
+        ));
+    }
+    // Free prompts and $100 per million reply tokens: a call's worst case is its 500-token
+    // reserve, 50,000 µ$. Of the $0.08 budget the first attempt reserves that much, the second
+    // the 30,000 left (a 300-token reply), and a third cannot be paid for.
+    let env = TestEnv::with_budget(
+        &fake.base_url,
+        "timeout_secs = 1\n",
+        "guild_calls_per_minute = 0\n[budget.prices.\"test-model\"]\ninput_per_million = 0.0\noutput_per_million = 100.0\n",
+    );
+    let run = env.spawn(&[
+        "console", "--task", "Wait", "--name", "SlowGPT", "--role", "r", "--budget", "0.08",
+    ]);
+    let (ok, out, err) = run.finish(WAIT).await;
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("paused: the agent's budget ($0.080)"), "{out}");
+    let id = created_agent_id(&out);
+    // Every request the model generated for is one the budget paid for, and no more were sent.
+    assert_eq!(fake.requests(Kind::Cycle).len(), 2);
+    assert_eq!(fake.billed_generations(), 2);
+    let report = agent_budget(&env, &id).await;
+    let (spent, reserved) = budget_line(&report, "the agent's budget");
+    assert_eq!((spent, reserved), (80_000, 0), "{report}");
+    let bill = fake.bill(autothread::core::budget::Price::from_usd_per_million(
+        0.0, 100.0,
+    ));
+    assert!(
+        bill > autothread::core::budget::Micros::ZERO && bill.0 <= spent,
+        "billed {bill:?}, charged {spent}"
+    );
+    assert_eq!(
+        budget_line(&report, "the owner's daily budget"),
+        (80_000, 0)
+    );
+    fake.assert_clean();
+}
+
+/// Cheap prices for a long run: a cycle's call and an embedding cost some micro-dollars each,
+/// so every reservation left open would show.
+const CHEAP: &str = "guild_calls_per_minute = 0\n[budget.prices.\"test-model\"]\ninput_per_million = 0.01\noutput_per_million = 0.01\n[budget.prices.\"fake-passage\"]\ninput_per_million = 0.02\noutput_per_million = 0.0\n[budget.prices.\"fake-query\"]\ninput_per_million = 0.02\noutput_per_million = 0.0\n";
+
+/// However often a console run is killed (kill -9) at any point of its cycles, an agent that then
+/// finishes cleanly holds no reservation: what a crash left open is settled at the next start,
+/// and what the last run reserved is settled before it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_agent_holds_no_reservation_whatever_crashes_came_before() {
+    use rand::{Rng, SeedableRng};
+    let fake = fake().await;
+    fake.set_endless(Reply::Content(agent_reply(
+        "write_file",
+        json!({"filename": "note{n}.txt", "contents": "The ferry leaves at nine."}),
+    )));
+    let env = TestEnv::with_memory(&fake.base_url, CHEAP);
+    let mut run = env.spawn(&[
+        "console",
+        "--task",
+        "Note the ferry times",
+        "--name",
+        "NoteGPT",
+        "--role",
+        "r",
+        "--continuous",
+    ]);
+    run.wait_for("Created agent", 1, WAIT).await;
+    let id = created_agent_id(&run.stdout());
+    let mut rng = rand::rngs::StdRng::seed_from_u64(58);
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(30..700))).await;
+        run.kill().await;
+        run = env.spawn(&["console", "--resume", &id, "--continuous"]);
+        run.wait_for("Resuming agent", 1, WAIT).await;
+    }
+    tokio::time::sleep(Duration::from_millis(rng.random_range(30..700))).await;
+    fake.push_content(agent_reply("finish", json!({"reason": "noted"})));
+    let (ok, out, err) = run.finish(WAIT).await;
+    assert!(ok && out.contains("noted"), "{out}{err}");
+    let report = agent_budget(&env, &id).await;
+    let (spent, reserved) = budget_line(&report, "the agent's budget");
+    assert!(spent > 0, "{report}");
+    assert_eq!(reserved, 0, "{report}");
+    assert_eq!(
+        budget_line(&report, "the owner's daily budget").1,
+        0,
+        "{report}"
+    );
+}

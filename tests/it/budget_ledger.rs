@@ -1,13 +1,20 @@
 //! Properties of the spend ledger: whatever the interleaving of reservations (each fitted to what
-//! is left, as a budget's last calls are), settlements, failures and crashes, no account passes
-//! its limit, a fitted call is never refused, and what the ledger says was spent is
-//! exactly the sum of what was charged (settled usage at its price, crashed calls at their worst case).
+//! is left, as a budget's last calls are), answers (some costing more than their reservation),
+//! failures before the model, timeouts, broken streams and crashes, the books never charge less
+//! than a provider billed, charge more only by what could not be known (a timed-out or crashed
+//! call is charged its reservation, and the provider billed some part of it), a fitted call is
+//! never refused, and no new reservation crosses a cap: an account passes its limit only by the
+//! overruns charged in full, in the books and in the provider's bill alike.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use autothread::budget::ledger::{Charge, Ledger, Reservation};
+use autothread::budget::{Budgets, FailedCharge, Metered, Payer};
+use autothread::config::BudgetConfig;
 use autothread::core::budget::{Micros, Price, ReplyFit, REPLY_FLOOR_TOKENS};
+use autothread::core::state::Spender;
+use autothread::llm::{Billing, LlmError};
 use autothread::store::Store;
 use chrono::{DateTime, Utc};
 use proptest::prelude::*;
@@ -61,16 +68,24 @@ enum Op {
         prompt: u64,
         max_tokens: u64,
     },
-    /// The call in flight at `index` answered, using these shares of its prompt and reserve.
+    /// The call in flight at `index` answered, using these shares (in percent) of its prompt and
+    /// reserve: past 100, more than its reservation (a provider that counts more tokens).
     Settle {
         index: usize,
         prompt_share: u8,
         reply_share: u8,
     },
-    /// The call at `index` failed after its retries.
+    /// The call at `index` failed before the model: a refused connection or a 4xx. Nothing billed.
     Fail { index: usize },
-    /// The process died: calls in flight are found at start-up and settled at their worst case.
-    Crash,
+    /// The call at `index` timed out once sent, or the server failed (5xx): the provider billed
+    /// this share of its worst case, which nobody here can know.
+    Timeout { index: usize, billed_share: u8 },
+    /// The stream of the call at `index` broke off after this share of its reply was streamed,
+    /// which is what the provider generated and billed.
+    BrokenStream { index: usize, streamed_share: u8 },
+    /// The process died: calls in flight are found at start-up and settled at their worst case;
+    /// the provider billed this share of each.
+    Crash { billed_share: u8 },
     /// The settlements so far are folded into the stored accounts.
     Fold,
 }
@@ -78,9 +93,11 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (0..AGENTS, 10u64..3000, 1u64..1500).prop_map(|(agent, prompt, max_tokens)| Op::Reserve { agent, prompt, max_tokens }),
-        3 => (any::<usize>(), 0u8..=100, 0u8..=100).prop_map(|(index, prompt_share, reply_share)| Op::Settle { index, prompt_share, reply_share }),
+        3 => (any::<usize>(), 0u8..=130, 0u8..=150).prop_map(|(index, prompt_share, reply_share)| Op::Settle { index, prompt_share, reply_share }),
         1 => any::<usize>().prop_map(|index| Op::Fail { index }),
-        1 => Just(Op::Crash),
+        1 => (any::<usize>(), 0u8..=100).prop_map(|(index, billed_share)| Op::Timeout { index, billed_share }),
+        1 => (any::<usize>(), 1u8..=100).prop_map(|(index, streamed_share)| Op::BrokenStream { index, streamed_share }),
+        1 => (0u8..=100).prop_map(|billed_share| Op::Crash { billed_share }),
         1 => Just(Op::Fold),
     ]
 }
@@ -92,37 +109,134 @@ struct InFlight {
     max_tokens: u64,
 }
 
+impl InFlight {
+    /// What the provider bills for `share` percent of the call's prompt and reply.
+    fn share(&self, prompt_share: u8, reply_share: u8) -> Micros {
+        price().cost(
+            self.prompt * prompt_share as u64 / 100,
+            self.max_tokens * reply_share as u64 / 100,
+        )
+    }
+}
+
 fn at() -> DateTime<Utc> {
     DateTime::<Utc>::UNIX_EPOCH
 }
 
-fn assert_within_limits(ledger: &Ledger) {
+fn payer(agent: usize) -> Payer {
+    Payer {
+        agent: format!("a{agent}"),
+        spender: Spender::default(),
+        agent_limit: AGENT_LIMIT,
+    }
+}
+
+/// The books against a provider's bill, per account.
+#[derive(Default)]
+struct Books {
+    /// What the ledger should show as spent, from our own arithmetic.
+    charged: BTreeMap<String, Micros>,
+    /// What the provider billed.
+    billed: BTreeMap<String, Micros>,
+    /// What was charged above the bill: the part of a timed-out or crashed call's reservation the
+    /// provider did not bill, which could not be known.
+    unknown: BTreeMap<String, Micros>,
+    /// What calls cost beyond their reservations.
+    overrun: BTreeMap<String, Micros>,
+}
+
+impl Books {
+    fn add(map: &mut BTreeMap<String, Micros>, agent: usize, amount: Micros) {
+        for c in charges(agent) {
+            *map.entry(c.account).or_default() += amount;
+        }
+    }
+
+    /// A call charged `charged` that the provider billed `billed` (at most `charged` unless the
+    /// call ran over its reservation, when the two are equal).
+    fn call(&mut self, call: &InFlight, charged: Micros, billed: Micros) {
+        assert!(billed <= charged, "the books charge less than the bill");
+        Books::add(&mut self.charged, call.agent, charged);
+        Books::add(&mut self.billed, call.agent, billed);
+        Books::add(
+            &mut self.unknown,
+            call.agent,
+            charged.saturating_sub(billed),
+        );
+        let over = charged.saturating_sub(call.reservation.amount);
+        Books::add(&mut self.overrun, call.agent, over);
+    }
+}
+
+fn assert_within_limits(ledger: &Ledger, books: &Books) {
     for (account, limit) in limits() {
         let state = ledger.account(&account).unwrap();
+        let overrun = books.overrun.get(&account).copied().unwrap_or_default();
         assert!(
-            state.committed() <= limit,
-            "{account}: {} spent + {} reserved > {limit}",
+            state.committed() <= limit + overrun,
+            "{account}: {} spent + {} reserved > {limit} + {overrun} of overruns",
             state.spent,
             state.reserved
         );
+        let billed = books.billed.get(&account).copied().unwrap_or_default();
+        assert!(billed <= limit + overrun, "{account}: billed {billed}");
     }
+}
+
+/// Closes a call through the budgets' own rules: an answer at its cost, a failure at what
+/// `failed` says it may have cost.
+fn close(
+    budgets: &Budgets,
+    call: &InFlight,
+    result: Result<Micros, LlmError>,
+    failed: impl FnOnce(&LlmError) -> FailedCharge,
+) -> Micros {
+    let before = budgets
+        .ledger()
+        .account(&format!("agent/a{}", call.agent))
+        .unwrap()
+        .spent;
+    let closed = budgets.close_call(
+        &payer(call.agent),
+        &call.reservation,
+        result,
+        |cost| *cost,
+        failed,
+    );
+    if let Err(e) = &closed {
+        assert!(matches!(e, Metered::Call(_)));
+    }
+    budgets
+        .ledger()
+        .account(&format!("agent/a{}", call.agent))
+        .unwrap()
+        .spent
+        .saturating_sub(before)
+}
+
+/// How the runtime charges a failure with nothing streamed.
+fn by_billing(error: &LlmError) -> FailedCharge {
+    match error.billing() {
+        Billing::NotBilled => FailedCharge::Nothing,
+        Billing::MayBeBilled => FailedCharge::Reservation,
+    }
+}
+
+fn open(dir: &std::path::Path) -> (Store, Arc<Budgets>) {
+    let store = Store::open(dir).unwrap();
+    let budgets = Arc::new(Budgets::new(&store, &BudgetConfig::default()).unwrap());
+    (store, budgets)
 }
 
 /// Runs `ops` against a fresh ledger and checks the invariants after every step.
 fn run(ops: &[Op]) {
     let dir = tempfile::tempdir().unwrap();
-    let mut store = Store::open(dir.path()).unwrap();
-    let mut ledger = Ledger::new(&store).unwrap();
+    let (mut store, mut budgets) = open(dir.path());
     let price = price();
     let mut in_flight: Vec<InFlight> = Vec::new();
-    // What each account should show as spent, from our own arithmetic.
-    let mut expected: BTreeMap<String, Micros> = BTreeMap::new();
-    let mut charge = |agent: usize, amount: Micros| {
-        for c in charges(agent) {
-            *expected.entry(c.account).or_default() += amount;
-        }
-    };
+    let mut books = Books::default();
     for op in ops {
+        let ledger = budgets.ledger().clone();
         match op.clone() {
             Op::Reserve {
                 agent,
@@ -168,6 +282,11 @@ fn run(ops: &[Op]) {
                     Ok(reservation) => {
                         // With nothing in between, a fitted call is never refused.
                         assert_ne!(fit, ReplyFit::Refused);
+                        // A new reservation never crosses a cap, whatever overruns came before.
+                        for c in charges(agent) {
+                            let committed = ledger.account(&c.account).unwrap().committed();
+                            assert!(committed <= c.limit.unwrap(), "{}: {committed}", c.account);
+                        }
                         in_flight.push(InFlight {
                             reservation,
                             agent,
@@ -196,13 +315,11 @@ fn run(ops: &[Op]) {
                     continue;
                 }
                 let call = in_flight.remove(index % in_flight.len());
-                let used_prompt = call.prompt * prompt_share as u64 / 100;
-                let used_reply = call.max_tokens * reply_share as u64 / 100;
-                let cost = price.cost(used_prompt, used_reply);
-                assert!(cost <= call.reservation.amount);
-                let charged = ledger.settle(call.reservation.id, cost).unwrap();
+                let cost = call.share(prompt_share, reply_share);
+                // Charged in full, above the reservation too: exactly what the provider billed.
+                let charged = close(&budgets, &call, Ok(cost), by_billing);
                 assert_eq!(charged, cost);
-                charge(call.agent, cost);
+                books.call(&call, cost, cost);
                 // A second settlement of the same call (a duplicate delivery) charges nothing.
                 assert_eq!(ledger.settle(call.reservation.id, cost).unwrap(), Micros(0));
             }
@@ -211,37 +328,86 @@ fn run(ops: &[Op]) {
                     continue;
                 }
                 let call = in_flight.remove(index % in_flight.len());
-                ledger.release(call.reservation.id).unwrap();
+                let refused = LlmError::Rejected {
+                    status: 429,
+                    message: "Rate limit reached".into(),
+                };
+                let charged = close(&budgets, &call, Err(refused), by_billing);
+                assert_eq!(charged, Micros(0));
+                books.call(&call, Micros(0), Micros(0));
+            }
+            Op::Timeout {
+                index,
+                billed_share,
+            } => {
+                if in_flight.is_empty() {
+                    continue;
+                }
+                let call = in_flight.remove(index % in_flight.len());
+                let timed_out = LlmError::Unavailable {
+                    attempts: 1,
+                    detail: "timed out".into(),
+                    billing: Billing::MayBeBilled,
+                };
+                let charged = close(&budgets, &call, Err(timed_out), by_billing);
+                assert_eq!(charged, call.reservation.amount);
+                books.call(&call, charged, call.share(billed_share, billed_share));
+            }
+            Op::BrokenStream {
+                index,
+                streamed_share,
+            } => {
+                if in_flight.is_empty() {
+                    continue;
+                }
+                let call = in_flight.remove(index % in_flight.len());
+                let used = call.share(100, streamed_share);
+                let broken = LlmError::Unavailable {
+                    attempts: 1,
+                    detail: "the reply stream broke off".into(),
+                    billing: Billing::MayBeBilled,
+                };
+                let charged = close(&budgets, &call, Err(broken), |_| FailedCharge::Used(used));
+                assert_eq!(charged, used);
+                books.call(&call, used, used);
             }
             Op::Fold => ledger.fold().unwrap(),
-            Op::Crash => {
+            Op::Crash { billed_share } => {
                 // The books are read back from disk by a new process.
                 drop(ledger);
+                drop(budgets);
                 drop(store);
-                store = Store::open(dir.path()).unwrap();
-                ledger = Ledger::new(&store).unwrap();
-                let recovered = ledger.settle_unsettled().unwrap();
+                (store, budgets) = open(dir.path());
+                let recovered = budgets.ledger().settle_unsettled().unwrap();
                 assert_eq!(recovered.len(), in_flight.len());
                 for call in in_flight.drain(..) {
-                    charge(call.agent, call.reservation.amount);
+                    let amount = call.reservation.amount;
+                    books.call(&call, amount, call.share(billed_share, billed_share));
                 }
             }
         }
-        assert_within_limits(&ledger);
+        assert_within_limits(budgets.ledger(), &books);
     }
-    for call in in_flight.drain(..) {
-        ledger.release(call.reservation.id).unwrap();
+    // The calls still in flight at the end are answered as they reserved.
+    for call in std::mem::take(&mut in_flight) {
+        let cost = call.reservation.amount;
+        close(&budgets, &call, Ok(cost), by_billing);
+        books.call(&call, cost, cost);
     }
-    for (account, limit) in limits() {
-        let state = ledger.account(&account).unwrap();
+    let ledger = budgets.ledger();
+    for account in limits().keys() {
+        let state = ledger.account(account).unwrap();
+        let of = |map: &BTreeMap<String, Micros>| map.get(account).copied().unwrap_or_default();
         assert_eq!(state.reserved, Micros(0), "{account}");
+        assert_eq!(state.spent, of(&books.charged), "{account}");
+        // The books equal the provider's bill but for what could not be known.
         assert_eq!(
             state.spent,
-            expected.get(&account).copied().unwrap_or(Micros(0)),
+            of(&books.billed) + of(&books.unknown),
             "{account}"
         );
-        assert!(state.spent <= limit);
     }
+    assert_within_limits(ledger, &books);
 }
 
 proptest! {
@@ -289,7 +455,7 @@ fn concurrent_agents_never_cross_a_cap() {
                         }
                         Err(_) => refusals += 1,
                     }
-                    assert_within_limits(&ledger);
+                    assert_within_limits(&ledger, &Books::default());
                 }
                 (charged, refusals)
             })

@@ -1,5 +1,6 @@
-//! The OpenAI-compatible client against the fake server: retries on 429 (plain-text body), 5xx and
-//! slow replies; immediate, clear errors on refusals; structured-output modes; usage.
+//! The OpenAI-compatible client against the fake server: retries on 429 (plain-text body) and
+//! failed connections; a 5xx or a slow reply returned at once as possibly billed; immediate,
+//! clear errors on refusals; structured-output modes; usage.
 
 use crate::support;
 
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant};
 use autothread::config::{LlmConfig, ResponseFormatMode, Secret};
 use autothread::core::prompt::Message;
 use autothread::llm::openai::OpenAiChat;
-use autothread::llm::{ChatModel, ChatRequest, LlmError};
+use autothread::llm::{Billing, ChatModel, ChatRequest, LlmError};
 use serde_json::json;
 use support::fake_openai::{agent_reply, Expect, FakeOpenAi, Kind, Reply};
 
@@ -50,10 +51,9 @@ async fn fake() -> FakeOpenAi {
 }
 
 #[tokio::test]
-async fn plain_text_429_and_500_are_retried_then_succeed() {
+async fn a_plain_text_429_is_retried_and_a_5xx_is_returned_at_once_as_maybe_billed() {
     let fake = fake().await;
     fake.push(Reply::Status(429, "text/plain", "slow down".into()));
-    fake.push(Reply::Status(500, "text/html", "<html>oops</html>".into()));
     fake.push(Reply::Content(agent_reply(
         "finish",
         json!({"reason": "ok"}),
@@ -62,6 +62,24 @@ async fn plain_text_429_and_500_are_retried_then_succeed() {
     let reply = chat.complete(request(true)).await.unwrap();
     assert!(reply.content.contains("\"finish\""));
     assert_eq!(reply.usage.unwrap().prompt_tokens, 100);
+    assert_eq!(fake.requests(Kind::Cycle).len(), 2);
+
+    // A server error may come after the model generated: the transport does not send it again
+    // (the caller charges it and retries under a new reservation).
+    fake.push(Reply::Status(500, "text/html", "<html>oops</html>".into()));
+    let err = chat.complete(request(true)).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LlmError::Unavailable {
+                attempts: 1,
+                billing: Billing::MayBeBilled,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(err.billing(), Billing::MayBeBilled);
     assert_eq!(fake.requests(Kind::Cycle).len(), 3);
     fake.assert_clean();
 }
@@ -79,7 +97,14 @@ async fn persistent_failures_end_in_a_clear_error_after_the_bounded_attempts() {
     let chat = OpenAiChat::new(&config(&fake.base_url, ResponseFormatMode::JsonSchema)).unwrap();
     let err = chat.complete(request(true)).await.unwrap_err();
     assert!(
-        matches!(err, LlmError::Unavailable { attempts: 3, .. }),
+        matches!(
+            err,
+            LlmError::Unavailable {
+                attempts: 3,
+                billing: Billing::NotBilled,
+                ..
+            }
+        ),
         "{err:?}"
     );
     let text = err.to_string();
@@ -91,22 +116,42 @@ async fn persistent_failures_end_in_a_clear_error_after_the_bounded_attempts() {
 }
 
 #[tokio::test]
-async fn a_reply_slower_than_the_timeout_is_retried() {
+async fn a_reply_slower_than_the_timeout_is_cut_short_and_not_sent_again() {
     let fake = fake().await;
     fake.push(Reply::Delay(
         Duration::from_millis(2500),
         Box::new(Reply::Content("late".into())),
     ));
-    fake.push(Reply::Content(agent_reply("do_nothing", json!({}))));
     let chat = OpenAiChat::new(&config(&fake.base_url, ResponseFormatMode::JsonSchema)).unwrap();
     let started = Instant::now();
-    let reply = chat.complete(request(true)).await.unwrap();
-    assert!(reply.content.contains("do_nothing"));
+    let err = chat.complete(request(true)).await.unwrap_err();
     assert!(
         started.elapsed() < Duration::from_millis(2400),
         "the timeout cut the slow reply short"
     );
-    assert_eq!(fake.requests(Kind::Cycle).len(), 2);
+    // The request was sent: the model may be generating, and a provider bills that.
+    assert_eq!(err.billing(), Billing::MayBeBilled, "{err:?}");
+    assert_eq!(fake.requests(Kind::Cycle).len(), 1);
+    assert_eq!(fake.billed_generations(), 1);
+
+    // A connection that is never made cannot have been billed.
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}/v1", listener.local_addr().unwrap())
+    };
+    let chat = OpenAiChat::new(&config(&closed, ResponseFormatMode::JsonSchema)).unwrap();
+    let err = chat.complete(request(true)).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LlmError::Unavailable {
+                attempts: 3,
+                billing: Billing::NotBilled,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
 }
 
 #[tokio::test]
@@ -247,5 +292,7 @@ async fn a_streamed_reply_arrives_piece_by_piece_with_its_usage_and_a_broken_str
         matches!(&error, LlmError::BadResponse(detail) if detail.contains("ended before the reply did")),
         "{error}"
     );
+    // The endpoint answered: whatever it generated may have been billed.
+    assert_eq!(error.billing(), Billing::MayBeBilled);
     fake.assert_clean();
 }

@@ -141,6 +141,7 @@ impl Embedder for HashEmbedder {
             return Err(LlmError::Unavailable {
                 attempts: 3,
                 detail: "HTTP 503".into(),
+                billing: autothread::llm::Billing::MayBeBilled,
             });
         }
         Ok(Embedded {

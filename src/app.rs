@@ -222,6 +222,9 @@ fn with_code_execution(tools: Registry, config: &Config) -> Registry {
     match crate::sandbox::Sandbox::probe_once(&config.sandbox) {
         Ok(sandbox) => {
             tracing::info!("code execution: on ({})", sandbox.describe());
+            for missing in sandbox.missing() {
+                tracing::warn!("code execution: {missing}");
+            }
             tools.with_commands(
                 crate::tools::execute::commands(sandbox, config.sandbox.shell),
                 &config.agent.disabled_commands,

@@ -62,8 +62,8 @@ pub async fn run_checks(config: &Config) -> Vec<Line> {
         check_embeddings(config).await,
         check_discord(config).await,
         check_search(config).await,
-        check_sandbox(config),
     ];
+    lines.extend(check_sandbox(config));
     lines.extend(check_mcp(config).await);
     lines
 }
@@ -90,22 +90,33 @@ async fn check_mcp(config: &Config) -> Vec<Line> {
     lines
 }
 
-/// Whether agents can run code here: the sandbox is proven with a real run.
-fn check_sandbox(config: &Config) -> Line {
+/// Whether agents can run code here: the sandbox is proven with a real run; then one line for
+/// each part of it this machine does not allow, and what its absence means.
+fn check_sandbox(config: &Config) -> Vec<Line> {
     if !config.sandbox.enabled {
-        return line(
+        return vec![line(
             "code execution",
             Verdict::Warn("off in the config (sandbox.enabled)".into()),
-        );
+        )];
     }
     #[cfg(target_os = "linux")]
-    let verdict = match crate::sandbox::Sandbox::probe(&config.sandbox) {
-        Ok(sandbox) => Verdict::Pass(sandbox.describe()),
-        Err(why) => Verdict::Warn(format!("off: {why}")),
+    let lines = match crate::sandbox::Sandbox::probe(&config.sandbox) {
+        Ok(sandbox) => std::iter::once(line("code execution", Verdict::Pass(sandbox.describe())))
+            .chain(
+                sandbox
+                    .missing()
+                    .into_iter()
+                    .map(|missing| line("code execution", Verdict::Warn(missing))),
+            )
+            .collect(),
+        Err(why) => vec![line("code execution", Verdict::Warn(format!("off: {why}")))],
     };
     #[cfg(not(target_os = "linux"))]
-    let verdict = Verdict::Warn("off: the sandbox needs Linux".into());
-    line("code execution", verdict)
+    let lines = vec![line(
+        "code execution",
+        Verdict::Warn("off: the sandbox needs Linux".into()),
+    )];
+    lines
 }
 
 fn check_store(config: &Config) -> Line {

@@ -22,6 +22,9 @@ pub struct SandboxConfig {
     /// in its user namespace's range.
     pub run_as_uid: u32,
     pub run_as_gid: u32,
+    /// How many users (and groups) from those runs may become. Every bot on a host may share the
+    /// range: a lock file per user keeps each user to one run at a time across them.
+    pub run_as_uids: u32,
     /// Runs under way at once, across all agents; one more waits for none and is refused.
     pub concurrent_runs: usize,
     pub cpu_secs: u64,
@@ -48,6 +51,7 @@ impl Default for SandboxConfig {
             read_only_paths: Vec::new(),
             run_as_uid: 61_000,
             run_as_gid: 61_000,
+            run_as_uids: 1000,
             concurrent_runs: 16,
             cpu_secs: 20,
             wall_secs: 60,

@@ -16,6 +16,7 @@ use seccompiler::{
     SeccompRule,
 };
 
+use super::namespaces::Namespaces;
 use super::Limits;
 
 /// The Landlock ABI whose rights are asked for; older kernels give what they have (the crate's
@@ -23,7 +24,7 @@ use super::Limits;
 const LANDLOCK_ABI: ABI = ABI::V6;
 
 /// Who the process runs as.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Identity {
     /// The bot runs as root: the process becomes this user and group, which the process limit
     /// binds (root is exempt from it) and which owns nothing of the bot's.
@@ -64,6 +65,22 @@ pub struct Confinement {
     /// The bot's process id, to see after the fork whether it died before the death signal was
     /// set up.
     parent: libc::pid_t,
+    /// The run's own namespaces, where the kernel gives them.
+    namespaces: Option<Namespaces>,
+    /// With namespaces, the run's folder is a filesystem of its own, made after the fork: the
+    /// Landlock rule giving it to the run (its path, the rights) is added to the ruleset then.
+    own_folder_rule: Option<(std::ffi::CString, u64)>,
+}
+
+/// SECBIT_NOROOT, SECBIT_KEEP_CAPS_LOCKED, SECBIT_NO_CAP_AMBIENT_RAISE and the locks of the
+/// first and last: root of a user namespace execs without capabilities, and cannot undo that.
+const ROOT_GIVES_NOTHING: libc::c_ulong = 0x01 | 0x02 | 0x20 | 0x40 | 0x80;
+
+/// `struct landlock_path_beneath_attr` of the kernel's interface.
+#[repr(C, packed)]
+struct PathBeneath {
+    allowed_access: u64,
+    parent_fd: i32,
 }
 
 impl Confinement {
@@ -74,8 +91,19 @@ impl Confinement {
         read_only: &[PathBuf],
         limits: &Limits,
         identity: Identity,
+        namespaces: Option<Namespaces>,
     ) -> Result<Confinement, String> {
+        let own_folder_rule = match &namespaces {
+            Some(_) => {
+                use std::os::unix::ffi::OsStrExt;
+                let path = std::ffi::CString::new(run_dir.as_os_str().as_bytes())
+                    .map_err(|_| "the run's folder's path holds a NUL byte".to_string())?;
+                Some((path, folder_rights()?))
+            }
+            None => None,
+        };
         Ok(Confinement {
+            own_folder_rule,
             landlock: landlock_ruleset(run_dir, read_only)?,
             deny: deny_filter()?,
             no_clone3: no_clone3_filter()?,
@@ -84,7 +112,11 @@ impl Confinement {
                 // The soft limit sends SIGXCPU, which tells the CPU limit apart from other kills;
                 // a program that ignores it meets the hard limit a second later.
                 (libc::RLIMIT_CPU, limits.cpu_secs, limits.cpu_secs + 1),
-                (libc::RLIMIT_AS, limits.memory_bytes, limits.memory_bytes),
+                (
+                    libc::RLIMIT_AS,
+                    limits.memory_per_process(),
+                    limits.memory_per_process(),
+                ),
                 (libc::RLIMIT_FSIZE, limits.file_bytes, limits.file_bytes),
                 (libc::RLIMIT_NOFILE, limits.open_files, limits.open_files),
                 (libc::RLIMIT_CORE, 0, 0),
@@ -93,6 +125,7 @@ impl Confinement {
             identity,
             // SAFETY: getpid has no preconditions.
             parent: unsafe { libc::getpid() },
+            namespaces,
         })
     }
 
@@ -112,17 +145,40 @@ impl Confinement {
                 };
                 check(libc::setrlimit(resource, &limit))?;
             }
-            match self.identity {
-                Identity::Drop { uid, gid } => {
-                    // A network namespace of its own, with nothing in it, where the kernel lets
-                    // root make one (a container's seccomp profile may not): the network is
-                    // closed without it too, since no socket can be made.
-                    libc::unshare(libc::CLONE_NEWNET);
+            // The process dies with the thread that started it, if the bot itself dies; and if
+            // the bot died before this was set, the run does not start.
+            check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0))?;
+            if libc::getppid() != self.parent {
+                libc::_exit(137);
+            }
+            if let Some(namespaces) = &self.namespaces {
+                // From here on this is the run's first process; its monitor stayed behind.
+                namespaces.enter(self.parent)?;
+            }
+            match (self.identity, self.namespaces.is_some()) {
+                (Identity::Drop { uid, gid }, in_namespaces) => {
+                    if !in_namespaces {
+                        // A network namespace of its own, with nothing in it, where the kernel
+                        // lets root make one (a container's seccomp profile may not): the network
+                        // is closed without it too, since no socket can be made.
+                        libc::unshare(libc::CLONE_NEWNET);
+                    }
                     check(libc::setgroups(0, std::ptr::null()))?;
                     check(libc::setgid(gid))?;
                     check(libc::setuid(uid))?;
                 }
-                Identity::NewUserNamespace => {
+                (Identity::NewUserNamespace, true) => {
+                    // The run is root of its user namespace (the bot's id is mapped to 0 there):
+                    // being root gives it no capability across exec, for good.
+                    check(libc::prctl(
+                        libc::PR_SET_SECUREBITS,
+                        ROOT_GIVES_NOTHING,
+                        0,
+                        0,
+                        0,
+                    ))?;
+                }
+                (Identity::NewUserNamespace, false) => {
                     // Where a security module lets a new user namespace have no capabilities
                     // (Ubuntu's AppArmor default), it cannot have a network namespace: the user
                     // namespace alone is what the process limit needs.
@@ -133,18 +189,36 @@ impl Confinement {
             }
             // Set after the identity change: the count is of the new user's processes (or of the
             // new user namespace's), so the bot's own threads do not count against it.
+            // In a user namespace with the others, the run's monitor is in it too, and counts.
+            let processes = match (self.identity, self.namespaces.is_some()) {
+                (Identity::NewUserNamespace, true) => self.processes + 1,
+                _ => self.processes,
+            };
             let processes = libc::rlimit {
-                rlim_cur: self.processes,
-                rlim_max: self.processes,
+                rlim_cur: processes,
+                rlim_max: processes,
             };
             check(libc::setrlimit(libc::RLIMIT_NPROC, &processes))?;
-            // The run dies with the thread that started it, if the bot itself dies; and if the
-            // bot died before this was set, the run does not start.
+            // A new identity (a user, a user namespace) cleared the death signal.
             check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0))?;
-            if libc::getppid() != self.parent {
-                libc::_exit(137);
-            }
             check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
+            if let Some((path, rights)) = &self.own_folder_rule {
+                let folder = libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+                check(folder)?;
+                let rule = PathBeneath {
+                    allowed_access: *rights,
+                    parent_fd: folder,
+                };
+                let added = libc::syscall(
+                    libc::SYS_landlock_add_rule,
+                    self.landlock.as_raw_fd(),
+                    1, // LANDLOCK_RULE_PATH_BENEATH
+                    &rule as *const PathBeneath,
+                    0,
+                );
+                libc::close(folder);
+                check(added as libc::c_int)?;
+            }
             check(libc::syscall(
                 libc::SYS_landlock_restrict_self,
                 self.landlock.as_raw_fd(),
@@ -214,12 +288,22 @@ fn landlock_ruleset(run_dir: &Path, read_only: &[PathBuf]) -> Result<OwnedFd, St
     })
 }
 
+/// Every file right the ruleset handles on this kernel: what `landlock_ruleset` asked for, as the
+/// crate's best effort reduced it to this kernel's ABI (a rule with more is refused).
+fn folder_rights() -> Result<u64, String> {
+    let abi = landlock_abi().ok_or("this kernel does not enforce Landlock")?;
+    let abi = ABI::from(abi.min(LANDLOCK_ABI as i64) as i32);
+    Ok(AccessFs::from_all(LANDLOCK_ABI).bits() & AccessFs::from_all(abi).bits())
+}
+
 /// Calls refused with EPERM. Everything else is allowed: the filter closes the doors a program
 /// could use to reach past Landlock and the limits, not the ordinary system interface.
 fn deny_filter() -> Result<BpfProgram, String> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = [
         // No network at all: no socket can be made (pairs of connected sockets can).
         libc::SYS_socket,
+        // Memory in files of no filesystem, which no limit of a process's bounds.
+        libc::SYS_memfd_create,
         // io_uring runs operations (connect among them) that seccomp never sees.
         libc::SYS_io_uring_setup,
         libc::SYS_io_uring_enter,

@@ -5,9 +5,12 @@
 
 mod confine;
 mod interpreter;
+mod namespaces;
 pub mod rundir;
+mod users;
 
 use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -20,7 +23,10 @@ pub use confine::{landlock_abi, Identity};
 
 use confine::Confinement;
 use interpreter::{find_program, interpreter_paths};
+use namespaces::{release_pipe, Namespaces, Owner, WorkFolder};
 pub use rundir::{Changes, RunDir};
+pub use users::UID_LOCKS;
+use users::{UidRange, UserSlots};
 
 /// The only places a sandboxed program finds programs: never the bot's own PATH.
 const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -43,8 +49,12 @@ const SYSTEM_READ_ONLY: &[&str] = &[
     "/etc/ssl",
 ];
 
-/// How often a run's directory is measured while it runs.
-const DISK_POLL: Duration = Duration::from_millis(250);
+/// The least address space a process of a run may have: the interpreter alone takes 14 MiB.
+const MIN_PROCESS_MEMORY: u64 = 24 << 20;
+
+/// How often a run's CPU time (and, where its folder is the bot's copy, its files) is measured
+/// while it runs.
+const POLL: Duration = Duration::from_millis(100);
 
 /// The limits of one run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +75,12 @@ pub struct Limits {
 }
 
 impl Limits {
+    /// Each process's address space: the run's memory divided among the processes it may have,
+    /// so that together they stay within it (the kernel bounds processes, not runs).
+    pub fn memory_per_process(&self) -> u64 {
+        self.memory_bytes / self.processes.max(1)
+    }
+
     pub fn from_config(config: &SandboxConfig) -> Limits {
         Limits {
             cpu_secs: config.cpu_secs.max(1),
@@ -95,6 +111,8 @@ pub enum Program {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stopped {
     WallClock,
+    /// Its processes together used the run's CPU time.
+    CpuTime,
     OutputFlood,
     DiskFull,
 }
@@ -126,6 +144,10 @@ impl Ran {
                 "it ran for {} s, the time limit, and was stopped",
                 limits.wall.as_secs()
             )),
+            (Some(Stopped::CpuTime), _) => Some(format!(
+                "its processes used {} s of CPU time together, the limit, and were stopped",
+                limits.cpu_secs
+            )),
             (Some(Stopped::OutputFlood), _) => Some(format!(
                 "it wrote more than {} bytes of output and was stopped",
                 limits.output_flood_bytes
@@ -147,9 +169,21 @@ impl Ran {
     }
 }
 
+/// How far a run is kept apart from the host, beyond Landlock, seccomp and the limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Isolation {
+    /// Namespaces of its own: a run sees only its own processes, IPC objects and network, and a
+    /// file tree holding its folder (the one writable place) and the system's read-only paths.
+    Namespaces,
+    /// The kernel (or a container's seccomp profile) refused the namespaces, for the reason
+    /// given: a run can list the host's processes, and its IPC objects are the host's.
+    Shared { why: String },
+}
+
 /// A kernel sandbox proven to work on this machine, with its interpreter.
 #[derive(Debug)]
 pub struct Sandbox {
+    isolation: Isolation,
     python: PathBuf,
     python_version: String,
     read_only: Vec<PathBuf>,
@@ -158,63 +192,6 @@ pub struct Sandbox {
     users: UserSlots,
     limits: Limits,
     landlock_abi: i64,
-}
-
-/// The users runs become when the bot is root: one per run under way, so that the process limit
-/// (counted per user) and signals (a user's own processes only) never reach another run.
-#[derive(Debug)]
-struct UserSlots {
-    first_uid: u32,
-    first_gid: u32,
-    busy: std::sync::Mutex<Vec<bool>>,
-    /// Where the search for a free user starts: users are taken in turn, so the one a run just
-    /// gave back is the last to be taken again.
-    next: std::sync::atomic::AtomicUsize,
-}
-
-/// A user taken for one run, given back when dropped.
-struct UserSlot<'s> {
-    slots: &'s UserSlots,
-    index: usize,
-}
-
-impl UserSlots {
-    fn new(first_uid: u32, first_gid: u32, slots: usize) -> Self {
-        UserSlots {
-            first_uid,
-            first_gid,
-            busy: std::sync::Mutex::new(vec![false; slots.max(1)]),
-            next: std::sync::atomic::AtomicUsize::new(0),
-        }
-    }
-
-    fn take(&self) -> Option<UserSlot<'_>> {
-        let mut busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
-        let start = self.next.load(std::sync::atomic::Ordering::Relaxed);
-        let index = (0..busy.len())
-            .map(|offset| (start + offset) % busy.len())
-            .find(|&i| !busy[i])?;
-        busy[index] = true;
-        self.next
-            .store(index + 1, std::sync::atomic::Ordering::Relaxed);
-        Some(UserSlot { slots: self, index })
-    }
-}
-
-impl UserSlot<'_> {
-    fn identity(&self) -> Identity {
-        Identity::Drop {
-            uid: self.slots.first_uid + self.index as u32,
-            gid: self.slots.first_gid + self.index as u32,
-        }
-    }
-}
-
-impl Drop for UserSlot<'_> {
-    fn drop(&mut self) {
-        let mut busy = self.slots.busy.lock().unwrap_or_else(|e| e.into_inner());
-        busy[self.index] = false;
-    }
 }
 
 /// Kills a run's whole process group when dropped: at the end of a run, and when the run's
@@ -274,16 +251,43 @@ impl Sandbox {
                 "the bot is not root, and this kernel's Landlock (ABI {landlock_abi}) cannot keep a run from signalling the bot's own processes: run the bot as root (each run then becomes a user of its own) or on Linux 6.12 or later"
             ));
         }
+        let limits = Limits::from_config(config);
+        if limits.memory_per_process() < MIN_PROCESS_MEMORY {
+            return Err(format!(
+                "sandbox.memory_mb ({} MiB) divided among sandbox.processes ({}) leaves each process {} MiB, and the interpreter needs {} MiB: raise memory_mb or lower processes",
+                limits.memory_bytes >> 20,
+                limits.processes,
+                limits.memory_per_process() >> 20,
+                MIN_PROCESS_MEMORY >> 20
+            ));
+        }
         let mut sandbox = Sandbox {
+            isolation: Isolation::Namespaces,
             python,
             python_version: String::new(),
             read_only,
             drops_to_users,
-            users: UserSlots::new(config.run_as_uid, config.run_as_gid, config.concurrent_runs),
-            limits: Limits::from_config(config),
+            users: UserSlots::new(
+                drops_to_users.then(|| UidRange {
+                    first_uid: config.run_as_uid,
+                    first_gid: config.run_as_gid,
+                    count: config.run_as_uids,
+                    locks: PathBuf::from(UID_LOCKS),
+                }),
+                config.concurrent_runs,
+            ),
+            limits,
             landlock_abi,
         };
-        let trial = sandbox.run_blocking_trial()?;
+        // Namespaces where the kernel gives them, proven by a trial run in them; else the run
+        // shares the host's, which `describe` (and so `autothread check`) says.
+        let trial = match sandbox.run_blocking_trial() {
+            Ok(version) => version,
+            Err(why) => {
+                sandbox.isolation = Isolation::Shared { why };
+                sandbox.run_blocking_trial()?
+            }
+        };
         sandbox.python_version = trial;
         Ok(sandbox)
     }
@@ -307,20 +311,59 @@ impl Sandbox {
         &self.limits
     }
 
+    pub fn isolation(&self) -> &Isolation {
+        &self.isolation
+    }
+
+    /// Each part of the sandbox this machine does not give, and what a run can do without it.
+    pub fn missing(&self) -> Vec<String> {
+        let mut missing = Vec::new();
+        if let Isolation::Shared { why } = &self.isolation {
+            missing.push(format!(
+                "runs have no PID, IPC or mount namespace of their own ({why}): a run can list the host's processes and their owners, its SysV shared memory, queues and semaphores are the host's (and outlive it), its folder is on the host's disk (its size measured every {} ms, so a fast writer passes the limit for a moment, and files deleted while open are not seen), and it can see the names of files it cannot open{}",
+                POLL.as_millis(),
+                match self.drops_to_users {
+                    true => "",
+                    false => "; and, sharing the bot's user, it can change the bot's limits, priority and files",
+                }
+            ));
+        }
+        // No cgroup of a run's own is made yet: every machine divides.
+        missing.push(format!(
+            "runs have no cgroup of their own: the run's memory is divided among its processes ({} MiB of address space each), its CPU time is summed over its processes every {} ms (it may pass the limit by that much on each core), and memfd_create is refused (no per-process limit bounds it)",
+            self.limits.memory_per_process() >> 20,
+            POLL.as_millis()
+        ));
+        missing
+    }
+
     /// One line for the log and `autothread check`.
     pub fn describe(&self) -> String {
         let who = match self.drops_to_users {
-            true => format!("as uids from {} (one per run)", self.users.first_uid),
+            true => format!(
+                "as uids from {} (one per run, locked in {UID_LOCKS} against other bots)",
+                self.users.first_uid().unwrap_or_default()
+            ),
             false => "in its own user namespace".to_string(),
         };
+        let apart = match &self.isolation {
+            Isolation::Namespaces => {
+                "namespaces of its own (processes, IPC, mounts: only its folder writable, network)"
+                    .to_string()
+            }
+            Isolation::Shared { why } => format!(
+                "no namespaces of its own ({why}): a run sees the host's processes and shares its IPC objects"
+            ),
+        };
         format!(
-            "Python {} at {}, Landlock ABI {}, seccomp, {who}; {} s CPU, {} s wall, {} MiB, {} processes",
+            "Python {} at {}, Landlock ABI {}, seccomp, {who}, {apart}; {} s CPU (the run's processes together), {} s wall, {} MiB ({} MiB of address space for each of up to {} processes)",
             self.python_version,
             self.python.display(),
             self.landlock_abi,
             self.limits.cpu_secs,
             self.limits.wall.as_secs(),
             self.limits.memory_bytes >> 20,
+            self.limits.memory_per_process() >> 20,
             self.limits.processes,
         )
     }
@@ -329,15 +372,15 @@ impl Sandbox {
     /// which must also leave nothing on its error stream.
     fn run_blocking_trial(&self) -> Result<String, String> {
         let run = RunDir::create(Vec::new()).map_err(|e| format!("no run directory: {e}"))?;
-        let user = self.users.take();
-        let identity = self.identity(user.as_ref())?;
+        let user = self.users.take().map_err(|e| e.to_string())?;
+        let identity = user.identity();
         prepare_dir(&run, identity)
             .map_err(|e| format!("the run directory could not be prepared: {e}"))?;
-        let mut command = self.command(
+        let (mut command, release) = self.command(
             &Program::Python {
                 code: String::new(),
             },
-            run.path(),
+            &run,
             identity,
         )?;
         command
@@ -351,6 +394,8 @@ impl Sandbox {
                 self.python.display()
             )
         })?;
+        // Nothing of the trial's folder is read back: its monitor may end with it.
+        drop(release);
         let output = wait_with_timeout(child, PROBE_WAIT).map_err(|e| {
             format!(
                 "{} did not answer in the sandbox: {e}",
@@ -369,32 +414,58 @@ impl Sandbox {
         Ok(stdout)
     }
 
-    /// Who a run is: the user taken for it, or its own user namespace.
-    fn identity(&self, user: Option<&UserSlot<'_>>) -> Result<Identity, String> {
-        // The users are also what bounds the runs under way, on both paths.
-        match (self.drops_to_users, user) {
-            (false, Some(_)) => Ok(Identity::NewUserNamespace),
-            (true, Some(user)) => Ok(user.identity()),
-            (_, None) => Err(format!(
-                "{} runs are under way, the most at once (sandbox.concurrent_runs); try again when one has ended",
-                self.users.busy.lock().map(|b| b.len()).unwrap_or(0)
-            )),
-        }
-    }
-
     /// The process for `program`, confined, in `dir`, with an empty environment but for a few
     /// plain settings (never a secret of the bot's).
     fn command(
         &self,
         program: &Program,
-        dir: &Path,
+        run: &RunDir,
         identity: Identity,
-    ) -> Result<std::process::Command, String> {
+    ) -> Result<(std::process::Command, Option<OwnedFd>), String> {
+        let dir = run.path();
+        let mut release = None;
+        let namespaces = match self.isolation {
+            Isolation::Namespaces => {
+                let (monitor_end, bot_end) =
+                    release_pipe().map_err(|e| format!("no pipe for the run: {e}"))?;
+                release = Some(bot_end);
+                let folder = WorkFolder {
+                    bytes: self.limits.disk_bytes,
+                    entries: run.max_entries() as u64 + 16,
+                    copy: run.entries(),
+                    owner: match identity {
+                        Identity::Drop { uid, gid } => Some((uid, gid)),
+                        Identity::NewUserNamespace => None,
+                    },
+                };
+                let owner = match identity {
+                    Identity::Drop { .. } => Owner::Root,
+                    // SAFETY: getuid and getgid have no preconditions.
+                    Identity::NewUserNamespace => unsafe {
+                        Owner::UserNamespace {
+                            uid: libc::getuid(),
+                            gid: libc::getgid(),
+                        }
+                    },
+                };
+                Some(Namespaces::prepare(
+                    &run.staging(),
+                    dir,
+                    &self.read_only,
+                    owner,
+                    &folder,
+                    self.limits.memory_bytes,
+                    monitor_end,
+                )?)
+            }
+            Isolation::Shared { .. } => None,
+        };
         let confinement = Arc::new(Confinement::prepare(
             dir,
             &self.read_only,
             &self.limits,
             identity,
+            namespaces,
         )?);
         let mut command = match program {
             // Isolated mode: no user site, no PYTHON* variables, no current folder on the path
@@ -428,7 +499,7 @@ impl Sandbox {
         unsafe {
             std::os::unix::process::CommandExt::pre_exec(&mut command, move || confinement.enter());
         }
-        Ok(command)
+        Ok((command, release))
     }
 
     /// Runs `program` on a copy of `files` and reads back what it changed.
@@ -439,8 +510,8 @@ impl Sandbox {
         workspace: &WorkspaceConfig,
     ) -> Result<Ran, String> {
         let started = Instant::now();
-        let user = self.users.take();
-        let identity = self.identity(user.as_ref())?;
+        let user = self.users.take().map_err(|e| e.to_string())?;
+        let identity = user.identity();
         let run = tokio::task::spawn_blocking(move || {
             let run = RunDir::create(files)?;
             prepare_dir(&run, identity)?;
@@ -450,8 +521,8 @@ impl Sandbox {
         .map_err(|e| format!("the run directory could not be made: {e}"))?
         .map_err(|e| format!("the run directory could not be made: {e}"))?;
         let run = Arc::new(run);
-        let mut command =
-            tokio::process::Command::from(self.command(program, run.path(), identity)?);
+        let (command, release) = self.command(program, &run, identity)?;
+        let mut command = tokio::process::Command::from(command);
         command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -461,6 +532,16 @@ impl Sandbox {
             .spawn()
             .map_err(|e| format!("the program could not be started: {e}"))?;
         let killer = GroupKiller(child.id().map(|pid| pid as libc::pid_t));
+        // The run's own folder, held from here on: it outlives the run's namespace, to be read
+        // back. Then the monitor may end when the run does.
+        let own_folder = match release {
+            Some(release) => {
+                let held = hold_folder(child.id(), run.path());
+                drop(release);
+                Some(held.map_err(|e| format!("the run's folder could not be reached: {e}"))?)
+            }
+            None => None,
+        };
         let code = match program {
             Program::Python { code } => code.clone(),
             _ => String::new(),
@@ -497,14 +578,27 @@ impl Sandbox {
                     stopped = Some(Stopped::OutputFlood);
                     break None;
                 }
-                _ = tokio::time::sleep(DISK_POLL) => {
-                    let dir = run.clone();
-                    let full = tokio::task::spawn_blocking(move || dir.bytes_used())
+                _ = tokio::time::sleep(POLL) => {
+                    // The CPU time of every process of the run, together: the per-process limit
+                    // alone would give each of them the whole.
+                    let group = killer.0;
+                    let used = tokio::task::spawn_blocking(move || group.map_or(0, group_cpu_ticks))
                         .await
-                        .map_or(true, |(used, cut)| cut || used > limits.disk_bytes);
-                    if full {
-                        stopped = Some(Stopped::DiskFull);
+                        .unwrap_or(0);
+                    if used > limits.cpu_secs * clock_ticks() {
+                        stopped = Some(Stopped::CpuTime);
                         break None;
+                    }
+                    // The run's own folder is bounded by its size; the bot's copy is measured.
+                    if own_folder.is_none() {
+                        let dir = run.clone();
+                        let full = tokio::task::spawn_blocking(move || dir.bytes_used())
+                            .await
+                            .map_or(true, |(used, cut)| cut || used > limits.disk_bytes);
+                        if full {
+                            stopped = Some(Stopped::DiskFull);
+                            break None;
+                        }
                     }
                 }
             }
@@ -535,9 +629,15 @@ impl Sandbox {
         let (stderr, dropped_err) = stderr.await.unwrap_or_default();
         let workspace = workspace.clone();
         let dir = run.clone();
-        let changes = tokio::task::spawn_blocking(move || dir.changes(&workspace))
-            .await
-            .map_err(|e| format!("the run's files could not be read back: {e}"))?;
+        let changes = tokio::task::spawn_blocking(move || match own_folder {
+            Some(folder) => dir.changes_at(
+                Path::new(&format!("/proc/self/fd/{}", folder.as_raw_fd())),
+                &workspace,
+            ),
+            None => dir.changes(&workspace),
+        })
+        .await
+        .map_err(|e| format!("the run's files could not be read back: {e}"))?;
         drop(user);
         let (code, signal) = match status {
             Some(status) => (
@@ -557,6 +657,72 @@ impl Sandbox {
             elapsed: started.elapsed(),
         })
     }
+}
+
+/// The run's own folder, reached through its monitor (`pid`), which is outside the run's PID
+/// namespace and stays until the bot lets it go; the descriptor keeps the folder readable after
+/// the namespace is gone.
+fn hold_folder(pid: Option<u32>, work: &Path) -> io::Result<OwnedFd> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let pid = pid.ok_or_else(|| io::Error::other("the run has no process id"))?;
+    let inside = work.strip_prefix("/").unwrap_or(work);
+    let path = PathBuf::from(format!("/proc/{pid}/root")).join(inside);
+    let folder = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(path)?;
+    Ok(OwnedFd::from(folder))
+}
+
+/// The kernel's clock ticks a second, the unit of CPU times in `/proc`.
+fn clock_ticks() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 {
+        ticks as u64
+    } else {
+        100
+    }
+}
+
+/// The CPU time of the processes of `group` (a run's), in clock ticks: each one's own and its
+/// ended children's. A run cannot leave its group (seccomp refuses setsid and setpgid).
+fn group_cpu_ticks(group: libc::pid_t) -> u64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut total = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        total += cpu_ticks_in_group(&stat, group);
+    }
+    total
+}
+
+/// One `/proc/<pid>/stat`'s user and system times, its own and its waited-for children's, if the
+/// process is in `group`; else 0.
+fn cpu_ticks_in_group(stat: &str, group: libc::pid_t) -> u64 {
+    // "pid (comm) state ppid pgrp …": the command name may hold anything, the last ")" ends it;
+    // after it, field n of proc(5) is at n - 3.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    if fields.get(2).and_then(|f| f.parse::<libc::pid_t>().ok()) != Some(group) {
+        return 0;
+    }
+    fields.get(11..15).map_or(0, |times| {
+        times.iter().filter_map(|t| t.parse::<u64>().ok()).sum()
+    })
 }
 
 /// How long the probe's trial run may take.
@@ -685,4 +851,29 @@ async fn read_capped(
         }
     }
     (String::from_utf8_lossy(&kept).into_owned(), dropped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_runs_cpu_time_is_its_processes_and_their_ended_childrens() {
+        // utime 150, stime 30, cutime 7, cstime 3; the command name holds a ") " of its own.
+        let stat = "4242 (a) b) R 4200 4100 4100 0 -1 4194560 1 0 0 0 150 30 7 3 20 0 1 0 9 1 1";
+        assert_eq!(cpu_ticks_in_group(stat, 4100), 190);
+        assert_eq!(cpu_ticks_in_group(stat, 4200), 0, "another group's");
+        assert_eq!(cpu_ticks_in_group("garbage", 4100), 0);
+    }
+
+    #[test]
+    fn the_memory_is_divided_among_the_processes() {
+        let limits = Limits::from_config(&SandboxConfig {
+            memory_mb: 1024,
+            processes: 32,
+            ..SandboxConfig::default()
+        });
+        assert_eq!(limits.memory_per_process(), 32 << 20);
+        assert!(limits.memory_per_process() * limits.processes <= limits.memory_bytes);
+    }
 }

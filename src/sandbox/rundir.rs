@@ -12,9 +12,11 @@ use crate::store::WorkspaceOp;
 /// gets the first ones considered and a note, not a walk without end.
 const MAX_NEW_ENTRIES: usize = 10_000;
 
-/// The fresh directory of one run, removed when dropped.
+/// The fresh directory of one run, removed when dropped: the run's folder (`work`) and an empty
+/// folder its own file tree is built on (`staging`), both in a folder of the bot's.
 pub struct RunDir {
     dir: tempfile::TempDir,
+    work: PathBuf,
     /// The files as copied in, by workspace path.
     before: BTreeMap<String, Vec<u8>>,
     /// Workspace files the run could not be given (a folder of the same name came first), with
@@ -33,16 +35,25 @@ pub struct Changes {
 impl RunDir {
     /// A new directory under the system's temporary directory holding `files`.
     pub fn create(files: Vec<(String, Vec<u8>)>) -> std::io::Result<RunDir> {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
         let dir = tempfile::Builder::new()
             .prefix("autothread-run-")
             .tempdir()?;
+        // The run's user (the bot's is root) passes through to its folder; no other user may.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))?;
+        let work = dir.path().join("work");
+        let mut folders = std::fs::DirBuilder::new();
+        folders.mode(0o700);
+        folders.create(&work)?;
+        folders.create(dir.path().join("root"))?;
         let mut run = RunDir {
             dir,
+            work,
             before: BTreeMap::new(),
             not_copied: Vec::new(),
         };
         for (path, contents) in files {
-            let target = run.dir.path().join(&path);
+            let target = run.work.join(&path);
             let written = match target.parent() {
                 Some(parent) => std::fs::create_dir_all(parent)
                     .and_then(|()| std::fs::write(&target, &contents)),
@@ -59,14 +70,39 @@ impl RunDir {
         Ok(run)
     }
 
+    /// The run's folder.
     pub fn path(&self) -> &Path {
-        self.dir.path()
+        &self.work
+    }
+
+    /// An empty folder of the bot's, where the run's own file tree is mounted.
+    pub fn staging(&self) -> PathBuf {
+        self.dir.path().join("root")
     }
 
     /// The most entries a walk of the directory reads: the workspace's own files and their
     /// folders (at most two entries per file), and what a run may add.
-    fn max_entries(&self) -> usize {
+    pub(crate) fn max_entries(&self) -> usize {
         2 * self.before.len() + MAX_NEW_ENTRIES
+    }
+
+    /// The folders and files of the bot's copy, each folder before what it holds, relative to it.
+    pub(crate) fn entries(&self) -> Vec<(PathBuf, super::namespaces::EntryKind)> {
+        use super::namespaces::EntryKind;
+        walk(self.path(), self.max_entries())
+            .0
+            .into_iter()
+            .filter_map(|entry| {
+                let meta = std::fs::symlink_metadata(&entry).ok()?;
+                let kind = if meta.is_dir() {
+                    EntryKind::Folder
+                } else {
+                    EntryKind::File
+                };
+                let relative = entry.strip_prefix(self.path()).ok()?.to_path_buf();
+                Some((relative, kind))
+            })
+            .collect()
     }
 
     /// Gives the directory and everything in it to `uid`, the user the run becomes.
@@ -95,8 +131,12 @@ impl RunDir {
     /// (a link, a pipe) is not kept, and a note says so; if the whole would pass the workspace's
     /// limit, no change is kept.
     pub fn changes(&self, limits: &WorkspaceConfig) -> Changes {
+        self.changes_at(self.path(), limits)
+    }
+
+    /// `changes`, read from `root`: the run's own folder, where it is not the bot's copy.
+    pub fn changes_at(&self, root: &Path, limits: &WorkspaceConfig) -> Changes {
         let mut changes = Changes::default();
-        let root = self.path();
         let (entries, cut) = walk(root, self.max_entries());
         if cut {
             changes.notes.push(
@@ -323,5 +363,9 @@ mod tests {
         let path = run.path().to_path_buf();
         drop(run);
         assert!(!path.exists(), "the run's directory is removed");
+        assert!(
+            !path.parent().unwrap().exists(),
+            "with the folder it was in"
+        );
     }
 }

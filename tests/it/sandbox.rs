@@ -4,18 +4,25 @@
 use std::time::Duration;
 
 use autothread::config::{SandboxConfig, WorkspaceConfig};
-use autothread::sandbox::{Program, Ran, Sandbox, Stopped};
+use autothread::sandbox::{Isolation, Program, Ran, Sandbox, Stopped};
 use autothread::store::WorkspaceOp;
 
 /// Short limits, so that the hostile runs end quickly.
-fn sandbox() -> Sandbox {
-    let config = SandboxConfig {
+fn config() -> SandboxConfig {
+    SandboxConfig {
         cpu_secs: 2,
         wall_secs: 6,
         memory_mb: 256,
-        processes: 16,
+        processes: 8,
         ..SandboxConfig::default()
-    };
+    }
+}
+
+fn sandbox() -> Sandbox {
+    sandbox_with(config())
+}
+
+fn sandbox_with(config: SandboxConfig) -> Sandbox {
     Sandbox::probe(&config).unwrap_or_else(|why| panic!("the sandbox must work here: {why}"))
 }
 
@@ -337,7 +344,7 @@ async fn hostile_programs_end_within_the_limits() {
     // A file larger than the limit is cut off by the kernel.
     let ran = python(
         &sandbox,
-        "f = open('big.bin', 'wb')\nf.write(b'0' * (32 * 1024 * 1024))\n",
+        "f = open('big.bin', 'wb')\nfor _ in range(32):\n    f.write(b'0' * (1024 * 1024))\n",
     )
     .await;
     assert!(!ran.succeeded(), "{ran:?}");
@@ -345,6 +352,276 @@ async fn hostile_programs_end_within_the_limits() {
         ran.limit_hit(&limits).is_some_and(|l| l.contains("file"))
             || ran.stderr.contains("File too large"),
         "{ran:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_can_reach_neither_the_bot_nor_its_store_nor_the_host() {
+    let sandbox = sandbox();
+    if let Isolation::Shared { why } = sandbox.isolation() {
+        // Where the kernel refuses namespaces, the sandbox says so (and `check` with it).
+        assert!(
+            sandbox.describe().contains(why.as_str()),
+            "{}",
+            sandbox.describe()
+        );
+        return;
+    }
+    let bot = std::process::id();
+    let bots = tempfile::tempdir().unwrap();
+    let store = bots.path().join("data");
+    drop(autothread::store::Store::open(&store).unwrap());
+    use std::os::unix::fs::PermissionsExt;
+    let mode_before = std::fs::metadata(&store).unwrap().permissions().mode();
+    // SAFETY: getrlimit and getpriority only read this process's own settings.
+    let (files_before, nice_before) = unsafe {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+        (limit.rlim_cur, libc::getpriority(libc::PRIO_PROCESS, 0))
+    };
+    let code = format!(
+        "import os, resource\n\
+         bot = {bot}\n\
+         results = []\n\
+         def attempt(what, action):\n\
+         \x20   try:\n\
+         \x20       action()\n\
+         \x20       results.append(what + ': allowed')\n\
+         \x20   except OSError as e:\n\
+         \x20       results.append(what + ': denied ' + type(e).__name__)\n\
+         attempt('prlimit the bot', lambda: resource.prlimit(bot, resource.RLIMIT_NOFILE, (5, 5)))\n\
+         attempt('renice the bot', lambda: os.setpriority(os.PRIO_PROCESS, bot, 19))\n\
+         attempt('pin the bot', lambda: os.sched_setaffinity(bot, {{0}}))\n\
+         attempt('chmod the store', lambda: os.chmod({store:?}, 0))\n\
+         attempt('stat the store', lambda: os.stat({store:?}))\n\
+         attempt('list /proc', lambda: os.listdir('/proc'))\n\
+         attempt('write /tmp', lambda: open('/tmp/escaped', 'w'))\n\
+         print('\\n'.join(results))\n\
+         # Every process id this run can name: its own only.\n\
+         def alive(pid):\n\
+         \x20   try:\n\
+         \x20       os.kill(pid, 0)\n\
+         \x20       return True\n\
+         \x20   except ProcessLookupError:\n\
+         \x20       return False\n\
+         \x20   except OSError:\n\
+         \x20       return True\n\
+         print('visible', [p for p in range(1, 5000) if alive(p)], os.getpid())\n\
+         # Lowering its own user's priority reaches only the processes it can name.\n\
+         os.setpriority(os.PRIO_USER, os.getuid(), 19)\n",
+        store = store.display().to_string(),
+    );
+    let ran = python(&sandbox, &code).await;
+    assert!(ran.succeeded(), "{ran:?}");
+    let lines: Vec<&str> = ran.stdout.lines().collect();
+    assert_eq!(lines.len(), 8, "{}", ran.stdout);
+    for line in &lines[..7] {
+        assert!(line.contains(": denied"), "{line}\n{}", ran.stdout);
+    }
+    assert_eq!(lines[7], "visible [1] 1", "{}", ran.stdout);
+    // The bot is as it was.
+    // SAFETY: as above.
+    let (files_after, nice_after) = unsafe {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+        (limit.rlim_cur, libc::getpriority(libc::PRIO_PROCESS, 0))
+    };
+    assert_eq!(files_after, files_before);
+    assert_eq!(nice_after, nice_before);
+    assert_eq!(
+        std::fs::metadata(&store).unwrap().permissions().mode(),
+        mode_before
+    );
+    drop(autothread::store::Store::open(&store).unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sysv_objects_a_run_makes_are_its_own_and_gone_after_it() {
+    let sandbox = sandbox();
+    if matches!(sandbox.isolation(), Isolation::Shared { .. }) {
+        return;
+    }
+    // A key naming this test process, so that a run of these tests beside it is not confused.
+    let key = 0x5a00_0000 + (std::process::id() & 0xff_ffff);
+    let make = format!(
+        "import ctypes\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         made = libc.shmget({key}, 1 << 20, 0o1600)\n\
+         queue = libc.msgget({key}, 0o1600)\n\
+         print('made', made >= 0, queue >= 0)\n"
+    );
+    let ran = python(&sandbox, &make).await;
+    assert!(ran.succeeded(), "{ran:?}");
+    assert_eq!(ran.stdout.trim(), "made True True", "{ran:?}");
+    let host = std::fs::read_to_string("/proc/sysvipc/shm").unwrap_or_default();
+    assert!(
+        !host
+            .lines()
+            .any(|l| l.split_whitespace().next() == Some(&key.to_string())),
+        "the host does not see the segment"
+    );
+    let find = format!(
+        "import ctypes\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         print('found', libc.shmget({key}, 0, 0) >= 0, libc.msgget({key}, 0) >= 0)\n"
+    );
+    let ran = python(&sandbox, &find).await;
+    assert!(ran.succeeded(), "{ran:?}");
+    assert_eq!(ran.stdout.trim(), "found False False", "{ran:?}");
+    // A hoard of segments stops at the run's memory (256 MiB here): four of 64 MiB at most.
+    let hoard = "import ctypes\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         made = 0\n\
+         for _ in range(16):\n\
+         \x20   if libc.shmget(0, 64 << 20, 0o1600) < 0:\n\
+         \x20       break\n\
+         \x20   made += 1\n\
+         print('segments', made)\n";
+    let ran = python(&sandbox, hoard).await;
+    assert!(ran.succeeded(), "{ran:?}");
+    let made: u32 = ran
+        .stdout
+        .trim()
+        .trim_start_matches("segments ")
+        .parse()
+        .unwrap();
+    assert!((1..=4).contains(&made), "{}", ran.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runs_folder_holds_no_more_than_its_limit_deleted_files_included() {
+    let sandbox = sandbox_with(SandboxConfig {
+        disk_mb: 8,
+        ..config()
+    });
+    if matches!(sandbox.isolation(), Isolation::Shared { .. }) {
+        return;
+    }
+    // A file deleted while open still holds its bytes: written first, then a second file until
+    // the folder is full.
+    let ran = python(
+        &sandbox,
+        "import os\n\
+         def fill(f):\n\
+         \x20   written = 0\n\
+         \x20   try:\n\
+         \x20       while written < (500 << 20):\n\
+         \x20           written += os.write(f, b'x' * (1 << 20))\n\
+         \x20   except OSError as e:\n\
+         \x20       return written, e.strerror\n\
+         \x20   return written, 'no error'\n\
+         hidden = os.open('hidden', os.O_WRONLY | os.O_CREAT)\n\
+         os.unlink('hidden')\n\
+         first = fill(hidden)\n\
+         second = fill(os.open('seen', os.O_WRONLY | os.O_CREAT))\n\
+         print(first[0] + second[0], first[1], second[1])\n",
+    )
+    .await;
+    assert!(ran.succeeded(), "{ran:?}");
+    let fields: Vec<&str> = ran.stdout.trim().splitn(2, ' ').collect();
+    let written: u64 = fields[0].parse().unwrap();
+    assert!(written <= 8 << 20, "{}", ran.stdout);
+    assert!(
+        ran.stdout.contains("No space left on device"),
+        "{}",
+        ran.stdout
+    );
+    // The deleted file held the folder: the second one got nothing.
+    assert!(written >= 7 << 20, "{}", ran.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_processes_share_its_memory_and_its_cpu_time() {
+    let sandbox = sandbox_with(SandboxConfig {
+        memory_mb: 128,
+        processes: 4,
+        cpu_secs: 2,
+        wall_secs: 20,
+        ..config()
+    });
+    // Four processes each hold what they can: together no more than the run's 128 MiB.
+    let ran = python(
+        &sandbox,
+        "import os, time\n\
+         def hoard():\n\
+         \x20   held = []\n\
+         \x20   try:\n\
+         \x20       while len(held) < 1024:\n\
+         \x20           held.append(b'\\x01' * (1 << 20))\n\
+         \x20   except MemoryError:\n\
+         \x20       held.pop()\n\
+         \x20   os.write(1, b'%d\\n' % (len(held) + 1))\n\
+         \x20   time.sleep(0.5)\n\
+         kids = []\n\
+         for _ in range(3):\n\
+         \x20   pid = os.fork()\n\
+         \x20   if pid == 0:\n\
+         \x20       hoard()\n\
+         \x20       os._exit(0)\n\
+         \x20   kids.append(pid)\n\
+         hoard()\n\
+         for kid in kids:\n\
+         \x20   os.waitpid(kid, 0)\n\
+         try:\n\
+         \x20   os.memfd_create('hoard')\n\
+         \x20   print('memfd made')\n\
+         except OSError as e:\n\
+         \x20   print('memfd refused')\n",
+    )
+    .await;
+    assert!(ran.succeeded(), "{ran:?}");
+    let lines: Vec<&str> = ran.stdout.lines().collect();
+    assert_eq!(lines.len(), 5, "{}", ran.stdout);
+    let held: u64 = lines[..4].iter().map(|l| l.parse::<u64>().unwrap()).sum();
+    assert!(held <= 128, "{held} MiB held at once: {}", ran.stdout);
+    assert_eq!(lines[4], "memfd refused");
+
+    // Four processes spin, each noting its CPU time as it goes: together they stop at the run's
+    // 2 s, not at 2 s each.
+    let ran = python(
+        &sandbox,
+        "import os, time\n\
+         def spin(i):\n\
+         \x20   n = 0\n\
+         \x20   while True:\n\
+         \x20       n += 1\n\
+         \x20       if n % 100000 == 0:\n\
+         \x20           with open('t%d' % i, 'w') as f:\n\
+         \x20               f.write(str(time.process_time()))\n\
+         \x20           os.replace('t%d' % i, 'cpu%d.txt' % i)\n\
+         for i in range(1, 4):\n\
+         \x20   if os.fork() == 0:\n\
+         \x20       spin(i)\n\
+         spin(0)\n",
+    )
+    .await;
+    let limits = sandbox.limits().clone();
+    assert!(
+        ran.limit_hit(&limits)
+            .is_some_and(|l| l.contains("CPU time")),
+        "{ran:?}"
+    );
+    let used: f64 = ran
+        .changes
+        .ops
+        .iter()
+        .filter_map(|op| match op {
+            WorkspaceOp::Put { path, contents } if path.starts_with("cpu") => {
+                String::from_utf8_lossy(contents).parse::<f64>().ok()
+            }
+            _ => None,
+        })
+        .sum();
+    assert!(
+        used > 1.0 && used <= 2.0 + 0.8,
+        "{used} s: {:?}",
+        ran.changes
     );
 }
 
@@ -381,6 +658,10 @@ async fn an_unprivileged_bot_confines_its_runs_in_user_namespaces() {
                 "sandbox::the_network_is_closed_even_to_this_machine",
                 "sandbox::files_outside_the_run_can_be_neither_read_nor_written",
                 "sandbox::a_folder_the_run_locks_loses_none_of_its_files",
+                "sandbox::a_run_can_reach_neither_the_bot_nor_its_store_nor_the_host",
+                "sandbox::sysv_objects_a_run_makes_are_its_own_and_gone_after_it",
+                "sandbox::the_runs_folder_holds_no_more_than_its_limit_deleted_files_included",
+                "sandbox::a_runs_processes_share_its_memory_and_its_cpu_time",
             ])
             .env("HOME", std::env::temp_dir())
             .output()
@@ -395,7 +676,7 @@ async fn an_unprivileged_bot_confines_its_runs_in_user_namespaces() {
     let output = output.expect("the copy became runnable");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
-        output.status.success() && stdout.contains("test result: ok. 5 passed"),
+        output.status.success() && stdout.contains("test result: ok. 9 passed"),
         "{stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );

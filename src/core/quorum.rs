@@ -72,7 +72,8 @@ impl Quorum {
     }
 }
 
-/// "1 of 2 approvals: alice", for a card waiting on more.
+/// "1 of 2 approvals: alice" on a card waiting on more; "2 of 2 approvals: alice, bob" on the
+/// card the quorum decided.
 pub fn progress_line(approvals: &[Person], needed: u32) -> String {
     let count = format!("{} of {needed} approvals", approvals.len());
     if approvals.is_empty() {

@@ -216,7 +216,8 @@ impl ArgumentEdit {
 }
 
 impl Proposal {
-    /// "1 of 2 approvals: alice" while a quorum is being gathered; nothing for a one-approval class.
+    /// "1 of 2 approvals: alice" while a quorum is being gathered, "2 of 2 approvals: alice, bob"
+    /// once reached; nothing for a one-approval class.
     pub fn approval_progress(&self) -> Option<String> {
         (self.approvals_needed > 1)
             .then(|| crate::core::quorum::progress_line(&self.approvals, self.approvals_needed))

@@ -363,6 +363,20 @@ impl Actor {
                     return Ok(());
                 }
             } else {
+                // The card closes on the proposal as decided: the approval that decides it is
+                // counted, so a quorum's card shows every approver, not the count before.
+                let decided = self
+                    .state
+                    .pending
+                    .as_ref()
+                    .filter(|p| p.cycle == *cycle)
+                    .map(|p| {
+                        let mut decided = p.clone();
+                        if decision.is_approval() {
+                            self.quorum.approve(p.risk, &mut decided.approvals, by);
+                        }
+                        decided
+                    });
                 // The approval that reaches a quorum decides for everyone who approved.
                 let by = &match self.state.pending.as_ref() {
                     Some(p)
@@ -382,10 +396,12 @@ impl Actor {
                     }
                     return Ok(());
                 }
-                self.deps
-                    .surface
-                    .decided(&self.state, *cycle, decision, by)
-                    .await;
+                if let Some(decided) = decided {
+                    self.deps
+                        .surface
+                        .decided(&self.state, &decided, decision, by)
+                        .await;
+                }
             }
         }
         if let Event::ModelReplied {

@@ -31,8 +31,15 @@ pub trait Surface: Send + Sync {
     async fn notify(&self, agent: &AgentState, text: &str);
     async fn paused(&self, agent: &AgentState, reason: &PauseReason);
     async fn finished(&self, agent: &AgentState, reason: &str);
-    /// A decision was taken on the proposal of `cycle` (the card can show who decided, and when).
-    async fn decided(&self, _agent: &AgentState, _cycle: u64, _decision: &Decision, _by: &ActedBy) {
+    /// A decision was taken on `proposal`, given as decided: an approval that reached its
+    /// class's quorum is counted in it (the card can show who decided, and when).
+    async fn decided(
+        &self,
+        _agent: &AgentState,
+        _proposal: &Proposal,
+        _decision: &Decision,
+        _by: &ActedBy,
+    ) {
     }
     /// Nobody decided on the card of `proposal` (as it was shown) in time; `text` says what happened. With
     /// `escalate` the card stays open and the approvers are called (Discord mentions them);

@@ -7,7 +7,8 @@ use crate::support;
 
 use serde_json::json;
 use support::bot::{
-    button, card, ephemeral_text, message_containing, response_shown, start_agent, start_bot, Start,
+    button, button_labels, card, ephemeral_text, message_containing, response_shown, start_agent,
+    start_bot, Start,
 };
 use support::fake_discord::{FakeDiscord, ALICE, BOB, CAROL, GUILD, ROLE_TEAM};
 use support::fake_openai::{agent_reply, Expect, FakeOpenAi};
@@ -351,7 +352,7 @@ async fn a_quorum_class_waits_for_two_distinct_approvers_counted_by_id() {
     let text = ephemeral_text(&discord, again).await;
     assert!(text.contains("already counts"), "{text}");
 
-    // Bob's makes two: the command runs, and the card names both.
+    // Bob's makes two: the command runs, and the card, closed, counts and names both.
     discord.click(BOB, &[ROLE_TEAM], &counted, &approve);
     card(&discord, thread, "HaikuGPT · cycle 2").await;
     let decided = discord
@@ -359,8 +360,13 @@ async fn a_quorum_class_waits_for_two_distinct_approvers_counted_by_id() {
         .into_iter()
         .find(|m| m["id"] == first["id"])
         .unwrap();
+    assert_eq!(
+        field(&decided, "Approvals"),
+        Some("2 of 2 approvals: alice, bob")
+    );
     let status = field(&decided, "Status").unwrap_or_default().to_string();
     assert!(status.starts_with("✅ Approved by alice, bob"), "{status}");
+    assert_eq!(button_labels(&decided), Vec::<String>::new(), "closed");
     message_containing(&discord, thread, "has been written successfully").await;
 
     // The trail names the same person, by id, for the counted approval and the decision.

@@ -4,11 +4,34 @@
 
 use crate::support;
 
+use crate::approvals_e2e::field;
 use serde_json::{json, Value};
-use support::bot::{answer, button, card, message_containing, start_agent, start_bot, Start};
+use support::bot::{
+    answer, button, button_labels, card, message_containing, start_agent, start_bot, title, Start,
+};
 use support::fake_discord::{FakeDiscord, ALICE, BOB};
 use support::fake_openai::{agent_reply, Expect, FakeOpenAi, Kind};
 use support::TestEnv;
+
+/// The text of every plain message in `thread`, oldest first: the notices a person reads.
+fn thread_texts(discord: &FakeDiscord, thread: u64) -> Vec<String> {
+    discord
+        .messages_in(thread)
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .filter(|text| !text.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// `shown` as `thread` holds it now (edited since, perhaps).
+fn message_by_id(discord: &FakeDiscord, thread: u64, shown: &Value) -> Value {
+    discord
+        .messages_in(thread)
+        .into_iter()
+        .find(|m| m["id"] == shown["id"])
+        .unwrap_or_else(|| panic!("{} is gone", shown["id"]))
+}
 
 /// The text of every message of a cycle request, joined: what the model was shown.
 fn prompt_text(request: &Value) -> String {
@@ -190,7 +213,7 @@ async fn a_rewind_puts_the_agent_back_in_place_for_its_owner_after_a_confirmatio
         .await
         .starts_with("Only the agent's owner"));
 
-    // Confirmed: the agent thinks again from cycle 1, under a new cycle number.
+    // Confirmed: the agent thinks again from cycle 1, under a new cycle number, by itself.
     openai.push_content(agent_reply("read_file", json!({"filename": "draft.txt"})));
     discord.click(ALICE, &[], &confirm, &go);
     let told = message_containing(&discord, thread, "⏪ alice rewound **BackGPT**").await;
@@ -198,11 +221,38 @@ async fn a_rewind_puts_the_agent_back_in_place_for_its_owner_after_a_confirmatio
         told["content"]
             .as_str()
             .unwrap()
-            .contains("after cycle 1: 2 later steps, their memories and their file changes are undone. It goes on from there with cycle 5;"),
+            .contains("after cycle 1: 2 later steps, their memories and their file changes are undone. It starts again by itself from there, with cycle 5;"),
         "{told}"
     );
     let next = card(&discord, thread, "BackGPT · cycle 5").await;
-    // The card shown before the rewind no longer decides anything.
+    assert!(button_labels(&next).iter().any(|label| label == "Approve"));
+    // The thread said why it paused, and nowhere that anyone must resume it.
+    let paused: Vec<String> = thread_texts(&discord, thread)
+        .into_iter()
+        .filter(|text| text.starts_with("⏸️"))
+        .collect();
+    assert_eq!(
+        paused,
+        ["⏸️ BackGPT paused by alice for a rewind to cycle 1."]
+    );
+    assert!(
+        !thread_texts(&discord, thread)
+            .iter()
+            .any(|text| text.contains("/agent resume")),
+        "{:?}",
+        thread_texts(&discord, thread)
+    );
+    // The card that waited before the rewind is closed and says why.
+    let superseded = message_by_id(&discord, thread, &stale);
+    assert_eq!(
+        field(&superseded, "Status"),
+        Some(
+            "⏪ Superseded: alice rewound the agent to how it was after cycle 1; this card no longer acts."
+        )
+    );
+    assert_eq!(title(&superseded), "BackGPT · cycle 4");
+    assert_eq!(button_labels(&superseded), Vec::<String>::new());
+    // A click it showed before (an old client) decides nothing either.
     let late = discord.click(ALICE, &[], &stale, &button(&stale, "Approve"));
     assert!(!answer(&discord, late, true).await.is_empty());
     openai.push_content(agent_reply("read_file", json!({"filename": "notes.txt"})));
@@ -215,6 +265,71 @@ async fn a_rewind_puts_the_agent_back_in_place_for_its_owner_after_a_confirmatio
         !shown.contains("second draft") && !shown.contains("notes.txt\", \"contents\""),
         "the rewound steps are still shown:\n{shown}"
     );
+    discord.assert_clean();
+    openai.assert_clean();
+}
+
+/// A rewind of an agent a person stopped with Deny: the card keeps saying who denied it and now
+/// also that the rewind superseded it, without buttons; the agent, resting, is not paused again,
+/// and starts again by itself as the notice says, with a new card to decide.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewind_of_a_stopped_agent_closes_its_card_and_starts_it_again() {
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
+    for contents in ["first draft", "second draft", "third draft"] {
+        openai.push_content(agent_reply(
+            "write_file",
+            json!({"filename": "draft.txt", "contents": contents}),
+        ));
+    }
+    let discord = FakeDiscord::start().await;
+    let env = TestEnv::new(&openai.base_url, "");
+    let _bot = start_bot(&env, &discord).await;
+    let thread = start_agent(
+        &discord,
+        Start {
+            task: "Write a draft",
+            name: Some("BackGPT"),
+            ..Start::default()
+        },
+    )
+    .await;
+    for cycle in 1..=2 {
+        let shown = card(&discord, thread, &format!("BackGPT · cycle {cycle}")).await;
+        discord.click(ALICE, &[], &shown, &button(&shown, "Approve"));
+    }
+    let denied = card(&discord, thread, "BackGPT · cycle 3").await;
+    discord.click(ALICE, &[], &denied, &button(&denied, "Deny"));
+    message_containing(&discord, thread, "⏸️ BackGPT stopped by alice").await;
+
+    let options = json!([{"name": "cycle", "type": 4, "value": 1}]);
+    let asked = discord.slash(ALICE, &[], thread, "rewind", options, json!({}));
+    let confirm = support::bot::response_shown(&discord, thread, asked, 4).await;
+    openai.push_content(agent_reply("read_file", json!({"filename": "draft.txt"})));
+    discord.click(ALICE, &[], &confirm, &button(&confirm, "Rewind to cycle 1"));
+    let told = message_containing(&discord, thread, "⏪ alice rewound **BackGPT**").await;
+    assert!(
+        told["content"]
+            .as_str()
+            .unwrap()
+            .contains("It starts again by itself from there, with cycle 4;"),
+        "{told}"
+    );
+    let next = card(&discord, thread, "BackGPT · cycle 4").await;
+    assert!(button_labels(&next).iter().any(|label| label == "Approve"));
+
+    let closed = message_by_id(&discord, thread, &denied);
+    assert_eq!(
+        field(&closed, "Status"),
+        Some(
+            "⛔ Denied (agent stopped) by alice. ⏪ Superseded: alice rewound the agent to how it was after cycle 1; this card no longer acts."
+        )
+    );
+    assert_eq!(button_labels(&closed), Vec::<String>::new());
+    let paused = thread_texts(&discord, thread)
+        .into_iter()
+        .filter(|text| text.starts_with("⏸️"))
+        .count();
+    assert_eq!(paused, 1, "the rewind did not pause a resting agent again");
     discord.assert_clean();
     openai.assert_clean();
 }

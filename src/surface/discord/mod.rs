@@ -15,6 +15,7 @@ mod post;
 mod remember;
 mod repost;
 pub mod respond;
+mod rewound;
 mod router;
 pub mod shards;
 mod status;
@@ -49,6 +50,16 @@ const ASK_USER_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 /// message unless people talked under it.
 const RECENT_MESSAGES_SEARCHED: u8 = 100;
 
+/// A card as a thread shows it: where it is, the proposal and the change it shows.
+struct ShownCard<'a> {
+    agent: &'a str,
+    name: &'a str,
+    thread_id: u64,
+    message_id: u64,
+    proposal: &'a Proposal,
+    changes: Option<&'a Preview>,
+}
+
 pub struct DiscordSurface {
     http: Arc<Http>,
     store: Store,
@@ -71,6 +82,8 @@ pub struct DiscordSurface {
     status: status::StatusBoard,
     /// Whether the live status is shown (`discord.status_requests_per_second` above 0).
     status_on: bool,
+    /// Agents being rewound: the pause that brings one to rest is said to be for its rewind.
+    rewinds: rewound::Rewinds,
 }
 
 impl DiscordSurface {
@@ -92,6 +105,7 @@ impl DiscordSurface {
             approvals: Default::default(),
             status: status::StatusBoard::default(),
             status_on: true,
+            rewinds: rewound::Rewinds::default(),
         }
     }
 
@@ -167,22 +181,35 @@ impl DiscordSurface {
     ) {
         let files = AgentFiles::new(&self.store, &agent.id);
         let changes = preview(&proposal.command, &files);
+        let shown = ShownCard {
+            agent: &agent.id,
+            name: agent.name(),
+            thread_id: binding.thread_id,
+            message_id,
+            proposal,
+            changes: changes.as_ref(),
+        };
+        self.close_shown(shown, status).await;
+    }
+
+    /// Edits `shown` into its closed form, with `status` under it and no buttons.
+    async fn close_shown(&self, shown: ShownCard<'_>, status: &str) {
         // A closed card has no deadline left.
         let closed = Proposal {
             deadline: None,
-            ..proposal.clone()
+            ..shown.proposal.clone()
         };
-        let text = cards::proposal_card(agent.name(), &closed, changes.as_ref(), status);
-        let embed = to_embed(text);
+        let text = cards::proposal_card(shown.name, &closed, shown.changes, status);
         let edit = EditMessage::new()
-            .embed(embed)
+            .embed(to_embed(text))
             .components(Vec::new())
             .allowed_mentions(no_mentions());
-        if let Err(e) = ChannelId::new(binding.thread_id)
-            .edit_message(&self.http, MessageId::new(message_id), edit)
+        if let Err(e) = ChannelId::new(shown.thread_id)
+            .edit_message(&self.http, MessageId::new(shown.message_id), edit)
             .await
         {
-            tracing::warn!(agent = %agent.id, error = %e, "cannot edit the decided card");
+            let agent = shown.agent;
+            tracing::warn!(%agent, cycle = closed.cycle, error = %e, "cannot close a card");
         }
     }
 
@@ -484,14 +511,17 @@ impl Surface for DiscordSurface {
         // The card's buttons are the request; clicks reach the agent through the interaction router.
     }
 
-    async fn decided(&self, agent: &AgentState, cycle: u64, decision: &Decision, by: &ActedBy) {
+    async fn decided(
+        &self,
+        agent: &AgentState,
+        proposal: &Proposal,
+        decision: &Decision,
+        by: &ActedBy,
+    ) {
         let Some(binding) = self.binding(&agent.id) else {
             return;
         };
-        let Some(card) = binding.card.filter(|c| c.cycle == cycle) else {
-            return;
-        };
-        let Some(proposal) = agent.pending.as_ref().filter(|p| p.cycle == cycle) else {
+        let Some(card) = binding.card.filter(|c| c.cycle == proposal.cycle) else {
             return;
         };
         let status = cards::decision_line(decision, &by.names(), self.clock.now());
@@ -543,20 +573,18 @@ impl Surface for DiscordSurface {
             self.send(&agent.id, card).await;
             return;
         }
-        self.say(
-            &agent.id,
-            &format!(
-                "⏸️ {} {}. {}",
-                agent.name(),
-                reason.describe(),
-                match reason {
-                    PauseReason::Budget { .. } =>
-                        "Raising the budget with `/agent budget set` resumes it.",
-                    _ => "Use `/agent resume` to continue.",
-                }
-            ),
-        )
-        .await;
+        let next = match (reason, self.rewinds.cycle_of(&agent.id)) {
+            // The rewind that paused it starts it again, and its own notice says so.
+            (PauseReason::ByUser { .. }, Some(cycle)) => {
+                format!(" for a rewind to cycle {cycle}.")
+            }
+            (PauseReason::Budget { .. }, _) => {
+                ". Raising the budget with `/agent budget set` resumes it.".into()
+            }
+            _ => ". Use `/agent resume` to continue.".into(),
+        };
+        let text = format!("⏸️ {} {}{next}", agent.name(), reason.describe());
+        self.say(&agent.id, &text).await;
     }
 
     async fn finished(&self, agent: &AgentState, reason: &str) {

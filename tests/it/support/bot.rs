@@ -99,6 +99,19 @@ pub fn button(message: &Value, label_prefix: &str) -> String {
         .to_string()
 }
 
+/// The labels of every button a message shows, row by row: what a person could still press.
+pub fn button_labels(message: &Value) -> Vec<String> {
+    message["components"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|row| row["components"].as_array())
+        .flatten()
+        .filter_map(|b| b["label"].as_str())
+        .map(str::to_string)
+        .collect()
+}
+
 pub fn title(message: &Value) -> String {
     message["embeds"][0]["title"]
         .as_str()

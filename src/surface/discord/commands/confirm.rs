@@ -97,6 +97,15 @@ pub(super) async fn end(http: &serenity::Http, click: &ComponentInteraction, tex
 /// How long a confirmed action waits for a running agent to come to rest.
 const REST_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// How an agent came to rest for a confirmed action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Rest {
+    /// It was resting already: nothing was sent to it.
+    Already,
+    /// The action's event brought it to rest (a pause or a finish, which its thread was told).
+    Brought,
+}
+
 /// Brings a running agent to rest with `event` (a pause or a finish; `doing` names it, as in
 /// "pausing") and waits for its actor to stop; `still_running` is the answer when a command
 /// outlasts the wait.
@@ -106,9 +115,9 @@ pub(super) async fn bring_to_rest(
     event: crate::core::event::Event,
     doing: &str,
     still_running: &str,
-) -> Result<(), String> {
+) -> Result<Rest, String> {
     if !data.supervisor.is_running(agent) {
-        return Ok(());
+        return Ok(Rest::Already);
     }
     if let Err(e) = data.supervisor.send(agent, event) {
         return Err(something_went_wrong(&format!("{doing} the agent"), &e));
@@ -120,5 +129,5 @@ pub(super) async fn bring_to_rest(
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    Ok(())
+    Ok(Rest::Brought)
 }

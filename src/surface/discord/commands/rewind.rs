@@ -13,6 +13,7 @@ use crate::service::UserError;
 use crate::store::ThreadBinding;
 use crate::surface::discord::ids::{CardAction, CardId};
 use crate::surface::discord::respond::{author, something_went_wrong};
+use crate::surface::discord::rewound::PendingCard;
 
 const ONLY_OWNER: &str =
     "Only the agent's owner, or a server admin (Manage Server), can rewind it.";
@@ -46,7 +47,8 @@ pub(super) async fn rewind(
 }
 
 /// The confirmation's click: rights checked again, the agent paused and waited for, rewound
-/// while no actor can start, its later memories forgotten, then started again.
+/// while no actor can start, its later memories forgotten, then started again; the card it
+/// waited on is closed, and the thread told what happened.
 pub(crate) async fn on_rewind_click(
     http: &serenity::Http,
     data: &Data,
@@ -63,33 +65,72 @@ pub(crate) async fn on_rewind_click(
         return;
     };
     let by = person_of(&click.user);
-    let text = match rewind_agent(data, &binding, who, id.cycle, &by).await {
-        Ok((name, steps, next)) => {
+    let cycle = id.cycle;
+    let text = match rewind_agent(data, &binding, who, cycle, &by).await {
+        Ok(rewound) => {
+            if let Some(card) = &rewound.superseded {
+                let why = format!(
+                    "⏪ Superseded: {} rewound the agent to how it was after cycle {cycle}; \
+                     this card no longer acts.",
+                    by.name
+                );
+                data.surface.close_superseded(card, &why).await;
+            }
             let said = format!(
-                "⏪ {by} rewound **{name}** to how it was after cycle {}: {steps} later steps, \
-                 their memories and their file changes are undone. It goes on from there with \
-                 cycle {next}; older cards no longer act.",
-                id.cycle
+                "⏪ {} rewound **{}** to how it was after cycle {cycle}: {} later steps, their \
+                 memories and their file changes are undone. It starts again by itself from \
+                 there, with cycle {}; cards shown before the rewind no longer act.",
+                by.name, rewound.name, rewound.steps, rewound.next
             );
             data.surface.say_in_thread(binding.thread_id, &said).await;
-            format!("Rewound to cycle {}.", id.cycle)
+            format!("Rewound to cycle {cycle}.")
         }
-        Err(why) => why,
+        Err(not) => {
+            if let Some(said) = not.thread_notice {
+                data.surface.say_in_thread(binding.thread_id, &said).await;
+            }
+            not.why
+        }
     };
     confirm::end(http, click, text).await;
 }
 
+/// A rewind done: the agent's name, the steps undone, its next cycle, and the card it waited on
+/// before (now superseded).
+struct Rewound {
+    name: String,
+    steps: usize,
+    next: u64,
+    superseded: Option<PendingCard>,
+}
+
+/// A rewind that did not happen: why, for the person who asked, and, when the rewind had paused
+/// the agent, what its thread is told (whether it stays paused).
+struct NotRewound {
+    why: String,
+    thread_notice: Option<String>,
+}
+
+impl From<String> for NotRewound {
+    fn from(why: String) -> Self {
+        NotRewound {
+            why,
+            thread_notice: None,
+        }
+    }
+}
+
 /// Checks the rewind can happen, pauses the agent if it runs and waits for it to rest, then in
 /// one step no event can split (`Supervisor::change_resting_and_start`) forgets the memories of
-/// the undone cycles, rewinds the store and starts the agent again. Returns its name, the steps
-/// undone and its next cycle.
+/// the undone cycles, rewinds the store and starts the agent again. While it works, the pause is
+/// announced as the rewind's (the rewind starts the agent again).
 async fn rewind_agent(
     data: &Data,
     binding: &ThreadBinding,
     who: &Requester,
     cycle: u64,
     by: &Person,
-) -> Result<(String, usize, u64), String> {
+) -> Result<Rewound, NotRewound> {
     let agent = &binding.agent_id;
     let refused = |e: anyhow::Error| match e.downcast_ref::<UserError>() {
         Some(refusal) => refusal.0.clone(),
@@ -98,8 +139,8 @@ async fn rewind_agent(
     // Before anything changes: a rewind that cannot happen leaves the agent as it was.
     let current = match data.app.store.load_agent(agent) {
         Ok(Some(state)) => state,
-        Ok(None) => return Err("This agent no longer exists.".into()),
-        Err(e) => return Err(something_went_wrong("reading the agent", &e)),
+        Ok(None) => return Err(String::from("This agent no longer exists.").into()),
+        Err(e) => return Err(something_went_wrong("reading the agent", &e).into()),
     };
     data.agents
         .fork_cycle(&current, Some(cycle))
@@ -107,15 +148,19 @@ async fn rewind_agent(
     data.agents
         .check_resume(binding, &current, who)
         .map_err(refused)?;
-    let pause = Event::Pause { by: by.clone() };
-    confirm::bring_to_rest(
-        data,
-        agent,
-        pause,
-        "pausing",
-        "The agent is still running a command; it pauses when the command returns. Rewind it then.",
-    )
-    .await?;
+    let rest = {
+        // Marked only until the agent rests: its pause is the one to be told apart.
+        let _rewinding = data.surface.mark_rewind(agent, cycle);
+        let pause = Event::Pause { by: by.clone() };
+        confirm::bring_to_rest(
+            data,
+            agent,
+            pause,
+            "pausing",
+            "The agent is still running a command; it pauses when the command returns. Rewind it then.",
+        )
+        .await?
+    };
     let first = Event::Recovered { interrupted: false };
     let rewound = data.supervisor.change_resting_and_start(agent, first, || {
         let current = data
@@ -123,18 +168,37 @@ async fn rewind_agent(
             .store
             .load_agent(agent)?
             .ok_or_else(|| anyhow::anyhow!("the agent vanished"))?;
+        // Read before the files are put back: the card keeps showing the change it showed.
+        let superseded = data.surface.pending_card(&current);
         // Memories first: if the store's rewind then fails, nothing was undone that a retry
         // would not undo again.
         if let Some(memory) = &data.app.memory {
             memory.forget_after(agent, cycle)?;
         }
         let (state, steps) = data.agents.rewind(&current, cycle, by)?;
-        let done = (state.name().to_string(), steps, state.cycle);
+        let done = Rewound {
+            name: state.name().to_string(),
+            steps,
+            next: state.cycle,
+            superseded,
+        };
         Ok::<_, anyhow::Error>((state, done))
     });
-    match rewound {
-        None => Err("The agent started again meanwhile (or the bot is shutting down); pause it, then rewind it.".into()),
-        Some(Err(e)) => Err(refused(e)),
-        Some(Ok(done)) => Ok(done),
-    }
+    let why = match rewound {
+        Some(Ok(done)) => return Ok(done),
+        None => "The agent started again meanwhile (or the bot is shutting down); pause it, then rewind it.".to_string(),
+        Some(Err(e)) => refused(e),
+    };
+    // The thread was told the agent paused for the rewind: it is told how that ended.
+    let thread_notice = (rest == confirm::Rest::Brought).then(|| {
+        let now = match data.supervisor.is_running(agent) {
+            true => "it goes on as it was.",
+            false => "it stays paused: `/agent resume` continues it.",
+        };
+        format!(
+            "⏪ The rewind of **{}** to cycle {cycle} did not happen; {now}",
+            current.name()
+        )
+    });
+    Err(NotRewound { why, thread_notice })
 }

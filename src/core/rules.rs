@@ -291,42 +291,18 @@ impl RuleScope {
 
     /// The scope as a card offers it: a script's contents are bound only when a person takes it.
     pub fn as_offered(&self) -> RuleScope {
-        match self {
-            RuleScope::ExactScript {
-                command,
-                arguments,
-                digest,
-                path,
-                ..
-            } => RuleScope::ExactScript {
-                command: command.clone(),
-                arguments: arguments.clone(),
-                digest: digest.clone(),
-                path: path.clone(),
-                contents: String::new(),
-            },
-            other => other.clone(),
-        }
+        self.clone().binding_script(String::new())
     }
 
     /// This scope binding the script it runs to `contents` (the SHA-256 of the file as it is).
-    pub fn binding_script(self, contents: String) -> RuleScope {
-        match self {
-            RuleScope::ExactScript {
-                command,
-                arguments,
-                digest,
-                path,
-                ..
-            } => RuleScope::ExactScript {
-                command,
-                arguments,
-                digest,
-                path,
-                contents,
-            },
-            other => other,
+    pub fn binding_script(mut self, contents: String) -> RuleScope {
+        if let RuleScope::ExactScript {
+            contents: bound, ..
+        } = &mut self
+        {
+            *bound = contents;
         }
+        self
     }
 
     /// The script whose contents the rule binds, once they are known: (path, digest).

@@ -14,7 +14,7 @@ use crate::store::WorkspaceOp;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecideError {
     /// Someone else's decision for this cycle came first.
-    #[error("This proposal is no longer pending: already decided by {by}.")]
+    #[error("This proposal is no longer pending: already decided by {}.", by.names())]
     AlreadyDecided { by: crate::core::person::ActedBy },
     /// The card is for a cycle the agent is no longer waiting on.
     #[error("This proposal is no longer pending.")]

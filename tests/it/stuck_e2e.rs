@@ -75,7 +75,9 @@ async fn failing_steps_stop_at_the_stuck_panel_and_rethink_asks_the_model_again(
     let trail = discord.slash(ALICE, &[], thread, "audit", json!([]), json!({}));
     let trail = support::bot::ephemeral_text(&discord, trail).await;
     assert!(
-        trail.contains("alice · asked for a rethink of cycle 4: `read_file`"),
+        trail.contains(&format!(
+            "alice (<@{ALICE}>) · asked for a rethink of cycle 4: `read_file`"
+        )),
         "{trail}"
     );
 

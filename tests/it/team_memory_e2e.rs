@@ -344,10 +344,10 @@ async fn team_notes_are_written_by_those_allowed_recalled_by_their_agents_and_ne
     let trail = response_shown(&discord, thread, trail, 4).await;
     let trail = trail["content"].as_str().unwrap();
     for entry in [
-        format!("alice · added a thread note #{ferry_id} (text digest "),
-        format!("alice · pinned memory #{ferry_id}"),
-        format!("alice · unpinned memory #{ferry_id}"),
-        format!("alice · forgot memory #{ferry_id}"),
+        format!("alice (<@{ALICE}>) · added a thread note #{ferry_id} (text digest "),
+        format!("alice (<@{ALICE}>) · pinned memory #{ferry_id}"),
+        format!("alice (<@{ALICE}>) · unpinned memory #{ferry_id}"),
+        format!("alice (<@{ALICE}>) · forgot memory #{ferry_id}"),
     ] {
         assert!(trail.contains(&entry), "{entry} in {trail}");
     }

@@ -70,10 +70,11 @@ pub(super) async fn fork(
     let steps = fork.step_count();
     let files = data.app.store.list_files(&id)?.len();
     let origin = format!(
-        "🍴 Forked from **{}** (<#{}>) as it was after cycle {cycle}, by {by}: {steps} steps, \
+        "🍴 Forked from **{}** (<#{}>) as it was after cycle {cycle}, by {}: {steps} steps, \
          {memories} memories and {files} files.",
         source.name(),
-        binding.thread_id
+        binding.thread_id,
+        by.name
     );
     let note = CreateMessage::new()
         .content(origin)
@@ -82,7 +83,8 @@ pub(super) async fn fork(
     data.supervisor.start_new(fork).await?;
     let told = CreateMessage::new()
         .content(format!(
-            "🍴 {by} forked this agent after cycle {cycle}: <#{}>.",
+            "🍴 {} forked this agent after cycle {cycle}: <#{}>.",
+            by.name,
             thread.id.get()
         ))
         .allowed_mentions(no_mentions());

@@ -376,7 +376,7 @@ fn scope_phrase(scope: MemoryScope) -> &'static str {
 fn stamp_text(verb: &str, stamp: &Stamp) -> String {
     format!(
         "{verb} by {} on {}",
-        stamp.by,
+        stamp.by.name,
         stamp.at.format("%Y-%m-%d %H:%M UTC")
     )
 }

@@ -57,14 +57,15 @@ impl poise::ChoiceParameter for RiskChoice {
 enum ActionChoice {
     #[name = "auto: runs under Approve ×N"]
     Auto,
-    #[name = "remember: a card; exact approvals may be remembered"]
-    Remember,
     #[name = "ask: always a card"]
     Ask,
     #[name = "deny: never runs"]
     Deny,
     #[name = "server default"]
     ServerDefault,
+    // Last, so that the choices people and scripts already use keep their values.
+    #[name = "remember: a card; exact approvals may be remembered"]
+    Remember,
 }
 
 /// Show what each class of command does for this agent (only you see it).

@@ -129,9 +129,11 @@ async fn a_repeat_loop_under_approve_n_is_parked_by_the_brake_within_the_thresho
         openai.push_content(agent_reply("list_folder", json!({ "folder": name })));
     }
     let discord = FakeDiscord::start().await;
+    // A generous timeout: under a loaded test run, a reply cut short by the 2 s default would be
+    // paid for and asked again, taking the next scripted reply out of its turn.
     let env = TestEnv::with_budget(
         &openai.base_url,
-        "",
+        "timeout_secs = 30\n",
         "guild_calls_per_minute = 0\nrunaway_repeat_steps = 4\n",
     );
     let _bot = start_bot(&env, &discord).await;

@@ -235,7 +235,8 @@ impl Confinement {
     }
 }
 
-fn check(result: libc::c_int) -> io::Result<()> {
+/// A system call's result as an `io::Result`: a negative one carries `errno`.
+pub(super) fn check(result: libc::c_int) -> io::Result<()> {
     if result < 0 {
         Err(io::Error::last_os_error())
     } else {

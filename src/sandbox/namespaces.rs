@@ -10,6 +10,8 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use super::confine::check;
+
 /// Device files a run may use, bound from the host's /dev.
 const DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"];
 
@@ -430,14 +432,6 @@ unsafe fn write_file(file: &CString, contents: &CString) -> io::Result<()> {
         return Err(error);
     }
     Ok(())
-}
-
-fn check(result: libc::c_int) -> io::Result<()> {
-    if result < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
 }
 
 /// The steps planned so far, with the folders they make.

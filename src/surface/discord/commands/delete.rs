@@ -50,11 +50,12 @@ pub(crate) async fn on_delete_click(
     else {
         return;
     };
-    let text = match delete_agent(data, &binding, &person_of(&click.user)).await {
+    let by = person_of(&click.user);
+    let text = match delete_agent(data, &binding, &by).await {
         Ok(name) => {
             let said = format!(
                 "🗑️ **{name}** was deleted by {}: its history, memories and workspace are gone.",
-                click.user.name
+                by.name
             );
             data.surface.say_in_thread(binding.thread_id, &said).await;
             data.surface.archive_thread(binding.thread_id).await;

@@ -1,6 +1,13 @@
-//! The composition root: builds config → store → model clients → budgets → memory → web → tools →
-//! the runtime's services once, for every entry point (`run`, `console`, and the inspection
+//! The composition root (`App`): builds config → store → model clients → budgets → memory → web →
+//! tools → the runtime's services once, for every entry point (`run`, `console`, and the inspection
 //! commands).
+//!
+//! `open` and `build` make it (`build_for_model` with a given model's tokenizer); `deps(surface)`
+//! gives the runtime its `Deps`, the surface last because Discord's exists only once the gateway is
+//! up (`deps_on` also names the runtime the actors run on); `agents()` gives the `AgentService`.
+//! `settle_crashed_calls` settles the reservations a crash left open before any agent runs.
+//! `connect_mcp`, called by `run` and `console` after the build, adds the MCP servers' tools to the
+//! registry. The `App` names no surface; a surface names the `App`.
 
 use std::sync::Arc;
 

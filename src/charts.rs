@@ -1,8 +1,14 @@
 //! Spend charts as PNG images: an agent's budget burn-down (spend over cycles against its budget
 //! and soft cap) and a server's spend per day, by person and by agent.
 //!
-//! Text is drawn with the DejaVu Sans font compiled into the binary, so a chart looks the same on
-//! a bare container as on a desktop, and no system font library is needed.
+//! Text is drawn with the DejaVu Sans font compiled into the binary, so a chart looks the same on a
+//! bare container as on a desktop, and no system font library is needed.
+//!
+//! Charts are drawn by plotters on its bitmap backend with text through ab_glyph (the font from the
+//! `dejavu` crate) and encoded with `png`, at `WIDTH` × `HEIGHT` pixels. `burn_down_png` draws
+//! `BurnDown` (spend after each cycle, the budget and the soft cap as lines); `daily_spend_png`
+//! draws two panels of stacked bars, by person and by agent, each with a key and totals;
+//! `DailySpend::from_rows` keeps the `NAMED_SERIES` largest series and sums the rest as "others".
 
 use std::sync::OnceLock;
 

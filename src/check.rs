@@ -1,6 +1,12 @@
 //! `autothread check`: proves a deployment before it is trusted with agents. Each part (config,
-//! store, chat endpoint, embeddings, Discord token, web search) is tried for real and reported on
-//! one line with ✓ or ✗ and the reason; no secret is ever printed.
+//! store, chat endpoint, embeddings, Discord token, web search, the code sandbox, each MCP server)
+//! is tried for real and reported on one line with ✓, ✗ or ! and the reason; no secret is ever
+//! printed.
+//!
+//! The store is opened, or the process holding it is named (from `autothread.pid`). The chat
+//! endpoint gets one request with the configured response format, and a refused format is told
+//! apart from a dead endpoint. The Discord token is tried with `GET /users/@me`. Each MCP server is
+//! started and its offered tools listed (`check_mcp`).
 
 use std::path::Path;
 use std::time::Duration;

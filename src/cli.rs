@@ -1,4 +1,15 @@
-//! The command line: `console` (AutoGPT's CLI), `list`, `export`, `migrate` and `check`.
+//! The command line (`Cli`, `CliCommand`): `run` (the Discord bot), `console` (AutoGPT's CLI),
+//! `list`, `status`, `audit`, `export`, `budget`, `memory search|forget|pin`, `migrate`, `check`
+//! and `health`.
+//!
+//! `console` builds the `App` with the agent's tokenizer, creates an agent
+//! (`AgentService::new_agent`) or resumes one (`Event::Resume`, or `Event::Recovered` when
+//! `runtime::was_interrupted` says a command was under way), applies `--policy` (`narrow_policy`),
+//! keeps a resumed agent on its saved endpoint (only `--base-url` moves it, with a warning), runs
+//! one actor (`runtime::start`) and turns Ctrl+C into `Event::Pause`. The console runs on a runtime
+//! of one thread (`Cli::serves_one_agent`, read in `main`) and its store flushes in place
+//! (`Store::flush_in_place`): its steps follow one another, so a second thread only cost switches
+//! between threads.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

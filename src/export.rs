@@ -1,5 +1,10 @@
 //! Exports of an agent for people: the Markdown transcript (with its sub-agents' chats), its audit
 //! trail (whole, or a page at a time) and its workspace as a zip archive.
+//!
+//! The transcript shows each step's cost and the agent's total from the ledger. `audit_markdown` is
+//! the whole trail with each shown command's digest; `audit_page_text` is a page of
+//! `AUDIT_PER_PAGE` entries, each cut to fit one Discord message. In the zip, a file named like a
+//! folder is exported as `name (file)` and both are kept (`unclash`).
 
 use std::io::{Cursor, Write};
 

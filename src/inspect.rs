@@ -1,7 +1,10 @@
 //! The inspection commands (list, status, budget, memory, export) as functions of an `App` that
-//! return what they show. They run on a store this process opened or, while `run` holds the
-//! store, inside the running bot: its admin endpoint on the ops listener takes the command with a
-//! token from a file in the data directory that only the bot's user can read.
+//! return what they show. They run on a store this process opened or, while `run` holds the store,
+//! inside the running bot: its admin endpoint on the ops listener takes the command with a token
+//! from a file in the data directory that only the bot's user can read.
+//!
+//! `here_or_in_the_bot` runs a command on the store, or, when `run` holds it, sends it to the bot's
+//! `POST /admin/inspect` with a bearer token read from `ADMIN_FILE` (mode 0600, beside the store).
 
 use std::path::{Path, PathBuf};
 

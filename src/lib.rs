@@ -1,21 +1,25 @@
 //! autothread: AutoGPT-style autonomous agents that live in Discord threads, and in a terminal.
 //!
-//! Code map (see ARCHITECTURE.md for the invariants):
-//! - [`core`]: the pure agent loop — state, events, `step`, prompt assembly, reply repair, watchdog.
-//! - [`llm`]: the `ChatModel` trait, its OpenAI-compatible client with retries, token counting.
-//! - [`tools`]: the `Command` trait, the registry and the commands (files, memory, web, sub-agents, control).
-//! - [`web`]: search backends, the page fetcher behind the private-network guard, text extraction.
-//! - [`budget`]: the spend ledger (reserve before a call, settle after), budgets and limits, pacing.
-//! - [`memory`]: embedded memories in sled and the per-agent vector index derived from them.
-//! - [`store`]: sled trees, versioned records, migrations, the command journal.
+//! ARCHITECTURE.md is the map (the cycle, the invariants with their tests, the recipes); each
+//! module's own documentation describes its mechanism. The top-level modules:
+//! - [`core`]: the pure agent loop: state, events, `step`, prompts, reply repair, policy, taint,
+//!   rules.
 //! - [`runtime`]: one actor per live agent; carries out the effects `step` returns.
-//! - [`surface`]: where humans see and decide: the console and Discord.
-//! - [`export`]: transcripts and workspace archives for people.
-//! - [`service`]: the rules both surfaces apply: caps, who may set which budget, policy narrowing.
-//! - [`app`]: the composition root every entry point builds its services with.
-//! - [`clock`]: the one place time is read.
+//! - [`surface`]: where people see and decide: the console and Discord.
+//! - [`service`]: the rules both surfaces apply: rights, caps, budgets, forks and rewinds.
+//! - [`store`]: sled trees, versioned records, the write path, migrations, the command journal.
+//! - [`budget`]: the spend ledger (reserve before a call, settle after), limits and pacing.
+//! - [`memory`]: embedded memories in sled and the per-agent vector index derived from them.
+//! - [`llm`]: the chat, embeddings and images clients, retries, token counting.
+//! - [`tools`]: the `Command` trait, the registry and the commands agents run.
+//! - [`mcp`]: MCP servers' tools as commands.
+//! - `sandbox`: confined code execution (Linux only).
+//! - [`web`]: search, Wikipedia, the guarded page fetcher, git clones.
 //! - [`config`]: `bot.toml` plus environment, validated once; secrets redacted.
-//! - [`cli`]: the `autothread` command line.
+//! - [`app`]: the composition root every entry point builds its services with.
+//! - [`cli`], [`check`], [`inspect`], [`export`], [`charts`], [`ops`]: the command line and what it
+//!   and the bot show operators.
+//! - [`clock`]: the one place the wall clock is read.
 
 pub mod app;
 pub mod budget;

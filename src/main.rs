@@ -1,4 +1,12 @@
-//! The `autothread` binary: parses the command line, sets up logging, runs the chosen command.
+//! The `autothread` binary: sets the allocator up, parses the command line, sets up logging, builds
+//! the tokio runtime and runs the chosen command (`cli::run`); an error exits with code 2.
+//!
+//! On Linux with glibc, before any thread starts, the mmap threshold is fixed at 1 MiB (glibc
+//! otherwise raises it as large blocks are freed, and sled's 8 MiB log-segment buffers then came
+//! from the threads' heap arenas) and the arenas at one per core (at least two). A `heap-trim`
+//! thread then hands free pages back every few seconds, since glibc returns only the top of each
+//! heap by itself. The runtime has one thread for `console` (`Cli::serves_one_agent`) and one per
+//! core otherwise. Logs go to stderr, filtered by `RUST_LOG`.
 
 use std::process::ExitCode;
 

@@ -1,8 +1,20 @@
 //! The spend ledger in sled: accounts (settled and reserved micro-dollars), open reservations and
-//! admin-set limits. The books live in memory behind one lock, so checking every account a call
-//! is charged to and booking it is one step no interleaving of agents or retries can split; on
-//! disk each reservation and each settlement is one key, so a crash at any point leaves books that
-//! add up when they are read back.
+//! admin-set limits, on the trees `ledger_accounts`, `ledger_reservations`, `ledger_settlements`
+//! and `budget_limits`. The books live in memory behind one lock, so checking every account a call
+//! is charged to and booking it is one step no interleaving of agents or retries can split; on disk
+//! each reservation and each settlement is one key, so a crash at any point leaves books that add
+//! up when they are read back.
+//!
+//! The books are read once per open store and shared between its clones (`Store::shared_books`,
+//! typed by the ledger so that the store names nothing of the budget). Memory holds only the
+//! accounts of open or unfolded reservations and those touched since the last fold; any other
+//! account is read from `ledger_accounts`. `reserve` checks every account and books the call all or
+//! none; `settle` charges what the call cost, in full even above the reservation, and settling
+//! twice charges once; `release` gives a reservation back. Every `SETTLEMENTS_PER_FOLD` settlements
+//! the ledger writes the settled spend into the stored accounts and drops the folded reservations
+//! and settlements in one transaction (`fold`). There is no transaction per call, since sled writes
+//! and syncs its log buffer around each one. At start-up `settle_unsettled` charges every
+//! reservation still open at its worst case (a crash between reserve and settle).
 
 use std::collections::HashMap;
 use std::fmt;

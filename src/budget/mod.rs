@@ -1,5 +1,21 @@
 //! Spend control: which budgets a call is charged to (the agent's, its owner's day, its server's
 //! day and month), the limits that apply, the ledger that reserves and settles, and the pacer.
+//!
+//! `charges` names a call's accounts: `agent/<id>`, `user/<guild>/<user>/<day>`,
+//! `guild/<guild>/day/<day>` and `guild/<guild>/month/<month>`, each with its limit, plus the spend
+//! record `guild/<guild>/spend/<day>/<user or ->/<agent>`, which has no limit and puts the day
+//! first so that a chart of recent days reads only those days (`spend_on`, through
+//! `Ledger::accounts_with_prefix`). `view` gives the core its `BudgetView`. `set_limit` stores an
+//! admin's limit per `LimitScope`.
+//!
+//! Every paid call (chat, a command's model call, embeddings, images) goes one way: `reserve_call`
+//! books the worst case against every account without waiting for the disk; the reservation is made
+//! durable (`make_durable`, or a store flush the caller makes anyway, so a step's own flush carries
+//! the reservations of the calls it starts; `reserve_durably` does both); then the call; then
+//! `close_call` settles it with what it cost, or with what a failure may have cost
+//! (`FailedCharge`), or releases it. A cost above the reservation is charged in full, since the
+//! provider bills it, and counted as an overrun: limits are kept by refusing new reservations,
+//! never by forgetting spend.
 
 pub mod ledger;
 pub mod pace;

@@ -1,5 +1,9 @@
 //! `[approvals]`: the quorum each risk class needs and how long its cards wait, bot-wide and per
 //! server.
+//!
+//! Card deadlines (`expiry_for`) lie between a second and a week, checked at load. A server's
+//! `approvers_role`, when set, is the role whose members' approvals count toward a quorum of more
+//! than one and whom an escalated deadline mentions.
 
 use std::collections::BTreeMap;
 

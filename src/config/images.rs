@@ -1,5 +1,8 @@
-//! `[images]`: the model `generate_image` uses (off unless one is named), its endpoint, the
-//! sizes offered with their prices, and the largest image kept.
+//! `[images]`: the model `generate_image` uses (off unless one is named), its endpoint, the sizes
+//! offered with their prices, and the largest image kept.
+//!
+//! `sizes` gives the config's sizes or else the model's known ones, 1024x1024 first; `validate`
+//! checks that a named model has prices, each for a well-formed size and above zero.
 
 use std::collections::BTreeMap;
 

@@ -1,5 +1,11 @@
-//! `[[mcp.servers]]`: the MCP servers whose tools agents may use, how each is reached, which of
-//! its tools are offered and in which risk class.
+//! `[[mcp.servers]]`: the MCP servers whose tools agents may use, how each is reached, which of its
+//! tools are offered and in which risk class.
+//!
+//! Each server has a name, a program (with its arguments and its whole environment) or a
+//! streamable-HTTP URL, allow and deny lists of tools, a risk class, whether it reaches the
+//! network, a timeout and a result cap. `validate` requires unique names usable as a command's
+//! first part and exactly one of program and URL. The `Debug` output leaves out the environment's
+//! values and the URL's query, which may hold keys.
 
 use std::collections::BTreeMap;
 

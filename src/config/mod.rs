@@ -1,7 +1,14 @@
-//! Configuration: `bot.toml` plus per-host environment overrides, typed and validated once at start-up.
+//! Configuration: `bot.toml` plus per-host environment overrides, typed and validated once at
+//! start-up.
 //!
-//! Secrets (the OpenAI key, the Discord token) are read only from the environment and are wrapped in
-//! [`Secret`], whose `Debug` never shows the value, so a config can be logged without leaking them.
+//! Secrets (the OpenAI key, the Discord token) are read only from the environment and are wrapped
+//! in [`Secret`], whose `Debug` never shows the value, so a config can be logged without leaking
+//! them.
+//!
+//! `Config::load` reads the file (`from_toml`), then `apply_env` applies the host's overrides
+//! through an `EnvLookup`, then `validate` checks the whole; a `ConfigError` names the field at
+//! fault. Each section lives in its own module and is re-exported here; `data_dir` is where the
+//! store and its neighbours live.
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,12 @@
-//! The sections of `bot.toml` as typed structs with their defaults: the model endpoint and
-//! known models, agents, workspace limits, the store, operations, memory, the command policy and
+//! The sections of `bot.toml` as typed structs with their defaults: the model endpoint and known
+//! models, agents, workspace limits, the store, operations, memory, the command policy and
 //! sub-agents (Discord and the web have their own files).
+//!
+//! `LlmConfig` carries the provider (OpenAI or Azure, with `api_version`); `model_spec_with_source`
+//! finds a model's window in `[llm.models]`, then the catalogue, then what the server reported,
+//! else a 4096-token guess that is warned about; `reply_tokens` keeps a floor for reasoning models.
+//! `PolicyConfig` maps each `Risk` to a `ClassAction`, bot-wide and per server (`for_guild`,
+//! `for_agent`); unknown classes and actions are refused when the file is read.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

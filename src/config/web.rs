@@ -1,5 +1,8 @@
 //! The `[web]` section of `bot.toml`: the search services, page fetching and its limits, cloning,
 //! and the hosts opened past the private-network guard.
+//!
+//! `AllowedHost` is defined here rather than in `web`, so that the config names nothing of the web
+//! client.
 
 use serde::Deserialize;
 

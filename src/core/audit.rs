@@ -1,6 +1,15 @@
 //! The audit trail as the core records it: who decided, edited or changed what, and when. Each
-//! entry is an `Effect::Audit` that the runtime writes in the same transaction as the step's
-//! state, so a trail entry exists exactly when what it records happened; nothing ever removes one.
+//! entry is an `Effect::Audit` that the runtime writes in the same write as the step's state, so a
+//! trail entry exists exactly when what it records happened; nothing ever removes one.
+//!
+//! An `AuditEntry` is a time, who acted (`ActedBy`) and an `AuditEvent`: a decision with the
+//! `ShownCommand` its card showed and who edited it, an approval counted toward a quorum, an
+//! automatic approval and what gave it, an edit, a command not run and why, an expiry, policy and
+//! budget changes, pause, resume and Continue, rules made and revoked, memory changes, forks and
+//! rewinds. A `ShownCommand` cuts arguments to `AUDIT_ARGUMENTS_MAX` and keeps an
+//! `arguments_digest` of them in full. `AuditEntry::line` is the one rendering `/agent audit` and
+//! the export both print. A change made outside an agent's loop is appended by the service
+//! (`Store::append_audit`).
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

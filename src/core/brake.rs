@@ -1,6 +1,11 @@
 //! The runaway brake: an agent that spends too fast (dollars per hour, tokens per minute over a
 //! window) or makes no progress (its newest steps repeat each other) is parked before its next
 //! cycle, so that Approve ×N or continuous mode cannot spend a budget on a loop.
+//!
+//! `BrakeLimits` come from `BudgetConfig::brake_limits`; `BrakeState` keeps the spend samples
+//! inside the window (one recorded with each cycle's cost, `note_spend`) and the cycle from which a
+//! person last let the agent go on. `begin_cycle` checks it only while the agent runs unattended
+//! (Approve ×N, continuous mode, or a live rule), and parks it with `PauseReason::Runaway`.
 
 use std::collections::VecDeque;
 

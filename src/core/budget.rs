@@ -3,6 +3,12 @@
 //!
 //! Amounts are integer micro-dollars (`u64`) everywhere, so sums are exact; dollars appear only
 //! when text is rendered for people or the model.
+//!
+//! `Micros` is a newtype, so money cannot be mixed up with token counts. A `Price` has input,
+//! cached-input and output rates, and costs round up; `fit_reply` lowers a call's reply reserve to
+//! what the budgets have left, down to a floor. `BudgetView` is what the core sees of the budgets
+//! (`message` for the prompt, `soft_cap_reached`), `SpendNote` the card's cost line, `BudgetKind`
+//! the four budgets a call is charged to.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

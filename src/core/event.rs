@@ -1,4 +1,7 @@
-//! The closed set of things that can happen to an agent, and the effects `step` asks the runtime to carry out.
+//! The closed set of things that can happen to an agent (`Event`), and the effects `step` asks the
+//! runtime to carry out (`Effect`), in one vocabulary for the loop; with `ModelCall`, `Decision`,
+//! `Usage` and `CallPurpose`, whose `marker()` is the name sent in the purpose header (tests route
+//! requests by it). `APPROVE_N_MAX` bounds Approve ×N on every surface.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

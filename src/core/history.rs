@@ -1,5 +1,15 @@
-//! Episodes (one per cycle: the action and its outcome), their rendering for the Progress section,
-//! and the prompt that condenses an episode into one line.
+//! Episodes (one per cycle: the action and its outcome), their rendering for the Progress section
+//! (`render_full`, output fenced and labelled as data; `render_summary`), and the prompt that
+//! condenses an episode into one line (`COMPRESSION_PROMPT`, `summary_request`, `clean_summary`).
+//! Only an episode whose outcome the mechanical line would cut is summarised by the model
+//! (`Episode::needs_model_summary`).
+//!
+//! `EarlierSteps` bounds what an agent holds in memory however long it runs:
+//! `AgentState::record_episode` keeps the newest `WHOLE_STEPS_KEPT` episodes whole and turns the
+//! oldest into its Progress line, of which `STEP_LINES_KEPT` are kept; older steps are only
+//! counted. The prompt reads whole episodes first, then the lines, so within a budget that shows
+//! fewer steps the prompt is the same as with the whole history. The store keeps every episode (see
+//! `store::steps`).
 
 use serde::{Deserialize, Serialize};
 

@@ -1,5 +1,13 @@
-//! The command policy: what each risk class does (run under Approve ×N, always ask, or refuse),
-//! set per server in config and narrowed, never widened, per agent by its owner.
+//! The command policy: what each risk class does (run under Approve ×N, always ask, or refuse), set
+//! per server in config and narrowed, never widened, per agent by its owner.
+//!
+//! `ClassAction` is ordered from loosest to strictest (auto, remember, ask, deny), so narrowing is
+//! taking the maximum; remember asks like ask and also lets a person approve and remember the exact
+//! command. A `Policy` maps each `Risk` to an action, and a class it does not name takes
+//! `Risk::default_action`. `effective` counts an agent's override only where it is stricter than
+//! the server's; `action_for` never denies `finish` (at most asks), so no policy can leave an agent
+//! unable to end; `check_narrowing` refuses an owner's widening with a sentence for them; `denial`
+//! is what the model is told. A denied class is also left out of the prompt and the reply schema.
 
 use std::collections::BTreeMap;
 

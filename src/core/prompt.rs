@@ -1,5 +1,15 @@
 //! The AutoGPT 0.5 prompt layout, assembled from state and fitted to the model's context window;
-//! also the smaller prompts (re-ask, rethink, self-critique, profile generation).
+//! also the smaller prompts (re-ask, rethink, self-critique, profile generation), the `Message`
+//! type and the `TokenCounter` trait through which the core counts tokens without knowing a
+//! tokenizer.
+//!
+//! `build_cycle_prompt` works through `CyclePrompt`, which makes the messages other than the
+//! memories, and each step's text with its count, once: `Stepper::build_prompt` fits the prompt
+//! without memories to learn which steps it shows (`shown_without_memories`), then builds it with
+//! the memories those steps leave room for. Stable parts come first and the time and budget last,
+//! for providers' prefix caches; a billed reply schema is counted against the window; history is
+//! fitted newest first. `system_prompt` lists in `resources` only the abilities the agent's
+//! commands give it.
 
 use std::cell::OnceCell;
 

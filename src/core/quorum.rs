@@ -1,5 +1,10 @@
 //! Quorum: a risk class may need k distinct people to approve its commands before they run. One
 //! deny ends the proposal, nobody counts twice, and an edit starts the count again.
+//!
+//! `Quorum` holds the distinct approvals each class needs (1 to `MAX_QUORUM`), counted by person
+//! id; `Tally` says whether an approval reached it, leaves it waiting, or was already counted, and
+//! `progress_line` is what the card shows. The runtime claims a decision in the store only with the
+//! approval that reaches the quorum.
 
 use std::collections::BTreeMap;
 

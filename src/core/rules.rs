@@ -1,8 +1,19 @@
-//! Approve & remember: rules a person makes from a card so that later commands like it run
-//! without one. The scopes are worked out from the approved command; a rule is offered only
-//! where the policy already lets the class run unattended (so it never widens the policy: ask
-//! stays ask, deny stays deny), never for a class that needs several approvers, and it never
-//! approves a command that sends data out of an agent that read untrusted content.
+//! Approve & remember: rules a person makes from a card so that later commands like it run without
+//! one. The scopes are worked out from the approved command. A rule of any scope is offered only
+//! where the policy already lets the class run unattended, and a rule for the exact command only
+//! where the class is `remember`; so a rule never widens the policy (ask stays ask, deny stays
+//! deny). No rule is offered for a class that needs several approvers, and none approves a command
+//! that sends data out of an agent that read untrusted content.
+//!
+//! `RuleScope` is what a rule covers: exact arguments (by SHA-256), a script's exact arguments and
+//! contents (`ExactScript`, checked by the runtime before it runs through `ScriptCheck`), paths
+//! under a folder, URLs on one origin, or any arguments. `matches` refuses paths that climb out or
+//! hold control characters and URLs with a user name or an odd host; labels show what the model
+//! chose as code spans. `offered_scopes` derives the scopes from the command, its spec's
+//! `rule_argument` and `runs_file`, and the `RuleBreadth` the class allows. A `RuleDraft` is a
+//! person's choice (`Decision::Remember`) of scope, `RuleReach` (the agent or the server) and
+//! `RuleLife`; an `ApprovalRule` is the rule kept, with its uses. `covering_rule` finds the live
+//! rule for a call; `MAX_RULES_PER_AGENT` and `MAX_RULES_PER_SERVER` bound them (`over_limit`).
 
 use std::collections::BTreeMap;
 

@@ -1,4 +1,11 @@
-//! The agent's state as plain data: profile, phase, the pending proposal, counters and the episode history.
+//! The agent's state as plain data (`AgentState`): profile, phase, the pending proposal, counters,
+//! the taint, the brake, its rules and the episode history, with `Phase`, `Proposal`,
+//! `PauseReason`, `AgentSettings` (the model and the saved endpoint), `Spender` and `UsageTotals`.
+//!
+//! `awaits_decision_on(cycle)` is the staleness question every click asks; `view()` gives the
+//! `AgentView` a running command may know (id, name, cycle, model), never the state itself. A field
+//! added here needs `#[serde(default)]` or a store migration, since every stored record must still
+//! read.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

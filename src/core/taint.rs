@@ -1,7 +1,18 @@
 //! Taint-aware escalation: once an agent has read content nobody vouches for (a web page, search
-//! results, a sub-agent's reply), a prompt injection in it may steer the agent, so any command
-//! that can carry data out needs a person's click, even under Approve ×N or continuous mode, and
-//! its card shows exactly what would leave.
+//! results, a sub-agent's reply, an MCP tool's result), a prompt injection in it may steer the
+//! agent, so any command that can carry data out needs a person's click, even under Approve ×N or
+//! continuous mode, and its card shows exactly what would leave.
+//!
+//! A `CommandSpec` marks a command that reads such content with `reads_untrusted`, and names each
+//! way it can carry data out with an `Egress`: one argument, all of them, a URL argument (every
+//! part of a URL can carry data), a request body, or `Nowhere` (an MCP server configured without
+//! network). A command of the external class carries data out unless it says `Nowhere`.
+//! `on_command_finished` sets the agent's `Taint` (the cycle and command of its first untrusted
+//! read) when the command reads untrusted content and `carries_untrusted` holds: every success, or
+//! a failure whose text begins with `UNTRUSTED_LABEL` (an MCP server's own error). `propose` never
+//! approves a command that can carry data out of a tainted agent automatically; `outgoing_data`
+//! works out what it sends, kept on its `Proposal` as `Outgoing` for the card, and an edit
+//! recomputes it. No approval rule is offered for such a command either (see `step::remember`).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

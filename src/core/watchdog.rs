@@ -1,6 +1,11 @@
 //! The watchdog: notices when the model proposes the very command it just ran (the loop rethinks
 //! once, then shows the stuck panel), and when an agent makes no progress: its last results all
 //! failed, or it circles back to a command it ran twice in its last few steps.
+//!
+//! `repeats_last_step` is the one-step watchdog. `no_progress` holds when the last `FAILING_IN_ROW`
+//! results all failed, or the proposed command already ran `CIRCLING_RUNS` times in the last
+//! `CIRCLING_WINDOW` steps. `Stuck` says why, and whether a stronger model is there for Rethink;
+//! such a proposal becomes the stuck panel and is never approved automatically.
 
 use serde::{Deserialize, Serialize};
 

@@ -1,5 +1,8 @@
-//! Learns unknown models' context windows from the server's `/models` listing (llama.cpp, vLLM,
-//! LM Studio and OpenRouter report them), and says so when a window stays a guess.
+//! Learns unknown models' context windows from the server's `/models` listing (llama.cpp, vLLM, LM
+//! Studio and OpenRouter report them), and says so when a window stays a guess.
+//!
+//! `learn_context_windows` reads llama.cpp's `meta.n_ctx` (what the server was started with),
+//! vLLM's `max_model_len`, OpenRouter's `context_length` and LM Studio's `max_context_length`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

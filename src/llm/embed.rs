@@ -1,6 +1,9 @@
 //! Embeddings: the `Embedder` trait and its OpenAI-compatible implementation (async-openai's
 //! embeddings endpoint through the same retrying transport as chat), with separate model names for
 //! storing and for searching, as E5-style models need.
+//!
+//! `parse_embeddings` checks one vector per input, reading the answer as an `EmbeddingsBody`
+//! straight into numbers rather than through `serde_json::Value`.
 
 use async_openai::Client;
 use async_trait::async_trait;

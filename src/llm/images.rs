@@ -1,5 +1,9 @@
 //! Image generation: the `ImageModel` trait and its OpenAI-compatible implementation
 //! (async-openai's images endpoint), one image per call, read from base64 and bounded in size.
+//!
+//! `OpenAiImages` makes one attempt only, since a request that timed out may still have been made
+//! and billed; it asks for base64 except from the gpt-image models, which always answer so and
+//! refuse the parameter. `parse_image` bounds the size before decoding.
 
 use async_openai::Client;
 use async_trait::async_trait;

@@ -1,5 +1,10 @@
 //! The model side: the `ChatModel` trait the runtime calls, its OpenAI-compatible implementation
 //! (async-openai with our own retrying transport), and token counting.
+//!
+//! `ChatModel::complete` answers whole; `complete_streaming` hands the reply's text to a sink piece
+//! by piece as the endpoint streams it. Each `ChatRequest` names its purpose, sent as the
+//! `PURPOSE_HEADER` header (`CallPurpose::marker`, or `TOOL_PURPOSE` for a command's calls), so
+//! logs, metrics and the tests' fake server tell calls apart without reading prompts.
 
 pub mod context;
 pub mod embed;

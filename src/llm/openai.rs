@@ -1,5 +1,14 @@
-//! The OpenAI-compatible `ChatModel`: async-openai against any base URL, with an HTTP timeout, the
-//! retrying transport, and the endpoint's structured-output mode.
+//! The OpenAI-compatible `ChatModel` (`OpenAiChat`): async-openai against any base URL, with an
+//! HTTP timeout, the retrying transport, and the endpoint's structured-output mode.
+//!
+//! Our own JSON bodies go through async-openai's `byot` API, with the purpose header,
+//! `response_format` as configured, and for reasoning models `max_completion_tokens` and
+//! `reasoning_effort` without a temperature. A streamed reply asks for its usage
+//! (`stream_options.include_usage`) and its chunks are added up; a stream that ends without a
+//! finish reason is an error, not half a reply. `Endpoint` is the client config that signs requests
+//! (a bearer token, or Azure's `api-key` and `api-version`) and sends nothing unconfigured.
+//! `SharedContextTurns`: once a server says that concurrent requests overflowed the context they
+//! share (llama.cpp with a unified KV cache), requests take turns, after those under way.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;

@@ -1,11 +1,16 @@
-//! A retrying HTTP transport for async-openai: retries what cannot have been billed (429, 408,
-//! a connection that failed) with exponential backoff and jitter, whatever the response body
-//! looks like; a failure the provider may have billed (a 5xx, a timeout once the request was sent)
-//! is returned at once, for the caller to charge and to retry only under a new reservation.
+//! A retrying HTTP transport for async-openai: retries what cannot have been billed (429, 408, a
+//! connection that failed) with exponential backoff and jitter, whatever the response body looks
+//! like; a failure the provider may have billed (a 5xx, a timeout once the request was sent) is
+//! returned at once, for the caller to charge and to retry only under a new reservation.
 //!
 //! async-openai's own retry only recognises a 429 whose body is an OpenAI error object and stops
-//! after three tries; a plain-text 429 from a proxy or a local server would fail at once. Installing
-//! this as the client's HTTP service makes the decision on the status code alone.
+//! after three tries; a plain-text 429 from a proxy or a local server would fail at once.
+//! Installing this as the client's HTTP service makes the decision on the status code alone.
+//!
+//! A wait honours `Retry-After`, else `RetryPolicy::delay` with jitter, the crate's only
+//! randomness. A shared context that overflowed (`SHARED_CONTEXT_FULL`, llama.cpp's words) is
+//! returned at once, since the same request sent again at once would overflow it again; the chat
+//! client makes requests take turns instead.
 
 use std::future::Future;
 use std::pin::Pin;

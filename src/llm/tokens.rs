@@ -1,4 +1,14 @@
-//! Token counting with tiktoken-rs: one shared BPE per encoding, and an estimate for models it doesn't know.
+//! Token counting with tiktoken-rs (`TiktokenCounter`): one shared BPE per encoding (`for_model`,
+//! `warm_up`), and for models it does not know cl100k plus `UNKNOWN_MODEL_MARGIN_PERCENT`, since
+//! local models' tokenizers tend to make more tokens.
+//!
+//! A cycle's prompt repeats most of the one before, so counts of texts of `REMEMBERED_FROM_BYTES`
+//! or more are remembered per encoding (`SEEN`, keyed by a foldhash of the text with a seed per
+//! process, at most `REMEMBERED_AT_MOST`, then started again). Texts of `SPLIT_FROM_BYTES` or more
+//! are counted a line at a time (`lines_for_counting` cuts only after a newline followed by a
+//! character other than a space, found with memchr; the encodings never join tokens across such a
+//! cut, so the sum is exact). The Progress section, which grows at its end, and the recalled
+//! memories, whose lines mostly come back in another order, are thus not encoded whole each cycle.
 
 use std::hash::BuildHasher;
 use std::sync::{LazyLock, Mutex, MutexGuard};

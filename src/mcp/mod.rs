@@ -1,6 +1,16 @@
-//! MCP servers as the operator lists them: the connection to each (a program over stdio, or a
-//! streamable-HTTP URL through the web guard) through the official SDK, restarted when it dies or
-//! hangs, and its tools as agent commands (`server.tool`) with their own argument schemas.
+//! MCP servers as the operator lists them (`[[mcp.servers]]`): the connection to each through the
+//! official SDK (`rmcp`), restarted when it dies or hangs, and its tools as agent commands
+//! (`server.tool`, see `tool`) with their own argument schemas.
+//!
+//! A server is either a program over stdio, started in its own process group with an environment of
+//! PATH, HOME, LANG, TMPDIR and the config's `env` only, its stderr going to the debug log; or a
+//! streamable-HTTP URL, checked by the web guard first and reached through a reqwest client that
+//! resolves names through the guard, with no proxy and no redirects. `McpServer::commands` starts
+//! it and lists its tools (at most `tool::MAX_TOOLS_PER_SERVER`). `call` bounds each call by the
+//! server's timeout; a server that died or hung fails the call with the reason and is restarted
+//! once per failed connection (`generation`). Errors show a URL without its query, which may hold a
+//! key. `connect_all` connects every server at start-up (`App::connect_mcp`); `connect` connects
+//! one, for `autothread check`.
 
 mod tool;
 

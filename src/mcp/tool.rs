@@ -1,5 +1,10 @@
-//! One MCP tool as an agent command: its name and arguments from the server's listing, its
-//! result as text labelled untrusted, capped.
+//! One MCP tool as an agent command (`McpTool`, named `server.tool`): its arguments from the tool's
+//! input schema (`kind_of` gives the type the core checks; each argument's own schema goes into the
+//! reply schema unless it refers to definitions elsewhere), its description with what each argument
+//! means, capped. Its result (`shown`) is the text parts, other content named, and structured
+//! content when there is nothing else, capped and labelled untrusted; a server's `is_error` is kept
+//! as an error. The tools are marked `reads_untrusted`, so an agent that used one is tainted, and
+//! their arguments count as egress unless the server is configured without network.
 
 use std::sync::Arc;
 

@@ -1,12 +1,15 @@
-//! The embeddings circuit breaker: decides whether memory may call the embeddings endpoint now,
-//! so that an endpoint that cannot work (a 4xx, or 501 from a server without embeddings) or keeps
-//! failing never stalls an agent's cycle.
+//! The embeddings circuit breaker: decides whether memory may call the embeddings endpoint now
+//! (`Memory::embed` asks it first), so that an endpoint that cannot work (a 4xx, or 501 from a
+//! server without embeddings) or keeps failing never stalls an agent's cycle.
 //!
-//! An endpoint that refuses the request turns memory off for `probe_interval` at once: the same
-//! request would be refused again, so retrying only costs the cycle time. Transient failures (5xx,
-//! timeouts) open the breaker after `failures_to_open` in a row, for a cooldown that doubles up to
-//! `probe_interval`. When the breaker's time is up one call goes through as a probe; its success
-//! turns memory back on.
+//! An endpoint that refuses the request (a 4xx other than 408 and 429, or 501) turns memory off for
+//! `probe_interval` at once: the same request would be refused again, so retrying only costs the
+//! cycle time. Transient failures (5xx, timeouts) open the breaker after `failures_to_open` in a
+//! row, for a cooldown that doubles up to `probe_interval`. When the breaker's time is up one call
+//! goes through as a probe; its success turns memory back on. While it is open, `/agent status`
+//! shows memory as off (`MemoryOff`). Embeddings requests have their own timeout and attempts
+//! (`memory.timeout_secs`, `memory.max_attempts`), and the queue of memories waiting for the
+//! endpoint is capped per agent.
 
 use std::sync::Mutex;
 

@@ -1,5 +1,8 @@
-//! The cache of agents' vector indexes: each cached index with its forgotten memories and when
-//! it was last used, and the loads under way with what changed during them.
+//! The cache of agents' vector indexes: each cached index (`Cached`: the index, its forgotten
+//! memories, when it was last used), and the loads under way with what changed during them
+//! (`ChangedWhileLoading`, registered by a `LoadingGuard` before the load reads the store, handed
+//! over when the index is cached, dropped if the load fails), so a memory added or forgotten during
+//! a load is not lost.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};

@@ -1,5 +1,6 @@
-//! Memories across forks and rewinds: a fork's copy of the memories of the cycles it starts
-//! from, and the forgetting of what undone cycles remembered.
+//! Memories across forks and rewinds: a fork's copy of the memories of the cycles it starts from
+//! (`copy_to_fork`, with their vectors and pins, so nothing is embedded again), and the forgetting
+//! of what undone cycles remembered (`forget_after`, queued memories included).
 
 use super::{decode, encode, key, prefix, Memory, MemoryError, MemoryRecord};
 use crate::core::state::GuildId;

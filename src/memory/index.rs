@@ -1,6 +1,11 @@
-//! One agent's vector index, derived from its stored memories: exact search below a measured size,
-//! an HNSW graph (hnsw_rs, dot product on unit vectors, SIMD) above it. Either can be rebuilt from
-//! the store at any time; hnsw_rs cannot delete, so forgotten memories are skipped at search time.
+//! One agent's vector index (`VectorIndex`), derived from its stored memories: exact search below a
+//! measured size (`exact_below`), an HNSW graph (hnsw_rs with `UnitDot`, our AVX2/FMA dot product
+//! on unit vectors) above it. Either can be rebuilt from the store at any time; hnsw_rs cannot
+//! delete, so forgotten memories are skipped at search time.
+//!
+//! An index can wait for its graph (`waiting_for_graph`): it answers by exact search until
+//! `attach_graph` hands it a graph built or loaded elsewhere, which then takes the points added
+//! meanwhile; `origin` says whether the graph was built or loaded.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,10 +1,19 @@
-//! A cycle's memory and its recall query embedded in one request, when one model serves both:
-//! a cycle then asks the embeddings endpoint once instead of twice, with one reservation and one
-//! settlement, which halves its embeddings requests against a provider's rate limit and spends
-//! less CPU on both ends. (With `memory.batch_size` at 1 the embedder still sends the two
-//! texts as two requests, under the one reservation.) A failed joined request counts once with
-//! the breaker, where the two requests counted twice; its memory is queued, and the recalls
-//! that follow are not joined until the queue is written.
+//! A cycle's memory and its recall query embedded in one request, when one model serves both
+//! (`embeds_both_alike`; E5-style setups use two models): a cycle then asks the embeddings endpoint
+//! once instead of twice, with one reservation and one settlement, which halves its embeddings
+//! requests against a provider's rate limit and spends less CPU on both ends. (With
+//! `memory.batch_size` at 1 the embedder still sends the two texts as two requests, under the one
+//! reservation.) A failed joined request counts once with the breaker, where the two requests
+//! counted twice; its memory is queued, and the recalls that follow are not joined until the queue
+//! is written.
+//!
+//! `prepare_joined` joins them only when the recall has something to search and need not first
+//! write queued memories; the memory goes first in the request. `recall_joined` searches with the
+//! query's vector and reports the answer before the memory is stored: the actor's turn usually
+//! comes first, so on the console's one thread the memory is indexed while the model call waits,
+//! and the memory then takes its turn among the agent's writes (`keep_joined`). A failed request
+//! queues the memory and the recall finds nothing. `into_remember` keeps the memory alone when the
+//! recall will not run (a drain, or an earlier effect of the step failing: `Actor::give_up`).
 
 use super::paid::{EmbedTicket, PreparedRemember, RecallStart};
 use super::{Memory, MemoryError, MemoryPlace, MemoryRecord, Payer};

@@ -1,7 +1,21 @@
 //! Long-term memory: embedded memories kept in sled (the truth: text, vector, agent, guild, cycle,
 //! source, time, pinned, forgotten) and a per-agent vector index derived from them on demand, held
-//! in a bounded cache. Every embedding call is reserved and settled in the spend ledger; a memory
-//! whose embedding fails is queued and written when the endpoint answers again.
+//! in a bounded cache (see `cache`). Every embedding call is reserved and settled in the spend
+//! ledger (see `paid`); a memory whose embedding fails is queued in `memory_pending` and written
+//! when the endpoint answers again (`flush_pending`).
+//!
+//! The trees are `memories`, `memory_vectors`, `memory_pending`, `memory_pins` and `memory_notes`.
+//! An agent's index is built only from its own key prefix (`<agent>/`), so a search cannot reach
+//! another agent's memories; forgotten records are skipped when the index is built and filtered at
+//! search time. `recall` never fails a cycle: an error finds nothing. The agent's record keeps
+//! recalled memories by reference only; `with_texts` reads the texts back when an actor starts.
+//!
+//! `forget` and `pin` (and their `_stamped` forms, which record who and when) change one memory; at
+//! most `team::MAX_PINS` are pinned in a place, counted under a lock, and a pin or unpin that
+//! changes nothing is `MemoryError::Unchanged`. `remove_agent` removes all of a deleted agent's
+//! memories, its cached index and its saved graph. A graph is saved again when it has grown by
+//! `SAVE_AFTER_NEW_MEMORIES` (or a tenth of its saved size, whichever is more), when it leaves the
+//! cache, and at shutdown (`save_indexes`).
 
 pub mod breaker;
 mod cache;

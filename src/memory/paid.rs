@@ -1,8 +1,18 @@
 //! Paid embedding calls: each one's worst case reserved in the spend ledger before the request and
-//! settled after it, with the breaker told how the endpoint answered. A cycle's memory and its
-//! recall query can be reserved before the step's own flush (`prepare_remember`,
-//! `prepare_recall`), so that flush makes the reservations durable and the calls cost no flush of
-//! their own.
+//! settled after it, with the breaker told how the endpoint answered.
+//!
+//! The reservation (`reserve_embedding`: the price, the breaker's pre-check, a ledger reservation
+//! without a flush) is for the texts' bytes plus `MARKERS_PER_TEXT` tokens a text: no tokenizer
+//! makes more tokens than bytes, so nothing is encoded before the call; a server that reports no
+//! usage is charged by our own count, made then. `embed_reserved` is admitted by the breaker right
+//! before the request and settles or releases after it; `embed` is a call made on its own.
+//!
+//! A cycle's memory and its recall query can be reserved before the step's own flush
+//! (`prepare_remember`/`remember_prepared`, `prepare_recall`/`recall_prepared`), so that flush
+//! makes the reservations durable and the calls cost no flush of their own. A cycle with memory on
+//! thus flushes twice (the episode with the embeddings', the recall's and the next model call's
+//! reservations; the proposal with its command's start), and once on the console when its command
+//! lands with its result.
 
 use super::{Memory, MemoryError, MemoryPlace, MemoryRecord, Payer};
 use crate::budget::ledger::Reservation;

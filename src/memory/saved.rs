@@ -1,7 +1,14 @@
-//! Saved HNSW graphs: an agent's graph written beside the store with hnsw_rs's dump and loaded
-//! back after a start, so a large index has its graph in a second or two instead of after a
-//! rebuild from every stored memory. The store stays the truth: a saved graph is checked (format, sizes,
-//! checksums) before hnsw_rs reads it, and anything wrong with it means a rebuild, never an error.
+//! Saved HNSW graphs: an agent's graph written beside the store with hnsw_rs's dump and loaded back
+//! after a start, so a large index has its graph in a second or two instead of after a rebuild from
+//! every stored memory. The store stays the truth: a saved graph is checked (format, sizes,
+//! checksums) before hnsw_rs reads it, since hnsw_rs panics or exits on a damaged file, and
+//! anything wrong with it means a rebuild, never an error.
+//!
+//! `SavedIndexes` keeps each agent's graph in a folder named by the agent's id in hex under the
+//! store's `hnsw` folder: the graph, its data, the memory id of each position (`IDS_FILE`) and a
+//! manifest (`MANIFEST_FILE`: format, dimension, `m`, sizes and CRC-32s). A save writes a temporary
+//! folder, syncs it and swaps it in by rename. `saved_ids` reads the manifest and the ids;
+//! `load_graph` checks sizes and checksums before handing the files to hnsw_rs.
 
 use std::fs::{self, File};
 use std::io::{BufReader, BufWriter, Read, Write};

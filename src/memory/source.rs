@@ -1,6 +1,9 @@
-//! Where an agent's vector index comes from: the store's memories, laid out in the order of the
-//! agent's saved graph when there is one, searchable at once; then, on the blocking pool, the
-//! graph itself, loaded from its saved files or built, attached and saved.
+//! Where an agent's vector index comes from (`IndexSource::load`): the store's memories, laid out
+//! in the order of the agent's saved graph when there is one (plus the memories stored since,
+//! without those forgotten since), searchable at once by exact search; then, on the blocking pool
+//! (`make_graph`), the graph itself, loaded from its saved files or built and then saved, and
+//! attached. A first search after a restart is thus answered at once instead of waiting for the
+//! graph.
 
 use std::collections::HashSet;
 

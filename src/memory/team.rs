@@ -1,6 +1,13 @@
-//! Team memory: notes people add for one agent, for a thread or for a whole server, kept beside
-//! the agents' own memories with who added them and when; the places an agent recalls from (its
-//! own, its thread's, its server's, never another server's); and the paged list of a place.
+//! Team memory: notes people add for one agent, for a thread or for a whole server, kept beside the
+//! agents' own memories with who added them and when; the places an agent recalls from (its own,
+//! its thread's, its server's, never another server's); and the paged list of a place.
+//!
+//! A `MemoryPlace` is the key memories are kept under: an agent's id, `thread-<id>` or
+//! `server-<id>`; `recalled_by` gives an agent its own, its thread's and its server's. `add_note`
+//! embeds a person's note at once, bounded in length (`NOTE_MAX_CHARS`) and in live notes per place
+//! (`MAX_NOTES`, counted in the `memory_notes` tree); `list` gives a place's page, newest first. A
+//! `MemoryRecord` carries its scope and its `Stamp`s (added, pinned, unpinned, forgotten by whom
+//! and when); a recalled `MemoryHit` carries its `MemoryOrigin`, which names it in the prompt.
 
 use crate::core::person::Person;
 use chrono::{DateTime, Utc};

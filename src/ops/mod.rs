@@ -1,10 +1,15 @@
 //! Operations: the local HTTP listener a deployment watches (`/healthz`, `/readyz`, `/metrics`),
-//! the readiness facts it reports, and the names of the metrics the rest of the crate records.
+//! the readiness facts it reports, and the names of the metrics the rest of the crate records
+//! (`names`).
 //!
 //! Metrics go through the `metrics` facade, so recording them costs nothing where no recorder is
 //! installed (the console, the tests, a bot without the listener); `run` installs the Prometheus
-//! recorder, with its upkeep, before it starts the listener. Readiness is process-wide for the
-//! same reason: one process has one gateway and one model endpoint to report on.
+//! recorder (`install_metrics`) only when `ops.listen` is set, with a task that runs its upkeep
+//! every few seconds: the recorder keeps each histogram sample until its upkeep folds them into
+//! buckets, and without a scrape they grew with every click. Readiness is process-wide (`health()`:
+//! the gateway connected, the model endpoint's last answer) for the same reason: one process has
+//! one gateway and one model endpoint to report on. `serve` reads the store's gauges at scrape time
+//! and probes the model endpoint's `/models` when idle; `check_health` is `autothread health`.
 
 pub mod names;
 pub mod proc_counters;

@@ -1,6 +1,12 @@
 //! One counter of a process read from Linux's `/proc` (`io`, `status`), and the bytes written to
 //! the disk that holds a path (`/sys/dev/block`): what the store's disk report and the benchmarks
 //! measure a run by.
+//!
+//! `proc_counter` serves the store's disk report, the benchmarks and `examples/store_churn.rs`.
+//! `device_bytes_written` counts every writer on the machine; the load bench and the churn report
+//! it beside the process's `write_bytes`, because the kernel counts a page-cache folio whole when
+//! it becomes dirty and so counts more than reaches the disk (`examples/write_accounting.rs` shows
+//! it).
 
 /// The number after `field` (such as `"write_bytes:"` or `"VmRSS:"`) in `/proc/<process>/<file>`,
 /// where `process` is a pid or `"self"`; sizes in `status` are in KiB. `None` where there is no

@@ -1,7 +1,11 @@
-//! The timer behind a card's deadline: when a card that waits for a decision has one, a task on
-//! the clock seam sleeps until then and reports `Event::DeadlinePassed`; the core decides whether
-//! it still applies. A card shown again after a restart sets its timer again (at once when its
+//! The timer behind a card's deadline: when a card that waits for a decision has one, a task on the
+//! clock seam sleeps until then and reports `Event::DeadlinePassed`; the core decides whether it
+//! still applies. A card shown again after a restart sets its timer again (at once when its
 //! deadline passed while the bot was down).
+//!
+//! `Actor::arm_deadline` starts one task per card deadline (once per cycle and time), outside the
+//! actor's own tasks so that a parked agent's actor need not wait for it; the task offers the event
+//! to the agent's handle.
 
 use super::handle::ActorMsg;
 use super::Actor;

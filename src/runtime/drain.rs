@@ -1,9 +1,10 @@
-//! The drain signal of a graceful shutdown: once it is raised, actors finish the model calls and
-//! commands already under way but start none, store where they are, and stop.
+//! The drain signal of a graceful shutdown (`Drain`): once it is raised (by
+//! `Supervisor::shutdown`), actors finish the model calls and commands already under way but start
+//! none (`carry_out` skips `CallModel`, `Execute` and `Recall`), store where they are, and stop.
 //!
-//! Nothing new needs to be remembered for the restart: an agent left thinking asks the model
-//! again, and one whose approved command never started (no journal entry) runs it then, exactly
-//! as after a crash, except that no call was cut off, so none is settled at its worst case.
+//! Nothing new needs to be remembered for the restart: an agent left thinking asks the model again,
+//! and one whose approved command never started (no journal entry) runs it then, exactly as after a
+//! crash, except that no call was cut off, so none is settled at its worst case.
 
 use std::sync::Arc;
 

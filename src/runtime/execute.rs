@@ -1,5 +1,10 @@
-//! Running an approved command: the check that its file is as its card showed it, the command
-//! in a task of its own, `ask_user` through the surface, and the cap on what it returns.
+//! Running an approved command: the check that its file is as its card showed it, the command in a
+//! task of its own, `ask_user` through the surface, and the cap on what it returns.
+//!
+//! A file the command writes is checked against the `FileBase` its card showed; a change since
+//! makes `Event::CommandStale` instead of a run. A pause or finish ends an `ask_user` wait
+//! (`withdraw_open_question`), and a long command reports its progress to the surface. `cap_output`
+//! bounds what comes back.
 
 use super::{Actor, ActorMsg, AgentModel, Surface};
 use crate::core::event::Event;

@@ -1,5 +1,11 @@
 //! The address of a live agent: `AgentHandle` (events and decisions in), the `ActorMsg`s its
-//! mailbox carries, and `DecideError`, why a decision was not applied.
+//! mailbox carries (`Event`, `Executed`), and `DecideError`, why a decision was not applied, whose
+//! `Display` is the sentence every surface shows.
+//!
+//! The mailbox is bounded (`MAILBOX_CAPACITY`), with its last places reserved for the agent's own
+//! reports. From outside, `offer` hands the event back with `Refused::Full` or `Refused::Stopped`
+//! rather than wait; `ask_decision` and `decide` carry a decision and its answer. The actor's own
+//! tasks use `report`, which waits for room, and `note`.
 
 use tokio::sync::{mpsc, oneshot};
 

@@ -1,5 +1,9 @@
-//! The actor's side of the live status: after every step it works out what its agent is doing
-//! now (`Doing`) and since when, and tells the surface when that or the agent's progress changed.
+//! The actor's side of the live status: after every step it works out what its agent is doing now
+//! (`Doing`) and since when, and tells the surface when that or the agent's progress changed.
+//!
+//! `report_status` runs after every message the actor handles, from the agent's phase and the rate
+//! limit it waits for, and only for a surface that shows a live status, so the console pays
+//! nothing.
 
 use super::surface::{Doing, LiveStatus};
 use super::Actor;

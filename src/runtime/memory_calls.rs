@@ -2,6 +2,20 @@
 //! makes them durable too instead of one flush each: the cycle's memory and its recall query, and
 //! the cycle's model call (the one that follows the recall, or the one the step starts); and the
 //! tasks that make the memory calls.
+//!
+//! `Actor::prepare_memory_calls` gives each `Remember` and `Recall` effect its `PreparedCall`;
+//! `abandon` gives them back when they will not run (a drain, a failed persist). A step with one
+//! memory and one recall that `Memory::prepare_joined` can join gets `PreparedCall::Joined` on the
+//! recall and `WithRecall` on the memory, and `recall_with_memory` runs both in one request.
+//! `give_up` handles the prepared calls of a stored step that a drain or an earlier effect's error
+//! stops: recalls are given back, memories still written.
+//!
+//! `ThinkAhead` (`reserve_think_ahead`) is the cycle's model call reserved in the same flush, sized
+//! by the last cycle's prompt plus a quarter (plus `memory.max_recall_tokens` when a recall leads
+//! to it); it is not made for a call to the smarter model. The call takes it
+//! (`MeteredCall::reserved_ahead`), and it is given back when the state stops waiting for that call
+//! (`drop_unused_think_ahead`, after every step and when the actor stops). The budget view the step
+//! sees leaves it out, so the prompt and the caps see the budget as they would without it.
 
 use std::sync::Arc;
 

@@ -1,6 +1,16 @@
-//! Model calls with spend control: `MeteredCall` paces, reserves, calls, then settles or
-//! releases; `Actor::call_model` starts the agent's own; `AgentModel` is the agent's model as
-//! commands use it, metered the same way.
+//! Model calls with spend control: `MeteredCall` paces, reserves, calls, then settles or releases;
+//! `Actor::call_model` starts the agent's own, each in a task; `AgentModel` is the agent's model as
+//! commands use it (`ToolModel`, under `TOOL_PURPOSE`), metered the same way.
+//!
+//! A call to an unpriced model is refused. Its reply reserve is fitted to what the budgets have
+//! left (`Price::fit_reply`). It is paced on the clock seam (a reservation made ahead is given back
+//! before a wait, and the actor hears `Event::Paced`), then reserved through the ledger
+//! (`Budgets::reserve_durably`), or it takes the reservation made ahead when that covers its worst
+//! case (one that does not is given back first). The call is settled or released by
+//! `Budgets::close_call`, and its answer comes back as `Event::ModelReplied`, `ModelFailed` or
+//! `CallRefused`. A cycle's reply (think, re-ask, rethink) is streamed when `llm.stream` says so
+//! (`StreamMode`: `auto` streams when the surface `watches_stream`, which only the console on a
+//! terminal does; `always`; `never`), its pieces going to `Surface::streamed`.
 
 use crate::budget::ledger::Reservation;
 use crate::budget::{Budgets, FailedCharge, Metered, Payer};

@@ -1,5 +1,20 @@
 //! The runtime: one actor task per live agent owns its state, feeds events through `core::step`,
 //! stores the result, then carries out the effects (model calls, commands, surface output).
+//!
+//! `start` starts one actor and returns its `AgentHandle` and a `JoinHandle` that yields the final
+//! state; `Deps` is everything an actor uses; `was_interrupted` reads the journal for a restart's
+//! `Event::Recovered`. The private `Actor` handles one message at a time in `apply`: a decision is
+//! first claimed in the store (`claim_decision`, the compare-and-swap that makes the first click
+//! win; an edit claims none), then the budget view is computed and `step` runs, then the step's
+//! memory calls are reserved (`memory_calls`), then `persist` stores it, then `carry_out` performs
+//! each effect in order. `carry_out` also makes a file command's `preview` for its card and keeps
+//! its `FileBase`, so the command can be checked against what the card showed.
+//!
+//! An actor stops once its agent rests (paused or finished) with nothing in flight, leaving the
+//! supervisor's map under its lock (`Actor::try_stop`). Each main model call carries `seq =
+//! state.call_seq`, and `step` ignores replies to superseded calls. Summaries of older episodes run
+//! beside the main call (`seq` 0, newest first, at most four a cycle, one in flight per episode:
+//! `Actor::summaries_in_flight`).
 
 mod deadline;
 mod drain;

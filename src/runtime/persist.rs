@@ -1,6 +1,25 @@
-//! Storing what a step changed: `Actor::persist`, one write and at most one flush before any
-//! effect of the step becomes visible, and the one step that is not stored on its own (a command
-//! that lands with its result, on a surface that may show proposals unstored).
+//! Storing what a step changed: `Actor::persist`, one write and at most one flush before any effect
+//! of the step becomes visible (persist before you post). It chooses one of four ways from the
+//! step's effects:
+//!
+//! - Nothing at all, for a step that only shows an auto-approved proposal and starts a command that
+//!   lands with its result (`CommandSpec::lands_with_result`, the file commands), on a surface that
+//!   may show proposals before they are stored (`Surface::needs_stored_proposals` is false only for
+//!   the console, since Discord's cards are posted exactly once). The command's change lands in the
+//!   same write as its result, so a crash before that write loses the step whole and the restart
+//!   asks the model again. Its trail entries wait in `Actor::unstored_audit` for the next write.
+//! - The start alone, when a person's approval is all the step changed
+//!   (`Effect::Execute::only_approved`): the journal entry and the approval's trail entries in one
+//!   write (`Store::record_start`, see `store::started`), flushed; the agent's record stays as it
+//!   was stored with the proposal.
+//! - Not stored, for a step that only takes a recall's answer and must not flush: what a recall
+//!   found only shapes the prompt of the call the step starts, and a restart recalls again.
+//! - Otherwise the whole step in one `Store::commit` (the state, its episodes, the finished
+//!   command's removal from the journal, its workspace changes, its trail entries, a server rule),
+//!   with the `executing` journal record of a command it starts written before it. The write is
+//!   flushed when it holds something a person or a restart relies on: an episode, a proposal, a
+//!   command's start or result, a trail entry, a server rule, or the reservations of the step's
+//!   memory calls and its model call (see `memory_calls`).
 
 use super::{Actor, Executed, RuntimeError};
 use crate::core::event::Effect;

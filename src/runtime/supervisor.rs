@@ -1,7 +1,15 @@
 //! The supervisor: keeps one actor per live agent, starts an actor for a resting agent when an
 //! event arrives for it, and after a restart resumes every agent that was thinking, executing or
-//! waiting for a decision. Every send and every actor's stop go through one lock, so an agent
-//! never has two actors and no event lands in a mailbox nobody reads.
+//! waiting for a decision (`resume_all`, with `Event::Recovered`). Every send and every actor's
+//! stop go through one lock, so an agent never has two actors and no event lands in a mailbox
+//! nobody reads.
+//!
+//! Every send (`send`, `decide`) and every start (from `send`, `start_new`, `resume_all`) holds the
+//! map's lock, and an actor leaves the map itself under the same lock only after finding its
+//! mailbox empty (`Actor::try_stop`, through its registration). `change_resting_and_start` changes
+//! a resting agent's stored state and starts it once with the lock held throughout, which is what a
+//! rewind needs. `shutdown(grace)` raises the drain (see `drain`) and waits for the actors.
+//! `SendError::Busy` says the mailbox is full.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

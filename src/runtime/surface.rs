@@ -1,6 +1,12 @@
-//! The runtime's port to humans: the `Surface` trait, through which an actor shows an agent's
-//! work and asks for decisions. The console and Discord implement it in the surface module; the
-//! runtime never names them.
+//! The runtime's port to humans: the `Surface` trait, through which an actor shows an agent's work
+//! and asks for decisions. The console and Discord implement it in the surface module; the runtime
+//! never names them.
+//!
+//! Besides showing proposals, results and notices, a surface says whether proposals must be stored
+//! before they are shown (`needs_stored_proposals`, true but for the console), whether it shows a
+//! live status (`wants_status`, then `status` with a `LiveStatus`) and a long command's progress
+//! (`progress`), whether it watches a streamed reply (`watches_stream`, `streamed`), and it carries
+//! `ask_user` and `withdraw_question`.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};

@@ -1,6 +1,17 @@
-//! The confinement a sandboxed process enters between fork and exec: its own session, resource
-//! limits, no network, an unprivileged identity, no new privileges, a Landlock view of the files
-//! and a seccomp filter. Everything is prepared in the parent; the child makes system calls only.
+//! The confinement a sandboxed process enters between fork and exec (`Confinement`): its own
+//! session, resource limits, no network, an unprivileged identity, no new privileges, a Landlock
+//! view of the files and a seccomp filter. Everything is prepared in the parent before the fork;
+//! the child makes system calls only.
+//!
+//! In order: `setsid`; rlimits (CPU, address space, file size, open files, no core file); a network
+//! namespace and the drop to the run's user when the bot is root, or a user and network namespace
+//! otherwise; `RLIMIT_NPROC` after the change of user; `PR_SET_PDEATHSIG`; no new privileges;
+//! Landlock (the run directory read-write, the system's libraries and the interpreter's prefix
+//! read-only, TCP, abstract sockets and signals scoped where the kernel can); then the seccomp
+//! filters from `seccompiler`. These refuse sockets, io_uring (which runs operations seccomp never
+//! sees), tracing, namespaces and mounts, kernel modules and keys, and `setsid`/`setpgid`; `clone3`
+//! is answered with ENOSYS so that the C library falls back to `clone`, whose flags a filter can
+//! see.
 
 use std::collections::BTreeMap;
 use std::io;

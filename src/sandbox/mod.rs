@@ -1,7 +1,21 @@
 //! Runs code an agent wrote on the real kernel, confined: a fresh copy of its workspace, no
-//! network, a read-only view of the system, no new privileges, a seccomp filter, resource limits,
-//! a wall-clock timeout that kills the whole process group, an empty environment, capped output;
-//! and reads back what the run changed. Where the kernel cannot confine, nothing runs.
+//! network, a read-only view of the system, no new privileges, a seccomp filter, resource limits, a
+//! wall-clock timeout that kills the whole process group, an empty environment, capped output; and
+//! reads back what the run changed. Where the kernel cannot confine, nothing runs.
+//!
+//! `Sandbox::probe` finds the interpreter in the sandbox's own PATH (run as found, its prefix
+//! readable), checks that Landlock is present (and its signal scope, when the bot is not root: a
+//! run in a user namespace keeps the bot's user id, and only that scope keeps it from signalling
+//! the bot and other runs), then proves the whole confinement with a real confined run that reports
+//! the interpreter's version. Any failure turns code execution off with the reason, which
+//! `autothread check` shows; `probe_once` probes once per process and configuration.
+//!
+//! `Sandbox::run` takes a user slot (`users`), makes a `RunDir` (`rundir`), starts the confined
+//! process (`confine`, in its own namespaces where the kernel allows: `namespaces`) with an empty
+//! environment and the code on stdin, reads its output with a cap per stream, and polls the wall
+//! clock, the output and the disk. Whatever happened, the run's process group is then killed and
+//! reaped; the bot is a child subreaper, so nothing a run started outlives it. `Ran::limit_hit`
+//! names the limit that ended a run.
 
 mod confine;
 mod interpreter;

@@ -1,7 +1,12 @@
-//! A run's own namespaces: its processes, IPC objects, network and host name apart from the
-//! host's, and a file tree holding only the run's folder (the one writable place) and the
-//! system's read-only paths. Prepared in the parent; entered between fork and exec by the run's
-//! monitor, a process outside the run's PID namespace that waits for the run and reports its end.
+//! A run's own namespaces: its processes, IPC objects, network and host name apart from the host's,
+//! and a file tree holding only the run's folder (the one writable place) and the system's
+//! read-only paths. Prepared in the parent; entered between fork and exec by the run's monitor, a
+//! process outside the run's PID namespace that waits for the run and reports its end.
+//!
+//! The run's folder is a tmpfs of `sandbox.disk_mb` (`WorkFolder`), whose changes the bot reads
+//! back through the monitor, and the System V limits of the run's IPC namespace are set to the
+//! run's memory. Where the kernel gives no namespaces, the probe falls back to the confinement
+//! alone, and `autothread check` names each missing part.
 
 use std::collections::HashSet;
 use std::ffi::CString;

@@ -1,5 +1,12 @@
-//! A run's directory: the agent's workspace copied into a fresh directory before a sandboxed run,
-//! and what the run changed read back as workspace operations, within the workspace's limits.
+//! A run's directory (`RunDir`): the agent's workspace copied into a fresh directory before a
+//! sandboxed run, handed to the run's user and measured while it runs, and what the run changed
+//! read back as workspace operations (`Changes`: puts and deletes), within the workspace's limits.
+//!
+//! A file shadowed by a folder of the same name is left out of the copy and never counted as
+//! deleted. The read-back walk is bounded by the workspace's size plus `MAX_NEW_ENTRIES`; a walk
+//! that stops early or meets an unreadable folder counts nothing as deleted. Links, special files,
+//! refused names and files over the limits are not kept, with a note, and nothing is kept if the
+//! whole would pass the workspace's limit.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -1,6 +1,20 @@
-//! Forking an agent (a new agent with another's history, workspace and, through the memory
-//! service, memories as they were when one of its cycles closed, the original left untouched)
-//! and rewinding one in place to such a cycle.
+//! Forking an agent (a new agent with another's history, workspace and, through the memory service,
+//! memories as they were when one of its cycles closed, the original left untouched) and rewinding
+//! one in place to such a cycle.
+//!
+//! `fork_cycle` picks and checks the cycle (`Store::check_fork`). `fork` builds the fork's state:
+//! the source's task, follow-ups, profile and settings, cycle `from + 1`, phase `Creating` so that
+//! `Event::Start` shows its profile and begins its next cycle, its own spender, and the source's
+//! taint if it was tainted by then; the store writes it with `AuditEvent::ForkedFrom` on its trail,
+//! and `Forked` goes on the source's.
+//!
+//! `rewind` takes a resting agent: its next cycle is numbered after every cycle it had, so no card
+//! or record of the undone cycles can act on a new step; its phase becomes `Thinking` and the
+//! proposal, Approve ×N's count, the counters of invalid replies and refusals, the rethink, the
+//! requested pause and finish, the pacing, the recalled memories and the brake are cleared. The
+//! taint stays, since sub-agents started since are kept and what they read may come back.
+//! `Store::rewind_agent` writes it all at once. The caller forgets the undone cycles' memories
+//! first (`Memory::forget_after`).
 
 use crate::core::person::Person;
 use anyhow::Context as _;

@@ -1,7 +1,13 @@
 //! What a person does to memories from any surface: adds a note for an agent, its thread or its
-//! server, and pins, unpins or forgets a memory. Each records who and when on the memory and,
-//! for an agent's or its thread's memory, in the agent's audit trail; all on disk before the
-//! person is told.
+//! server, and pins, unpins or forgets a memory. Each records who and when on the memory and, for
+//! an agent's or its thread's memory, in the agent's audit trail; all on disk before the person is
+//! told.
+//!
+//! `AgentService::change_memory` (`MemoryChange`: pin, unpin, forget, at a `MemoryPlace`) and
+//! `add_memory_note` serve Discord's buttons and the command line alike. A server's memories carry
+//! only their stamps, since no agent's trail is theirs. A trail entry or flush that fails is
+//! logged: the change itself happened. A note whose agent was deleted while it was embedded is
+//! removed again (`MemoryError::PlaceGone`).
 
 use super::AgentService;
 use crate::core::audit::{text_digest, AuditEntry, AuditEvent};

@@ -1,6 +1,15 @@
-//! The rules every surface applies, in one place: who may start an agent and how many may run,
-//! who may set which budget and how far, narrowing an agent's policy, and which agents try again
-//! when a budget is raised. Surfaces (Discord, the console) only route and render.
+//! The rules every surface applies, in one place (`AgentService`): who may start an agent and how
+//! many may run, who may set which budget and how far, narrowing an agent's policy, the models a
+//! server offers, and which agents try again when a budget is raised. Surfaces (Discord, the
+//! console) only route and render. A refusal is a `UserError`, shown to the person as it is.
+//!
+//! `check_start` applies the start role, the budget maximum and the caps per server and per person
+//! on running agents (`counts_against_caps`: working, waiting and budget-parked agents count,
+//! paused and finished ones do not); `check_resume` applies the same caps to an agent that would
+//! count again. `set_limit` (admins) resumes agents paused for budget, which is why the service
+//! names the runtime's `Supervisor`. The models a server offers are the configured one, then the
+//! admins' list from the store, else the config's. Rights over one agent live in `rights`, forks
+//! and rewinds in `fork`, memory changes in `memory_changes`, a parked card's choices in `parked`.
 
 pub mod fork;
 pub mod memory_changes;

@@ -1,5 +1,9 @@
-//! What the buttons of a parked agent's card do (paused for a budget, or by the runaway brake):
-//! go on, stop, or raise the budget that stopped it, each for those allowed to.
+//! What the buttons of a parked agent's card do (paused for a budget, or by the runaway brake): go
+//! on, stop, or raise the budget that stopped it, each for those allowed to.
+//!
+//! `park_choice` first checks that the agent is still parked. Continue and Stop are for deciders; a
+//! raise goes to an absolute target through `check_agent_budget` or `set_limit`, with the rights
+//! those need.
 
 use super::rights::{may_decide, Requester};
 use super::{AgentService, LimitChange, ServiceResult, UserError, NOT_ALLOWED};

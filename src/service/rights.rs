@@ -1,6 +1,11 @@
 //! Who may do what with an agent: its owner, the users and roles it is shared with, moderators
-//! (Manage Threads) and server admins (Manage Server). Surface-neutral: Discord fills a
-//! `Requester` from the interaction's own member data on every click.
+//! (Manage Threads) and server admins (Manage Server). Surface-neutral: Discord fills a `Requester`
+//! from the interaction's own member data on every click.
+//!
+//! `may_decide`, `may_share`, `may_set_agent_budget` and `is_owner_or_admin` read a
+//! `ThreadBinding`; `may_write_server_memory` allows admins and the writer roles the store keeps
+//! per server (`Store::memory_writers`). `shares_in` reads the users and roles a start names to
+//! share with.
 
 use crate::store::ThreadBinding;
 

@@ -1,14 +1,20 @@
 //! An agent's record kept under two keys: what changes as it cycles (the `agents` tree) and its
-//! brief, what it was given and rarely changes (the `agent_briefs` tree: task, follow-ups,
-//! profile, settings, who pays, where its history starts, when it was made). Its own approval
-//! rules stay in the record: each use of one counts in it.
+//! brief, what it was given and rarely changes (the `agent_briefs` tree: task, follow-ups, profile,
+//! settings, who pays, where its history starts, when it was made). Its own approval rules stay in
+//! the record: each use of one counts in it.
 //!
-//! Why: a cycle wrote the record three times (twice since `started`), and the brief was most of
-//! it (a generated profile and the model's settings run to hundreds of bytes, the state that
-//! changes to a few dozen fields). sled logs each write whole, and rewrites the pages that hold
-//! it, so every byte of a record written several times a cycle cost several on disk. The brief
-//! is written only when it changes; a record stored before the split holds both parts and is
-//! read as it is.
+//! Why: a cycle wrote the record three times (twice since `started`), and the brief was most of it
+//! (a generated profile and the model's settings run to hundreds of bytes, the state that changes
+//! to a few dozen fields). sled logs each write whole, and rewrites the pages that hold it, so
+//! every byte of a record written several times a cycle cost several on disk. The brief is written
+//! only when it changes; a record stored before the split holds both parts and is read as it is.
+//!
+//! `put_agent` writes the brief only when it differs from the stored one, and writes an agent's
+//! first record whole, so a reader between the two writes never finds a record without a brief.
+//! `decode_agent` merges the two parts back through JSON text (so no `f32` is widened on the way)
+//! and answers `None` for a record whose agent was deleted after it was read. The record is the
+//! anchor of its set of writes (see `ahead`), so a crash between the two writes finishes the brief
+//! when the store is opened.
 
 use serde_json::{Map, Value};
 

@@ -1,18 +1,24 @@
 //! Writes that must land together across trees, made atomic without sled transactions: the whole
-//! set is first stored under one key of the `ahead` tree, then applied key by key, then that key is
-//! removed. sled recovers a prefix of its log after a crash, so a set cut short is still written
-//! ahead, and the store applies it again when it is opened.
+//! set (`Writes`, puts and removes on named trees, `TreeId`, framed compactly rather than as JSON)
+//! is first stored under one key of the `ahead` tree, then applied key by key, then that key is
+//! removed (`Store::write_together`). sled recovers a prefix of its log after a crash, so a set cut
+//! short is still written ahead, and the store applies it again when it is opened
+//! (`Store::finish_writes_cut_short`).
 //!
 //! Why not a transaction: sled writes and syncs its log buffer before and after every transaction
-//! (about three synced writes each, whatever its size), which was most of a cycle's disk writes
-//! and time. A set written ahead costs two more small log records and no sync of its own; its
+//! (about three synced writes each, whatever its size), which was most of a cycle's disk writes and
+//! time. A set written ahead costs two more small log records and no sync of its own; its
 //! durability comes from the flush that follows, as before.
 //!
 //! An agent's record, the largest value of most sets, is not copied into its set (its brief, kept
-//! apart and written only when it changes, is: see `agent_records`): the set names it
-//! by a digest (its anchor) and the state is written first after the set, then the rest. Since
-//! sled recovers a prefix, a set found at open whose anchor is not the stored state was cut short
-//! before anything of it was applied, and is dropped; one whose anchor landed is finished.
+//! apart and written only when it changes, is: see `agent_records`): the set names it by a digest
+//! (its `Anchor`: key, length and CRC-32) and the state is written first after the set, then the
+//! rest. Since sled recovers a prefix, a set found at open whose anchor is not the stored state was
+//! cut short before anything of it was applied, and is dropped; one whose anchor landed is
+//! finished.
+//!
+//! `apply_write` also packs workspace files and undo records (see `packed`) and keeps each agent's workspace size
+//! current (see `workspace_sizes`).
 
 use super::{packed, Store, StoreError};
 

@@ -1,8 +1,15 @@
 //! The audit trail's trees: entries per agent in the order they were written, appended with the
 //! step that made them (`Commit::audit`) or on their own (`append_audit`, for changes made outside
-//! an agent's loop such as pinning a memory), read newest first a page at a time, removed only
-//! with their agent. Once an agent has `CHUNK_LEAST` entries under keys of their own, they are
-//! folded into one record of the `audit_chunks` tree (see `chunks`).
+//! an agent's loop such as pinning a memory), read newest first a page at a time (`audit_page`,
+//! with the total) or oldest first for the export (`audit_trail`), removed only with their agent. A
+//! card shown again keeps the trail of the one before.
+//!
+//! An entry's key is its agent and an id from sled's generator, which only grows, across restarts
+//! too. The lock of the agent's records (`audit_lock`, see `chunks`) is held from taking the id to
+//! the write, so a fold never passes an entry whose id was taken before it. Once an agent has
+//! `CHUNK_LEAST` entries under keys of their own, a commit at a cycle that is a multiple of
+//! `FOLD_CHECK_EVERY` folds them (up to `CHUNK_MOST`) into one record of the `audit_chunks` tree
+//! (`fold_audit`).
 
 use std::sync::MutexGuard;
 

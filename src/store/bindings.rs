@@ -1,6 +1,14 @@
-//! The Discord tree: where each agent lives (its thread binding, found by agent or by thread),
-//! the index of a server's live agents by owner, the threads to archive when their agent has
-//! finished, and the models a server's admins allow.
+//! The Discord tree: where each agent lives (its `ThreadBinding`, found by agent or by thread, and
+//! the `CardRef` of the card it shows), the index of a server's live agents by owner
+//! (`live/<guild>/<owner>/<agent>`, written with each binding and built once for an older store at
+//! open), the message showing each agent's live status, the threads to archive when their agent has
+//! finished (`archive_when_finished`, `take_archive_mark`), the models a server's admins allow and
+//! the roles that may write its memories.
+//!
+//! `/agent start` reads only its server's live agents (`live_agents`) and drops the finished ones
+//! it meets (`forget_live`), so checking the caps on running agents does not read every agent ever
+//! made. A card moving on is the usual save and writes one key; a sled transaction, which writes
+//! and syncs about three log buffers, is used only when the thread or the live index changes.
 
 use serde::{Deserialize, Serialize};
 use sled::transaction::ConflictableTransactionError;
@@ -30,8 +38,9 @@ pub struct ThreadBinding {
 
 impl Store {
     /// Stores a binding under the agent and under its thread, and indexes the agent as live in
-    /// its server, in one transaction. A binding is saved whenever the agent shows a card, so an
-    /// agent given a follow-up after finishing is indexed again.
+    /// its server: in one transaction when the thread or the live index lacks it, else as the
+    /// agent's key alone. A binding is saved whenever the agent shows a card, so an agent given a
+    /// follow-up after finishing is indexed again.
     pub fn save_binding(&self, binding: &ThreadBinding) -> Result<(), StoreError> {
         let record = encode(binding)?;
         let agent_key = format!("agent/{}", binding.agent_id);

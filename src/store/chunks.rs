@@ -1,17 +1,21 @@
 //! Records of one agent folded together: the newest under keys of their own, older ones in chunks
 //! of dozens, in a tree beside them. The audit trail and the agents' steps are kept this way.
 //!
-//! Why: sled keeps a few dozen bytes of memory for every key a store holds (its page table and
-//! the log positions of each B-tree page), so a record kept under a key of its own for every cycle
-//! grew the bot's memory with its cycles (see the README's memory figures). A chunk also
-//! compresses its records together.
+//! Why: sled keeps a few dozen bytes of memory for every key a store holds (its page table and the
+//! log positions of each B-tree page), so a record kept under a key of its own for every cycle grew
+//! the bot's memory with its cycles (see the README's memory figures). A chunk also compresses its
+//! records together.
 //!
-//! A chunk's key is the key its newest record had, then how many records it holds: chunks sort
-//! with the records they replaced, and a page is found without reading the chunks before it.
+//! A `Folding` names the two trees, how many records stay apart (`keep_newest`) and how many one
+//! fold takes (`least`, `most`). A chunk's key is the key its newest record had, then how many
+//! records it holds: chunks sort with the records they replaced, so `count_records` and
+//! `newest_records` (a page) read no chunk they do not draw on. `fold_records` writes the chunk and
+//! removes its records in one `write_together`.
 //!
 //! A fold moves records from one tree to the other in several writes, and a reader scans the two
-//! trees one after the other, so both hold the lock of the agent's records (`records_lock`):
-//! otherwise a reader could pass the chunk before it lands and the records after they go.
+//! trees one after the other, so both hold the lock of the agent's records (`records_lock`, one of
+//! `RECORD_LOCKS` chosen by hash, never two held at once): otherwise a reader could pass the chunk
+//! before it lands and the records after they go.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 

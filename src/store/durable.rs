@@ -1,10 +1,12 @@
-//! Group commit for the store's database: callers that need their writes on disk at about the
-//! same moment share one sled flush instead of each sealing and syncing a log buffer of its own.
+//! Group commit for the store's database: callers that need their writes on disk at about the same
+//! moment share one sled flush instead of each sealing and syncing a log buffer of its own. There
+//! is one `Durable` per open store, shared by its clones and by the ledger, and every durable flush
+//! goes through it.
 //!
-//! Why: with hundreds of agents cycling, each step's flush wrote out a buffer holding a few
-//! records and synced it, so each flush cost at least a page of disk writes, and a segment of
-//! sled's log filled with many small buffers. A caller waits for a flush that began after its
-//! own writes; every caller that arrives while a flush is under way is covered by the next one.
+//! Why: with hundreds of agents cycling, each step's flush wrote out a buffer holding a few records
+//! and synced it, so each flush cost at least a page of disk writes, and a segment of sled's log
+//! filled with many small buffers. A caller waits for a flush that began after its own writes;
+//! every caller that arrives while a flush is under way is covered by the next one.
 //!
 //! When the last flush was shared, callers are arriving faster than flushes finish, and the next
 //! flush starts no sooner than `SHARED_FLUSH_GAP` after it: the callers of that gap share it. A
@@ -12,9 +14,21 @@
 //!
 //! A process serving many agents (the bot) also sets a window (`Durable::share_within`): a flush
 //! starts no sooner than that long after the previous one started. Every sled flush writes and
-//! syncs at least a page of disk for a few hundred bytes of records, so flushes that each cover
-//! one call cost a page each; with a window the flushes of a busy bot are at most one a window,
-//! and an idle one (the previous flush long ago) flushes at once.
+//! syncs at least a page of disk for a few hundred bytes of records, because the next write dirties
+//! the last page again, so flushes that each cover one call cost a page each; with a window the
+//! flushes of a busy bot are at most one a window, and an idle one (the previous flush long ago)
+//! flushes at once. Measured with 300 agents, a 10 ms window took 1.8 flushes and 120 KB written a
+//! cycle down to 0.28 and 37 KB.
+//!
+//! One caller at a time flushes (`Flushed::flushing`, handed back by a drop guard). The others wait
+//! on a condition variable (`flush_blocking`) or, from async code (`Durable::flush`, used by
+//! `Store::flush` and the ledger's `make_durable`), on a `Notify` without holding a thread: a
+//! waiter per blocking-pool thread once made 220 threads, and the memory sled frees only once every
+//! thread has moved on piled up in the idle ones. What a caller does next is one decision
+//! (`Flushed::turn_of`: its outcome, the flusher's role, or a wait), and a failed flush answers the
+//! calls it was to cover with its error (`outcome_for`). The console's flushes run on the calling
+//! thread (`flush_in_place`) rather than on the blocking pool, since its step has nothing else to
+//! do until the flush ends.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};

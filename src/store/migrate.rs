@@ -1,5 +1,16 @@
-//! The migrations runner: reads the numbered files in `migrations/` (embedded at build time) and
-//! applies the steps between the store's schema version and the code's, before anything else runs.
+//! The migrations runner: reads the numbered files in `migrations/` (embedded at build time and
+//! listed in `MIGRATION_FILES`) and applies the steps between the store's schema version and the
+//! code's (`SCHEMA_VERSION`), before any tree is opened. It flushes after each migration, and
+//! refuses a store with a newer schema (`StoreError::TooNew`) or data without a version. The steps
+//! are idempotent: `ensure_tree`, `rename_tree`, `drop_tree`, `set_default`, `pack_into`.
+//!
+//! Most versions since 6 change what older code would misread, so older code refuses the store: 6
+//! drops the `proposals` tree (a waiting proposal lives in its agent's record, and the episode
+//! keeps what ran); 7 adds `ahead` and `ledger_settlements` (older code would read settlements as
+//! open calls and charge them again); 8 re-stores workspace files and undo records as frames of the
+//! store's own compression, packing into a new tree and renaming it back so a crash between the
+//! steps frames nothing twice; 9 adds `audit_chunks` and `episode_chunks`; 10 adds `agent_briefs`;
+//! 11 packs JSON records with the store's dictionary.
 
 use serde::Deserialize;
 use serde_json::Value;

@@ -1,6 +1,36 @@
-//! The sled store: agents (with the proposal each awaits), episodes, decisions, the command journal and the agents'
-//! workspaces, as versioned JSON records; a step's writes land together (`ahead`) and are flushed
-//! at durability points.
+//! The sled store. Trees: `agents` and `agent_briefs` (see `agent_records`), `episodes` and
+//! `episode_chunks` (see `steps`), `decisions`, `journal`, `workspace` and `workspace_undo` (see
+//! `snapshots`), `discord` (see `bindings`), `subagents`, `audit` and `audit_chunks` (see `audit`),
+//! `rules`, and the ledger's trees. Records are versioned `{v, data}` JSON, packed by `packed`.
+//!
+//! The write path. `Store::commit` takes a `Commit` (the agent's state, its new episodes, the
+//! command whose result it stores, the workspace changes, the trail entries, a server rule) and
+//! lands it all or none through `ahead`: the set is stored under one key, the agent's record
+//! written first, the rest applied, the key removed. `Commit::finished_command` removes that
+//! command's journal entry in the same write, so the journal holds only commands under way; a
+//! commit holding a cycle's episode also removes that cycle's decision record, whose `by` the
+//! episode keeps as `decided_by`. Both matter because sled keeps 40 to 50 bytes of memory per key
+//! it holds, so a record kept per cycle grew the bot's memory with its cycles. `record_executing`
+//! and `journal_executing` write a command's start, `record_decision` is the compare-and-swap on
+//! `decisions/<agent>/<cycle>` that makes the first click win, `clear_decision` removes it when a
+//! proposal is shown again, and `decided_by` reads who decided, from the record while the cycle is
+//! open and from the episode after.
+//!
+//! Durability is separate from writing: a commit is not flushed by itself. The caller flushes
+//! through `durable`, which shares one sled flush among the callers that need one at about the same
+//! time; `share_flushes_within` sets the bot's window (`store.flush_window_ms`, `BOT_FLUSH_WINDOW`
+//! by default) and `flush_in_place` makes the console's flushes run on the calling thread.
+//! `disk_report` (flushes made, bytes written, size on disk) is logged when the console or the bot
+//! stops.
+//!
+//! Memory use. sled's page cache is `store.cache_mb` (`DEFAULT_CACHE_BYTES`, 8 MiB, against sled's
+//! 1 GiB; sled counts it in compressed log bytes, and the pages take several times that in memory).
+//! A new store is created without sled's compression, since `packed` compresses each value itself.
+//! Each agent's workspace size is kept by `workspace_sizes`, so a per-agent cap costs no scan. The
+//! card reference is saved without a flush of its own.
+//!
+//! `delete_agent` removes an agent's record, steps, decisions, journal, workspace, sub-agents,
+//! audit trail and binding; the ledger keeps its spend.
 
 mod agent_records;
 mod ahead;

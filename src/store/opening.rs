@@ -1,5 +1,12 @@
-//! Opening sled for the store: the settings a store keeps from its creation (compression, log
-//! segment size) and the wait for a directory another handle still holds.
+//! Opening sled for the store: the settings a store keeps from its creation and the wait
+//! (`LOCK_WAIT`) for a directory another handle still holds.
+//!
+//! `created_setting` reads sled's `conf` file, so a store sled compressed (made before `packed`, at
+//! `COMPRESSION_LEVEL`) opens as it was, and so does one made with sled's default 512 KiB log
+//! segments. New stores get `SEGMENT_BYTES` segments: sled reclaims a segment only once at most
+//! half of it is live, and with small segments a store of many agents kept seven to eight times its
+//! live records on disk. Larger segments cost memory, since sled keeps a write buffer the size of a
+//! segment for each segment with writes under way (two to five at once in a soak).
 
 use std::path::Path;
 

@@ -1,11 +1,24 @@
 //! Compression of stored values: a record or vector from `PACK_FROM` bytes on is kept as a zstd
-//! frame, made with a compression context each thread keeps, and a JSON record smaller than
-//! `DICTIONARY_BELOW` with the store's dictionary from `DICTIONARY_FROM` bytes on. sled's own
-//! compression makes a fresh context for every write it logs, and that cost a third of a cycle's
-//! time; stores made before this keep sled's compression as well and read either form. Values
-//! are read back whichever way they were written: a zstd frame starts with its magic number,
+//! frame when that is smaller, made with a compression context each thread keeps, and a JSON record
+//! smaller than `DICTIONARY_BELOW` with the store's dictionary from `DICTIONARY_FROM` bytes on.
+//! This covers JSON records, memory vectors, workspace files and undo records
+//! (`ahead::apply_write`) and the sets of writes stored ahead. sled's own compression makes a fresh
+//! context for every write it logs, and each new context asks the processor for its features, which
+//! a virtual machine answers slowly: that cost a third of a cycle's time. Stores made before this
+//! keep sled's compression as well and read either form.
+//!
+//! Values are read back whichever way they were written: a zstd frame starts with its magic number,
 //! which neither a JSON record (`{`) nor a unit vector (its first component is at most 1 in size)
-//! can, and names the dictionary it was made with, if any.
+//! can, and names the dictionary it was made with, if any; a frame naming another dictionary is
+//! refused. A workspace file that itself starts like a frame is always framed (`pack_any`), and its
+//! size is read from the frame header (`unpacked_len`), so the workspace limit counts what was
+//! written. `UNPACKED_MAX` is the most a value may unpack to, and `workspace.max_file_bytes` stays
+//! below it.
+//!
+//! The dictionary (`dictionary.zstd`) was made by `scripts/store-dictionary.py` from a load-bench
+//! store's records with their free text, ids and times replaced, so it holds what records look
+//! like, not what agents said. Once shipped (store schema 11) it never changes; a new one would get
+//! a new id beside it.
 
 use std::borrow::Cow;
 use std::cell::RefCell;

@@ -1,10 +1,21 @@
-//! The workspace as it was after any recent cycle, for `/agent fork`: every change a cycle makes
-//! to a file first records what the file held before (an undo record per file and cycle, in the
-//! `workspace_undo` tree, written with the change itself). The workspace after cycle N is today's
-//! files with the undo records of every later cycle applied, newest first.
+//! The workspace as it was after any recent cycle, for `/agent fork` and `/agent rewind`: every
+//! change a cycle makes to a file first records what the file held before (an undo record per file
+//! and cycle, in the `workspace_undo` tree, written with the change itself by `Store::commit`). The
+//! workspace after cycle N is today's files with the undo records of every later cycle applied,
+//! newest first (`workspace_at`).
 //!
 //! Undo records are kept for the last `SNAPSHOT_CYCLES` cycles, so what they hold is bounded by
 //! that many cycles of an agent's writes; older ones are removed as new ones are written.
+//!
+//! `check_fork` says whether a cycle can be forked from or rewound to (`ForkRefusal`): it must have
+//! closed and lie within what is kept, the window of undo records and the agent's own history
+//! (`AgentState::history_from`: 0 for an agent started afresh, the fork cycle for a fork, and for
+//! an agent stored before forks the cycle before its first undo record). `fork_agent` stores a new
+//! agent with the source's steps up to the cycle (copied under keys of their own, folded or not,
+//! then folded), the workspace as it was then and the fork's first audit entry, in one
+//! `write_together`. `rewind_agent` writes a rewound agent's record with its later steps removed,
+//! its files put back, the spent undo records removed and its `AuditEvent::Rewound` entry, also in
+//! one write.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -192,7 +203,7 @@ impl Store {
     /// the steps after that cycle are removed, its files are put back as they were (and the undo
     /// records of the later cycles, now spent, removed), and the entry `audit` makes of the number
     /// of steps undone joins its trail, all together. The journal and decisions of the later cycles stay: the agent's cycle numbers
-    /// go on past them (see `AgentService::rewound`), so no old card or record can meet a new
+    /// go on past them (see `AgentService::rewind`), so no old card or record can meet a new
     /// step. Returns how many steps were removed.
     pub fn rewind_agent(
         &self,

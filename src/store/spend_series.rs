@@ -1,5 +1,7 @@
-//! An agent's spend after each of its cycles, read from its stored steps without their bodies,
-//! for the budget burn-down chart.
+//! An agent's spend after each of its cycles after a given one (`spend_after_each_cycle`), read
+//! from its stored steps decoding only their `cycle` and `cost`, for the budget burn-down chart.
+//! Callers start from where the agent's own history begins, since a fork's copied steps were paid
+//! for by its source.
 
 use serde::Deserialize;
 

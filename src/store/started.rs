@@ -1,18 +1,25 @@
 //! A command a person just approved, stored as its journal record alone: the agent's record keeps
-//! the proposal as it was stored when shown, and readers see the agent executing while the
-//! journal says its command is under way.
+//! the proposal as it was stored when shown, and readers see the agent executing while the journal
+//! says its command is under way.
 //!
 //! Why: a Discord cycle wrote the agent's record three times (the proposal shown, the command
-//! started, the result), and each write of a record logs it whole and, every few writes, the
-//! B-tree leaf it shares with fifteen others. An approval changes only what a restart sets anew
-//! when it finds the command interrupted (who approved, the approvals counted, Approve ×N's
-//! count, the card's deadline, the phase: see `Effect::Execute::only_approved`), so the journal
-//! record, which must be on disk before the command starts anyway, can stand for it.
+//! started, the result), and each write of a record logs it whole and, every few writes, the B-tree
+//! leaf it shares with fifteen others. An approval changes only what a restart sets anew when it
+//! finds the command interrupted (who approved, the approvals counted, Approve ×N's count, the
+//! card's deadline, the phase: see `Effect::Execute::only_approved`), so the journal record, which
+//! must be on disk before the command starts anyway, can stand for it.
 //!
-//! The journal record names the agent's record it stands beside by its digest (length and
-//! CRC-32, as `ahead`'s anchors do): any later write of the agent's record (the result, the
-//! proposal shown again as interrupted, a stale file's card, a rethink) leaves the entry stale,
-//! so only the start of the proposal the record shows reads as one, whatever the clock does.
+//! The journal record names the agent's record it stands beside by its digest (length and CRC-32,
+//! as `ahead`'s anchors do): any later write of the agent's record (the result, the proposal shown
+//! again as interrupted, a stale file's card, a rethink) leaves the entry stale, so only the start
+//! of the proposal the record shows reads as one, whatever the clock does.
+//!
+//! `Store::record_start` writes the journal entry and the approval's trail entries in one write,
+//! and folds the trail when due as `commit` does, since the approval's entry is often the only one
+//! a hand-approved cycle adds. `with_started_command`, applied by `decode_agent`, reads an agent
+//! stored awaiting a decision on its cycle's proposal, whose journal holds an `executing` entry for
+//! that cycle naming this very record (`JournalEntry::Executing::on_record`), as executing,
+//! approved by whoever the decision's record names.
 
 use chrono::{DateTime, Utc};
 

@@ -3,6 +3,13 @@
 //! `episode_chunks` tree (see `chunks`). An agent loads its newest steps whole and a fork or a
 //! rewind reaches back `SNAPSHOT_CYCLES` at most, so these mostly read keys of their own.
 //!
+//! A commit at a cycle that is a multiple of `FOLD_CHECK_EVERY` folds the older steps
+//! (`fold_steps`). The readers: `steps_in` (cycles `first..=last`, whole or only the part a reader
+//! needs, as a `Step`), `load_steps` (for `Store::load_agent`, newest first, the oldest only
+//! counted), `all_episodes` (the transcript), `steps_after`. `remove_steps_after` serves a rewind:
+//! a chunk holding later steps is removed and its earlier steps put back under keys of their own.
+//! `fold_copied_steps` folds the steps a new fork copied.
+//!
 //! Only an agent's owner writes its steps (its actor, or a rewind while it rests); a fork of a
 //! running agent reads them while its commits fold, which the lock of its records keeps apart.
 

@@ -1,6 +1,10 @@
-//! Each agent's workspace size, kept in memory so that checking a write against the per-agent
-//! cap reads no files: added up once from the workspace tree, then updated as workspace writes
-//! land (`ahead::apply_write`).
+//! Each agent's workspace size, kept in memory so that checking a write against the per-agent cap
+//! reads no files: added up once from the workspace tree, then updated as workspace writes land
+//! (`ahead::apply_write`).
+//!
+//! The adding-up does not hold the lock that workspace writes take; it is kept only if no write
+//! landed meanwhile (`WorkspaceSizes::writes` counts them). At most `WORKSPACE_SIZES_AT_MOST`
+//! agents are remembered.
 
 use std::collections::HashMap;
 use std::sync::MutexGuard;

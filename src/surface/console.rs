@@ -1,6 +1,13 @@
 //! The terminal surface: AutoGPT's original CLI. Prints profiles, thoughts and results, and reads
 //! `y`, `y -N`, `n`, `s`, `e` (edit the arguments), `r` (approve and remember), `t` and `k` (think
 //! again, skip: the stuck panel's) or feedback text from standard input.
+//!
+//! `ConsoleSurface::request_decision` reads standard input in a task and calls
+//! `AgentHandle::decide`; a streamed reply is printed as it comes when standard output is a
+//! terminal. `parse_input` reads a line, `read_edit` asks for one argument at a time, `read_rule`
+//! offers a numbered choice of the card's scopes and then how long, and `proposal_text` is the
+//! console card. `visible_controls` prints every control character but newline and tab as an
+//! escape, so model and tool text cannot drive the terminal.
 
 use std::io::Write;
 use std::sync::Arc;

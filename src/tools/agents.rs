@@ -1,7 +1,12 @@
 //! Sub-agents with AutoGPT 0.2's semantics: `start_agent`, `message_agent`, `list_agents` and
 //! `delete_agent`. A sub-agent is a separate chat with its own history, addressed by key, kept in
-//! the store, and paid from its parent's budget. It has no commands, so it cannot start
-//! sub-agents of its own: delegation is one level deep by construction.
+//! the store, and paid from its parent's budget. It has no commands, so it cannot start sub-agents
+//! of its own: delegation is one level deep by construction.
+//!
+//! The records (`SubAgentRecord`) go through `ctx.subagents` and are written directly, not with the
+//! step; the calls are paid by the parent through `ctx.model`. So that a command approved again
+//! after a restart is not run and paid twice, `start_agent` and `message_agent` first look for
+//! their own exchange at the parent's cycle.
 
 use std::sync::Arc;
 

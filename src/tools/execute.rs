@@ -1,6 +1,11 @@
-//! Code execution commands (`execute_python`, `execute_python_file`, `execute_shell`): the
-//! agent's code runs in the kernel sandbox on a copy of its workspace, and what it changed comes
-//! back as workspace operations, committed with the step like any command's.
+//! Code execution commands (`execute_python`, `execute_python_file`, `execute_shell`): the agent's
+//! code runs in the kernel sandbox on a copy of its workspace, and what it changed comes back as
+//! workspace operations, committed with the step like any command's.
+//!
+//! All three are `Risk::External`; `execute_shell` is offered only with `sandbox.shell`, and
+//! `execute_python_code` is an alias of `execute_python`. The workspace is handed to
+//! `Sandbox::run`, and the run's `Changes` come back as the command's `WorkspaceOp`s. The result
+//! says how the run ended, which limit stopped it, its output, and the files changed or not kept.
 
 use std::sync::Arc;
 

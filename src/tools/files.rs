@@ -1,5 +1,12 @@
 //! Workspace file commands (AutoGPT 0.5 names, 0.2 aliases). Files live in the store, confined to
 //! the agent's own workspace and bounded per file and per agent.
+//!
+//! The commands are `read_file`, `write_file`, `append_to_file`, `delete_file`, `list_folder` and
+//! `search_files` (a `globset` pattern over paths, optionally with a text, showing its first
+//! matching lines). A write is checked against `workspace.max_file_bytes` and, with the agent's
+//! total kept by the store (`Store::workspace_bytes`) rather than a listing, against
+//! `workspace.max_agent_bytes`; it is returned as a `WorkspaceOp` and committed with the step. All
+//! of them are `lands_with_result`: their only effect is what they return.
 
 use std::sync::Arc;
 

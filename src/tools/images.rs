@@ -1,5 +1,9 @@
 //! `generate_image`: one image from the configured images model, its price reserved against the
 //! agent's budgets before the call, saved in the workspace under `images/`.
+//!
+//! The size is checked against those offered and against the workspace's room before anything is
+//! paid; the price is reserved (`Budgets::reserve_durably`), the call made and settled
+//! (`Budgets::close_call`); the image is put in `images/<cycle>-<slug>.png` with the step.
 
 use std::sync::Arc;
 

@@ -1,5 +1,20 @@
-//! Commands the agent can run: the `Command` trait, the registry that builds the agent's command
-//! set from config, and one file per family (files, memory, web, repositories, agents, control).
+//! Commands the agent can run: the `Command` trait (`spec`, `run`), the registry that builds the
+//! agent's command set from config, and one file per family (files, memory, web, repositories,
+//! images, code execution, agents, control).
+//!
+//! `Registry::standard` collects the families that need nothing but config, minus
+//! `agent.disabled_commands` (`finish` is always kept); `for_config` also leaves out the commands
+//! of a service that is off (memory, web, repositories, sub-agents). Commands that need a service
+//! built at start-up are added by the `App` through `with_commands`: code execution once the
+//! sandbox's probe passed, `generate_image` when an images model is configured, and the MCP
+//! servers' tools.
+//!
+//! A command sees only `ToolCtx`, a set of narrow views: the agent's `AgentView`, the clock's
+//! `now`, the `Payer`, its workspace read-only (`AgentFiles`), its sub-agents (`SubAgents`),
+//! `AskUser` (the seam to a person), the limits, and when they are on the memory, the metered model
+//! (`ToolModel`) and the web. It never names the runtime, which implements these traits. It returns
+//! a `ToolOutput`: the outcome and the workspace changes as `WorkspaceOp`s, which the actor commits
+//! with the step; a command never writes files itself.
 
 pub mod agents;
 pub mod control;

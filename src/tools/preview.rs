@@ -1,6 +1,11 @@
-//! What a file command would change, for the person deciding on it: a unified diff against the
-//! file as it is, and a fingerprint of that file, so that a run can tell whether the file changed
-//! after the card was shown.
+//! What a file command would change, for the person deciding on it: a unified diff against the file
+//! as it is, and a fingerprint of that file, so that a run can tell whether the file changed after
+//! the card was shown.
+//!
+//! `preview` diffs what a `write_file` or `append_to_file` would change with `similar`, under a
+//! timeout so a card never waits on a large diff; `FileBase` is the file's fingerprint when the
+//! card was shown, held in memory by the actor and checked by `runtime::execute` before the command
+//! runs.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::Duration;

@@ -1,6 +1,9 @@
-//! `clone_repository(url, path)`: the tip of a public git repository's default branch copied
-//! into a new folder of the workspace, through the guarded web client, within the workspace's
-//! limits; its history is not kept.
+//! `clone_repository(url, path)`: the tip of a public git repository's default branch copied into a
+//! new folder of the workspace, through the guarded web client, within the workspace's limits; its
+//! history is not kept.
+//!
+//! The folder must be new. The workspace's room and file limit are passed to `web::git::clone_tip`,
+//! and the files become `WorkspaceOp::Put`s under the folder, committed with the step.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,6 +1,12 @@
-//! `web_search`, `wikipedia_search` and `read_webpage` (AutoGPT 0.5's signature; `browse_website` is accepted as an
-//! alias): search results, and a page's readable text, or the model's answer drawn from it in
-//! chunks (map-reduce within the context), always handed back labelled as untrusted web content.
+//! `web_search`, `wikipedia_search` and `read_webpage` (AutoGPT 0.5's signature; `browse_website`
+//! is accepted as an alias): search results, and a page's readable text, or the model's answer
+//! drawn from it in chunks (map-reduce within the context), always handed back labelled as
+//! untrusted web content.
+//!
+//! All three read untrusted content, and each names its egress (the query, or the page's URL) for
+//! the taint rule. `wikipedia_search` brings `WIKIPEDIA_ARTICLES` articles with their
+//! introductions; `read_webpage` returns the raw text on request, or answers a question or topics
+//! of interest by map-reducing over the page's chunks through `ctx.model`.
 
 use std::sync::Arc;
 

@@ -1,5 +1,8 @@
 //! Fetching one page for the agent: redirects followed by hand (each target checked by the guard),
 //! a size cap read off the stream, a timeout, and only text/html and text/plain accepted.
+//!
+//! `WebClient::fetch` uses no proxy from the environment, so a request goes where the guard
+//! checked.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,6 +1,10 @@
-//! The private-network guard: which addresses a fetch may connect to, the operator's allowlist,
-//! and the DNS resolver that hands the HTTP client only addresses it has checked, so that a name
-//! cannot resolve to a public address for the check and a private one for the connection.
+//! The private-network guard: which addresses a fetch may connect to, the operator's allowlist, and
+//! the DNS resolver that hands the HTTP client only addresses it has checked, so that a name cannot
+//! resolve to a public address for the check and a private one for the connection.
+//!
+//! `Guard::check_url` checks the scheme, literal addresses and ports; `Guard::resolve` is the
+//! reqwest resolver that hands the client only checked addresses; `is_public` is the address rule.
+//! Tests replace DNS through the `Lookup` trait.
 
 use std::future::Future;
 use std::io;

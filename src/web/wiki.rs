@@ -1,5 +1,9 @@
 //! Wikipedia search (aiflows' WikiSearch) through the MediaWiki API, behind a trait: one request
 //! finds the best-matching articles and brings back each one's introduction as plain text.
+//!
+//! `MediaWiki` (`web.wikipedia_url`) makes one API request (search as a generator, plain-text
+//! introductions and canonical URLs); `parse_mediawiki` ranks the articles by the search's `index`
+//! and names an API error.
 
 use std::time::Duration;
 

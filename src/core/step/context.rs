@@ -1,5 +1,9 @@
 //! What `step` may consult besides the state: the context the runtime builds for each event, how
 //! the reply format reaches the model, and how much recalled memory a prompt may carry.
+//!
+//! `ReplyFormat` states the reply format once: the full schema for endpoints where input costs
+//! nothing, the compact envelope for those that bill the schema as input, or instructions in the
+//! prompt (`Config::reply_format` chooses).
 
 use chrono::{DateTime, Utc};
 

@@ -1,5 +1,10 @@
 //! The human and money half of the loop: budget refusals, rate-limit waits, budget and policy
 //! changes, Continue from a parked card, pause and resume, and what each cycle cost.
+//!
+//! `on_call_refused` pauses with `PauseReason::Budget` naming the budget that ran out. Stop on a
+//! parked agent makes it a person's pause. `on_finish` closes a waiting proposal as not run, so its
+//! card can never decide a later proposal of the same number; during a command, `finish_requested`
+//! ends the task when the command returns, before a requested pause. `on_resume` clears the brake.
 
 use super::Stepper;
 use crate::core::audit::AuditEvent;

@@ -1,6 +1,13 @@
 //! Edit, then approve: a person replaces the pending command's arguments, which are checked as a
-//! model's would be, and the card is shown again, saying who changed what. An approval covers
-//! what the card showed: a command whose file changed since is shown again instead of run.
+//! model's would be, and the card is shown again, saying who changed what. An approval covers what
+//! the card showed: a command whose file changed since is shown again instead of run.
+//!
+//! `apply_edit` validates a person's arguments like a model's, records the `ArgumentEdit`, ends
+//! Approve ×N and shows the card again; an edit claims no decision. `argument_text` and
+//! `edited_value` are how both surfaces read a typed argument, and `changed_arguments` what the
+//! card lists. `count_approval` counts an approval toward its class's quorum, showing the card
+//! again until it is reached. `on_command_stale` (`Event::CommandStale`) shows the card again for a
+//! new decision when the approved command's file changed after the card was shown.
 
 use serde_json::{Map, Value};
 

@@ -1,6 +1,11 @@
 //! A card nobody decided in time: its class's action on expiry (`core::expiry`), applied when the
-//! runtime's timer reports the deadline and only if the card still waits and the deadline (which
-//! an escalation moves) has passed, so a late or repeated timer changes nothing.
+//! runtime's timer reports the deadline and only if the card still waits and the deadline (which an
+//! escalation moves) has passed, so a late or repeated timer changes nothing.
+//!
+//! Deny records the step as not run and thinks again; escalate calls the approvers once with a
+//! second deadline; park (or a second escalation) pauses with `PauseReason::Unanswered`. Each emits
+//! `Effect::Expired` and an audit entry. A card shown anew (a resume) gets a new deadline
+//! (`show_pending_again`); an edit or an approval keeps it.
 
 use super::Stepper;
 use crate::core::audit::AuditEvent;

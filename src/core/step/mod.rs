@@ -1,6 +1,24 @@
-//! `step`: the whole decision logic of the agent loop as a pure function of state, event and context.
-//! The event handlers live here; `thinking` holds the prompt and the model calls, `context` what
-//! `step` may consult.
+//! `step`: the whole decision logic of the agent loop as a pure function of state, event and
+//! context. `step(&mut state, event, &ctx)` applies one `Event` to the state in place and returns,
+//! in order, the `Effect`s the runtime must carry out; the runtime stores the state after every
+//! step, so no old state is kept. The event handlers are methods of the private `Stepper` (the
+//! state, the context, the effects so far), one `on_*` per event, so a handler can call the shared
+//! steps (`propose`, `refuse_command`, `pause`, `finish`) without passing them around. `thinking`
+//! holds the prompt and the model calls, `record` the episode, `decide` and `edit` a person's
+//! answer to a card, `control` the human and money events, `expire` a card's deadline, `remember`
+//! the approval rules, `context` what `step` may consult.
+//!
+//! A cycle: `begin_cycle` asks for summaries of older episodes and, with memory on, emits `Recall`
+//! and waits for `Recalled`; `think` emits `CallModel` (purpose `Think`). The reply comes back as
+//! `ModelReplied`; `on_cycle_reply` parses it (`parse_reply`), validates the command
+//! (`CommandSet::validate`) and consults the watchdog; `propose` applies the policy, the taint rule
+//! and the rules, stores a `Proposal` in `state.pending`, enters `AwaitingDecision` and emits
+//! `ShowProposal` (or starts the command at once when it is approved automatically). A proposal the
+//! watchdog or `no_progress` flags becomes the stuck panel (`Proposal::stuck`), never approved
+//! automatically. A decision (`on_decision`) moves to `Executing` and emits `Execute`; the result
+//! comes back as `CommandFinished`, and `on_command_finished` records the episode and begins the
+//! next cycle. Each main model call carries `state.call_seq`, and replies to superseded calls are
+//! ignored. `MAX_INVALID_REPLIES` and `MAX_REFUSALS` in a row pause the agent.
 
 use super::audit::{AuditEntry, AuditEvent, ShownCommand};
 use super::budget::BudgetView;

@@ -1,5 +1,12 @@
-//! Recording on `Stepper`: a finished command's outcome (capped, then kept as the cycle's
-//! episode with its memory), after which the agent finishes or begins its next cycle.
+//! Recording on `Stepper`: a finished command's outcome (capped, then kept as the cycle's episode
+//! with its memory), after which the agent finishes or begins its next cycle.
+//!
+//! An outcome too long for the context window becomes an error (AutoGPT's failure message).
+//! `on_command_finished` also sets the agent's `Taint` after an untrusted read (see `taint`).
+//! Closing a cycle notes what it cost (`note_spend`, for the card and the brake), emits `Remember`
+//! when memory is on and the episode needs no model summary (the others are remembered when their
+//! summary arrives, so the memory carries the condensed line), keeps the episode through
+//! `AgentState::record_episode` (see `history::EarlierSteps`) and moves to the next cycle number.
 
 use super::*;
 

@@ -1,5 +1,12 @@
 //! Approve & remember on `Stepper`: which rules a card may offer, which rule approves a proposal
 //! without a card (and counting its use), keeping a rule a person made, and revoking one.
+//!
+//! `rule_scopes` is what a card may offer (see `rules` for when). `rule_for` finds a live rule: the
+//! agent's own from its state, the server's from `StepCtx::server_rules`. `keep_rule` lets the
+//! approval stand but keeps no rule the card no longer offers under the policy in force, none over
+//! the limit (`over_limit`, shared with Discord's pre-check) and no server rule outside a server,
+//! telling the thread why; a rule with the same id replaces the older one. `on_revoke_rule` handles
+//! `Event::RevokeRule`.
 
 use super::*;
 use crate::core::commands::Risk;

@@ -1,6 +1,12 @@
 //! The thinking half of a cycle: summaries and recall before it, the prompt (fitted, with the
-//! memories Progress does not already show and the reply format stated once), the model calls,
-//! and the cost a card shows.
+//! memories Progress does not already show and the reply format stated once), the model calls, and
+//! the cost a card shows.
+//!
+//! `begin_cycle` asks for summaries of older episodes (only those whose outcome the mechanical line
+//! would cut) and, with memory on, emits `Recall`; it also applies the cycle limit and the runaway
+//! brake. `build_prompt` fits the prompt (see `prompt::CyclePrompt`), `think` and `ask_for_reply`
+//! emit `CallModel`, `reply_schema` lists only the commands the policy shows (`visible_commands`),
+//! and `spend_note` is the card's cost line.
 
 use super::{ReplyFormat, Stepper};
 use crate::core::budget::{BudgetView, Micros, SpendNote};

@@ -1,6 +1,10 @@
 //! Keeps serenity's rate-limit buckets bounded: it keeps one for every route it has called and
 //! never drops any, and an interaction's answer is a route of its own (keyed by the interaction),
 //! so a bot talking to Discord directly gained a bucket with every click and slash command.
+//!
+//! `spawn_pruning`, started by `client` for both REST clients, drops every minute the buckets that
+//! no request holds and whose limit is not in force. Without a rate limiter (behind a proxy) there
+//! is nothing to prune.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};

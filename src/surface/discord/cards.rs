@@ -1,6 +1,10 @@
 //! What the bot shows in a thread, as plain text fitted to Discord's limits (counted in code
 //! points): proposal cards, decisions, results, profiles. Model text is untrusted, so every piece
 //! is cut here before it can reach Discord's validation.
+//!
+//! The limits are constants (`DESCRIPTION_MAX`, `FIELD_VALUE_MAX`, `EMBED_TOTAL_MAX`,
+//! `MESSAGE_MAX`, …) and `EmbedText::fitted` cuts a whole card to them. A result too long for a
+//! message is attached as a file (`result_message`).
 
 use chrono::{DateTime, Utc};
 

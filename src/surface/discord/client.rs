@@ -1,7 +1,17 @@
-//! Start-up of the Discord bot: the serenity client on a gateway thread of its own (through
+//! Start-up of the Discord bot (`run`): the serenity client on a gateway thread of its own (through
 //! `HttpBuilder::proxy` when another Discord-compatible API is configured), the poise framework
-//! with `/agent …`, and, once the gateway is ready, the surface, the supervisor and the agents a
-//! restart left running.
+//! with `/agent …` and `/memory …`, and, once the gateway is ready, the surface, the supervisor and
+//! the agents a restart left running.
+//!
+//! The shards this process serves connect with `start_shard_range` on a thread and runtime of their
+//! own (`on_gateway_thread`), so the gateway and the acknowledgement of clicks never queue behind
+//! the agents, which stay on the main runtime (`Deps::runtime`, `App::deps_on`); the surface posts
+//! through its own REST client (`rest_client`). Once the gateway is ready: the surface, `Data`, the
+//! `Supervisor`, command registration and `resume_all`, then the loops that re-post cards
+//! (`repost_cards`), keep the live status (`DiscordSurface::run_status_loop`) and prune rate-limit
+//! buckets (`buckets::spawn_pruning`). SIGTERM or SIGINT closes the gateway (no new interactions),
+//! drains the supervisor for `ops.shutdown_grace_secs`, flushes and returns, so the process exits
+//! 0.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;

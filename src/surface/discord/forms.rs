@@ -1,4 +1,8 @@
 //! The forms (modals) behind Approve ×N, Feedback and Edit, and reading what was typed into them.
+//!
+//! `approve_n_form` asks for a count up to `APPROVE_N_MAX`, `feedback_form` for up to 4,000
+//! characters, and `edit_form` fits the arguments into Discord's five inputs and 4,000 characters
+//! each. `modal_value`, `modal_fields` and `edited_arguments` read what was typed.
 
 use poise::serenity_prelude::{
     ActionRowComponent, CreateActionRow, CreateInputText, CreateModal, InputTextStyle,

@@ -1,7 +1,10 @@
-//! Versioned component ids: `at1:<action>:<agent>:<cycle>` (or another number an action names),
-//! and on a proposal card `:<revision>`, the proposal's edit count, so that a click on a card
-//! edited since refers to what it showed. The global interaction handler routes them, so a card
-//! keeps working after a restart.
+//! Versioned component ids: `at1:<action>:<agent>:<cycle>` (or another number an action names), and
+//! on a proposal card `:<revision>`, the proposal's edit count, so that a click on a card edited
+//! since refers to what it showed. The global interaction handler routes them, so a card keeps
+//! working after a restart.
+//!
+//! A `CardId` fits Discord's 100 characters; `check_click` refuses an approval or an edit made on
+//! an older revision of a proposal card. `CardAction` names every button and form the bot makes.
 
 /// Discord's limit on a component's custom_id.
 pub const MAX_CUSTOM_ID: usize = 100;

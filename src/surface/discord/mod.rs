@@ -1,5 +1,17 @@
-//! The Discord surface: every agent lives in its own thread; proposals are cards with buttons,
-//! results and notices are messages, and `ask_user` waits for an answer typed in the thread.
+//! The Discord surface (`DiscordSurface`, implementing `runtime::Surface`): every agent lives in
+//! its own thread; proposals are cards with buttons, results and notices are messages, and
+//! `ask_user` waits for an answer typed in the thread (`answer_question`).
+//!
+//! A card is posted once and remembered after it is posted as a `CardRef`, not before: an intent
+//! record would cost a durable flush per cycle. Two things keep it to one post instead. Its nonce
+//! is derived from the agent and cycle and enforced, so Discord returns the stored card for a
+//! re-post within its window of a few minutes; and the first proposal an agent shows after the
+//! process starts searches the thread's newest messages for a card with its title and adopts it
+//! (`found`), which covers an outage of any length. The card is edited in place after a decision or
+//! a restart and closed by `close_card` (a decision, an expiry). An escalated deadline calls the
+//! approvers (`call_approvers`): the server's approvers role, or else the agent's owner and the
+//! users and roles it is shared with, and nobody else; every other message goes out with no
+//! mentions. `repost_cards` posts the cards Discord did not take; a loop in `client` calls it.
 
 mod buckets;
 mod card_parts;

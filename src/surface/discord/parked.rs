@@ -1,5 +1,8 @@
 //! A parked agent's card: paused for a budget ([+$1] [+$5] [Stop]) or by the runaway brake
 //! ([Continue] [Raise budget +$1] [Stop]), saying why and what it spent; and what its buttons do.
+//!
+//! A click is answered by updating the card in the acknowledgement itself, or refused privately;
+//! what it does is `service::parked::park_choice`.
 
 use crate::surface::discord::people::person_of;
 use poise::serenity_prelude as serenity;

@@ -1,6 +1,10 @@
 //! Posting to an agent's thread through Discord's bad moments: transient failures are retried with
-//! backoff under one nonce (Discord keeps the first message and returns it for the retries), and
-//! a card that still could not be posted is remembered until the re-post loop gets it through.
+//! backoff under one nonce (Discord keeps the first message and returns it for the retries), and a
+//! card that still could not be posted is remembered until the re-post loop gets it through.
+//!
+//! `post_with_retry` retries 5xx, 429 and network failures under one enforced nonce: `card_nonce`
+//! per agent and cycle for a card, `fresh_nonce` otherwise; it takes the mentions a message may
+//! notify, none by default. `Unposted` holds the cards waiting for the re-post loop, one per agent.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -1,6 +1,11 @@
-//! Approve & remember on a card: the "Remember…" button answers privately with a menu of the
-//! rules the command allows (scope × reach × how long), and a choice approves the card and keeps
-//! the rule. Server-wide rules are offered to the server's admins only.
+//! Approve & remember on a card: the "Remember…" button answers privately with a menu of the rules
+//! the command allows (scope × reach × how long), and a choice approves the card and keeps the
+//! rule. Server-wide rules are offered to the server's admins only.
+//!
+//! The button is `CardAction::Remember`; the menu is a private string select of scope × reach ×
+//! life. A choice (`CardAction::RememberChoose`, value `<scope>.<reach>.<life>`) is checked (the
+//! card still offers it, the rights a server rule needs, the limits) before it decides the card
+//! with `Decision::Remember`.
 
 use crate::surface::discord::people::person_of;
 use poise::serenity_prelude as serenity;

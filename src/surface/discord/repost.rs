@@ -1,6 +1,10 @@
-//! Re-post: a card buried under a long thread is posted again at the bottom, with the same
-//! buttons, and the old message becomes a pointer to it. The card reference moves to the new
-//! message, so decisions and edits land there.
+//! Re-post: a card buried under a long thread is posted again at the bottom, with the same buttons,
+//! and the old message becomes a pointer to it. The card reference moves to the new message, so
+//! decisions and edits land there.
+//!
+//! The click (`CardAction::Repost`) is deferred privately first. `repost_card` posts under a nonce
+//! derived from the clicked message, so two clicks make one copy, and tells a click on a card
+//! already moved so.
 
 use crate::core::person::Person;
 use crate::surface::discord::people::person_of;

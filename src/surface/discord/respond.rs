@@ -1,6 +1,11 @@
 //! Answers to people: the user-error tier of slash commands (`on_error`), private replies,
-//! interaction responses that log a failure instead of dropping it, and the requester a click or
-//! a command comes from.
+//! interaction responses that log a failure instead of dropping it, and the requester a click or a
+//! command comes from.
+//!
+//! `on_error` shows a `UserError` privately as it is, and anything else as "Something went wrong"
+//! with a reference that the log line carrying the error also holds; `pre_command` logs each slash
+//! command. `requester_of` and `author` build a `Requester` (user, roles, Manage Threads, Manage
+//! Server) from the member data Discord sends with the interaction.
 
 use poise::serenity_prelude as serenity;
 use serenity::{

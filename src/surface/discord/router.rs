@@ -1,7 +1,16 @@
-//! The interaction router: every button click, form and thread message reaches the bot here.
-//! Each is acknowledged within Discord's 3 s first (a modal, a deferred update or a private
-//! refusal), checked against the clicker's rights and the card's staleness, and only then decided
-//! in the agent's actor.
+//! The interaction router: every button click, form and thread message reaches the bot here. Each
+//! is acknowledged within Discord's 3 s first (a modal, a deferred update or a private refusal),
+//! checked against the clicker's rights and the card's staleness, and only then decided in the
+//! agent's actor.
+//!
+//! `on_event` only clones the interaction and spawns `on_click`, `on_modal` or `on_thread_message`,
+//! so the gateway loop never waits on the store or the model. `check_click` checks rights
+//! (`service::rights::may_decide` on a `Requester` built from the interaction's own member data),
+//! then staleness (`AgentState::awaits_decision_on` on the stored record); `decide_and_report`
+//! decides and sends a late refusal (`DecideError`) as a private follow-up. A thread message is an
+//! answer to `ask_user`, or feedback on a waiting card only as `FeedbackMessages` says (by default
+//! a reply to the card or the `fb:` prefix). A parked card's buttons go to `parked`, memory buttons
+//! to `commands::memory`.
 
 use crate::core::person::Person;
 use crate::surface::discord::people::person_of;

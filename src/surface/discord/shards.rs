@@ -1,5 +1,12 @@
-//! Which of Discord's gateway shards this process serves (`run --shards A..B --total-shards N`),
-//! and the start-up check that its store holds no agent of a guild another process serves.
+//! Which of Discord's gateway shards this process serves (`Shards`, from `run --shards A..B
+//! --total-shards N`; `A..=B` and a single `A` are read too), and the start-up check that its store
+//! holds no agent of a guild another process serves.
+//!
+//! A guild belongs to shard `(guild_id >> 22) % N`, as Discord computes it (`shard_of`, `serves`).
+//! `serenity_range` converts to serenity's `start_shard_range`, which takes its range's end as the
+//! last shard, included. `check_store` makes `run` refuse a store holding an agent of a server this
+//! process does not serve, since that agent's clicks would reach another process. Each process has
+//! its own store.
 
 use std::fmt;
 use std::ops::Range;

@@ -1,8 +1,22 @@
 //! The live status message at the top of each agent's thread: posted once and pinned, then edited
 //! in place as the agent moves (thinking, waiting for approval, running a command, waiting for a
 //! rate limit), with its cycle, spend and sub-agents. All agents' status requests go through one
-//! paced loop, so a thousand busy agents stay within Discord's rate limits; typing is renewed
-//! there too while the model or a command works.
+//! paced loop, so a thousand busy agents stay within Discord's rate limits; typing is renewed there
+//! too while the model or a command works.
+//!
+//! `StatusBoard` keeps each agent's latest `LiveStatus` and a running command's progress; a
+//! thinking agent's streamed pieces are counted ("thinking… (n tokens)").
+//! `DiscordSurface::run_status_loop` makes at most `discord.status_requests_per_second` requests
+//! for all agents together, in this order of priority: post a missing status message (under the
+//! nonce `<agent>.status`) and pin it, its id saved in the store (after a restart that lost the id,
+//! the thread's pins and then its newest messages are searched for it); edit the stalest changed
+//! status (each message at most every `MIN_EDIT_GAP`); renew typing (every `TYPING_RENEWAL`) for
+//! agents whose model or command is at work, not for `ask_user`, which waits for a person; refresh
+//! a busy agent's clock (every `CLOCK_EDIT_GAP`). Changes come before clocks, so under load
+//! statuses stay right and only their clocks lag. A post that fails is tried again after a wait
+//! that doubles (`FIRST_POST_WAIT` to `MAX_POST_WAIT`), so a thread the bot can no longer write to
+//! does not take every turn. A finished or paused agent's entry is dropped after its last edit; a
+//! deleted status message is posted again under a fresh nonce.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

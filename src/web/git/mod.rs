@@ -2,6 +2,12 @@
 //! protocol through the guarded web client (every request and redirect checked like a page fetch,
 //! https only unless the operator allow-listed the host, the download capped), fetches the tip of
 //! the default branch alone, and its files are read out of the fetched pack, within limits.
+//!
+//! `clone_tip` runs on the blocking pool: a bare repository in a temporary folder, isolated from
+//! the machine's and the user's git configuration, with gitoxide's allocations bounded (a small
+//! delta can declare gigabytes); one shallow fetch of the remote's `HEAD`; then the tip's tree
+//! walked by `BoundedRecorder` (entries and the deadline) and read into files within `CloneLimits`
+//! (`Names`: no `.git`, no name taken twice).
 
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -1,5 +1,9 @@
 //! `/agent audit`: the agent's audit trail (who decided, edited or changed what, and when), a page
 //! at a time, privately, with Newer and Older buttons that turn the page in place.
+//!
+//! Only the agent's deciders may read it. The page buttons (`CardAction::AuditPage`, the page in
+//! the id's number slot) check the rights again on each click and update the message in the
+//! acknowledgement itself.
 
 use poise::serenity_prelude as serenity;
 use serenity::{

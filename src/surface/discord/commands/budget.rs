@@ -1,4 +1,8 @@
-//! `/agent budget show|set`: spend and limits, and changing an agent's, a user's or the server's budget.
+//! `/agent budget show|set`: spend and limits, and changing an agent's, a user's or the server's
+//! budget.
+//!
+//! An agent's budget goes through `AgentService::check_agent_budget` and then `Event::SetBudget` to
+//! its actor; a user's or the server's limit through `AgentService::set_limit`.
 
 use crate::surface::discord::people::person_of;
 use anyhow::Context as _;

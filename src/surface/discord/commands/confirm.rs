@@ -1,5 +1,10 @@
 //! The private confirmation button of a command that cannot be undone lightly (`/agent delete`,
 //! `/agent rewind`): the first reply with its button, and the click's checks and answers.
+//!
+//! `ask` sends the question with one danger button; `begin` handles the click (the binding, the
+//! rights checked again through `Rights`, the message turned to "…ing" without its button); `end`
+//! says how it ended. `bring_to_rest` sends the agent the event that stops it and waits, at most
+//! `REST_WAIT`, for its actor to rest.
 
 use poise::serenity_prelude as serenity;
 use serenity::{

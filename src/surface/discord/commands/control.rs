@@ -1,5 +1,10 @@
 //! `/agent pause`, `/agent finish` (and `/agent stop`), `/agent resume` and `/agent archive`:
 //! events any decider may send to the agent, and its thread archived by its owner.
+//!
+//! Pause, finish (and stop, the same) and resume are for anyone who may decide; resume applies
+//! `check_resume` first. Archive is for the owner or someone who manages threads: it marks the
+//! thread in the store (`archive_when_finished`) and finishes the agent, and the surface archives
+//! the thread after the closing summary.
 
 use super::{thread_agent, Ctx, Error};
 use crate::core::event::Event;

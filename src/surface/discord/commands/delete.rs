@@ -1,5 +1,10 @@
 //! `/agent delete`: its owner or a server admin removes an agent for good (its history, memories
 //! and workspace) after a private confirmation button; the thread is told and archived.
+//!
+//! The confirmation's button (`CardAction::DeleteAgent`, see `confirm`) checks the rights again,
+//! finishes a running agent and waits at most 10 s for its actor to rest, then removes its memories
+//! and its thread's notes (`Memory::remove_agent`) and its records (`Store::delete_agent`). The
+//! ledger keeps what it spent.
 
 use crate::core::person::Person;
 use crate::surface::discord::people::person_of;

@@ -1,5 +1,11 @@
-//! `/agent fork [from_cycle]`: a new agent in a new thread, with this agent's history, memories
-//! and workspace as they were when a cycle closed; this agent goes on untouched.
+//! `/agent fork [from_cycle]`: a new agent in a new thread, with this agent's history, memories and
+//! workspace as they were when a cycle closed; this agent goes on untouched.
+//!
+//! Only those who may decide for the agent may fork it, and `check_start` applies to the forker as
+//! to any start. The thread is opened beside the original (`start::open_thread`) and bound first,
+//! as at a start: the forker owns the fork, the original's owner and sharers share it. Then the
+//! store's fork (`AgentService::fork`), `Memory::copy_to_fork` (a failure is logged and the fork
+//! goes on without memories), a note in both threads, and `Supervisor::start_new`.
 
 use crate::surface::discord::people::person_of;
 use poise::serenity_prelude::{ChannelId, CreateMessage};

@@ -1,5 +1,10 @@
 //! The `/agent …` slash commands, one file per group: each parses its options, asks the service
 //! (`crate::service`) for the rules and the supervisor for the agent, and renders the answer.
+//!
+//! `Data` is what every command reaches: the `App`, the `AgentService`, the `Supervisor`, the
+//! surface and the agents' runtime (slow work goes there, off the gateway's thread). `all()` lists
+//! the registered commands: `/agent`, whose `subcommands(...)` names every group, and `/memory`.
+//! `thread_agent` finds the thread's agent and its binding, or answers with a `UserError`.
 
 pub(super) mod audit;
 mod budget;

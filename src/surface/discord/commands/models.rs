@@ -1,5 +1,8 @@
-//! `/agent models show|allow|remove`: which models this server's members may choose at
-//! `/agent start`, changed by server admins; and the autocomplete that offers them.
+//! `/agent models show|allow|remove`: which models this server's members may choose at `/agent
+//! start`, changed by server admins; and the autocomplete that offers them.
+//!
+//! Only server admins change the list, and only priced models may be on it. `complete_model` is the
+//! autocomplete of `/agent start model:`.
 
 use poise::serenity_prelude as serenity;
 

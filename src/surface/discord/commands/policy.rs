@@ -1,4 +1,8 @@
-//! `/agent policy show|set`: what each risk class of command does for this agent, and making it stricter.
+//! `/agent policy show|set`: what each risk class of command does for this agent, and making it
+//! stricter.
+//!
+//! The classes come from `ALL_RISKS`; a change is checked by `check_narrowing` and sent as
+//! `Event::SetPolicy`, which the core audits.
 
 use super::{capitalise, thread_agent, Ctx, Error};
 use crate::core::commands::Risk;

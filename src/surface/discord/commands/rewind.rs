@@ -1,5 +1,14 @@
-//! `/agent rewind cycle`: its owner (or a server admin) puts an agent back, in place, to how it
-//! was after a cycle (history, memories and workspace) after a private confirmation button.
+//! `/agent rewind cycle`: its owner (or a server admin) puts an agent back, in place, to how it was
+//! after a cycle (history, memories and workspace) after a private confirmation button.
+//!
+//! The command is checked as a fork would be, then asks with a button (`CardAction::RewindAgent`,
+//! the cycle in the id's number slot, see `confirm`). The click checks again (the cycle still in
+//! reach, the caps on running agents), pauses the agent and waits at most 10 s for its actor to
+//! rest. Then `Supervisor::change_resting_and_start` holds the live-agent lock throughout, so no
+//! click or message can start an actor from the old state, and starts the rewound agent once, with
+//! `Event::Recovered`. Inside it, `Memory::forget_after` runs first (a failure there leaves nothing
+//! undone that a retry would not undo), then `AgentService::rewind`. The thread is told through
+//! `rewound`.
 
 use crate::core::person::Person;
 use crate::surface::discord::people::person_of;

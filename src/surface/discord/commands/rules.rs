@@ -1,6 +1,11 @@
-//! `/agent rules`: the approve-and-remember rules in force for the thread's agent (its own and
-//! its server's), privately, each with a Revoke button for those who may revoke it: the agent's
+//! `/agent rules`: the approve-and-remember rules in force for the thread's agent (its own and its
+//! server's), privately, each with a Revoke button for those who may revoke it: the agent's
 //! deciders for its own rules, the server's admins for the server's.
+//!
+//! A Revoke button is `CardAction::RevokeRule`, the rule's `<agent>.<cycle>` in its id. A server
+//! rule is removed from the store and its revocation recorded on the thread agent's trail
+//! (`Store::append_audit`); an agent's own rule is revoked by its actor (`Event::RevokeRule`),
+//! which audits it.
 
 use crate::surface::discord::people::person_of;
 use poise::serenity_prelude as serenity;

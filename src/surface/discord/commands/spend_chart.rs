@@ -1,5 +1,9 @@
 //! `/agent budget chart`: the server's spend per day, by person and by agent, as a chart for its
 //! admins.
+//!
+//! Only for those who manage the server. The spend comes from `Budgets::spend_on`; people are named
+//! from the cache, else through Discord's member lookup, else by the end of their id, and only the
+//! named series are looked up. The answer is the chart and its totals in words.
 
 use std::collections::HashMap;
 

@@ -1,4 +1,12 @@
 //! `/agent start`: opens a thread for a new agent and starts it there.
+//!
+//! It applies `check_start` and `check_model` (a model the server offers, with a price), and reads
+//! whom to share with from `share_user`, `share_role` and the mentions in `share_with`
+//! (`rights::shares_in`). It defers privately, because Discord gives the first follow-up the
+//! deferral's visibility and a later refusal must stay private. Then it opens the thread
+//! (`open_thread`; a refusal for want of a permission is a `UserError` naming it), saves the
+//! `ThreadBinding`, makes the agent (`AgentService::new_agent`) and starts it
+//! (`Supervisor::start_new`).
 
 use poise::serenity_prelude as serenity;
 use serenity::{

@@ -1,5 +1,8 @@
 //! `/agent status`: the agent's state, last action, spend, policy and sub-agents, with its budget
 //! burn-down as a chart, privately.
+//!
+//! The burn-down chart comes from `Store::spend_after_each_cycle` and is drawn on the agents'
+//! runtime, off the gateway's thread.
 
 use poise::serenity_prelude::CreateAttachment;
 

@@ -20,6 +20,11 @@
 //! - [`cli`], [`check`], [`inspect`], [`export`], [`charts`], [`ops`]: the command line and what it
 //!   and the bot show operators.
 //! - [`clock`]: the one place the wall clock is read.
+//!
+//! Outside services sit behind small traits (`ChatModel`, `Embedder`, `ImageModel`, `Surface`,
+//! `Clock`, `TokenCounter`, `SearchBackend`, `WikiBackend`, `ToolModel`, `AskUser`, the guard's
+//! `Lookup`), so tests put fakes in their place; the page fetcher has none, and tests run the real
+//! client against a loopback server with a `Lookup` that maps names to it.
 
 pub mod app;
 pub mod budget;

@@ -1,6 +1,9 @@
 //! Rate limits that smooth bursts of spend (governor, keyed): spend per user per hour, spend per
 //! guild per hour, calls per guild per minute. A call passes the gates one after another; at a
 //! closed gate it waits, so a limited agent is slowed down, never failed.
+//!
+//! `Pacer` keeps governor's own clock type as a parameter (`Pacer<C>`), so tests run it on
+//! governor's `FakeRelativeClock`; the runtime's `Clock` does the waiting on top of it.
 
 use std::num::NonZeroU32;
 use std::time::Duration;

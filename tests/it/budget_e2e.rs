@@ -768,3 +768,69 @@ async fn a_finished_agent_holds_no_reservation_whatever_crashes_came_before() {
         "{report}"
     );
 }
+
+/// A reply whose stream breaks off after its first tokens was generated that far, and a provider
+/// bills it that far: it is charged the tokens it streamed, neither nothing nor its whole
+/// reservation, and is not asked again (half a reply has been shown). The agent pauses on the
+/// failure holding no reservation, and the ledger agrees with the fake's bill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_broken_mid_reply_is_charged_what_it_streamed() {
+    use autothread::core::budget::{Micros, Price};
+    use autothread::core::prompt::TokenCounter;
+    let fake = fake().await;
+    let text = agent_reply("write_file", json!({"filename": "a.txt", "contents": "x"}));
+    let pieces = 12;
+    fake.push(Reply::BrokenStream {
+        text: text.clone(),
+        pieces,
+    });
+    // Free prompts and $100 per million reply tokens (100 µ$ a token): a call's worst case is its
+    // 500-token reserve, 50,000 µ$, and each token streamed costs 100 µ$.
+    let env = TestEnv::with_budget(
+        &fake.base_url,
+        "stream = \"always\"\n",
+        "guild_calls_per_minute = 0\n[budget.prices.\"test-model\"]\ninput_per_million = 0.0\noutput_per_million = 100.0\n",
+    );
+    let run = env.spawn(&[
+        "console", "--task", "Write", "--name", "CutGPT", "--role", "r", "--budget", "1",
+    ]);
+    let (ok, out, err) = run.finish(WAIT).await;
+    // A model error pauses the agent, which the console's exit status says.
+    assert!(!ok, "{out}{err}");
+    assert!(out.contains("broke off"), "{out}{err}");
+    let id = created_agent_id(&out);
+    assert_eq!(fake.requests(Kind::Cycle).len(), 1, "not asked again");
+    assert_eq!(fake.billed_generations(), 1);
+
+    let price = Price::from_usd_per_million(0.0, 100.0);
+    let streamed = support::fake_openai::streamed_prefix(&text, pieces);
+    // What the bot counts of the text it was shown, with the tokenizer it uses for the model.
+    let counted =
+        autothread::llm::tokens::TiktokenCounter::for_model("test-model").count(&streamed);
+    let charged = price.cost(0, counted as u64);
+    let reservation = price.cost(0, 500);
+    let report = agent_budget(&env, &id).await;
+    assert_eq!(
+        budget_line(&report, "the agent's budget"),
+        (charged.0, 0),
+        "{report}"
+    );
+    assert_eq!(
+        budget_line(&report, "the owner's daily budget"),
+        (charged.0, 0),
+        "{report}"
+    );
+    assert!(
+        charged > Micros::ZERO && charged.0 * 4 < reservation.0,
+        "{charged:?} of {reservation:?}"
+    );
+    let bill = fake.bill(price);
+    assert!(
+        bill > Micros::ZERO && charged.0.abs_diff(bill.0) <= reservation.0,
+        "billed {bill:?}, charged {charged:?}"
+    );
+    // The ledger never charges less than the fake billed: the bot's count of an unknown
+    // model's text errs high.
+    assert!(charged >= bill, "billed {bill:?}, charged {charged:?}");
+    fake.assert_clean();
+}

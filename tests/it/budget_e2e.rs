@@ -725,7 +725,9 @@ const CHEAP: &str = "guild_calls_per_minute = 0\n[budget.prices.\"test-model\"]\
 
 /// However often a console run is killed (kill -9) at any point of its cycles, an agent that then
 /// finishes cleanly holds no reservation: what a crash left open is settled at the next start,
-/// and what the last run reserved is settled before it ends.
+/// and what the last run reserved is settled before it ends. The agent's profile is asked of the
+/// model, and embeddings answer slowly, so that kills also land during the profile call and
+/// while memories wait for their embeddings with their reservations made.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_agent_holds_no_reservation_whatever_crashes_came_before() {
     use rand::{Rng, SeedableRng};
@@ -734,21 +736,21 @@ async fn a_finished_agent_holds_no_reservation_whatever_crashes_came_before() {
         "write_file",
         json!({"filename": "note{n}.txt", "contents": "The ferry leaves at nine."}),
     )));
+    fake.set_embeddings_delay(Duration::from_millis(150));
+    // One profile for each run that may still be creating the agent when it is killed.
+    for _ in 0..13 {
+        fake.push_profile(
+            json!({"name": "NoteGPT", "description": "a note taker.",
+                   "directives": {"best_practices": ["Be brief."], "constraints": ["Notes only."]}})
+            .to_string(),
+        );
+    }
     let env = TestEnv::with_memory(&fake.base_url, CHEAP);
-    let mut run = env.spawn(&[
-        "console",
-        "--task",
-        "Note the ferry times",
-        "--name",
-        "NoteGPT",
-        "--role",
-        "r",
-        "--continuous",
-    ]);
+    let mut run = env.spawn(&["console", "--task", "Note the ferry times", "--continuous"]);
     run.wait_for("Created agent", 1, WAIT).await;
     let id = created_agent_id(&run.stdout());
     let mut rng = rand::rngs::StdRng::seed_from_u64(58);
-    for _ in 0..8 {
+    for _ in 0..12 {
         tokio::time::sleep(Duration::from_millis(rng.random_range(30..700))).await;
         run.kill().await;
         run = env.spawn(&["console", "--resume", &id, "--continuous"]);

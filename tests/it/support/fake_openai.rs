@@ -107,6 +107,9 @@ struct Inner {
     /// The `dimensions` each embeddings request asked for.
     embedding_dimensions: Vec<Option<u64>>,
     embeddings_failing: Option<u16>,
+    /// How long the embeddings endpoint takes to answer, so that a test's kill can land while a
+    /// call is under way.
+    embeddings_delay: Option<Duration>,
     /// The body of every images request.
     images_requested: Vec<Value>,
     /// What `GET /v1/models` answers; `None`: 404, as servers without a listing do.
@@ -213,6 +216,11 @@ impl FakeOpenAi {
     /// `--embeddings`), or work again with `None`.
     pub fn set_embeddings_failing(&self, status: Option<u16>) {
         self.inner.lock().unwrap().embeddings_failing = status;
+    }
+
+    /// Makes every later embeddings request wait this long before it is answered.
+    pub fn set_embeddings_delay(&self, delay: Duration) {
+        self.inner.lock().unwrap().embeddings_delay = Some(delay);
     }
 
     /// Makes chat requests that overlap fail as llama.cpp's do when they fill its shared context.
@@ -393,14 +401,17 @@ async fn embeddings(State(inner): State<Arc<Mutex<Inner>>>, Json(body): Json<Val
             .collect(),
         _ => Vec::new(),
     };
-    let failing = {
+    let (failing, delay) = {
         let mut inner = inner.lock().unwrap();
         if !inner.forget_requests {
             inner.embedded.push((model.clone(), inputs.clone()));
             inner.embedding_dimensions.push(body["dimensions"].as_u64());
         }
-        inner.embeddings_failing
+        (inner.embeddings_failing, inner.embeddings_delay)
     };
+    if let Some(delay) = delay {
+        tokio::time::sleep(delay).await;
+    }
     match failing {
         // llama.cpp's words and shape when the server was started without embeddings.
         Some(501) => {

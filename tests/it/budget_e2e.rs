@@ -725,7 +725,9 @@ const CHEAP: &str = "guild_calls_per_minute = 0\n[budget.prices.\"test-model\"]\
 
 /// However often a console run is killed (kill -9) at any point of its cycles, an agent that then
 /// finishes cleanly holds no reservation: what a crash left open is settled at the next start,
-/// and what the last run reserved is settled before it ends.
+/// and what the last run reserved is settled before it ends. The agent's profile is asked of the
+/// model, and embeddings answer slowly, so that kills also land during the profile call and
+/// while memories wait for their embeddings with their reservations made.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_agent_holds_no_reservation_whatever_crashes_came_before() {
     use rand::{Rng, SeedableRng};
@@ -734,21 +736,21 @@ async fn a_finished_agent_holds_no_reservation_whatever_crashes_came_before() {
         "write_file",
         json!({"filename": "note{n}.txt", "contents": "The ferry leaves at nine."}),
     )));
+    fake.set_embeddings_delay(Duration::from_millis(150));
+    // One profile for each run that may still be creating the agent when it is killed.
+    for _ in 0..13 {
+        fake.push_profile(
+            json!({"name": "NoteGPT", "description": "a note taker.",
+                   "directives": {"best_practices": ["Be brief."], "constraints": ["Notes only."]}})
+            .to_string(),
+        );
+    }
     let env = TestEnv::with_memory(&fake.base_url, CHEAP);
-    let mut run = env.spawn(&[
-        "console",
-        "--task",
-        "Note the ferry times",
-        "--name",
-        "NoteGPT",
-        "--role",
-        "r",
-        "--continuous",
-    ]);
+    let mut run = env.spawn(&["console", "--task", "Note the ferry times", "--continuous"]);
     run.wait_for("Created agent", 1, WAIT).await;
     let id = created_agent_id(&run.stdout());
     let mut rng = rand::rngs::StdRng::seed_from_u64(58);
-    for _ in 0..8 {
+    for _ in 0..12 {
         tokio::time::sleep(Duration::from_millis(rng.random_range(30..700))).await;
         run.kill().await;
         run = env.spawn(&["console", "--resume", &id, "--continuous"]);
@@ -767,4 +769,70 @@ async fn a_finished_agent_holds_no_reservation_whatever_crashes_came_before() {
         0,
         "{report}"
     );
+}
+
+/// A reply whose stream breaks off after its first tokens was generated that far, and a provider
+/// bills it that far: it is charged the tokens it streamed, neither nothing nor its whole
+/// reservation, and is not asked again (half a reply has been shown). The agent pauses on the
+/// failure holding no reservation, and the ledger agrees with the fake's bill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_broken_mid_reply_is_charged_what_it_streamed() {
+    use autothread::core::budget::{Micros, Price};
+    use autothread::core::prompt::TokenCounter;
+    let fake = fake().await;
+    let text = agent_reply("write_file", json!({"filename": "a.txt", "contents": "x"}));
+    let pieces = 12;
+    fake.push(Reply::BrokenStream {
+        text: text.clone(),
+        pieces,
+    });
+    // Free prompts and $100 per million reply tokens (100 µ$ a token): a call's worst case is its
+    // 500-token reserve, 50,000 µ$, and each token streamed costs 100 µ$.
+    let env = TestEnv::with_budget(
+        &fake.base_url,
+        "stream = \"always\"\n",
+        "guild_calls_per_minute = 0\n[budget.prices.\"test-model\"]\ninput_per_million = 0.0\noutput_per_million = 100.0\n",
+    );
+    let run = env.spawn(&[
+        "console", "--task", "Write", "--name", "CutGPT", "--role", "r", "--budget", "1",
+    ]);
+    let (ok, out, err) = run.finish(WAIT).await;
+    // A model error pauses the agent, which the console's exit status says.
+    assert!(!ok, "{out}{err}");
+    assert!(out.contains("broke off"), "{out}{err}");
+    let id = created_agent_id(&out);
+    assert_eq!(fake.requests(Kind::Cycle).len(), 1, "not asked again");
+    assert_eq!(fake.billed_generations(), 1);
+
+    let price = Price::from_usd_per_million(0.0, 100.0);
+    let streamed = support::fake_openai::streamed_prefix(&text, pieces);
+    // What the bot counts of the text it was shown, with the tokenizer it uses for the model.
+    let counted =
+        autothread::llm::tokens::TiktokenCounter::for_model("test-model").count(&streamed);
+    let charged = price.cost(0, counted as u64);
+    let reservation = price.cost(0, 500);
+    let report = agent_budget(&env, &id).await;
+    assert_eq!(
+        budget_line(&report, "the agent's budget"),
+        (charged.0, 0),
+        "{report}"
+    );
+    assert_eq!(
+        budget_line(&report, "the owner's daily budget"),
+        (charged.0, 0),
+        "{report}"
+    );
+    assert!(
+        charged > Micros::ZERO && charged.0 * 4 < reservation.0,
+        "{charged:?} of {reservation:?}"
+    );
+    let bill = fake.bill(price);
+    assert!(
+        bill > Micros::ZERO && charged.0.abs_diff(bill.0) <= reservation.0,
+        "billed {bill:?}, charged {charged:?}"
+    );
+    // The ledger never charges less than the fake billed: the bot's count of an unknown
+    // model's text errs high.
+    assert!(charged >= bill, "billed {bill:?}, charged {charged:?}");
+    fake.assert_clean();
 }

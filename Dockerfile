@@ -27,23 +27,26 @@ WORKDIR /src
 # targets from the manifest and writes an empty stand-in for each, so a new target can't be missed.
 # Building the stand-ins compiles all the dependencies.
 COPY Cargo.toml Cargo.lock rust-toolchain.toml ./
+COPY crates/core/Cargo.toml ./crates/core/
 COPY scripts/stub-targets.sh ./scripts/
 RUN sh scripts/stub-targets.sh \
+    && sh scripts/stub-targets.sh crates/core/Cargo.toml \
     && cargo build --release --locked --bin autothread \
-    && rm -rf src benches
+    && rm -rf src benches crates/core/src
 
 # The real sources. migrations/ must be present at build time because src/store/migrate.rs embeds
 # the migration files with include_str!. benches/ is copied because Cargo.toml names the bench
 # targets; the benches themselves are not compiled here. bot.toml.example is only read by config.rs's tests,
 # not by the release binary, but it is small and keeps the source tree complete.
 COPY src ./src
+COPY crates ./crates
 COPY migrations ./migrations
 COPY benches ./benches
 COPY bot.toml.example ./
 
 # COPY keeps the files' original modification times, which can be older than the stand-ins built
 # above; touching the crate roots makes Cargo see the change and compile the real code.
-RUN touch src/main.rs src/lib.rs \
+RUN touch src/main.rs src/lib.rs crates/core/src/lib.rs \
     && cargo build --release --locked --bin autothread
 
 FROM debian:bookworm-slim

@@ -17,10 +17,12 @@ use std::time::{Duration, Instant};
 
 use autothread::core::budget::Micros;
 use autothread::core::commands::CommandSet;
-use autothread::core::event::{CallPurpose, Decision, Effect, Event};
+use autothread::core::decision::Decision;
+use autothread::core::event::{CallPurpose, Effect, Event};
 use autothread::core::history::{Episode, Outcome};
+use autothread::core::message::TokenCounter;
 use autothread::core::policy::Policy;
-use autothread::core::prompt::{ContextLimits, PromptExtras, TokenCounter};
+use autothread::core::prompt::{ContextLimits, PromptExtras};
 use autothread::core::reply::CommandCall;
 use autothread::core::state::{AgentSettings, AgentState, Phase, Profile};
 use autothread::core::step::{step, StepCtx};

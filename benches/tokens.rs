@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use autothread::core::budget::{format_usd, Price};
 use autothread::core::memory::MEMORY_HEADER;
-use autothread::core::prompt::{TokenCounter, MESSAGE_OVERHEAD, REPLY_PRIMING};
+use autothread::core::message::{TokenCounter, MESSAGE_OVERHEAD, REPLY_PRIMING};
 use autothread::llm::tokens::TiktokenCounter;
 use fake_openai::{agent_reply, Expect, FakeOpenAi, Kind};
 use serde_json::{json, Value};

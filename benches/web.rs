@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use autothread::config::WebConfig;
-use autothread::core::prompt::{Message, TokenCounter};
+use autothread::core::message::{Message, TokenCounter};
 use autothread::llm::tokens::TiktokenCounter;
 use autothread::tools::{ToolModel, ToolReply};
 use autothread::web::extract::readable;

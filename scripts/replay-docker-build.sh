@@ -45,7 +45,12 @@ while IFS= read -r step; do
       for src in $sources; do
         [ -e "$REPO/$src" ] || { echo "replay: the Dockerfile copies $src, which does not exist" >&2; exit 1; }
         mkdir -p "$(dirname "$WORK/$dest")"
-        cp -a "$REPO/$src" "$WORK/$dest"
+        if [ -d "$REPO/$src" ]; then
+          # Docker copies a directory's contents into the destination, merging with what is there.
+          mkdir -p "$WORK/$dest" && cp -a "$REPO/$src/." "$WORK/$dest/"
+        else
+          cp -a "$REPO/$src" "$WORK/$dest"
+        fi
       done
       copies=$((copies + 1))
       ;;

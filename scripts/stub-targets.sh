@@ -2,9 +2,11 @@
 # Creates an empty stand-in for every build target Cargo.toml names (the library, each [[bin]],
 # [[bench]], [[test]] and [[example]]), so that the Dockerfile's dependency layer can build the
 # dependencies before the real sources are copied. The list comes from the manifest itself, so a
-# target added later cannot be missed. Usage: stub-targets.sh [Cargo.toml]
+# target added later cannot be missed. The stand-ins are written beside the manifest, so a workspace
+# member's manifest gets its own. Usage: stub-targets.sh [path/to/Cargo.toml]
 set -eu
-MANIFEST=${1:-Cargo.toml}
+cd "$(dirname "${1:-Cargo.toml}")"
+MANIFEST=Cargo.toml
 # Prints "kind<TAB>name<TAB>path" for each target table; path is empty when cargo infers it.
 awk '
   function flush() { if (kind != "") printf "%s\t%s\t%s\n", kind, name, path; kind = "" }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::config::{Config, ContextSource, LlmConfig, ResponseFormatMode};
-use crate::core::prompt::{Message, Role};
+use crate::core::message::{Message, Role};
 use crate::llm::embed::{EmbedPurpose, Embedder, OpenAiEmbedder};
 use crate::llm::openai::OpenAiChat;
 use crate::llm::{ChatModel, ChatRequest, LlmError};

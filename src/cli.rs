@@ -25,7 +25,7 @@ use crate::core::budget::usd_to_micros;
 use crate::core::commands::Risk;
 use crate::core::event::Event;
 use crate::core::policy::ClassAction;
-use crate::core::state::{AgentState, PauseReason, Phase, Profile, Spender};
+use crate::core::state::{AgentState, PauseReason, Phase, Profile, ResumeSettings, Spender};
 use crate::runtime;
 use crate::service::{AgentService, NewAgent};
 use crate::surface::console::{visible_controls, ConsoleSurface};
@@ -407,7 +407,7 @@ fn keep_endpoint(config: &mut Config, state: &mut AgentState, flag: Option<&str>
         }
         _ => {}
     }
-    state.settings.endpoint = Some(config.endpoint());
+    state.keep_endpoint(config.endpoint());
 }
 
 fn task_with_goals(task: Option<&str>, goals: &[String]) -> anyhow::Result<String> {
@@ -455,16 +455,12 @@ async fn console(mut config: Config, args: ConsoleArgs) -> anyhow::Result<ExitCo
     let surface = Arc::new(ConsoleSurface::stdin());
     let (state, first) = match resumed {
         Some(mut state) => {
-            state.settings.continuous = args.continuous;
-            if let Some(usd) = args.budget {
-                state.settings.budget = Some(usd_to_micros(usd));
-            }
-            if let Some(limit) = args.limit {
-                state.settings.cycle_limit = limit;
-            }
-            if args.prompt_tokens.is_some() {
-                state.settings.prompt_budget_tokens = args.prompt_tokens;
-            }
+            state.resume_with(ResumeSettings {
+                continuous: args.continuous,
+                budget: args.budget.map(usd_to_micros),
+                cycle_limit: args.limit,
+                prompt_budget_tokens: args.prompt_tokens,
+            });
             agents.narrow_policy(&mut state, &args.policy)?;
             let first = match &state.phase {
                 Phase::Finished { .. } => {
@@ -578,7 +574,11 @@ async fn console(mut config: Config, args: ConsoleArgs) -> anyhow::Result<ExitCo
         tokio::task::spawn_blocking(move || memory.save_indexes()).await?;
     }
     app.store.flush().await?;
-    tracing::info!("this run: {}", app.store.disk_report());
+    tracing::info!(
+        "this run: {}",
+        app.store
+            .disk_report(crate::ops::proc_counters::bytes_written_by_this_process())
+    );
     Ok(match &state.phase {
         Phase::Finished { .. } => ExitCode::SUCCESS,
         Phase::Paused(PauseReason::ModelError { .. } | PauseReason::InvalidReplies { .. }) => {

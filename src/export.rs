@@ -15,9 +15,9 @@ use crate::budget::ledger::Ledger;
 use crate::budget::Budgets;
 use crate::core::audit::AUDIT_ARGUMENTS_MAX;
 use crate::core::budget::format_usd;
-use crate::core::history::truncate_chars;
-use crate::core::prompt::Role;
+use crate::core::message::Role;
 use crate::core::state::AgentState;
+use crate::core::text::truncate_chars;
 use crate::core::transcript::render_transcript;
 use crate::store::{Store, StoreError};
 

@@ -19,8 +19,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::app::App;
 use crate::core::budget::{format_usd, Micros};
-use crate::core::history::truncate_chars;
 use crate::core::state::{AgentState, Spender};
+use crate::core::text::truncate_chars;
 use crate::service::memory_changes::MemoryChange;
 use crate::store::{Store, StoreError};
 use crate::surface::console::visible_controls;

@@ -3,7 +3,8 @@
 //! ARCHITECTURE.md is the map (the cycle, the invariants with their tests, the recipes); each
 //! module's own documentation describes its mechanism. The top-level modules:
 //! - [`core`]: the pure agent loop: state, events, `step`, prompts, reply repair, policy, taint,
-//!   rules.
+//!   rules. It is a crate of its own (`crates/core`, with no I/O crate among its dependencies),
+//!   re-exported here.
 //! - [`runtime`]: one actor per live agent; carries out the effects `step` returns.
 //! - [`surface`]: where people see and decide: the console and Discord.
 //! - [`service`]: the rules both surfaces apply: rights, caps, budgets, forks and rewinds.
@@ -20,6 +21,7 @@
 //! - [`cli`], [`check`], [`inspect`], [`export`], [`charts`], [`ops`]: the command line and what it
 //!   and the bot show operators.
 //! - [`clock`]: the one place the wall clock is read.
+//! - [`locks`]: taking a lock whose holder panicked.
 //!
 //! Outside services sit behind small traits (`ChatModel`, `Embedder`, `ImageModel`, `Surface`,
 //! `Clock`, `TokenCounter`, `SearchBackend`, `WikiBackend`, `ToolModel`, `AskUser`, the guard's
@@ -33,10 +35,13 @@ pub mod check;
 pub mod cli;
 pub mod clock;
 pub mod config;
-pub mod core;
+/// The pure core lives in its own crate so the compiler keeps it free of I/O; the rest of the
+/// code names it as `crate::core` as before.
+pub use autothread_core as core;
 pub mod export;
 pub mod inspect;
 pub mod llm;
+pub mod locks;
 pub mod mcp;
 pub mod memory;
 pub mod ops;

@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 
 use crate::core::budget::{format_usd, Micros};
+use crate::locks::LockRecovered;
 use crate::store::{decode, encode, Store, StoreError};
 
 /// How many settlements are kept as their own keys before they are folded into the accounts.
@@ -210,7 +211,7 @@ impl Books {
                 }
             }
         }
-        *books.state.lock().unwrap_or_else(|p| p.into_inner()) = state;
+        *books.state.lock_recovered() = state;
         Ok(books)
     }
 }
@@ -218,10 +219,7 @@ impl Books {
 impl Ledger {
     fn state(&self) -> MutexGuard<'_, BookState> {
         // A panic while the lock was held happened between whole bookings: the books are whole.
-        self.books
-            .state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.books.state.lock_recovered()
     }
 
     pub fn account(&self, key: &str) -> Result<Account, StoreError> {

@@ -26,14 +26,18 @@ pub mod models;
 mod sandbox;
 mod sections;
 mod web;
-pub use approvals::*;
-pub use budget::*;
-pub use discord::*;
-pub use images::*;
-pub use mcp::*;
-pub use sandbox::*;
-pub use sections::*;
-pub use web::*;
+pub use approvals::{ApprovalsConfig, GuildApprovals};
+pub use budget::{BudgetConfig, PriceConfig, Unpriced};
+pub use discord::{DiscordConfig, FeedbackMessages};
+pub use images::ImagesConfig;
+pub use mcp::{McpConfig, McpServerConfig};
+pub use sandbox::SandboxConfig;
+pub use sections::{
+    AgentConfig, ContextSource, LlmConfig, MemoryConfig, ModelSpec, OpsConfig, PolicyConfig,
+    Provider, ReplySchemaMode, ResponseFormatMode, StoreConfig, StreamMode, SubagentConfig,
+    WorkspaceConfig, DEFAULT_PROMPT_BUDGET_TOKENS, MIN_PROMPT_BUDGET_TOKENS, REASONING_REPLY_FLOOR,
+};
+pub use web::{AllowedHost, SearchBackendKind, WebConfig};
 
 /// A value that must never reach a log line, an error message or `Debug` output.
 #[derive(Clone, PartialEq, Eq)]
@@ -667,6 +671,7 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::sections::FALLBACK_MODEL;
     use crate::core::commands::Risk;
     use crate::core::policy::ClassAction;
 

@@ -16,8 +16,8 @@ pub mod tokens;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::core::event::Usage;
-use crate::core::prompt::Message;
+use crate::core::message::Message;
+use crate::core::usage::Usage;
 
 /// One chat completion request, independent of any provider's types.
 #[derive(Debug, Clone, PartialEq)]

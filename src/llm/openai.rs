@@ -24,8 +24,8 @@ use serde_json::{json, Value};
 use super::retry::{RetryPolicy, RetryingTransport, TransportError, SHARED_CONTEXT_FULL};
 use super::{Billing, ChatModel, ChatReply, ChatRequest, LlmError, PURPOSE_HEADER};
 use crate::config::{LlmConfig, Provider, ResponseFormatMode};
-use crate::core::event::Usage;
-use crate::core::prompt::Role;
+use crate::core::message::Role;
+use crate::core::usage::Usage;
 use async_openai::traits::RequestOptionsBuilder;
 
 pub struct OpenAiChat {

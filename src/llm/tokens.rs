@@ -18,7 +18,8 @@ use foldhash::HashMap;
 use tiktoken_rs::tokenizer::{get_tokenizer, Tokenizer};
 use tiktoken_rs::CoreBPE;
 
-use crate::core::prompt::TokenCounter;
+use crate::core::message::TokenCounter;
+use crate::locks::LockRecovered;
 
 /// Counts with the model's own encoding when tiktoken knows the model; otherwise counts with
 /// cl100k and adds a safety margin, since local models' tokenizers tend to produce more tokens.
@@ -105,7 +106,7 @@ const REMEMBERED_FROM_BYTES: usize = 32;
 const REMEMBERED_AT_MOST: usize = 16_384;
 
 fn seen() -> MutexGuard<'static, Option<HashMap<SeenText, usize>>> {
-    SEEN.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    SEEN.lock_recovered()
 }
 
 /// Longer texts are counted line by line: a prompt's Progress section is one long text that

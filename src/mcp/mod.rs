@@ -112,7 +112,7 @@ impl McpServer {
         if let Ok(parsed) = reqwest::Url::parse(url) {
             text = text.replace(parsed.as_str(), &shown);
         }
-        crate::core::history::truncate_chars(&text, 1_000)
+        crate::core::text::truncate_chars(&text, 1_000)
     }
 
     /// How long a start may take: a program's interpreter may need longer to load than a call to
@@ -261,7 +261,7 @@ impl McpServer {
             Ok(Err(rmcp::ServiceError::McpError(error))) => {
                 // The server answered with an error: it is alive, and that is the result. Its
                 // words are the server's: capped and labelled like its answers.
-                let said = crate::core::history::truncate_chars(
+                let said = crate::core::text::truncate_chars(
                     &error.message,
                     self.config.max_result_chars.min(2_000),
                 );

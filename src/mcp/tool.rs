@@ -13,9 +13,9 @@ use rmcp::model::{CallToolResult, ContentBlock, Tool};
 use serde_json::Value;
 
 use super::McpServer;
+use crate::core::commands::Egress;
 use crate::core::commands::{ArgType, CommandSpec};
 use crate::core::reply::CommandCall;
-use crate::core::taint::Egress;
 use crate::tools::{Command, ToolCtx, ToolOutput};
 
 /// Tools taken from one server at most: every command is in every prompt.
@@ -123,7 +123,7 @@ fn describe(tool: &Tool) -> String {
     if !arguments.is_empty() {
         text = format!("{}. {}", text.trim_end_matches('.'), arguments.join("; "));
     }
-    crate::core::history::truncate_chars(&text, MAX_DESCRIPTION_CHARS)
+    crate::core::text::truncate_chars(&text, MAX_DESCRIPTION_CHARS)
 }
 
 fn one_line(text: &str) -> String {
@@ -199,7 +199,7 @@ fn shown(result: &CallToolResult, max_chars: usize) -> ToolOutput {
     }
     let text = parts.join("\n");
     let total = text.chars().count();
-    let mut body = crate::core::history::truncate_chars(&text, max_chars);
+    let mut body = crate::core::text::truncate_chars(&text, max_chars);
     if total > max_chars {
         body.push_str(&format!("\n[cut: {max_chars} of {total} characters shown]"));
     }

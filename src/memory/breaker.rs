@@ -16,6 +16,7 @@ use std::sync::Mutex;
 use chrono::{DateTime, Duration, Utc};
 
 use crate::llm::LlmError;
+use crate::locks::LockRecovered;
 
 /// Why memory is off, and until when; shown in logs and in `/agent status`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,7 +107,7 @@ impl Breaker {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         // The state is a few counters; a panic elsewhere cannot leave it inconsistent.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock_recovered()
     }
 
     /// `Ok` when a call may go out now (it is a probe when memory was off); `Err` says why not.

@@ -8,6 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 
 use super::index::VectorIndex;
+use crate::locks::LockRecovered;
 
 /// An index shared by searches (read) and new memories (write; hnsw_rs inserts in place).
 pub(super) type SharedIndex = Arc<RwLock<VectorIndex>>;
@@ -46,7 +47,7 @@ pub(super) struct LoadingGuard<'m> {
 
 impl<'m> LoadingGuard<'m> {
     pub(super) fn start(cache: &'m Mutex<Cache>, agent: &str) -> Self {
-        let mut locked = cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut locked = cache.lock_recovered();
         locked.loading.entry(agent.to_string()).or_default().loads += 1;
         LoadingGuard {
             cache,
@@ -80,7 +81,7 @@ impl Drop for LoadingGuard<'_> {
         if self.finished {
             return;
         }
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = self.cache.lock_recovered();
         if let Some(changed) = cache.loading.get_mut(&self.agent) {
             changed.loads = changed.loads.saturating_sub(1);
             if changed.loads == 0 {

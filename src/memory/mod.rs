@@ -39,9 +39,10 @@ pub use crate::budget::Payer;
 use crate::clock::{Clock, SystemClock};
 use crate::config::MemoryConfig;
 use crate::core::memory::{MemoryScope, MemorySource};
-use crate::core::prompt::TokenCounter;
+use crate::core::message::TokenCounter;
 use crate::core::state::{AgentState, GuildId};
 use crate::llm::embed::{EmbedPurpose, Embedder};
+use crate::locks::{LockRecovered, RwLockRecovered};
 use crate::store::{decode, encode, Store, StoreError};
 use breaker::{Breaker, BreakerRules, MemoryOff, Transition};
 use cache::{Cache, Cached, LoadingGuard, SharedIndex};
@@ -324,9 +325,9 @@ impl Memory {
     }
 
     fn store(&self, record: &MemoryRecord, vector: &[f32]) -> Result<(), MemoryError> {
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = self.cache.lock_recovered();
         if let Some(cached) = cache.agents.get(&record.agent) {
-            let index = cached.index.read().unwrap_or_else(|e| e.into_inner());
+            let index = cached.index.read_recovered();
             if index.dim() != vector.len() && !index.is_empty() {
                 return Err(MemoryError::Dimension {
                     got: vector.len(),
@@ -349,7 +350,7 @@ impl Memory {
 
     /// Adds a stored memory to a cached index, and saves a graph that has grown enough.
     fn add_to_index(&self, agent: &str, shared: &SharedIndex, id: u64, vector: &[f32]) {
-        let mut index = shared.write().unwrap_or_else(|e| e.into_inner());
+        let mut index = shared.write_recovered();
         if index.is_empty() {
             *index = VectorIndex::build(
                 vector.len(),
@@ -387,7 +388,7 @@ impl Memory {
             return;
         };
         let unsaved: Vec<(String, SharedIndex)> = {
-            let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            let cache = self.cache.lock_recovered();
             cache
                 .agents
                 .iter()
@@ -412,7 +413,7 @@ impl Memory {
     /// graph build is CPU work), evicting the least recently used agents beyond the bound.
     async fn index_of(&self, agent: &str) -> Result<(SharedIndex, HashSet<u64>), MemoryError> {
         {
-            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            let mut cache = self.cache.lock_recovered();
             cache.clock += 1;
             let now = cache.clock;
             if let Some(cached) = cache.agents.get_mut(agent) {
@@ -439,7 +440,7 @@ impl Memory {
             barrier.wait().await;
             barrier.wait().await;
         }
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = self.cache.lock_recovered();
         let changed = loading.finish(&mut cache);
         cache.clock += 1;
         let now = cache.clock;
@@ -452,7 +453,7 @@ impl Memory {
         skip.extend(changed.forgotten);
         let index = Arc::new(RwLock::new(loaded.index));
         for (id, vector) in changed.stored {
-            let known = index.read().unwrap_or_else(|e| e.into_inner()).contains(id);
+            let known = index.read_recovered().contains(id);
             if !known {
                 self.add_to_index(agent, &index, id, &vector);
             }
@@ -521,7 +522,7 @@ impl Memory {
         })?;
         self.pins.remove(key(agent, id))?;
         self.notes.remove(key(agent, id))?;
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = self.cache.lock_recovered();
         if let Some(cached) = cache.agents.get_mut(agent) {
             cached.forgotten.insert(id);
         } else if let Some(changed) = cache.loading.get_mut(agent) {
@@ -544,7 +545,7 @@ impl Memory {
         pinned: bool,
         stamp: Option<Stamp>,
     ) -> Result<MemoryRecord, MemoryError> {
-        let _counted_and_made = self.pin_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _counted_and_made = self.pin_lock.lock_recovered();
         let current = self
             .record(agent, id)?
             .filter(|r| !r.forgotten)
@@ -584,11 +585,7 @@ impl Memory {
     /// Removes every memory of `agent` (records, vectors, the embedding queue, pins), its cached
     /// index and its saved graph, for an agent deleted for good; returns the memories removed.
     pub fn remove_agent(&self, agent: &str) -> Result<usize, MemoryError> {
-        self.cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .agents
-            .remove(agent);
+        self.cache.lock_recovered().agents.remove(agent);
         let mut removed = 0;
         for (n, tree) in [
             &self.records,
@@ -617,49 +614,30 @@ impl Memory {
 
     /// Drops every cached index (tests use it to prove the store alone is enough).
     pub fn clear_cache(&self) {
-        self.cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .agents
-            .clear();
+        self.cache.lock_recovered().agents.clear();
     }
 
     pub fn is_cached(&self, agent: &str) -> bool {
-        self.cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .agents
-            .contains_key(agent)
+        self.cache.lock_recovered().agents.contains_key(agent)
     }
 
     /// Whether the agent's index is being read from the store now.
     pub fn is_loading(&self, agent: &str) -> bool {
-        self.cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .loading
-            .contains_key(agent)
+        self.cache.lock_recovered().loading.contains_key(agent)
     }
 
     /// Where the agent's cached graph came from; `None` while it is being made, or when the
     /// agent has too few memories for one (or none cached).
     pub fn graph_origin(&self, agent: &str) -> Option<GraphOrigin> {
-        let index = self
-            .cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .agents
-            .get(agent)?
-            .index
-            .clone();
-        let origin = index.read().unwrap_or_else(|e| e.into_inner()).origin();
+        let index = self.cache.lock_recovered().agents.get(agent)?.index.clone();
+        let origin = index.read_recovered().origin();
         origin
     }
 }
 
 /// Whether the index has a graph with points its saved files lack.
 fn has_unsaved_graph(index: &SharedIndex) -> bool {
-    let index = index.read().unwrap_or_else(|e| e.into_inner());
+    let index = index.read_recovered();
     index.is_graph() && index.len() > index.saved_len()
 }
 

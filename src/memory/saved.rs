@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 #[cfg(test)]
 use super::index::GraphOrigin;
 use super::index::{HnswParams, UnitDot, VectorIndex};
+use crate::locks::LockRecovered;
 
 /// Bumped when the files' layout changes; an older layout is rebuilt, not read.
 const FORMAT: u32 = 1;
@@ -72,7 +73,7 @@ impl SavedIndexes {
 
     /// Removes the agent's saved graph, if it has one.
     pub fn remove(&self, agent: &str) -> std::io::Result<()> {
-        let _one_at_a_time = self.saving.lock().unwrap_or_else(|e| e.into_inner());
+        let _one_at_a_time = self.saving.lock_recovered();
         match std::fs::remove_dir_all(self.folder(agent, "")) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
@@ -89,7 +90,7 @@ impl SavedIndexes {
         if index.is_empty() {
             return Ok(0);
         }
-        let _one_at_a_time = self.saving.lock().unwrap_or_else(|e| e.into_inner());
+        let _one_at_a_time = self.saving.lock_recovered();
         let temporary = self.folder(agent, ".saving");
         let _ = fs::remove_dir_all(&temporary);
         fs::create_dir_all(&temporary).map_err(|e| io_error("create", &temporary, e))?;
@@ -148,7 +149,7 @@ impl SavedIndexes {
     /// The memory ids of the agent's saved graph by position, `None` when there is none; an
     /// error says why a saved graph can't be used (the caller rebuilds).
     pub fn saved_ids(&self, agent: &str, params: HnswParams) -> Result<Option<Vec<u64>>, String> {
-        let _no_save_meanwhile = self.saving.lock().unwrap_or_else(|e| e.into_inner());
+        let _no_save_meanwhile = self.saving.lock_recovered();
         let folder = self.folder(agent, "");
         let Some(manifest) = read_manifest(&folder)? else {
             return Ok(None);
@@ -180,7 +181,7 @@ impl SavedIndexes {
         points: usize,
         dim: usize,
     ) -> Result<Hnsw<'static, f32, UnitDot>, String> {
-        let _no_save_meanwhile = self.saving.lock().unwrap_or_else(|e| e.into_inner());
+        let _no_save_meanwhile = self.saving.lock_recovered();
         let folder = self.folder(agent, "");
         let manifest = read_manifest(&folder)?.ok_or("the saved files are gone")?;
         if (manifest.points, manifest.dim) != (points, dim) {

@@ -7,6 +7,7 @@ use super::{
 };
 use crate::core::memory::{MemoryHit, MemoryOrigin, MemoryScope};
 use crate::llm::embed::EmbedPurpose;
+use crate::locks::RwLockRecovered;
 
 impl Memory {
     /// The `k` memories of this agent most similar to `query`; pinned memories are added
@@ -66,11 +67,7 @@ impl Memory {
         k: usize,
     ) -> Result<Vec<MemoryHit>, MemoryError> {
         let (index, forgotten) = self.index_of(key).await?;
-        let found =
-            index
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .search(query_vector, k, &forgotten);
+        let found = index.read_recovered().search(query_vector, k, &forgotten);
         let mut hits = Vec::with_capacity(found.len());
         for scored in found {
             if let Some(record) = self.record(key, scored.id)? {

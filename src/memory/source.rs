@@ -10,11 +10,12 @@ use std::collections::HashSet;
 use super::index::{GraphOrigin, HnswParams, VectorIndex};
 use super::saved::SavedIndexes;
 use super::{from_bytes, key, prefix, MemoryRecord, SharedIndex};
+use crate::locks::RwLockRecovered;
 use crate::store::{decode, StoreError};
 
 /// Writes a graph's files, logging rather than failing: the store still holds every memory.
 pub(super) fn save_graph(saved: &SavedIndexes, agent: &str, index: &SharedIndex) {
-    let index = index.read().unwrap_or_else(|e| e.into_inner());
+    let index = index.read_recovered();
     match saved.save(agent, &index) {
         Ok(0) => {}
         Ok(points) => tracing::debug!(agent, points, "saved the vector index"),
@@ -175,14 +176,14 @@ pub(super) fn make_graph(
     index: &SharedIndex,
 ) {
     let (dim, params) = {
-        let index = index.read().unwrap_or_else(|e| e.into_inner());
+        let index = index.read_recovered();
         (index.dim(), index.params())
     };
     if let (GraphToMake::Load { points }, Some(saved)) = (to_make, saved) {
         let started = std::time::Instant::now();
         match saved.load_graph(agent, points, dim) {
             Ok(graph) => {
-                let mut index = index.write().unwrap_or_else(|e| e.into_inner());
+                let mut index = index.write_recovered();
                 index.attach_graph(graph, points, GraphOrigin::Loaded);
                 tracing::info!(
                     agent,
@@ -202,15 +203,14 @@ pub(super) fn make_graph(
         return;
     }
     let (vectors, covers) = {
-        let index = index.read().unwrap_or_else(|e| e.into_inner());
+        let index = index.read_recovered();
         (index.vectors_for_graph(), index.len())
     };
     let started = std::time::Instant::now();
     let graph = VectorIndex::build_graph(dim, &vectors, params);
     drop(vectors);
     index
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
+        .write_recovered()
         .attach_graph(graph, covers, GraphOrigin::Built);
     tracing::info!(
         agent,

@@ -127,7 +127,7 @@ impl Memory {
         if self.live_notes(place) >= MAX_NOTES {
             return Err(MemoryError::TooManyNotes(MAX_NOTES));
         }
-        let text = crate::core::history::truncate_chars(text.trim(), NOTE_MAX_CHARS);
+        let text = crate::core::text::truncate_chars(text.trim(), NOTE_MAX_CHARS);
         let vector = self.embed_one(payer, &text, EmbedPurpose::Passage).await?;
         let now = self.clock.now();
         let record = MemoryRecord {

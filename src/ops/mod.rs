@@ -28,6 +28,7 @@ use chrono::{DateTime, Utc};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 use crate::clock::Clock;
+use crate::locks::LockRecovered;
 use crate::store::Store;
 
 /// The model endpoint counts as answering for this long after its last answer.
@@ -81,11 +82,11 @@ impl Health {
     }
 
     fn set_model(&self, contact: Contact) {
-        *self.model.lock().unwrap_or_else(|e| e.into_inner()) = Some(contact);
+        *self.model.lock_recovered() = Some(contact);
     }
 
     fn model(&self) -> Option<Contact> {
-        self.model.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.model.lock_recovered().clone()
     }
 
     /// Each check with its verdict; ready when all pass.

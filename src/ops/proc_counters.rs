@@ -50,6 +50,11 @@ pub fn device_bytes_written(path: &std::path::Path) -> Option<u64> {
     }
 }
 
+/// The bytes this process has written to storage (`/proc/self/io`), where the kernel reports them.
+pub fn bytes_written_by_this_process() -> Option<u64> {
+    proc_counter("self", "io", "write_bytes:")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,9 +8,10 @@
 
 use super::{Actor, ActorMsg, AgentModel, Surface};
 use crate::core::event::Event;
-use crate::core::history::{truncate_chars, Outcome};
+use crate::core::history::Outcome;
 use crate::core::reply::CommandCall;
 use crate::core::state::{AgentView, Phase};
+use crate::core::text::truncate_chars;
 use crate::tools::preview::file_base;
 use crate::tools::{AgentFiles, AskUser, SubAgents, ToolCtx};
 

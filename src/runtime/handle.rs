@@ -9,7 +9,8 @@
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::core::event::{Decision, Event};
+use crate::core::decision::Decision;
+use crate::core::event::Event;
 use crate::core::history::Outcome;
 use crate::core::person::Person;
 use crate::core::reply::CommandCall;

@@ -15,11 +15,12 @@
 use crate::budget::ledger::Reservation;
 use crate::budget::{Budgets, FailedCharge, Metered, Payer};
 use crate::core::budget::{Micros, Pacing};
-use crate::core::event::Usage;
 use crate::core::event::{CallPurpose, Event, ModelCall};
-use crate::core::prompt::Message;
+use crate::core::message::Message;
+use crate::core::usage::Usage;
 use crate::llm::retry::RetryPolicy;
 use crate::llm::{Billing, ChatRequest, LlmError};
+use crate::locks::LockRecovered;
 
 use super::memory_calls::ThinkAhead;
 use super::{Actor, ActorMsg, AgentHandle, Deps};
@@ -46,7 +47,7 @@ pub(super) struct MeteredCall {
 pub(super) enum CallOutcome {
     Replied {
         text: String,
-        usage: crate::core::event::Usage,
+        usage: crate::core::usage::Usage,
         cost: Micros,
     },
     /// No budget can pay for the call's worst case.
@@ -235,10 +236,7 @@ impl MeteredCall {
         let reply = match on_text {
             Some(on_text) => {
                 let kept = |piece: &str| {
-                    streamed
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push_str(piece);
+                    streamed.lock_recovered().push_str(piece);
                     on_text(piece);
                 };
                 deps.model.complete_streaming(request, &kept).await?

@@ -43,18 +43,21 @@ use crate::budget::Budgets;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::core::audit::AuditEntry;
-use crate::core::event::{CallPurpose, Decision, Effect, Event};
+use crate::core::decision::Decision;
+use crate::core::event::{CallPurpose, Effect, Event};
 use crate::core::expiry::Expiry;
 use crate::core::history::Outcome;
+use crate::core::message::TokenCounter;
 use crate::core::person::ActedBy;
 use crate::core::policy::Policy;
-use crate::core::prompt::{ContextLimits, PromptExtras, TokenCounter};
+use crate::core::prompt::{ContextLimits, PromptExtras};
 use crate::core::quorum::Quorum;
 use crate::core::reply::CommandCall;
 use crate::core::rules::{RuleDraft, RuleScope};
 use crate::core::state::{AgentState, Phase};
 use crate::core::step::{step, StepCtx, NO_LONGER_PENDING};
 use crate::llm::ChatModel;
+use crate::locks::LockRecovered;
 use crate::store::{DecisionRecord, JournalEntry, Store, StoreError, WorkspaceOp};
 use crate::tools::preview::{preview, FileBase};
 use crate::tools::{AgentFiles, Registry};
@@ -259,7 +262,7 @@ impl Actor {
     /// never in a mailbox nobody reads.
     fn try_stop(&mut self, rx: &mut mpsc::Receiver<ActorMsg>) -> Option<ActorMsg> {
         let registration = self.registration.as_ref();
-        let mut live = registration.map(|r| r.live.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut live = registration.map(|r| r.live.lock_recovered());
         if let Ok(msg) = rx.try_recv() {
             return Some(msg);
         }

@@ -14,9 +14,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::core::event::{Decision, Event};
+use crate::core::decision::Decision;
+use crate::core::event::Event;
 use crate::core::person::Person;
 use crate::core::state::AgentState;
+use crate::locks::LockRecovered;
 use crate::store::{Commit, StoreError};
 
 use super::{start_registered, was_interrupted, AgentHandle, DecideError, Deps, Refused, BUSY};
@@ -64,7 +66,7 @@ impl Supervisor {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Live>> {
-        self.live.lock().unwrap_or_else(|e| e.into_inner())
+        self.live.lock_recovered()
     }
 
     /// Starts an actor for `state` with `first` while the caller holds the lock, so that nothing
@@ -101,7 +103,7 @@ impl Supervisor {
                 }
                 Err(e) => tracing::error!(agent = %id, error = %e, "agent actor panicked"),
             }
-            let mut live = registry.lock().unwrap_or_else(|e| e.into_inner());
+            let mut live = registry.lock_recovered();
             if live.get(&id).map(|l| l.generation) == Some(generation) {
                 live.remove(&id);
             }

@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 
 use super::AgentHandle;
 use crate::core::budget::Micros;
-use crate::core::event::Decision;
+use crate::core::decision::Decision;
 use crate::core::history::Episode;
 use crate::core::person::ActedBy;
 use crate::core::state::{AgentState, AgentView, PauseReason, Proposal};

@@ -108,22 +108,7 @@ impl AgentService {
         self.fork_cycle(current, Some(cycle))?;
         let now = self.clock.now();
         let mut state = current.clone();
-        state.cycle = current.cycle + 1;
-        state.phase = crate::core::state::Phase::Thinking;
-        state.pending = None;
-        state.auto_approvals_left = 0;
-        state.invalid_replies_in_row = 0;
-        state.refusals_in_row = 0;
-        state.rethink_used = false;
-        state.rethink_requested = None;
-        state.pause_requested = None;
-        state.finish_requested = None;
-        state.paced = None;
-        state.recalled = Vec::new();
-        state.cycles_since_resume = 0;
-        state.brake = Default::default();
-        // The taint stays: sub-agents started since are kept, and what they read may come back.
-        state.updated_at = now;
+        state.restart_after_rewind(now);
         let audit = |steps| AuditEntry {
             at: now,
             by: by.into(),

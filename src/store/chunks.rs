@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ahead::{TreeId, Writes};
 use super::{decode, encode, Store, StoreError};
+use crate::locks::LockRecovered;
 
 /// Commits check whether their agent's records are due to be folded every this many cycles.
 pub(super) const FOLD_CHECK_EVERY: u64 = 16;
@@ -79,7 +80,7 @@ impl Store {
         prefix.hash(&mut hasher);
         let lock = &self.record_locks[hasher.finish() as usize % self.record_locks.len()];
         // The lock guards no data of its own, so one a panic left poisoned is still good.
-        lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock.lock_recovered()
     }
 
     /// Folds the oldest records under `prefix` into a chunk, once there are at least

@@ -34,6 +34,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::locks::LockRecovered;
+
 /// The least time from the end of a shared flush to the start of the next one. 300 agents
 /// cycling flushed about 950 times a second, 2.7 times a cycle, each a sync of the disk for a
 /// few hundred bytes of records; waiting this long for company brought that to 1.2–1.5 a cycle
@@ -152,7 +154,7 @@ impl Drop for FlushingRole<'_> {
 
 impl Gate {
     fn lock(&self) -> std::sync::MutexGuard<'_, Flushed> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock_recovered()
     }
 
     fn number_next_call(&self) -> u64 {

@@ -66,10 +66,11 @@ use serde::{Deserialize, Serialize};
 use sled::transaction::TransactionError;
 
 use crate::core::audit::AuditEntry;
-use crate::core::event::Decision;
+use crate::core::decision::Decision;
 use crate::core::history::Episode;
 use crate::core::reply::CommandCall;
 use crate::core::state::AgentState;
+use crate::locks::LockRecovered;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -150,7 +151,7 @@ pub struct SubAgentRecord {
     pub name: String,
     pub task: String,
     /// The chat so far: the opening prompt, then alternating replies and messages.
-    pub messages: Vec<crate::core::prompt::Message>,
+    pub messages: Vec<crate::core::message::Message>,
     /// What its replies cost the parent, in micro-dollars.
     pub spent: crate::core::budget::Micros,
     /// The parent's cycles that started it and that last talked to it: a command re-approved
@@ -379,7 +380,7 @@ impl Store {
         &self,
         load: impl FnOnce() -> Result<T, StoreError>,
     ) -> Result<Arc<T>, StoreError> {
-        let mut slot = self.books.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = self.books.lock_recovered();
         if let Some(books) = slot.as_ref() {
             return Arc::clone(books).downcast::<T>().map_err(|_| {
                 StoreError::Corrupt("the store's books are held by another kind of owner".into())
@@ -429,12 +430,12 @@ impl Store {
         self.durable.clone()
     }
 
-    /// What this process did to the disk, for the log line at exit: durable flushes, bytes
-    /// written (from `/proc/self/io`, where there is one) and the store's size.
-    pub fn disk_report(&self) -> String {
+    /// What this process did to the disk, for the log line at exit: durable flushes, the bytes
+    /// the process wrote (when the caller could read them) and the store's size.
+    pub fn disk_report(&self, bytes_written: Option<u64>) -> String {
         let flushes = FLUSHES.load(std::sync::atomic::Ordering::Relaxed);
-        let written = crate::ops::proc_counters::proc_counter("self", "io", "write_bytes:")
-            .map_or(String::new(), |bytes| format!(", {bytes} bytes written"));
+        let written =
+            bytes_written.map_or(String::new(), |bytes| format!(", {bytes} bytes written"));
         let size = self.db.size_on_disk().unwrap_or(0);
         format!("{flushes} durable flushes{written}, store {size} bytes on disk")
     }

@@ -67,21 +67,16 @@ impl Store {
         if state.phase != Phase::AwaitingDecision {
             return Ok(());
         }
-        let Some(pending) = state
-            .pending
-            .as_mut()
-            .filter(|pending| pending.cycle == state.cycle)
-        else {
+        if state.pending_cycle() != Some(state.cycle) {
             return Ok(());
-        };
+        }
         let started = match self.journal_entry(&state.id, state.cycle)? {
             Some(JournalEntry::Executing { on_record, .. }) => on_record == Some(digest(raw)),
             _ => false,
         };
         if started {
-            pending.approved_by = self.decided_by(&state.id, state.cycle)?;
-            pending.deadline = None;
-            state.phase = Phase::Executing;
+            let approved_by = self.decided_by(&state.id, state.cycle)?;
+            state.start_pending_command(approved_by);
         }
         Ok(())
     }
@@ -91,7 +86,7 @@ impl Store {
 mod tests {
     use super::*;
     use crate::core::audit::{AuditEvent, ShownCommand};
-    use crate::core::event::Decision;
+    use crate::core::decision::Decision;
     use crate::store::{Commit, DecisionRecord};
 
     fn awaiting(id: &str) -> AgentState {

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::MutexGuard;
 
 use super::{agent_prefix, file_key, Store, StoreError};
+use crate::locks::LockRecovered;
 
 /// The remembered workspace sizes, and how many workspace writes have landed (so an adding-up
 /// made without the lock knows whether a write came in between).
@@ -77,8 +78,6 @@ impl Store {
     /// Held while a workspace write lands, so a size being added up never misses or counts twice
     /// a write made meanwhile.
     pub(super) fn workspace_sizes(&self) -> MutexGuard<'_, WorkspaceSizes> {
-        self.workspace_sizes
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.workspace_sizes.lock_recovered()
     }
 }

@@ -17,12 +17,13 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader, Lines};
 use tokio::sync::Mutex;
 
 use crate::core::budget::{format_usd, BudgetKind, Micros, MICROS_PER_USD};
-use crate::core::event::{Decision, APPROVE_N_MAX};
-use crate::core::history::{truncate_chars, Episode, Outcome};
+use crate::core::decision::{Decision, APPROVE_N_MAX};
+use crate::core::history::{Episode, Outcome};
 use crate::core::person::Person;
 use crate::core::rules::{RuleDraft, RuleLife, RuleReach, RuleScope};
 use crate::core::state::{AgentState, AgentView, PauseReason, Proposal};
 use crate::core::step::{argument_text, edited_value};
+use crate::core::text::truncate_chars;
 use crate::runtime::DecideError;
 use crate::runtime::{AgentHandle, Surface};
 use crate::tools::preview::Preview;

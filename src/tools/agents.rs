@@ -14,10 +14,10 @@ use async_trait::async_trait;
 
 use super::{str_arg, Command, ToolCtx, ToolModel, ToolOutput};
 use crate::core::budget::Micros;
+use crate::core::commands::Egress;
 use crate::core::commands::{ArgType, CommandSpec, Risk};
-use crate::core::prompt::{Message, Role};
+use crate::core::message::{Message, Role};
 use crate::core::reply::CommandCall;
-use crate::core::taint::Egress;
 use crate::store::SubAgentRecord;
 
 pub const NAMES: [&str; 4] = [
@@ -229,7 +229,7 @@ impl Command for MessageAgent {
 fn no_such_agent(ctx: &ToolCtx<'_>, key: &str) -> String {
     // The key is the model's: a made-up one can run to thousands of characters, and this answer
     // goes into the next prompts.
-    let key = crate::core::history::truncate_chars(key, 64);
+    let key = crate::core::text::truncate_chars(key, 64);
     let keys: Vec<String> = ctx
         .subagents
         .all()

@@ -14,9 +14,9 @@ use async_trait::async_trait;
 
 use super::workspace::{normalize_folder, normalize_path};
 use super::{str_arg, Command, ToolCtx, ToolOutput};
+use crate::core::commands::RuleArgument;
 use crate::core::commands::{ArgType, CommandSpec, Risk};
 use crate::core::reply::CommandCall;
-use crate::core::rules::RuleArgument;
 use crate::store::{StoreError, WorkspaceOp};
 
 pub fn commands() -> Vec<Arc<dyn Command>> {
@@ -331,7 +331,7 @@ impl Command for SearchFiles {
                     format!(
                         "  {}: {}",
                         n + 1,
-                        crate::core::history::truncate_chars(line.trim(), SEARCH_LINE_CHARS)
+                        crate::core::text::truncate_chars(line.trim(), SEARCH_LINE_CHARS)
                     )
                 })
                 .collect();

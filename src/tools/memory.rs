@@ -7,9 +7,9 @@ use async_trait::async_trait;
 
 use super::{str_arg, Command, ToolCtx, ToolOutput};
 use crate::core::commands::{ArgType, CommandSpec, Risk};
-use crate::core::history::truncate_chars;
 use crate::core::memory::MemorySource;
 use crate::core::reply::CommandCall;
+use crate::core::text::truncate_chars;
 
 pub fn commands() -> Vec<Arc<dyn Command>> {
     vec![Arc::new(MemoryAdd)]

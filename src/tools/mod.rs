@@ -153,10 +153,10 @@ pub trait ToolModel: Send + Sync {
     async fn complete(
         &self,
         what: &str,
-        messages: Vec<crate::core::prompt::Message>,
+        messages: Vec<crate::core::message::Message>,
         max_tokens: u32,
     ) -> Result<ToolReply, String>;
-    fn count(&self, messages: &[crate::core::prompt::Message]) -> usize;
+    fn count(&self, messages: &[crate::core::message::Message]) -> usize;
     fn context_tokens(&self) -> u32;
 }
 

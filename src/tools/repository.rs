@@ -13,11 +13,11 @@ use async_trait::async_trait;
 use super::web::UNTRUSTED_NOTE;
 use super::workspace::normalize_path;
 use super::{str_arg, Command, ToolCtx, ToolOutput};
+use crate::core::commands::Egress;
+use crate::core::commands::RuleArgument;
 use crate::core::commands::{ArgType, CommandSpec, Risk};
 use crate::core::history::Outcome;
 use crate::core::reply::CommandCall;
-use crate::core::rules::RuleArgument;
-use crate::core::taint::Egress;
 use crate::store::WorkspaceOp;
 use crate::web::git::{clone_tip, Checkout, CloneLimits};
 

@@ -15,12 +15,12 @@ use serde_json::Value;
 
 use super::{str_arg, Command, ToolCtx, ToolModel, ToolOutput};
 use crate::core::budget::{format_usd, Micros};
+use crate::core::commands::Egress;
+use crate::core::commands::RuleArgument;
 use crate::core::commands::{ArgType, CommandSpec, Risk};
-use crate::core::history::truncate_chars;
-use crate::core::prompt::Message;
+use crate::core::message::Message;
 use crate::core::reply::CommandCall;
-use crate::core::rules::RuleArgument;
-use crate::core::taint::Egress;
+use crate::core::text::truncate_chars;
 use crate::web::extract::{readable, Readable};
 use crate::web::search;
 use crate::web::Web;

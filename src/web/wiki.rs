@@ -140,7 +140,7 @@ pub fn parse_mediawiki(body: &str) -> Result<Vec<Article>, SearchError> {
     Ok(pages
         .into_iter()
         .map(|page| Article {
-            summary: crate::core::history::truncate_chars(page.extract.trim(), SUMMARY_CHARS),
+            summary: crate::core::text::truncate_chars(page.extract.trim(), SUMMARY_CHARS),
             title: page.title,
             url: page.fullurl,
         })

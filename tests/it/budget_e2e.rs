@@ -778,7 +778,7 @@ async fn a_finished_agent_holds_no_reservation_whatever_crashes_came_before() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_broken_mid_reply_is_charged_what_it_streamed() {
     use autothread::core::budget::{Micros, Price};
-    use autothread::core::prompt::TokenCounter;
+    use autothread::core::message::TokenCounter;
     let fake = fake().await;
     let text = agent_reply("write_file", json!({"filename": "a.txt", "contents": "x"}));
     let pieces = 12;

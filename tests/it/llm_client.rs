@@ -7,7 +7,7 @@ use crate::support;
 use std::time::{Duration, Instant};
 
 use autothread::config::{LlmConfig, ResponseFormatMode, Secret};
-use autothread::core::prompt::Message;
+use autothread::core::message::Message;
 use autothread::llm::openai::OpenAiChat;
 use autothread::llm::{Billing, ChatModel, ChatRequest, LlmError};
 use serde_json::json;

@@ -15,7 +15,7 @@ use std::time::Duration;
 use autothread::budget::Budgets;
 use autothread::config::{LlmConfig, ResponseFormatMode};
 use autothread::core::memory::MemorySource;
-use autothread::core::prompt::Message;
+use autothread::core::message::Message;
 use autothread::core::reply::parse_reply;
 use autothread::llm::openai::OpenAiChat;
 use autothread::llm::{ChatModel, ChatRequest};

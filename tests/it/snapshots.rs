@@ -11,8 +11,9 @@ use autothread::config::AgentConfig;
 use autothread::core::budget::SpendNote;
 use autothread::core::commands::Risk;
 use autothread::core::history::{Episode, Outcome};
+use autothread::core::message::Message;
 use autothread::core::prompt::{
-    build_cycle_prompt, profile_messages, ContextLimits, Message, PromptExtras, PromptInputs,
+    build_cycle_prompt, profile_messages, ContextLimits, PromptExtras, PromptInputs,
 };
 use autothread::core::reply::{CommandCall, Thoughts};
 use autothread::core::state::{AgentSettings, AgentState, Phase, Profile, Proposal};
@@ -171,7 +172,7 @@ fn the_cycle_prompt() {
         counter: &counter,
         // A priced model's prompt: the compact schema states the format, so the prompt does not.
         format_in_prompt: false,
-        schema_tokens: autothread::core::prompt::TokenCounter::count(
+        schema_tokens: autothread::core::message::TokenCounter::count(
             &counter,
             &commands.compact_reply_schema().to_string(),
         ),

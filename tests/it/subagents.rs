@@ -10,9 +10,10 @@ use std::sync::{Arc, Mutex};
 
 use autothread::budget::Budgets;
 use autothread::config::{Config, PriceConfig};
-use autothread::core::event::{Event, Usage};
+use autothread::core::event::Event;
 use autothread::core::history::Outcome;
 use autothread::core::state::Phase;
+use autothread::core::usage::Usage;
 use autothread::store::Store;
 use serde_json::json;
 use support::inproc::{agent, deps, last_user, reply, Recorder, RuleModel};

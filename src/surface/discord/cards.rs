@@ -8,9 +8,10 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::core::event::Decision;
-use crate::core::history::{truncate_chars, Episode, Outcome};
+use crate::core::decision::Decision;
+use crate::core::history::{Episode, Outcome};
 use crate::core::state::{Profile, Proposal};
+use crate::core::text::truncate_chars;
 use crate::tools::preview::Preview;
 
 pub const TITLE_MAX: usize = 256;

@@ -250,7 +250,11 @@ async fn shut_down(app: &App, supervisor: Option<&Supervisor>) -> anyhow::Result
         tokio::task::spawn_blocking(move || memory.save_indexes()).await?;
     }
     app.store.flush().await?;
-    tracing::info!("this run: {}", app.store.disk_report());
+    tracing::info!(
+        "this run: {}",
+        app.store
+            .disk_report(crate::ops::proc_counters::bytes_written_by_this_process())
+    );
     if still_running.is_empty() {
         tracing::info!("shut down cleanly; agents continue at the next start");
     } else {

@@ -12,9 +12,9 @@ use poise::serenity_prelude::{
 use serde_json::{Map, Value};
 
 use super::ids::{CardAction, CardId};
-use crate::core::event::APPROVE_N_MAX;
-use crate::core::history::truncate_chars;
+use crate::core::decision::APPROVE_N_MAX;
 use crate::core::step::{argument_text, edited_value};
+use crate::core::text::truncate_chars;
 
 /// The form Approve ×N opens.
 pub fn approve_n_form(id: &CardId, default: u32) -> CreateModal {

@@ -18,6 +18,7 @@ mod card_parts;
 pub mod cards;
 pub mod client;
 mod commands;
+mod data;
 mod forms;
 mod found;
 pub mod ids;
@@ -44,10 +45,11 @@ use serenity::all::{
 use tokio::sync::{oneshot, Mutex};
 
 use crate::clock::Clock;
-use crate::core::event::Decision;
+use crate::core::decision::Decision;
 use crate::core::history::Episode;
 use crate::core::person::ActedBy;
 use crate::core::state::{AgentState, AgentView, PauseReason, Proposal};
+use crate::locks::LockRecovered;
 use crate::runtime::{AgentHandle, Surface};
 use crate::store::{CardRef, Store, ThreadBinding};
 use crate::tools::preview::{preview, Preview};
@@ -164,8 +166,7 @@ impl DiscordSurface {
     /// True the first time it is asked about `agent` in this process.
     fn first_show_since_start(&self, agent: &str) -> bool {
         self.shown_since_start
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .lock_recovered()
             .insert(agent.to_string())
     }
 
@@ -644,11 +645,7 @@ impl Surface for DiscordSurface {
         let (tx, rx) = oneshot::channel();
         {
             let mut questions = self.questions.lock().await;
-            let withdrawn = self
-                .withdrawn
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&binding.thread_id);
+            let withdrawn = self.withdrawn.lock_recovered().remove(&binding.thread_id);
             if withdrawn == Some(agent.cycle) {
                 return Err("the question was withdrawn".into());
             }
@@ -676,8 +673,7 @@ impl Surface for DiscordSurface {
             let mut questions = self.questions.lock().await;
             if questions.remove(&binding.thread_id).is_none() {
                 self.withdrawn
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
+                    .lock_recovered()
                     .insert(binding.thread_id, agent.cycle);
             }
         }

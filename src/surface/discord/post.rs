@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use serenity::all::{ChannelId, CreateMessage, Http, HttpError, Message, Nonce};
 
+use crate::locks::LockRecovered;
+
 /// Tries per post. serenity waits out a 429 with `Retry-After` by itself; these cover 5xx, a 429
 /// it gave up on, and failed connections.
 const POST_ATTEMPTS: u32 = 4;
@@ -99,9 +101,7 @@ impl Unposted {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, u64>> {
-        self.cards
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.cards.lock_recovered()
     }
 }
 

@@ -18,9 +18,8 @@ use serenity::{
 use super::commands::Data;
 use super::ids::{CardAction, CardId};
 use super::no_mentions;
-use super::respond::{ephemeral, something_went_wrong, Interaction};
-use super::router::decide_and_report;
-use crate::core::event::Decision;
+use super::respond::{decide_and_report, ephemeral, something_went_wrong, Interaction};
+use crate::core::decision::Decision;
 use crate::core::rules::{over_limit, RuleDraft, RuleLife, RuleReach, RuleScope};
 use crate::core::state::AgentState;
 use crate::service::rights::Requester;
@@ -79,7 +78,7 @@ fn menu_options(scopes: &[RuleScope], admin: bool) -> Vec<CreateSelectMenuOption
                     reach.label(),
                     life.label()
                 );
-                let description = crate::core::history::truncate_chars(&scope.label(), 100);
+                let description = crate::core::text::truncate_chars(&scope.label(), 100);
                 options.push(
                     CreateSelectMenuOption::new(label, choice_value(index, reach, life))
                         .description(description),
@@ -242,9 +241,10 @@ pub(super) async fn on_choice(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::commands::RuleArgument;
     use crate::core::commands::{ArgType, CommandSpec, Risk};
     use crate::core::reply::CommandCall;
-    use crate::core::rules::{offered_scopes, RuleArgument};
+    use crate::core::rules::offered_scopes;
     use serde_json::json;
 
     #[test]

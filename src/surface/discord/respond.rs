@@ -13,7 +13,7 @@ use serenity::{
     CreateInteractionResponseMessage, ModalInteraction, UserId,
 };
 
-use super::commands::{Ctx, Data, Error};
+use super::data::{Ctx, Data, Error};
 use super::no_mentions;
 use crate::runtime::supervisor::SendError;
 use crate::service::rights::Requester;
@@ -50,7 +50,7 @@ pub async fn on_error(error: poise::FrameworkError<'_, Data, Error>) {
         poise::FrameworkError::Command { error, ctx, .. } => {
             let text = user_text(&error)
                 .unwrap_or_else(|| something_went_wrong(&ctx.command().qualified_name, &error));
-            if let Err(e) = reply(ctx, text, true).await {
+            if let Err(e) = reply_privately(ctx, text).await {
                 tracing::warn!(error = %e, "cannot report a command's error");
             }
         }
@@ -102,13 +102,14 @@ pub async fn defer_privately(ctx: Ctx<'_>) -> Result<(), Error> {
     Ok(())
 }
 
-/// A reply to a slash command, fitted to Discord's message limit and mentioning nobody.
-pub async fn reply(ctx: Ctx<'_>, text: impl Into<String>, private: bool) -> Result<(), Error> {
+/// A reply to a slash command that only its author sees, fitted to Discord's message limit and
+/// mentioning nobody.
+pub async fn reply_privately(ctx: Ctx<'_>, text: impl Into<String>) -> Result<(), Error> {
     note_command_ack(ctx);
     ctx.send(
         poise::CreateReply::default()
             .content(super::cards::message_text(&text.into()))
-            .ephemeral(private)
+            .ephemeral(true)
             .allowed_mentions(no_mentions()),
     )
     .await?;
@@ -228,5 +229,23 @@ pub fn author(ctx: Ctx<'_>) -> Requester {
             manage_threads: false,
             manage_guild: false,
         },
+    }
+}
+
+/// Hands a person's decision to the agent's actor and tells them privately when it is refused.
+pub(super) async fn decide_and_report(
+    http: &serenity::Http,
+    data: &Data,
+    interaction: Interaction<'_>,
+    id: &super::ids::CardId,
+    decision: crate::core::decision::Decision,
+    by: &crate::core::person::Person,
+) {
+    if let Err(refusal) = data
+        .supervisor
+        .decide(&id.agent, id.cycle, decision, by)
+        .await
+    {
+        interaction.follow_up(http, refusal.to_string()).await;
     }
 }

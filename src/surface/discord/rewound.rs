@@ -7,6 +7,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use super::{DiscordSurface, ShownCard};
 use crate::core::state::{AgentState, PauseReason, Phase, Proposal};
+use crate::locks::LockRecovered;
 use crate::tools::preview::{preview, Preview};
 use crate::tools::AgentFiles;
 
@@ -17,9 +18,7 @@ pub(super) struct Rewinds(Mutex<HashMap<String, u64>>);
 
 impl Rewinds {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, u64>> {
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.0.lock_recovered()
     }
 
     /// The cycle `agent` is being rewound to, while it is.

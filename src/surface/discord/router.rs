@@ -12,7 +12,6 @@
 //! a reply to the card or the `fb:` prefix). A parked card's buttons go to `parked`, memory buttons
 //! to `commands::memory`.
 
-use crate::core::person::Person;
 use crate::surface::discord::people::person_of;
 use poise::serenity_prelude as serenity;
 use serenity::{ComponentInteraction, CreateInteractionResponse, FullEvent, ModalInteraction};
@@ -23,8 +22,10 @@ use super::forms::{
 };
 use super::ids::{CardAction, CardId};
 use super::parked;
-use super::respond::{ephemeral, requester_of, something_went_wrong, Interaction};
-use crate::core::event::{Decision, APPROVE_N_MAX};
+use super::respond::{
+    decide_and_report, ephemeral, requester_of, something_went_wrong, Interaction,
+};
+use crate::core::decision::{Decision, APPROVE_N_MAX};
 use crate::core::reply::CommandCall;
 use crate::core::state::Phase;
 use crate::runtime::DecideError;
@@ -143,23 +144,6 @@ fn pending_command(data: &Data, id: &CardId) -> Result<CommandCall, String> {
             .ok_or_else(|| DecideError::NotPending.to_string()),
         Ok(None) => Err("This agent no longer exists.".into()),
         Err(e) => Err(something_went_wrong("reading an agent", &e)),
-    }
-}
-
-pub(super) async fn decide_and_report(
-    http: &serenity::Http,
-    data: &Data,
-    interaction: Interaction<'_>,
-    id: &CardId,
-    decision: Decision,
-    by: &Person,
-) {
-    if let Err(refusal) = data
-        .supervisor
-        .decide(&id.agent, id.cycle, decision, by)
-        .await
-    {
-        interaction.follow_up(http, refusal.to_string()).await;
     }
 }
 

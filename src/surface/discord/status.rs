@@ -27,6 +27,7 @@ use serenity::all::{ChannelId, CreateEmbed, CreateMessage, EditMessage, MessageI
 
 use super::post;
 use crate::core::budget::format_usd;
+use crate::locks::LockRecovered;
 use crate::runtime::{Doing, LiveStatus};
 use crate::store::ThreadBinding;
 
@@ -96,7 +97,7 @@ const ARCHIVED_REMEMBERED: usize = 65_536;
 
 impl StatusBoard {
     fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+        self.entries.lock_recovered()
     }
 
     /// Takes an agent's new status; an agent not on the board yet is placed by `binding`, read
@@ -121,7 +122,7 @@ impl StatusBoard {
         }
         let Some(binding) = binding() else { return };
         {
-            let mut archived = self.archived.lock().unwrap_or_else(|e| e.into_inner());
+            let mut archived = self.archived.lock_recovered();
             if status.doing.is_resting() {
                 if archived.contains(&binding.thread_id) {
                     return;
@@ -154,7 +155,7 @@ impl StatusBoard {
     /// there while its agent rests.
     pub(super) fn thread_archived(&self, thread: u64) {
         self.entries().retain(|_, entry| entry.thread != thread);
-        let mut archived = self.archived.lock().unwrap_or_else(|e| e.into_inner());
+        let mut archived = self.archived.lock_recovered();
         if archived.len() >= ARCHIVED_REMEMBERED {
             archived.clear();
         }

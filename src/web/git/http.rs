@@ -14,6 +14,7 @@ use reqwest::header::LOCATION;
 use reqwest::{Method, Url};
 
 use super::{check_git_url, limits_timeout, CloneError};
+use crate::locks::LockRecovered;
 use crate::web::fetch::{network_error, FetchError, WebClient};
 
 /// What the HTTP side of a clone shares: the guarded client, the async runtime its requests run
@@ -54,7 +55,7 @@ impl Exchanger {
         let result = self.runtime.block_on(self.send(method, url, headers, body));
         result.map_err(|error| {
             let text = error.to_string();
-            let mut failure = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+            let mut failure = self.failure.lock_recovered();
             failure.get_or_insert(error);
             std::io::Error::other(text)
         })
@@ -165,10 +166,7 @@ impl Exchanger {
     }
 
     pub(super) fn take_failure(&self) -> Option<CloneError> {
-        self.failure
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
+        self.failure.lock_recovered().take()
     }
 }
 
@@ -286,7 +284,7 @@ pub(super) struct PostBuffer(Arc<Mutex<PendingPost>>);
 
 impl Write for PostBuffer {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        let mut pending = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pending = self.0.lock_recovered();
         if pending.body.len() + bytes.len() > MAX_POST_BYTES {
             return Err(std::io::Error::other(
                 "the clone's request grew past its limit",
@@ -330,10 +328,7 @@ impl Reply {
 
     fn arrive(&mut self) -> std::io::Result<()> {
         if let Some((post, part)) = self.pending.take() {
-            let bytes = post
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .answer(part)?;
+            let bytes = post.lock_recovered().answer(part)?;
             self.bytes = Cursor::new(bytes);
         }
         Ok(())

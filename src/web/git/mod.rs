@@ -149,7 +149,7 @@ const JOIN_GRACE: Duration = Duration::from_secs(5);
 
 /// A URL as results show it: cut, so that a long one cannot fill the agent's history.
 fn shown(url: &str) -> String {
-    crate::core::history::truncate_chars(url.trim(), 300)
+    crate::core::text::truncate_chars(url.trim(), 300)
 }
 
 fn limits_timeout(deadline: Instant) -> Duration {
@@ -316,7 +316,7 @@ fn fetch_and_read(
             _ => {
                 checkout.leave_out(format!(
                     "'{}': the workspace refuses its name",
-                    crate::core::history::truncate_chars(&shown, 120)
+                    crate::core::text::truncate_chars(&shown, 120)
                 ));
                 continue;
             }

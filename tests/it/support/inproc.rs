@@ -8,9 +8,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use autothread::core::event::{Decision, Usage};
+use autothread::core::decision::Decision;
 use autothread::core::history::Episode;
 use autothread::core::state::{AgentState, PauseReason, Proposal};
+use autothread::core::usage::Usage;
 use autothread::llm::embed::{EmbedPurpose, Embedded, Embedder};
 
 use super::fake_openai::hash_embedding;
@@ -109,7 +110,7 @@ pub fn last_user(request: &ChatRequest) -> &str {
         .messages
         .iter()
         .rev()
-        .find(|m| m.role == autothread::core::prompt::Role::User)
+        .find(|m| m.role == autothread::core::message::Role::User)
         .map(|m| m.content.as_str())
         .unwrap_or("")
 }
@@ -302,18 +303,18 @@ pub fn agent(id: &str, task: &str, model: &str, continuous: bool) -> AgentState 
 /// The agent's model as commands see it, answering by rule: every call is kept, costs `cost`
 /// micro-dollars, and tokens are counted at four characters each.
 /// How a `ToolFake` answers the messages of one call.
-pub type Respond = Box<dyn Fn(&[autothread::core::prompt::Message]) -> String + Send + Sync>;
+pub type Respond = Box<dyn Fn(&[autothread::core::message::Message]) -> String + Send + Sync>;
 
 pub struct ToolFake {
     pub respond: Respond,
-    pub calls: Mutex<Vec<Vec<autothread::core::prompt::Message>>>,
+    pub calls: Mutex<Vec<Vec<autothread::core::message::Message>>>,
     pub cost: u64,
 }
 
 impl ToolFake {
     pub fn new(
         cost: u64,
-        respond: impl Fn(&[autothread::core::prompt::Message]) -> String + Send + Sync + 'static,
+        respond: impl Fn(&[autothread::core::message::Message]) -> String + Send + Sync + 'static,
     ) -> Self {
         ToolFake {
             respond: Box::new(respond),
@@ -332,7 +333,7 @@ impl autothread::tools::ToolModel for ToolFake {
     async fn complete(
         &self,
         _what: &str,
-        messages: Vec<autothread::core::prompt::Message>,
+        messages: Vec<autothread::core::message::Message>,
         _max_tokens: u32,
     ) -> Result<autothread::tools::ToolReply, String> {
         let text = (self.respond)(&messages);
@@ -343,7 +344,7 @@ impl autothread::tools::ToolModel for ToolFake {
         })
     }
 
-    fn count(&self, messages: &[autothread::core::prompt::Message]) -> usize {
+    fn count(&self, messages: &[autothread::core::message::Message]) -> usize {
         messages.iter().map(|m| m.content.len() / 4 + 4).sum()
     }
 

@@ -15,7 +15,7 @@ use crate::core::budget::{format_usd, usd_to_micros, BudgetKind, Micros};
 use crate::core::event::Event;
 use crate::core::state::{GuildId, Spender};
 use crate::service::LimitChange;
-use crate::surface::discord::respond::{author, defer_privately, reply};
+use crate::surface::discord::respond::{author, defer_privately, reply_privately};
 
 /// Spend and budgets: see them (and chart them), or change them.
 #[poise::command(
@@ -83,7 +83,7 @@ pub(super) async fn budget_show(ctx: Ctx<'_>) -> Result<(), Error> {
             format_usd(line.account.spent)
         ));
     }
-    reply(ctx, lines.join("\n"), true).await
+    reply_privately(ctx, lines.join("\n")).await
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, poise::ChoiceParameter)]
@@ -119,10 +119,9 @@ pub(super) async fn budget_set(
             let by = person_of(ctx.author());
             data.supervisor
                 .send(&state.id, Event::SetBudget { budget: micros, by })?;
-            return reply(
+            return reply_privately(
                 ctx,
                 format!("The agent's budget is now {}.", format_usd(micros)),
-                true,
             )
             .await;
         }
@@ -157,5 +156,5 @@ pub(super) async fn budget_set(
         1 => " 1 agent paused for budget is trying again.".into(),
         n => format!(" {n} agents paused for budget are trying again."),
     };
-    reply(ctx, format!("{what} is now {amount}.{resumed}"), true).await
+    reply_privately(ctx, format!("{what} is now {amount}.{resumed}")).await
 }

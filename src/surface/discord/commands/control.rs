@@ -13,7 +13,7 @@ use crate::core::state::Phase;
 use crate::service::rights::may_decide;
 use crate::service::{UserError, NOT_ALLOWED};
 use crate::surface::discord::people::person_of;
-use crate::surface::discord::respond::{author, defer_privately, reply};
+use crate::surface::discord::respond::{author, defer_privately, reply_privately};
 
 /// Sends the agent `event` for a decider; `resuming` checks the caps on running agents first
 /// (a paused or finished agent counts against them again once it goes on).
@@ -37,7 +37,7 @@ async fn control(
     }
     let by = person_of(ctx.author());
     ctx.data().supervisor.send(&state.id, event(by))?;
-    reply(ctx, done, true).await
+    reply_privately(ctx, done).await
 }
 
 /// Pause the agent (a running command finishes first).
@@ -73,7 +73,7 @@ pub(super) async fn archive(ctx: Ctx<'_>) -> Result<(), Error> {
         .into());
     }
     if matches!(state.phase, Phase::Finished { .. }) {
-        reply(ctx, "Archived.", true).await?;
+        reply_privately(ctx, "Archived.").await?;
         ctx.data().surface.archive_thread(binding.thread_id).await;
         return Ok(());
     }
@@ -82,10 +82,9 @@ pub(super) async fn archive(ctx: Ctx<'_>) -> Result<(), Error> {
     ctx.data()
         .supervisor
         .send(&state.id, Event::Finish { by })?;
-    reply(
+    reply_privately(
         ctx,
         "Finishing; the thread is archived once the agent has said its last word.",
-        true,
     )
     .await
 }

@@ -83,7 +83,7 @@ fn export_message(name: &str, notes: &[String]) -> String {
         .map(|note| format!("- {}", note))
         .collect::<Vec<_>>()
         .join("\n");
-    let shown = crate::core::history::truncate_chars(&listed, MAX_NOTES_CHARS);
+    let shown = crate::core::text::truncate_chars(&listed, MAX_NOTES_CHARS);
     text.push_str(&format!(
         "\n{shown}\n(All of them are in {} in the zip.)",
         crate::export::NOTES_NAME

@@ -17,7 +17,7 @@ use crate::service::rights::may_decide;
 use crate::service::{AgentService, UserError, NOT_ALLOWED};
 use crate::store::ThreadBinding;
 use crate::surface::discord::no_mentions;
-use crate::surface::discord::respond::{author, defer_privately, reply};
+use crate::surface::discord::respond::{author, defer_privately, reply_privately};
 
 /// Try another way: a copy of this agent as it was after a cycle, in a new thread.
 #[poise::command(slash_command, guild_only)]
@@ -97,13 +97,12 @@ pub(super) async fn fork(
     ChannelId::new(binding.thread_id)
         .send_message(ctx.http(), told)
         .await?;
-    reply(
+    reply_privately(
         ctx,
         format!(
             "Forked into <#{}> (agent `{id}`), as it was after cycle {cycle}.",
             thread.id.get()
         ),
-        true,
     )
     .await
 }

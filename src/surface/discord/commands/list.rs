@@ -4,7 +4,7 @@
 use super::{guild_of, Ctx, Error};
 use crate::core::state::Phase;
 use crate::service::counts_against_caps;
-use crate::surface::discord::respond::reply;
+use crate::surface::discord::respond::reply_privately;
 
 /// List this server's agents with links to their threads.
 #[poise::command(slash_command, guild_only)]
@@ -43,5 +43,5 @@ pub(super) async fn list(ctx: Ctx<'_>) -> Result<(), Error> {
             .collect::<Vec<_>>()
             .join("\n")
     };
-    reply(ctx, text, true).await
+    reply_privately(ctx, text).await
 }

@@ -26,7 +26,7 @@ use crate::surface::discord::cards::{message_text, MESSAGE_MAX};
 use crate::surface::discord::ids::{CardAction, CardId};
 use crate::surface::discord::no_mentions;
 use crate::surface::discord::respond::{
-    author, defer_privately, ephemeral, reply, something_went_wrong, Interaction,
+    author, defer_privately, ephemeral, reply_privately, something_went_wrong, Interaction,
 };
 
 /// Memories shown per `/memory list` page: with one row of buttons each and one to turn the page,
@@ -187,7 +187,7 @@ async fn add(
     defer_privately(ctx).await?;
     let data = ctx.data();
     let Some(memory) = data.app.memory.clone() else {
-        return reply(ctx, SWITCHED_OFF, true).await;
+        return reply_privately(ctx, SWITCHED_OFF).await;
     };
     let here = Here::of(ctx).await?;
     let place = here.place(scope)?;
@@ -230,7 +230,7 @@ async fn add(
             text.replace('\n', "\n> ")
         ),
     };
-    reply(ctx, message_text(&reply_text), true).await
+    reply_privately(ctx, message_text(&reply_text)).await
 }
 
 /// Search memories: in a thread, what its agent would recall; elsewhere, the server's notes.
@@ -245,7 +245,7 @@ async fn search(
     defer_privately(ctx).await?;
     let data = ctx.data();
     let Some(memory) = data.app.memory.clone() else {
-        return reply(ctx, SWITCHED_OFF, true).await;
+        return reply_privately(ctx, SWITCHED_OFF).await;
     };
     let here = Here::of(ctx).await?;
     let who = author(ctx);
@@ -267,7 +267,7 @@ async fn search(
     };
     let hits = match data.agents_runtime.spawn(search).await? {
         Ok(hits) => hits,
-        Err(e) => return reply(ctx, format!("The search failed: {e}."), true).await,
+        Err(e) => return reply_privately(ctx, format!("The search failed: {e}.")).await,
     };
     let own = here
         .agent
@@ -281,7 +281,7 @@ async fn search(
         }
     }
     if found.is_empty() {
-        return reply(ctx, "No memories match.", true).await;
+        return reply_privately(ctx, "No memories match.").await;
     }
     let heading = format!("Memories for “{}”:", message_text(&query));
     let (text, rows) = memory_view(&heading, &found);
@@ -301,7 +301,7 @@ async fn list(
 ) -> Result<(), Error> {
     let data = ctx.data();
     let Some(memory) = data.app.memory.as_ref() else {
-        return reply(ctx, SWITCHED_OFF, true).await;
+        return reply_privately(ctx, SWITCHED_OFF).await;
     };
     let here = Here::of(ctx).await?;
     let place = here.place(scope)?;
@@ -349,7 +349,7 @@ async fn writers(
             named.join(", ")
         )
     };
-    reply(ctx, text, true).await
+    reply_privately(ctx, text).await
 }
 
 async fn send(ctx: Ctx<'_>, text: String, rows: Vec<CreateActionRow>) -> Result<(), Error> {
@@ -409,7 +409,7 @@ fn memory_line(record: &MemoryRecord, similarity: Option<f32>) -> String {
     format!(
         "{}\n> {}",
         parts.join(" · "),
-        crate::core::history::truncate_chars(&record.text.replace('\n', " / "), 250)
+        crate::core::text::truncate_chars(&record.text.replace('\n', " / "), 250)
     )
 }
 
@@ -438,7 +438,7 @@ fn memory_view(
             .style(ButtonStyle::Danger),
         ]));
     }
-    let text = crate::core::history::truncate_chars(&lines.join("\n"), MESSAGE_MAX);
+    let text = crate::core::text::truncate_chars(&lines.join("\n"), MESSAGE_MAX);
     (text, rows)
 }
 

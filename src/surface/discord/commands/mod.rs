@@ -25,32 +25,12 @@ mod spend_chart;
 mod start;
 mod status;
 
-use std::sync::Arc;
-
 use anyhow::Context as _;
 
-use super::DiscordSurface;
-use crate::app::App;
+pub use super::data::{Ctx, Data, Error};
 use crate::core::state::AgentState;
-use crate::runtime::supervisor::Supervisor;
-use crate::service::{AgentService, UserError};
+use crate::service::UserError;
 use crate::store::ThreadBinding;
-
-/// Shared by the commands and, cloned, by the spawned interaction handlers.
-#[derive(Clone)]
-pub struct Data {
-    pub app: App,
-    pub agents: AgentService,
-    pub supervisor: Supervisor,
-    pub surface: Arc<DiscordSurface>,
-    /// The agents' runtime. Commands run on the gateway's one thread, where anything slow would
-    /// hold up every click's acknowledgement: they hand slow work (an export, an embedding call)
-    /// to this runtime.
-    pub agents_runtime: tokio::runtime::Handle,
-}
-
-pub type Error = anyhow::Error;
-pub type Ctx<'a> = poise::Context<'a, Data, Error>;
 
 /// Every command the bot registers.
 pub fn all() -> Vec<poise::Command<Data, Error>> {
@@ -115,7 +95,7 @@ pub(super) fn capitalise(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::core::event::APPROVE_N_MAX;
+    use crate::core::decision::APPROVE_N_MAX;
 
     /// `/agent` as it is registered with Discord.
     fn registered() -> serde_json::Value {

@@ -8,7 +8,7 @@ use poise::serenity_prelude as serenity;
 
 use super::{guild_of, Ctx, Error};
 use crate::service::ModelChange;
-use crate::surface::discord::respond::{author, reply};
+use crate::surface::discord::respond::{author, reply_privately};
 
 /// The models members may choose here: see them, or (server admins) change them.
 #[poise::command(
@@ -24,7 +24,7 @@ pub(super) async fn models(_ctx: Ctx<'_>) -> Result<(), Error> {
 #[poise::command(slash_command, guild_only, rename = "show")]
 pub(super) async fn models_show(ctx: Ctx<'_>) -> Result<(), Error> {
     let models = ctx.data().agents.allowed_models(guild_of(ctx)?)?;
-    reply(ctx, listing(&models), true).await
+    reply_privately(ctx, listing(&models)).await
 }
 
 /// Offer another model here (server admins; the model needs a price).
@@ -55,7 +55,7 @@ async fn change(ctx: Ctx<'_>, change: ModelChange) -> Result<(), Error> {
         .data()
         .agents
         .change_models(guild_of(ctx)?, &author(ctx), change)?;
-    reply(ctx, listing(&models), true).await
+    reply_privately(ctx, listing(&models)).await
 }
 
 fn listing(models: &[String]) -> String {

@@ -11,7 +11,7 @@ use crate::core::policy::{ClassAction, ALL_RISKS};
 use crate::service::rights::may_share;
 use crate::service::UserError;
 use crate::surface::discord::people::person_of;
-use crate::surface::discord::respond::{author, defer_privately, reply};
+use crate::surface::discord::respond::{author, defer_privately, reply_privately};
 
 /// What each risk class of command does for this agent: show it, or make it stricter.
 #[poise::command(slash_command, guild_only, subcommands("policy_show", "policy_set"))]
@@ -78,15 +78,12 @@ pub(super) async fn policy_show(ctx: Ctx<'_>) -> Result<(), Error> {
     let (_, state) = thread_agent(ctx).await?;
     let server = ctx.data().app.config.policy.for_agent(&state);
     let lines = server.describe(&state.settings.policy);
-    reply(
-        ctx,
+    reply_privately(ctx,
         format!(
             "Command policy for **{}**:\n{}\nauto: runs without a card under Approve ×N and continuous mode; ask: always a card; deny: never runs.",
             state.name(),
             lines.iter().map(|l| format!("- {l}")).collect::<Vec<_>>().join("\n")
-        ),
-        true,
-    )
+        ))
     .await
 }
 
@@ -123,14 +120,13 @@ pub(super) async fn policy_set(
         Some(action) => action.max(server.action(risk)),
         None => server.action(risk),
     };
-    reply(
+    reply_privately(
         ctx,
         format!(
             "{} commands are now `{}` for this agent.",
             capitalise(risk.label()),
             now.label()
         ),
-        true,
     )
     .await
 }

@@ -17,9 +17,9 @@ use serenity::{
 use super::{thread_agent, Ctx, Data, Error};
 use crate::core::audit::AuditEntry;
 use crate::core::event::Event;
-use crate::core::history::truncate_chars;
 use crate::core::rules::{rule_id, ApprovalRule};
 use crate::core::state::{AgentState, GuildId};
+use crate::core::text::truncate_chars;
 use crate::service::rights::{may_decide, Requester};
 use crate::service::{UserError, NOT_ALLOWED};
 use crate::surface::discord::ids::{CardAction, CardId};

@@ -5,7 +5,7 @@ use poise::serenity_prelude::{RoleId, UserId};
 use super::{thread_agent, Ctx, Error};
 use crate::service::rights::may_share;
 use crate::service::UserError;
-use crate::surface::discord::respond::{author, reply};
+use crate::surface::discord::respond::{author, reply_privately};
 
 async fn change_share(
     ctx: Ctx<'_>,
@@ -44,7 +44,7 @@ async fn change_share(
     } else {
         "no longer shared with"
     };
-    reply(ctx, format!("The agent is {verb} {who}."), true).await
+    reply_privately(ctx, format!("The agent is {verb} {who}.")).await
 }
 
 /// Let a user or a role approve, give feedback and stop this agent.

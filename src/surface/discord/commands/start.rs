@@ -20,7 +20,7 @@ use crate::service::rights::{shares_in, MAX_SHARES};
 use crate::service::{AgentService, NewAgent, UserError};
 use crate::store::ThreadBinding;
 use crate::surface::discord::cards::thread_name;
-use crate::surface::discord::respond::{author, defer_privately, reply};
+use crate::surface::discord::respond::{author, defer_privately, reply_privately};
 
 /// Start an agent on a task, in a new thread.
 // poise takes every slash option as a parameter.
@@ -114,10 +114,9 @@ pub(super) async fn start(
         },
     );
     data.supervisor.start_new(state).await?;
-    reply(
+    reply_privately(
         ctx,
         format!("Started agent `{id}` in <#{}>.", thread.id.get()),
-        true,
     )
     .await
 }

@@ -2,7 +2,15 @@
 //! network, a read-only view of the system, no new privileges, a seccomp filter, resource limits,
 //! a wall-clock timeout that kills the whole process group, an empty environment, capped output;
 //! and reads back what the run changed. Where the kernel cannot confine, nothing runs.
+//!
+//! Each part is probed, and the best the machine gives is used: namespaces of the run's own
+//! (`namespaces`), else Landlock's view of the host; a cgroup of the run's own (`cgroup`, v2 in a
+//! delegated subtree, else v1), which bounds its memory, processes and CPU as a whole, else
+//! per-process limits that divide the run's among its processes; a user of its own from the
+//! operator's range for a root bot (`users`), else a user namespace. `Sandbox::describe` and
+//! `Sandbox::missing` say which, for the log and `autothread check`.
 
+mod cgroup;
 mod confine;
 mod interpreter;
 mod namespaces;
@@ -21,6 +29,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use crate::config::{SandboxConfig, WorkspaceConfig};
 pub use confine::{landlock_abi, Identity};
 
+pub use cgroup::Usage;
+use cgroup::{Cgroups, Join, RunCgroup, Setting, Version};
 use confine::Confinement;
 use interpreter::{find_program, interpreter_paths};
 use namespaces::{release_pipe, Namespaces, Owner, WorkFolder};
@@ -72,6 +82,8 @@ pub struct Limits {
     pub output_flood_bytes: u64,
     /// Bytes the run's directory may hold before the run is stopped.
     pub disk_bytes: u64,
+    /// Cores' worth of CPU the run may use at once, where it has a cgroup.
+    pub cpus: u64,
 }
 
 impl Limits {
@@ -92,6 +104,17 @@ impl Limits {
             output_bytes: (config.output_kb.max(1) << 10) as usize,
             output_flood_bytes: (config.output_kb.max(1) << 10) * 256,
             disk_bytes: config.disk_mb.max(1) << 20,
+            cpus: config.cpus.max(1),
+        }
+    }
+
+    /// What a run's cgroup bounds: its processes and its monitor (outside its PID namespace, but
+    /// in its cgroup from the start).
+    fn bounds(&self) -> cgroup::Bounds {
+        cgroup::Bounds {
+            memory_bytes: self.memory_bytes,
+            processes: self.processes + 1,
+            cpu_cores: self.cpus,
         }
     }
 }
@@ -113,6 +136,8 @@ pub enum Stopped {
     WallClock,
     /// Its processes together used the run's CPU time.
     CpuTime,
+    /// Its processes together passed the run's memory, and the kernel killed one of them.
+    Memory,
     OutputFlood,
     DiskFull,
 }
@@ -130,6 +155,8 @@ pub struct Ran {
     pub output_dropped: u64,
     pub changes: Changes,
     pub elapsed: Duration,
+    /// What the kernel measured of the run, where it had a cgroup.
+    pub usage: Option<Usage>,
 }
 
 impl Ran {
@@ -147,6 +174,10 @@ impl Ran {
             (Some(Stopped::CpuTime), _) => Some(format!(
                 "its processes used {} s of CPU time together, the limit, and were stopped",
                 limits.cpu_secs
+            )),
+            (Some(Stopped::Memory), _) => Some(format!(
+                "its processes together passed {} MiB of memory, the limit, and it was stopped",
+                limits.memory_bytes >> 20
             )),
             (Some(Stopped::OutputFlood), _) => Some(format!(
                 "it wrote more than {} bytes of output and was stopped",
@@ -192,6 +223,11 @@ pub struct Sandbox {
     users: UserSlots,
     limits: Limits,
     landlock_abi: i64,
+    /// Where each run gets a cgroup of its own, if anywhere.
+    cgroups: Option<Cgroups>,
+    /// Why runs get no cgroup v2, and no cgroup v1.
+    not_v2: Option<String>,
+    not_v1: Option<String>,
 }
 
 /// Kills a run's whole process group when dropped: at the end of a run, and when the run's
@@ -252,15 +288,7 @@ impl Sandbox {
             ));
         }
         let limits = Limits::from_config(config);
-        if limits.memory_per_process() < MIN_PROCESS_MEMORY {
-            return Err(format!(
-                "sandbox.memory_mb ({} MiB) divided among sandbox.processes ({}) leaves each process {} MiB, and the interpreter needs {} MiB: raise memory_mb or lower processes",
-                limits.memory_bytes >> 20,
-                limits.processes,
-                limits.memory_per_process() >> 20,
-                MIN_PROCESS_MEMORY >> 20
-            ));
-        }
+        let cgroups = Cgroups::probe(&Setting::parse(&config.cgroup), limits.bounds());
         let mut sandbox = Sandbox {
             isolation: Isolation::Namespaces,
             python,
@@ -278,18 +306,49 @@ impl Sandbox {
             ),
             limits,
             landlock_abi,
+            cgroups: cgroups.cgroups,
+            not_v2: cgroups.not_v2,
+            not_v1: cgroups.not_v1,
         };
-        // Namespaces where the kernel gives them, proven by a trial run in them; else the run
-        // shares the host's, which `describe` (and so `autothread check`) says.
-        let trial = match sandbox.run_blocking_trial() {
-            Ok(version) => version,
-            Err(why) => {
+        // Namespaces and a cgroup where the machine gives them, proven by a trial run in them;
+        // else the run goes without (the cgroup first), which `describe` (and so `autothread
+        // check`) says.
+        let trial = loop {
+            sandbox.check_division()?;
+            let why = match sandbox.run_blocking_trial() {
+                Ok(version) => break version,
+                Err(why) => why,
+            };
+            if let Some(cgroups) = sandbox.cgroups.take() {
+                let refused = Some(format!("a trial run in its cgroup failed: {why}"));
+                match cgroups.version() {
+                    Version::V2 => sandbox.not_v2 = refused,
+                    Version::V1 => sandbox.not_v1 = refused,
+                }
+            } else if sandbox.isolation == Isolation::Namespaces {
                 sandbox.isolation = Isolation::Shared { why };
-                sandbox.run_blocking_trial()?
+            } else {
+                return Err(why);
             }
         };
         sandbox.python_version = trial;
         Ok(sandbox)
+    }
+
+    /// Without a cgroup, the run's memory is divided among its processes: each share must hold
+    /// the interpreter.
+    fn check_division(&self) -> Result<(), String> {
+        let limits = &self.limits;
+        if self.cgroups.is_some() || limits.memory_per_process() >= MIN_PROCESS_MEMORY {
+            return Ok(());
+        }
+        Err(format!(
+            "sandbox.memory_mb ({} MiB) divided among sandbox.processes ({}) leaves each process {} MiB, and the interpreter needs {} MiB: raise memory_mb or lower processes (or give runs a cgroup, which bounds them as a whole)",
+            limits.memory_bytes >> 20,
+            limits.processes,
+            limits.memory_per_process() >> 20,
+            MIN_PROCESS_MEMORY >> 20
+        ))
     }
 
     /// `probe`, once per process and configuration: every `App` built afterwards (each command
@@ -315,6 +374,14 @@ impl Sandbox {
         &self.isolation
     }
 
+    /// The version of the cgroups runs get, if they get one.
+    pub fn cgroup_version(&self) -> Option<u8> {
+        self.cgroups.as_ref().map(|c| match c.version() {
+            Version::V1 => 1,
+            Version::V2 => 2,
+        })
+    }
+
     /// Each part of the sandbox this machine does not give, and what a run can do without it.
     pub fn missing(&self) -> Vec<String> {
         let mut missing = Vec::new();
@@ -328,13 +395,24 @@ impl Sandbox {
                 }
             ));
         }
-        // No cgroup of a run's own is made yet: every machine divides.
-        missing.push(format!(
-            "runs have no cgroup of their own: the run's memory is divided among its processes ({} MiB of address space each), its CPU time is summed over its processes every {} ms (it may pass the limit by that much on each core), and memfd_create is refused (no per-process limit bounds it)",
-            self.limits.memory_per_process() >> 20,
-            POLL.as_millis()
-        ));
+        if self.cgroups.is_none() {
+            missing.push(format!(
+                "runs have no cgroup of their own ({}): the run's memory is divided among its processes ({} MiB of address space each), its CPU time is summed over its processes every {} ms (it may pass the limit by that much on each core, and may use every core), and memfd_create is refused (no per-process limit bounds it)",
+                self.cgroup_refusals(),
+                self.limits.memory_per_process() >> 20,
+                POLL.as_millis()
+            ));
+        }
         missing
+    }
+
+    /// Why runs get no cgroup of either version, as far as each was tried.
+    fn cgroup_refusals(&self) -> String {
+        [("not v2", &self.not_v2), ("not v1", &self.not_v1)]
+            .iter()
+            .filter_map(|(which, why)| why.as_ref().map(|why| format!("{which}: {why}")))
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 
     /// One line for the log and `autothread check`.
@@ -355,16 +433,33 @@ impl Sandbox {
                 "no namespaces of its own ({why}): a run sees the host's processes and shares its IPC objects"
             ),
         };
+        let bounds = match &self.cgroups {
+            Some(cgroups) => format!(
+                "a cgroup of its own, {}{}: {} MiB and {} processes for the run as a whole, {} CPU core(s) at once",
+                cgroups.describe(),
+                match (&self.not_v2, cgroups.version()) {
+                    (Some(why), Version::V1) => format!(" (not v2: {why})"),
+                    _ => String::new(),
+                },
+                self.limits.memory_bytes >> 20,
+                self.limits.processes,
+                self.limits.cpus,
+            ),
+            None => format!(
+                "no cgroup ({}): {} MiB divided into {} MiB of address space for each of up to {} processes",
+                self.cgroup_refusals(),
+                self.limits.memory_bytes >> 20,
+                self.limits.memory_per_process() >> 20,
+                self.limits.processes,
+            ),
+        };
         format!(
-            "Python {} at {}, Landlock ABI {}, seccomp, {who}, {apart}; {} s CPU (the run's processes together), {} s wall, {} MiB ({} MiB of address space for each of up to {} processes)",
+            "Python {} at {}, Landlock ABI {}, seccomp, {who}, {apart}; {} s CPU (the run's processes together), {} s wall; {bounds}",
             self.python_version,
             self.python.display(),
             self.landlock_abi,
             self.limits.cpu_secs,
             self.limits.wall.as_secs(),
-            self.limits.memory_bytes >> 20,
-            self.limits.memory_per_process() >> 20,
-            self.limits.processes,
         )
     }
 
@@ -376,12 +471,14 @@ impl Sandbox {
         let identity = user.identity();
         prepare_dir(&run, identity)
             .map_err(|e| format!("the run directory could not be prepared: {e}"))?;
+        let cgroup = self.run_cgroup()?;
         let (mut command, release) = self.command(
             &Program::Python {
                 code: String::new(),
             },
             &run,
             identity,
+            cgroup.as_ref(),
         )?;
         command
             .args(["-c", "import sys; print(sys.version.split()[0])"])
@@ -402,6 +499,11 @@ impl Sandbox {
                 self.python.display()
             )
         })?;
+        if let Some(mut cgroup) = cgroup {
+            cgroup
+                .remove(REAP_WAIT)
+                .map_err(|e| format!("the trial run's cgroup could not be removed: {e}"))?;
+        }
         let stdout = String::from_utf8_lossy(&output.stdout).trim().to_string();
         let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();
         if !output.status.success() || stdout.is_empty() || !stderr.is_empty() {
@@ -414,14 +516,28 @@ impl Sandbox {
         Ok(stdout)
     }
 
+    /// A cgroup for one run, where runs get one.
+    fn run_cgroup(&self) -> Result<Option<RunCgroup>, String> {
+        self.cgroups
+            .as_ref()
+            .map(|cgroups| cgroups.create(self.limits.bounds()))
+            .transpose()
+            .map_err(|e| format!("the run's cgroup could not be made: {e}"))
+    }
+
     /// The process for `program`, confined, in `dir`, with an empty environment but for a few
-    /// plain settings (never a secret of the bot's).
+    /// plain settings (never a secret of the bot's); in `cgroup` from before it starts.
     fn command(
         &self,
         program: &Program,
         run: &RunDir,
         identity: Identity,
+        cgroup: Option<&RunCgroup>,
     ) -> Result<(std::process::Command, Option<OwnedFd>), String> {
+        let join: Option<Join> = cgroup
+            .map(RunCgroup::join)
+            .transpose()
+            .map_err(|e| format!("the run's cgroup cannot be joined: {e}"))?;
         let dir = run.path();
         let mut release = None;
         let namespaces = match self.isolation {
@@ -466,6 +582,7 @@ impl Sandbox {
             &self.limits,
             identity,
             namespaces,
+            join,
         )?);
         let mut command = match program {
             // Isolated mode: no user site, no PYTHON* variables, no current folder on the path
@@ -521,7 +638,8 @@ impl Sandbox {
         .map_err(|e| format!("the run directory could not be made: {e}"))?
         .map_err(|e| format!("the run directory could not be made: {e}"))?;
         let run = Arc::new(run);
-        let (command, release) = self.command(program, &run, identity)?;
+        let mut cgroup = self.run_cgroup()?;
+        let (command, release) = self.command(program, &run, identity, cgroup.as_ref())?;
         let mut command = tokio::process::Command::from(command);
         command
             .stdin(Stdio::piped())
@@ -580,12 +698,30 @@ impl Sandbox {
                 }
                 _ = tokio::time::sleep(POLL) => {
                     // The CPU time of every process of the run, together: the per-process limit
-                    // alone would give each of them the whole.
-                    let group = killer.0;
-                    let used = tokio::task::spawn_blocking(move || group.map_or(0, group_cpu_ticks))
-                        .await
-                        .unwrap_or(0);
-                    if used > limits.cpu_secs * clock_ticks() {
+                    // alone would give each of them the whole. A cgroup counts it exactly (and
+                    // says when the kernel killed a process for the run's memory); else the
+                    // run's process group is summed.
+                    let over = match &cgroup {
+                        Some(cgroup) => {
+                            if cgroup.oom_kills() > 0 {
+                                stopped = Some(Stopped::Memory);
+                                break None;
+                            }
+                            cgroup
+                                .cpu_used()
+                                .is_some_and(|used| used.as_secs_f64() > limits.cpu_secs as f64)
+                        }
+                        None => {
+                            let group = killer.0;
+                            let used = tokio::task::spawn_blocking(move || {
+                                group.map_or(0, group_cpu_ticks)
+                            })
+                            .await
+                            .unwrap_or(0);
+                            used > limits.cpu_secs * clock_ticks()
+                        }
+                    };
+                    if over {
                         stopped = Some(Stopped::CpuTime);
                         break None;
                     }
@@ -624,6 +760,23 @@ impl Sandbox {
                 tracing::warn!(group, "a sandboxed run's processes outlived its end");
             }
         }
+        // The kernel's measure of the run, then its cgroup is emptied and removed.
+        let usage = match cgroup.take() {
+            Some(mut cgroup) => tokio::task::spawn_blocking(move || {
+                let usage = cgroup.usage();
+                if let Err(e) = cgroup.remove(REAP_WAIT) {
+                    tracing::warn!(error = %e, "a sandboxed run's cgroup outlived its end");
+                }
+                usage
+            })
+            .await
+            .ok(),
+            None => None,
+        };
+        if stopped.is_none() && usage.as_ref().is_some_and(|u| u.oom_kills > 0) {
+            // A process was killed for the run's memory before the loop looked.
+            stopped = Some(Stopped::Memory);
+        }
         feed.abort();
         let (stdout, dropped_out) = stdout.await.unwrap_or_default();
         let (stderr, dropped_err) = stderr.await.unwrap_or_default();
@@ -655,6 +808,7 @@ impl Sandbox {
             output_dropped: dropped_out + dropped_err,
             changes,
             elapsed: started.elapsed(),
+            usage,
         })
     }
 }

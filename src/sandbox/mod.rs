@@ -13,7 +13,10 @@
 mod cgroup;
 mod confine;
 mod interpreter;
+mod limits;
 mod namespaces;
+mod output;
+mod process;
 pub mod rundir;
 mod users;
 
@@ -24,7 +27,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 use crate::config::{SandboxConfig, WorkspaceConfig};
 pub use confine::{landlock_abi, Identity};
@@ -33,7 +36,12 @@ pub use cgroup::Usage;
 use cgroup::{Cgroups, Join, RunCgroup, Setting, Version};
 use confine::Confinement;
 use interpreter::{find_program, interpreter_paths};
+pub use limits::{Limits, Ran, Stopped};
 use namespaces::{release_pipe, Namespaces, Owner, WorkFolder};
+use output::{read_capped, Flood};
+use process::{
+    become_subreaper, clock_ticks, group_cpu_ticks, reap_group, wait_with_timeout, GroupKiller,
+};
 pub use rundir::{Changes, RunDir};
 pub use users::UID_LOCKS;
 use users::{UidRange, UserSlots};
@@ -66,59 +74,6 @@ const MIN_PROCESS_MEMORY: u64 = 24 << 20;
 /// while it runs.
 const POLL: Duration = Duration::from_millis(100);
 
-/// The limits of one run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Limits {
-    pub cpu_secs: u64,
-    pub wall: Duration,
-    /// Address space, which bounds what the program can allocate.
-    pub memory_bytes: u64,
-    pub processes: u64,
-    pub file_bytes: u64,
-    pub open_files: u64,
-    /// Output kept of each stream; the rest is counted and dropped.
-    pub output_bytes: usize,
-    /// Output read before the run is stopped: more is a flood, not a result.
-    pub output_flood_bytes: u64,
-    /// Bytes the run's directory may hold before the run is stopped.
-    pub disk_bytes: u64,
-    /// Cores' worth of CPU the run may use at once, where it has a cgroup.
-    pub cpus: u64,
-}
-
-impl Limits {
-    /// Each process's address space: the run's memory divided among the processes it may have,
-    /// so that together they stay within it (the kernel bounds processes, not runs).
-    pub fn memory_per_process(&self) -> u64 {
-        self.memory_bytes / self.processes.max(1)
-    }
-
-    pub fn from_config(config: &SandboxConfig) -> Limits {
-        Limits {
-            cpu_secs: config.cpu_secs.max(1),
-            wall: Duration::from_secs(config.wall_secs.max(1)),
-            memory_bytes: config.memory_mb.max(16) << 20,
-            processes: config.processes.max(1),
-            file_bytes: config.file_mb.max(1) << 20,
-            open_files: config.open_files.max(16),
-            output_bytes: (config.output_kb.max(1) << 10) as usize,
-            output_flood_bytes: (config.output_kb.max(1) << 10) * 256,
-            disk_bytes: config.disk_mb.max(1) << 20,
-            cpus: config.cpus.max(1),
-        }
-    }
-
-    /// What a run's cgroup bounds: its processes and its monitor (outside its PID namespace, but
-    /// in its cgroup from the start).
-    fn bounds(&self) -> cgroup::Bounds {
-        cgroup::Bounds {
-            memory_bytes: self.memory_bytes,
-            processes: self.processes + 1,
-            cpu_cores: self.cpus,
-        }
-    }
-}
-
 /// What a run is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Program {
@@ -130,74 +85,13 @@ pub enum Program {
     Shell { command: String },
 }
 
-/// Why a run was stopped from outside, if it was.
+/// What a machine may lack, for `Sandbox::probe_lacking`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stopped {
-    WallClock,
-    /// Its processes together used the run's CPU time.
-    CpuTime,
-    /// Its processes together passed the run's memory, and the kernel killed one of them.
-    Memory,
-    OutputFlood,
-    DiskFull,
-}
-
-/// How a run ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ran {
-    /// The exit code, or `None` when a signal ended it.
-    pub code: Option<i32>,
-    pub signal: Option<i32>,
-    pub stopped: Option<Stopped>,
-    pub stdout: String,
-    pub stderr: String,
-    /// Output bytes read beyond what was kept, both streams together.
-    pub output_dropped: u64,
-    pub changes: Changes,
-    pub elapsed: Duration,
-    /// What the kernel measured of the run, where it had a cgroup.
-    pub usage: Option<Usage>,
-}
-
-impl Ran {
-    pub fn succeeded(&self) -> bool {
-        self.code == Some(0) && self.stopped.is_none()
-    }
-
-    /// Which limit ended the run, in words, if one did.
-    pub fn limit_hit(&self, limits: &Limits) -> Option<String> {
-        match (self.stopped, self.signal) {
-            (Some(Stopped::WallClock), _) => Some(format!(
-                "it ran for {} s, the time limit, and was stopped",
-                limits.wall.as_secs()
-            )),
-            (Some(Stopped::CpuTime), _) => Some(format!(
-                "its processes used {} s of CPU time together, the limit, and were stopped",
-                limits.cpu_secs
-            )),
-            (Some(Stopped::Memory), _) => Some(format!(
-                "its processes together passed {} MiB of memory, the limit, and it was stopped",
-                limits.memory_bytes >> 20
-            )),
-            (Some(Stopped::OutputFlood), _) => Some(format!(
-                "it wrote more than {} bytes of output and was stopped",
-                limits.output_flood_bytes
-            )),
-            (Some(Stopped::DiskFull), _) => Some(format!(
-                "its files passed {} bytes (or could no longer be measured) and it was stopped",
-                limits.disk_bytes
-            )),
-            (None, Some(libc::SIGXCPU)) => Some(format!(
-                "it used {} s of CPU time, the limit, and was stopped",
-                limits.cpu_secs
-            )),
-            (None, Some(libc::SIGXFSZ)) => Some(format!(
-                "it wrote a file past {} bytes, the limit",
-                limits.file_bytes
-            )),
-            _ => None,
-        }
-    }
+pub enum Lack {
+    /// Landlock of at most this ABI (0: none).
+    LandlockAbi(i64),
+    /// Namespaces a run could have (a container's seccomp profile, no user namespaces).
+    Namespaces,
 }
 
 /// How far a run is kept apart from the host, beyond Landlock, seccomp and the limits.
@@ -230,29 +124,28 @@ pub struct Sandbox {
     not_v1: Option<String>,
 }
 
-/// Kills a run's whole process group when dropped: at the end of a run, and when the run's
-/// future is dropped half-way (the bot shutting down, a cancelled command).
-struct GroupKiller(Option<libc::pid_t>);
-
-impl Drop for GroupKiller {
-    fn drop(&mut self) {
-        if let Some(group) = self.0 {
-            // SAFETY: a signal to the run's own process group, which `setsid` made; only the
-            // run's user is in it.
-            unsafe { libc::killpg(group, libc::SIGKILL) };
-        }
-    }
-}
-
 impl Sandbox {
     /// Finds the interpreter and proves the sandbox with a real run: a kernel (or an interpreter)
     /// that cannot give every part of it is refused, with the reason, and nothing runs
     /// unconfined.
     pub fn probe(config: &SandboxConfig) -> Result<Sandbox, String> {
+        Sandbox::probe_lacking(config, &[])
+    }
+
+    /// `probe`, as on a machine that lacks `lacks` besides what this one lacks: what `check`
+    /// says and which fallback runs take there, shown on this machine.
+    pub fn probe_lacking(config: &SandboxConfig, lacks: &[Lack]) -> Result<Sandbox, String> {
         become_subreaper();
-        let landlock_abi = landlock_abi().ok_or(
-            "this kernel does not enforce Landlock (Linux 5.13 or later, with landlock in the lsm= list)",
-        )?;
+        let told = lacks.iter().find_map(|lack| match lack {
+            Lack::LandlockAbi(abi) => Some(*abi),
+            Lack::Namespaces => None,
+        });
+        let landlock_abi = landlock_abi()
+            .map(|abi| told.map_or(abi, |told| abi.min(told)))
+            .filter(|abi| *abi > 0)
+            .ok_or(
+                "this kernel does not enforce Landlock (Linux 5.13 or later, with landlock in the lsm= list)",
+            )?;
         let python = find_program(&config.python).ok_or_else(|| {
             format!(
                 "'{}' was not found in {SANDBOX_PATH}; set sandbox.python to an interpreter's full path",
@@ -313,6 +206,11 @@ impl Sandbox {
         // Namespaces and a cgroup where the machine gives them, proven by a trial run in them;
         // else the run goes without (the cgroup first), which `describe` (and so `autothread
         // check`) says.
+        if lacks.contains(&Lack::Namespaces) {
+            sandbox.isolation = Isolation::Shared {
+                why: "the kernel refused to make them".into(),
+            };
+        }
         let trial = loop {
             sandbox.check_division()?;
             let why = match sandbox.run_blocking_trial() {
@@ -828,93 +726,11 @@ fn hold_folder(pid: Option<u32>, work: &Path) -> io::Result<OwnedFd> {
     Ok(OwnedFd::from(folder))
 }
 
-/// The kernel's clock ticks a second, the unit of CPU times in `/proc`.
-fn clock_ticks() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if ticks > 0 {
-        ticks as u64
-    } else {
-        100
-    }
-}
-
-/// The CPU time of the processes of `group` (a run's), in clock ticks: each one's own and its
-/// ended children's. A run cannot leave its group (seccomp refuses setsid and setpgid).
-fn group_cpu_ticks(group: libc::pid_t) -> u64 {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    let mut total = 0;
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        total += cpu_ticks_in_group(&stat, group);
-    }
-    total
-}
-
-/// One `/proc/<pid>/stat`'s user and system times, its own and its waited-for children's, if the
-/// process is in `group`; else 0.
-fn cpu_ticks_in_group(stat: &str, group: libc::pid_t) -> u64 {
-    // "pid (comm) state ppid pgrp …": the command name may hold anything, the last ")" ends it;
-    // after it, field n of proc(5) is at n - 3.
-    let Some((_, rest)) = stat.rsplit_once(')') else {
-        return 0;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    if fields.get(2).and_then(|f| f.parse::<libc::pid_t>().ok()) != Some(group) {
-        return 0;
-    }
-    fields.get(11..15).map_or(0, |times| {
-        times.iter().filter_map(|t| t.parse::<u64>().ok()).sum()
-    })
-}
-
 /// How long the probe's trial run may take.
 const PROBE_WAIT: Duration = Duration::from_secs(15);
 
 /// How long a killed run's processes may take to be gone.
 const REAP_WAIT: Duration = Duration::from_secs(5);
-
-/// Makes this process the reaper of its runs' orphans (a background process whose parent has
-/// ended), so that it can wait for them to be gone; otherwise they would go to init, which reaps
-/// when it likes, or to nobody when the bot is init in a container.
-fn become_subreaper() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: sets a flag of this process; no pointers.
-        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
-    });
-}
-
-/// Kills and reaps every process of a run's group until none is left, for at most `within`;
-/// whether the group is gone.
-fn reap_group(group: libc::pid_t, within: Duration) -> bool {
-    let started = Instant::now();
-    loop {
-        // SAFETY: plain system calls on the run's own process group; no status is read.
-        unsafe {
-            while libc::waitpid(-group, std::ptr::null_mut(), libc::WNOHANG) > 0 {}
-            if libc::kill(-group, 0) != 0 {
-                return true;
-            }
-            libc::killpg(group, libc::SIGKILL);
-        }
-        if started.elapsed() > within {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
 
 /// Gives the run's directory to its user, when the run becomes one.
 fn prepare_dir(run: &RunDir, identity: Identity) -> io::Result<()> {
@@ -922,112 +738,4 @@ fn prepare_dir(run: &RunDir, identity: Identity) -> io::Result<()> {
         run.give_to(uid, gid)?;
     }
     Ok(())
-}
-
-/// A child's output, or an error once `wait` has passed (the child is then killed).
-fn wait_with_timeout(
-    mut child: std::process::Child,
-    wait: Duration,
-) -> io::Result<std::process::Output> {
-    let started = Instant::now();
-    loop {
-        if child.try_wait()?.is_some() {
-            return child.wait_with_output();
-        }
-        if started.elapsed() > wait {
-            // SAFETY: a signal to the child's own process group, which `setsid` made.
-            unsafe { libc::killpg(child.id() as libc::pid_t, libc::SIGKILL) };
-            let _ = child.wait();
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("no answer in {} s", wait.as_secs()),
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// The output read from a run so far, and a signal once it passes the flood mark.
-struct Flood {
-    read: std::sync::atomic::AtomicU64,
-    mark: u64,
-    passed: tokio::sync::Notify,
-}
-
-impl Flood {
-    fn new(mark: u64) -> Self {
-        Flood {
-            read: std::sync::atomic::AtomicU64::new(0),
-            mark,
-            passed: tokio::sync::Notify::new(),
-        }
-    }
-
-    /// Counts `n` bytes read; true once the total passes the mark (and the signal is given).
-    fn add(&self, n: u64) -> bool {
-        let total = self.read.fetch_add(n, std::sync::atomic::Ordering::Relaxed) + n;
-        let passed = total > self.mark;
-        if passed {
-            self.passed.notify_one();
-        }
-        passed
-    }
-
-    fn is_passed(&self) -> bool {
-        self.read.load(std::sync::atomic::Ordering::Relaxed) > self.mark
-    }
-}
-
-/// Reads a stream to its end, keeping the first `keep` bytes (as text) and counting the rest;
-/// stops reading at a flood, so that the writer blocks until the run is stopped.
-async fn read_capped(
-    stream: Option<impl AsyncRead + Unpin>,
-    keep: usize,
-    flood: Arc<Flood>,
-) -> (String, u64) {
-    let Some(mut stream) = stream else {
-        return (String::new(), 0);
-    };
-    let mut kept = Vec::new();
-    let mut dropped = 0u64;
-    let mut buffer = vec![0u8; 64 * 1024];
-    loop {
-        match stream.read(&mut buffer).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                let room = keep.saturating_sub(kept.len()).min(n);
-                kept.extend_from_slice(&buffer[..room]);
-                dropped += (n - room) as u64;
-                if flood.add(n as u64) {
-                    break;
-                }
-            }
-        }
-    }
-    (String::from_utf8_lossy(&kept).into_owned(), dropped)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_runs_cpu_time_is_its_processes_and_their_ended_childrens() {
-        // utime 150, stime 30, cutime 7, cstime 3; the command name holds a ") " of its own.
-        let stat = "4242 (a) b) R 4200 4100 4100 0 -1 4194560 1 0 0 0 150 30 7 3 20 0 1 0 9 1 1";
-        assert_eq!(cpu_ticks_in_group(stat, 4100), 190);
-        assert_eq!(cpu_ticks_in_group(stat, 4200), 0, "another group's");
-        assert_eq!(cpu_ticks_in_group("garbage", 4100), 0);
-    }
-
-    #[test]
-    fn the_memory_is_divided_among_the_processes() {
-        let limits = Limits::from_config(&SandboxConfig {
-            memory_mb: 1024,
-            processes: 32,
-            ..SandboxConfig::default()
-        });
-        assert_eq!(limits.memory_per_process(), 32 << 20);
-        assert!(limits.memory_per_process() * limits.processes <= limits.memory_bytes);
-    }
 }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use autothread::config::{SandboxConfig, WorkspaceConfig};
-use autothread::sandbox::{Isolation, Program, Ran, Sandbox, Stopped};
+use autothread::sandbox::{Isolation, Lack, Program, Ran, Sandbox, Stopped};
 use autothread::store::WorkspaceOp;
 
 /// Short limits, so that the hostile runs end quickly.
@@ -673,6 +673,7 @@ async fn an_unprivileged_bot_confines_its_runs_in_user_namespaces() {
                 "sandbox::sysv_objects_a_run_makes_are_its_own_and_gone_after_it",
                 "sandbox::the_runs_folder_holds_no_more_than_its_limit_deleted_files_included",
                 "sandbox::a_runs_processes_share_its_memory_and_its_cpu_time",
+                "sandbox::an_older_kernel_is_refused_or_falls_back_and_says_so",
             ])
             .env("HOME", std::env::temp_dir())
             .output()
@@ -687,7 +688,7 @@ async fn an_unprivileged_bot_confines_its_runs_in_user_namespaces() {
     let output = output.expect("the copy became runnable");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
-        output.status.success() && stdout.contains("test result: ok. 9 passed"),
+        output.status.success() && stdout.contains("test result: ok. 10 passed"),
         "{stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
@@ -894,4 +895,66 @@ async fn a_runs_cgroup_bounds_its_cpu_and_its_processes_as_a_whole() {
         "the children are gone"
     );
     cgroup_gone(&ran);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_kernel_is_refused_or_falls_back_and_says_so() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    // No Landlock at all: nothing runs, and the reason is given.
+    let why = Sandbox::probe_lacking(&config(), &[Lack::LandlockAbi(0)]).unwrap_err();
+    assert!(why.contains("does not enforce Landlock"), "{why}");
+    // Landlock before its signal scope (Linux 6.12): a bot that is not root is refused, since its
+    // runs would share its user; a root bot's runs are users of their own.
+    let older = Sandbox::probe_lacking(&config(), &[Lack::LandlockAbi(5)]);
+    match (root, older) {
+        (true, Ok(sandbox)) => {
+            assert!(
+                sandbox.describe().contains("Landlock ABI 5"),
+                "{}",
+                sandbox.describe()
+            )
+        }
+        (false, Err(why)) => assert!(why.contains("Linux 6.12"), "{why}"),
+        (root, other) => panic!("root {root}: {other:?}"),
+    }
+    // No namespaces (Docker's default seccomp profile) and no cgroup: runs still work, on the
+    // host's view Landlock narrows, with the memory divided and memfds refused; and the two
+    // missing parts are named.
+    let sandbox = Sandbox::probe_lacking(
+        &SandboxConfig {
+            cgroup: "off".into(),
+            ..config()
+        },
+        &[Lack::Namespaces],
+    )
+    .unwrap_or_else(|why| panic!("{why}"));
+    assert!(
+        matches!(sandbox.isolation(), Isolation::Shared { why } if why.contains("refused")),
+        "{:?}",
+        sandbox.isolation()
+    );
+    let missing = sandbox.missing().join("\n");
+    assert!(
+        missing.contains("no PID, IPC or mount namespace of their own"),
+        "{missing}"
+    );
+    assert!(
+        missing.contains("no cgroup of their own (not v2: sandbox.cgroup is off"),
+        "{missing}"
+    );
+    let ran = python(
+        &sandbox,
+        "import os\n\
+         try:\n\
+         \x20   os.memfd_create('m')\n\
+         \x20   print('memfd made')\n\
+         except OSError:\n\
+         \x20   print('memfd refused', os.getpid() > 1)\n",
+    )
+    .await;
+    assert!(ran.succeeded(), "{ran:?}");
+    // Its process id is the host's (no PID namespace of its own).
+    assert_eq!(ran.stdout.trim(), "memfd refused True", "{ran:?}");
+    assert!(ran.usage.is_none(), "{ran:?}");
 }

@@ -3,7 +3,7 @@
 //! hostile program, which limit ended it and when.
 //!
 //! Run with `cargo bench --bench sandbox`; `BENCH_RUNS` sets the number of trivial runs (200),
-//! `BENCH_HOSTILE=0` skips the hostile programs (which take about three minutes).
+//! `BENCH_HOSTILE=0` skips the hostile programs (which take about four minutes).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // A benchmark stops at the first failure.
 
 use std::time::{Duration, Instant};
@@ -88,6 +88,14 @@ fn main() {
         ("sleep forever", "import time\ntime.sleep(3600)"),
         ("memory hog (2 GiB)", "b = bytearray(2 * 1024 ** 3)"),
         (
+            "8 processes of 800 MB",
+            "import os, time\nfor _ in range(8):\n    if os.fork() == 0:\n        b = b'\\x01' * (800 * 1000 * 1000)\n        time.sleep(60)\n        os._exit(0)\nfor _ in range(8):\n    os.wait()",
+        ),
+        (
+            "4 processes spinning",
+            "import os\nfor _ in range(3):\n    if os.fork() == 0:\n        break\nwhile True:\n    pass",
+        ),
+        (
             "fork bomb",
             "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
         ),
@@ -116,8 +124,18 @@ fn main() {
             let last_error = ran.stderr.trim().lines().last().unwrap_or("").to_string();
             format!("exit {:?}: {last_error}", ran.code)
         });
+        // What the run's cgroup measured, where it had one.
+        let measured = ran.usage.map_or(String::new(), |u| {
+            format!(
+                " [cgroup: {:.2} s CPU, peak {} MiB, {} OOM kill(s), {} fork(s) refused]",
+                u.cpu.as_secs_f64(),
+                u.memory_peak.unwrap_or(0) >> 20,
+                u.oom_kills,
+                u.forks_refused
+            )
+        });
         println!(
-            "  {name}: ended after {:.2} s; {how}",
+            "  {name}: ended after {:.2} s; {how}{measured}",
             ran.elapsed.as_secs_f64()
         );
     }

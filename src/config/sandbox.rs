@@ -40,6 +40,13 @@ pub struct SandboxConfig {
     pub output_kb: u64,
     /// What the run's folder may hold before the run is stopped.
     pub disk_mb: u64,
+    /// Each run's own cgroup, which bounds its memory, processes and CPU as a whole: "auto" (a
+    /// cgroup v2 subtree delegated to the bot, else cgroup v1 where the bot may write it), "off"
+    /// (the memory divided among the processes instead), or a cgroup v2 directory the bot may
+    /// write.
+    pub cgroup: String,
+    /// Cores' worth of CPU a run may use at once, where it has a cgroup.
+    pub cpus: u64,
 }
 
 impl Default for SandboxConfig {
@@ -61,6 +68,8 @@ impl Default for SandboxConfig {
             open_files: 256,
             output_kb: 64,
             disk_mb: 64,
+            cgroup: "auto".into(),
+            cpus: 1,
         }
     }
 }

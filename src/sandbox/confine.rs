@@ -27,7 +27,9 @@ use seccompiler::{
     SeccompRule,
 };
 
+use super::cgroup::Join;
 use super::namespaces::Namespaces;
+use super::syscall::check;
 use super::Limits;
 
 /// The Landlock ABI whose rights are asked for; older kernels give what they have (the crate's
@@ -71,7 +73,10 @@ pub struct Confinement {
     no_x32: Option<BpfProgram>,
     /// Soft and hard values.
     rlimits: Vec<(libc::__rlimit_resource_t, u64, u64)>,
-    processes: u64,
+    /// The run's process limit for its user, where no cgroup counts its processes.
+    processes: Option<u64>,
+    /// The run's cgroup, joined first, so that everything the run does is counted in it.
+    cgroup: Option<Join>,
     identity: Identity,
     /// The bot's process id, to see after the fork whether it died before the death signal was
     /// set up.
@@ -103,7 +108,14 @@ impl Confinement {
         limits: &Limits,
         identity: Identity,
         namespaces: Option<Namespaces>,
+        cgroup: Option<Join>,
     ) -> Result<Confinement, String> {
+        // A cgroup bounds the run's memory (memfds included) and processes as a whole: each
+        // process may then have all of the run's memory, and memfds are allowed.
+        let (memory, memfd) = match &cgroup {
+            Some(_) => (limits.memory_bytes, Memfd::Allowed),
+            None => (limits.memory_per_process(), Memfd::Refused),
+        };
         let own_folder_rule = match &namespaces {
             Some(_) => {
                 use std::os::unix::ffi::OsStrExt;
@@ -116,23 +128,20 @@ impl Confinement {
         Ok(Confinement {
             own_folder_rule,
             landlock: landlock_ruleset(run_dir, read_only)?,
-            deny: deny_filter()?,
+            deny: deny_filter(memfd)?,
             no_clone3: no_clone3_filter()?,
             no_x32: no_x32_filter(),
             rlimits: vec![
                 // The soft limit sends SIGXCPU, which tells the CPU limit apart from other kills;
                 // a program that ignores it meets the hard limit a second later.
                 (libc::RLIMIT_CPU, limits.cpu_secs, limits.cpu_secs + 1),
-                (
-                    libc::RLIMIT_AS,
-                    limits.memory_per_process(),
-                    limits.memory_per_process(),
-                ),
+                (libc::RLIMIT_AS, memory, memory),
                 (libc::RLIMIT_FSIZE, limits.file_bytes, limits.file_bytes),
                 (libc::RLIMIT_NOFILE, limits.open_files, limits.open_files),
                 (libc::RLIMIT_CORE, 0, 0),
             ],
-            processes: limits.processes,
+            processes: cgroup.is_none().then_some(limits.processes),
+            cgroup,
             identity,
             // SAFETY: getpid has no preconditions.
             parent: unsafe { libc::getpid() },
@@ -147,6 +156,9 @@ impl Confinement {
         // SAFETY: each call below is a plain system call on values owned by `self`, whose
         // pointers stay valid for the call; none allocates or takes a lock.
         unsafe {
+            if let Some(cgroup) = &self.cgroup {
+                cgroup.enter()?;
+            }
             // Its own session and process group, which the parent kills whole.
             check(libc::setsid())?;
             for &(resource, soft, hard) in &self.rlimits {
@@ -201,15 +213,18 @@ impl Confinement {
             // Set after the identity change: the count is of the new user's processes (or of the
             // new user namespace's), so the bot's own threads do not count against it.
             // In a user namespace with the others, the run's monitor is in it too, and counts.
-            let processes = match (self.identity, self.namespaces.is_some()) {
-                (Identity::NewUserNamespace, true) => self.processes + 1,
-                _ => self.processes,
-            };
-            let processes = libc::rlimit {
-                rlim_cur: processes,
-                rlim_max: processes,
-            };
-            check(libc::setrlimit(libc::RLIMIT_NPROC, &processes))?;
+            // (A run's cgroup counts its processes instead, and is the one bound they meet.)
+            if let Some(processes) = self.processes {
+                let processes = match (self.identity, self.namespaces.is_some()) {
+                    (Identity::NewUserNamespace, true) => processes + 1,
+                    _ => processes,
+                };
+                let processes = libc::rlimit {
+                    rlim_cur: processes,
+                    rlim_max: processes,
+                };
+                check(libc::setrlimit(libc::RLIMIT_NPROC, &processes))?;
+            }
             // A new identity (a user, a user namespace) cleared the death signal.
             check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0))?;
             check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
@@ -242,15 +257,6 @@ impl Confinement {
         }
         seccompiler::apply_filter(&self.no_clone3).map_err(refused)?;
         seccompiler::apply_filter(&self.deny).map_err(refused)?;
-        Ok(())
-    }
-}
-
-/// A system call's result as an `io::Result`: a negative one carries `errno`.
-pub(super) fn check(result: libc::c_int) -> io::Result<()> {
-    if result < 0 {
-        Err(io::Error::last_os_error())
-    } else {
         Ok(())
     }
 }
@@ -308,14 +314,20 @@ fn folder_rights() -> Result<u64, String> {
     Ok(AccessFs::from_all(LANDLOCK_ABI).bits() & AccessFs::from_all(abi).bits())
 }
 
+/// Whether a run may make memfds: memory in files of no filesystem, which no limit of a
+/// process's bounds, but a run's cgroup does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Memfd {
+    Allowed,
+    Refused,
+}
+
 /// Calls refused with EPERM. Everything else is allowed: the filter closes the doors a program
 /// could use to reach past Landlock and the limits, not the ordinary system interface.
-fn deny_filter() -> Result<BpfProgram, String> {
+fn deny_filter(memfd: Memfd) -> Result<BpfProgram, String> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = [
         // No network at all: no socket can be made (pairs of connected sockets can).
         libc::SYS_socket,
-        // Memory in files of no filesystem, which no limit of a process's bounds.
-        libc::SYS_memfd_create,
         // io_uring runs operations (connect among them) that seccomp never sees.
         libc::SYS_io_uring_setup,
         libc::SYS_io_uring_enter,
@@ -349,6 +361,7 @@ fn deny_filter() -> Result<BpfProgram, String> {
         libc::SYS_setpgid,
     ]
     .into_iter()
+    .chain((memfd == Memfd::Refused).then_some(libc::SYS_memfd_create))
     .map(|call| (call, Vec::new()))
     .collect();
     // clone with any namespace flag.

@@ -1,7 +1,14 @@
 //! Runs code an agent wrote on the real kernel, confined: a fresh copy of its workspace, no
-//! network, a read-only view of the system, no new privileges, a seccomp filter, resource limits, a
-//! wall-clock timeout that kills the whole process group, an empty environment, capped output; and
-//! reads back what the run changed. Where the kernel cannot confine, nothing runs.
+//! network, a read-only view of the system, no new privileges, a seccomp filter, resource limits,
+//! a wall-clock timeout that kills the whole process group, an empty environment, capped output;
+//! and reads back what the run changed. Where the kernel cannot confine, nothing runs.
+//!
+//! Each part is probed, and the best the machine gives is used: namespaces of the run's own
+//! (`namespaces`), else Landlock's view of the host; a cgroup of the run's own (`cgroup`, v2 in a
+//! delegated subtree, else v1), which bounds its memory, processes and CPU as a whole, else
+//! per-process limits that divide the run's among its processes; a user of its own from the
+//! operator's range for a root bot (`users`), else a user namespace. `Sandbox::describe` and
+//! `Sandbox::missing` say which, for the log and `autothread check`.
 //!
 //! `Sandbox::probe` finds the interpreter in the sandbox's own PATH (run as found, its prefix
 //! readable), checks that Landlock is present (and its signal scope, when the bot is not root: a
@@ -11,16 +18,21 @@
 //! `autothread check` shows; `probe_once` probes once per process and configuration.
 //!
 //! `Sandbox::run` takes a user slot (`users`), makes a `RunDir` (`rundir`), starts the confined
-//! process (`confine`, in its own namespaces where the kernel allows: `namespaces`) with an empty
+//! process (`process`, `confine`; in its cgroup and its own namespaces where the kernel allows) with an empty
 //! environment and the code on stdin, reads its output with a cap per stream, and polls the wall
 //! clock, the output and the disk. Whatever happened, the run's process group is then killed and
 //! reaped; the bot is a child subreaper, so nothing a run started outlives it. `Ran::limit_hit`
 //! names the limit that ended a run.
 
+mod cgroup;
 mod confine;
 mod interpreter;
+mod limits;
 mod namespaces;
+mod output;
+mod process;
 pub mod rundir;
+mod syscall;
 mod users;
 
 use std::io;
@@ -30,14 +42,22 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 use crate::config::{SandboxConfig, WorkspaceConfig};
+use crate::locks::LockRecovered;
 pub use confine::{landlock_abi, Identity};
 
+pub use cgroup::Usage;
+use cgroup::{Cgroups, Join, RunCgroup, Setting, Version};
 use confine::Confinement;
 use interpreter::{find_program, interpreter_paths};
+pub use limits::{Limits, Ran, Stopped};
 use namespaces::{release_pipe, Namespaces, Owner, WorkFolder};
+use output::{read_capped, Flood};
+use process::{
+    become_subreaper, clock_ticks, group_cpu_ticks, reap_group, wait_with_timeout, GroupKiller,
+};
 pub use rundir::{Changes, RunDir};
 pub use users::UID_LOCKS;
 use users::{UidRange, UserSlots};
@@ -70,46 +90,6 @@ const MIN_PROCESS_MEMORY: u64 = 24 << 20;
 /// while it runs.
 const POLL: Duration = Duration::from_millis(100);
 
-/// The limits of one run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Limits {
-    pub cpu_secs: u64,
-    pub wall: Duration,
-    /// Address space, which bounds what the program can allocate.
-    pub memory_bytes: u64,
-    pub processes: u64,
-    pub file_bytes: u64,
-    pub open_files: u64,
-    /// Output kept of each stream; the rest is counted and dropped.
-    pub output_bytes: usize,
-    /// Output read before the run is stopped: more is a flood, not a result.
-    pub output_flood_bytes: u64,
-    /// Bytes the run's directory may hold before the run is stopped.
-    pub disk_bytes: u64,
-}
-
-impl Limits {
-    /// Each process's address space: the run's memory divided among the processes it may have,
-    /// so that together they stay within it (the kernel bounds processes, not runs).
-    pub fn memory_per_process(&self) -> u64 {
-        self.memory_bytes / self.processes.max(1)
-    }
-
-    pub fn from_config(config: &SandboxConfig) -> Limits {
-        Limits {
-            cpu_secs: config.cpu_secs.max(1),
-            wall: Duration::from_secs(config.wall_secs.max(1)),
-            memory_bytes: config.memory_mb.max(16) << 20,
-            processes: config.processes.max(1),
-            file_bytes: config.file_mb.max(1) << 20,
-            open_files: config.open_files.max(16),
-            output_bytes: (config.output_kb.max(1) << 10) as usize,
-            output_flood_bytes: (config.output_kb.max(1) << 10) * 256,
-            disk_bytes: config.disk_mb.max(1) << 20,
-        }
-    }
-}
-
 /// What a run is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Program {
@@ -121,66 +101,13 @@ pub enum Program {
     Shell { command: String },
 }
 
-/// Why a run was stopped from outside, if it was.
+/// What a machine may lack, for `Sandbox::probe_lacking`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stopped {
-    WallClock,
-    /// Its processes together used the run's CPU time.
-    CpuTime,
-    OutputFlood,
-    DiskFull,
-}
-
-/// How a run ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ran {
-    /// The exit code, or `None` when a signal ended it.
-    pub code: Option<i32>,
-    pub signal: Option<i32>,
-    pub stopped: Option<Stopped>,
-    pub stdout: String,
-    pub stderr: String,
-    /// Output bytes read beyond what was kept, both streams together.
-    pub output_dropped: u64,
-    pub changes: Changes,
-    pub elapsed: Duration,
-}
-
-impl Ran {
-    pub fn succeeded(&self) -> bool {
-        self.code == Some(0) && self.stopped.is_none()
-    }
-
-    /// Which limit ended the run, in words, if one did.
-    pub fn limit_hit(&self, limits: &Limits) -> Option<String> {
-        match (self.stopped, self.signal) {
-            (Some(Stopped::WallClock), _) => Some(format!(
-                "it ran for {} s, the time limit, and was stopped",
-                limits.wall.as_secs()
-            )),
-            (Some(Stopped::CpuTime), _) => Some(format!(
-                "its processes used {} s of CPU time together, the limit, and were stopped",
-                limits.cpu_secs
-            )),
-            (Some(Stopped::OutputFlood), _) => Some(format!(
-                "it wrote more than {} bytes of output and was stopped",
-                limits.output_flood_bytes
-            )),
-            (Some(Stopped::DiskFull), _) => Some(format!(
-                "its files passed {} bytes (or could no longer be measured) and it was stopped",
-                limits.disk_bytes
-            )),
-            (None, Some(libc::SIGXCPU)) => Some(format!(
-                "it used {} s of CPU time, the limit, and was stopped",
-                limits.cpu_secs
-            )),
-            (None, Some(libc::SIGXFSZ)) => Some(format!(
-                "it wrote a file past {} bytes, the limit",
-                limits.file_bytes
-            )),
-            _ => None,
-        }
-    }
+pub enum Lack {
+    /// Landlock of at most this ABI (0: none).
+    LandlockAbi(i64),
+    /// Namespaces a run could have (a container's seccomp profile, no user namespaces).
+    Namespaces,
 }
 
 /// How far a run is kept apart from the host, beyond Landlock, seccomp and the limits.
@@ -206,20 +133,11 @@ pub struct Sandbox {
     users: UserSlots,
     limits: Limits,
     landlock_abi: i64,
-}
-
-/// Kills a run's whole process group when dropped: at the end of a run, and when the run's
-/// future is dropped half-way (the bot shutting down, a cancelled command).
-struct GroupKiller(Option<libc::pid_t>);
-
-impl Drop for GroupKiller {
-    fn drop(&mut self) {
-        if let Some(group) = self.0 {
-            // SAFETY: a signal to the run's own process group, which `setsid` made; only the
-            // run's user is in it.
-            unsafe { libc::killpg(group, libc::SIGKILL) };
-        }
-    }
+    /// Where each run gets a cgroup of its own, if anywhere.
+    cgroups: Option<Cgroups>,
+    /// Why runs get no cgroup v2, and no cgroup v1.
+    not_v2: Option<String>,
+    not_v1: Option<String>,
 }
 
 impl Sandbox {
@@ -227,10 +145,23 @@ impl Sandbox {
     /// that cannot give every part of it is refused, with the reason, and nothing runs
     /// unconfined.
     pub fn probe(config: &SandboxConfig) -> Result<Sandbox, String> {
+        Sandbox::probe_lacking(config, &[])
+    }
+
+    /// `probe`, as on a machine that lacks `lacks` besides what this one lacks: what `check`
+    /// says and which fallback runs take there, shown on this machine.
+    pub fn probe_lacking(config: &SandboxConfig, lacks: &[Lack]) -> Result<Sandbox, String> {
         become_subreaper();
-        let landlock_abi = landlock_abi().ok_or(
-            "this kernel does not enforce Landlock (Linux 5.13 or later, with landlock in the lsm= list)",
-        )?;
+        let told = lacks.iter().find_map(|lack| match lack {
+            Lack::LandlockAbi(abi) => Some(*abi),
+            Lack::Namespaces => None,
+        });
+        let landlock_abi = landlock_abi()
+            .map(|abi| told.map_or(abi, |told| abi.min(told)))
+            .filter(|abi| *abi > 0)
+            .ok_or(
+                "this kernel does not enforce Landlock (Linux 5.13 or later, with landlock in the lsm= list)",
+            )?;
         let python = find_program(&config.python).ok_or_else(|| {
             format!(
                 "'{}' was not found in {SANDBOX_PATH}; set sandbox.python to an interpreter's full path",
@@ -266,15 +197,7 @@ impl Sandbox {
             ));
         }
         let limits = Limits::from_config(config);
-        if limits.memory_per_process() < MIN_PROCESS_MEMORY {
-            return Err(format!(
-                "sandbox.memory_mb ({} MiB) divided among sandbox.processes ({}) leaves each process {} MiB, and the interpreter needs {} MiB: raise memory_mb or lower processes",
-                limits.memory_bytes >> 20,
-                limits.processes,
-                limits.memory_per_process() >> 20,
-                MIN_PROCESS_MEMORY >> 20
-            ));
-        }
+        let cgroups = Cgroups::probe(&Setting::parse(&config.cgroup), limits.bounds());
         let mut sandbox = Sandbox {
             isolation: Isolation::Namespaces,
             python,
@@ -292,18 +215,54 @@ impl Sandbox {
             ),
             limits,
             landlock_abi,
+            cgroups: cgroups.cgroups,
+            not_v2: cgroups.not_v2,
+            not_v1: cgroups.not_v1,
         };
-        // Namespaces where the kernel gives them, proven by a trial run in them; else the run
-        // shares the host's, which `describe` (and so `autothread check`) says.
-        let trial = match sandbox.run_blocking_trial() {
-            Ok(version) => version,
-            Err(why) => {
+        // Namespaces and a cgroup where the machine gives them, proven by a trial run in them;
+        // else the run goes without (the cgroup first), which `describe` (and so `autothread
+        // check`) says.
+        if lacks.contains(&Lack::Namespaces) {
+            sandbox.isolation = Isolation::Shared {
+                why: "the kernel refused to make them".into(),
+            };
+        }
+        let trial = loop {
+            sandbox.check_division()?;
+            let why = match sandbox.run_blocking_trial() {
+                Ok(version) => break version,
+                Err(why) => why,
+            };
+            if let Some(cgroups) = sandbox.cgroups.take() {
+                let refused = Some(format!("a trial run in its cgroup failed: {why}"));
+                match cgroups.version() {
+                    Version::V2 => sandbox.not_v2 = refused,
+                    Version::V1 => sandbox.not_v1 = refused,
+                }
+            } else if sandbox.isolation == Isolation::Namespaces {
                 sandbox.isolation = Isolation::Shared { why };
-                sandbox.run_blocking_trial()?
+            } else {
+                return Err(why);
             }
         };
         sandbox.python_version = trial;
         Ok(sandbox)
+    }
+
+    /// Without a cgroup, the run's memory is divided among its processes: each share must hold
+    /// the interpreter.
+    fn check_division(&self) -> Result<(), String> {
+        let limits = &self.limits;
+        if self.cgroups.is_some() || limits.memory_per_process() >= MIN_PROCESS_MEMORY {
+            return Ok(());
+        }
+        Err(format!(
+            "sandbox.memory_mb ({} MiB) divided among sandbox.processes ({}) leaves each process {} MiB, and the interpreter needs {} MiB: raise memory_mb or lower processes (or give runs a cgroup, which bounds them as a whole)",
+            limits.memory_bytes >> 20,
+            limits.processes,
+            limits.memory_per_process() >> 20,
+            MIN_PROCESS_MEMORY >> 20
+        ))
     }
 
     /// `probe`, once per process and configuration: every `App` built afterwards (each command
@@ -312,7 +271,7 @@ impl Sandbox {
         type Probed = Vec<(String, Result<Arc<Sandbox>, String>)>;
         static PROBED: std::sync::Mutex<Probed> = std::sync::Mutex::new(Vec::new());
         let key = format!("{config:?}");
-        let mut probed = PROBED.lock().unwrap_or_else(|e| e.into_inner());
+        let mut probed = PROBED.lock_recovered();
         if let Some((_, result)) = probed.iter().find(|(k, _)| *k == key) {
             return result.clone();
         }
@@ -329,6 +288,14 @@ impl Sandbox {
         &self.isolation
     }
 
+    /// The version of the cgroups runs get, if they get one.
+    pub fn cgroup_version(&self) -> Option<u8> {
+        self.cgroups.as_ref().map(|c| match c.version() {
+            Version::V1 => 1,
+            Version::V2 => 2,
+        })
+    }
+
     /// Each part of the sandbox this machine does not give, and what a run can do without it.
     pub fn missing(&self) -> Vec<String> {
         let mut missing = Vec::new();
@@ -342,13 +309,24 @@ impl Sandbox {
                 }
             ));
         }
-        // No cgroup of a run's own is made yet: every machine divides.
-        missing.push(format!(
-            "runs have no cgroup of their own: the run's memory is divided among its processes ({} MiB of address space each), its CPU time is summed over its processes every {} ms (it may pass the limit by that much on each core), and memfd_create is refused (no per-process limit bounds it)",
-            self.limits.memory_per_process() >> 20,
-            POLL.as_millis()
-        ));
+        if self.cgroups.is_none() {
+            missing.push(format!(
+                "runs have no cgroup of their own ({}): the run's memory is divided among its processes ({} MiB of address space each), its CPU time is summed over its processes every {} ms (it may pass the limit by that much on each core, and may use every core), and memfd_create is refused (no per-process limit bounds it)",
+                self.cgroup_refusals(),
+                self.limits.memory_per_process() >> 20,
+                POLL.as_millis()
+            ));
+        }
         missing
+    }
+
+    /// Why runs get no cgroup of either version, as far as each was tried.
+    fn cgroup_refusals(&self) -> String {
+        [("not v2", &self.not_v2), ("not v1", &self.not_v1)]
+            .iter()
+            .filter_map(|(which, why)| why.as_ref().map(|why| format!("{which}: {why}")))
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 
     /// One line for the log and `autothread check`.
@@ -369,16 +347,33 @@ impl Sandbox {
                 "no namespaces of its own ({why}): a run sees the host's processes and shares its IPC objects"
             ),
         };
+        let bounds = match &self.cgroups {
+            Some(cgroups) => format!(
+                "a cgroup of its own, {}{}: {} MiB and {} processes for the run as a whole, {} CPU core(s) at once",
+                cgroups.describe(),
+                match (&self.not_v2, cgroups.version()) {
+                    (Some(why), Version::V1) => format!(" (not v2: {why})"),
+                    _ => String::new(),
+                },
+                self.limits.memory_bytes >> 20,
+                self.limits.processes,
+                self.limits.cpus,
+            ),
+            None => format!(
+                "no cgroup ({}): {} MiB divided into {} MiB of address space for each of up to {} processes",
+                self.cgroup_refusals(),
+                self.limits.memory_bytes >> 20,
+                self.limits.memory_per_process() >> 20,
+                self.limits.processes,
+            ),
+        };
         format!(
-            "Python {} at {}, Landlock ABI {}, seccomp, {who}, {apart}; {} s CPU (the run's processes together), {} s wall, {} MiB ({} MiB of address space for each of up to {} processes)",
+            "Python {} at {}, Landlock ABI {}, seccomp, {who}, {apart}; {} s CPU (the run's processes together), {} s wall; {bounds}",
             self.python_version,
             self.python.display(),
             self.landlock_abi,
             self.limits.cpu_secs,
             self.limits.wall.as_secs(),
-            self.limits.memory_bytes >> 20,
-            self.limits.memory_per_process() >> 20,
-            self.limits.processes,
         )
     }
 
@@ -390,12 +385,14 @@ impl Sandbox {
         let identity = user.identity();
         prepare_dir(&run, identity)
             .map_err(|e| format!("the run directory could not be prepared: {e}"))?;
+        let cgroup = self.run_cgroup()?;
         let (mut command, release) = self.command(
             &Program::Python {
                 code: String::new(),
             },
             &run,
             identity,
+            cgroup.as_ref(),
         )?;
         command
             .args(["-c", "import sys; print(sys.version.split()[0])"])
@@ -416,6 +413,11 @@ impl Sandbox {
                 self.python.display()
             )
         })?;
+        if let Some(mut cgroup) = cgroup {
+            cgroup
+                .remove(REAP_WAIT)
+                .map_err(|e| format!("the trial run's cgroup could not be removed: {e}"))?;
+        }
         let stdout = String::from_utf8_lossy(&output.stdout).trim().to_string();
         let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();
         if !output.status.success() || stdout.is_empty() || !stderr.is_empty() {
@@ -428,14 +430,28 @@ impl Sandbox {
         Ok(stdout)
     }
 
+    /// A cgroup for one run, where runs get one.
+    fn run_cgroup(&self) -> Result<Option<RunCgroup>, String> {
+        self.cgroups
+            .as_ref()
+            .map(|cgroups| cgroups.create(self.limits.bounds()))
+            .transpose()
+            .map_err(|e| format!("the run's cgroup could not be made: {e}"))
+    }
+
     /// The process for `program`, confined, in `dir`, with an empty environment but for a few
-    /// plain settings (never a secret of the bot's).
+    /// plain settings (never a secret of the bot's); in `cgroup` from before it starts.
     fn command(
         &self,
         program: &Program,
         run: &RunDir,
         identity: Identity,
+        cgroup: Option<&RunCgroup>,
     ) -> Result<(std::process::Command, Option<OwnedFd>), String> {
+        let join: Option<Join> = cgroup
+            .map(RunCgroup::join)
+            .transpose()
+            .map_err(|e| format!("the run's cgroup cannot be joined: {e}"))?;
         let dir = run.path();
         let mut release = None;
         let namespaces = match self.isolation {
@@ -480,6 +496,7 @@ impl Sandbox {
             &self.limits,
             identity,
             namespaces,
+            join,
         )?);
         let mut command = match program {
             // Isolated mode: no user site, no PYTHON* variables, no current folder on the path
@@ -535,7 +552,8 @@ impl Sandbox {
         .map_err(|e| format!("the run directory could not be made: {e}"))?
         .map_err(|e| format!("the run directory could not be made: {e}"))?;
         let run = Arc::new(run);
-        let (command, release) = self.command(program, &run, identity)?;
+        let mut cgroup = self.run_cgroup()?;
+        let (command, release) = self.command(program, &run, identity, cgroup.as_ref())?;
         let mut command = tokio::process::Command::from(command);
         command
             .stdin(Stdio::piped())
@@ -594,12 +612,30 @@ impl Sandbox {
                 }
                 _ = tokio::time::sleep(POLL) => {
                     // The CPU time of every process of the run, together: the per-process limit
-                    // alone would give each of them the whole.
-                    let group = killer.0;
-                    let used = tokio::task::spawn_blocking(move || group.map_or(0, group_cpu_ticks))
-                        .await
-                        .unwrap_or(0);
-                    if used > limits.cpu_secs * clock_ticks() {
+                    // alone would give each of them the whole. A cgroup counts it exactly (and
+                    // says when the kernel killed a process for the run's memory); else the
+                    // run's process group is summed.
+                    let over = match &cgroup {
+                        Some(cgroup) => {
+                            if cgroup.oom_kills() > 0 {
+                                stopped = Some(Stopped::Memory);
+                                break None;
+                            }
+                            cgroup
+                                .cpu_used()
+                                .is_some_and(|used| used.as_secs_f64() > limits.cpu_secs as f64)
+                        }
+                        None => {
+                            let group = killer.0;
+                            let used = tokio::task::spawn_blocking(move || {
+                                group.map_or(0, group_cpu_ticks)
+                            })
+                            .await
+                            .unwrap_or(0);
+                            used > limits.cpu_secs * clock_ticks()
+                        }
+                    };
+                    if over {
                         stopped = Some(Stopped::CpuTime);
                         break None;
                     }
@@ -638,6 +674,23 @@ impl Sandbox {
                 tracing::warn!(group, "a sandboxed run's processes outlived its end");
             }
         }
+        // The kernel's measure of the run, then its cgroup is emptied and removed.
+        let usage = match cgroup.take() {
+            Some(mut cgroup) => tokio::task::spawn_blocking(move || {
+                let usage = cgroup.usage();
+                if let Err(e) = cgroup.remove(REAP_WAIT) {
+                    tracing::warn!(error = %e, "a sandboxed run's cgroup outlived its end");
+                }
+                usage
+            })
+            .await
+            .ok(),
+            None => None,
+        };
+        if stopped.is_none() && usage.as_ref().is_some_and(|u| u.oom_kills > 0) {
+            // A process was killed for the run's memory before the loop looked.
+            stopped = Some(Stopped::Memory);
+        }
         feed.abort();
         let (stdout, dropped_out) = stdout.await.unwrap_or_default();
         let (stderr, dropped_err) = stderr.await.unwrap_or_default();
@@ -669,6 +722,7 @@ impl Sandbox {
             output_dropped: dropped_out + dropped_err,
             changes,
             elapsed: started.elapsed(),
+            usage,
         })
     }
 }
@@ -688,93 +742,11 @@ fn hold_folder(pid: Option<u32>, work: &Path) -> io::Result<OwnedFd> {
     Ok(OwnedFd::from(folder))
 }
 
-/// The kernel's clock ticks a second, the unit of CPU times in `/proc`.
-fn clock_ticks() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if ticks > 0 {
-        ticks as u64
-    } else {
-        100
-    }
-}
-
-/// The CPU time of the processes of `group` (a run's), in clock ticks: each one's own and its
-/// ended children's. A run cannot leave its group (seccomp refuses setsid and setpgid).
-fn group_cpu_ticks(group: libc::pid_t) -> u64 {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    let mut total = 0;
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        total += cpu_ticks_in_group(&stat, group);
-    }
-    total
-}
-
-/// One `/proc/<pid>/stat`'s user and system times, its own and its waited-for children's, if the
-/// process is in `group`; else 0.
-fn cpu_ticks_in_group(stat: &str, group: libc::pid_t) -> u64 {
-    // "pid (comm) state ppid pgrp …": the command name may hold anything, the last ")" ends it;
-    // after it, field n of proc(5) is at n - 3.
-    let Some((_, rest)) = stat.rsplit_once(')') else {
-        return 0;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    if fields.get(2).and_then(|f| f.parse::<libc::pid_t>().ok()) != Some(group) {
-        return 0;
-    }
-    fields.get(11..15).map_or(0, |times| {
-        times.iter().filter_map(|t| t.parse::<u64>().ok()).sum()
-    })
-}
-
 /// How long the probe's trial run may take.
 const PROBE_WAIT: Duration = Duration::from_secs(15);
 
 /// How long a killed run's processes may take to be gone.
 const REAP_WAIT: Duration = Duration::from_secs(5);
-
-/// Makes this process the reaper of its runs' orphans (a background process whose parent has
-/// ended), so that it can wait for them to be gone; otherwise they would go to init, which reaps
-/// when it likes, or to nobody when the bot is init in a container.
-fn become_subreaper() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: sets a flag of this process; no pointers.
-        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
-    });
-}
-
-/// Kills and reaps every process of a run's group until none is left, for at most `within`;
-/// whether the group is gone.
-fn reap_group(group: libc::pid_t, within: Duration) -> bool {
-    let started = Instant::now();
-    loop {
-        // SAFETY: plain system calls on the run's own process group; no status is read.
-        unsafe {
-            while libc::waitpid(-group, std::ptr::null_mut(), libc::WNOHANG) > 0 {}
-            if libc::kill(-group, 0) != 0 {
-                return true;
-            }
-            libc::killpg(group, libc::SIGKILL);
-        }
-        if started.elapsed() > within {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
 
 /// Gives the run's directory to its user, when the run becomes one.
 fn prepare_dir(run: &RunDir, identity: Identity) -> io::Result<()> {
@@ -782,112 +754,4 @@ fn prepare_dir(run: &RunDir, identity: Identity) -> io::Result<()> {
         run.give_to(uid, gid)?;
     }
     Ok(())
-}
-
-/// A child's output, or an error once `wait` has passed (the child is then killed).
-fn wait_with_timeout(
-    mut child: std::process::Child,
-    wait: Duration,
-) -> io::Result<std::process::Output> {
-    let started = Instant::now();
-    loop {
-        if child.try_wait()?.is_some() {
-            return child.wait_with_output();
-        }
-        if started.elapsed() > wait {
-            // SAFETY: a signal to the child's own process group, which `setsid` made.
-            unsafe { libc::killpg(child.id() as libc::pid_t, libc::SIGKILL) };
-            let _ = child.wait();
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("no answer in {} s", wait.as_secs()),
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// The output read from a run so far, and a signal once it passes the flood mark.
-struct Flood {
-    read: std::sync::atomic::AtomicU64,
-    mark: u64,
-    passed: tokio::sync::Notify,
-}
-
-impl Flood {
-    fn new(mark: u64) -> Self {
-        Flood {
-            read: std::sync::atomic::AtomicU64::new(0),
-            mark,
-            passed: tokio::sync::Notify::new(),
-        }
-    }
-
-    /// Counts `n` bytes read; true once the total passes the mark (and the signal is given).
-    fn add(&self, n: u64) -> bool {
-        let total = self.read.fetch_add(n, std::sync::atomic::Ordering::Relaxed) + n;
-        let passed = total > self.mark;
-        if passed {
-            self.passed.notify_one();
-        }
-        passed
-    }
-
-    fn is_passed(&self) -> bool {
-        self.read.load(std::sync::atomic::Ordering::Relaxed) > self.mark
-    }
-}
-
-/// Reads a stream to its end, keeping the first `keep` bytes (as text) and counting the rest;
-/// stops reading at a flood, so that the writer blocks until the run is stopped.
-async fn read_capped(
-    stream: Option<impl AsyncRead + Unpin>,
-    keep: usize,
-    flood: Arc<Flood>,
-) -> (String, u64) {
-    let Some(mut stream) = stream else {
-        return (String::new(), 0);
-    };
-    let mut kept = Vec::new();
-    let mut dropped = 0u64;
-    let mut buffer = vec![0u8; 64 * 1024];
-    loop {
-        match stream.read(&mut buffer).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                let room = keep.saturating_sub(kept.len()).min(n);
-                kept.extend_from_slice(&buffer[..room]);
-                dropped += (n - room) as u64;
-                if flood.add(n as u64) {
-                    break;
-                }
-            }
-        }
-    }
-    (String::from_utf8_lossy(&kept).into_owned(), dropped)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_runs_cpu_time_is_its_processes_and_their_ended_childrens() {
-        // utime 150, stime 30, cutime 7, cstime 3; the command name holds a ") " of its own.
-        let stat = "4242 (a) b) R 4200 4100 4100 0 -1 4194560 1 0 0 0 150 30 7 3 20 0 1 0 9 1 1";
-        assert_eq!(cpu_ticks_in_group(stat, 4100), 190);
-        assert_eq!(cpu_ticks_in_group(stat, 4200), 0, "another group's");
-        assert_eq!(cpu_ticks_in_group("garbage", 4100), 0);
-    }
-
-    #[test]
-    fn the_memory_is_divided_among_the_processes() {
-        let limits = Limits::from_config(&SandboxConfig {
-            memory_mb: 1024,
-            processes: 32,
-            ..SandboxConfig::default()
-        });
-        assert_eq!(limits.memory_per_process(), 32 << 20);
-        assert!(limits.memory_per_process() * limits.processes <= limits.memory_bytes);
-    }
 }

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use super::confine::Identity;
+use crate::locks::LockRecovered;
 
 /// Where the bots of a host take their runs' users: one lock file per user id.
 pub const UID_LOCKS: &str = "/run/autothread/run-uids";
@@ -92,7 +93,7 @@ impl UserSlots {
     }
 
     pub fn take(&self) -> Result<UserSlot<'_>, NoSlot> {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.state.lock_recovered();
         if state.runs >= self.max_runs {
             return Err(NoSlot::Busy(self.max_runs));
         }
@@ -151,7 +152,7 @@ impl UserSlot<'_> {
 
 impl Drop for UserSlot<'_> {
     fn drop(&mut self) {
-        let mut state = self.slots.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.slots.state.lock_recovered();
         state.runs = state.runs.saturating_sub(1);
         if let Some((offset, _)) = &self.user {
             state.taken.remove(offset);

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use autothread::config::{SandboxConfig, WorkspaceConfig};
-use autothread::sandbox::{Isolation, Program, Ran, Sandbox, Stopped};
+use autothread::sandbox::{Isolation, Lack, Program, Ran, Sandbox, Stopped};
 use autothread::store::WorkspaceOp;
 
 /// Short limits, so that the hostile runs end quickly.
@@ -538,13 +538,24 @@ async fn the_runs_folder_holds_no_more_than_its_limit_deleted_files_included() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runs_processes_share_its_memory_and_its_cpu_time() {
+    // Without a cgroup (where the bot can make none, or the operator says no): the run's memory
+    // divided among its processes, its CPU time summed over its process group.
     let sandbox = sandbox_with(SandboxConfig {
         memory_mb: 128,
         processes: 4,
         cpu_secs: 2,
         wall_secs: 20,
+        cgroup: "off".into(),
         ..config()
     });
+    assert_eq!(sandbox.cgroup_version(), None);
+    assert!(
+        sandbox
+            .describe()
+            .contains("no cgroup (not v2: sandbox.cgroup is off"),
+        "{}",
+        sandbox.describe()
+    );
     // Four processes each hold what they can: together no more than the run's 128 MiB.
     let ran = python(
         &sandbox,
@@ -662,6 +673,7 @@ async fn an_unprivileged_bot_confines_its_runs_in_user_namespaces() {
                 "sandbox::sysv_objects_a_run_makes_are_its_own_and_gone_after_it",
                 "sandbox::the_runs_folder_holds_no_more_than_its_limit_deleted_files_included",
                 "sandbox::a_runs_processes_share_its_memory_and_its_cpu_time",
+                "sandbox::an_older_kernel_is_refused_or_falls_back_and_says_so",
             ])
             .env("HOME", std::env::temp_dir())
             .output()
@@ -676,8 +688,273 @@ async fn an_unprivileged_bot_confines_its_runs_in_user_namespaces() {
     let output = output.expect("the copy became runnable");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
-        output.status.success() && stdout.contains("test result: ok. 9 passed"),
+        output.status.success() && stdout.contains("test result: ok. 10 passed"),
         "{stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+/// A sandbox whose runs get a cgroup of their own, where this machine gives one to this process:
+/// cgroup v1 to root (this project's machines), v2 where delegated. `None` (having said why) where
+/// the test cannot run; under CI, a root bot without one fails.
+fn cgroup_sandbox(config: SandboxConfig) -> Option<Sandbox> {
+    let sandbox = sandbox_with(config);
+    if sandbox.cgroup_version().is_some() {
+        return Some(sandbox);
+    }
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let why = sandbox.missing().join("; ");
+    assert!(
+        !root || std::env::var("CI").is_err(),
+        "a root bot gets a cgroup per run under CI: {why}"
+    );
+    eprintln!("skipped: runs get no cgroup here ({why})");
+    None
+}
+
+/// Every directory of the run's cgroup existed during it and is gone after it.
+fn cgroup_gone(ran: &Ran) {
+    let usage = ran.usage.as_ref().expect("the run had a cgroup");
+    assert!(!usage.dirs.is_empty(), "{usage:?}");
+    for dir in &usage.dirs {
+        assert!(!dir.exists(), "{} outlived its run", dir.display());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_cgroup_bounds_its_memory_as_a_whole_and_is_gone_after_it() {
+    let Some(sandbox) = cgroup_sandbox(SandboxConfig {
+        memory_mb: 1024,
+        processes: 16,
+        cpu_secs: 20,
+        wall_secs: 60,
+        ..config()
+    }) else {
+        return;
+    };
+    assert!(
+        sandbox
+            .describe()
+            .contains("1024 MiB and 16 processes for the run as a whole"),
+        "{}",
+        sandbox.describe()
+    );
+    // Eight processes of 800 MB each (every page written) against the run's 1 GiB: the kernel
+    // kills one, and the run is stopped; at most one ever held its 800 MB.
+    let ran = python(
+        &sandbox,
+        "import os, time\n\
+         kids = []\n\
+         for _ in range(8):\n\
+         \x20   pid = os.fork()\n\
+         \x20   if pid == 0:\n\
+         \x20       block = b'\\x01' * (800 * 1000 * 1000)\n\
+         \x20       os.write(1, b'held\\n')\n\
+         \x20       time.sleep(30)\n\
+         \x20       os._exit(0)\n\
+         \x20   kids.append(pid)\n\
+         for kid in kids:\n\
+         \x20   os.waitpid(kid, 0)\n\
+         print('all ended')\n",
+    )
+    .await;
+    assert_eq!(ran.stopped, Some(Stopped::Memory), "{ran:?}");
+    assert!(
+        ran.limit_hit(sandbox.limits())
+            .is_some_and(|l| l.contains("1024 MiB of memory")),
+        "{ran:?}"
+    );
+    assert!(ran.stdout.matches("held").count() <= 1, "{ran:?}");
+    let usage = ran.usage.clone().unwrap();
+    eprintln!("8 x 800 MB in 1 GiB: {usage:?}");
+    assert!(usage.oom_kills >= 1, "{usage:?}");
+    if let Some(peak) = usage.memory_peak {
+        assert!(peak <= 1 << 30, "{peak} bytes at once: {usage:?}");
+    }
+    cgroup_gone(&ran);
+
+    // Memory a memfd holds is the run's too: memfds are allowed, and their pages stop at it.
+    let ran = python(
+        &sandbox,
+        "import os\n\
+         held = 0\n\
+         fds = []\n\
+         try:\n\
+         \x20   for _ in range(100):\n\
+         \x20       fd = os.memfd_create('hoard')\n\
+         \x20       for _ in range(16):\n\
+         \x20           os.write(fd, b'\\x01' * (1 << 20))\n\
+         \x20       fds.append(fd)\n\
+         \x20       held += 16\n\
+         except OSError as e:\n\
+         \x20   print('refused', e.strerror)\n\
+         print('held', held)\n",
+    )
+    .await;
+    // The writer is killed (or refused) at the run's memory, never past it.
+    assert!(
+        ran.stopped == Some(Stopped::Memory) || ran.stdout.contains("refused"),
+        "{ran:?}"
+    );
+    assert!(!ran.stdout.contains("held 1600"), "{ran:?}");
+    let usage = ran.usage.clone().unwrap();
+    if let Some(peak) = usage.memory_peak {
+        assert!(peak <= 1 << 30, "{peak} bytes at once: {usage:?}");
+    }
+    cgroup_gone(&ran);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_cgroup_bounds_its_cpu_and_its_processes_as_a_whole() {
+    let Some(sandbox) = cgroup_sandbox(SandboxConfig {
+        memory_mb: 512,
+        processes: 12,
+        cpu_secs: 2,
+        wall_secs: 30,
+        ..config()
+    }) else {
+        return;
+    };
+    let limits = sandbox.limits().clone();
+    // Four processes spin, each noting its CPU time as it goes: the cgroup counts them together
+    // and the run stops at its 2 s.
+    let ran = python(
+        &sandbox,
+        "import os, time\n\
+         def spin(i):\n\
+         \x20   n = 0\n\
+         \x20   while True:\n\
+         \x20       n += 1\n\
+         \x20       if n % 100000 == 0:\n\
+         \x20           with open('t%d' % i, 'w') as f:\n\
+         \x20               f.write(str(time.process_time()))\n\
+         \x20           os.replace('t%d' % i, 'cpu%d.txt' % i)\n\
+         for i in range(1, 4):\n\
+         \x20   if os.fork() == 0:\n\
+         \x20       spin(i)\n\
+         spin(0)\n",
+    )
+    .await;
+    assert_eq!(ran.stopped, Some(Stopped::CpuTime), "{ran:?}");
+    let noted: f64 = ran
+        .changes
+        .ops
+        .iter()
+        .filter_map(|op| match op {
+            WorkspaceOp::Put { path, contents } if path.starts_with("cpu") => {
+                String::from_utf8_lossy(contents).parse::<f64>().ok()
+            }
+            _ => None,
+        })
+        .sum();
+    let usage = ran.usage.clone().unwrap();
+    eprintln!("4 spinners, 2 s of CPU: {usage:?}, noted {noted} s");
+    // The run's one core at a time, measured every 100 ms: at most a few tenths past the limit.
+    let most = limits.cpu_secs as f64 + 0.5;
+    assert!(
+        usage.cpu.as_secs_f64() > 1.0 && usage.cpu.as_secs_f64() <= most,
+        "{usage:?}"
+    );
+    assert!(noted > 1.0 && noted <= most, "{noted} s: {:?}", ran.changes);
+    cgroup_gone(&ran);
+
+    // A fork bomb meets the cgroup's process bound (the run's processes and its monitor), and
+    // nothing of it survives the run.
+    let forked_sleep = format!("3000.{}", std::process::id());
+    let ran = python(
+        &sandbox,
+        &format!(
+            "import os\n\
+             made = 0\n\
+             for _ in range(1000):\n\
+             \x20   try:\n\
+             \x20       if os.fork() == 0:\n\
+             \x20           os.execv('/bin/sleep', ['sleep', '{forked_sleep}'])\n\
+             \x20       made += 1\n\
+             \x20   except OSError as e:\n\
+             \x20       print('fork refused after', made, type(e).__name__)\n\
+             \x20       break\n"
+        ),
+    )
+    .await;
+    assert!(ran.succeeded(), "{ran:?}");
+    let made: u64 = ran
+        .stdout
+        .split_whitespace()
+        .nth(3)
+        .unwrap_or_else(|| panic!("{ran:?}"))
+        .parse()
+        .unwrap();
+    assert!(made < limits.processes, "{made}");
+    let usage = ran.usage.clone().unwrap();
+    eprintln!("fork bomb: {made} made, {usage:?}");
+    assert!(usage.forks_refused >= 1, "the cgroup refused it: {usage:?}");
+    assert!(
+        processes_with(&forked_sleep).is_empty(),
+        "the children are gone"
+    );
+    cgroup_gone(&ran);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_kernel_is_refused_or_falls_back_and_says_so() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    // No Landlock at all: nothing runs, and the reason is given.
+    let why = Sandbox::probe_lacking(&config(), &[Lack::LandlockAbi(0)]).unwrap_err();
+    assert!(why.contains("does not enforce Landlock"), "{why}");
+    // Landlock before its signal scope (Linux 6.12): a bot that is not root is refused, since its
+    // runs would share its user; a root bot's runs are users of their own.
+    let older = Sandbox::probe_lacking(&config(), &[Lack::LandlockAbi(5)]);
+    match (root, older) {
+        (true, Ok(sandbox)) => {
+            assert!(
+                sandbox.describe().contains("Landlock ABI 5"),
+                "{}",
+                sandbox.describe()
+            )
+        }
+        (false, Err(why)) => assert!(why.contains("Linux 6.12"), "{why}"),
+        (root, other) => panic!("root {root}: {other:?}"),
+    }
+    // No namespaces (Docker's default seccomp profile) and no cgroup: runs still work, on the
+    // host's view Landlock narrows, with the memory divided and memfds refused; and the two
+    // missing parts are named.
+    let sandbox = Sandbox::probe_lacking(
+        &SandboxConfig {
+            cgroup: "off".into(),
+            ..config()
+        },
+        &[Lack::Namespaces],
+    )
+    .unwrap_or_else(|why| panic!("{why}"));
+    assert!(
+        matches!(sandbox.isolation(), Isolation::Shared { why } if why.contains("refused")),
+        "{:?}",
+        sandbox.isolation()
+    );
+    let missing = sandbox.missing().join("\n");
+    assert!(
+        missing.contains("no PID, IPC or mount namespace of their own"),
+        "{missing}"
+    );
+    assert!(
+        missing.contains("no cgroup of their own (not v2: sandbox.cgroup is off"),
+        "{missing}"
+    );
+    let ran = python(
+        &sandbox,
+        "import os\n\
+         try:\n\
+         \x20   os.memfd_create('m')\n\
+         \x20   print('memfd made')\n\
+         except OSError:\n\
+         \x20   print('memfd refused', os.getpid() > 1)\n",
+    )
+    .await;
+    assert!(ran.succeeded(), "{ran:?}");
+    // Its process id is the host's (no PID namespace of its own).
+    assert_eq!(ran.stdout.trim(), "memfd refused True", "{ran:?}");
+    assert!(ran.usage.is_none(), "{ran:?}");
 }

@@ -312,14 +312,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let shards = crate::surface::discord::shards::Shards::from_args(
                 args.shards.as_deref(),
                 args.total_shards,
-            )
-            .map_err(anyhow::Error::msg)?;
+            )?;
             let mut config = config;
             crate::llm::context::learn_context_windows(&mut config.llm, None).await;
             let flush_window = config.store.flush_window();
             let mut app = App::open(config)?;
             app.store.share_flushes_within(flush_window);
-            shards.check_store(&app.store).map_err(anyhow::Error::msg)?;
+            shards.check_store(&app.store)?;
             app.connect_mcp().await;
             if let Some(note) = app.settle_crashed_calls()? {
                 println!("{note}");

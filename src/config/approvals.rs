@@ -12,6 +12,8 @@ use serde::Deserialize;
 use crate::core::expiry::{Expiry, ExpiryRule, MAX_EXPIRY_SECS};
 use crate::core::state::GuildId;
 
+use super::{invalid, ConfigError};
+
 /// `[approvals]`: how many distinct people must approve a class's commands, bot-wide and per
 /// server (`[approvals.guilds."<id>"]`). A class left out needs one approval.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -57,8 +59,9 @@ impl ApprovalsConfig {
         self.guilds.get(&guild.to_string())?.approvers_role
     }
 
-    /// Every quorum named, with where: a quorum of 0 or above `MAX_QUORUM` is a mistake.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Every quorum named, with where: a quorum of 0 or above `MAX_QUORUM` is a mistake. The
+    /// problem names its place itself, so the field reported is the whole section.
+    pub fn validate(&self) -> Result<(), ConfigError> {
         let all = self
             .quorum
             .iter()
@@ -71,10 +74,13 @@ impl ApprovalsConfig {
             }));
         for (place, (risk, n)) in all {
             if !(1..=crate::core::quorum::MAX_QUORUM).contains(n) {
-                return Err(format!(
-                    "{place}.{} = {n}: a quorum is from 1 to {}",
-                    risk.label(),
-                    crate::core::quorum::MAX_QUORUM
+                return Err(invalid(
+                    "approvals",
+                    format!(
+                        "{place}.{} = {n}: a quorum is from 1 to {}",
+                        risk.label(),
+                        crate::core::quorum::MAX_QUORUM
+                    ),
                 ));
             }
         }
@@ -90,11 +96,11 @@ impl ApprovalsConfig {
             }));
         for (place, (risk, rule)) in deadlines {
             if !(1..=MAX_EXPIRY_SECS).contains(&rule.after_secs) {
-                return Err(format!(
+                return Err(invalid("approvals", format!(
                     "{place}.{}.after_secs = {}: a card's deadline is from 1 second to {MAX_EXPIRY_SECS} (a week)",
                     risk.label(),
                     rule.after_secs
-                ));
+                )));
             }
         }
         Ok(())

@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use super::{invalid, ConfigError};
+
 /// Image generation through an OpenAI-compatible images endpoint.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -83,16 +85,16 @@ impl ImagesConfig {
         sizes
     }
 
-    pub fn validate(&self) -> Result<(), (String, String)> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         let Some(model) = &self.model else {
             return Ok(());
         };
         if model.trim().is_empty() {
-            return Err(("images.model".into(), "must not be empty when set".into()));
+            return Err(invalid("images.model", "must not be empty when set"));
         }
         if self.sizes().is_empty() {
-            return Err((
-                "images.usd_per_image".into(),
+            return Err(invalid(
+                "images.usd_per_image",
                 format!("{model} has no known prices: give each size's, e.g. usd_per_image = {{ \"1024x1024\" = 0.04 }}"),
             ));
         }
@@ -101,26 +103,26 @@ impl ImagesConfig {
                 .split_once('x')
                 .is_some_and(|(w, h)| w.parse::<u32>().is_ok() && h.parse::<u32>().is_ok());
             if !well_formed {
-                return Err((
-                    "images.usd_per_image".into(),
+                return Err(invalid(
+                    "images.usd_per_image",
                     format!("{size:?} is not a size like \"1024x1024\""),
                 ));
             }
             if !(usd.is_finite() && *usd > 0.0) {
-                return Err((
-                    "images.usd_per_image".into(),
+                return Err(invalid(
+                    "images.usd_per_image",
                     format!("the price of {size} must be more than 0"),
                 ));
             }
         }
         if self.max_bytes == 0 {
-            return Err(("images.max_bytes".into(), "must be more than 0".into()));
+            return Err(invalid("images.max_bytes", "must be more than 0"));
         }
         if let Some(url) = &self.base_url {
             if !(url.starts_with("http://") || url.starts_with("https://")) || url.contains('?') {
-                return Err((
-                    "images.base_url".into(),
-                    "must start with http:// or https:// and carry no query".into(),
+                return Err(invalid(
+                    "images.base_url",
+                    "must start with http:// or https:// and carry no query",
                 ));
             }
         }
@@ -144,7 +146,11 @@ mod tests {
             model: Some("sdxl".into()),
             ..ImagesConfig::default()
         };
-        assert!(local.validate().unwrap_err().1.contains("no known prices"));
+        assert!(local
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("no known prices"));
         let mut priced = local.clone();
         priced.usd_per_image.insert("512x512".into(), 0.002);
         assert!(priced.validate().is_ok());

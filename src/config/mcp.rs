@@ -13,6 +13,8 @@ use serde::Deserialize;
 
 use crate::core::commands::Risk;
 
+use super::{invalid, ConfigError};
+
 /// The MCP servers the operator lists; none by default.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -115,7 +117,7 @@ impl McpServerConfig {
 impl McpConfig {
     /// Each server has a usable name (unique, and a valid first part of a command name), and
     /// exactly one of a program and a URL.
-    pub fn validate(&self) -> Result<(), (String, String)> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         let mut seen = std::collections::HashSet::new();
         for (i, server) in self.servers.iter().enumerate() {
             let field = format!("mcp.servers[{i}]");
@@ -126,45 +128,44 @@ impl McpConfig {
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
             if !valid {
-                return Err((
+                return Err(invalid(
                     format!("{field}.name"),
                     format!("must be 1 to 32 letters, digits, '_' or '-' (got {name:?})"),
                 ));
             }
             if !seen.insert(name) {
-                return Err((
+                return Err(invalid(
                     format!("{field}.name"),
                     format!("{name:?} names two servers"),
                 ));
             }
             match (&server.command, &server.url) {
                 (Some(_), Some(_)) | (None, None) => {
-                    return Err((
+                    return Err(invalid(
                         field,
-                        "needs exactly one of `command` (a program) and `url` (streamable HTTP)"
-                            .into(),
+                        "needs exactly one of `command` (a program) and `url` (streamable HTTP)",
                     ))
                 }
                 (None, Some(url))
                     if !(url.starts_with("http://") || url.starts_with("https://")) =>
                 {
-                    return Err((
+                    return Err(invalid(
                         format!("{field}.url"),
-                        "must start with http:// or https://".into(),
+                        "must start with http:// or https://",
                     ))
                 }
                 _ => {}
             }
             if server.timeout_secs == 0 || server.timeout_secs > 600 {
-                return Err((
+                return Err(invalid(
                     format!("{field}.timeout_secs"),
-                    "must be between 1 and 600".into(),
+                    "must be between 1 and 600",
                 ));
             }
             if server.max_result_chars == 0 {
-                return Err((
+                return Err(invalid(
                     format!("{field}.max_result_chars"),
-                    "must be more than 0".into(),
+                    "must be more than 0",
                 ));
             }
         }
@@ -186,13 +187,24 @@ mod tests {
         assert!(good.validate().is_ok());
         assert_eq!(good.servers[0].risk, Risk::External);
         let both = parse("[[servers]]\nname = \"t\"\ncommand = \"x\"\nurl = \"https://a\"\n");
-        assert!(both.validate().unwrap_err().1.contains("exactly one"));
+        assert!(both
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("exactly one"));
         let dotted = parse("[[servers]]\nname = \"a.b\"\ncommand = \"x\"\n");
-        assert_eq!(dotted.validate().unwrap_err().0, "mcp.servers[0].name");
+        assert!(matches!(
+            dotted.validate().unwrap_err(),
+            ConfigError::Invalid { field, .. } if field == "mcp.servers[0].name"
+        ));
         let twice = parse(
             "[[servers]]\nname = \"t\"\ncommand = \"x\"\n[[servers]]\nname = \"t\"\ncommand = \"y\"\n",
         );
-        assert!(twice.validate().unwrap_err().1.contains("two servers"));
+        assert!(twice
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("two servers"));
     }
 
     #[test]

@@ -74,9 +74,9 @@ pub enum ConfigError {
     Invalid { field: String, problem: String },
 }
 
-fn invalid(field: &str, problem: impl Into<String>) -> ConfigError {
+fn invalid(field: impl Into<String>, problem: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
-        field: field.to_string(),
+        field: field.into(),
         problem: problem.into(),
     }
 }
@@ -255,15 +255,9 @@ impl Config {
         if llm.model.trim().is_empty() {
             return Err(invalid("llm.model", "must not be empty"));
         }
-        self.approvals
-            .validate()
-            .map_err(|problem| invalid("approvals", problem))?;
-        self.mcp
-            .validate()
-            .map_err(|(field, problem)| invalid(&field, problem))?;
-        self.images
-            .validate()
-            .map_err(|(field, problem)| invalid(&field, problem))?;
+        self.approvals.validate()?;
+        self.mcp.validate()?;
+        self.images.validate()?;
         // A query in a base URL would end up before the path (`…?api-version=…/chat/completions`).
         let embeddings_url = self
             .memory
@@ -578,7 +572,7 @@ impl Config {
             let cached_ok = price.cached_input_per_million.is_none_or(ok);
             if !ok(price.input_per_million) || !ok(price.output_per_million) || !cached_ok {
                 return Err(invalid(
-                    &format!("budget.prices.\"{name}\""),
+                    format!("budget.prices.\"{name}\""),
                     "prices must be between 0 and 10000 dollars per million tokens",
                 ));
             }
@@ -588,7 +582,7 @@ impl Config {
         for model in self.models_in_use() {
             if let Err(unpriced) = budget.price_of(model) {
                 return Err(invalid(
-                    &format!("budget.prices.\"{model}\""),
+                    format!("budget.prices.\"{model}\""),
                     unpriced.to_string(),
                 ));
             }
@@ -596,7 +590,7 @@ impl Config {
         for guild in self.discord.guild_models.keys() {
             if guild.parse::<u64>().is_err() {
                 return Err(invalid(
-                    &format!("discord.guild_models.\"{guild}\""),
+                    format!("discord.guild_models.\"{guild}\""),
                     "the key must be a server id (a number)",
                 ));
             }

@@ -71,6 +71,38 @@ impl Drop for Live {
     }
 }
 
+/// Why an MCP server could not be reached or started, or did not list its tools.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum McpStartError {
+    /// The configured URL (shown without its query) does not parse.
+    #[error("{url} is not a URL: {reason}")]
+    NotAUrl { url: String, reason: String },
+    /// The web guard refuses the URL's address.
+    #[error("{url} is refused: {blocked} (an MCP server on a private address must be in web.allow_hosts)")]
+    Refused { url: String, blocked: String },
+    /// The HTTP client for the URL could not be built.
+    #[error("the HTTP client could not be built: {0}")]
+    NoClient(String),
+    /// The program could not be spawned.
+    #[error("the MCP server '{name}' could not be started: {reason}")]
+    NotSpawned { name: String, reason: String },
+    /// The server has neither a program nor a usable URL.
+    #[error("the MCP server '{0}' has no program and no URL")]
+    Unreachable(String),
+    /// The server was reached but MCP's initialization failed (its reason without secrets).
+    #[error("the MCP server '{name}' did not start: {reason}")]
+    DidNotStart { name: String, reason: String },
+    /// The start took longer than the server's start timeout.
+    #[error("the MCP server '{name}' did not start within {secs} s")]
+    StartTimedOut { name: String, secs: u64 },
+    /// The server did not list its tools within its timeout.
+    #[error("it did not list its tools within {0} s")]
+    ListTimedOut(u64),
+    /// The server answered the listing with an error.
+    #[error("it did not list its tools: {0}")]
+    ListFailed(String),
+}
+
 /// What `McpServer::call` could not do, written for the agent and the thread.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -79,7 +111,7 @@ pub struct McpFailure(pub String);
 impl McpServer {
     /// The server as configured, not yet started. A URL is refused here when the web guard
     /// refuses it (a private address not in `web.allow_hosts`).
-    pub fn new(config: &McpServerConfig, web: &WebConfig) -> Result<Arc<McpServer>, String> {
+    pub fn new(config: &McpServerConfig, web: &WebConfig) -> Result<Arc<McpServer>, McpStartError> {
         let http = match &config.url {
             Some(url) => Some(guarded_client(url, web)?),
             None => None,
@@ -127,17 +159,12 @@ impl McpServer {
 
     /// Starts the server and lists its tools (those the config offers, at most
     /// `MAX_TOOLS_PER_SERVER`) as commands.
-    pub async fn commands(self: &Arc<Self>) -> Result<Vec<Arc<dyn Command>>, String> {
+    pub async fn commands(self: &Arc<Self>) -> Result<Vec<Arc<dyn Command>>, McpStartError> {
         let (peer, _) = self.peer().await?;
         let tools = tokio::time::timeout(self.timeout(), peer.list_all_tools())
             .await
-            .map_err(|_| {
-                format!(
-                    "it did not list its tools within {} s",
-                    self.config.timeout_secs
-                )
-            })?
-            .map_err(|e| format!("it did not list its tools: {e}"))?;
+            .map_err(|_| McpStartError::ListTimedOut(self.config.timeout_secs))?
+            .map_err(|e| McpStartError::ListFailed(e.to_string()))?;
         Ok(self.offered(tools))
     }
 
@@ -165,7 +192,7 @@ impl McpServer {
     }
 
     /// The live connection's peer, starting the server when there is none.
-    async fn peer(&self) -> Result<(Peer<RoleClient>, u64), String> {
+    async fn peer(&self) -> Result<(Peer<RoleClient>, u64), McpStartError> {
         let mut live = self.connection.lock().await;
         if let Some(connection) = &live.connection {
             if !connection.is_closed() && !connection.peer().is_transport_closed() {
@@ -175,12 +202,9 @@ impl McpServer {
         live.end().await;
         let (connection, group) = tokio::time::timeout(self.start_timeout(), self.start())
             .await
-            .map_err(|_| {
-                format!(
-                    "the MCP server '{}' did not start within {} s",
-                    self.config.name,
-                    self.start_timeout().as_secs()
-                )
+            .map_err(|_| McpStartError::StartTimedOut {
+                name: self.config.name.clone(),
+                secs: self.start_timeout().as_secs(),
             })??;
         let peer = connection.peer().clone();
         live.connection = Some(connection);
@@ -190,7 +214,7 @@ impl McpServer {
     }
 
     /// Starts the program, or opens the session with the URL, and runs MCP's initialization.
-    async fn start(&self) -> Result<(Connection, Option<i32>), String> {
+    async fn start(&self) -> Result<(Connection, Option<i32>), McpStartError> {
         let name = &self.config.name;
         let started = match (&self.config.command, &self.http, &self.config.url) {
             (Some(program), _, _) => {
@@ -210,7 +234,10 @@ impl McpServer {
                 let (transport, stderr) = rmcp::transport::TokioChildProcess::builder(wrapped)
                     .stderr(Stdio::piped())
                     .spawn()
-                    .map_err(|e| format!("the MCP server '{name}' could not be started: {e}"))?;
+                    .map_err(|e| McpStartError::NotSpawned {
+                        name: name.clone(),
+                        reason: e.to_string(),
+                    })?;
                 if let Some(stderr) = stderr {
                     tokio::spawn(log_stderr(name.clone(), stderr));
                 }
@@ -236,13 +263,11 @@ impl McpServer {
                     .await
                     .map(|connection| (connection, None))
             }
-            _ => return Err(format!("the MCP server '{name}' has no program and no URL")),
+            _ => return Err(McpStartError::Unreachable(name.clone())),
         };
-        started.map_err(|e| {
-            format!(
-                "the MCP server '{name}' did not start: {}",
-                self.without_secrets(&e.to_string())
-            )
+        started.map_err(|e| McpStartError::DidNotStart {
+            name: name.clone(),
+            reason: self.without_secrets(&e.to_string()),
         })
     }
 
@@ -254,7 +279,7 @@ impl McpServer {
         arguments: JsonObject,
     ) -> Result<CallToolResult, McpFailure> {
         let name = &self.config.name;
-        let (peer, generation) = self.peer().await.map_err(McpFailure)?;
+        let (peer, generation) = self.peer().await.map_err(|e| McpFailure(e.to_string()))?;
         let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
         let failed = match tokio::time::timeout(self.timeout(), peer.call_tool(params)).await {
             Ok(Ok(result)) => return Ok(result),
@@ -303,17 +328,19 @@ impl McpServer {
 
 /// The HTTP client for a server's URL: the web guard resolves its names, no proxy from the
 /// environment, no redirect followed.
-fn guarded_client(url: &str, web: &WebConfig) -> Result<reqwest::Client, String> {
-    let parsed = reqwest::Url::parse(url)
-        .map_err(|e| format!("{} is not a URL: {e}", crate::config::without_query(url)))?;
+fn guarded_client(url: &str, web: &WebConfig) -> Result<reqwest::Client, McpStartError> {
+    let parsed = reqwest::Url::parse(url).map_err(|e| McpStartError::NotAUrl {
+        url: crate::config::without_query(url),
+        reason: e.to_string(),
+    })?;
     let guard =
         crate::web::guard::Guard::new(&web.allow_hosts, Arc::new(crate::web::guard::SystemLookup));
-    guard.check_url(&parsed).map_err(|blocked| {
-        format!(
-            "{} is refused: {blocked} (an MCP server on a private address must be in web.allow_hosts)",
-            crate::config::without_query(url)
-        )
-    })?;
+    guard
+        .check_url(&parsed)
+        .map_err(|blocked| McpStartError::Refused {
+            url: crate::config::without_query(url),
+            blocked: blocked.to_string(),
+        })?;
     reqwest::Client::builder()
         .dns_resolver(guard)
         .no_proxy()
@@ -321,7 +348,7 @@ fn guarded_client(url: &str, web: &WebConfig) -> Result<reqwest::Client, String>
         .connect_timeout(Duration::from_secs(10))
         .user_agent(web.user_agent.clone())
         .build()
-        .map_err(|e| format!("the HTTP client could not be built: {e}"))
+        .map_err(|e| McpStartError::NoClient(e.to_string()))
 }
 
 /// Copies a program's error output into the log in pieces of at most 4 KiB, whatever it writes
@@ -378,6 +405,6 @@ pub async fn connect_all(config: &crate::config::Config) -> Vec<Arc<dyn Command>
 pub async fn connect(
     server: &McpServerConfig,
     web: &WebConfig,
-) -> Result<Vec<Arc<dyn Command>>, String> {
+) -> Result<Vec<Arc<dyn Command>>, McpStartError> {
     McpServer::new(server, web)?.commands().await
 }

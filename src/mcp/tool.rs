@@ -34,10 +34,23 @@ pub struct McpTool {
     spec: CommandSpec,
 }
 
+/// Why an MCP server's tool cannot be offered as a command; its text says the tool is left out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolLeftOut {
+    /// The tool's name (its first 80 characters) cannot be part of a command's name.
+    #[error(
+        "the tool {0:?} is left out: its name is not 1 to 64 letters, digits, '_', '-' or '.'"
+    )]
+    BadName(String),
+    /// The tool takes more arguments than a command may.
+    #[error("the tool {name} is left out: it takes {count} arguments, more than {MAX_ARGUMENTS}")]
+    TooManyArguments { name: String, count: usize },
+}
+
 impl McpTool {
     /// The command for `tool`, or why it cannot be one (a name that is not a command's, too many
     /// arguments).
-    pub fn new(server: Arc<McpServer>, tool: &Tool) -> Result<McpTool, String> {
+    pub fn new(server: Arc<McpServer>, tool: &Tool) -> Result<McpTool, ToolLeftOut> {
         let name = tool.name.as_ref();
         let valid = !name.is_empty()
             && name.len() <= 64
@@ -45,9 +58,8 @@ impl McpTool {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
         if !valid {
-            return Err(format!(
-                "the tool {:?} is left out: its name is not 1 to 64 letters, digits, '_', '-' or '.'",
-                name.chars().take(80).collect::<String>()
+            return Err(ToolLeftOut::BadName(
+                name.chars().take(80).collect::<String>(),
             ));
         }
         let command_name = format!("{}.{name}", server.name());
@@ -69,10 +81,10 @@ impl McpTool {
             .unwrap_or_default();
         if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
             if properties.len() > MAX_ARGUMENTS {
-                return Err(format!(
-                    "the tool {name} is left out: it takes {} arguments, more than {MAX_ARGUMENTS}",
-                    properties.len()
-                ));
+                return Err(ToolLeftOut::TooManyArguments {
+                    name: name.to_string(),
+                    count: properties.len(),
+                });
             }
             for (argument, own) in properties {
                 let description = own

@@ -28,6 +28,72 @@ use crate::locks::LockRecovered;
 
 /// Bumped when the files' layout changes; an older layout is rebuilt, not read.
 const FORMAT: u32 = 1;
+
+/// Why an agent's graph could not be saved, or why a saved one cannot be used (the caller then
+/// rebuilds it from the store).
+#[derive(Debug, thiserror::Error)]
+pub enum SavedGraphError {
+    /// A file or folder could not be created, written, synced, read or moved.
+    #[error("cannot {action} {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: String,
+        source: std::io::Error,
+    },
+    /// hnsw_rs panicked while writing the graph into the folder.
+    #[error("hnsw_rs panicked writing {0}")]
+    PanickedWriting(String),
+    /// hnsw_rs refused to write the graph into the folder.
+    #[error("hnsw_rs could not write {path}: {reason}")]
+    NotWritten { path: String, reason: String },
+    /// hnsw_rs wrote its files under another name than the one asked for.
+    #[error("hnsw_rs wrote {0} instead of {BASENAME}")]
+    OtherName(String),
+    /// The manifest could not be encoded.
+    #[error("{0}")]
+    Manifest(String),
+    /// The graph was built with another `m` than the config now gives.
+    #[error("built with m = {saved} and the config now says {now}")]
+    OtherM { saved: usize, now: usize },
+    /// The ids file does not hold one id per point.
+    #[error("{path} holds {ids} ids for {points} points")]
+    IdCount {
+        path: String,
+        ids: usize,
+        points: usize,
+    },
+    /// The manifest went away between reading the ids and loading the graph.
+    #[error("the saved files are gone")]
+    Gone,
+    /// The saved graph is not of the size or dimension asked for.
+    #[error(
+        "the saved graph holds {points} points of {dim} floats, not {want_points} of {want_dim}"
+    )]
+    OtherShape {
+        points: usize,
+        dim: usize,
+        want_points: usize,
+        want_dim: usize,
+    },
+    /// A file's size or checksum differs from the manifest's.
+    #[error("{0} changed since it was saved")]
+    Changed(String),
+    /// hnsw_rs panicked while reading the graph.
+    #[error("hnsw_rs panicked reading {0}")]
+    PanickedReading(String),
+    /// hnsw_rs refused to read the graph.
+    #[error("hnsw_rs could not read {path}: {reason}")]
+    NotRead { path: String, reason: String },
+    /// The loaded graph holds another number of points than its manifest.
+    #[error("the graph holds {has} points, the manifest {want}")]
+    PointCount { has: usize, want: usize },
+    /// The manifest is not JSON of the expected shape.
+    #[error("{path} is not a manifest: {reason}")]
+    NotAManifest { path: String, reason: String },
+    /// The files were saved in a format this version does not read.
+    #[error("saved in format {0}")]
+    OtherFormat(u32),
+}
 const BASENAME: &str = "graph";
 const IDS_FILE: &str = "ids.bin";
 const MANIFEST_FILE: &str = "manifest.json";
@@ -83,7 +149,7 @@ impl SavedIndexes {
     /// Writes the agent's graph (nothing for an exact-search index) and returns the points saved.
     /// The files are written to a temporary folder, synced, then swapped in by rename, so a crash
     /// leaves the previous save or none, never half of one.
-    pub fn save(&self, agent: &str, index: &VectorIndex) -> Result<usize, String> {
+    pub fn save(&self, agent: &str, index: &VectorIndex) -> Result<usize, SavedGraphError> {
         let Some(graph) = index.graph() else {
             return Ok(0);
         };
@@ -96,10 +162,13 @@ impl SavedIndexes {
         fs::create_dir_all(&temporary).map_err(|e| io_error("create", &temporary, e))?;
         // hnsw_rs panics when it cannot create its files; that is an error here.
         let dumped = catch_unwind(AssertUnwindSafe(|| graph.file_dump(&temporary, BASENAME)))
-            .map_err(|_| format!("hnsw_rs panicked writing {}", temporary.display()))?
-            .map_err(|e| format!("hnsw_rs could not write {}: {e}", temporary.display()))?;
+            .map_err(|_| SavedGraphError::PanickedWriting(temporary.display().to_string()))?
+            .map_err(|e| SavedGraphError::NotWritten {
+                path: temporary.display().to_string(),
+                reason: e.to_string(),
+            })?;
         if dumped != BASENAME {
-            return Err(format!("hnsw_rs wrote {dumped} instead of {BASENAME}"));
+            return Err(SavedGraphError::OtherName(dumped));
         }
         let ids_path = temporary.join(IDS_FILE);
         write_ids(&ids_path, index.ids()).map_err(|e| io_error("write", &ids_path, e))?;
@@ -124,7 +193,8 @@ impl SavedIndexes {
             files,
         };
         let manifest_path = temporary.join(MANIFEST_FILE);
-        let text = serde_json::to_vec(&manifest).map_err(|e| e.to_string())?;
+        let text =
+            serde_json::to_vec(&manifest).map_err(|e| SavedGraphError::Manifest(e.to_string()))?;
         File::create(&manifest_path)
             .and_then(|mut f| {
                 f.write_all(&text)?;
@@ -148,27 +218,30 @@ impl SavedIndexes {
 
     /// The memory ids of the agent's saved graph by position, `None` when there is none; an
     /// error says why a saved graph can't be used (the caller rebuilds).
-    pub fn saved_ids(&self, agent: &str, params: HnswParams) -> Result<Option<Vec<u64>>, String> {
+    pub fn saved_ids(
+        &self,
+        agent: &str,
+        params: HnswParams,
+    ) -> Result<Option<Vec<u64>>, SavedGraphError> {
         let _no_save_meanwhile = self.saving.lock_recovered();
         let folder = self.folder(agent, "");
         let Some(manifest) = read_manifest(&folder)? else {
             return Ok(None);
         };
         if manifest.m != params.m {
-            return Err(format!(
-                "built with m = {} and the config now says {}",
-                manifest.m, params.m
-            ));
+            return Err(SavedGraphError::OtherM {
+                saved: manifest.m,
+                now: params.m,
+            });
         }
         let ids_path = folder.join(IDS_FILE);
         let ids = read_ids(&ids_path).map_err(|e| io_error("read", &ids_path, e))?;
         if ids.len() != manifest.points {
-            return Err(format!(
-                "{} holds {} ids for {} points",
-                ids_path.display(),
-                ids.len(),
-                manifest.points
-            ));
+            return Err(SavedGraphError::IdCount {
+                path: ids_path.display().to_string(),
+                ids: ids.len(),
+                points: manifest.points,
+            });
         }
         Ok(Some(ids))
     }
@@ -180,29 +253,34 @@ impl SavedIndexes {
         agent: &str,
         points: usize,
         dim: usize,
-    ) -> Result<Hnsw<'static, f32, UnitDot>, String> {
+    ) -> Result<Hnsw<'static, f32, UnitDot>, SavedGraphError> {
         let _no_save_meanwhile = self.saving.lock_recovered();
         let folder = self.folder(agent, "");
-        let manifest = read_manifest(&folder)?.ok_or("the saved files are gone")?;
+        let manifest = read_manifest(&folder)?.ok_or(SavedGraphError::Gone)?;
         if (manifest.points, manifest.dim) != (points, dim) {
-            return Err(format!(
-                "the saved graph holds {} points of {} floats, not {points} of {dim}",
-                manifest.points, manifest.dim
-            ));
+            return Err(SavedGraphError::OtherShape {
+                points: manifest.points,
+                dim: manifest.dim,
+                want_points: points,
+                want_dim: dim,
+            });
         }
         for file in &manifest.files {
             let path = folder.join(&file.name);
             let (bytes, crc32) = checksum(&path).map_err(|e| io_error("read", &path, e))?;
             if (bytes, crc32) != (file.bytes, file.crc32) {
-                return Err(format!("{} changed since it was saved", path.display()));
+                return Err(SavedGraphError::Changed(path.display().to_string()));
             }
         }
         let reader = HnswIo::new(&folder, BASENAME);
         let graph = catch_unwind(AssertUnwindSafe(|| {
             reader.load_hnsw_with_dist::<f32, UnitDot>(UnitDot)
         }))
-        .map_err(|_| format!("hnsw_rs panicked reading {}", folder.display()))?
-        .map_err(|e| format!("hnsw_rs could not read {}: {e}", folder.display()))?;
+        .map_err(|_| SavedGraphError::PanickedReading(folder.display().to_string()))?
+        .map_err(|e| SavedGraphError::NotRead {
+            path: folder.display().to_string(),
+            reason: e.to_string(),
+        })?;
         // SAFETY: the graph borrows from the reader only for memory-mapped data, which the
         // default reload options used above never map: every point owns its vector
         // (hnsw_rs's PointData::V), so the graph outlives the reader without pointing into it.
@@ -211,33 +289,40 @@ impl SavedIndexes {
         };
         drop(reader);
         if graph.get_nb_point() != points {
-            return Err(format!(
-                "the graph holds {} points, the manifest {points}",
-                graph.get_nb_point()
-            ));
+            return Err(SavedGraphError::PointCount {
+                has: graph.get_nb_point(),
+                want: points,
+            });
         }
         Ok(graph)
     }
 }
 
 /// The manifest in `folder`, `None` when there is none.
-fn read_manifest(folder: &Path) -> Result<Option<Manifest>, String> {
+fn read_manifest(folder: &Path) -> Result<Option<Manifest>, SavedGraphError> {
     let path = folder.join(MANIFEST_FILE);
     let text = match fs::read(&path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io_error("read", &path, e)),
     };
-    let manifest: Manifest = serde_json::from_slice(&text)
-        .map_err(|e| format!("{} is not a manifest: {e}", path.display()))?;
+    let manifest: Manifest =
+        serde_json::from_slice(&text).map_err(|e| SavedGraphError::NotAManifest {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
     if manifest.format != FORMAT {
-        return Err(format!("saved in format {}", manifest.format));
+        return Err(SavedGraphError::OtherFormat(manifest.format));
     }
     Ok(Some(manifest))
 }
 
-fn io_error(action: &str, path: &Path, error: std::io::Error) -> String {
-    format!("cannot {action} {}: {error}", path.display())
+fn io_error(action: &'static str, path: &Path, error: std::io::Error) -> SavedGraphError {
+    SavedGraphError::Io {
+        action,
+        path: path.display().to_string(),
+        source: error,
+    }
 }
 
 fn checksum(path: &Path) -> std::io::Result<(u64, u32)> {
@@ -304,14 +389,19 @@ mod tests {
         agent: &str,
         params: HnswParams,
     ) -> Result<VectorIndex, String> {
-        let ids = saved.saved_ids(agent, params)?.ok_or("nothing saved")?;
+        let ids = saved
+            .saved_ids(agent, params)
+            .map_err(|e| e.to_string())?
+            .ok_or("nothing saved")?;
         let vectors = clustered_unit_vectors(600, 16, 7);
         let items = ids
             .iter()
             .map(|id| (*id, vectors[((id - 1000) / 3) as usize].clone()))
             .collect();
         let mut index = VectorIndex::waiting_for_graph(16, items, params, 0);
-        let graph = saved.load_graph(agent, ids.len(), 16)?;
+        let graph = saved
+            .load_graph(agent, ids.len(), 16)
+            .map_err(|e| e.to_string())?;
         index.attach_graph(graph, ids.len(), GraphOrigin::Loaded);
         Ok(index)
     }
@@ -321,7 +411,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let saved = SavedIndexes::new(dir.path().join("hnsw"));
         let original = graph_of(600);
-        assert_eq!(saved.save("agent/1", &original), Ok(600));
+        assert!(matches!(saved.save("agent/1", &original), Ok(600)));
         // Nothing is left of the temporary folder, and the agent's id is not a path.
         let names: Vec<String> = fs::read_dir(dir.path().join("hnsw"))
             .unwrap()
@@ -343,7 +433,7 @@ mod tests {
         loaded.insert(7, &newcomer);
         assert_eq!(loaded.search(&newcomer, 1, &none)[0].id, 7);
         // Saving again replaces the earlier files.
-        assert_eq!(saved.save("agent/1", &loaded), Ok(601));
+        assert!(matches!(saved.save("agent/1", &loaded), Ok(601)));
         assert_eq!(
             saved.saved_ids("agent/1", PARAMS).unwrap().unwrap().len(),
             601
@@ -352,7 +442,11 @@ mod tests {
     }
 
     fn graph_error(saved: &SavedIndexes, points: usize) -> String {
-        saved.load_graph("a", points, 16).err().unwrap_or_default()
+        saved
+            .load_graph("a", points, 16)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
     }
 
     #[test]
@@ -364,6 +458,7 @@ mod tests {
         assert!(saved
             .saved_ids("a", other_m)
             .unwrap_err()
+            .to_string()
             .contains("m = 12"));
         assert!(graph_error(&saved, 299).contains("not 299"));
         let data = saved.folder("a", "").join("graph.hnsw.data");
@@ -375,11 +470,11 @@ mod tests {
         fs::write(&data, &raw[..raw.len() / 2]).unwrap();
         assert!(!graph_error(&saved, 300).is_empty());
         fs::write(saved.folder("a", "").join(MANIFEST_FILE), b"{").unwrap();
-        let error = saved.saved_ids("a", PARAMS).unwrap_err();
+        let error = saved.saved_ids("a", PARAMS).unwrap_err().to_string();
         assert!(error.contains("not a manifest"), "{error}");
         // An exact-search index has no graph to save.
         let small = VectorIndex::build(2, vec![(1, vec![1.0, 0.0])], PARAMS, 10);
-        assert_eq!(saved.save("b", &small), Ok(0));
+        assert!(matches!(saved.save("b", &small), Ok(0)));
         assert!(matches!(saved.saved_ids("b", PARAMS), Ok(None)));
     }
 }

@@ -57,10 +57,20 @@ pub fn health() -> &'static Health {
     HEALTH.get_or_init(Health::default)
 }
 
+/// Whether the Discord gateway is up, as `Health::set_gateway` records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gateway {
+    /// Ready or resumed.
+    Connected,
+    /// The connection dropped.
+    Disconnected,
+}
+
 impl Health {
     /// The Discord gateway connected (Ready or resumed) or dropped.
-    pub fn set_gateway(&self, connected: bool) {
-        self.gateway.store(connected, Ordering::Relaxed);
+    pub fn set_gateway(&self, gateway: Gateway) {
+        self.gateway
+            .store(gateway == Gateway::Connected, Ordering::Relaxed);
     }
 
     /// The model endpoint answered (any status below 500: it is there and speaking HTTP).
@@ -349,7 +359,7 @@ mod tests {
         let health = Health::default();
         let now = DateTime::<Utc>::UNIX_EPOCH + chrono::TimeDelta::days(20_000);
         assert_eq!(verdicts(&health, &store, now), [true, false, false]);
-        health.set_gateway(true);
+        health.set_gateway(Gateway::Connected);
         health.model_answered(now);
         assert_eq!(verdicts(&health, &store, now), [true, true, true]);
         let later = now + chrono::TimeDelta::minutes(11);
@@ -360,7 +370,7 @@ mod tests {
             matches!(&report[2].1, Err(why) if why.contains("HTTP 503")),
             "{report:?}"
         );
-        health.set_gateway(false);
+        health.set_gateway(Gateway::Disconnected);
         assert_eq!(verdicts(&health, &store, later), [true, false, false]);
     }
 }

@@ -405,7 +405,7 @@ impl AgentService {
                 .policy
                 .for_agent(state)
                 .check_narrowing(risk, action)
-                .map_err(UserError),
+                .map_err(|e| UserError(e.to_string())),
             None => Ok(()),
         }
     }

@@ -61,9 +61,23 @@ pub fn may_share(binding: &ThreadBinding, requester: &Requester) -> bool {
 /// The most users and roles one agent is shared with at its start.
 pub const MAX_SHARES: usize = 25;
 
+/// Why the users and roles a start names to share with were refused; its text tells the person.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShareError {
+    /// A word that is no mention at all (the first 40 characters of it).
+    #[error("`{0}` is not a mention: name people and roles with @ (e.g. @alice @reviewers).")]
+    NotAMention(String),
+    /// A mention whose id is not a number (the first 40 characters of it).
+    #[error("`{0}` is not a mention of a user or a role.")]
+    BadId(String),
+    /// More users and roles than `MAX_SHARES`.
+    #[error("An agent can be shared with at most {MAX_SHARES} users and roles at its start.")]
+    TooMany,
+}
+
 /// The users and roles named in `text` by their mentions (`<@id>`, `<@!id>`, `<@&id>`), as
 /// `/agent start share_with:` takes them; anything else in it is refused, saying what.
-pub fn shares_in(text: &str) -> Result<(Vec<u64>, Vec<u64>), String> {
+pub fn shares_in(text: &str) -> Result<(Vec<u64>, Vec<u64>), ShareError> {
     let (mut users, mut roles) = (Vec::new(), Vec::new());
     for word in text.split([' ', ',', '\n', '\t']).filter(|w| !w.is_empty()) {
         let inner = word
@@ -74,26 +88,20 @@ pub fn shares_in(text: &str) -> Result<(Vec<u64>, Vec<u64>), String> {
             Some(role) if role.starts_with('&') => (&mut roles, &role[1..]),
             Some(user) => (&mut users, user.strip_prefix('!').unwrap_or(user)),
             None => {
-                return Err(format!(
-                    "`{}` is not a mention: name people and roles with @ (e.g. @alice @reviewers).",
-                    word.chars().take(40).collect::<String>()
+                return Err(ShareError::NotAMention(
+                    word.chars().take(40).collect::<String>(),
                 ))
             }
         };
-        let id: u64 = id.parse().map_err(|_| {
-            format!(
-                "`{}` is not a mention of a user or a role.",
-                word.chars().take(40).collect::<String>()
-            )
-        })?;
+        let id: u64 = id
+            .parse()
+            .map_err(|_| ShareError::BadId(word.chars().take(40).collect::<String>()))?;
         if !list.contains(&id) {
             list.push(id);
         }
     }
     if users.len() + roles.len() > MAX_SHARES {
-        return Err(format!(
-            "An agent can be shared with at most {MAX_SHARES} users and roles at its start."
-        ));
+        return Err(ShareError::TooMany);
     }
     Ok((users, roles))
 }
@@ -111,11 +119,21 @@ mod tests {
         assert_eq!(shares_in("  "), Ok((vec![], vec![])));
         assert!(shares_in("<@11> bob")
             .unwrap_err()
+            .to_string()
             .contains("`bob` is not a mention"));
-        assert!(shares_in("<@x1>").unwrap_err().contains("not a mention"));
-        assert!(shares_in("<#123>").unwrap_err().contains("not a mention"));
+        assert!(shares_in("<@x1>")
+            .unwrap_err()
+            .to_string()
+            .contains("not a mention"));
+        assert!(shares_in("<#123>")
+            .unwrap_err()
+            .to_string()
+            .contains("not a mention"));
         let many: String = (1..=26).map(|i| format!("<@{i}> ")).collect();
-        assert!(shares_in(&many).unwrap_err().contains("at most 25"));
+        assert!(shares_in(&many)
+            .unwrap_err()
+            .to_string()
+            .contains("at most 25"));
     }
 
     fn binding() -> ThreadBinding {

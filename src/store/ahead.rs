@@ -248,7 +248,8 @@ impl Store {
         let files = matches!(write.tree, TreeId::Workspace | TreeId::WorkspaceUndo);
         let before = match &write.value {
             Some(value) if files => {
-                let framed = packed::pack_any(value.clone()).map_err(StoreError::Corrupt)?;
+                let framed = packed::pack_any(value.clone())
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?;
                 tree.insert(write.key.as_slice(), framed)?
             }
             Some(value) => tree.insert(write.key.as_slice(), value.as_slice())?,
@@ -276,7 +277,7 @@ impl Store {
         let (mut finished, mut dropped) = (0usize, 0usize);
         for item in self.ahead.iter() {
             let (key, stored) = item?;
-            let raw = packed::unpack(&stored).map_err(StoreError::Corrupt)?;
+            let raw = packed::unpack(&stored).map_err(|e| StoreError::Corrupt(e.to_string()))?;
             let set = Writes::decode(&raw)?;
             let landed = match &set.anchor {
                 None => true,

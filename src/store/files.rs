@@ -16,7 +16,7 @@ impl Store {
     pub(super) fn file_contents(&self, stored: &[u8]) -> Result<Vec<u8>, StoreError> {
         packed::unpack(stored)
             .map(std::borrow::Cow::into_owned)
-            .map_err(StoreError::Corrupt)
+            .map_err(|e| StoreError::Corrupt(e.to_string()))
     }
 
     /// The size of a workspace file as written, whichever way it is stored.

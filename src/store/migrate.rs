@@ -238,7 +238,7 @@ fn apply(db: &sled::Db, step: &MigrationStep) -> Result<(), StoreError> {
                 let corrupt = |e: String| {
                     StoreError::Corrupt(format!("record {:?}: {e}", String::from_utf8_lossy(&key)))
                 };
-                let raw = super::packed::unpack(&stored).map_err(corrupt)?;
+                let raw = super::packed::unpack(&stored).map_err(|e| corrupt(e.to_string()))?;
                 let mut record: Value =
                     serde_json::from_slice(&raw).map_err(|e| corrupt(e.to_string()))?;
                 let Some(Value::Object(target)) = record.pointer_mut(parent) else {

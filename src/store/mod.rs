@@ -120,7 +120,7 @@ pub(crate) fn encode<T: Serialize>(data: &T) -> Result<Vec<u8>, StoreError> {
 
 pub(crate) fn decode<T: DeserializeOwned>(key: &[u8], raw: &[u8]) -> Result<T, StoreError> {
     let corrupt = |e: String| StoreError::Corrupt(format!("{}: {e}", String::from_utf8_lossy(key)));
-    let json = packed::unpack(raw).map_err(corrupt)?;
+    let json = packed::unpack(raw).map_err(|e| corrupt(e.to_string()))?;
     let record: Record<T> = serde_json::from_slice(&json).map_err(|e| corrupt(e.to_string()))?;
     Ok(record.data)
 }

@@ -73,8 +73,27 @@ thread_local! {
         RefCell::new(zstd::zstd_safe::create_dctx());
 }
 
+/// Why a value could not be packed or unpacked; its text names what zstd refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PackError {
+    /// zstd could not compress a value (it found no memory for its buffers), with zstd's reason.
+    #[error("a value could not be compressed: {0}")]
+    Compress(&'static str),
+    /// A stored frame could not be decompressed, with zstd's reason.
+    #[error("a compressed value cannot be read: {0}")]
+    Unreadable(&'static str),
+    /// A stored frame's header gives no size, or one larger than any value the store writes.
+    #[error("a compressed value gives no usable size ({0})")]
+    NoSize(u64),
+    /// A stored frame names a dictionary this version does not carry.
+    #[error(
+        "a value was compressed with zstd dictionary {0:#x}, which this version does not have"
+    )]
+    UnknownDictionary(u32),
+}
+
 /// `raw` as one zstd frame, made with the store's dictionary or without one.
-fn compress(raw: &[u8], with_dictionary: bool) -> Result<Vec<u8>, String> {
+fn compress(raw: &[u8], with_dictionary: bool) -> Result<Vec<u8>, PackError> {
     let mut packed = Vec::with_capacity(zstd::zstd_safe::compress_bound(raw.len()));
     COMPRESSOR
         .with(|context| {
@@ -85,12 +104,12 @@ fn compress(raw: &[u8], with_dictionary: bool) -> Result<Vec<u8>, String> {
                 context.compress(&mut packed, raw, LEVEL)
             }
         })
-        .map_err(|code| zstd::zstd_safe::get_error_name(code).to_string())?;
+        .map_err(|code| PackError::Compress(zstd::zstd_safe::get_error_name(code)))?;
     Ok(packed)
 }
 
 /// A frame's content, `size` bytes, read with the store's dictionary or without one.
-fn decompress(stored: &[u8], size: usize, with_dictionary: bool) -> Result<Vec<u8>, String> {
+fn decompress(stored: &[u8], size: usize, with_dictionary: bool) -> Result<Vec<u8>, PackError> {
     let mut unpacked = Vec::with_capacity(size);
     DECOMPRESSOR
         .with(|context| {
@@ -101,12 +120,7 @@ fn decompress(stored: &[u8], size: usize, with_dictionary: bool) -> Result<Vec<u
                 context.decompress(&mut unpacked, stored)
             }
         })
-        .map_err(|code| {
-            format!(
-                "a compressed value cannot be read: {}",
-                zstd::zstd_safe::get_error_name(code)
-            )
-        })?;
+        .map_err(|code| PackError::Unreadable(zstd::zstd_safe::get_error_name(code)))?;
     Ok(unpacked)
 }
 
@@ -126,11 +140,11 @@ pub(crate) fn pack(raw: Vec<u8>) -> Vec<u8> {
 /// `pack`, for a value whose own bytes may look like a zstd frame (a workspace file may be a
 /// `.zst`): such a value is always framed, so that a stored value that looks like a frame is one.
 /// Fails (rather than store it ambiguous) only if zstd cannot get memory for its buffers.
-pub(crate) fn pack_any(raw: Vec<u8>) -> Result<Vec<u8>, String> {
+pub(crate) fn pack_any(raw: Vec<u8>) -> Result<Vec<u8>, PackError> {
     if !raw.starts_with(&ZSTD_MAGIC) {
         return Ok(pack(raw));
     }
-    compress(&raw, false).map_err(|e| format!("a value could not be compressed: {e}"))
+    compress(&raw, false)
 }
 
 /// The length of a stored value before `pack`, read from the frame's header (no decompression).
@@ -145,7 +159,7 @@ pub(crate) fn unpacked_len(stored: &[u8]) -> u64 {
 }
 
 /// A stored value as it was before `pack`.
-pub(crate) fn unpack(stored: &[u8]) -> Result<Cow<'_, [u8]>, String> {
+pub(crate) fn unpack(stored: &[u8]) -> Result<Cow<'_, [u8]>, PackError> {
     if !stored.starts_with(&ZSTD_MAGIC) {
         return Ok(Cow::Borrowed(stored));
     }
@@ -153,13 +167,11 @@ pub(crate) fn unpack(stored: &[u8]) -> Result<Cow<'_, [u8]>, String> {
     let size = usize::try_from(size)
         .ok()
         .filter(|size| *size <= UNPACKED_MAX)
-        .ok_or_else(|| format!("a compressed value gives no usable size ({size})"))?;
+        .ok_or(PackError::NoSize(size))?;
     match zstd::zstd_safe::get_dict_id_from_frame(stored) {
         0 => decompress(stored, size, false).map(Cow::Owned),
         DICTIONARY_ID => decompress(stored, size, true).map(Cow::Owned),
-        other => Err(format!(
-            "a value was compressed with zstd dictionary {other:#x}, which this version does not have"
-        )),
+        other => Err(PackError::UnknownDictionary(other)),
     }
 }
 
@@ -240,7 +252,7 @@ mod tests {
                 .collect(),
         );
         let foreign = foreign.compress(&step, LEVEL).unwrap();
-        let refused = unpack(&foreign).unwrap_err();
+        let refused = unpack(&foreign).unwrap_err().to_string();
         assert!(refused.contains("0x11111111"), "{refused}");
     }
 }

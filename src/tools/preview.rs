@@ -15,6 +15,7 @@ use similar::TextDiff;
 use super::workspace::normalize_path;
 use super::AgentFiles;
 use crate::core::reply::CommandCall;
+use crate::store::StoreError;
 
 /// The file a proposal was shown against: its fingerprint then, or `None` when it did not exist.
 /// Fingerprints live only in memory (a restart shows the card again, and takes a new one), so the
@@ -46,8 +47,8 @@ pub fn file_base_of(contents: Option<&[u8]>) -> FileBase {
 }
 
 /// The fingerprint of `path` as the workspace holds it now.
-pub fn file_base(files: &AgentFiles<'_>, path: &str) -> Result<FileBase, String> {
-    let contents = files.read(path).map_err(|e| e.to_string())?;
+pub fn file_base(files: &AgentFiles<'_>, path: &str) -> Result<FileBase, StoreError> {
+    let contents = files.read(path)?;
     Ok(file_base_of(contents.as_deref()))
 }
 

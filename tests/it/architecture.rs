@@ -22,7 +22,7 @@ const FORBIDDEN_IN_CORE: &[&str] = &[
 ];
 
 /// The only crates the core may depend on: data, serialisation and a digest.
-const CORE_DEPENDENCIES: &[&str] = &["chrono", "serde", "serde_json", "sha2"];
+const CORE_DEPENDENCIES: &[&str] = &["chrono", "serde", "serde_json", "sha2", "thiserror"];
 
 /// Reading the wall clock; only `src/clock.rs` may.
 const CLOCK_READS: &[&str] = &["Utc::now", "Local::now", "SystemTime::now"];

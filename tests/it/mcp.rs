@@ -245,7 +245,8 @@ async fn a_url_on_a_private_address_needs_the_web_allow_list() {
         toml::from_str("name = \"local\"\nurl = \"http://127.0.0.1:9/mcp?key=hunter2\"\n").unwrap();
     let refused = McpServer::new(&config, &WebConfig::default())
         .err()
-        .expect("a private address is refused");
+        .expect("a private address is refused")
+        .to_string();
     assert!(refused.contains("web.allow_hosts"), "{refused}");
     assert!(!refused.contains("hunter2"), "{refused}");
     // Allowed, it is tried, and a server that is not there is a clear failure.
@@ -255,7 +256,8 @@ async fn a_url_on_a_private_address_needs_the_web_allow_list() {
         .commands()
         .await
         .err()
-        .expect("nothing listens there");
+        .expect("nothing listens there")
+        .to_string();
     assert!(failed.contains("the MCP server 'local'"), "{failed}");
     assert!(!failed.contains("hunter2"), "{failed}");
 }

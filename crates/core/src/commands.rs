@@ -339,6 +339,22 @@ pub struct CommandSet {
     pub specs: Vec<CommandSpec>,
 }
 
+/// Why a proposed call is not a valid one; its text is written for the model, saying what was
+/// wrong and what would be right.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidCall {
+    /// The name is no command's and no alias's; `offered` lists the names the model may use.
+    #[error("Unknown command '{requested}'. Use one of: {offered}.")]
+    UnknownCommand { requested: String, offered: String },
+    /// The command is known but its arguments are not what it takes.
+    #[error("Invalid arguments for command '{command}': {problems}. Expected: {expected}")]
+    Arguments {
+        command: String,
+        problems: String,
+        expected: String,
+    },
+}
+
 /// A call that names a known command with well-typed arguments, under its canonical name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValidCall {
@@ -399,7 +415,7 @@ impl CommandSet {
 
     /// Maps aliases to canonical names and checks the arguments. The error text is written for the
     /// model: it says what was wrong and what would be right.
-    pub fn validate(&self, proposed: &CommandCall) -> Result<ValidCall, String> {
+    pub fn validate(&self, proposed: &CommandCall) -> Result<ValidCall, InvalidCall> {
         let requested = proposed.name.trim();
         let (spec, renames) = match self.get(requested) {
             Some(spec) => (spec, &[][..]),
@@ -411,11 +427,10 @@ impl CommandSet {
             }) {
                 Some(found) => found,
                 None => {
-                    return Err(format!(
-                        "Unknown command '{}'. Use one of: {}.",
-                        requested,
-                        self.names().join(", ")
-                    ))
+                    return Err(InvalidCall::UnknownCommand {
+                        requested: requested.to_string(),
+                        offered: self.names().join(", "),
+                    })
                 }
             },
         };
@@ -466,12 +481,11 @@ impl CommandSet {
             ));
         }
         if !problems.is_empty() {
-            return Err(format!(
-                "Invalid arguments for command '{}': {}. Expected: {}",
-                spec.name,
-                problems.join("; "),
-                spec.prompt_line()
-            ));
+            return Err(InvalidCall::Arguments {
+                command: spec.name.clone(),
+                problems: problems.join("; "),
+                expected: spec.prompt_line(),
+            });
         }
         Ok(ValidCall {
             call: CommandCall {
@@ -588,7 +602,7 @@ mod tests {
             ),
         ];
         for (proposed, expected) in cases {
-            let err = set().validate(&proposed).unwrap_err();
+            let err = set().validate(&proposed).unwrap_err().to_string();
             assert!(
                 err.contains(expected),
                 "{err:?} should contain {expected:?}"
@@ -603,7 +617,8 @@ mod tests {
         }
         let err = set()
             .validate(&call("write_file", Value::Object(args)))
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("9995 more unknown arguments"), "{err}");
         assert!(
             err.chars().count() < 600,

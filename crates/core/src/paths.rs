@@ -4,52 +4,67 @@
 /// Longest path accepted, in bytes, so keys stay small.
 const MAX_PATH_BYTES: usize = 255;
 
+/// Why a path an agent named is refused; its text is written for the model.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    /// Nothing but spaces.
+    #[error("the path is empty")]
+    Empty,
+    /// A path from the root, a home folder or a drive (the trimmed path).
+    #[error("'{0}' is an absolute path; use a path relative to your workspace")]
+    Absolute(String),
+    /// A control character somewhere in it.
+    #[error("the path contains control characters")]
+    Control,
+    /// An invisible or direction-changing character, by its code point.
+    #[error("the path contains U+{0:04X}, an invisible or direction-changing character that makes one name look like another")]
+    Invisible(u32),
+    /// A `..` part (the trimmed path).
+    #[error("'{0}' leaves the workspace ('..' is not allowed)")]
+    Leaves(String),
+    /// Only separators and `.` parts (the trimmed path).
+    #[error("'{0}' does not name a file")]
+    NoFile(String),
+    /// Longer than `MAX_PATH_BYTES`.
+    #[error("the path is longer than {MAX_PATH_BYTES} bytes")]
+    TooLong,
+}
+
 /// Normalises a model-supplied path to `a/b/c` form, or explains why it is refused.
 /// Absolute paths, drive letters, `..` and control characters are refused rather than "fixed", so
 /// the model learns the rule instead of being silently redirected.
-pub fn normalize_path(raw: &str) -> Result<String, String> {
+pub fn normalize_path(raw: &str) -> Result<String, PathError> {
     let trimmed = raw.trim();
     if trimmed.is_empty() {
-        return Err("the path is empty".into());
+        return Err(PathError::Empty);
     }
     if trimmed.starts_with('/') || trimmed.starts_with('\\') || trimmed.starts_with('~') {
-        return Err(format!(
-            "'{trimmed}' is an absolute path; use a path relative to your workspace"
-        ));
+        return Err(PathError::Absolute(trimmed.to_string()));
     }
     let bytes = trimmed.as_bytes();
     if bytes.len() >= 2 && bytes[1] == b':' && bytes[0].is_ascii_alphabetic() {
-        return Err(format!(
-            "'{trimmed}' is an absolute path; use a path relative to your workspace"
-        ));
+        return Err(PathError::Absolute(trimmed.to_string()));
     }
     if trimmed.chars().any(|c| c.is_control()) {
-        return Err("the path contains control characters".into());
+        return Err(PathError::Control);
     }
     if let Some(hidden) = trimmed.chars().find(|c| is_invisible_or_bidi(*c)) {
-        return Err(format!(
-            "the path contains U+{:04X}, an invisible or direction-changing character that makes one name look like another",
-            hidden as u32
-        ));
+        return Err(PathError::Invisible(hidden as u32));
     }
     let mut parts = Vec::new();
     for part in trimmed.split(['/', '\\']) {
         match part {
             "" | "." => {}
-            ".." => {
-                return Err(format!(
-                    "'{trimmed}' leaves the workspace ('..' is not allowed)"
-                ))
-            }
+            ".." => return Err(PathError::Leaves(trimmed.to_string())),
             other => parts.push(other),
         }
     }
     if parts.is_empty() {
-        return Err(format!("'{trimmed}' does not name a file"));
+        return Err(PathError::NoFile(trimmed.to_string()));
     }
     let path = parts.join("/");
     if path.len() > MAX_PATH_BYTES {
-        return Err(format!("the path is longer than {MAX_PATH_BYTES} bytes"));
+        return Err(PathError::TooLong);
     }
     Ok(path)
 }
@@ -85,7 +100,7 @@ fn is_invisible_or_bidi(c: char) -> bool {
 }
 
 /// Like `normalize_path`, but the workspace root itself ("", ".", "/") is allowed: for folders.
-pub fn normalize_folder(raw: &str) -> Result<String, String> {
+pub fn normalize_folder(raw: &str) -> Result<String, PathError> {
     match raw.trim() {
         "" | "." | "./" | "/" => Ok(String::new()),
         other => normalize_path(other),
@@ -128,7 +143,7 @@ mod tests {
             ("a\u{2066}b", "U+2066"),
         ];
         for (raw, why) in refused {
-            let err = normalize_path(raw).unwrap_err();
+            let err = normalize_path(raw).unwrap_err().to_string();
             assert!(err.contains(why), "{raw:?}: {err}");
         }
         // Letters of any script are still names.

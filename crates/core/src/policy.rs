@@ -101,6 +101,19 @@ pub enum PolicySource {
     Agent,
 }
 
+/// An owner's attempt to make a class of commands looser for an agent than the server's policy;
+/// its text is shown to the person who tried.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("The server's policy for {risk} commands is `{server}`; an agent can only be made stricter (allowed: {allowed}).")]
+pub struct Widening {
+    /// The class's label.
+    pub risk: &'static str,
+    /// The server's action for the class.
+    pub server: &'static str,
+    /// The actions the owner may choose, each in backquotes.
+    pub allowed: String,
+}
+
 impl Policy {
     pub fn action(&self, risk: Risk) -> ClassAction {
         self.actions
@@ -153,19 +166,18 @@ impl Policy {
 
     /// Checks that an agent's owner may set `action` for `risk`: only as strict as the server's
     /// policy or stricter. The error is shown to the person who tried.
-    pub fn check_narrowing(&self, risk: Risk, action: ClassAction) -> Result<(), String> {
+    pub fn check_narrowing(&self, risk: Risk, action: ClassAction) -> Result<(), Widening> {
         let server = self.action(risk);
         if action < server {
-            return Err(format!(
-                "The server's policy for {} commands is `{}`; an agent can only be made stricter (allowed: {}).",
-                risk.label(),
-                server.label(),
-                stricter_or_equal(server)
+            return Err(Widening {
+                risk: risk.label(),
+                server: server.label(),
+                allowed: stricter_or_equal(server)
                     .iter()
                     .map(|a| format!("`{}`", a.label()))
                     .collect::<Vec<_>>()
-                    .join(", ")
-            ));
+                    .join(", "),
+            });
         }
         Ok(())
     }
@@ -234,6 +246,7 @@ mod tests {
         assert!(server
             .check_narrowing(Risk::Network, ClassAction::Auto)
             .unwrap_err()
+            .to_string()
             .contains("`ask`, `deny`"));
         assert!(server
             .check_narrowing(Risk::Network, ClassAction::Deny)

@@ -89,7 +89,7 @@ pub async fn run(app: App, shards: Shards) -> anyhow::Result<()> {
             // finishes during the drain still reaches its thread.
             let _ = stop_gateway.send(());
             let _ = closed.await;
-            crate::ops::health().set_gateway(false);
+            crate::ops::health().set_gateway(crate::ops::Gateway::Disconnected);
             shut_down(&after, supervisor_slot.get()).await?;
             drop(release_gateway);
             gateway_result(gateway.await)

@@ -60,9 +60,14 @@ pub async fn on_event(
             let (message, data) = (new_message.clone(), data.clone());
             tokio::spawn(async move { on_thread_message(&data, message).await });
         }
-        FullEvent::Ready { .. } => crate::ops::health().set_gateway(true),
-        FullEvent::ShardStageUpdate { event } => crate::ops::health()
-            .set_gateway(event.new == serenity::gateway::ConnectionStage::Connected),
+        FullEvent::Ready { .. } => crate::ops::health().set_gateway(crate::ops::Gateway::Connected),
+        FullEvent::ShardStageUpdate { event } => crate::ops::health().set_gateway(
+            if event.new == serenity::gateway::ConnectionStage::Connected {
+                crate::ops::Gateway::Connected
+            } else {
+                crate::ops::Gateway::Disconnected
+            },
+        ),
         _ => {}
     }
     Ok(())

@@ -11,7 +11,52 @@
 use std::fmt;
 use std::ops::Range;
 
-use crate::store::Store;
+use crate::store::{Store, StoreError};
+
+/// Why `--shards` and `--total-shards` describe no shards this process can serve.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShardArgsError {
+    /// `--shards` was given without the total it is a part of.
+    #[error("--shards needs --total-shards N as well")]
+    RangeWithoutTotal,
+    /// `--total-shards 0`.
+    #[error("--total-shards must be at least 1")]
+    NoShards,
+    /// `--shards` in none of the forms it is read in (the text as given).
+    #[error("--shards {0:?} is not a shard range: write A..B (B excluded), A..=B or A")]
+    NotARange(String),
+    /// A range that is empty or reaches past the last shard.
+    #[error(
+        "--shards {range} does not fit in --total-shards {total}: shards are numbered 0 to {last}"
+    )]
+    DoesNotFit {
+        range: String,
+        total: u32,
+        last: u32,
+    },
+}
+
+/// Why `run` refuses the store it was given with this process's shards.
+#[derive(Debug, thiserror::Error)]
+pub enum ShardStoreError {
+    /// The store's bindings could not be read.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The store holds agents of servers another process serves; one of them is named.
+    #[error(
+        "the store in {dir} holds {count} agent(s) of servers this process does not serve with {shards} \
+         (agent {agent} of server {guild} is on shard {shard}). Each process keeps the store it was started \
+         with: run it again with the --shards and --total-shards it had"
+    )]
+    StrayAgents {
+        dir: String,
+        count: usize,
+        shards: Shards,
+        agent: String,
+        guild: u64,
+        shard: u32,
+    },
+}
 
 /// The shards `first..end` (end excluded) out of `total`. Discord sends a guild's events to one
 /// shard, `(guild_id >> 22) % total`, so every agent lives in the process serving its guild.
@@ -45,26 +90,26 @@ impl fmt::Display for Shards {
 impl Shards {
     /// From `--shards` (`A..B` with B excluded, `A..=B`, or one shard `A`) and `--total-shards`.
     /// A total alone means every shard in this process; neither means Discord's single shard.
-    pub fn from_args(range: Option<&str>, total: Option<u32>) -> Result<Shards, String> {
+    pub fn from_args(range: Option<&str>, total: Option<u32>) -> Result<Shards, ShardArgsError> {
         let Some(total) = total else {
             return match range {
-                Some(_) => Err("--shards needs --total-shards N as well".into()),
+                Some(_) => Err(ShardArgsError::RangeWithoutTotal),
                 None => Ok(Shards::default()),
             };
         };
         if total == 0 {
-            return Err("--total-shards must be at least 1".into());
+            return Err(ShardArgsError::NoShards);
         }
         let (first, end) = match range {
             None => (0, total),
             Some(text) => parse_range(text)?,
         };
         if first >= end || end > total {
-            return Err(format!(
-                "--shards {} does not fit in --total-shards {total}: shards are numbered 0 to {}",
-                range.unwrap_or_default(),
-                total - 1
-            ));
+            return Err(ShardArgsError::DoesNotFit {
+                range: range.unwrap_or_default().to_string(),
+                total,
+                last: total - 1,
+            });
         }
         Ok(Shards { first, end, total })
     }
@@ -86,8 +131,8 @@ impl Shards {
     /// Refuses a store holding agents of guilds this process does not serve: their clicks and
     /// messages would go to another process, which knows nothing of them, while this one kept
     /// running them. That happens when the layout changes or two processes swap stores.
-    pub fn check_store(&self, store: &Store) -> Result<(), String> {
-        let bindings = store.bindings().map_err(|e| e.to_string())?;
+    pub fn check_store(&self, store: &Store) -> Result<(), ShardStoreError> {
+        let bindings = store.bindings()?;
         let strays: Vec<_> = bindings
             .iter()
             .filter(|b| !self.serves(b.guild_id))
@@ -95,24 +140,22 @@ impl Shards {
         let Some(first) = strays.first() else {
             return Ok(());
         };
-        Err(format!(
-            "the store in {} holds {} agent(s) of servers this process does not serve with {self} \
-             (agent {} of server {} is on shard {}). Each process keeps the store it was started \
-             with: run it again with the --shards and --total-shards it had",
-            store.dir().display(),
-            strays.len(),
-            first.agent_id,
-            first.guild_id,
-            self.shard_of(first.guild_id),
-        ))
+        Err(ShardStoreError::StrayAgents {
+            dir: store.dir().display().to_string(),
+            count: strays.len(),
+            shards: *self,
+            agent: first.agent_id.clone(),
+            guild: first.guild_id,
+            shard: self.shard_of(first.guild_id),
+        })
     }
 }
 
-fn parse_range(text: &str) -> Result<(u32, u32), String> {
+fn parse_range(text: &str) -> Result<(u32, u32), ShardArgsError> {
     let number = |s: &str| {
-        s.trim().parse::<u32>().map_err(|_| {
-            format!("--shards {text:?} is not a shard range: write A..B (B excluded), A..=B or A")
-        })
+        s.trim()
+            .parse::<u32>()
+            .map_err(|_| ShardArgsError::NotARange(text.to_string()))
     };
     if let Some((a, b)) = text.split_once("..=") {
         Ok((number(a)?, number(b)?.saturating_add(1)))
@@ -146,14 +189,16 @@ mod tests {
         );
         assert_eq!(shards(Some("5"), Some(8)), shards(Some("5..6"), Some(8)));
         assert_eq!(shards(None, Some(4)).unwrap().end, 4);
-        let err = shards(Some("6..9"), Some(8)).unwrap_err();
+        let err = shards(Some("6..9"), Some(8)).unwrap_err().to_string();
         assert!(err.contains("numbered 0 to 7"), "{err}");
         assert!(shards(Some("3..3"), Some(8)).is_err());
         assert!(shards(Some("a..b"), Some(8))
             .unwrap_err()
+            .to_string()
             .contains("not a shard range"));
         assert!(shards(Some("0..1"), None)
             .unwrap_err()
+            .to_string()
             .contains("--total-shards"));
         assert!(shards(None, Some(0)).is_err());
     }

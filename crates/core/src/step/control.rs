@@ -105,7 +105,7 @@ impl Stepper<'_, '_> {
         match action {
             Some(action) => {
                 if let Err(why) = ctx.policy.check_narrowing(risk, action) {
-                    self.fx.push(Effect::Rejected(why));
+                    self.fx.push(Effect::Rejected(why.to_string()));
                     return;
                 }
                 self.state.settings.policy.insert(risk, action);

@@ -367,7 +367,7 @@ impl Stepper<'_, '_> {
                     self.state.cycle
                 );
                 let (command, reasoning) = (reply.command, reply.thoughts.reasoning);
-                self.refuse_command(command, reasoning, message, notice);
+                self.refuse_command(command, reasoning, message.to_string(), notice);
                 return;
             }
         };

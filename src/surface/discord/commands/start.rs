@@ -58,7 +58,7 @@ pub(super) async fn start(
     let budget = budget.map(usd_to_micros);
     data.agents.check_start(guild_id, &owner, budget)?;
     let (mut shared_users, mut shared_roles) =
-        shares_in(share_with.as_deref().unwrap_or("")).map_err(UserError)?;
+        shares_in(share_with.as_deref().unwrap_or("")).map_err(|e| UserError(e.to_string()))?;
     if let Some(user) = share_user.map(UserId::get) {
         if !shared_users.contains(&user) {
             shared_users.insert(0, user);

@@ -3,8 +3,9 @@
 //! and `health`.
 //!
 //! `console` builds the `App` with the agent's tokenizer, creates an agent
-//! (`AgentService::new_agent`) or resumes one (`Event::Resume`, or `Event::Recovered` when
-//! `runtime::was_interrupted` says a command was under way), applies `--policy` (`narrow_policy`),
+//! (`AgentService::new_agent`) or resumes one (`Event::Resume` for a paused or finished agent,
+//! else `Event::Recovered`, saying whether `runtime::was_interrupted` found a command under way),
+//! applies `--policy` (`narrow_policy`),
 //! keeps a resumed agent on its saved endpoint (only `--base-url` moves it, with a warning), runs
 //! one actor (`runtime::start`) and turns Ctrl+C into `Event::Pause`. The console runs on a runtime
 //! of one thread (`Cli::serves_one_agent`, read in `main`) and its store flushes in place

@@ -80,13 +80,13 @@ fn agent_with(episodes: u64, model: &str) -> AgentState {
         },
         Utc::now(),
     );
-    state.spender = autothread::core::state::Spender {
+    state.money.spender = autothread::core::state::Spender {
         user: Some("1001".into()),
         guild: Some("2002".into()),
     };
-    state.episodes = (1..=episodes).map(episode).collect();
-    state.cycle = episodes + 1;
-    state.phase = Phase::Thinking;
+    state.progress.episodes = (1..=episodes).map(episode).collect();
+    state.progress.cycle = episodes + 1;
+    state.progress.phase = Phase::Thinking;
     state
 }
 
@@ -140,7 +140,12 @@ fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize
         let start = Instant::now();
         let view = budgets.view(&state, None, Utc::now()).expect("view");
         let charges = budgets
-            .charges(&state.id, &state.spender, Micros(1_000_000_000), Utc::now())
+            .charges(
+                &state.id,
+                &state.money.spender,
+                Micros(1_000_000_000),
+                Utc::now(),
+            )
             .expect("charges");
         let reservation = runtime
             .block_on(budgets.reserve(&charges, Micros(2_000), &state.id, "bench", Utc::now()))
@@ -169,15 +174,15 @@ fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize
             brake: autothread::config::BudgetConfig::default().brake_limits(),
         };
         // 1. A command finished: record the episode and assemble (and count) the next prompt.
-        state.phase = Phase::Executing;
-        state.pending = Some(autothread::core::state::Proposal {
-            cycle: state.cycle,
+        state.progress.phase = Phase::Executing;
+        state.progress.pending = Some(autothread::core::state::Proposal {
+            cycle: state.progress.cycle,
             thoughts: Default::default(),
             // A different folder each cycle: the same step over and over would be parked by
             // the runaway brake, which is part of what a cycle costs.
             command: CommandCall {
                 name: "list_folder".into(),
-                args: json!({ "folder": format!("dir{}", state.cycle) })
+                args: json!({ "folder": format!("dir{}", state.progress.cycle) })
                     .as_object()
                     .cloned()
                     .unwrap_or_default(),
@@ -198,7 +203,7 @@ fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize
             script_check: None,
             revision: 0,
         });
-        let cycle = state.cycle;
+        let cycle = state.progress.cycle;
         let start = Instant::now();
         let fx = step(
             &mut state,
@@ -216,7 +221,7 @@ fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize
             prompt_tokens = counter.count_messages(&call.messages);
         }
         // 2. The model replied: parse, repair if needed, validate, propose.
-        let seq = state.call_seq;
+        let seq = state.progress.call_seq;
         let start = Instant::now();
         let fx2 = step(
             &mut state,

@@ -389,7 +389,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// now, unless `--base-url` moves it (with a warning). Agents saved before endpoints were kept
 /// adopt the current one.
 fn keep_endpoint(config: &mut Config, state: &mut AgentState, flag: Option<&str>) {
-    match (&state.settings.endpoint, flag) {
+    match (&state.brief.settings.endpoint, flag) {
         (Some(saved), Some(url)) if saved.base_url != url => {
             println!(
                 "WARNING: --base-url {url} differs from this agent's endpoint {}; the agent moves to {url}.",
@@ -443,7 +443,7 @@ async fn console(mut config: Config, args: ConsoleArgs) -> anyhow::Result<ExitCo
     // Tokens are counted with the tokenizer of the model the agent actually uses.
     let counter_model = resumed
         .as_ref()
-        .map(|state| state.settings.model.clone())
+        .map(|state| state.brief.settings.model.clone())
         .unwrap_or_else(|| config.llm.model.clone());
     crate::llm::context::learn_context_windows(&mut config.llm, Some(&counter_model)).await;
     let mut app = App::build_for_model(config, store, Arc::new(SystemClock), &counter_model)?;
@@ -462,7 +462,7 @@ async fn console(mut config: Config, args: ConsoleArgs) -> anyhow::Result<ExitCo
                 prompt_budget_tokens: args.prompt_tokens,
             });
             agents.narrow_policy(&mut state, &args.policy)?;
-            let first = match &state.phase {
+            let first = match &state.progress.phase {
                 Phase::Finished { .. } => {
                     let follow_up = match &args.task {
                         Some(task) => task.clone(),
@@ -495,7 +495,7 @@ async fn console(mut config: Config, args: ConsoleArgs) -> anyhow::Result<ExitCo
                 "Resuming agent {} ({}), cycle {}, {} steps so far.",
                 state.id,
                 visible_controls(state.name()),
-                state.cycle,
+                state.progress.cycle,
                 state.step_count()
             );
             (state, first)
@@ -519,6 +519,7 @@ async fn console(mut config: Config, args: ConsoleArgs) -> anyhow::Result<ExitCo
                     budget: args.budget.map(usd_to_micros),
                     continuous: args.continuous,
                     cycle_limit: args.limit,
+                    prompt_budget_tokens: args.prompt_tokens,
                     spender: Spender {
                         user: Some(CONSOLE_USER.into()),
                         guild: None,
@@ -526,7 +527,6 @@ async fn console(mut config: Config, args: ConsoleArgs) -> anyhow::Result<ExitCo
                     ..NewAgent::default()
                 },
             );
-            state.settings.prompt_budget_tokens = args.prompt_tokens;
             agents.narrow_policy(&mut state, &args.policy)?;
             app.store.commit(&crate::store::Commit {
                 state: Some(&state),
@@ -538,7 +538,7 @@ async fn console(mut config: Config, args: ConsoleArgs) -> anyhow::Result<ExitCo
                 let automatic: Vec<&str> = crate::core::policy::ALL_RISKS
                     .into_iter()
                     .filter(|risk| {
-                        base.effective(&state.settings.policy, *risk).0 == ClassAction::Auto
+                        base.effective(&state.brief.settings.policy, *risk).0 == ClassAction::Auto
                     })
                     .map(Risk::label)
                     .collect();
@@ -549,7 +549,7 @@ async fn console(mut config: Config, args: ConsoleArgs) -> anyhow::Result<ExitCo
             }
             println!(
                 "Created agent {} with model {}.",
-                state.id, state.settings.model
+                state.id, state.brief.settings.model
             );
             (state, Event::Start)
         }
@@ -579,7 +579,7 @@ async fn console(mut config: Config, args: ConsoleArgs) -> anyhow::Result<ExitCo
         app.store
             .disk_report(crate::ops::proc_counters::bytes_written_by_this_process())
     );
-    Ok(match &state.phase {
+    Ok(match &state.progress.phase {
         Phase::Finished { .. } => ExitCode::SUCCESS,
         Phase::Paused(PauseReason::ModelError { .. } | PauseReason::InvalidReplies { .. }) => {
             ExitCode::from(3)

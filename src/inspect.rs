@@ -268,12 +268,12 @@ fn status(app: &App, prefix: &str, shown: &mut Shown) -> anyhow::Result<()> {
         "Agent {} ({}): {}, cycle {}, {} steps, model {}",
         state.id,
         visible_controls(state.name()),
-        state.phase.label(),
-        state.cycle,
+        state.progress.phase.label(),
+        state.progress.cycle,
         state.step_count(),
-        state.settings.model
+        state.brief.settings.model
     ));
-    if let Some(proposal) = &state.pending {
+    if let Some(proposal) = &state.progress.pending {
         shown.line(format!(
             "Waiting for a decision on cycle {}: {}",
             proposal.cycle,
@@ -289,12 +289,14 @@ fn status(app: &App, prefix: &str, shown: &mut Shown) -> anyhow::Result<()> {
     }
     shown.line(format!(
         "Usage: {} model calls, {} prompt + {} completion tokens",
-        state.usage.calls, state.usage.prompt_tokens, state.usage.completion_tokens
+        state.money.usage.calls,
+        state.money.usage.prompt_tokens,
+        state.money.usage.completion_tokens
     ));
     budget_lines(
         app,
         &state.id,
-        &state.spender,
+        &state.money.spender,
         app.budgets.agent_limit(&state),
         shown,
     )
@@ -308,10 +310,10 @@ fn budget(app: &App, prefix: Option<&str>, shown: &mut Shown) -> anyhow::Result<
                 "Agent {} ({}), model {}:",
                 state.id,
                 visible_controls(state.name()),
-                state.settings.model
+                state.brief.settings.model
             ));
             let limit = app.budgets.agent_limit(&state);
-            budget_lines(app, &state.id, &state.spender, limit, shown)
+            budget_lines(app, &state.id, &state.money.spender, limit, shown)
         }
         None => {
             let console = Spender {

@@ -209,7 +209,7 @@ impl Budgets {
     pub fn payer(&self, agent: &AgentState) -> Payer {
         Payer {
             agent: agent.id.clone(),
-            spender: agent.spender.clone(),
+            spender: agent.money.spender.clone(),
             agent_limit: self.agent_limit(agent),
         }
     }
@@ -230,6 +230,7 @@ impl Budgets {
 
     pub fn agent_limit(&self, state: &AgentState) -> Micros {
         state
+            .brief
             .settings
             .budget
             .unwrap_or_else(|| self.config.agent_default())
@@ -395,7 +396,7 @@ impl Budgets {
         now: DateTime<Utc>,
     ) -> Result<BudgetView, StoreError> {
         let agent_limit = agent_limit.unwrap_or_else(|| self.agent_limit(state));
-        let lines = self.lines(&state.id, &state.spender, agent_limit, now)?;
+        let lines = self.lines(&state.id, &state.money.spender, agent_limit, now)?;
         let agent_used = lines
             .first()
             .map_or(Micros::ZERO, |l| l.account.committed());
@@ -413,7 +414,7 @@ impl Budgets {
         Ok(BudgetView {
             // The view only words the prompt's budget lines and the card's estimate; a call on an
             // unpriced model is refused where it is metered.
-            price: self.price(&state.settings.model).unwrap_or_default(),
+            price: self.price(&state.brief.settings.model).unwrap_or_default(),
             agent_limit,
             agent_used,
             agent_spent,

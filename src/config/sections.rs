@@ -523,7 +523,7 @@ impl TryFrom<BTreeMap<String, PolicyEntry>> for PolicyConfig {
 impl PolicyConfig {
     /// The policy of the server an agent lives in.
     pub fn for_agent(&self, agent: &crate::core::state::AgentState) -> Policy {
-        self.for_guild(agent.spender.guild.as_ref())
+        self.for_guild(agent.money.spender.guild.as_ref())
     }
 
     /// The policy of one server (`None`: the console, or an agent outside any server).

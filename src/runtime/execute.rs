@@ -19,9 +19,10 @@ impl Actor {
     /// A pause or a finish does not wait for an `ask_user` answer (which may take a day): the
     /// question is withdrawn, the command returns saying so, and the pause or finish follows.
     pub(super) async fn withdraw_open_question(&self) {
-        let asking = self.state.phase == Phase::Executing
+        let asking = self.state.progress.phase == Phase::Executing
             && self
                 .state
+                .progress
                 .pending
                 .as_ref()
                 .is_some_and(|p| p.command.name == crate::tools::control::ASK_USER);
@@ -40,6 +41,7 @@ impl Actor {
         let shown = self.shown_base.take().filter(|(shown, ..)| *shown == cycle);
         let script_check = self
             .state
+            .progress
             .pending
             .as_ref()
             .filter(|pending| pending.cycle == cycle)

@@ -14,9 +14,9 @@ impl Actor {
     /// What the agent is doing now, from its phase (and the rate limit it waits for).
     fn doing(&self) -> Doing {
         let now = self.deps.clock.now();
-        match &self.state.phase {
+        match &self.state.progress.phase {
             Phase::Creating => Doing::Starting,
-            Phase::Thinking => match &self.state.paced {
+            Phase::Thinking => match &self.state.progress.paced {
                 Some(pacing) if pacing.until > now => Doing::RateLimited {
                     until: pacing.until,
                     why: pacing.why.clone(),
@@ -28,6 +28,7 @@ impl Actor {
             Phase::Executing => Doing::Running {
                 command: self
                     .state
+                    .progress
                     .pending
                     .as_ref()
                     .map(|p| p.command.name.clone())
@@ -65,7 +66,7 @@ impl Actor {
         let status = LiveStatus {
             doing,
             since,
-            cycle: self.state.cycle,
+            cycle: self.state.progress.cycle,
             spent: account.spent,
             reserved: account.reserved,
             budget: self.deps.budgets.agent_limit(&self.state),

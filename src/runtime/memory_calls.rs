@@ -114,7 +114,7 @@ impl Actor {
         if self.deps.drain.is_raised() {
             return None;
         }
-        let model = &self.state.settings.model;
+        let model = &self.state.brief.settings.model;
         let price = self.deps.budgets.price(model).ok()?;
         // The history grows by a step.
         let prompt = (last_prompt + last_prompt / 4 + room).min(limits.context_tokens.into());
@@ -139,8 +139,8 @@ impl Actor {
     /// its recall or call (paused, stopped, or the cycle moved on), or the bot is shutting down.
     pub(super) fn drop_unused_think_ahead(&mut self) {
         let waiting = self.think_ahead.as_ref().is_some_and(|ahead| {
-            self.state.phase == Phase::Thinking
-                && self.state.call_seq == ahead.seq
+            self.state.progress.phase == Phase::Thinking
+                && self.state.progress.call_seq == ahead.seq
                 && !self.deps.drain.is_raised()
         });
         if !waiting {
@@ -232,7 +232,11 @@ impl Actor {
                 None
             }
         };
-        MemoryPlace::recalled_by(&self.state.id, thread, self.state.spender.guild.as_ref())
+        MemoryPlace::recalled_by(
+            &self.state.id,
+            thread,
+            self.state.money.spender.guild.as_ref(),
+        )
     }
 
     /// A prepared call of a stored step that will not be made as planned: a recall's reservation

@@ -346,7 +346,7 @@ impl Actor {
         let llm = &self.deps.config.llm;
         let model_name = match (call.smart, llm.smart_model()) {
             (true, Some(smart)) => smart.to_string(),
-            _ => self.state.settings.model.clone(),
+            _ => self.state.brief.settings.model.clone(),
         };
         let prompt_tokens = (self.deps.counter.count_messages(&call.messages)
             + call.json_schema.as_ref().map_or(0, |schema| {

@@ -93,11 +93,11 @@ pub enum RuntimeError {
 
 /// Whether a restart found the agent's command half-run, per the journal.
 pub fn was_interrupted(store: &Store, state: &AgentState) -> Result<bool, StoreError> {
-    if state.phase != Phase::Executing {
+    if state.progress.phase != Phase::Executing {
         return Ok(false);
     }
     Ok(matches!(
-        store.journal_entry(&state.id, state.cycle)?,
+        store.journal_entry(&state.id, state.progress.cycle)?,
         Some(JournalEntry::Executing { .. })
     ))
 }
@@ -170,23 +170,28 @@ fn start_registered(
     };
     let runtime = deps.runtime.clone();
     let mut state = state;
-    if state.recalled.iter().any(|hit| hit.text.is_empty()) {
+    if state
+        .progress
+        .recalled
+        .iter()
+        .any(|hit| hit.text.is_empty())
+    {
         // Loaded from the store, which keeps recalled memories by reference.
-        let hits = std::mem::take(&mut state.recalled);
+        let hits = std::mem::take(&mut state.progress.recalled);
         if let Some(memory) = &deps.memory {
-            state.recalled = memory.with_texts(&state.id, hits);
+            state.progress.recalled = memory.with_texts(&state.id, hits);
         }
     }
     let actor = Actor {
-        last_result_shown: state.episodes.last().map(|e| e.cycle).unwrap_or(0),
+        last_result_shown: state.progress.episodes.last().map(|e| e.cycle).unwrap_or(0),
         policy: deps.config.policy.for_agent(&state),
         // A quorum needs several people: the console, outside any server, has one.
-        quorum: match state.spender.guild.as_ref() {
+        quorum: match state.money.spender.guild.as_ref() {
             Some(guild) => deps.config.approvals.for_guild(Some(guild)),
             None => Quorum::default(),
         },
         // The console's one person answers when they are back: its cards wait.
-        expiry: match state.spender.guild.as_ref() {
+        expiry: match state.money.spender.guild.as_ref() {
             Some(guild) => deps.config.approvals.expiry_for(guild),
             None => Expiry::default(),
         },
@@ -220,7 +225,7 @@ impl Actor {
         self.report_status();
         let drain = self.deps.drain.clone();
         loop {
-            let resting = !self.state.phase.is_live() || drain.is_raised();
+            let resting = !self.state.progress.phase.is_live() || drain.is_raised();
             if resting && self.tasks.is_empty() {
                 match self.try_stop(&mut rx) {
                     Some(msg) => {
@@ -306,7 +311,7 @@ impl Actor {
     }
 
     fn limits(&self) -> ContextLimits {
-        let settings = &self.state.settings;
+        let settings = &self.state.brief.settings;
         self.deps
             .config
             .llm
@@ -370,7 +375,7 @@ impl Actor {
             // An approval short of its class's quorum is counted, not claimed: the card stays
             // open for the others.
             let short_of_quorum = decision.is_approval()
-                && self.state.pending.as_ref().is_some_and(|p| {
+                && self.state.progress.pending.as_ref().is_some_and(|p| {
                     p.cycle == *cycle && !self.quorum.is_final(p.risk, &p.approvals, by)
                 });
             if matches!(decision, Decision::Edit(_)) || short_of_quorum {
@@ -385,6 +390,7 @@ impl Actor {
                 // counted, so a quorum's card shows every approver, not the count before.
                 let decided = self
                     .state
+                    .progress
                     .pending
                     .as_ref()
                     .filter(|p| p.cycle == *cycle)
@@ -396,7 +402,7 @@ impl Actor {
                         decided
                     });
                 // The approval that reaches a quorum decides for everyone who approved.
-                let by = &match self.state.pending.as_ref() {
+                let by = &match self.state.progress.pending.as_ref() {
                     Some(p)
                         if p.cycle == *cycle
                             && !p.approvals.is_empty()
@@ -469,7 +475,7 @@ impl Actor {
             }
         };
         // The server's rules are read for each step: another agent's card may have made one.
-        let server_rules = match &self.state.spender.guild {
+        let server_rules = match &self.state.money.spender.guild {
             Some(guild) => self.deps.store.server_rules(guild).unwrap_or_else(|e| {
                 tracing::error!(agent = %self.state.id, error = %e, "cannot read the server's rules");
                 Vec::new()
@@ -490,7 +496,7 @@ impl Actor {
                 extras: &extras,
                 full_steps: deps.config.agent.full_steps,
                 smart_model_available: deps.config.llm.smart_model().is_some(),
-                reply_format: deps.config.reply_format(&self.state.settings.model),
+                reply_format: deps.config.reply_format(&self.state.brief.settings.model),
                 budget: budget.as_ref(),
                 brake: deps.config.budget.brake_limits(),
                 memory: deps.memory.as_ref().map(|_| {
@@ -676,7 +682,7 @@ impl Actor {
             // Written by `persist` with the step's state.
             Effect::Audit(_) => {}
             Effect::SaveServerRule(_) => {
-                if let Some(guild) = &self.state.spender.guild {
+                if let Some(guild) = &self.state.money.spender.guild {
                     let now = self.deps.clock.now();
                     if let Err(e) = self.deps.store.prune_server_rules(guild, now) {
                         tracing::warn!(agent = %self.state.id, error = %e, "cannot drop expired rules");
@@ -684,7 +690,7 @@ impl Actor {
                 }
             }
             Effect::ServerRuleUsed { id } => {
-                if let Some(guild) = &self.state.spender.guild {
+                if let Some(guild) = &self.state.money.spender.guild {
                     let now = self.deps.clock.now();
                     // The trail has the use already; the count on the rule is for `/agent rules`.
                     if let Err(e) = self.deps.store.count_server_rule_use(guild, &id, now) {

@@ -223,7 +223,7 @@ impl Supervisor {
                 continue;
             };
             let mut live = self.lock();
-            if !state.phase.is_live() || live.contains_key(&state.id) {
+            if !state.progress.phase.is_live() || live.contains_key(&state.id) {
                 continue;
             }
             let interrupted = was_interrupted(&self.deps.store, &state)?;

@@ -51,21 +51,21 @@ impl AgentService {
         let now = self.clock.now();
         let mut fork = AgentState::new(
             id,
-            source.task.clone(),
-            source.profile.clone(),
-            source.settings.clone(),
+            source.brief.task.clone(),
+            source.brief.profile.clone(),
+            source.brief.settings.clone(),
             now,
         );
-        fork.follow_ups = source.follow_ups.clone();
-        fork.cycle = cycle + 1;
-        fork.history_from = Some(cycle);
-        fork.spent_at_last_cycle = Some(Micros::ZERO);
-        fork.spender = Spender {
+        fork.brief.follow_ups = source.brief.follow_ups.clone();
+        fork.progress.cycle = cycle + 1;
+        fork.progress.history_from = Some(cycle);
+        fork.money.spent_at_last_cycle = Some(Micros::ZERO);
+        fork.money.spender = Spender {
             user: Some(who.user_id.to_string()),
             guild: Some(guild),
         };
         // Untrusted content read by then is in the fork's history too.
-        fork.tainted = source.tainted.clone().filter(|t| t.cycle <= cycle);
+        fork.safety.tainted = source.safety.tainted.clone().filter(|t| t.cycle <= cycle);
         let forked_from = AuditEntry {
             at: now,
             by: by.into(),

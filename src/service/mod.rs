@@ -65,6 +65,8 @@ pub struct NewAgent {
     pub auto_approvals: u32,
     /// Cycles to run before pausing; `None` is the configured limit.
     pub cycle_limit: Option<u64>,
+    /// Tokens each cycle's prompt may use; `None` is the model's context.
+    pub prompt_budget_tokens: Option<u32>,
     pub spender: Spender,
 }
 
@@ -145,12 +147,12 @@ impl AgentService {
                 budget: request.budget,
                 policy: Default::default(),
                 endpoint: Some(self.config.endpoint()),
-                prompt_budget_tokens: None,
+                prompt_budget_tokens: request.prompt_budget_tokens,
             },
             self.clock.now(),
         );
-        state.spender = request.spender;
-        state.auto_approvals_left = request.auto_approvals;
+        state.money.spender = request.spender;
+        state.safety.auto_approvals_left = request.auto_approvals;
         state
     }
 
@@ -190,7 +192,7 @@ impl AgentService {
         state: &AgentState,
         by: &Requester,
     ) -> ServiceResult<()> {
-        if counts_against_caps(&state.phase) {
+        if counts_against_caps(&state.progress.phase) {
             return Ok(());
         }
         let whose = if by.user_id == binding.owner_id {
@@ -379,7 +381,9 @@ impl AgentService {
             let paused_for_budget = self
                 .store
                 .load_agent_record(&binding.agent_id)?
-                .is_some_and(|s| matches!(s.phase, Phase::Paused(PauseReason::Budget { .. })));
+                .is_some_and(|s| {
+                    matches!(s.progress.phase, Phase::Paused(PauseReason::Budget { .. }))
+                });
             let resume = Event::Resume {
                 by: by.clone(),
                 follow_up: None,
@@ -420,10 +424,10 @@ impl AgentService {
             self.check_narrowing(state, *risk, *action)?;
             match action {
                 Some(action) => {
-                    state.settings.policy.insert(*risk, *action);
+                    state.brief.settings.policy.insert(*risk, *action);
                 }
                 None => {
-                    state.settings.policy.remove(risk);
+                    state.brief.settings.policy.remove(risk);
                 }
             }
         }
@@ -448,11 +452,11 @@ impl AgentService {
         let mut owners = Vec::new();
         for (owner, agent) in self.store.live_agents(guild_id)? {
             match self.store.load_agent_record(&agent)? {
-                Some(state) if matches!(state.phase, Phase::Finished { .. }) => {
+                Some(state) if matches!(state.progress.phase, Phase::Finished { .. }) => {
                     self.store.forget_live(guild_id, owner, &agent)?
                 }
                 None => self.store.forget_live(guild_id, owner, &agent)?,
-                Some(state) if counts_against_caps(&state.phase) => owners.push(owner),
+                Some(state) if counts_against_caps(&state.progress.phase) => owners.push(owner),
                 Some(_) => {}
             }
         }

@@ -41,7 +41,7 @@ impl AgentService {
             .budgets
             .lines(
                 &state.id,
-                &state.spender,
+                &state.money.spender,
                 self.budgets.agent_limit(state),
                 self.clock.now(),
             )?
@@ -68,7 +68,7 @@ impl AgentService {
             .store
             .load_agent_record(agent)?
             .ok_or_else(|| UserError::new("This agent no longer exists."))?;
-        let Phase::Paused(reason) = &state.phase else {
+        let Phase::Paused(reason) = &state.progress.phase else {
             return Err(UserError::new(NO_LONGER_PARKED).into());
         };
         // A card is good for the park it was posted for: the same cycle, the same budget, and a
@@ -79,7 +79,7 @@ impl AgentService {
                 ParkChoice::Continue { cycle } | ParkChoice::Stop { cycle },
             )
             | (PauseReason::Budget { .. }, ParkChoice::Stop { cycle }) => {
-                (cycle == state.cycle).then_some(None)
+                (cycle == state.progress.cycle).then_some(None)
             }
             (
                 PauseReason::Runaway { .. },

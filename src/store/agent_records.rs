@@ -132,8 +132,8 @@ mod tests {
 
     fn profiled(id: &str) -> AgentState {
         let mut state = AgentState::for_test(id);
-        state.task = "Write a report on the tides of the North Sea".into();
-        state.profile = Some(Profile {
+        state.brief.task = "Write a report on the tides of the North Sea".into();
+        state.brief.profile = Some(Profile {
             name: "TideGPT".into(),
             role: "an analyst who writes clear reports on tides".into(),
             best_practices: vec!["Cite every source".into(); 4],
@@ -155,8 +155,8 @@ mod tests {
     fn an_agent_reads_back_whole_from_its_record_and_its_brief_after_a_restart() {
         let dir = tempfile::tempdir().unwrap();
         let mut state = profiled("abc123");
-        state.follow_ups.push("and the Baltic".into());
-        state.cycle = 7;
+        state.brief.follow_ups.push("and the Baltic".into());
+        state.progress.cycle = 7;
         {
             let store = Store::open(dir.path()).unwrap();
             commit(&store, &state);
@@ -176,7 +176,7 @@ mod tests {
             Some(state.clone())
         );
         let listed = store.list_agents().unwrap();
-        assert_eq!(listed[0].task, state.task);
+        assert_eq!(listed[0].task, state.brief.task);
         assert_eq!(listed[0].name, "TideGPT");
     }
 
@@ -192,14 +192,19 @@ mod tests {
         };
         assert_eq!(trees_written(&state), [TreeId::Agents, TreeId::AgentBriefs]);
         commit(&store, &state);
-        state.cycle += 1;
-        state.usage.prompt_tokens += 100;
+        state.progress.cycle += 1;
+        state.money.usage.prompt_tokens += 100;
         assert_eq!(trees_written(&state), [TreeId::Agents]);
-        state.follow_ups.push("now in French".into());
+        state.brief.follow_ups.push("now in French".into());
         assert_eq!(trees_written(&state), [TreeId::Agents, TreeId::AgentBriefs]);
         commit(&store, &state);
         assert_eq!(
-            store.load_agent("abc123").unwrap().unwrap().follow_ups,
+            store
+                .load_agent("abc123")
+                .unwrap()
+                .unwrap()
+                .brief
+                .follow_ups,
             ["now in French"]
         );
     }

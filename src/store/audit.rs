@@ -238,7 +238,7 @@ mod tests {
         // A commit at a cycle that is no multiple of the check leaves its entries as they are.
         append(&store, "committed", 1..=(CHUNK_LEAST as u64 + 4));
         let mut state = AgentState::for_test("committed");
-        state.cycle = FOLD_CHECK_EVERY + 1;
+        state.progress.cycle = FOLD_CHECK_EVERY + 1;
         let last = entry(CHUNK_LEAST as u64 + 5);
         let commit = |state: &AgentState| {
             store
@@ -251,7 +251,7 @@ mod tests {
         };
         commit(&state);
         assert_eq!(chunks(&store, "committed"), 0);
-        state.cycle = FOLD_CHECK_EVERY * 2;
+        state.progress.cycle = FOLD_CHECK_EVERY * 2;
         commit(&state);
         assert_eq!(
             (singles(&store, "committed"), chunks(&store, "committed")),

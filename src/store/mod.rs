@@ -446,7 +446,7 @@ impl Store {
         };
         let mut writes = Writes::default();
         self.put_agent(&mut writes, state)?;
-        if let (Some(rule), Some(guild)) = (commit.server_rule, &state.spender.guild) {
+        if let (Some(rule), Some(guild)) = (commit.server_rule, &state.money.spender.guild) {
             writes.put(
                 TreeId::Rules,
                 rules::rule_key(guild, &rule.id),
@@ -465,7 +465,7 @@ impl Store {
             writes.remove(TreeId::Journal, cycle_key(&state.id, cycle));
         }
         if !commit.workspace.is_empty() {
-            let cycle = commit.finished_command.unwrap_or(state.cycle);
+            let cycle = commit.finished_command.unwrap_or(state.progress.cycle);
             self.record_undo(&mut writes, &state.id, cycle, &commit.workspace)?;
         }
         for op in &commit.workspace {
@@ -495,7 +495,7 @@ impl Store {
         }
         self.fold_when_due(
             &state.id,
-            state.cycle,
+            state.progress.cycle,
             !commit.audit.is_empty(),
             !commit.episodes.is_empty(),
         );
@@ -668,9 +668,9 @@ impl Store {
             };
             list.push(AgentSummary {
                 name: state.name().to_string(),
-                phase: state.phase.label().to_string(),
-                cycle: state.cycle,
-                task: state.task.clone(),
+                phase: state.progress.phase.label().to_string(),
+                cycle: state.progress.cycle,
+                task: state.brief.task.clone(),
                 updated_at: state.updated_at,
                 id: state.id,
             });

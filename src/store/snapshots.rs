@@ -152,14 +152,18 @@ impl Store {
         }
         // Undo records cover the agent's own cycles only (a fork has none from before it began;
         // an agent stored before forks, none from before its first change since).
-        let own_from = match source.history_from {
+        let own_from = match source.progress.history_from {
             Some(from) => from,
             None => match self.first_undo_cycle(&source.id) {
                 Ok(Some(first)) => first.saturating_sub(1),
                 _ => last,
             },
         };
-        let oldest = source.cycle.saturating_sub(SNAPSHOT_CYCLES).max(own_from);
+        let oldest = source
+            .progress
+            .cycle
+            .saturating_sub(SNAPSHOT_CYCLES)
+            .max(own_from);
         if cycle < oldest {
             return Err(ForkRefusal::TooOld { oldest });
         }
@@ -294,7 +298,7 @@ mod tests {
             edited_by: Vec::new(),
             cost: Default::default(),
         });
-        agent.cycle = cycle + 1;
+        agent.progress.cycle = cycle + 1;
         let episode = agent.last_episode().unwrap().clone();
         store
             .commit(&Commit {
@@ -358,8 +362,8 @@ mod tests {
         );
 
         let mut fork = AgentState::for_test("fork1");
-        fork.cycle = 3;
-        fork.history_from = Some(2);
+        fork.progress.cycle = 3;
+        fork.progress.history_from = Some(2);
         let audit = AuditEntry {
             at: fork.created_at,
             by: "alice".into(),
@@ -369,21 +373,30 @@ mod tests {
         drop(store);
         let store = Store::open(dir.path()).unwrap();
         let forked = store.load_agent("fork1").unwrap().unwrap();
-        let cycles: Vec<u64> = forked.episodes.iter().map(|e| e.cycle).collect();
-        assert_eq!((cycles, forked.cycle), (vec![1, 2], 3));
+        let cycles: Vec<u64> = forked.progress.episodes.iter().map(|e| e.cycle).collect();
+        assert_eq!((cycles, forked.progress.cycle), (vec![1, 2], 3));
         assert_eq!(
             store.list_files("fork1").unwrap(),
             [("a.txt".to_string(), 1), ("b.txt".to_string(), 1)]
         );
         assert_eq!(store.audit_page("fork1", 0, 10).unwrap().entries.len(), 1);
         // The source is as it was.
-        assert_eq!(store.load_agent("src1").unwrap().unwrap().episodes.len(), 4);
+        assert_eq!(
+            store
+                .load_agent("src1")
+                .unwrap()
+                .unwrap()
+                .progress
+                .episodes
+                .len(),
+            4
+        );
         assert_eq!(
             store.workspace_at("src1", 4).unwrap(),
             files(&[("a.txt", "3b"), ("c.txt", "c")])
         );
         // A fork has no workspace from before it began: going further back is refused.
-        assert_eq!(forked.history_from, Some(2));
+        assert_eq!(forked.progress.history_from, Some(2));
         assert_eq!(
             store.check_fork(&forked, 1),
             Err(ForkRefusal::TooOld { oldest: 2 })
@@ -391,10 +404,10 @@ mod tests {
         assert_eq!(store.check_fork(&forked, 2), Ok(()));
         // An agent stored before forks is read back only from its first recorded change on.
         let mut older = store.load_agent("src1").unwrap().unwrap();
-        older.history_from = None;
+        older.progress.history_from = None;
         assert_eq!(store.check_fork(&older, 0), Ok(()));
         let mut unrecorded = AgentState::for_test("old1");
-        unrecorded.history_from = None;
+        unrecorded.progress.history_from = None;
         close_cycle(&store, &mut unrecorded, 1, Vec::new());
         close_cycle(&store, &mut unrecorded, 2, Vec::new());
         assert_eq!(
@@ -434,7 +447,7 @@ mod tests {
             .scan_prefix(agent_prefix("long"))
             .count() as u64;
         assert_eq!(kept, SNAPSHOT_CYCLES + 1);
-        let oldest = agent.cycle - SNAPSHOT_CYCLES;
+        let oldest = agent.progress.cycle - SNAPSHOT_CYCLES;
         assert_eq!(store.check_fork(&agent, oldest), Ok(()));
         assert_eq!(
             store.workspace_at("long", oldest).unwrap(),

@@ -64,18 +64,18 @@ impl Store {
         state: &mut AgentState,
         raw: &[u8],
     ) -> Result<(), StoreError> {
-        if state.phase != Phase::AwaitingDecision {
+        if state.progress.phase != Phase::AwaitingDecision {
             return Ok(());
         }
-        if state.pending_cycle() != Some(state.cycle) {
+        if state.pending_cycle() != Some(state.progress.cycle) {
             return Ok(());
         }
-        let started = match self.journal_entry(&state.id, state.cycle)? {
+        let started = match self.journal_entry(&state.id, state.progress.cycle)? {
             Some(JournalEntry::Executing { on_record, .. }) => on_record == Some(digest(raw)),
             _ => false,
         };
         if started {
-            let approved_by = self.decided_by(&state.id, state.cycle)?;
+            let approved_by = self.decided_by(&state.id, state.progress.cycle)?;
             state.start_pending_command(approved_by);
         }
         Ok(())
@@ -91,9 +91,9 @@ mod tests {
 
     fn awaiting(id: &str) -> AgentState {
         let mut state = AgentState::for_test(id);
-        state.cycle = 3;
-        state.phase = Phase::AwaitingDecision;
-        state.pending = Some(
+        state.progress.cycle = 3;
+        state.progress.phase = Phase::AwaitingDecision;
+        state.progress.pending = Some(
             serde_json::from_value(serde_json::json!({
                 "cycle": 3,
                 "thoughts": {"text": "write it down"},
@@ -129,7 +129,7 @@ mod tests {
             .record_decision(&state.id, 3, &decision)
             .unwrap()
             .unwrap();
-        let pending = state.pending.as_ref().unwrap();
+        let pending = state.progress.pending.as_ref().unwrap();
         let shown = ShownCommand::of(&pending.command, pending.revision);
         let entry = AuditEntry {
             at: state.updated_at,
@@ -151,8 +151,8 @@ mod tests {
         assert_eq!(store.agents.get("a1").unwrap(), agents_before);
         assert_eq!(store.audit_trail("a1").unwrap().len(), 1);
         let loaded = store.load_agent("a1").unwrap().unwrap();
-        assert_eq!(loaded.phase, Phase::Executing);
-        let pending = loaded.pending.as_ref().unwrap();
+        assert_eq!(loaded.progress.phase, Phase::Executing);
+        let pending = loaded.progress.pending.as_ref().unwrap();
         assert_eq!(
             pending.approved_by.as_ref().map(|by| by.names()).as_deref(),
             Some("alice")
@@ -168,7 +168,7 @@ mod tests {
     fn any_later_write_of_the_record_leaves_the_start_stale() {
         let shown_again_ways: [fn(&mut AgentState); 2] = [
             // Shown again as interrupted after a restart.
-            |state| state.pending.as_mut().unwrap().interrupted = true,
+            |state| state.progress.pending.as_mut().unwrap().interrupted = true,
             // Shown again unchanged but for the time (a stale file's card), or rethought.
             |state| state.updated_at += chrono::Duration::seconds(1),
         ];
@@ -177,7 +177,7 @@ mod tests {
             let (_dir, store) = store_with(&state);
             approve(&store, &state);
             let mut again = store.load_agent("a2").unwrap().unwrap();
-            again.phase = Phase::AwaitingDecision;
+            again.progress.phase = Phase::AwaitingDecision;
             shown_again(&mut again);
             store
                 .commit(&Commit {
@@ -186,7 +186,7 @@ mod tests {
                 })
                 .unwrap();
             let loaded = store.load_agent("a2").unwrap().unwrap();
-            assert_eq!(loaded.phase, Phase::AwaitingDecision);
+            assert_eq!(loaded.progress.phase, Phase::AwaitingDecision);
             assert!(!crate::runtime::was_interrupted(&store, &loaded).unwrap());
         }
     }
@@ -195,7 +195,7 @@ mod tests {
     fn approvals_stored_on_their_own_are_folded_like_any_trail_entries() {
         let state = awaiting("a4");
         let (_dir, store) = store_with(&state);
-        let call = &state.pending.as_ref().unwrap().command;
+        let call = &state.progress.pending.as_ref().unwrap().command;
         let entry = AuditEntry {
             at: state.updated_at,
             by: "alice".into(),
@@ -220,11 +220,11 @@ mod tests {
         // Entries written before `record_start` (and by `record_executing`) name no record.
         let state = awaiting("a3");
         let (_dir, store) = store_with(&state);
-        let call = &state.pending.as_ref().unwrap().command;
+        let call = &state.progress.pending.as_ref().unwrap().command;
         store
             .record_executing("a3", 3, call, state.updated_at)
             .unwrap();
         let loaded = store.load_agent("a3").unwrap().unwrap();
-        assert_eq!(loaded.phase, Phase::AwaitingDecision);
+        assert_eq!(loaded.progress.phase, Phase::AwaitingDecision);
     }
 }

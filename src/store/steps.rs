@@ -94,13 +94,13 @@ impl Store {
             self.newest_records(&FOLDING, &prefix, 0, WHOLE_STEPS_KEPT + STEP_LINES_KEPT)?;
         let read = newest.len();
         let mut newest = newest.into_iter();
-        state.episodes = newest.by_ref().take(WHOLE_STEPS_KEPT).collect();
-        state.episodes.reverse();
+        state.progress.episodes = newest.by_ref().take(WHOLE_STEPS_KEPT).collect();
+        state.progress.episodes.reverse();
         for older in newest {
-            state.earlier.push_older(&older);
+            state.progress.earlier.push_older(&older);
         }
         let total = self.count_records(&FOLDING, &prefix)?;
-        state.earlier.not_kept += total.saturating_sub(read) as u64;
+        state.progress.earlier.not_kept += total.saturating_sub(read) as u64;
         Ok(())
     }
 
@@ -197,7 +197,7 @@ mod tests {
     fn agent_with_steps(store: &Store, id: &str, steps: u64) -> AgentState {
         let mut state = AgentState::for_test(id);
         for cycle in 1..=steps {
-            state.cycle = cycle;
+            state.progress.cycle = cycle;
             let taken = step(cycle);
             store
                 .commit(&Commit {
@@ -244,10 +244,13 @@ mod tests {
         assert_eq!(cycles(&store.all_episodes("long2").unwrap()), [1, 2, 3]);
 
         let loaded = store.load_agent("long").unwrap().unwrap();
-        assert_eq!(cycles(&loaded.episodes), (369..=400).collect::<Vec<_>>());
-        assert_eq!(loaded.earlier.lines.len(), STEP_LINES_KEPT);
-        assert_eq!(loaded.earlier.lines.front().unwrap().0, 113);
-        assert_eq!(loaded.earlier.not_kept, 112);
+        assert_eq!(
+            cycles(&loaded.progress.episodes),
+            (369..=400).collect::<Vec<_>>()
+        );
+        assert_eq!(loaded.progress.earlier.lines.len(), STEP_LINES_KEPT);
+        assert_eq!(loaded.progress.earlier.lines.front().unwrap().0, 113);
+        assert_eq!(loaded.progress.earlier.not_kept, 112);
 
         assert_eq!(
             store
@@ -284,7 +287,7 @@ mod tests {
         };
 
         let mut fork = AgentState::for_test("forked");
-        fork.cycle = 150;
+        fork.progress.cycle = 150;
         store.fork_agent("deep", 150, &fork, &audit(0)).unwrap();
         assert_eq!(
             cycles(&store.all_episodes("forked").unwrap()),
@@ -296,7 +299,7 @@ mod tests {
             "{singles} singles"
         );
 
-        state.cycle = 100;
+        state.progress.cycle = 100;
         let removed = store.rewind_agent(100, &state, audit).unwrap();
         assert_eq!(removed, 200);
         let left = store.all_episodes("deep").unwrap();
@@ -305,7 +308,7 @@ mod tests {
         assert_eq!(store.steps_after("deep", 50).unwrap(), 50);
         // The source's steps the fork copied are its own.
         assert_eq!(store.all_episodes("forked").unwrap().len(), 150);
-        assert_eq!(source.cycle, 300);
+        assert_eq!(source.progress.cycle, 300);
     }
 
     #[test]

@@ -27,11 +27,11 @@ fn commit_and_reload_with_episodes_and_files() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
     let mut agent = state("abc123");
-    agent.episodes.push(episode(1, Some("me")));
+    agent.progress.episodes.push(episode(1, Some("me")));
     store
         .commit(&Commit {
             state: Some(&agent),
-            episodes: agent.episodes.iter().collect(),
+            episodes: agent.progress.episodes.iter().collect(),
             workspace: vec![WorkspaceOp::Put {
                 path: "a/b.txt".into(),
                 contents: b"hello".to_vec(),
@@ -42,7 +42,7 @@ fn commit_and_reload_with_episodes_and_files() {
     drop(store);
     let store = Store::open(dir.path()).unwrap();
     let loaded = store.load_agent("abc123").unwrap().unwrap();
-    assert_eq!(loaded.episodes, agent.episodes);
+    assert_eq!(loaded.progress.episodes, agent.progress.episodes);
     assert_eq!(
         store.read_file("abc123", "a/b.txt").unwrap().unwrap(),
         b"hello"
@@ -64,11 +64,11 @@ fn a_deleted_agent_leaves_nothing_and_its_neighbour_everything() {
     let store = Store::open(dir.path()).unwrap();
     for id in ["abc123", "abc1234"] {
         let mut agent = state(id);
-        agent.episodes.push(episode(1, None));
+        agent.progress.episodes.push(episode(1, None));
         store
             .commit(&Commit {
                 state: Some(&agent),
-                episodes: agent.episodes.iter().collect(),
+                episodes: agent.progress.episodes.iter().collect(),
                 workspace: vec![WorkspaceOp::Put {
                     path: "a.txt".into(),
                     contents: b"x".to_vec(),
@@ -131,15 +131,15 @@ fn an_agent_is_loaded_with_its_newest_steps_whole_and_older_ones_as_lines() {
         store
             .commit(&Commit {
                 state: Some(&agent),
-                episodes: agent.episodes.last().into_iter().collect(),
+                episodes: agent.progress.episodes.last().into_iter().collect(),
                 ..Default::default()
             })
             .unwrap();
     }
     let loaded = store.load_agent("long00000001").unwrap().unwrap();
-    assert_eq!(loaded.episodes, agent.episodes);
-    assert_eq!(loaded.earlier, agent.earlier);
-    assert_eq!(loaded.earlier.not_kept, 12);
+    assert_eq!(loaded.progress.episodes, agent.progress.episodes);
+    assert_eq!(loaded.progress.earlier, agent.progress.earlier);
+    assert_eq!(loaded.progress.earlier.not_kept, 12);
     assert_eq!(loaded.step_count(), steps);
     let all = store.all_episodes("long00000001").unwrap();
     assert_eq!(all.len() as u64, steps);
@@ -210,12 +210,13 @@ fn a_closed_cycles_decision_is_read_from_its_episode_and_its_record_removed() {
 
     let mut agent = state("a");
     agent
+        .progress
         .episodes
         .push(episode(3, Some("alice; arguments edited by carol")));
     store
         .commit(&Commit {
             state: Some(&agent),
-            episodes: agent.episodes.iter().collect(),
+            episodes: agent.progress.episodes.iter().collect(),
             ..Default::default()
         })
         .unwrap();
@@ -303,7 +304,7 @@ fn recalled_memories_are_kept_by_reference_and_older_records_with_texts_still_lo
     let store = Store::open(dir.path()).unwrap();
     let mut agent = state("r1");
     let text = "The launch password is heliotrope. ".repeat(30);
-    agent.recalled = vec![MemoryHit {
+    agent.progress.recalled = vec![MemoryHit {
         id: 7,
         cycle: 3,
         source: MemorySource::Cycle,
@@ -325,7 +326,7 @@ fn recalled_memories_are_kept_by_reference_and_older_records_with_texts_still_lo
         "the record holds the memory's text"
     );
     let loaded = store.load_agent_record("r1").unwrap().unwrap();
-    let hit = &loaded.recalled[0];
+    let hit = &loaded.progress.recalled[0];
     assert_eq!(
         (hit.id, hit.cycle, hit.score, hit.pinned),
         (7, 3, 0.5, true)
@@ -340,7 +341,7 @@ fn recalled_memories_are_kept_by_reference_and_older_records_with_texts_still_lo
         .insert("r1", serde_json::to_vec(&older).unwrap())
         .unwrap();
     let loaded = store.load_agent_record("r1").unwrap().unwrap();
-    assert_eq!(loaded.recalled[0].text, text);
+    assert_eq!(loaded.progress.recalled[0].text, text);
 }
 
 #[test]
@@ -468,7 +469,7 @@ fn a_set_stored_ahead_is_finished_or_dropped_by_whether_its_state_landed() {
     let dir = tempfile::tempdir().unwrap();
     let (old, new) = (state("a1"), {
         let mut new = state("a1");
-        new.cycle = 4;
+        new.progress.cycle = 4;
         new
     });
     let set = |state: &AgentState, file: &str| {
@@ -498,8 +499,11 @@ fn a_set_stored_ahead_is_finished_or_dropped_by_whether_its_state_landed() {
         Some(b"x".to_vec())
     );
     assert_eq!(
-        store.load_agent_record("a1").unwrap().map(|s| s.cycle),
-        Some(old.cycle)
+        store
+            .load_agent_record("a1")
+            .unwrap()
+            .map(|s| s.progress.cycle),
+        Some(old.progress.cycle)
     );
     assert!(store.ahead.is_empty());
 }

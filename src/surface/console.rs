@@ -266,10 +266,10 @@ pub fn proposal_text(agent: &AgentState, proposal: &Proposal, auto_approved: boo
         out.push_str(&format!("NOTE: {why}\n"));
     }
     if auto_approved {
-        let left = agent.auto_approvals_left;
+        let left = agent.safety.auto_approvals_left;
         if let Some(rule) = &proposal.approved_by {
             out.push_str(&format!("(approved automatically by {rule})\n"));
-        } else if agent.settings.continuous {
+        } else if agent.brief.settings.continuous {
             out.push_str("(approved automatically: continuous mode)\n");
         } else {
             out.push_str(&format!(
@@ -362,7 +362,7 @@ impl Surface for ConsoleSurface {
 
     async fn show_profile(&self, agent: &AgentState) {
         self.end_stream();
-        let Some(profile) = &agent.profile else {
+        let Some(profile) = &agent.brief.profile else {
             return;
         };
         let mut out = format!(
@@ -524,12 +524,12 @@ impl Surface for ConsoleSurface {
         print_flush(&format!(
             "\nAgent {} finished: {reason}\nSpent {} in {} cycle{} ({} prompt + {} completion tokens in {} calls).\nGive it a follow-up task with: autothread console --resume {} --task \"…\"\n",
             agent.name(),
-            format_usd(agent.spent_at_last_cycle.unwrap_or_default()),
+            format_usd(agent.money.spent_at_last_cycle.unwrap_or_default()),
             agent.step_count(),
             if agent.step_count() == 1 { "" } else { "s" },
-            agent.usage.prompt_tokens,
-            agent.usage.completion_tokens,
-            agent.usage.calls,
+            agent.money.usage.prompt_tokens,
+            agent.money.usage.completion_tokens,
+            agent.money.usage.calls,
             agent.id
         ));
     }

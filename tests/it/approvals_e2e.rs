@@ -304,14 +304,19 @@ async fn a_file_changed_after_its_card_was_shown_is_shown_again_instead_of_writt
         Some(&b"crab\n"[..]),
         "approved again, the command ran once"
     );
-    assert_eq!(state.episodes.len(), 2, "{:?}", state.episodes);
+    assert_eq!(
+        state.progress.episodes.len(),
+        2,
+        "{:?}",
+        state.progress.episodes
+    );
     assert!(
-        state.episodes[0]
+        state.progress.episodes[0]
             .outcome
             .text()
             .contains("has been written"),
         "{:?}",
-        state.episodes[0]
+        state.progress.episodes[0]
     );
 }
 
@@ -587,7 +592,11 @@ async fn only_a_command_that_lands_with_its_result_runs_before_its_proposal_is_s
         *surface.on_first_card.lock().unwrap() = Some(Box::new(move |_| {
             let stored = reader.load_agent_record(id).unwrap().expect("stored agent");
             let journal = reader.journal_entry(id, 1).unwrap();
-            *seen_by_hook.lock().unwrap() = Some((stored.phase, stored.pending.is_some(), journal));
+            *seen_by_hook.lock().unwrap() = Some((
+                stored.progress.phase,
+                stored.progress.pending.is_some(),
+                journal,
+            ));
         }));
         let deps = deps(&store, model, surface.clone(), config, None);
         let (_handle, done) = autothread::runtime::start(
@@ -616,7 +625,11 @@ async fn only_a_command_that_lands_with_its_result_runs_before_its_proposal_is_s
         }
         // Either way the command ran once, its result is recorded, and the trail has its approval
         // first, before the decision on `finish` (which always asks).
-        assert!(state.episodes.len() >= 2, "{case}: {:?}", state.episodes);
+        assert!(
+            state.progress.episodes.len() >= 2,
+            "{case}: {:?}",
+            state.progress.episodes
+        );
         if command == "write_file" {
             assert_eq!(
                 store.read_file(id, "haiku.txt").unwrap().as_deref(),

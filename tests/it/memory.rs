@@ -567,12 +567,12 @@ pub(crate) async fn fact_from_cycle_3_recalled_at_cycle_40(one_model: bool) -> F
     let (_handle, done) = runtime::start(state, Event::Start, deps.clone());
     let state = done.await.unwrap().unwrap();
     assert!(
-        matches!(state.phase, Phase::Finished { .. }),
+        matches!(state.progress.phase, Phase::Finished { .. }),
         "{:?}",
-        state.phase
+        state.progress.phase
     );
     // 39 cycles ran; the next one is 40.
-    assert_eq!(state.cycle, 40);
+    assert_eq!(state.progress.cycle, 40);
     assert!(f.memory.count("recall000001") >= 30);
 
     let (_handle, done) = runtime::start(
@@ -584,7 +584,7 @@ pub(crate) async fn fact_from_cycle_3_recalled_at_cycle_40(one_model: bool) -> F
         deps,
     );
     let state = done.await.unwrap().unwrap();
-    assert_eq!(state.episodes.last().unwrap().cycle, 40);
+    assert_eq!(state.progress.episodes.last().unwrap().cycle, 40);
     let prompts = model.cycle_prompts.lock().unwrap();
     let last = prompts.last().unwrap();
     let memories = last

@@ -138,8 +138,11 @@ async fn a_rate_limited_agent_waits_on_the_fake_clock_and_resumes() {
     })
     .await;
     let waiting = store.load_agent("paced0000001").unwrap().unwrap();
-    assert_eq!(waiting.phase, Phase::Thinking);
-    assert!(waiting.paced.is_some(), "status can say until when");
+    assert_eq!(waiting.progress.phase, Phase::Thinking);
+    assert!(
+        waiting.progress.paced.is_some(),
+        "status can say until when"
+    );
     assert!(!surface.proposals.lock().unwrap().contains(&2));
 
     // Time moves on a minute at a time; the agent proceeds without ever sleeping for real.
@@ -156,12 +159,17 @@ async fn a_rate_limited_agent_waits_on_the_fake_clock_and_resumes() {
         .unwrap()
         .unwrap();
     assert!(
-        matches!(finished.phase, Phase::Finished { .. }),
+        matches!(finished.progress.phase, Phase::Finished { .. }),
         "{:?}",
-        finished.phase
+        finished.progress.phase
     );
     assert_eq!(model.cycle_calls(), 2);
-    let second = finished.episodes.iter().find(|e| e.cycle == 2).unwrap();
+    let second = finished
+        .progress
+        .episodes
+        .iter()
+        .find(|e| e.cycle == 2)
+        .unwrap();
     assert_eq!(second.command.name, "finish");
     assert!(surface.proposals.lock().unwrap().contains(&2));
 }

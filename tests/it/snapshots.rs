@@ -55,7 +55,7 @@ fn agent() -> AgentState {
         },
         at(),
     );
-    state.follow_ups.push("Add a title line.".into());
+    state.brief.follow_ups.push("Add a title line.".into());
     let episodes = [
         (
             call(
@@ -80,7 +80,7 @@ fn agent() -> AgentState {
         ),
     ];
     for (cycle, (command, outcome, summary)) in episodes.into_iter().enumerate() {
-        state.episodes.push(Episode {
+        state.progress.episodes.push(Episode {
             cycle: cycle as u64 + 1,
             command,
             reasoning: "The task asks for a haiku in a file.".into(),
@@ -93,8 +93,8 @@ fn agent() -> AgentState {
             cost: autothread::core::budget::Micros::ZERO,
         });
     }
-    state.cycle = 4;
-    state.phase = Phase::AwaitingDecision;
+    state.progress.cycle = 4;
+    state.progress.phase = Phase::AwaitingDecision;
     state
 }
 

@@ -61,19 +61,22 @@ fn a_schema_1_store_is_migrated_on_open() {
     let agent = store.load_agent("0f1e2d3c4b5a").unwrap().unwrap();
     assert_eq!(agent.name(), "PoetGPT");
     assert_eq!(
-        agent.phase,
+        agent.progress.phase,
         Phase::Paused(PauseReason::Denied {
             by: autothread::core::person::Person::name_only("alice")
         })
     );
-    assert_eq!(agent.usage.calls, 0);
-    assert_eq!(agent.cycles_since_resume, 0);
-    assert_eq!(agent.episodes.len(), 1);
+    assert_eq!(agent.money.usage.calls, 0);
+    assert_eq!(agent.progress.cycles_since_resume, 0);
+    assert_eq!(agent.progress.episodes.len(), 1);
     assert_eq!(
-        agent.episodes[0].summary.as_deref(),
+        agent.progress.episodes[0].summary.as_deref(),
         Some("Wrote the poem to poem.txt.")
     );
-    assert_eq!(agent.pending.as_ref().unwrap().command.name, "read_file");
+    assert_eq!(
+        agent.progress.pending.as_ref().unwrap().command.name,
+        "read_file"
+    );
     assert_eq!(
         store
             .read_file("0f1e2d3c4b5a", "poem.txt")

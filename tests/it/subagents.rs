@@ -84,11 +84,11 @@ async fn sub_agents_live_bounded_and_paid_by_their_parent() {
         .unwrap()
         .unwrap();
     assert!(
-        matches!(state.phase, Phase::Finished { .. }),
+        matches!(state.progress.phase, Phase::Finished { .. }),
         "{:?}",
-        state.phase
+        state.progress.phase
     );
-    let outcomes: Vec<&Outcome> = state.episodes.iter().map(|e| &e.outcome).collect();
+    let outcomes: Vec<&Outcome> = state.progress.episodes.iter().map(|e| &e.outcome).collect();
     let text = |i: usize| outcomes[i].text().to_string();
     assert!(
         text(0).starts_with(
@@ -185,7 +185,7 @@ async fn a_re_approved_sub_agent_command_is_not_run_twice() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
     let mut state = agent("crash0000001", "t", "m", false);
-    state.cycle = 4;
+    state.progress.cycle = 4;
     let model = ToolFake::new(10, |_| "Hello.".to_string());
     let start = json!({"name": "Helper", "task": "t", "prompt": "Hi"});
     let first = run_tool(&store, &model, &state, None, "start_agent", start.clone()).await;
@@ -195,7 +195,7 @@ async fn a_re_approved_sub_agent_command_is_not_run_twice() {
         .text()
         .starts_with("Agent Helper created with key 1. First response: Hello."));
     assert_eq!(store.subagents("crash0000001").unwrap().len(), 1);
-    state.cycle = 5;
+    state.progress.cycle = 5;
     let message = json!({"key": "1", "message": "How are you?"});
     let first = run_tool(
         &store,
@@ -222,7 +222,7 @@ async fn a_re_approved_sub_agent_command_is_not_run_twice() {
         "one start and one message were paid for"
     );
     // The same message in a later cycle is a new exchange.
-    state.cycle = 6;
+    state.progress.cycle = 6;
     run_tool(&store, &model, &state, None, "message_agent", message).await;
     assert_eq!(model.call_count(), 3);
     assert_eq!(

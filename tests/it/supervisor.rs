@@ -30,7 +30,7 @@ impl ChatModel for Silent {
 fn resting_agent(dir: &tempfile::TempDir, id: &str) -> (Supervisor, Arc<Recorder>, Store) {
     let store = Store::open(dir.path()).unwrap();
     let mut state = agent(id, "Wait", "local-model", false);
-    state.phase = Phase::Paused(PauseReason::ByUser {
+    state.progress.phase = Phase::Paused(PauseReason::ByUser {
         by: autothread::core::person::Person::discord(9, "owner"),
     });
     store
@@ -147,6 +147,7 @@ async fn events_sent_while_actors_come_to_rest_are_all_applied() {
     assert!(supervisor.actors_started() >= 1);
     let state = store.load_agent("owner0000002").unwrap().unwrap();
     assert!(state
+        .brief
         .settings
         .budget
         .is_some_and(|b| b >= Micros(1_000_000)));

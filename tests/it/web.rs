@@ -698,7 +698,11 @@ async fn prompt_injection_in_a_page_does_not_change_the_policy() {
     }));
     let (surface, deps) = denying_web_agent(&store, model.clone(), port);
     let mut state = agent("inject000001", "Summarise the page", "local-model", true);
-    state.settings.policy.insert(Risk::Write, ClassAction::Ask);
+    state
+        .brief
+        .settings
+        .policy
+        .insert(Risk::Write, ClassAction::Ask);
     store
         .commit(&Commit {
             state: Some(&state),
@@ -725,12 +729,15 @@ async fn prompt_injection_in_a_page_does_not_change_the_policy() {
         "the page was read without a card; the delete it provoked waited for one"
     );
     assert!(
-        matches!(state.phase, Phase::Paused(PauseReason::Denied { .. })),
+        matches!(
+            state.progress.phase,
+            Phase::Paused(PauseReason::Denied { .. })
+        ),
         "{:?}",
-        state.phase
+        state.progress.phase
     );
     assert_eq!(
-        state.settings.policy.get(&Risk::Write),
+        state.brief.settings.policy.get(&Risk::Write),
         Some(&ClassAction::Ask)
     );
     assert_eq!(
@@ -815,11 +822,14 @@ async fn after_reading_an_injected_page_sending_data_out_needs_a_person() {
     );
     assert_eq!(*surface.outgoing.lock().unwrap(), [None, Some(leak)]);
     assert!(
-        matches!(state.phase, Phase::Paused(PauseReason::Denied { .. })),
+        matches!(
+            state.progress.phase,
+            Phase::Paused(PauseReason::Denied { .. })
+        ),
         "{:?}",
-        state.phase
+        state.progress.phase
     );
-    assert_eq!(state.tainted.as_ref().map(|t| t.cycle), Some(1));
+    assert_eq!(state.safety.tainted.as_ref().map(|t| t.cycle), Some(1));
     assert_eq!(server.seen.count("/exfiltrate"), 1);
     assert_eq!(server.seen.count("/collect"), 0, "nothing left");
 }

@@ -230,7 +230,7 @@ impl<'a> CyclePrompt<'a> {
     pub fn new(inputs: &'a PromptInputs<'a>) -> Self {
         let state = inputs.state;
         let fallback_profile = Profile::fallback();
-        let profile = state.profile.as_ref().unwrap_or(&fallback_profile);
+        let profile = state.brief.profile.as_ref().unwrap_or(&fallback_profile);
         let counter = inputs.counter;
         let system = Message::system(system_prompt(profile, inputs.commands));
         let task = Message::user(format!("\"\"\"{}\"\"\"", state.full_task()));
@@ -252,7 +252,7 @@ impl<'a> CyclePrompt<'a> {
             + inputs.schema_tokens
             + counter.count(PROGRESS_HEADER)
             + MESSAGE_OVERHEAD;
-        let steps = state.episodes.len();
+        let steps = state.progress.episodes.len();
         CyclePrompt {
             inputs,
             system,
@@ -264,7 +264,7 @@ impl<'a> CyclePrompt<'a> {
             fixed_tokens,
             in_full: (0..steps).map(|_| OnceCell::new()).collect(),
             as_line: (0..steps).map(|_| OnceCell::new()).collect(),
-            earlier_costs: (0..state.earlier.lines.len())
+            earlier_costs: (0..state.progress.earlier.lines.len())
                 .map(|_| OnceCell::new())
                 .collect(),
         }
@@ -277,7 +277,7 @@ impl<'a> CyclePrompt<'a> {
 
     /// The newest step's text and cost (`newest` 0 is the newest), in full or as a line.
     fn step_text(&self, newest: usize, full: bool) -> (&str, usize) {
-        let episodes = &self.inputs.state.episodes;
+        let episodes = &self.inputs.state.progress.episodes;
         let episode = &episodes[episodes.len() - 1 - newest];
         let (cells, render): (_, fn(&Episode) -> String) = if full {
             (&self.in_full, Episode::render_full)
@@ -308,7 +308,7 @@ impl<'a> CyclePrompt<'a> {
         };
         let mut full_mode = true;
         let mut out_of_room = false;
-        for (newest, episode) in state.episodes.iter().rev().enumerate() {
+        for (newest, episode) in state.progress.episodes.iter().rev().enumerate() {
             if full_mode && fitted.in_full < inputs.full_steps {
                 let (text, cost) = self.step_text(newest, true);
                 if cost <= available {
@@ -331,7 +331,7 @@ impl<'a> CyclePrompt<'a> {
             fitted.summarised += 1;
         }
         // The steps older than the whole ones are held as the very lines shown for them.
-        for (newest, (cycle, line)) in state.earlier.lines.iter().rev().enumerate() {
+        for (newest, (cycle, line)) in state.progress.earlier.lines.iter().rev().enumerate() {
             if out_of_room {
                 break;
             }

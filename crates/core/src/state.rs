@@ -340,20 +340,91 @@ impl std::fmt::Display for GuildId {
     }
 }
 
+/// One agent: who it is, and its state in four groups, so that a new field has an obvious place.
+/// The groups are flattened in the stored record, which keeps the shape it had before they existed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AgentState {
     pub id: String,
+    #[serde(flatten)]
+    pub brief: AgentBrief,
+    #[serde(flatten)]
+    pub progress: AgentProgress,
+    #[serde(flatten)]
+    pub money: AgentMoney,
+    #[serde(flatten)]
+    pub safety: AgentSafety,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// What the agent was asked to do and how: its task, profile and settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentBrief {
     pub task: String,
     /// Tasks given after the agent finished, oldest first.
     pub follow_ups: Vec<String>,
     pub profile: Option<Profile>,
     pub settings: AgentSettings,
+}
+
+/// Where the agent is: its phase, its cycle, the step on the table and the steps behind it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentProgress {
     pub phase: Phase,
     /// The cycle being worked on, starting at 1.
     pub cycle: u64,
     /// Cycles this agent has run since its cycle limit was last reset (by a resume).
     pub cycles_since_resume: u64,
     pub pending: Option<Proposal>,
+    /// Identifies the model call the agent is waiting for; replies to older calls are ignored.
+    pub call_seq: u64,
+    /// Pause once the running command has finished.
+    pub pause_requested: Option<crate::person::Person>,
+    /// Finish once the running command has finished (who asked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_requested: Option<crate::person::Person>,
+    /// Set while the agent waits for a rate limit before a model call.
+    #[serde(default)]
+    pub paced: Option<Pacing>,
+    /// The memories recalled for the current cycle. The record keeps them without their texts,
+    /// which the memory store holds: the texts made up most of a record written three times a
+    /// cycle. An actor that loads the agent reads them back (`Memory::with_texts`).
+    #[serde(default, serialize_with = "hits_by_reference")]
+    pub recalled: Vec<MemoryHit>,
+    /// The cycle after which this agent's own history begins: 0 for an agent started afresh,
+    /// the cycle it was forked after for a fork, `None` for an agent stored before forks. Its
+    /// workspace can be read back only from there on (see `store::snapshots`), and its spend
+    /// chart starts there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_from: Option<u64>,
+    /// The newest steps, whole (at most `WHOLE_STEPS_KEPT` once recorded through
+    /// `record_episode`). Stored in their own tree, one record per cycle; loaded back by the store.
+    #[serde(skip)]
+    pub episodes: Vec<Episode>,
+    /// The steps before those, as their Progress lines, bounded; the store keeps them all.
+    #[serde(skip)]
+    pub earlier: EarlierSteps,
+}
+
+/// What the agent has spent and who pays for it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentMoney {
+    pub usage: UsageTotals,
+    #[serde(default)]
+    pub spender: Spender,
+    /// Tokens of the last cycle prompt, for the next step's cost estimate.
+    #[serde(default)]
+    pub last_prompt_tokens: u64,
+    /// The agent's settled spend when its last cycle closed, so each step knows its own cost
+    /// (`None` for agents saved before costs were kept, until their next cycle closes).
+    #[serde(default)]
+    pub spent_at_last_cycle: Option<Micros>,
+}
+
+/// What keeps the agent in check: approvals left, counters in a row, the runaway brake, the taint
+/// and its remembered rules.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentSafety {
     pub auto_approvals_left: u32,
     pub invalid_replies_in_row: u32,
     /// Proposed commands refused in a row (by policy, as unknown or as duplicates).
@@ -366,31 +437,6 @@ pub struct AgentState {
     /// judged for progress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rethink_requested: Option<u32>,
-    /// Identifies the model call the agent is waiting for; replies to older calls are ignored.
-    pub call_seq: u64,
-    /// Pause once the running command has finished.
-    pub pause_requested: Option<crate::person::Person>,
-    /// Finish once the running command has finished (who asked).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub finish_requested: Option<crate::person::Person>,
-    pub usage: UsageTotals,
-    #[serde(default)]
-    pub spender: Spender,
-    /// Tokens of the last cycle prompt, for the next step's cost estimate.
-    #[serde(default)]
-    pub last_prompt_tokens: u64,
-    /// Set while the agent waits for a rate limit before a model call.
-    #[serde(default)]
-    pub paced: Option<Pacing>,
-    /// The memories recalled for the current cycle. The record keeps them without their texts,
-    /// which the memory store holds: the texts made up most of a record written three times a
-    /// cycle. An actor that loads the agent reads them back (`Memory::with_texts`).
-    #[serde(default, serialize_with = "hits_by_reference")]
-    pub recalled: Vec<MemoryHit>,
-    /// The agent's settled spend when its last cycle closed, so each step knows its own cost
-    /// (`None` for agents saved before costs were kept, until their next cycle closes).
-    #[serde(default)]
-    pub spent_at_last_cycle: Option<Micros>,
     /// What the runaway brake has seen.
     #[serde(default)]
     pub brake: BrakeState,
@@ -402,21 +448,6 @@ pub struct AgentState {
     /// its server's are kept in the store, shared by its agents.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<crate::rules::ApprovalRule>,
-    /// The cycle after which this agent's own history begins: 0 for an agent started afresh,
-    /// the cycle it was forked after for a fork, `None` for an agent stored before forks. Its
-    /// workspace can be read back only from there on (see `store::snapshots`), and its spend
-    /// chart starts there.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub history_from: Option<u64>,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-    /// The newest steps, whole (at most `WHOLE_STEPS_KEPT` once recorded through
-    /// `record_episode`). Stored in their own tree, one record per cycle; loaded back by the store.
-    #[serde(skip)]
-    pub episodes: Vec<Episode>,
-    /// The steps before those, as their Progress lines, bounded; the store keeps them all.
-    #[serde(skip)]
-    pub earlier: EarlierSteps,
 }
 
 impl AgentState {
@@ -429,36 +460,44 @@ impl AgentState {
     ) -> Self {
         AgentState {
             id,
-            task,
-            follow_ups: Vec::new(),
-            profile,
-            settings,
-            phase: Phase::Creating,
-            cycle: 1,
-            cycles_since_resume: 0,
-            pending: None,
-            auto_approvals_left: 0,
-            invalid_replies_in_row: 0,
-            refusals_in_row: 0,
-            rethink_used: false,
-            rethink_requested: None,
-            call_seq: 0,
-            pause_requested: None,
-            finish_requested: None,
-            usage: UsageTotals::default(),
-            spender: Spender::default(),
-            last_prompt_tokens: 0,
-            paced: None,
-            recalled: Vec::new(),
-            spent_at_last_cycle: Some(Micros::ZERO),
-            brake: BrakeState::default(),
-            tainted: None,
-            rules: Vec::new(),
-            history_from: Some(0),
+            brief: AgentBrief {
+                task,
+                follow_ups: Vec::new(),
+                profile,
+                settings,
+            },
+            progress: AgentProgress {
+                phase: Phase::Creating,
+                cycle: 1,
+                cycles_since_resume: 0,
+                pending: None,
+                call_seq: 0,
+                pause_requested: None,
+                finish_requested: None,
+                paced: None,
+                recalled: Vec::new(),
+                history_from: Some(0),
+                episodes: Vec::new(),
+                earlier: EarlierSteps::default(),
+            },
+            money: AgentMoney {
+                usage: UsageTotals::default(),
+                spender: Spender::default(),
+                last_prompt_tokens: 0,
+                spent_at_last_cycle: Some(Micros::ZERO),
+            },
+            safety: AgentSafety {
+                auto_approvals_left: 0,
+                invalid_replies_in_row: 0,
+                refusals_in_row: 0,
+                rethink_used: false,
+                rethink_requested: None,
+                brake: BrakeState::default(),
+                tainted: None,
+                rules: Vec::new(),
+            },
             created_at: now,
             updated_at: now,
-            episodes: Vec::new(),
-            earlier: EarlierSteps::default(),
         }
     }
 
@@ -469,20 +508,20 @@ impl AgentState {
     /// afresh. The taint stays: sub-agents started since are kept, and what they read may come
     /// back.
     pub fn restart_after_rewind(&mut self, now: DateTime<Utc>) {
-        self.cycle += 1;
-        self.phase = Phase::Thinking;
-        self.pending = None;
-        self.auto_approvals_left = 0;
-        self.invalid_replies_in_row = 0;
-        self.refusals_in_row = 0;
-        self.rethink_used = false;
-        self.rethink_requested = None;
-        self.pause_requested = None;
-        self.finish_requested = None;
-        self.paced = None;
-        self.recalled = Vec::new();
-        self.cycles_since_resume = 0;
-        self.brake = Default::default();
+        self.progress.cycle += 1;
+        self.progress.phase = Phase::Thinking;
+        self.progress.pending = None;
+        self.safety.auto_approvals_left = 0;
+        self.safety.invalid_replies_in_row = 0;
+        self.safety.refusals_in_row = 0;
+        self.safety.rethink_used = false;
+        self.safety.rethink_requested = None;
+        self.progress.pause_requested = None;
+        self.progress.finish_requested = None;
+        self.progress.paced = None;
+        self.progress.recalled = Vec::new();
+        self.progress.cycles_since_resume = 0;
+        self.safety.brake = Default::default();
         self.updated_at = now;
     }
 
@@ -493,36 +532,37 @@ impl AgentState {
         &mut self,
         by: Option<crate::person::ActedBy>,
     ) -> Option<&Proposal> {
-        let pending = self.pending.as_mut()?;
+        let pending = self.progress.pending.as_mut()?;
         pending.approved_by = by;
         // The card no longer waits; if it is shown again (a stale file), it gets a new deadline.
         pending.deadline = None;
-        self.phase = Phase::Executing;
-        self.pending.as_ref()
+        self.progress.phase = Phase::Executing;
+        self.progress.pending.as_ref()
     }
 
     /// Applies what a person changed as they resumed the agent.
     pub fn resume_with(&mut self, change: ResumeSettings) {
-        self.settings.continuous = change.continuous;
+        self.brief.settings.continuous = change.continuous;
         if let Some(budget) = change.budget {
-            self.settings.budget = Some(budget);
+            self.brief.settings.budget = Some(budget);
         }
         if let Some(limit) = change.cycle_limit {
-            self.settings.cycle_limit = limit;
+            self.brief.settings.cycle_limit = limit;
         }
         if change.prompt_budget_tokens.is_some() {
-            self.settings.prompt_budget_tokens = change.prompt_budget_tokens;
+            self.brief.settings.prompt_budget_tokens = change.prompt_budget_tokens;
         }
     }
 
     /// Keeps the server the agent talks to from now on, so that resuming it later never sends
     /// its history elsewhere.
     pub fn keep_endpoint(&mut self, endpoint: Endpoint) {
-        self.settings.endpoint = Some(endpoint);
+        self.brief.settings.endpoint = Some(endpoint);
     }
 
     pub fn name(&self) -> &str {
-        self.profile
+        self.brief
+            .profile
             .as_ref()
             .map(|p| p.name.as_str())
             .unwrap_or("(unnamed agent)")
@@ -530,39 +570,39 @@ impl AgentState {
 
     /// The task as the model sees it, with any follow-ups.
     pub fn full_task(&self) -> String {
-        let mut text = self.task.clone();
-        for (i, follow_up) in self.follow_ups.iter().enumerate() {
+        let mut text = self.brief.task.clone();
+        for (i, follow_up) in self.brief.follow_ups.iter().enumerate() {
             text.push_str(&format!("\n\nFollow-up task {}: {}", i + 1, follow_up));
         }
         text
     }
 
     pub fn episode(&self, cycle: u64) -> Option<&Episode> {
-        self.episodes.iter().find(|e| e.cycle == cycle)
+        self.progress.episodes.iter().find(|e| e.cycle == cycle)
     }
 
     pub fn last_episode(&self) -> Option<&Episode> {
-        self.episodes.last()
+        self.progress.episodes.last()
     }
 
     /// Every step the agent has taken, counting those no longer held in memory.
     pub fn step_count(&self) -> u64 {
-        self.earlier.len() + self.episodes.len() as u64
+        self.progress.earlier.len() + self.progress.episodes.len() as u64
     }
 
     /// Adds the newest step; the oldest whole one beyond `WHOLE_STEPS_KEPT` becomes a line.
     pub fn record_episode(&mut self, episode: Episode) {
-        self.episodes.push(episode);
-        if self.episodes.len() > WHOLE_STEPS_KEPT {
-            let leaving = self.episodes.remove(0);
-            self.earlier.push(&leaving);
+        self.progress.episodes.push(episode);
+        if self.progress.episodes.len() > WHOLE_STEPS_KEPT {
+            let leaving = self.progress.episodes.remove(0);
+            self.progress.earlier.push(&leaving);
         }
     }
 
     /// Whether the agent waits for a decision on the proposal of `cycle`: the one question every
     /// click, form and thread message asks before deciding.
     pub fn awaits_decision_on(&self, cycle: u64) -> bool {
-        self.phase == Phase::AwaitingDecision && self.pending_cycle() == Some(cycle)
+        self.progress.phase == Phase::AwaitingDecision && self.pending_cycle() == Some(cycle)
     }
 
     /// What a running command may know of its agent.
@@ -570,20 +610,20 @@ impl AgentState {
         AgentView {
             id: self.id.clone(),
             name: self.name().to_string(),
-            cycle: self.cycle,
-            model: self.settings.model.clone(),
+            cycle: self.progress.cycle,
+            model: self.brief.settings.model.clone(),
         }
     }
 
     /// Whether commands of automatic classes run without asking: continuous mode, or Approve ×N
     /// with approvals left.
     pub fn runs_unattended(&self) -> bool {
-        self.settings.continuous || self.auto_approvals_left > 0
+        self.brief.settings.continuous || self.safety.auto_approvals_left > 0
     }
 
     /// The cycle of the proposal on the table, if any.
     pub fn pending_cycle(&self) -> Option<u64> {
-        self.pending.as_ref().map(|p| p.cycle)
+        self.progress.pending.as_ref().map(|p| p.cycle)
     }
 }
 

@@ -15,7 +15,7 @@ use super::policy::ClassAction;
 use super::step_tests::{reply_json, Harness};
 
 fn decide_as(h: &mut Harness, by: &str, decision: Decision) {
-    let cycle = h.state.cycle;
+    let cycle = h.state.progress.cycle;
     h.step(Event::Decided {
         cycle,
         decision,
@@ -50,7 +50,7 @@ fn a_decision_is_recorded_with_the_card_it_was_made_on_and_its_editors() {
     decide_as(&mut h, "alice", Decision::Approve);
     // The same person again counts nothing, and the trail says nothing.
     decide_as(&mut h, "alice", Decision::Approve);
-    let cycle = h.state.cycle;
+    let cycle = h.state.progress.cycle;
     h.step(Event::Decided {
         cycle,
         decision: Decision::Edit(Box::new(
@@ -75,7 +75,7 @@ fn a_decision_is_recorded_with_the_card_it_was_made_on_and_its_editors() {
     let Some(AuditEvent::Decided { shown, .. }) = h.audits.last().map(|e| &e.event) else {
         panic!("{:?}", h.audits.last());
     };
-    let ran = &h.state.pending.as_ref().unwrap().command;
+    let ran = &h.state.progress.pending.as_ref().unwrap().command;
     assert_eq!(
         shown.arguments_digest,
         super::audit::arguments_digest(&ran.args),
@@ -103,7 +103,7 @@ fn automatic_approvals_denials_feedback_and_stale_commands_are_recorded() {
         json!({"filename": "d.txt", "contents": "x"}),
     ));
     decide_as(&mut h, "alice", Decision::Approve);
-    let cycle = h.state.cycle;
+    let cycle = h.state.progress.cycle;
     h.step(Event::CommandStale {
         cycle,
         why: "d.txt changed after its card was shown.".into(),

@@ -16,7 +16,7 @@ fn args(value: serde_json::Value) -> serde_json::Map<String, serde_json::Value> 
 }
 
 fn edit(h: &mut Harness, by: &str, value: serde_json::Value) -> Vec<Effect> {
-    let cycle = h.state.cycle;
+    let cycle = h.state.progress.cycle;
     h.step(Event::Decided {
         cycle,
         decision: Decision::Edit(Box::new(args(value))),
@@ -47,7 +47,7 @@ fn an_edited_command_is_shown_again_and_runs_as_edited() {
             ..
         }]
     ));
-    assert_eq!(h.state.phase, Phase::AwaitingDecision);
+    assert_eq!(h.state.progress.phase, Phase::AwaitingDecision);
 
     let fx = h.decide(Decision::Approve);
     let run = executes(&fx).expect("the edited command runs");
@@ -69,7 +69,7 @@ fn an_edit_that_does_not_validate_or_changes_nothing_is_refused_and_loses_nothin
         "write_file",
         json!({"filename": "notes.txt", "contents": "x"}),
     ));
-    let before = h.state.pending.clone();
+    let before = h.state.progress.pending.clone();
     for (value, why) in [
         (
             json!({"contents": "x"}),
@@ -89,8 +89,8 @@ fn an_edit_that_does_not_validate_or_changes_nothing_is_refused_and_loses_nothin
             matches!(&fx[..], [Effect::Rejected(text)] if text.contains(why)),
             "{fx:?}"
         );
-        assert_eq!(h.state.pending, before);
-        assert_eq!(h.state.phase, Phase::AwaitingDecision);
+        assert_eq!(h.state.progress.pending, before);
+        assert_eq!(h.state.progress.phase, Phase::AwaitingDecision);
     }
     // An edit of a card that is no longer pending changes nothing either.
     h.decide(Decision::Approve);
@@ -100,9 +100,9 @@ fn an_edit_that_does_not_validate_or_changes_nothing_is_refused_and_loses_nothin
         json!({"filename": "late.txt", "contents": "x"}),
     );
     assert!(matches!(&fx[..], [Effect::Rejected(_)]));
-    assert_eq!(h.state.phase, Phase::Executing);
+    assert_eq!(h.state.progress.phase, Phase::Executing);
     assert_eq!(
-        h.state.pending.as_ref().unwrap().command.args["filename"],
+        h.state.progress.pending.as_ref().unwrap().command.args["filename"],
         "notes.txt"
     );
 }
@@ -114,7 +114,7 @@ fn an_edit_ends_approve_n_and_edits_are_kept_bounded() {
         "write_file",
         json!({"filename": "0", "contents": "x"}),
     ));
-    h.state.auto_approvals_left = 3;
+    h.state.safety.auto_approvals_left = 3;
     for i in 1..=8 {
         edit(
             &mut h,
@@ -122,8 +122,8 @@ fn an_edit_ends_approve_n_and_edits_are_kept_bounded() {
             json!({"filename": i.to_string(), "contents": "x"}),
         );
     }
-    assert_eq!(h.state.auto_approvals_left, 0);
-    let pending = h.state.pending.as_ref().unwrap();
+    assert_eq!(h.state.safety.auto_approvals_left, 0);
+    let pending = h.state.progress.pending.as_ref().unwrap();
     assert_eq!(pending.edits.len(), crate::state::MAX_EDITS_KEPT);
     assert_eq!(pending.edits.last().unwrap().by.name, "editor8");
 }
@@ -135,10 +135,10 @@ fn a_stale_command_is_shown_again_for_a_new_decision() {
         "write_file",
         json!({"filename": "notes.txt", "contents": "x"}),
     ));
-    h.state.auto_approvals_left = 2;
+    h.state.safety.auto_approvals_left = 2;
     h.decide(Decision::ApproveN(3));
-    assert_eq!(h.state.phase, Phase::Executing);
-    let cycle = h.state.cycle;
+    assert_eq!(h.state.progress.phase, Phase::Executing);
+    let cycle = h.state.progress.cycle;
     // A report for another cycle changes nothing.
     assert!(h
         .step(Event::CommandStale {
@@ -155,14 +155,17 @@ fn a_stale_command_is_shown_again_for_a_new_decision() {
         [Effect::Notify(text), Effect::ShowProposal { auto_approved: false, .. }]
             if text.contains("was not run: notes.txt changed")
     ));
-    assert_eq!(h.state.phase, Phase::AwaitingDecision);
-    assert_eq!(h.state.auto_approvals_left, 0);
-    assert_eq!(h.state.pending.as_ref().unwrap().approved_by, None);
-    assert!(h.state.episodes.is_empty(), "nothing was recorded as run");
+    assert_eq!(h.state.progress.phase, Phase::AwaitingDecision);
+    assert_eq!(h.state.safety.auto_approvals_left, 0);
+    assert_eq!(h.state.progress.pending.as_ref().unwrap().approved_by, None);
+    assert!(
+        h.state.progress.episodes.is_empty(),
+        "nothing was recorded as run"
+    );
 }
 
 fn decide_as(h: &mut Harness, by: &str, decision: Decision) -> Vec<Effect> {
-    let cycle = h.state.cycle;
+    let cycle = h.state.progress.cycle;
     h.step(Event::Decided {
         cycle,
         decision,
@@ -178,7 +181,10 @@ fn a_quorum_class_runs_after_k_distinct_approvals_and_one_deny_ends_it() {
         "write_file",
         json!({"filename": "notes.txt", "contents": "x"}),
     ));
-    assert_eq!(h.state.pending.as_ref().unwrap().approvals_needed, 2);
+    assert_eq!(
+        h.state.progress.pending.as_ref().unwrap().approvals_needed,
+        2
+    );
 
     let fx = decide_as(&mut h, "alice", Decision::Approve);
     assert!(executes(&fx).is_none());
@@ -197,7 +203,14 @@ fn a_quorum_class_runs_after_k_distinct_approvals_and_one_deny_ends_it() {
         "carol",
         json!({"filename": "b.txt", "contents": "x"}),
     );
-    assert!(h.state.pending.as_ref().unwrap().approvals.is_empty());
+    assert!(h
+        .state
+        .progress
+        .pending
+        .as_ref()
+        .unwrap()
+        .approvals
+        .is_empty());
     decide_as(&mut h, "alice", Decision::Approve);
     let fx = decide_as(&mut h, "bob", Decision::Approve);
     assert!(executes(&fx).is_some(), "{fx:?}");
@@ -217,12 +230,18 @@ fn a_quorum_class_runs_after_k_distinct_approvals_and_one_deny_ends_it() {
     decide_as(&mut h, "alice", Decision::Approve);
     decide_as(&mut h, "bob", Decision::Deny);
     assert!(
-        matches!(h.state.phase, Phase::Paused(_)),
+        matches!(h.state.progress.phase, Phase::Paused(_)),
         "{:?}",
-        h.state.phase
+        h.state.progress.phase
     );
     assert!(
-        h.state.pending.as_ref().unwrap().approvals.is_empty(),
+        h.state
+            .progress
+            .pending
+            .as_ref()
+            .unwrap()
+            .approvals
+            .is_empty(),
         "a resumed proposal gathers its approvals anew"
     );
 }
@@ -243,5 +262,5 @@ fn approve_n_never_stands_in_for_a_quorum() {
         json!({"filename": "c.txt", "contents": "x"}),
     ));
     assert!(executes(&fx).is_none(), "{fx:?}");
-    assert_eq!(h.state.phase, Phase::AwaitingDecision);
+    assert_eq!(h.state.progress.phase, Phase::AwaitingDecision);
 }

@@ -37,7 +37,7 @@ fn write(h: &mut Harness) -> Vec<Effect> {
 
 fn deadline_passed(h: &mut Harness, after_secs: i64) -> Vec<Effect> {
     h.now += Duration::seconds(after_secs);
-    let cycle = h.state.cycle;
+    let cycle = h.state.progress.cycle;
     h.step(Event::DeadlinePassed { cycle })
 }
 
@@ -72,7 +72,11 @@ fn an_undecided_card_is_denied_at_its_deadline_and_the_agent_thinks_again() {
         episode.decided_by.as_ref().map(|by| by.names()).as_deref(),
         Some("the deadline")
     );
-    assert_eq!(h.state.phase, Phase::Thinking, "the agent thinks again");
+    assert_eq!(
+        h.state.progress.phase,
+        Phase::Thinking,
+        "the agent thinks again"
+    );
     assert!(h
         .audits
         .last()
@@ -91,18 +95,18 @@ fn an_escalated_card_calls_the_approvers_once_then_parks() {
     assert!(again.escalated);
     assert_eq!(again.at, h.now + Duration::seconds(60));
     assert_eq!(
-        h.state.phase,
+        h.state.progress.phase,
         Phase::AwaitingDecision,
         "the card stays open"
     );
     // The first timer's twin, late: the deadline moved, so nothing happens.
-    let cycle = h.state.cycle;
+    let cycle = h.state.progress.cycle;
     assert!(h.step(Event::DeadlinePassed { cycle }).is_empty());
 
     let fx = deadline_passed(&mut h, 60);
     assert!(matches!(expired(&fx), Some((t, false)) if t.contains("parked")));
     assert!(matches!(
-        &h.state.phase,
+        &h.state.progress.phase,
         Phase::Paused(PauseReason::Unanswered { cycle: 1, waited }) if waited == "1 min"
     ));
     // Resumed, the card is shown again with a deadline of its own.
@@ -122,7 +126,7 @@ fn a_decision_in_time_leaves_nothing_for_the_deadline() {
     write(&mut h);
     assert!(executes(&h.decide(Decision::Approve)).is_some());
     assert!(deadline_passed(&mut h, 600).is_empty());
-    assert_eq!(h.state.phase, Phase::Executing);
+    assert_eq!(h.state.progress.phase, Phase::Executing);
 }
 
 #[test]
@@ -131,7 +135,7 @@ fn a_card_shown_again_after_a_deny_gets_a_fresh_deadline() {
     write(&mut h);
     h.now += Duration::seconds(30);
     h.decide(Decision::Deny);
-    assert_eq!(h.state.pending.as_ref().unwrap().deadline, None);
+    assert_eq!(h.state.progress.pending.as_ref().unwrap().deadline, None);
     // Resumed long after the first deadline: the card is not expired at once.
     h.now += Duration::seconds(3_600);
     let resumed_at = h.now;
@@ -143,6 +147,6 @@ fn a_card_shown_again_after_a_deny_gets_a_fresh_deadline() {
         proposal_of(&fx).deadline.map(|d| d.at),
         Some(resumed_at + Duration::seconds(60))
     );
-    let cycle = h.state.cycle;
+    let cycle = h.state.progress.cycle;
     assert!(h.step(Event::DeadlinePassed { cycle }).is_empty());
 }

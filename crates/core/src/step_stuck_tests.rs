@@ -34,18 +34,18 @@ fn three_failures_in_a_row_stop_approve_n_at_the_stuck_panel() {
     let mut h = failing_three_times();
     let fx = h.think(&read("d.txt"));
     assert!(executes(&fx).is_none(), "Approve ×N does not cover it");
-    assert_eq!(h.state.phase, Phase::AwaitingDecision);
-    assert_eq!(h.state.auto_approvals_left, 0);
+    assert_eq!(h.state.progress.phase, Phase::AwaitingDecision);
+    assert_eq!(h.state.safety.auto_approvals_left, 0);
     let stuck = proposal_of(&fx).stuck.clone().expect("the stuck panel");
     assert_eq!(stuck.why, "its last 3 steps failed");
     assert!(stuck.smart);
 
     // Rethink: no step is recorded, and the stronger model is asked, told why.
-    let cycle = h.state.cycle;
+    let cycle = h.state.progress.cycle;
     let fx = h.decide(Decision::Rethink);
-    assert_eq!(h.state.cycle, cycle);
-    assert_eq!(h.state.episodes.len(), 3);
-    assert_eq!(h.state.phase, Phase::Thinking);
+    assert_eq!(h.state.progress.cycle, cycle);
+    assert_eq!(h.state.progress.episodes.len(), 3);
+    assert_eq!(h.state.progress.phase, Phase::Thinking);
     let call = main_call(&fx);
     assert_eq!(call.purpose, CallPurpose::Rethink);
     assert!(call.smart);
@@ -58,13 +58,13 @@ fn three_failures_in_a_row_stop_approve_n_at_the_stuck_panel() {
     )));
     // The fresh proposal is an ordinary card at the next revision (a click on the panel is stale),
     // and waits for the person who asked, even in continuous mode.
-    h.state.settings.continuous = true;
+    h.state.brief.settings.continuous = true;
     let fx = h.reply(CallPurpose::Rethink, &read("README.md"));
     let card = proposal_of(&fx);
     assert!(card.stuck.is_none());
     assert_eq!(card.revision, 1);
     assert!(executes(&fx).is_none());
-    h.state.settings.continuous = false;
+    h.state.brief.settings.continuous = false;
 
     // A hint is feedback: it breaks the run of failures.
     h.decide(Decision::Feedback("the files are under docs/".into()));
@@ -75,7 +75,7 @@ fn three_failures_in_a_row_stop_approve_n_at_the_stuck_panel() {
 #[test]
 fn circling_back_to_a_command_shows_the_panel_even_in_continuous_mode() {
     let mut h = Harness::started();
-    h.state.settings.continuous = true;
+    h.state.brief.settings.continuous = true;
     for file in ["a.txt", "b.txt", "a.txt", "b.txt"] {
         assert!(executes(&h.think(&read(file))).is_some(), "{file}");
         h.finish_command(Outcome::Success("text".into()));
@@ -87,7 +87,7 @@ fn circling_back_to_a_command_shows_the_panel_even_in_continuous_mode() {
     // Skip: not run, the model reads why, and the next cycle begins.
     let fx = h.decide(Decision::Skip);
     assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
-    let last = h.state.episodes.last().unwrap();
+    let last = h.state.progress.episodes.last().unwrap();
     assert!(
         matches!(&last.outcome, Outcome::HumanFeedback(t) if t.contains("the command was not run")),
         "{last:?}"
@@ -103,7 +103,7 @@ fn a_rethink_holds_through_a_restart_while_the_model_thinks() {
     let mut h = failing_three_times();
     h.think(&read("d.txt"));
     h.decide(Decision::Rethink);
-    h.state.settings.continuous = true;
+    h.state.brief.settings.continuous = true;
     // The bot restarts before the reply: the cycle is asked afresh, and is still the person's.
     let fx = h.step(super::event::Event::Recovered { interrupted: false });
     assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
@@ -111,5 +111,5 @@ fn a_rethink_holds_through_a_restart_while_the_model_thinks() {
     let card = proposal_of(&fx);
     assert_eq!(card.revision, 1, "a click on the panel stays stale");
     assert!(executes(&fx).is_none(), "nothing approves it unattended");
-    assert_eq!(h.state.rethink_requested, None);
+    assert_eq!(h.state.safety.rethink_requested, None);
 }

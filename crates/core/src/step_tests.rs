@@ -115,7 +115,7 @@ impl Harness {
         let mut h = Harness::new(Some(profile()));
         let fx = h.step(Event::Start);
         assert!(matches!(fx[0], Effect::ShowProfile));
-        assert_eq!(h.state.phase, Phase::Thinking);
+        assert_eq!(h.state.progress.phase, Phase::Thinking);
         h
     }
 
@@ -150,7 +150,7 @@ impl Harness {
 
     /// Answers the model call the agent is waiting for.
     pub(super) fn reply(&mut self, purpose: CallPurpose, text: &str) -> Vec<Effect> {
-        let seq = self.state.call_seq;
+        let seq = self.state.progress.call_seq;
         self.step(Event::ModelReplied {
             seq,
             purpose,
@@ -168,7 +168,7 @@ impl Harness {
     }
 
     pub(super) fn decide(&mut self, decision: Decision) -> Vec<Effect> {
-        let cycle = self.state.cycle;
+        let cycle = self.state.progress.cycle;
         self.step(Event::Decided {
             cycle,
             decision,
@@ -177,7 +177,7 @@ impl Harness {
     }
 
     pub(super) fn finish_command(&mut self, outcome: Outcome) -> Vec<Effect> {
-        let cycle = self.state.cycle;
+        let cycle = self.state.progress.cycle;
         self.step(Event::CommandFinished { cycle, outcome })
     }
 }
@@ -232,7 +232,7 @@ fn profile_generation_then_fallback_on_garbage() {
     assert!(fx
         .iter()
         .any(|e| matches!(e, Effect::Notify(t) if t.contains("default profile"))));
-    assert_eq!(h.state.profile, Some(Profile::fallback()));
+    assert_eq!(h.state.brief.profile, Some(Profile::fallback()));
     assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
 
     let mut h = Harness::new(None);
@@ -241,8 +241,8 @@ fn profile_generation_then_fallback_on_garbage() {
         CallPurpose::Profile,
         r#"{"name":"HaikuGPT","description":"a poet","directives":{"best_practices":["x"],"constraints":["y"]}}"#,
     );
-    assert_eq!(h.state.profile.as_ref().unwrap().name, "HaikuGPT");
-    assert_eq!(h.state.usage.calls, 1);
+    assert_eq!(h.state.brief.profile.as_ref().unwrap().name, "HaikuGPT");
+    assert_eq!(h.state.money.usage.calls, 1);
 }
 
 #[test]
@@ -259,15 +259,15 @@ fn a_full_cycle_approve_execute_record_next() {
             ..
         }]
     ));
-    assert_eq!(h.state.phase, Phase::AwaitingDecision);
+    assert_eq!(h.state.progress.phase, Phase::AwaitingDecision);
     let fx = h.decide(Decision::Approve);
     assert_eq!(executes(&fx).unwrap().name, "write_file");
-    assert_eq!(h.state.phase, Phase::Executing);
+    assert_eq!(h.state.progress.phase, Phase::Executing);
     let fx = h.finish_command(Outcome::Success("written:\nline one of the file".into()));
     assert!(fx.contains(&Effect::EpisodeRecorded { cycle: 1 }));
-    assert_eq!(h.state.cycle, 2);
+    assert_eq!(h.state.progress.cycle, 2);
     assert_eq!(
-        h.state.episodes[0]
+        h.state.progress.episodes[0]
             .decided_by
             .as_ref()
             .map(|by| by.names())
@@ -295,7 +295,7 @@ fn a_full_cycle_approve_execute_record_next() {
     });
     assert_eq!(fx, vec![Effect::EpisodeRecorded { cycle: 1 }]);
     assert_eq!(
-        h.state.episodes[0].summary.as_deref(),
+        h.state.progress.episodes[0].summary.as_deref(),
         Some("Wrote the haiku to haiku.txt.")
     );
 }
@@ -325,7 +325,7 @@ fn three_invalid_replies_pause_with_reasks_between() {
         [Effect::Paused(PauseReason::InvalidReplies { .. })]
     ));
     assert!(matches!(
-        h.state.phase,
+        h.state.progress.phase,
         Phase::Paused(PauseReason::InvalidReplies { .. })
     ));
     // Resuming starts a fresh count and asks the model again.
@@ -334,7 +334,7 @@ fn three_invalid_replies_pause_with_reasks_between() {
         follow_up: None,
     });
     assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
-    assert_eq!(h.state.invalid_replies_in_row, 0);
+    assert_eq!(h.state.safety.invalid_replies_in_row, 0);
 }
 
 #[test]
@@ -345,8 +345,8 @@ fn a_valid_reply_resets_the_invalid_count() {
         CallPurpose::Reask,
         &reply_json("read_file", json!({"filename": "a"})),
     );
-    assert_eq!(h.state.invalid_replies_in_row, 0);
-    assert_eq!(h.state.phase, Phase::AwaitingDecision);
+    assert_eq!(h.state.safety.invalid_replies_in_row, 0);
+    assert_eq!(h.state.progress.phase, Phase::AwaitingDecision);
 }
 
 #[test]
@@ -354,17 +354,17 @@ fn unknown_commands_and_bad_args_become_results_for_the_model() {
     let mut h = Harness::started();
     let fx = h.think(&reply_json("execute_shell", json!({"command": "rm -rf /"})));
     assert!(executes(&fx).is_none());
-    let episode = &h.state.episodes[0];
+    let episode = &h.state.progress.episodes[0];
     assert!(
         matches!(&episode.outcome, Outcome::Error(t) if t.contains("Unknown command 'execute_shell'"))
     );
     assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
     let fx = h.think(&reply_json("write_file", json!({"filename": "a"})));
     assert!(
-        matches!(&h.state.episodes[1].outcome, Outcome::Error(t) if t.contains("missing required argument 'contents'"))
+        matches!(&h.state.progress.episodes[1].outcome, Outcome::Error(t) if t.contains("missing required argument 'contents'"))
     );
     assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
-    assert_eq!(h.state.phase, Phase::Thinking);
+    assert_eq!(h.state.progress.phase, Phase::Thinking);
 }
 
 #[test]
@@ -393,7 +393,7 @@ fn watchdog_rethinks_once_with_the_smart_model_then_shows_the_stuck_panel() {
     let fx = h.decide(Decision::Skip);
     assert!(executes(&fx).is_none());
     assert!(
-        matches!(&h.state.episodes[1].outcome, Outcome::HumanFeedback(t) if t.starts_with("alice skipped this step"))
+        matches!(&h.state.progress.episodes[1].outcome, Outcome::HumanFeedback(t) if t.starts_with("alice skipped this step"))
     );
     assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
     // A different command after the rethink goes through normally.
@@ -406,7 +406,7 @@ fn watchdog_rethinks_once_with_the_smart_model_then_shows_the_stuck_panel() {
         CallPurpose::Rethink,
         &reply_json("finish", json!({"reason": "done"})),
     );
-    assert_eq!(h2.state.phase, Phase::AwaitingDecision);
+    assert_eq!(h2.state.progress.phase, Phase::AwaitingDecision);
 }
 
 #[test]
@@ -417,7 +417,7 @@ fn approve_n_runs_automatic_classes_and_stops_at_control() {
         json!({"filename": "1", "contents": "x"}),
     ));
     assert!(executes(&h.decide(Decision::ApproveN(3))).is_some());
-    assert_eq!(h.state.auto_approvals_left, 2);
+    assert_eq!(h.state.safety.auto_approvals_left, 2);
     h.finish_command(Outcome::Success("ok".into()));
     let fx = h.think(&reply_json(
         "write_file",
@@ -431,18 +431,18 @@ fn approve_n_runs_automatic_classes_and_stops_at_control() {
         }
     ));
     assert!(executes(&fx).is_some());
-    assert_eq!(h.state.auto_approvals_left, 1);
+    assert_eq!(h.state.safety.auto_approvals_left, 1);
     h.finish_command(Outcome::Success("ok".into()));
     // A control command always asks, even with approvals left.
     let fx = h.think(&reply_json("ask_user", json!({"question": "ok?"})));
     assert!(executes(&fx).is_none());
-    assert_eq!(h.state.phase, Phase::AwaitingDecision);
-    assert_eq!(h.state.auto_approvals_left, 1);
+    assert_eq!(h.state.progress.phase, Phase::AwaitingDecision);
+    assert_eq!(h.state.safety.auto_approvals_left, 1);
     h.decide(Decision::Approve);
     h.finish_command(Outcome::Success("yes".into()));
     let fx = h.think(&reply_json("read_file", json!({"filename": "1"})));
     assert!(executes(&fx).is_some());
-    assert_eq!(h.state.auto_approvals_left, 0);
+    assert_eq!(h.state.safety.auto_approvals_left, 0);
     h.finish_command(Outcome::Success("x".into()));
     let fx = h.think(&reply_json("read_file", json!({"filename": "2"})));
     assert!(executes(&fx).is_none(), "approvals are used up");
@@ -451,7 +451,7 @@ fn approve_n_runs_automatic_classes_and_stops_at_control() {
 #[test]
 fn continuous_mode_still_asks_for_control_commands() {
     let mut h = Harness::started();
-    h.state.settings.continuous = true;
+    h.state.brief.settings.continuous = true;
     let fx = h.think(&reply_json(
         "write_file",
         json!({"filename": "1", "contents": "x"}),
@@ -460,7 +460,7 @@ fn continuous_mode_still_asks_for_control_commands() {
     h.finish_command(Outcome::Success("ok".into()));
     let fx = h.think(&reply_json("finish", json!({"reason": "done"})));
     assert!(executes(&fx).is_none());
-    assert_eq!(h.state.phase, Phase::AwaitingDecision);
+    assert_eq!(h.state.progress.phase, Phase::AwaitingDecision);
 }
 
 #[test]
@@ -473,7 +473,7 @@ fn feedback_replaces_the_command_and_self_critique_goes_to_history() {
     let fx = h.decide(Decision::Feedback("use a title".into()));
     assert!(executes(&fx).is_none());
     assert_eq!(
-        h.state.episodes[0].outcome,
+        h.state.progress.episodes[0].outcome,
         Outcome::HumanFeedback("use a title".into())
     );
     assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
@@ -485,10 +485,10 @@ fn feedback_replaces_the_command_and_self_critique_goes_to_history() {
     let critique = main_call(&fx);
     assert_eq!(critique.purpose, CallPurpose::SelfCritique);
     assert!(critique.messages[1].content.contains("because write_file"));
-    assert_eq!(h.state.phase, Phase::Critiquing);
+    assert_eq!(h.state.progress.phase, Phase::Critiquing);
     let fx = h.reply(CallPurpose::SelfCritique, "Check the file first.");
     assert_eq!(
-        h.state.episodes[1].outcome,
+        h.state.progress.episodes[1].outcome,
         Outcome::SelfCritique("Check the file first.".into())
     );
     assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
@@ -512,7 +512,7 @@ fn deny_pauses_and_resume_shows_the_same_proposal() {
     assert!(
         matches!(&fx[..], [Effect::ShowProposal { proposal, auto_approved: false }] if proposal.cycle == 1)
     );
-    assert_eq!(h.state.phase, Phase::AwaitingDecision);
+    assert_eq!(h.state.progress.phase, Phase::AwaitingDecision);
 }
 
 #[test]
@@ -540,7 +540,7 @@ fn stale_and_double_decisions_are_rejected() {
         by: "bob".into(),
     });
     assert!(matches!(&fx[..], [Effect::Rejected(_)]));
-    assert_eq!(h.state.phase, Phase::Executing);
+    assert_eq!(h.state.progress.phase, Phase::Executing);
 }
 
 #[test]
@@ -552,7 +552,7 @@ fn finish_then_follow_up() {
     assert!(fx.contains(&Effect::Finished {
         reason: "all done".into()
     }));
-    assert!(matches!(h.state.phase, Phase::Finished { .. }));
+    assert!(matches!(h.state.progress.phase, Phase::Finished { .. }));
     let fx = h.step(Event::Resume {
         by: "alice".into(),
         follow_up: None,
@@ -575,7 +575,7 @@ fn too_much_output_is_replaced_by_autogpts_failure() {
     h.decide(Decision::Approve);
     h.finish_command(Outcome::Success("x".repeat(4 * 4096)));
     assert_eq!(
-        h.state.episodes[0].outcome,
+        h.state.progress.episodes[0].outcome,
         Outcome::Error("Failure: command read_file returned too much output. Do not execute this command again with the same arguments.".into())
     );
 }
@@ -583,7 +583,7 @@ fn too_much_output_is_replaced_by_autogpts_failure() {
 #[test]
 fn model_failure_pauses_without_losing_the_cycle() {
     let mut h = Harness::started();
-    let seq = h.state.call_seq;
+    let seq = h.state.progress.call_seq;
     let fx = h.step(Event::ModelFailed {
         seq,
         purpose: CallPurpose::Think,
@@ -593,20 +593,20 @@ fn model_failure_pauses_without_losing_the_cycle() {
         &fx[..],
         [Effect::Paused(PauseReason::ModelError { .. })]
     ));
-    assert_eq!(h.state.cycle, 1);
-    assert!(h.state.episodes.is_empty());
+    assert_eq!(h.state.progress.cycle, 1);
+    assert!(h.state.progress.episodes.is_empty());
     let fx = h.step(Event::Resume {
         by: "alice".into(),
         follow_up: None,
     });
     assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
-    assert_eq!(h.state.cycle, 1);
+    assert_eq!(h.state.progress.cycle, 1);
 }
 
 #[test]
 fn replies_to_superseded_calls_are_ignored() {
     let mut h = Harness::started();
-    let old_seq = h.state.call_seq;
+    let old_seq = h.state.progress.call_seq;
     h.step(Event::Pause { by: "alice".into() });
     let fx = h.step(Event::ModelReplied {
         seq: old_seq,
@@ -616,7 +616,7 @@ fn replies_to_superseded_calls_are_ignored() {
     });
     assert!(fx.is_empty());
     assert!(matches!(
-        h.state.phase,
+        h.state.progress.phase,
         Phase::Paused(PauseReason::ByUser { .. })
     ));
 }
@@ -627,11 +627,11 @@ fn pause_during_execution_waits_for_the_command() {
     h.think(&reply_json("read_file", json!({"filename": "a"})));
     h.decide(Decision::Approve);
     h.step(Event::Pause { by: "alice".into() });
-    assert_eq!(h.state.phase, Phase::Executing);
+    assert_eq!(h.state.progress.phase, Phase::Executing);
     let fx = h.finish_command(Outcome::Success("x".into()));
     assert!(fx.contains(&Effect::EpisodeRecorded { cycle: 1 }));
     assert!(matches!(
-        h.state.phase,
+        h.state.progress.phase,
         Phase::Paused(PauseReason::ByUser { .. })
     ));
 }
@@ -640,7 +640,7 @@ fn pause_during_execution_waits_for_the_command() {
 fn a_person_finishes_the_task_closing_a_waiting_proposal_as_not_run() {
     let mut h = Harness::started();
     h.think(&reply_json("read_file", json!({"filename": "a"})));
-    assert_eq!(h.state.phase, Phase::AwaitingDecision);
+    assert_eq!(h.state.progress.phase, Phase::AwaitingDecision);
     let fx = h.step(Event::Finish { by: "alice".into() });
     assert!(fx.contains(&Effect::EpisodeRecorded { cycle: 1 }), "{fx:?}");
     assert!(fx.contains(&Effect::Finished {
@@ -648,19 +648,19 @@ fn a_person_finishes_the_task_closing_a_waiting_proposal_as_not_run() {
     }));
     assert!(executes(&fx).is_none());
     assert_eq!(
-        h.state.phase,
+        h.state.progress.phase,
         Phase::Finished {
             reason: "Finished by alice.".into()
         }
     );
-    assert!(h.state.pending.is_none());
-    let episode = h.state.episodes.last().unwrap();
+    assert!(h.state.progress.pending.is_none());
+    let episode = h.state.progress.episodes.last().unwrap();
     assert_eq!(
         episode.outcome,
         Outcome::HumanFeedback("Not run: alice finished the agent's task.".into())
     );
     assert_eq!(
-        h.state.cycle, 2,
+        h.state.progress.cycle, 2,
         "the closed proposal's number is not used again"
     );
     // A second finish changes nothing and says so.
@@ -684,14 +684,16 @@ fn finish_during_execution_waits_for_the_command_and_wins_over_a_pause() {
     h.decide(Decision::Approve);
     h.step(Event::Pause { by: "bob".into() });
     h.step(Event::Finish { by: "alice".into() });
-    assert_eq!(h.state.phase, Phase::Executing);
+    assert_eq!(h.state.progress.phase, Phase::Executing);
     let fx = h.finish_command(Outcome::Error("the question was withdrawn".into()));
     assert!(fx.contains(&Effect::EpisodeRecorded { cycle: 1 }));
     assert!(fx.contains(&Effect::Finished {
         reason: "Finished by alice.".into()
     }));
     assert!(model_calls(&fx).is_empty());
-    assert!(h.state.pause_requested.is_none() && h.state.finish_requested.is_none());
+    assert!(
+        h.state.progress.pause_requested.is_none() && h.state.progress.finish_requested.is_none()
+    );
 }
 
 #[test]
@@ -706,7 +708,7 @@ fn a_finish_asked_for_before_a_crash_closes_the_interrupted_command() {
         reason: "Finished by alice.".into()
     }));
     assert_eq!(
-        h.state.episodes.last().unwrap().outcome,
+        h.state.progress.episodes.last().unwrap().outcome,
         Outcome::HumanFeedback("Not run: alice finished the agent's task.".into())
     );
 }
@@ -726,7 +728,7 @@ fn recovery_asks_again_for_an_interrupted_command() {
         _ => None,
     });
     assert!(shown.unwrap().interrupted);
-    assert_eq!(h.state.phase, Phase::AwaitingDecision);
+    assert_eq!(h.state.progress.phase, Phase::AwaitingDecision);
     // Not interrupted (the journal never saw it start): running it now is its first run.
     let mut h = Harness::started();
     h.think(&reply_json(
@@ -770,8 +772,8 @@ fn an_approval_that_changes_nothing_else_lets_the_journal_stand_for_the_step() {
 #[test]
 fn cycle_limit_pauses_and_resume_resets_it() {
     let mut h = Harness::started();
-    h.state.settings.cycle_limit = 1;
-    h.state.settings.continuous = true;
+    h.state.brief.settings.cycle_limit = 1;
+    h.state.brief.settings.continuous = true;
     h.think(&reply_json("read_file", json!({"filename": "a"})));
     let fx = h.finish_command(Outcome::Success("x".into()));
     assert!(fx.contains(&Effect::Paused(PauseReason::CycleLimit { limit: 1 })));
@@ -808,7 +810,7 @@ fn episode(cycle: u64, output_len: usize) -> Episode {
 #[test]
 fn a_200_episode_history_fits_a_4k_context_newest_in_full() {
     let mut h = Harness::started();
-    h.state.episodes = (1..=200).map(|c| episode(c, 40)).collect();
+    h.state.progress.episodes = (1..=200).map(|c| episode(c, 40)).collect();
     let built = build_cycle_prompt(&PromptInputs {
         state: &h.state,
         commands: &h.commands,
@@ -891,7 +893,7 @@ fn large_window_prompt(h: &Harness, budget: u32) -> crate::prompt::BuiltPrompt {
 #[test]
 fn on_a_large_window_the_prompt_budget_bounds_the_history_kept() {
     let mut h = Harness::started();
-    h.state.episodes = (1..=1000).map(|c| episode(c, 40)).collect();
+    h.state.progress.episodes = (1..=1000).map(|c| episode(c, 40)).collect();
     let whole = large_window_prompt(&h, 0);
     let bounded = large_window_prompt(&h, 4_000);
     assert!(bounded.prompt_tokens <= 4_000, "{}", bounded.prompt_tokens);
@@ -919,16 +921,16 @@ fn on_a_large_window_the_prompt_budget_bounds_the_history_kept() {
 fn a_long_running_agent_holds_a_bounded_history_and_prompts_as_if_it_held_all() {
     use crate::history::{STEP_LINES_KEPT, WHOLE_STEPS_KEPT};
     let mut whole = Harness::started();
-    whole.state.episodes = (1..=1000).map(|c| episode(c, 40)).collect();
+    whole.state.progress.episodes = (1..=1000).map(|c| episode(c, 40)).collect();
     let mut bounded = Harness::started();
     for cycle in 1..=1000 {
         bounded.state.record_episode(episode(cycle, 40));
     }
-    assert_eq!(bounded.state.episodes.len(), WHOLE_STEPS_KEPT);
-    assert_eq!(bounded.state.earlier.lines.len(), STEP_LINES_KEPT);
+    assert_eq!(bounded.state.progress.episodes.len(), WHOLE_STEPS_KEPT);
+    assert_eq!(bounded.state.progress.earlier.lines.len(), STEP_LINES_KEPT);
     assert_eq!(bounded.state.step_count(), 1000);
     assert_eq!(
-        bounded.state.episodes[0].cycle,
+        bounded.state.progress.episodes[0].cycle,
         1000 - WHOLE_STEPS_KEPT as u64 + 1
     );
     let build = large_window_prompt;
@@ -960,7 +962,7 @@ fn a_long_running_agent_holds_a_bounded_history_and_prompts_as_if_it_held_all() 
 #[test]
 fn huge_newest_step_falls_back_to_its_summary() {
     let mut h = Harness::started();
-    h.state.episodes = vec![episode(1, 10), episode(2, 3000)];
+    h.state.progress.episodes = vec![episode(1, 10), episode(2, 3000)];
     let built = build_cycle_prompt(&PromptInputs {
         state: &h.state,
         commands: &h.commands,
@@ -983,7 +985,7 @@ fn huge_newest_step_falls_back_to_its_summary() {
 #[test]
 fn a_prompt_fitted_twice_is_the_prompt_made_afresh() {
     let mut h = Harness::started();
-    h.state.episodes = (1..=200).map(|c| episode(c, 40)).collect();
+    h.state.progress.episodes = (1..=200).map(|c| episode(c, 40)).collect();
     // One moment for every prompt: the time line is part of each.
     let now = Utc::now();
     fn inputs<'a>(
@@ -1058,13 +1060,13 @@ fn memory_and_budget_sections_appear_only_when_filled() {
 fn summaries_are_requested_newest_first_and_bounded() {
     let mut h = Harness::started();
     // Odd cycles have a short outcome, which is its own summary and never sent to the model.
-    h.state.episodes = (1..=12)
+    h.state.progress.episodes = (1..=12)
         .map(|c| episode(c, if c % 2 == 0 { 30 } else { 1 }))
         .collect();
-    for e in h.state.episodes.iter_mut() {
+    for e in h.state.progress.episodes.iter_mut() {
         e.summary = None;
     }
-    h.state.phase = Phase::Paused(PauseReason::ByUser { by: "a".into() });
+    h.state.progress.phase = Phase::Paused(PauseReason::ByUser { by: "a".into() });
     let fx = h.step(Event::Resume {
         by: "a".into(),
         follow_up: None,
@@ -1132,7 +1134,7 @@ fn the_budget_line_follows_the_thresholds_and_cards_carry_the_cost() {
         budget_line(main_call(&fx)),
         Some("Your remaining API budget is $0.50")
     );
-    let prompt_tokens = h.state.last_prompt_tokens;
+    let prompt_tokens = h.state.money.last_prompt_tokens;
     assert!(prompt_tokens > 100, "{prompt_tokens}");
     let fx = h.think(&reply_json("read_file", json!({"filename": "a"})));
     let spend = proposal_of(&fx).spend.clone().expect("a spend note");
@@ -1157,7 +1159,7 @@ fn the_budget_line_follows_the_thresholds_and_cards_carry_the_cost() {
         .unwrap()
         .ends_with("Budget very nearly exceeded! Shut down gracefully!"));
     // Less than two calls of the last size left: this one is the last the hard cap allows.
-    h.budget = Some(budget_view(h.state.last_prompt_tokens + 2000));
+    h.budget = Some(budget_view(h.state.money.last_prompt_tokens + 2000));
     h.think(&reply_json("read_file", json!({"filename": "c"})));
     let fx = h.decide(Decision::Feedback("go on".into()));
     assert!(budget_line(main_call(&fx))
@@ -1171,20 +1173,20 @@ fn the_soft_cap_ends_approve_n_and_the_card_says_why() {
     h.budget = Some(budget_view(500_000));
     h.think(&reply_json("read_file", json!({"filename": "a"})));
     h.decide(Decision::ApproveN(5));
-    assert_eq!(h.state.auto_approvals_left, 4);
+    assert_eq!(h.state.safety.auto_approvals_left, 4);
     let fx = h.finish_command(Outcome::Success("a".into()));
     assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
     // Still under the cap: the next read runs without a card.
     let fx = h.think(&reply_json("read_file", json!({"filename": "b"})));
     assert!(executes(&fx).is_some());
-    assert_eq!(h.state.auto_approvals_left, 3);
+    assert_eq!(h.state.safety.auto_approvals_left, 3);
     h.finish_command(Outcome::Success("b".into()));
     // 80% of the budget used: the next step asks, and says why.
     h.budget = Some(budget_view(200_000));
     let fx = h.think(&reply_json("read_file", json!({"filename": "c"})));
     assert!(executes(&fx).is_none());
-    assert_eq!(h.state.phase, Phase::AwaitingDecision);
-    assert_eq!(h.state.auto_approvals_left, 0);
+    assert_eq!(h.state.progress.phase, Phase::AwaitingDecision);
+    assert_eq!(h.state.safety.auto_approvals_left, 0);
     let note = proposal_of(&fx)
         .auto_stop
         .clone()
@@ -1199,7 +1201,7 @@ fn the_soft_cap_ends_approve_n_and_the_card_says_why() {
     assert!(fx
         .iter()
         .any(|e| matches!(e, Effect::Notify(t) if t.starts_with("Approved this step only."))));
-    assert_eq!(h.state.auto_approvals_left, 0);
+    assert_eq!(h.state.safety.auto_approvals_left, 0);
     h.finish_command(Outcome::Success("c".into()));
     let fx = h.think(&reply_json("read_file", json!({"filename": "d"})));
     assert!(executes(&fx).is_none());
@@ -1208,7 +1210,7 @@ fn the_soft_cap_ends_approve_n_and_the_card_says_why() {
 
     // Continuous mode stops asking nobody too.
     let mut h = Harness::started();
-    h.state.settings.continuous = true;
+    h.state.brief.settings.continuous = true;
     h.budget = Some(budget_view(100_000));
     let fx = h.think(&reply_json("read_file", json!({"filename": "a"})));
     assert!(executes(&fx).is_none());
@@ -1219,7 +1221,7 @@ fn the_soft_cap_ends_approve_n_and_the_card_says_why() {
 fn a_refused_call_pauses_and_a_raised_budget_resumes() {
     let mut h = Harness::started();
     h.budget = Some(budget_view(10));
-    let seq = h.state.call_seq;
+    let seq = h.state.progress.call_seq;
     // A refused summary changes nothing.
     let fx = h.step(Event::CallRefused {
         seq: 0,
@@ -1227,14 +1229,14 @@ fn a_refused_call_pauses_and_a_raised_budget_resumes() {
         reason: "no money".into(),
     });
     assert!(fx.is_empty());
-    assert_eq!(h.state.phase, Phase::Thinking);
+    assert_eq!(h.state.progress.phase, Phase::Thinking);
     let fx = h.step(Event::CallRefused {
         seq,
         purpose: CallPurpose::Think,
         reason: "the agent's budget ($1.00) has $0.000010 left".into(),
     });
-    let Phase::Paused(PauseReason::Budget { message, stop }) = &h.state.phase else {
-        panic!("{:?}", h.state.phase);
+    let Phase::Paused(PauseReason::Budget { message, stop }) = &h.state.progress.phase else {
+        panic!("{:?}", h.state.progress.phase);
     };
     assert!(message.contains("has $0.000010 left"));
     // The pause names the budget that ran out, for the card that offers to raise it.
@@ -1262,8 +1264,8 @@ fn a_refused_call_pauses_and_a_raised_budget_resumes() {
         budget: Micros(3_000_000),
         by: "alice".into(),
     });
-    assert_eq!(h.state.settings.budget, Some(Micros(3_000_000)));
-    assert_eq!(h.state.phase, Phase::Thinking);
+    assert_eq!(h.state.brief.settings.budget, Some(Micros(3_000_000)));
+    assert_eq!(h.state.progress.phase, Phase::Thinking);
     assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
     assert!(fx
         .iter()
@@ -1274,7 +1276,7 @@ fn a_refused_call_pauses_and_a_raised_budget_resumes() {
         by: "alice".into(),
     });
     assert_eq!(model_calls(&fx).len(), 0);
-    assert_eq!(h.state.settings.budget, Some(Micros(4_000_000)));
+    assert_eq!(h.state.brief.settings.budget, Some(Micros(4_000_000)));
 }
 
 #[test]
@@ -1282,14 +1284,14 @@ fn a_refused_self_critique_leaves_the_proposal_waiting() {
     let mut h = Harness::started();
     h.think(&reply_json("read_file", json!({"filename": "a"})));
     h.decide(Decision::SelfCritique);
-    assert_eq!(h.state.phase, Phase::Critiquing);
-    let seq = h.state.call_seq;
+    assert_eq!(h.state.progress.phase, Phase::Critiquing);
+    let seq = h.state.progress.call_seq;
     let fx = h.step(Event::CallRefused {
         seq,
         purpose: CallPurpose::SelfCritique,
         reason: "no money".into(),
     });
-    assert_eq!(h.state.phase, Phase::AwaitingDecision);
+    assert_eq!(h.state.progress.phase, Phase::AwaitingDecision);
     assert!(matches!(
         fx.last(),
         Some(Effect::ShowProposal {
@@ -1303,7 +1305,7 @@ fn a_refused_self_critique_leaves_the_proposal_waiting() {
 fn pacing_is_recorded_announced_when_long_and_shown_on_the_card() {
     let mut h = Harness::started();
     let now = Utc.with_ymd_and_hms(2026, 11, 22, 8, 0, 0).unwrap();
-    let seq = h.state.call_seq;
+    let seq = h.state.progress.call_seq;
     let short = Pacing {
         until: now + chrono::Duration::seconds(2),
         why: "the server's model calls per minute".into(),
@@ -1314,7 +1316,7 @@ fn pacing_is_recorded_announced_when_long_and_shown_on_the_card() {
         pacing: short.clone(),
     });
     assert!(fx.is_empty());
-    assert_eq!(h.state.paced, Some(short));
+    assert_eq!(h.state.progress.paced, Some(short));
     let long = Pacing {
         until: now + chrono::Duration::seconds(90),
         why: "your spend per hour".into(),
@@ -1335,7 +1337,7 @@ fn pacing_is_recorded_announced_when_long_and_shown_on_the_card() {
         proposal_of(&fx).paced.as_deref(),
         Some("Waited for your spend per hour.")
     );
-    assert_eq!(h.state.paced, None);
+    assert_eq!(h.state.progress.paced, None);
 }
 
 #[test]
@@ -1425,7 +1427,7 @@ fn with_memory_each_cycle_recalls_first_and_summaries_become_memories() {
     assert!(remembered.ends_with("Result: roses are red\nviolets are blue"));
 
     // A one-line outcome is its own summary: remembered as the cycle closes, no model call.
-    let seq = h.state.call_seq;
+    let seq = h.state.progress.call_seq;
     h.step(Event::Recalled { seq, hits: vec![] });
     h.think(&reply_json("read_file", json!({"filename": "a.txt"})));
     h.decide(Decision::Approve);
@@ -1460,10 +1462,10 @@ fn policy_matrix_auto_ask_deny_with_and_without_approvals() {
         for unattended in [false, true] {
             let mut h = Harness::started();
             h.policy = Policy::default().with(Risk::Write, action);
-            h.state.settings.continuous = unattended;
+            h.state.brief.settings.continuous = unattended;
             let fx = h.think(&write());
             let ran = executes(&fx).is_some();
-            let carded = h.state.phase == Phase::AwaitingDecision;
+            let carded = h.state.progress.phase == Phase::AwaitingDecision;
             let label = format!("{action:?}, unattended {unattended}");
             match action {
                 ClassAction::Auto => {
@@ -1478,6 +1480,7 @@ fn policy_matrix_auto_ask_deny_with_and_without_approvals() {
                     assert!(!ran && !carded, "{label}: never runs, never asks");
                     let episode = h
                         .state
+                        .progress
                         .episodes
                         .last()
                         .expect("the refusal is in the history");
@@ -1503,7 +1506,7 @@ fn policy_matrix_auto_ask_deny_with_and_without_approvals() {
 fn an_owner_narrows_the_policy_but_cannot_widen_it() {
     use super::commands::Risk;
     let mut h = Harness::started();
-    h.state.settings.continuous = true;
+    h.state.brief.settings.continuous = true;
     h.policy = Policy::default().with(Risk::Write, ClassAction::Ask);
     let fx = h.step(Event::SetPolicy {
         risk: Risk::Write,
@@ -1514,7 +1517,7 @@ fn an_owner_narrows_the_policy_but_cannot_widen_it() {
         matches!(&fx[..], [Effect::Rejected(why)] if why.contains("only be made stricter")),
         "{fx:?}"
     );
-    assert!(h.state.settings.policy.is_empty());
+    assert!(h.state.brief.settings.policy.is_empty());
     // Reading is automatic for the server; the owner makes it ask for this agent.
     let fx = h.step(Event::SetPolicy {
         risk: Risk::Read,
@@ -1524,7 +1527,7 @@ fn an_owner_narrows_the_policy_but_cannot_widen_it() {
     assert!(matches!(&fx[..], [Effect::Notify(text)] if text.contains("read commands to `ask`")));
     let fx = h.think(&reply_json("read_file", json!({"filename": "1"})));
     assert!(executes(&fx).is_none());
-    assert_eq!(h.state.phase, Phase::AwaitingDecision);
+    assert_eq!(h.state.progress.phase, Phase::AwaitingDecision);
     // Clearing the narrowing restores the server's action.
     h.decide(Decision::Approve);
     h.finish_command(Outcome::Success("x".into()));
@@ -1557,15 +1560,15 @@ fn denying_control_keeps_finish_and_refusals_in_a_row_pause() {
             .expect("the next cycle");
         assert!(!next.messages[0].content.contains("ask_user("));
         assert!(next.messages[0].content.contains("finish("));
-        assert_eq!(h.state.refusals_in_row, n);
+        assert_eq!(h.state.safety.refusals_in_row, n);
     }
     // A third refusal in a row pauses: the model is not learning, and each cycle is paid for.
     let fx = h.think(&reply_json("ask_user", json!({"question": "ok 3?"})));
     assert!(model_calls(&fx).is_empty());
     assert!(
-        matches!(&h.state.phase, Phase::Paused(PauseReason::Refusals { last }) if last.contains("control commands are denied")),
+        matches!(&h.state.progress.phase, Phase::Paused(PauseReason::Refusals { last }) if last.contains("control commands are denied")),
         "{:?}",
-        h.state.phase
+        h.state.progress.phase
     );
     h.step(Event::Resume {
         by: "owner".into(),
@@ -1573,11 +1576,11 @@ fn denying_control_keeps_finish_and_refusals_in_a_row_pause() {
     });
     h.think(&reply_json("finish", json!({"reason": "done"})));
     assert_eq!(
-        h.state.phase,
+        h.state.progress.phase,
         Phase::AwaitingDecision,
         "finish asks, never denied"
     );
-    assert_eq!(h.state.refusals_in_row, 0);
+    assert_eq!(h.state.safety.refusals_in_row, 0);
 }
 
 #[test]
@@ -1588,7 +1591,7 @@ fn an_approval_after_the_policy_became_stricter_does_not_run_the_command() {
         "write_file",
         json!({"filename": "1", "contents": "x"}),
     ));
-    assert_eq!(h.state.phase, Phase::AwaitingDecision);
+    assert_eq!(h.state.progress.phase, Phase::AwaitingDecision);
     h.step(Event::SetPolicy {
         risk: Risk::Write,
         action: Some(ClassAction::Deny),
@@ -1596,13 +1599,13 @@ fn an_approval_after_the_policy_became_stricter_does_not_run_the_command() {
     });
     let fx = h.decide(Decision::Approve);
     assert!(executes(&fx).is_none());
-    let episode = h.state.episodes.last().unwrap();
+    let episode = h.state.progress.episodes.last().unwrap();
     assert!(
         matches!(&episode.outcome, Outcome::Error(t) if t.contains("denied by this agent's policy")),
         "{:?}",
         episode.outcome
     );
-    assert_eq!(h.state.phase, Phase::Thinking);
+    assert_eq!(h.state.progress.phase, Phase::Thinking);
 }
 
 /// The runaway brake in a scripted loop under Approve ×N: the agent alternates between two reads
@@ -1642,8 +1645,8 @@ fn a_repeat_loop_under_approve_n_parks_within_the_threshold_and_continue_starts_
         panic!("{reason:?}");
     };
     assert!(why.contains("last 4 steps repeat one another"), "{why}");
-    assert_eq!(h.state.auto_approvals_left, 0, "auto-approval ends");
-    assert_eq!(h.state.episodes[1].cost, Micros(1_000));
+    assert_eq!(h.state.safety.auto_approvals_left, 0, "auto-approval ends");
+    assert_eq!(h.state.progress.episodes[1].cost, Micros(1_000));
 
     // Continue: the next cycle runs, and the count starts again from here.
     let fx = h.step(Event::Resume {
@@ -1659,7 +1662,7 @@ fn a_repeat_loop_under_approve_n_parks_within_the_threshold_and_continue_starts_
     assert_eq!(main_call(&fx).purpose, CallPurpose::Think);
 
     // Stop on a parked agent turns the park into a human's pause.
-    h.state.phase = Phase::Paused(reason);
+    h.state.progress.phase = Phase::Paused(reason);
     let fx = h.step(Event::Pause { by: "bob".into() });
     assert_eq!(
         fx,
@@ -1679,7 +1682,12 @@ fn a_reply_with_thousands_of_unknown_arguments_is_refused_in_bounded_text() {
         args.insert(format!("made_up_argument_{i}"), json!("v".repeat(50)));
     }
     let fx = h.think(&reply_json("write_file", serde_json::Value::Object(args)));
-    let episode = h.state.episodes.last().expect("the refusal is a step");
+    let episode = h
+        .state
+        .progress
+        .episodes
+        .last()
+        .expect("the refusal is a step");
     assert!(episode
         .outcome
         .text()

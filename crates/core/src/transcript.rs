@@ -11,16 +11,16 @@ pub fn render_transcript(state: &AgentState, episodes: &[Episode], spent: Micros
     out.push_str(&format!(
         "- **Agent id:** `{}`\n- **State:** {}\n- **Cycles:** {}\n- **Model:** {}\n- **Created:** {}\n- **Tokens:** {} prompt, {} completion in {} calls\n- **Spent:** {} (the agent and its sub-agents)\n\n",
         state.id,
-        state.phase.label(),
+        state.progress.phase.label(),
         episodes.len(),
-        state.settings.model,
+        state.brief.settings.model,
         state.created_at.format("%Y-%m-%d %H:%M UTC"),
-        state.usage.prompt_tokens,
-        state.usage.completion_tokens,
-        state.usage.calls,
+        state.money.usage.prompt_tokens,
+        state.money.usage.completion_tokens,
+        state.money.usage.calls,
         format_usd(spent),
     ));
-    if let Some(profile) = &state.profile {
+    if let Some(profile) = &state.brief.profile {
         out.push_str(&format!(
             "## Profile\n\n**{}**, {}\n\n",
             profile.name, profile.role
@@ -67,7 +67,7 @@ pub fn render_transcript(state: &AgentState, episodes: &[Episode], spent: Micros
             out.push_str(&format!("*Summary:* {summary}\n\n"));
         }
     }
-    if let Some(pending) = &state.pending {
+    if let Some(pending) = &state.progress.pending {
         out.push_str(&format!(
             "### Cycle {} (pending): `{}`\n\n",
             pending.cycle,

@@ -353,8 +353,9 @@ impl DiscordSurface {
                     continue;
                 }
             };
-            let waiting = state.phase == crate::core::state::Phase::AwaitingDecision;
+            let waiting = state.progress.phase == crate::core::state::Phase::AwaitingDecision;
             match state
+                .progress
                 .pending
                 .as_ref()
                 .filter(|p| waiting && p.cycle == cycle)
@@ -383,7 +384,7 @@ impl DiscordSurface {
 #[async_trait]
 impl Surface for DiscordSurface {
     async fn show_profile(&self, agent: &AgentState) {
-        if let Some(profile) = &agent.profile {
+        if let Some(profile) = &agent.brief.profile {
             let embed = to_embed(cards::profile_card(profile, &agent.full_task()));
             self.send(&agent.id, CreateMessage::new().embed(embed))
                 .await;
@@ -403,12 +404,12 @@ impl Surface for DiscordSurface {
         let status = if auto_approved {
             if let Some(rule) = &proposal.approved_by {
                 format!("Approved automatically by {rule}")
-            } else if agent.settings.continuous {
+            } else if agent.brief.settings.continuous {
                 "Approved automatically (continuous mode)".to_string()
             } else {
                 format!(
                     "Approved automatically ({} more without asking)",
-                    agent.auto_approvals_left
+                    agent.safety.auto_approvals_left
                 )
             }
         } else {
@@ -610,9 +611,9 @@ impl Surface for DiscordSurface {
                     format!(
                         "{} cycles · {} model calls · {} prompt + {} completion tokens",
                         agent.step_count(),
-                        agent.usage.calls,
-                        agent.usage.prompt_tokens,
-                        agent.usage.completion_tokens
+                        agent.money.usage.calls,
+                        agent.money.usage.prompt_tokens,
+                        agent.money.usage.completion_tokens
                     ),
                 ),
                 (
@@ -620,7 +621,7 @@ impl Surface for DiscordSurface {
                     format!(
                         "{} (the agent and its sub-agents)",
                         crate::core::budget::format_usd(
-                            agent.spent_at_last_cycle.unwrap_or_default()
+                            agent.money.spent_at_last_cycle.unwrap_or_default()
                         )
                     ),
                 ),

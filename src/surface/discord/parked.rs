@@ -51,7 +51,7 @@ pub fn park_card(
     };
     let stop = button(
         CardAction::ParkStop,
-        agent.cycle,
+        agent.progress.cycle,
         "Stop".into(),
         ButtonStyle::Danger,
     );
@@ -114,7 +114,7 @@ pub fn park_card(
             let buttons = vec![
                 button(
                     CardAction::ParkContinue,
-                    agent.cycle,
+                    agent.progress.cycle,
                     "Continue".into(),
                     ButtonStyle::Success,
                 ),

@@ -105,7 +105,7 @@ pub(super) async fn on_remember_click(
         .load_agent_record(&id.agent)
         .ok()
         .flatten()
-        .and_then(|state| state.pending)
+        .and_then(|state| state.progress.pending)
         .map(|pending| pending.remember)
         .unwrap_or_default();
     if scopes.is_empty() {
@@ -146,7 +146,7 @@ fn refusal(
     if scope.is_none() {
         return Some("The card no longer offers that rule; look at it again.".into());
     }
-    let server = match (reach, &state.spender.guild) {
+    let server = match (reach, &state.money.spender.guild) {
         (RuleReach::Agent, _) => Vec::new(),
         (RuleReach::Server, _) if !may_make_server_rules(who) => {
             return Some(
@@ -160,7 +160,7 @@ fn refusal(
         },
     };
     let now = data.app.clock.now();
-    over_limit(reach, &state.rules, &server, now).map(|why| {
+    over_limit(reach, &state.safety.rules, &server, now).map(|why| {
         format!(
             "{}. Nothing was decided.",
             super::commands::capitalise(&why)
@@ -199,6 +199,7 @@ pub(super) async fn on_choice(
         return;
     };
     let scope = state
+        .progress
         .pending
         .as_ref()
         .and_then(|pending| pending.remember.get(index));

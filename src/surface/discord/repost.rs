@@ -40,7 +40,7 @@ impl DiscordSurface {
             .flatten()
             .filter(|state| state.awaits_decision_on(cycle))
             .ok_or(NOT_WAITING)?;
-        let proposal = state.pending.as_ref().ok_or(NOT_WAITING)?;
+        let proposal = state.progress.pending.as_ref().ok_or(NOT_WAITING)?;
         let mut binding = self.binding(agent).ok_or("This agent no longer exists.")?;
         let old = binding
             .card
@@ -78,8 +78,9 @@ impl DiscordSurface {
             .ok()
             .flatten()
             .and_then(|now| {
-                now.pending
-                    .filter(|p| now.phase == state.phase && p.cycle == cycle)
+                now.progress
+                    .pending
+                    .filter(|p| now.progress.phase == state.progress.phase && p.cycle == cycle)
             })
             .is_some_and(|now| now.revision == proposal.revision);
         let binding_now = self.binding(agent);

@@ -66,12 +66,12 @@ impl DiscordSurface {
     /// The card of `agent`'s pending proposal, as `agent` (a resting agent, about to be
     /// rewound) shows it; `None` when it waits on no card.
     pub(crate) fn pending_card(&self, agent: &AgentState) -> Option<PendingCard> {
-        let proposal = agent.pending.as_ref()?;
+        let proposal = agent.progress.pending.as_ref()?;
         let binding = self.binding(&agent.id)?;
         let card = binding.card.filter(|card| card.cycle == proposal.cycle)?;
         let files = AgentFiles::new(&self.store, &agent.id);
         // A denied card says who stopped the agent; closed again, it still says so.
-        let ended = match &agent.phase {
+        let ended = match &agent.progress.phase {
             Phase::Paused(PauseReason::Denied { by }) => {
                 Some(format!("⛔ Denied (agent stopped) by {}.", by.name))
             }

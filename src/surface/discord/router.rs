@@ -88,7 +88,7 @@ fn check_click(data: &Data, id: &CardId, who: &Requester) -> Result<(), String> 
     let state = store.load_agent_record(&id.agent).ok().flatten();
     let pending = state
         .as_ref()
-        .and_then(|state| state.pending.as_ref())
+        .and_then(|state| state.progress.pending.as_ref())
         .filter(|_| {
             state
                 .as_ref()
@@ -143,6 +143,7 @@ fn check_click(data: &Data, id: &CardId, who: &Requester) -> Result<(), String> 
 fn pending_command(data: &Data, id: &CardId) -> Result<CommandCall, String> {
     match data.app.store.load_agent_record(&id.agent) {
         Ok(Some(state)) => state
+            .progress
             .pending
             .filter(|p| p.cycle == id.cycle)
             .map(|p| p.command)
@@ -380,7 +381,9 @@ async fn on_thread_message(data: &Data, message: serenity::Message) {
     let Ok(Some(state)) = store.load_agent_record(&agent) else {
         return;
     };
-    if let (Phase::AwaitingDecision, Some(pending)) = (&state.phase, &state.pending) {
+    if let (Phase::AwaitingDecision, Some(pending)) =
+        (&state.progress.phase, &state.progress.pending)
+    {
         let feedback = Decision::Feedback(text.to_string());
         let by = &person_of(&message.author);
         let cycle = replied_card.map_or(pending.cycle, |card| card.cycle);

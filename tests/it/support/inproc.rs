@@ -293,7 +293,7 @@ pub fn agent(id: &str, task: &str, model: &str, continuous: bool) -> AgentState 
         },
         chrono::Utc::now(),
     );
-    state.spender = autothread::core::state::Spender {
+    state.money.spender = autothread::core::state::Spender {
         user: Some("u".into()),
         guild: Some("g".into()),
     };
@@ -375,7 +375,7 @@ pub async fn run_tool(
     let agent = state.view();
     let payer = autothread::budget::Payer {
         agent: agent.id.clone(),
-        spender: state.spender.clone(),
+        spender: state.money.spender.clone(),
         agent_limit: Micros(0),
     };
     let ctx = autothread::tools::ToolCtx {

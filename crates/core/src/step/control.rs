@@ -21,10 +21,10 @@ impl Stepper<'_, '_> {
     /// The ledger refused a call: no budget can pay for its worst case. The agent pauses where it is
     /// (a summary simply waits for a later cycle) and continues when the budget is raised.
     pub(super) fn on_call_refused(&mut self, seq: u64, purpose: CallPurpose, reason: String) {
-        if matches!(purpose, CallPurpose::Summary { .. }) || seq != self.state.call_seq {
+        if matches!(purpose, CallPurpose::Summary { .. }) || seq != self.state.progress.call_seq {
             return;
         }
-        match (purpose, &self.state.phase) {
+        match (purpose, &self.state.progress.phase) {
             (CallPurpose::SelfCritique, Phase::Critiquing) => {
                 self.fx.push(Effect::Notify(format!(
                     "The self-critique was not run: {reason}. The proposal is still waiting for a decision."
@@ -50,42 +50,45 @@ impl Stepper<'_, '_> {
     /// The current call waits for a rate limit; a long wait is announced, and the proposal will
     /// say it waited.
     pub(super) fn on_paced(&mut self, seq: u64, purpose: CallPurpose, pacing: Pacing) {
-        if seq == self.state.call_seq && !matches!(purpose, CallPurpose::Summary { .. }) {
+        if seq == self.state.progress.call_seq && !matches!(purpose, CallPurpose::Summary { .. }) {
             if pacing.until - self.ctx.now >= chrono::Duration::seconds(super::PACING_NOTICE_SECS) {
                 self.fx.push(Effect::Notify(format!(
                     "Rate limited: {}.",
                     pacing.describe()
                 )));
             }
-            self.state.paced = Some(pacing);
+            self.state.progress.paced = Some(pacing);
         }
     }
 
     /// A new budget for the agent; one paused because its budget ran out continues by itself.
     pub(super) fn on_set_budget(&mut self, budget: Micros, by: Person) {
-        self.state.settings.budget = Some(budget);
+        self.state.brief.settings.budget = Some(budget);
         self.fx.push(Effect::Notify(format!(
             "{} set the agent's budget to {}.",
             by.name,
             crate::budget::format_usd(budget)
         )));
         self.audit(by, AuditEvent::BudgetChanged { budget });
-        if matches!(self.state.phase, Phase::Paused(PauseReason::Budget { .. })) {
+        if matches!(
+            self.state.progress.phase,
+            Phase::Paused(PauseReason::Budget { .. })
+        ) {
             self.on_resume(None);
         }
     }
 
     /// Someone let a parked agent go on from its card, with a new budget if they raised it.
     pub(super) fn on_continue(&mut self, by: Person, budget: Option<Micros>) {
-        if !matches!(self.state.phase, Phase::Paused(_)) {
+        if !matches!(self.state.progress.phase, Phase::Paused(_)) {
             self.fx.push(Effect::Rejected(format!(
                 "the agent is not paused ({})",
-                self.state.phase.label()
+                self.state.progress.phase.label()
             )));
             return;
         }
         if let Some(budget) = budget {
-            self.state.settings.budget = Some(budget);
+            self.state.brief.settings.budget = Some(budget);
         }
         let budget_note = budget.map_or(String::new(), |b| {
             format!(" with a budget of {}", crate::budget::format_usd(b))
@@ -108,13 +111,15 @@ impl Stepper<'_, '_> {
                     self.fx.push(Effect::Rejected(why.to_string()));
                     return;
                 }
-                self.state.settings.policy.insert(risk, action);
+                self.state.brief.settings.policy.insert(risk, action);
             }
             None => {
-                self.state.settings.policy.remove(&risk);
+                self.state.brief.settings.policy.remove(&risk);
             }
         }
-        let (now, _) = ctx.policy.effective(&self.state.settings.policy, risk);
+        let (now, _) = ctx
+            .policy
+            .effective(&self.state.brief.settings.policy, risk);
         self.fx.push(Effect::Notify(format!(
             "{} set {} commands to `{}` for this agent.",
             by.name,
@@ -140,37 +145,38 @@ impl Stepper<'_, '_> {
         // than its whole past spend.
         let cost = self
             .state
+            .money
             .spent_at_last_cycle
             .map_or(Micros::ZERO, |before| {
                 view.agent_spent.saturating_sub(before)
             });
-        self.state.spent_at_last_cycle = Some(view.agent_spent);
+        self.state.money.spent_at_last_cycle = Some(view.agent_spent);
         if let Some(limits) = &self.ctx.brake {
-            let usage = &self.state.usage;
+            let usage = &self.state.money.usage;
             let sample = SpendSample {
                 at: self.ctx.now,
                 micros: view.agent_spent,
                 tokens: usage.prompt_tokens + usage.completion_tokens,
             };
-            self.state.brake.record(sample, limits.window);
+            self.state.safety.brake.record(sample, limits.window);
         }
         cost
     }
 
     /// Pauses the agent at once, or when its running command returns.
     pub(super) fn on_pause(&mut self, by: Person) {
-        match self.state.phase {
+        match self.state.progress.phase {
             Phase::Creating | Phase::Thinking | Phase::AwaitingDecision | Phase::Critiquing => {
-                if self.state.phase == Phase::Critiquing {
-                    self.state.phase = Phase::AwaitingDecision;
+                if self.state.progress.phase == Phase::Critiquing {
+                    self.state.progress.phase = Phase::AwaitingDecision;
                 }
-                self.state.auto_approvals_left = 0;
+                self.state.safety.auto_approvals_left = 0;
                 self.pause(PauseReason::ByUser { by });
             }
             Phase::Executing => {
                 // A running command is never cut short; the pause takes effect when it returns.
-                self.state.auto_approvals_left = 0;
-                self.state.pause_requested = Some(by);
+                self.state.safety.auto_approvals_left = 0;
+                self.state.progress.pause_requested = Some(by);
                 self.fx.push(Effect::Notify(
                     "The agent will pause when the running command finishes.".into(),
                 ));
@@ -182,7 +188,7 @@ impl Stepper<'_, '_> {
             }
             Phase::Paused(_) | Phase::Finished { .. } => self.fx.push(Effect::Rejected(format!(
                 "the agent is already {}",
-                self.state.phase.label()
+                self.state.progress.phase.label()
             ))),
         }
     }
@@ -190,12 +196,12 @@ impl Stepper<'_, '_> {
     /// Ends the agent's task at once, or when its running command returns; a proposal waiting
     /// for a decision is dropped, not run.
     pub(super) fn on_finish(&mut self, by: Person) {
-        match self.state.phase {
+        match self.state.progress.phase {
             Phase::Executing => {
                 // A running command is never cut short (an `ask_user` wait is withdrawn by the
                 // runtime): the task ends when it returns.
-                self.state.auto_approvals_left = 0;
-                self.state.finish_requested = Some(by);
+                self.state.safety.auto_approvals_left = 0;
+                self.state.progress.finish_requested = Some(by);
                 self.fx.push(Effect::Notify(
                     "The agent will finish when the running command returns.".into(),
                 ));
@@ -206,7 +212,7 @@ impl Stepper<'_, '_> {
             _ => {
                 // The waiting proposal closes its cycle as not run, so that its card's buttons
                 // can never decide a later proposal of the same number.
-                if self.state.pending.is_some() {
+                if self.state.progress.pending.is_some() {
                     let why = format!("Not run: {} finished the agent's task.", by.name);
                     self.record_from_pending(Outcome::HumanFeedback(why), Some(ActedBy::from(&by)));
                 }
@@ -220,13 +226,13 @@ impl Stepper<'_, '_> {
         let follow_up = follow_up
             .map(|t| t.trim().to_string())
             .filter(|t| !t.is_empty());
-        match &self.state.phase {
+        match &self.state.progress.phase {
             Phase::Finished { .. } => match follow_up {
                 Some(task) => {
-                    self.state.follow_ups.push(task);
-                    let cycle = self.state.cycle;
-                    self.state.brake.clear(cycle);
-                    self.state.cycles_since_resume = 0;
+                    self.state.brief.follow_ups.push(task);
+                    let cycle = self.state.progress.cycle;
+                    self.state.safety.brake.clear(cycle);
+                    self.state.progress.cycles_since_resume = 0;
                     self.begin_cycle();
                 }
                 None => self.fx.push(Effect::Rejected(
@@ -235,17 +241,17 @@ impl Stepper<'_, '_> {
             },
             Phase::Paused(_) => {
                 if let Some(task) = follow_up {
-                    self.state.follow_ups.push(task);
+                    self.state.brief.follow_ups.push(task);
                 }
                 // A human looked and let it go on: the runaway brake counts from here.
-                let cycle = self.state.cycle;
-                self.state.brake.clear(cycle);
-                self.state.invalid_replies_in_row = 0;
-                self.state.cycles_since_resume = 0;
-                if self.state.pending.is_some() {
+                let cycle = self.state.progress.cycle;
+                self.state.safety.brake.clear(cycle);
+                self.state.safety.invalid_replies_in_row = 0;
+                self.state.progress.cycles_since_resume = 0;
+                if self.state.progress.pending.is_some() {
                     self.show_pending_again();
-                } else if self.state.profile.is_none() {
-                    self.state.phase = Phase::Creating;
+                } else if self.state.brief.profile.is_none() {
+                    self.state.progress.phase = Phase::Creating;
                     self.request_profile();
                 } else {
                     self.begin_cycle();
@@ -253,7 +259,7 @@ impl Stepper<'_, '_> {
             }
             _ => self.fx.push(Effect::Rejected(format!(
                 "the agent is already running ({})",
-                self.state.phase.label()
+                self.state.progress.phase.label()
             ))),
         }
     }

@@ -8,14 +8,14 @@ impl Stepper<'_, '_> {
     /// Rethink on the stuck panel (or any card): the proposal is dropped and the model asked
     /// again for this cycle, with the stronger model where there is one, told why it seems stuck.
     fn rethink_stuck(&mut self) {
-        self.state.auto_approvals_left = 0;
-        let pending = self.state.pending.take();
-        self.state.rethink_requested = Some(pending.as_ref().map_or(0, |p| p.revision + 1));
+        self.state.safety.auto_approvals_left = 0;
+        let pending = self.state.progress.pending.take();
+        self.state.safety.rethink_requested = Some(pending.as_ref().map_or(0, |p| p.revision + 1));
         let why = pending.and_then(|p| p.stuck).map_or_else(
             || "a person did not like the proposed command".to_string(),
             |s| s.why,
         );
-        self.state.phase = Phase::Thinking;
+        self.state.progress.phase = Phase::Thinking;
         let messages = super::super::prompt::stuck_rethink_messages(self.cycle_prompt(), &why);
         let smart = self.ctx.smart_model_available;
         self.ask_for_reply(CallPurpose::Rethink, messages, smart);
@@ -37,12 +37,12 @@ impl Stepper<'_, '_> {
         if approving {
             // The policy may have become stricter since the card was shown (the owner narrowed it,
             // or the bot restarted with a stricter config): the policy in force now decides.
-            let denial = self.state.pending.as_ref().and_then(|p| {
+            let denial = self.state.progress.pending.as_ref().and_then(|p| {
                 ctx.policy
-                    .denial(&self.state.settings.policy, &p.command.name, p.risk)
+                    .denial(&self.state.brief.settings.policy, &p.command.name, p.risk)
             });
             if let Some(denial) = denial {
-                self.state.auto_approvals_left = 0;
+                self.state.safety.auto_approvals_left = 0;
                 let command = self.shown_pending().map(|s| s.command).unwrap_or_default();
                 self.audit(
                     by.clone(),
@@ -54,7 +54,7 @@ impl Stepper<'_, '_> {
                 );
                 self.fx.push(Effect::Notify(format!(
                     "Cycle {}: the approved command was not run: its class is now denied by policy.",
-                    self.state.cycle
+                    self.state.progress.cycle
                 )));
                 self.record_from_pending(Outcome::Error(denial), Some(ActedBy::person(by)));
                 self.begin_cycle();
@@ -72,6 +72,7 @@ impl Stepper<'_, '_> {
         if let Some(shown) = self.shown_pending() {
             let edited_by = self
                 .state
+                .progress
                 .pending
                 .as_ref()
                 .map(|p| p.edits.iter().map(|edit| edit.by.clone()).collect())
@@ -95,20 +96,20 @@ impl Stepper<'_, '_> {
             Decision::ApproveN(n) => {
                 match ctx.budget.filter(|view| view.soft_cap_reached()) {
                     Some(view) => {
-                        self.state.auto_approvals_left = 0;
+                        self.state.safety.auto_approvals_left = 0;
                         self.fx.push(Effect::Notify(format!(
                             "Approved this step only. {}",
                             view.soft_cap_note()
                         )));
                     }
-                    None => self.state.auto_approvals_left = n.saturating_sub(1),
+                    None => self.state.safety.auto_approvals_left = n.saturating_sub(1),
                 }
                 self.start_command(by, true);
             }
             Decision::Deny => {
-                self.state.auto_approvals_left = 0;
+                self.state.safety.auto_approvals_left = 0;
                 // One deny ends the count: a resumed proposal gathers its approvals anew.
-                if let Some(pending) = self.state.pending.as_mut() {
+                if let Some(pending) = self.state.progress.pending.as_mut() {
                     pending.approvals.clear();
                 }
                 let by = by.people().first().cloned();
@@ -117,14 +118,14 @@ impl Stepper<'_, '_> {
                 }
             }
             Decision::Feedback(text) => {
-                self.state.auto_approvals_left = 0;
+                self.state.safety.auto_approvals_left = 0;
                 self.record_from_pending(Outcome::HumanFeedback(text), Some(by));
                 self.begin_cycle();
             }
             Decision::Edit(_) => {}
             Decision::Rethink => self.rethink_stuck(),
             Decision::Skip => {
-                self.state.auto_approvals_left = 0;
+                self.state.safety.auto_approvals_left = 0;
                 let skipped = format!(
                     "{} skipped this step: the command was not run. Do not propose it again; try a different approach.",
                     by.names()
@@ -133,15 +134,20 @@ impl Stepper<'_, '_> {
                 self.begin_cycle();
             }
             Decision::SelfCritique => {
-                let Some(pending) = self.state.pending.as_mut() else {
+                let Some(pending) = self.state.progress.pending.as_mut() else {
                     return;
                 };
                 pending.approved_by = Some(by);
-                let profile = self.state.profile.clone().unwrap_or_else(Profile::fallback);
+                let profile = self
+                    .state
+                    .brief
+                    .profile
+                    .clone()
+                    .unwrap_or_else(Profile::fallback);
                 let messages =
                     self_critique_messages(&profile, &pending.thoughts, &pending.command);
                 pending.deadline = None;
-                self.state.phase = Phase::Critiquing;
+                self.state.progress.phase = Phase::Critiquing;
                 self.call_model(
                     CallPurpose::SelfCritique,
                     messages,

@@ -57,7 +57,7 @@ impl Stepper<'_, '_> {
     /// Applies `by`'s edit of the pending command: the same command with `args`, validated like a
     /// model's reply. A refused edit leaves the proposal as it was and says why.
     pub(super) fn apply_edit(&mut self, args: Map<String, Value>, by: Person) {
-        let Some(pending) = self.state.pending.as_ref() else {
+        let Some(pending) = self.state.progress.pending.as_ref() else {
             return;
         };
         let edited = CommandCall {
@@ -82,7 +82,7 @@ impl Stepper<'_, '_> {
         }
         let outgoing = self.outgoing_of(&valid.call);
         let remember = self.rule_scopes(&valid.call, valid.risk, outgoing.is_some());
-        let Some(pending) = self.state.pending.as_mut() else {
+        let Some(pending) = self.state.progress.pending.as_mut() else {
             return;
         };
         pending.outgoing = outgoing;
@@ -102,7 +102,7 @@ impl Stepper<'_, '_> {
             pending.edits.remove(0);
         }
         // An edited command is a new command: nothing approved before covers it.
-        self.state.auto_approvals_left = 0;
+        self.state.safety.auto_approvals_left = 0;
         self.audit(
             by,
             AuditEvent::Edited {
@@ -119,7 +119,7 @@ impl Stepper<'_, '_> {
     /// or `by` is told their approval already counts, and `None`.
     pub(super) fn count_approval(&mut self, by: Person) -> Option<ActedBy> {
         let quorum = self.ctx.quorum;
-        let pending = self.state.pending.as_mut()?;
+        let pending = self.state.progress.pending.as_mut()?;
         match quorum.approve(pending.risk, &mut pending.approvals, &by) {
             Tally::Reached if pending.approvals.len() == 1 => Some(ActedBy::person(by)),
             Tally::Reached => Some(ActedBy::People(pending.approvals.clone())),
@@ -158,10 +158,12 @@ impl Stepper<'_, '_> {
     /// The runtime found the approved command's file changed since its card was shown, and did
     /// not run it: the card is shown again, with the change as it now stands, for a new decision.
     pub(super) fn on_command_stale(&mut self, cycle: u64, why: String) {
-        if self.state.phase != Phase::Executing || self.state.pending_cycle() != Some(cycle) {
+        if self.state.progress.phase != Phase::Executing
+            || self.state.pending_cycle() != Some(cycle)
+        {
             return;
         }
-        if let Some(pending) = self.state.pending.as_mut() {
+        if let Some(pending) = self.state.progress.pending.as_mut() {
             pending.approved_by = None;
             pending.approvals.clear();
             // Shown to a person now: what they approve needs no rule's check.
@@ -176,7 +178,7 @@ impl Stepper<'_, '_> {
                 },
             );
         }
-        self.state.auto_approvals_left = 0;
+        self.state.safety.auto_approvals_left = 0;
         self.fx.push(Effect::Notify(format!(
             "Cycle {cycle}: the approved command was not run: {why} Look at the card again."
         )));

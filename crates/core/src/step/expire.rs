@@ -21,7 +21,7 @@ impl Stepper<'_, '_> {
         if !self.state.awaits_decision_on(cycle) {
             return;
         }
-        let Some(pending) = self.state.pending.as_mut() else {
+        let Some(pending) = self.state.progress.pending.as_mut() else {
             return;
         };
         let Some(deadline) = pending.deadline.filter(|d| d.at <= now) else {
@@ -68,7 +68,7 @@ impl Stepper<'_, '_> {
             text,
             escalate,
         });
-        self.state.auto_approvals_left = 0;
+        self.state.safety.auto_approvals_left = 0;
         match deadline.action {
             _ if escalate => self.show_pending_again(),
             ExpiryAction::Deny => {

@@ -129,7 +129,7 @@ pub fn step(state: &mut AgentState, event: Event, ctx: &StepCtx<'_>) -> Vec<Effe
         Event::DeadlinePassed { cycle } => stepper.on_deadline_passed(cycle),
         Event::Pause { by } => {
             // A running command is never cut short: the pause waits for it.
-            let event = match stepper.state.phase {
+            let event = match stepper.state.progress.phase {
                 Phase::Executing => AuditEvent::PauseRequested,
                 _ => AuditEvent::Paused,
             };
@@ -137,7 +137,7 @@ pub fn step(state: &mut AgentState, event: Event, ctx: &StepCtx<'_>) -> Vec<Effe
             stepper.audit_unless_rejected(by, event);
         }
         Event::Finish { by } => {
-            let event = match stepper.state.phase {
+            let event = match stepper.state.progress.phase {
                 Phase::Executing => AuditEvent::FinishRequested,
                 _ => AuditEvent::Finished,
             };
@@ -181,7 +181,7 @@ impl Stepper<'_, '_> {
 
     /// What `call` would send out when the agent is tainted and the command can carry data out.
     fn outgoing_of(&self, call: &CommandCall) -> Option<Outgoing> {
-        let tainted_by = self.state.tainted.clone()?;
+        let tainted_by = self.state.safety.tainted.clone()?;
         let spec = self.ctx.commands.get(&call.name)?;
         let (argument, data) = outgoing_data(spec, call)?;
         Some(Outgoing {
@@ -193,18 +193,18 @@ impl Stepper<'_, '_> {
 
     /// The pending command as its card shows it, for the trail.
     fn shown_pending(&self) -> Option<ShownCommand> {
-        let pending = self.state.pending.as_ref()?;
+        let pending = self.state.progress.pending.as_ref()?;
         Some(ShownCommand::of(&pending.command, pending.revision))
     }
 
     /// Begins a new agent with its profile, generating one first when it has none.
     fn on_start(&mut self) {
-        if self.state.phase != Phase::Creating {
+        if self.state.progress.phase != Phase::Creating {
             self.fx
                 .push(Effect::Rejected("the agent has already started".into()));
             return;
         }
-        if self.state.profile.is_none() {
+        if self.state.brief.profile.is_none() {
             self.request_profile();
         } else {
             self.fx.push(Effect::ShowProfile);
@@ -234,9 +234,9 @@ impl Stepper<'_, '_> {
             Outcome::Error(message),
             None,
         );
-        self.state.refusals_in_row += 1;
-        if self.state.refusals_in_row >= MAX_REFUSALS {
-            self.state.refusals_in_row = 0;
+        self.state.safety.refusals_in_row += 1;
+        if self.state.safety.refusals_in_row >= MAX_REFUSALS {
+            self.state.safety.refusals_in_row = 0;
             self.pause(PauseReason::Refusals { last });
             return;
         }
@@ -245,11 +245,11 @@ impl Stepper<'_, '_> {
 
     /// Ends the agent's task: nothing runs on, and what the model was asked is ignored.
     fn finish(&mut self, reason: String) {
-        self.state.call_seq += 1;
-        self.state.auto_approvals_left = 0;
-        self.state.pause_requested = None;
-        self.state.finish_requested = None;
-        self.state.phase = Phase::Finished {
+        self.state.progress.call_seq += 1;
+        self.state.safety.auto_approvals_left = 0;
+        self.state.progress.pause_requested = None;
+        self.state.progress.finish_requested = None;
+        self.state.progress.phase = Phase::Finished {
             reason: reason.clone(),
         };
         self.fx.push(Effect::Finished { reason });
@@ -258,12 +258,12 @@ impl Stepper<'_, '_> {
     /// Stops the agent where it is, for `reason`.
     fn pause(&mut self, reason: PauseReason) {
         // Replies to calls made before the pause must not be applied afterwards.
-        self.state.call_seq += 1;
+        self.state.progress.call_seq += 1;
         // A resumed card is a card shown anew: it gets a deadline of its own.
-        if let Some(pending) = self.state.pending.as_mut() {
+        if let Some(pending) = self.state.progress.pending.as_mut() {
             pending.deadline = None;
         }
-        self.state.phase = Phase::Paused(reason.clone());
+        self.state.progress.phase = Phase::Paused(reason.clone());
         self.fx.push(Effect::Paused(reason));
     }
 
@@ -276,13 +276,19 @@ impl Stepper<'_, '_> {
         usage: Option<Usage>,
     ) {
         if let Some(usage) = usage {
-            self.state.usage.calls += 1;
-            self.state.usage.prompt_tokens += usage.prompt_tokens;
-            self.state.usage.completion_tokens += usage.completion_tokens;
-            self.state.usage.cached_prompt_tokens += usage.cached_prompt_tokens;
+            self.state.money.usage.calls += 1;
+            self.state.money.usage.prompt_tokens += usage.prompt_tokens;
+            self.state.money.usage.completion_tokens += usage.completion_tokens;
+            self.state.money.usage.cached_prompt_tokens += usage.cached_prompt_tokens;
         }
         if let CallPurpose::Summary { cycle } = purpose {
-            if let Some(episode) = self.state.episodes.iter_mut().find(|e| e.cycle == cycle) {
+            if let Some(episode) = self
+                .state
+                .progress
+                .episodes
+                .iter_mut()
+                .find(|e| e.cycle == cycle)
+            {
                 if episode.summary.is_none() {
                     if let Some(summary) = super::history::clean_summary(&text) {
                         episode.summary = Some(summary);
@@ -298,11 +304,11 @@ impl Stepper<'_, '_> {
             }
             return;
         }
-        if seq != self.state.call_seq {
+        if seq != self.state.progress.call_seq {
             // A reply to a call that a pause or restart has superseded.
             return;
         }
-        match (purpose, &self.state.phase) {
+        match (purpose, &self.state.progress.phase) {
             (CallPurpose::Profile, Phase::Creating) => {
                 let profile = super::prompt::parse_profile(&text).unwrap_or_else(|| {
                     self.fx.push(Effect::Notify(
@@ -310,7 +316,7 @@ impl Stepper<'_, '_> {
                     ));
                     Profile::fallback()
                 });
-                self.state.profile = Some(profile);
+                self.state.brief.profile = Some(profile);
                 self.fx.push(Effect::ShowProfile);
                 self.begin_cycle();
             }
@@ -320,6 +326,7 @@ impl Stepper<'_, '_> {
             (CallPurpose::SelfCritique, Phase::Critiquing) => {
                 let by = self
                     .state
+                    .progress
                     .pending
                     .as_ref()
                     .and_then(|p| p.approved_by.clone());
@@ -336,9 +343,9 @@ impl Stepper<'_, '_> {
         let reply = match parse_reply(&text) {
             Ok((reply, _route)) => reply,
             Err(error) => {
-                self.state.invalid_replies_in_row += 1;
+                self.state.safety.invalid_replies_in_row += 1;
                 let error = error.to_string();
-                if self.state.invalid_replies_in_row >= MAX_INVALID_REPLIES {
+                if self.state.safety.invalid_replies_in_row >= MAX_INVALID_REPLIES {
                     self.pause(PauseReason::InvalidReplies { last_error: error });
                 } else {
                     let messages = reask_messages(self.cycle_prompt(), &text, &error);
@@ -347,7 +354,7 @@ impl Stepper<'_, '_> {
                 return;
             }
         };
-        self.state.invalid_replies_in_row = 0;
+        self.state.safety.invalid_replies_in_row = 0;
         // The model is told about the commands it is offered; a denied command it names anyway is
         // validated against the full set so that `propose` can refuse it with the policy's reason.
         let checked = self
@@ -364,7 +371,7 @@ impl Stepper<'_, '_> {
             Err(message) => {
                 let notice = format!(
                     "Cycle {}: the model's command was not run: {message}",
-                    self.state.cycle
+                    self.state.progress.cycle
                 );
                 let (command, reasoning) = (reply.command, reply.thoughts.reasoning);
                 self.refuse_command(command, reasoning, message.to_string(), notice);
@@ -372,8 +379,8 @@ impl Stepper<'_, '_> {
             }
         };
         if repeats_last_step(self.state.last_episode(), &valid.call) {
-            if !self.state.rethink_used && purpose != CallPurpose::Rethink {
-                self.state.rethink_used = true;
+            if !self.state.safety.rethink_used && purpose != CallPurpose::Rethink {
+                self.state.safety.rethink_used = true;
                 let messages = rethink_messages(self.cycle_prompt(), &valid.call);
                 let smart = self.ctx.smart_model_available;
                 self.ask_for_reply(CallPurpose::Rethink, messages, smart);
@@ -386,9 +393,9 @@ impl Stepper<'_, '_> {
         }
         // The reply to a person's rethink is the fresh look they asked for: it is shown to them
         // as an ordinary card even though the steps before it still failed.
-        let stuck = match self.state.rethink_requested {
+        let stuck = match self.state.safety.rethink_requested {
             Some(_) => None,
-            None => no_progress(&self.state.episodes, &valid.call),
+            None => no_progress(&self.state.progress.episodes, &valid.call),
         };
         self.propose(valid, reply.thoughts, stuck);
     }
@@ -404,27 +411,28 @@ impl Stepper<'_, '_> {
         });
         if stuck.is_some() {
             // A stuck agent is shown to a person whatever ran it unattended.
-            self.state.auto_approvals_left = 0;
+            self.state.safety.auto_approvals_left = 0;
         }
-        let rethought = self.state.rethink_requested.take();
+        let rethought = self.state.safety.rethink_requested.take();
         // A person waits for the proposal they asked for: nothing approves it for them.
         let shown_to_a_person = stuck.is_some() || rethought.is_some();
         let unattended = self.state.runs_unattended() && !shown_to_a_person;
         let soft_capped = ctx.budget.is_some_and(BudgetView::soft_cap_reached);
         let auto_stop = match ctx.budget {
             Some(view) if unattended && soft_capped => {
-                self.state.auto_approvals_left = 0;
+                self.state.safety.auto_approvals_left = 0;
                 Some(view.soft_cap_note())
             }
             _ => None,
         };
-        if let Some(denial) =
-            ctx.policy
-                .denial(&self.state.settings.policy, &valid.call.name, valid.risk)
-        {
+        if let Some(denial) = ctx.policy.denial(
+            &self.state.brief.settings.policy,
+            &valid.call.name,
+            valid.risk,
+        ) {
             let notice = format!(
                 "Cycle {}: `{}` was not run: its class ({}) is denied by policy.",
-                self.state.cycle,
+                self.state.progress.cycle,
                 valid.call.name,
                 valid.risk.label()
             );
@@ -432,10 +440,12 @@ impl Stepper<'_, '_> {
             self.refuse_command(call, reasoning, denial, notice);
             return;
         }
-        self.state.refusals_in_row = 0;
-        let action =
-            ctx.policy
-                .action_for(&self.state.settings.policy, &valid.call.name, valid.risk);
+        self.state.safety.refusals_in_row = 0;
+        let action = ctx.policy.action_for(
+            &self.state.brief.settings.policy,
+            &valid.call.name,
+            valid.risk,
+        );
         let outgoing = self.outgoing_of(&valid.call);
         let sends_out = outgoing.is_some();
         let remember = match stuck {
@@ -460,7 +470,7 @@ impl Stepper<'_, '_> {
                 && ctx.quorum.needed(valid.risk) <= 1
                 && !sends_out);
         let proposal = Proposal {
-            cycle: self.state.cycle,
+            cycle: self.state.progress.cycle,
             thoughts,
             command: valid.call,
             risk: valid.risk,
@@ -470,6 +480,7 @@ impl Stepper<'_, '_> {
             auto_stop,
             paced: self
                 .state
+                .progress
                 .paced
                 .take()
                 .map(|p| format!("Waited for {}.", p.why)),
@@ -486,7 +497,7 @@ impl Stepper<'_, '_> {
                 .filter(|_| automatic)
                 .and_then(ApprovalRule::script_check),
         };
-        self.state.pending = Some(proposal.clone());
+        self.state.progress.pending = Some(proposal.clone());
         if automatic {
             let by = match &rule {
                 // A rule's approval leaves Approve ×N's count as it was.
@@ -494,14 +505,14 @@ impl Stepper<'_, '_> {
                     self.note_rule_use(rule);
                     ActedBy::Automatic(rule.approver())
                 }
-                None if self.state.settings.continuous => {
+                None if self.state.brief.settings.continuous => {
                     ActedBy::Automatic("continuous mode".to_string())
                 }
                 None => {
-                    self.state.auto_approvals_left -= 1;
+                    self.state.safety.auto_approvals_left -= 1;
                     ActedBy::Automatic(format!(
                         "Approve ×N ({} left)",
-                        self.state.auto_approvals_left
+                        self.state.safety.auto_approvals_left
                     ))
                 }
             };
@@ -523,9 +534,9 @@ impl Stepper<'_, '_> {
             });
             self.start_execution(by);
         } else {
-            self.state.phase = Phase::AwaitingDecision;
+            self.state.progress.phase = Phase::AwaitingDecision;
             let deadline = ctx.expiry.deadline(proposal.risk, ctx.now);
-            let proposal = match self.state.pending.as_mut() {
+            let proposal = match self.state.progress.pending.as_mut() {
                 Some(pending) => {
                     pending.deadline = deadline;
                     pending.clone()
@@ -548,7 +559,7 @@ impl Stepper<'_, '_> {
     /// `Effect::Execute::only_approved`): only for a proposal that was awaiting a decision, as
     /// the record stored with it says.
     fn start_command(&mut self, by: ActedBy, only_approved: bool) {
-        let only_approved = only_approved && self.state.phase == Phase::AwaitingDecision;
+        let only_approved = only_approved && self.state.progress.phase == Phase::AwaitingDecision;
         let Some(pending) = self.state.start_pending_command(Some(by)) else {
             return;
         };
@@ -567,15 +578,15 @@ impl Stepper<'_, '_> {
             // Summaries are retried at the next cycle; until then the mechanical one-liner stands in.
             return;
         }
-        if seq != self.state.call_seq {
+        if seq != self.state.progress.call_seq {
             return;
         }
-        match (purpose, &self.state.phase) {
+        match (purpose, &self.state.progress.phase) {
             (CallPurpose::Profile, Phase::Creating) => {
                 self.fx.push(Effect::Notify(format!(
                     "Profile generation failed ({error}); using the default profile."
                 )));
-                self.state.profile = Some(Profile::fallback());
+                self.state.brief.profile = Some(Profile::fallback());
                 self.fx.push(Effect::ShowProfile);
                 self.begin_cycle();
             }
@@ -592,14 +603,14 @@ impl Stepper<'_, '_> {
 
     /// Shows the pending proposal once more and waits for a decision on it.
     fn show_pending_again(&mut self) {
-        if let Some(pending) = self.state.pending.as_mut() {
+        if let Some(pending) = self.state.progress.pending.as_mut() {
             // The quorum in force now counts (the config may have changed since the proposal).
             pending.approvals_needed = self.ctx.quorum.needed(pending.risk);
             // An edit or an approval keeps the card's deadline; a card shown anew gets a new one.
             if pending.deadline.is_none() {
                 pending.deadline = self.ctx.expiry.deadline(pending.risk, self.ctx.now);
             }
-            self.state.phase = Phase::AwaitingDecision;
+            self.state.progress.phase = Phase::AwaitingDecision;
             self.fx.push(Effect::ShowProposal {
                 proposal: pending.clone(),
                 auto_approved: false,
@@ -609,9 +620,9 @@ impl Stepper<'_, '_> {
 
     /// Picks the agent up after a restart in the phase the journal left it in.
     fn on_recovered(&mut self, interrupted: bool) {
-        match self.state.phase {
+        match self.state.progress.phase {
             Phase::Creating => {
-                if self.state.profile.is_none() {
+                if self.state.brief.profile.is_none() {
                     self.request_profile();
                 } else {
                     self.fx.push(Effect::ShowProfile);
@@ -624,27 +635,28 @@ impl Stepper<'_, '_> {
                 if interrupted {
                     // A finish asked for while it ran still stands: the interrupted command is
                     // closed as not run rather than asked about again.
-                    if let Some(by) = self.state.finish_requested.take() {
-                        self.state.phase = Phase::AwaitingDecision;
+                    if let Some(by) = self.state.progress.finish_requested.take() {
+                        self.state.progress.phase = Phase::AwaitingDecision;
                         self.on_finish(by);
                         return;
                     }
-                    if let Some(pending) = self.state.pending.as_mut() {
+                    if let Some(pending) = self.state.progress.pending.as_mut() {
                         pending.interrupted = true;
                         pending.approved_by = None;
                         pending.approvals.clear();
                         pending.script_check = None;
                     }
-                    self.state.auto_approvals_left = 0;
+                    self.state.safety.auto_approvals_left = 0;
                     self.fx.push(Effect::Notify(format!(
                         "Cycle {} was interrupted while its command ran; it was not re-run. Decide again.",
-                        self.state.cycle
+                        self.state.progress.cycle
                     )));
                     self.show_pending_again();
                 } else {
                     // The journal has no record of the command starting, so running it now is its first run.
                     let by = self
                         .state
+                        .progress
                         .pending
                         .as_ref()
                         .and_then(|p| p.approved_by.clone())

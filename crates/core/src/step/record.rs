@@ -14,10 +14,12 @@ impl Stepper<'_, '_> {
     /// Records the outcome of the running command of `cycle`, then finishes the agent or begins
     /// the next cycle.
     pub(super) fn on_command_finished(&mut self, cycle: u64, outcome: Outcome) {
-        if self.state.phase != Phase::Executing || self.state.pending_cycle() != Some(cycle) {
+        if self.state.progress.phase != Phase::Executing
+            || self.state.pending_cycle() != Some(cycle)
+        {
             return;
         }
-        let Some(pending) = self.state.pending.clone() else {
+        let Some(pending) = self.state.progress.pending.clone() else {
             return;
         };
         let ctx = self.ctx;
@@ -34,8 +36,11 @@ impl Stepper<'_, '_> {
             .commands
             .get(&pending.command.name)
             .is_some_and(|spec| spec.reads_untrusted);
-        if untrusted && self.state.tainted.is_none() && crate::taint::carries_untrusted(&outcome) {
-            self.state.tainted = Some(Taint {
+        if untrusted
+            && self.state.safety.tainted.is_none()
+            && crate::taint::carries_untrusted(&outcome)
+        {
+            self.state.safety.tainted = Some(Taint {
                 cycle,
                 command: pending.command.name.clone(),
             });
@@ -57,7 +62,7 @@ impl Stepper<'_, '_> {
 
     /// Closes the current cycle with an episode of the pending proposal and `outcome`.
     pub(super) fn record_from_pending(&mut self, outcome: Outcome, by: Option<ActedBy>) {
-        if let Some(pending) = self.state.pending.take() {
+        if let Some(pending) = self.state.progress.pending.take() {
             // The transcript says whose arguments ran when they were not the model's.
             let edited_by = pending.edits.into_iter().map(|edit| edit.by).collect();
             let episode =
@@ -90,7 +95,7 @@ impl Stepper<'_, '_> {
         decided_by: Option<ActedBy>,
     ) -> Episode {
         Episode {
-            cycle: self.state.cycle,
+            cycle: self.state.progress.cycle,
             command,
             reasoning,
             outcome,
@@ -118,11 +123,11 @@ impl Stepper<'_, '_> {
             });
         }
         self.state.record_episode(episode);
-        self.state.pending = None;
+        self.state.progress.pending = None;
         // A person's rethink holds for its cycle only, through restarts and resumes.
-        self.state.rethink_requested = None;
-        self.state.cycle += 1;
-        self.state.cycles_since_resume += 1;
+        self.state.safety.rethink_requested = None;
+        self.state.progress.cycle += 1;
+        self.state.progress.cycles_since_resume += 1;
         self.fx.push(Effect::EpisodeRecorded { cycle });
     }
 }

@@ -27,7 +27,7 @@ impl Stepper<'_, '_> {
         match self
             .ctx
             .policy
-            .action_for(&self.state.settings.policy, &call.name, risk)
+            .action_for(&self.state.brief.settings.policy, &call.name, risk)
         {
             ClassAction::Auto => Some(RuleBreadth::Any),
             ClassAction::Remember => Some(RuleBreadth::ExactOnly),
@@ -64,6 +64,7 @@ impl Stepper<'_, '_> {
         // ran unattended; and a script's rule only once it knows the contents it binds.
         let rules = self
             .state
+            .safety
             .rules
             .iter()
             .chain(self.ctx.server_rules)
@@ -81,7 +82,7 @@ impl Stepper<'_, '_> {
         let now = self.ctx.now;
         match rule.reach {
             RuleReach::Agent => {
-                if let Some(own) = self.state.rules.iter_mut().find(|r| r.id == rule.id) {
+                if let Some(own) = self.state.safety.rules.iter_mut().find(|r| r.id == rule.id) {
                     own.uses += 1;
                     own.last_used = Some(now);
                 }
@@ -98,20 +99,25 @@ impl Stepper<'_, '_> {
     pub(super) fn keep_rule(&mut self, cycle: u64, draft: RuleDraft, by: &Person) {
         let now = self.ctx.now;
         // Worked out again now: the policy may have become stricter since the card was shown.
-        let offered = self.state.pending.as_ref().is_some_and(|p| {
+        let offered = self.state.progress.pending.as_ref().is_some_and(|p| {
             p.stuck.is_none()
                 && self
                     .rule_scopes(&p.command, p.risk, p.outgoing.is_some())
                     .contains(&draft.scope.as_offered())
         });
-        let full = over_limit(draft.reach, &self.state.rules, self.ctx.server_rules, now);
+        let full = over_limit(
+            draft.reach,
+            &self.state.safety.rules,
+            self.ctx.server_rules,
+            now,
+        );
         let unbound_script = matches!(draft.scope, RuleScope::ExactScript { .. })
             && draft.scope.bound_script().is_none();
         let problem = if !offered {
             Some("the card no longer offers that rule (the command or the policy changed)".into())
         } else if unbound_script {
             Some("the script it runs could not be read".into())
-        } else if draft.reach == RuleReach::Server && self.state.spender.guild.is_none() {
+        } else if draft.reach == RuleReach::Server && self.state.money.spender.guild.is_none() {
             Some("rules for every agent need a server".into())
         } else {
             full
@@ -128,8 +134,11 @@ impl Stepper<'_, '_> {
             RuleReach::Agent => {
                 // A card shown again at the same cycle (after a restart) makes the same id: the
                 // newer rule replaces the older one.
-                self.state.rules.retain(|r| r.live(now) && r.id != rule.id);
-                self.state.rules.push(rule);
+                self.state
+                    .safety
+                    .rules
+                    .retain(|r| r.live(now) && r.id != rule.id);
+                self.state.safety.rules.push(rule);
             }
             RuleReach::Server => self.fx.push(Effect::SaveServerRule(rule)),
         }
@@ -137,13 +146,13 @@ impl Stepper<'_, '_> {
 
     /// Revokes the agent's own rule `id`.
     pub(super) fn on_revoke_rule(&mut self, id: String, by: Person) {
-        let Some(at) = self.state.rules.iter().position(|r| r.id == id) else {
+        let Some(at) = self.state.safety.rules.iter().position(|r| r.id == id) else {
             self.fx.push(Effect::Rejected(format!(
                 "This agent has no rule {id}; it may have been revoked already."
             )));
             return;
         };
-        let rule = self.state.rules.remove(at);
+        let rule = self.state.safety.rules.remove(at);
         self.audit(by, rule.revoked_event());
     }
 }

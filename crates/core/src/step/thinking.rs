@@ -33,7 +33,7 @@ const RECALL_QUERY_STEPS: usize = 1;
 impl Stepper<'_, '_> {
     /// Asks the model for the agent's profile.
     pub(super) fn request_profile(&mut self) {
-        let messages = profile_messages(&self.state.task);
+        let messages = profile_messages(&self.state.brief.task);
         self.call_model(
             CallPurpose::Profile,
             messages,
@@ -52,9 +52,9 @@ impl Stepper<'_, '_> {
         json_schema: Option<serde_json::Value>,
         smart: bool,
     ) {
-        self.state.call_seq += 1;
+        self.state.progress.call_seq += 1;
         self.fx.push(Effect::CallModel(ModelCall {
-            seq: self.state.call_seq,
+            seq: self.state.progress.call_seq,
             purpose,
             messages,
             max_tokens,
@@ -100,7 +100,7 @@ impl Stepper<'_, '_> {
         let prompt = CyclePrompt::new(&inputs);
         let memories = match &ctx.memory {
             Some(memory) => fit_memories(
-                &state.recalled,
+                &state.progress.recalled,
                 &prompt.shown_without_memories(),
                 memory.min_relevance,
                 memory.recall_tokens(ctx.limits.context_tokens),
@@ -132,7 +132,7 @@ impl Stepper<'_, '_> {
                 .iter()
                 .filter(|spec| {
                     ctx.policy
-                        .action_for(&state.settings.policy, &spec.name, spec.risk)
+                        .action_for(&state.brief.settings.policy, &spec.name, spec.risk)
                         != ClassAction::Deny
                 })
                 .cloned()
@@ -143,7 +143,7 @@ impl Stepper<'_, '_> {
     /// The worst case of a cycle call of the size last seen, for the budget thresholds.
     pub(super) fn next_call_worst(&self, view: &BudgetView) -> Micros {
         view.price.cost(
-            self.state.last_prompt_tokens,
+            self.state.money.last_prompt_tokens,
             self.ctx.limits.max_tokens as u64,
         )
     }
@@ -156,16 +156,16 @@ impl Stepper<'_, '_> {
     /// Starts a cycle: honours a requested pause and the cycle limit, asks for summaries of the
     /// episodes that lack one (the runtime runs them beside the main call), then asks the model.
     pub(super) fn begin_cycle(&mut self) {
-        if let Some(by) = self.state.finish_requested.take() {
+        if let Some(by) = self.state.progress.finish_requested.take() {
             self.finish(format!("Finished by {}.", by.name));
             return;
         }
-        if let Some(by) = self.state.pause_requested.take() {
+        if let Some(by) = self.state.progress.pause_requested.take() {
             self.pause(PauseReason::ByUser { by });
             return;
         }
-        let limit = self.state.settings.cycle_limit;
-        if limit > 0 && self.state.cycles_since_resume >= limit {
+        let limit = self.state.brief.settings.cycle_limit;
+        if limit > 0 && self.state.progress.cycles_since_resume >= limit {
             self.pause(PauseReason::CycleLimit { limit });
             return;
         }
@@ -173,6 +173,7 @@ impl Stepper<'_, '_> {
         // remembered rule approves steps without a person too.
         let rules_in_force = self
             .state
+            .safety
             .rules
             .iter()
             .chain(self.ctx.server_rules)
@@ -184,9 +185,14 @@ impl Stepper<'_, '_> {
             .filter(|_| self.state.runs_unattended() || rules_in_force)
         {
             let state = &*self.state;
-            if let Some(why) = state.brake.check(&state.episodes, self.ctx.now, limits) {
+            if let Some(why) =
+                state
+                    .safety
+                    .brake
+                    .check(&state.progress.episodes, self.ctx.now, limits)
+            {
                 // Nobody is asked for a while under Approve ×N or continuous mode: that ends here.
-                self.state.auto_approvals_left = 0;
+                self.state.safety.auto_approvals_left = 0;
                 let (spent, limit) = self
                     .ctx
                     .budget
@@ -198,14 +204,15 @@ impl Stepper<'_, '_> {
             }
         }
         let (state, ctx) = (&mut *self.state, self.ctx);
-        state.phase = Phase::Thinking;
-        state.rethink_used = false;
-        state.paced = None;
+        state.progress.phase = Phase::Thinking;
+        state.safety.rethink_used = false;
+        state.progress.paced = None;
         let input_chars = (ctx.limits.send_limit() * 3).max(2000);
         // Newest first and bounded, so that resuming an old agent does not fire hundreds of calls at once;
         // the rest are condensed over the next cycles.
         // A step whose outcome fits its mechanical line is never sent to the model.
         let unsummarised = state
+            .progress
             .episodes
             .iter()
             .rev()
@@ -224,10 +231,14 @@ impl Stepper<'_, '_> {
         }
         if ctx.memory.is_some() {
             // Long-term memory first: the runtime searches it and answers with `Recalled`.
-            state.call_seq += 1;
+            state.progress.call_seq += 1;
             self.fx.push(Effect::Recall {
-                seq: state.call_seq,
-                query: recall_query(&state.full_task(), &state.episodes, RECALL_QUERY_STEPS),
+                seq: state.progress.call_seq,
+                query: recall_query(
+                    &state.full_task(),
+                    &state.progress.episodes,
+                    RECALL_QUERY_STEPS,
+                ),
             });
             return;
         }
@@ -236,8 +247,8 @@ impl Stepper<'_, '_> {
 
     /// Takes the memories a recall found and asks the model, if the cycle is still waiting for them.
     pub(super) fn on_recalled(&mut self, seq: u64, hits: Vec<MemoryHit>) {
-        if seq == self.state.call_seq && self.state.phase == Phase::Thinking {
-            self.state.recalled = hits;
+        if seq == self.state.progress.call_seq && self.state.progress.phase == Phase::Thinking {
+            self.state.progress.recalled = hits;
             self.think();
         }
     }
@@ -245,7 +256,7 @@ impl Stepper<'_, '_> {
     /// Asks the model for the cycle's step, with the prompt as it stands now.
     pub(super) fn think(&mut self) {
         let built = self.build_prompt();
-        self.state.last_prompt_tokens = built.prompt_tokens as u64;
+        self.state.money.last_prompt_tokens = built.prompt_tokens as u64;
         let send_limit = self.ctx.limits.send_limit();
         if built.prompt_tokens > send_limit {
             self.fx.push(Effect::Notify(format!(
@@ -272,8 +283,8 @@ impl Stepper<'_, '_> {
     pub(super) fn spend_note(&self, view: &BudgetView) -> SpendNote {
         SpendNote::estimate(
             view,
-            self.state.last_prompt_tokens,
-            &self.state.usage,
+            self.state.money.last_prompt_tokens,
+            &self.state.money.usage,
             self.ctx.limits.max_tokens,
         )
     }

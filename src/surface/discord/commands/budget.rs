@@ -41,7 +41,7 @@ pub(super) async fn budget_show(ctx: Ctx<'_>) -> Result<(), Error> {
             let limit = data.app.budgets.agent_limit(&state);
             (
                 state.id.clone(),
-                state.spender.clone(),
+                state.money.spender.clone(),
                 limit,
                 Some(state.name().to_string()),
             )

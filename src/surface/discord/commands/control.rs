@@ -72,7 +72,7 @@ pub(super) async fn archive(ctx: Ctx<'_>) -> Result<(), Error> {
         )
         .into());
     }
-    if matches!(state.phase, Phase::Finished { .. }) {
+    if matches!(state.progress.phase, Phase::Finished { .. }) {
         reply_privately(ctx, "Archived.").await?;
         ctx.data().surface.archive_thread(binding.thread_id).await;
         return Ok(());

@@ -37,7 +37,7 @@ pub(super) async fn fork(
     let cycle = data.agents.fork_cycle(&source, from_cycle)?;
     // The fork is a new agent of the person forking: their caps and budget limits apply.
     data.agents
-        .check_start(binding.guild_id, &who, source.settings.budget)?;
+        .check_start(binding.guild_id, &who, source.brief.settings.budget)?;
     let id = AgentService::new_agent_id();
     let title = format!("{} (fork after cycle {cycle})", source.name());
     let thread = open_thread(ctx, ChannelId::new(binding.parent_channel_id), &title).await?;

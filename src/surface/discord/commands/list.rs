@@ -17,9 +17,9 @@ pub(super) async fn list(ctx: Ctx<'_>) -> Result<(), Error> {
         ("Finished", Vec::new()),
     ];
     for (binding, state) in &agents {
-        let group = if counts_against_caps(&state.phase) {
+        let group = if counts_against_caps(&state.progress.phase) {
             0
-        } else if matches!(state.phase, Phase::Paused(_)) {
+        } else if matches!(state.progress.phase, Phase::Paused(_)) {
             1
         } else {
             2
@@ -28,8 +28,8 @@ pub(super) async fn list(ctx: Ctx<'_>) -> Result<(), Error> {
             "**{}** `{}` — {} — cycle {} — <#{}>",
             state.name(),
             state.id,
-            state.phase.label(),
-            state.cycle,
+            state.progress.phase.label(),
+            state.progress.cycle,
             binding.thread_id
         ));
     }

@@ -197,7 +197,7 @@ async fn add(
         return Err(UserError::new("A note is 1 to 1000 characters.").into());
     }
     let cycle = match (&here.agent, place.scope) {
-        (Some((_, state)), MemoryScope::Agent) => state.cycle,
+        (Some((_, state)), MemoryScope::Agent) => state.progress.cycle,
         _ => 0,
     };
     let payer = here.payer(&memory, &place, &who);

@@ -77,7 +77,7 @@ enum ActionChoice {
 pub(super) async fn policy_show(ctx: Ctx<'_>) -> Result<(), Error> {
     let (_, state) = thread_agent(ctx).await?;
     let server = ctx.data().app.config.policy.for_agent(&state);
-    let lines = server.describe(&state.settings.policy);
+    let lines = server.describe(&state.brief.settings.policy);
     reply_privately(ctx,
         format!(
             "Command policy for **{}**:\n{}\nauto: runs without a card under Approve ×N and continuous mode; ask: always a card; deny: never runs.",

@@ -188,7 +188,7 @@ async fn rewind_agent(
         let done = Rewound {
             name: state.name().to_string(),
             steps,
-            next: state.cycle,
+            next: state.progress.cycle,
             superseded,
         };
         Ok::<_, anyhow::Error>((state, done))

@@ -68,7 +68,7 @@ fn rules_view(
             .cloned()
             .collect()
     };
-    let (own, shared) = (live(&state.rules), live(server));
+    let (own, shared) = (live(&state.safety.rules), live(server));
     let mut text = String::new();
     let mut buttons = Vec::new();
     let mut number = 0;
@@ -206,7 +206,7 @@ async fn revoke(
             .load_agent_record(&id.agent)
             .map_err(|e| failed("reading an agent", &e))?
             .ok_or("That rule's agent no longer exists.")?;
-        if !state.rules.iter().any(|r| r.id == rule) {
+        if !state.safety.rules.iter().any(|r| r.id == rule) {
             return Err("That rule was revoked already.".into());
         }
         data.supervisor

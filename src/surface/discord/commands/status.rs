@@ -32,9 +32,10 @@ pub(super) async fn status(ctx: Ctx<'_>) -> Result<(), Error> {
         .ledger()
         .account(&Budgets::agent_account(&state.id))?;
     let waiting = state
+        .progress
         .paced
         .as_ref()
-        .filter(|p| p.until > now && state.phase == Phase::Thinking)
+        .filter(|p| p.until > now && state.progress.phase == Phase::Thinking)
         .map(|p| format!("\nRate limited: {}", p.describe()))
         .unwrap_or_default();
     let policy = data
@@ -42,7 +43,7 @@ pub(super) async fn status(ctx: Ctx<'_>) -> Result<(), Error> {
         .config
         .policy
         .for_agent(&state)
-        .describe(&state.settings.policy)
+        .describe(&state.brief.settings.policy)
         .join(", ");
     let subagents = data.app.store.subagents(&state.id)?;
     let subagents = if subagents.is_empty() {
@@ -67,38 +68,46 @@ pub(super) async fn status(ctx: Ctx<'_>) -> Result<(), Error> {
         Some(Some(off)) => format!("\nMemory: {}", off.describe()),
         Some(None) => String::new(),
     };
-    let taint = state.tainted.as_ref().map_or(String::new(), |taint| {
-        format!(
-            "\nRead untrusted content in {}: commands that can send data out ask a person",
-            taint.describe()
-        )
-    });
+    let taint = state
+        .safety
+        .tainted
+        .as_ref()
+        .map_or(String::new(), |taint| {
+            format!(
+                "\nRead untrusted content in {}: commands that can send data out ask a person",
+                taint.describe()
+            )
+        });
     let text = format!(
         "**{}** — {} — cycle {}\nLast action: {last}\nApprovals left: {}\nSpend: {} of {} ({} reserved for calls in flight){waiting}\nTokens: {} prompt + {} completion in {} calls\nPolicy: {policy}{subagents}{memory}{taint}",
         state.name(),
-        match &state.phase {
+        match &state.progress.phase {
             Phase::Paused(reason) => reason.describe(),
             other => other.label().to_string(),
         },
-        state.cycle,
-        state.auto_approvals_left,
+        state.progress.cycle,
+        state.safety.auto_approvals_left,
         format_usd(spent.spent),
         format_usd(limit),
         format_usd(spent.reserved),
-        state.usage.prompt_tokens,
-        state.usage.completion_tokens,
-        state.usage.calls
+        state.money.usage.prompt_tokens,
+        state.money.usage.completion_tokens,
+        state.money.usage.calls
     );
     let store = data.app.store.clone();
     let agent = state.id.clone();
     let chart = BurnDown {
         agent_name: state.name().to_string(),
-        starts_after: state.history_from.unwrap_or(0),
+        starts_after: state.progress.history_from.unwrap_or(0),
         spent_after_cycle: Vec::new(),
         budget: limit,
         soft_cap: soft_cap(limit, data.app.budgets.soft_cap_percent()),
     };
-    let (cycle, spent_now, from) = (state.cycle, spent.spent, state.history_from.unwrap_or(0));
+    let (cycle, spent_now, from) = (
+        state.progress.cycle,
+        spent.spent,
+        state.progress.history_from.unwrap_or(0),
+    );
     let png = data
         .agents_runtime
         .spawn_blocking(move || -> Result<Vec<u8>, Error> {

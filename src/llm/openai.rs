@@ -21,7 +21,10 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{json, Value};
 
-use super::retry::{RetryPolicy, RetryingTransport, TransportError, SHARED_CONTEXT_FULL};
+use super::retry::{
+    refuses_reply_schema, RetryPolicy, RetryingTransport, TransportError, REPLY_SCHEMA_REFUSED,
+    SHARED_CONTEXT_FULL,
+};
 use super::{Billing, ChatModel, ChatReply, ChatRequest, LlmError, PURPOSE_HEADER};
 use crate::config::{LlmConfig, Provider, ResponseFormatMode};
 use crate::core::message::Role;
@@ -36,6 +39,9 @@ pub struct OpenAiChat {
     /// Sends one request at a time once the server has said that concurrent ones overflow the
     /// context they share.
     turns: SharedContextTurns,
+    /// Set once the server refused `response_format: json_schema`: the schema then goes as
+    /// `json_object` with a `schema` (which llama-cpp-python's server turns into a grammar).
+    schema_refused: AtomicBool,
 }
 
 /// Concurrent requests share a read turn; after the server reports its shared context full, every
@@ -45,6 +51,17 @@ pub struct OpenAiChat {
 struct SharedContextTurns {
     one_at_a_time: AtomicBool,
     turns: tokio::sync::RwLock<()>,
+}
+
+/// Whether the call failed because the server does not take the `json_schema` reply format.
+fn is_reply_schema_refused(error: &LlmError) -> bool {
+    match error {
+        LlmError::Unavailable { detail, .. } => detail.contains(REPLY_SCHEMA_REFUSED),
+        LlmError::Rejected { status, message } => {
+            (400..500).contains(status) && refuses_reply_schema(message)
+        }
+        LlmError::BadResponse(_) => false,
+    }
 }
 
 fn is_shared_context_full(error: &LlmError) -> bool {
@@ -166,6 +183,7 @@ impl OpenAiChat {
             response_format: config.response_format,
             llm: config.clone(),
             turns: SharedContextTurns::default(),
+            schema_refused: AtomicBool::new(false),
         })
     }
 
@@ -202,6 +220,9 @@ impl OpenAiChat {
         }
         if let Some(schema) = &request.json_schema {
             match self.response_format {
+                ResponseFormatMode::JsonSchema if self.schema_refused.load(Ordering::Acquire) => {
+                    body["response_format"] = json!({"type": "json_object", "schema": schema});
+                }
                 ResponseFormatMode::JsonSchema => {
                     body["response_format"] = json!({
                         "type": "json_schema",
@@ -417,6 +438,19 @@ impl OpenAiChat {
         request: &ChatRequest,
         on_text: &(dyn for<'s> Fn(&'s str) + Send + Sync),
     ) -> Result<ChatReply, LlmError> {
+        match self.send_streaming_once(request, on_text).await {
+            Err(error) if self.falls_back_from_reply_schema(&error) => {
+                self.send_streaming_once(request, on_text).await
+            }
+            other => other,
+        }
+    }
+
+    async fn send_streaming_once(
+        &self,
+        request: &ChatRequest,
+        on_text: &(dyn for<'s> Fn(&'s str) + Send + Sync),
+    ) -> Result<ChatReply, LlmError> {
         use futures_util::StreamExt;
         let mut body = self.request_body(request);
         body["stream"] = json!(true);
@@ -448,6 +482,33 @@ impl OpenAiChat {
     }
 
     async fn send(&self, request: &ChatRequest) -> Result<ChatReply, LlmError> {
+        match self.send_once(request).await {
+            Err(error) if self.falls_back_from_reply_schema(&error) => {
+                self.send_once(request).await
+            }
+            other => other,
+        }
+    }
+
+    /// Whether `error` is the server refusing the `json_schema` reply format: from then on the
+    /// schema goes as `json_object`, and the caller sends its request once more. Nothing was
+    /// generated, so nothing is charged twice.
+    fn falls_back_from_reply_schema(&self, error: &LlmError) -> bool {
+        if self.response_format != ResponseFormatMode::JsonSchema || !is_reply_schema_refused(error)
+        {
+            return false;
+        }
+        if !self.schema_refused.swap(true, Ordering::AcqRel) {
+            tracing::warn!(
+                "the model server does not take response_format json_schema; sending the reply \
+                 schema as json_object from now on (set [llm] response_format = \"json_object\" \
+                 to skip this)"
+            );
+        }
+        true
+    }
+
+    async fn send_once(&self, request: &ChatRequest) -> Result<ChatReply, LlmError> {
         let body = self.request_body(request);
         let response: Value = self
             .client

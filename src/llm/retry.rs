@@ -104,6 +104,16 @@ fn network_billing(error: &reqwest::Error) -> Billing {
 /// summary call beside a cycle's call is enough to fill 4,096 tokens with a small model.
 pub(super) const SHARED_CONTEXT_FULL: &str = "Context size has been exceeded";
 
+/// Marks a failure that was the server refusing `response_format: json_schema`.
+pub(super) const REPLY_SCHEMA_REFUSED: &str = "the server refuses response_format json_schema";
+
+/// Whether an error body is a server refusing the `json_schema` reply format, as a server that
+/// knows only `json_object` does (llama-cpp-python's answers HTTP 500 with its validation error).
+/// Nothing was generated, and the same request would be refused again.
+pub(super) fn refuses_reply_schema(body: &str) -> bool {
+    body.contains("response_format") && body.contains("json_schema")
+}
+
 fn retryable_status(status: StatusCode) -> bool {
     status == StatusCode::TOO_MANY_REQUESTS
         || status == StatusCode::REQUEST_TIMEOUT
@@ -153,6 +163,15 @@ impl tower::Service<HttpRequestFactory> for RetryingTransport {
                         // same request sent again at once would overflow again: the chat client
                         // makes requests take turns instead.
                         let body = response.text().await.unwrap_or_default();
+                        if refuses_reply_schema(&body) {
+                            let body: String = body.chars().take(200).collect();
+                            return Err(OpenAIError::Boxed(Box::new(TransportError::Status {
+                                status,
+                                attempts: attempt,
+                                body: format!("{REPLY_SCHEMA_REFUSED}: {body}"),
+                                billing: Billing::NotBilled,
+                            })));
+                        }
                         // A failure that may have been billed is not sent again here: the
                         // caller charges it, and retries it only under a reservation of its own.
                         let billing = if status_may_be_billed(status.as_u16(), &body) {

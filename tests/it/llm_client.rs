@@ -219,6 +219,72 @@ async fn response_format_follows_the_endpoint_mode() {
     }
 }
 
+/// A server that takes `json_object` but refuses `json_schema` (llama-cpp-python's, with an HTTP
+/// 500): the refusal is not retried or billed, the request goes again at once with the schema as
+/// `json_object`, and every later request goes that way from the start, streamed or not.
+#[tokio::test]
+async fn a_server_that_refuses_the_json_schema_format_gets_the_schema_as_json_object() {
+    let fake = FakeOpenAi::start(Expect {
+        max_tokens: Some(300),
+        response_format: Some("json_object"),
+        context_tokens: None,
+    })
+    .await;
+    fake.set_refuses_json_schema();
+    for _ in 0..3 {
+        fake.push(Reply::Content(agent_reply(
+            "finish",
+            json!({"reason": "ok"}),
+        )));
+    }
+    let chat = OpenAiChat::new(&config(&fake.base_url, ResponseFormatMode::JsonSchema)).unwrap();
+    chat.complete(request(true)).await.unwrap();
+    assert_eq!(fake.schema_refusals(), 1);
+    chat.complete(request(true)).await.unwrap();
+    chat.complete_streaming(request(true), &|_| {})
+        .await
+        .unwrap();
+    assert_eq!(
+        fake.schema_refusals(),
+        1,
+        "only the first request was refused"
+    );
+    let answered = fake.requests(Kind::Cycle);
+    assert_eq!(answered.len(), 3);
+    for body in &answered {
+        assert_eq!(body["response_format"]["type"], "json_object");
+        assert!(
+            body.pointer("/response_format/schema/properties/command")
+                .is_some(),
+            "the reply schema goes with json_object: {}",
+            body["response_format"]
+        );
+    }
+    assert_eq!(
+        fake.billed_generations(),
+        3,
+        "the refusal generated nothing"
+    );
+    fake.assert_clean();
+
+    // A client configured for json_object never sends the schema type at all.
+    let plain = FakeOpenAi::start(Expect {
+        max_tokens: Some(300),
+        response_format: Some("json_object"),
+        context_tokens: None,
+    })
+    .await;
+    plain.set_refuses_json_schema();
+    plain.push(Reply::Content(agent_reply(
+        "finish",
+        json!({"reason": "ok"}),
+    )));
+    let chat = OpenAiChat::new(&config(&plain.base_url, ResponseFormatMode::JsonObject)).unwrap();
+    chat.complete(request(true)).await.unwrap();
+    assert_eq!(plain.schema_refusals(), 0);
+    plain.assert_clean();
+}
+
 /// A server whose concurrent requests share one context (llama.cpp with a unified KV cache) and
 /// overflow it: the client then sends one request at a time, and no request is lost.
 #[tokio::test]

@@ -126,6 +126,10 @@ struct Inner {
     /// Like llama.cpp with one KV cache shared by its slots: a chat request that arrives while
     /// another is under way overflows it and gets llama.cpp's 500.
     shared_context: bool,
+    /// Like llama-cpp-python's server: `response_format` may be `text` or `json_object` (with a
+    /// `schema`), and `json_schema` gets HTTP 500 with its validation error.
+    refuses_json_schema: bool,
+    schema_refusals: usize,
     in_flight: usize,
     overflows: usize,
     /// The usage (prompt, completion) of every request the fake generated a reply for, as a
@@ -226,6 +230,16 @@ impl FakeOpenAi {
     /// Makes chat requests that overlap fail as llama.cpp's do when they fill its shared context.
     pub fn set_shared_context(&self) {
         self.inner.lock().unwrap().shared_context = true;
+    }
+
+    /// Makes the server refuse `response_format: json_schema` as llama-cpp-python's does.
+    pub fn set_refuses_json_schema(&self) {
+        self.inner.lock().unwrap().refuses_json_schema = true;
+    }
+
+    /// How many requests were refused for asking for `json_schema`.
+    pub fn schema_refusals(&self) -> usize {
+        self.inner.lock().unwrap().schema_refusals
     }
 
     /// How many requests overlapped another and were refused for it.
@@ -664,6 +678,22 @@ async fn completions(
             return respond(Reply::Status(418, "text/plain", problem), (0, 0, 0)).await;
         }
     };
+    let refused = {
+        let mut state = inner.lock().unwrap();
+        let refused = state.refuses_json_schema && body["response_format"]["type"] == "json_schema";
+        state.schema_refusals += usize::from(refused);
+        refused
+    };
+    if refused {
+        // Its words, as its server sends them (a validation error answered with status 500).
+        let message = "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema'}";
+        let body = json!({"error": {"message": message, "type": "internal_server_error"}});
+        return respond(
+            Reply::Status(500, "application/json", body.to_string()),
+            (0, 0, 0),
+        )
+        .await;
+    }
     let overflowed = {
         let mut state = inner.lock().unwrap();
         let overflowed = state.shared_context && state.in_flight > 0;

@@ -6,9 +6,10 @@
 //! `Event::Recovered`. The private `Actor` handles one message at a time in `apply`: a decision is
 //! first claimed in the store (`claim_decision`, the compare-and-swap that makes the first click
 //! win; an edit claims none), then the budget view is computed and `step` runs, then the step's
-//! memory calls are reserved (`memory_calls`), then `persist` stores it, then `carry_out` performs
-//! each effect in order. `carry_out` also makes a file command's `preview` for its card and keeps
-//! its `FileBase`, so the command can be checked against what the card showed.
+//! memory calls are reserved (`memory_calls`), then `persist` stores it the way `storage_plan`
+//! decides from the step, then `carry_out` performs each effect in order. `carry_out` also makes a
+//! file command's `preview` for its card and keeps its `FileBase`, so the command can be checked
+//! against what the card showed.
 //!
 //! An actor stops once its agent rests (paused or finished) with nothing in flight, leaving the
 //! supervisor's map under its lock (`Actor::try_stop`). Each main model call carries `seq =
@@ -24,6 +25,7 @@ mod live;
 mod memory_calls;
 mod metered;
 mod persist;
+mod storage_plan;
 pub mod supervisor;
 mod surface;
 
@@ -443,7 +445,7 @@ impl Actor {
         {
             self.summaries_in_flight.remove(cycle);
         }
-        let answers_recall = matches!(event, Event::Recalled { .. });
+        let cause = storage_plan::Cause::of(&event);
         let extras = PromptExtras::default();
         let limits = self.limits();
         // A budget being changed by this very event already counts for the prompt it leads to.
@@ -515,15 +517,16 @@ impl Actor {
         // them durable too, instead of one flush each.
         let mut prepared = self.prepare_memory_calls(&effects);
         let think_ahead = self.reserve_think_ahead(&effects, limits);
-        let reserved = think_ahead.is_some()
+        let reservations = match think_ahead.is_some()
             || prepared
                 .iter()
                 .flatten()
-                .any(PreparedCall::needs_durability);
-        if let Err(e) = self
-            .persist(&effects, executed, reserved, answers_recall)
-            .await
+                .any(PreparedCall::needs_durability)
         {
+            true => storage_plan::Reservations::ToMakeDurable,
+            false => storage_plan::Reservations::None,
+        };
+        if let Err(e) = self.persist(cause, &effects, executed, reservations).await {
             for call in prepared.iter().flatten() {
                 self.abandon(call);
             }

@@ -6,8 +6,9 @@
 //! started, the result), and each write of a record logs it whole and, every few writes, the B-tree
 //! leaf it shares with fifteen others. An approval changes only what a restart sets anew when it
 //! finds the command interrupted (who approved, the approvals counted, Approve ×N's count, the
-//! card's deadline, the phase: see `Effect::Execute::only_approved`), so the journal record, which
-//! must be on disk before the command starts anyway, can stand for it.
+//! card's deadline, the phase), so the journal record, which must be on disk before the command
+//! starts anyway, can stand for it. Which steps are stored this way is decided with every other
+//! way of storing a step, in `runtime::storage_plan` (`StoragePlan::StartAlone`).
 //!
 //! The journal record names the agent's record it stands beside by its digest (length and CRC-32,
 //! as `ahead`'s anchors do): any later write of the agent's record (the result, the proposal shown

@@ -6,13 +6,13 @@
 //! the markers the core's rules read: `reads_untrusted` and `egress` (the taint rule, see `taint`),
 //! `rule_argument` and `runs_file` (what an approval rule may bind, see `rules`), and
 //! `lands_with_result` (a command whose only effect is the workspace change it returns, see
-//! `runtime::persist`). `ArgType` covers strings, integers, booleans and lists of strings, and for
-//! MCP tools numbers, objects, lists and any value. `Risk` is the class the policy acts on (read,
-//! write, network, control, external). `CommandSet::validate` admits only registered commands and
-//! arguments and yields a `ValidCall`. `CommandSet::reply_schema` makes `command` an `anyOf` with
-//! one variant per command (a `const` name plus that command's argument schema) and caps the
-//! thought fields, so a constrained decoder can only produce a valid command; the schema is sent
-//! with `"strict": false`.
+//! `runtime::storage_plan`). `ArgType` covers strings, integers, booleans and lists of strings, and
+//! for MCP tools numbers, objects, lists and any value. `Risk` is the class the policy acts on
+//! (read, write, network, control, external). `CommandSet::validate` admits only registered
+//! commands and arguments and yields a `ValidCall`. `CommandSet::reply_schema` makes `command` an
+//! `anyOf` with one variant per command (a `const` name plus that command's argument schema) and
+//! caps the thought fields, so a constrained decoder can only produce a valid command; the schema
+//! is sent with `"strict": false`.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};

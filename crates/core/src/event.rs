@@ -168,12 +168,6 @@ pub enum Effect {
         cycle: u64,
         call: CommandCall,
         risk: Risk,
-        /// Whether a person's approval of the proposal shown is all the step changed: who
-        /// approved, the approvals counted, Approve ×N's count, the card's deadline, the phase
-        /// and the time of the change. A restart that finds the command's journal record treats
-        /// it as interrupted, which sets each of these anew, so the journal record can stand for
-        /// the step's state (see `Store::record_start`).
-        only_approved: bool,
     },
     /// Search long-term memory with `query`; answer with `Event::Recalled` carrying `seq`.
     Recall {

@@ -739,34 +739,80 @@ fn recovery_asks_again_for_an_interrupted_command() {
     assert!(executes(&h.step(Event::Recovered { interrupted: false })).is_some());
 }
 
-/// Whether the step that starts the command says the approval is all it changed.
-fn only_approved(fx: &[Effect]) -> Option<bool> {
-    fx.iter().find_map(|e| match e {
-        Effect::Execute { only_approved, .. } => Some(*only_approved),
-        _ => None,
-    })
+/// What a restart makes of `record`, found with its command's start in the journal: the state
+/// and the effects of `Event::Recovered`.
+fn restarted(h: &mut Harness, record: AgentState) -> (AgentState, Vec<Effect>) {
+    h.state = record;
+    let fx = h.step(Event::Recovered { interrupted: true });
+    (h.state.clone(), fx)
+}
+
+/// Whether the journal's start of the command can stand for the step `decide` takes: a restart
+/// that finds the record stored with the proposal, read as started the way the store reads it
+/// (`AgentState::start_pending_command` with the approvers), beside the command's start, ends
+/// exactly where it ends from the step stored whole. The harness is left after the step.
+fn journal_stands_for(h: &mut Harness, decide: impl FnOnce(&mut Harness) -> Vec<Effect>) -> bool {
+    let stored = h.state.clone();
+    let fx = decide(h);
+    assert!(executes(&fx).is_some(), "the decision starts the command");
+    let stepped = h.state.clone();
+    let mut read = stored;
+    let approvers = stepped.pending.as_ref().and_then(|p| p.approved_by.clone());
+    assert!(read.start_pending_command(approvers).is_some());
+    // The restart comes later, and the cards it shows again get deadlines of their own.
+    h.now += chrono::Duration::minutes(5);
+    let from_journal = restarted(h, read);
+    let from_whole_step = restarted(h, stepped.clone());
+    h.state = stepped;
+    from_journal == from_whole_step
 }
 
 #[test]
 fn an_approval_that_changes_nothing_else_lets_the_journal_stand_for_the_step() {
-    // A different file each time: the agent refuses to repeat the command it just ran.
-    let write = |name: &str| reply_json("write_file", json!({"filename": name, "contents": "x"}));
+    let write = reply_json("write_file", json!({"filename": "1", "contents": "x"}));
+    for decision in [Decision::Approve, Decision::ApproveN(3)] {
+        let mut h = Harness::started();
+        h.think(&write);
+        assert!(journal_stands_for(&mut h, |h| h.decide(decision.clone())));
+    }
+    // Approve ×N at the soft cap approves this step only.
     let mut h = Harness::started();
-    h.think(&write("1"));
-    assert_eq!(only_approved(&h.decide(Decision::Approve)), Some(true));
-    h.finish_command(Outcome::Success("ok".into()));
-    h.think(&write("2"));
-    assert_eq!(only_approved(&h.decide(Decision::ApproveN(3))), Some(true));
-    // Started by Approve ×N's count: the step shows the proposal too, and stores it whole.
-    h.finish_command(Outcome::Success("ok".into()));
-    let fx = h.think(&write("3"));
-    assert_eq!(only_approved(&fx), Some(false));
+    h.budget = Some(budget_view(100_000));
+    h.think(&write);
+    assert!(journal_stands_for(&mut h, |h| h.decide(Decision::ApproveN(3))));
+    // The approval that reaches a quorum, after the one counted before it.
+    let mut h = Harness::started();
+    h.quorum = crate::quorum::Quorum::default().with(Risk::Write, 2);
+    h.think(&write);
+    assert!(executes(&h.decide(Decision::Approve)).is_none());
+    let cycle = h.state.cycle;
+    assert!(journal_stands_for(&mut h, |h| h.step(Event::Decided {
+        cycle,
+        decision: Decision::Approve,
+        by: "bob".into(),
+    })));
     // A proposal asked about again after an interruption is approved like any other.
     let mut h = Harness::started();
-    h.think(&write("1"));
+    h.think(&write);
     h.decide(Decision::Approve);
     h.step(Event::Recovered { interrupted: true });
-    assert_eq!(only_approved(&h.decide(Decision::Approve)), Some(true));
+    assert!(journal_stands_for(&mut h, |h| h.decide(Decision::Approve)));
+    // Approve & remember keeps a rule besides: the journal alone would lose it, so such a step is
+    // stored whole.
+    let mut h = Harness::started();
+    let fx = h.think(&write);
+    let scope = proposal_of(&fx)
+        .remember
+        .first()
+        .cloned()
+        .expect("a rule offered");
+    let remember = Decision::Remember(Box::new(crate::rules::RuleDraft {
+        scope,
+        reach: crate::rules::RuleReach::Agent,
+        life: crate::rules::RuleLife::UntilRevoked,
+    }));
+    assert!(!journal_stands_for(&mut h, |h| h.decide(remember)));
+    assert_eq!(h.state.rules.len(), 1);
 }
 
 #[test]

@@ -86,7 +86,7 @@ impl Stepper<'_, '_> {
             self.audit(by.clone(), event);
         }
         match decision {
-            Decision::Approve => self.start_command(by, true),
+            Decision::Approve => self.start_execution(by),
             Decision::Remember(draft) => {
                 if let Some(person) = by.people().first().cloned() {
                     self.keep_rule(cycle, *draft, &person);
@@ -104,7 +104,7 @@ impl Stepper<'_, '_> {
                     }
                     None => self.state.safety.auto_approvals_left = n.saturating_sub(1),
                 }
-                self.start_command(by, true);
+                self.start_execution(by);
             }
             Decision::Deny => {
                 self.state.safety.auto_approvals_left = 0;

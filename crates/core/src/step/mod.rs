@@ -550,16 +550,11 @@ impl Stepper<'_, '_> {
         }
     }
 
-    /// Has the runtime run the pending command, approved by `by`.
+    /// Has the runtime run the pending command, approved by `by`. Starting it changes only what
+    /// `AgentState::start_pending_command` changes, which a restart that finds the command's start
+    /// in the journal sets anew: the runtime may let that journal entry stand for a step whose
+    /// only other change is a person's approval (see `runtime::storage_plan`).
     fn start_execution(&mut self, by: ActedBy) {
-        self.start_command(by, false);
-    }
-
-    /// `start_execution`, saying whether the approval is all the step changed (see
-    /// `Effect::Execute::only_approved`): only for a proposal that was awaiting a decision, as
-    /// the record stored with it says.
-    fn start_command(&mut self, by: ActedBy, only_approved: bool) {
-        let only_approved = only_approved && self.state.progress.phase == Phase::AwaitingDecision;
         let Some(pending) = self.state.start_pending_command(Some(by)) else {
             return;
         };
@@ -567,7 +562,6 @@ impl Stepper<'_, '_> {
             cycle: pending.cycle,
             call: pending.command.clone(),
             risk: pending.risk,
-            only_approved,
         });
     }
 

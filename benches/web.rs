@@ -70,7 +70,7 @@ impl ToolModel for CountingModel {
         _what: &str,
         _messages: Vec<Message>,
         _max_tokens: u32,
-    ) -> Result<ToolReply, String> {
+    ) -> Result<ToolReply, autothread::tools::ToolModelError> {
         *self.calls.lock().unwrap() += 1;
         Ok(ToolReply {
             text: "The front retreated 900 m since 1990.".into(),

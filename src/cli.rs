@@ -209,48 +209,67 @@ pub struct ConsoleArgs {
     pub prompt_tokens: Option<u32>,
 }
 
-fn parse_prompt_tokens(text: &str) -> Result<u32, String> {
+/// Why a console option's value is refused; clap shows it beside the option.
+#[derive(Debug, thiserror::Error)]
+enum OptionError {
+    #[error("{0:?} is not a number of tokens")]
+    NotTokens(String),
+    #[error("must be 0 (the whole window) or at least {least}")]
+    TooFewTokens { least: u32 },
+    #[error("expected CLASS=ACTION, e.g. network=deny")]
+    NotClassAction,
+    #[error("unknown class {class:?}; classes: {classes}")]
+    UnknownClass { class: String, classes: String },
+    #[error("unknown action {0:?}; actions: auto, remember, ask, deny, default")]
+    UnknownAction(String),
+    #[error("{0:?} is not an amount in dollars (e.g. 2.50)")]
+    NotDollars(String),
+    #[error("the budget must be more than $0 and at most $1000000")]
+    BudgetOutOfRange,
+}
+
+fn parse_prompt_tokens(text: &str) -> Result<u32, OptionError> {
     let tokens: u32 = text
         .trim()
         .parse()
-        .map_err(|_| format!("{text:?} is not a number of tokens"))?;
+        .map_err(|_| OptionError::NotTokens(text.to_string()))?;
     let least = crate::config::MIN_PROMPT_BUDGET_TOKENS;
     if tokens != 0 && tokens < least {
-        return Err(format!("must be 0 (the whole window) or at least {least}"));
+        return Err(OptionError::TooFewTokens { least });
     }
     Ok(tokens)
 }
 
-fn parse_policy(text: &str) -> Result<(Risk, Option<ClassAction>), String> {
-    let (class, action) = text
-        .split_once('=')
-        .ok_or("expected CLASS=ACTION, e.g. network=deny")?;
+fn parse_policy(text: &str) -> Result<(Risk, Option<ClassAction>), OptionError> {
+    let (class, action) = text.split_once('=').ok_or(OptionError::NotClassAction)?;
     let risk = Risk::parse(class).ok_or_else(|| {
         let classes: Vec<&str> = crate::core::policy::ALL_RISKS
             .iter()
             .map(|r| r.label())
             .collect();
-        format!("unknown class {class:?}; classes: {}", classes.join(", "))
+        OptionError::UnknownClass {
+            class: class.to_string(),
+            classes: classes.join(", "),
+        }
     })?;
     if action.trim().eq_ignore_ascii_case("default") {
         return Ok((risk, None));
     }
-    let action = ClassAction::parse(action).ok_or_else(|| {
-        format!("unknown action {action:?}; actions: auto, remember, ask, deny, default")
-    })?;
+    let action =
+        ClassAction::parse(action).ok_or_else(|| OptionError::UnknownAction(action.to_string()))?;
     Ok((risk, Some(action)))
 }
 
-fn parse_budget(text: &str) -> Result<f64, String> {
+fn parse_budget(text: &str) -> Result<f64, OptionError> {
     let usd: f64 = text
         .trim()
         .trim_start_matches('$')
         .parse()
-        .map_err(|_| format!("{text:?} is not an amount in dollars (e.g. 2.50)"))?;
+        .map_err(|_| OptionError::NotDollars(text.to_string()))?;
     if usd.is_finite() && usd > 0.0 && usd <= 1_000_000.0 {
         Ok(usd)
     } else {
-        Err("the budget must be more than $0 and at most $1000000".into())
+        Err(OptionError::BudgetOutOfRange)
     }
 }
 

@@ -491,28 +491,37 @@ enum PolicyEntry {
     Guilds(BTreeMap<String, BTreeMap<Risk, ClassAction>>),
 }
 
-impl TryFrom<BTreeMap<String, PolicyEntry>> for PolicyConfig {
-    type Error = String;
+/// Why a `[policy]` entry is refused; serde puts the text into the config's load error.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyEntryError {
+    #[error("{key} = {text:?} is not an action: use \"auto\", \"remember\", \"ask\" or \"deny\"")]
+    NotAnAction { key: String, text: String },
+    #[error("unknown policy entry {key:?}: expected a class ({classes}) set to \"auto\", \"remember\", \"ask\" or \"deny\", or [policy.guilds.\"ID\"]")]
+    Unknown { key: String, classes: String },
+}
 
-    fn try_from(entries: BTreeMap<String, PolicyEntry>) -> Result<Self, String> {
+impl TryFrom<BTreeMap<String, PolicyEntry>> for PolicyConfig {
+    type Error = PolicyEntryError;
+
+    fn try_from(entries: BTreeMap<String, PolicyEntry>) -> Result<Self, PolicyEntryError> {
         let mut config = PolicyConfig::default();
         for (key, entry) in entries {
             match (Risk::parse(&key), entry) {
                 (Some(risk), PolicyEntry::Action(text)) => {
-                    let action = ClassAction::parse(&text).ok_or_else(|| {
-                        format!(
-                            "{key} = {text:?} is not an action: use \"auto\", \"remember\", \"ask\" or \"deny\""
-                        )
-                    })?;
+                    let action =
+                        ClassAction::parse(&text).ok_or_else(|| PolicyEntryError::NotAnAction {
+                            key: key.clone(),
+                            text: text.clone(),
+                        })?;
                     config.classes.insert(risk, action);
                 }
                 (None, PolicyEntry::Guilds(guilds)) if key == "guilds" => config.guilds = guilds,
                 _ => {
                     let classes: Vec<&str> = ALL_RISKS.iter().map(|r| r.label()).collect();
-                    return Err(format!(
-                        "unknown policy entry {key:?}: expected a class ({}) set to \"auto\", \"remember\", \"ask\" or \"deny\", or [policy.guilds.\"ID\"]",
-                        classes.join(", ")
-                    ));
+                    return Err(PolicyEntryError::Unknown {
+                        key,
+                        classes: classes.join(", "),
+                    });
                 }
             }
         }

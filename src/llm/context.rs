@@ -90,24 +90,35 @@ pub fn log_context_window(config: &LlmConfig, model: &str) {
     }
 }
 
-async fn list_models(config: &LlmConfig) -> Result<BTreeMap<String, u32>, String> {
+/// Why the endpoint gave no listing of its models (logged, and otherwise ignored).
+#[derive(Debug, thiserror::Error)]
+enum ListingError {
+    #[error(transparent)]
+    Client(#[from] super::LlmError),
+    /// The request got no answer: the network failure's short name.
+    #[error("{0}")]
+    NoAnswer(&'static str),
+    #[error("HTTP {0}")]
+    Status(u16),
+    #[error(transparent)]
+    Body(reqwest::Error),
+}
+
+async fn list_models(config: &LlmConfig) -> Result<BTreeMap<String, u32>, ListingError> {
     let endpoint = Endpoint::new(&config.base_url, config);
-    let response = http_client(LISTING_TIMEOUT)
-        .map_err(|e| e.to_string())?
+    let response = http_client(LISTING_TIMEOUT)?
         .get(endpoint.url("/models"))
         .headers(endpoint.headers())
         .query(&endpoint.query())
         .send()
         .await
         .map_err(|e| {
-            crate::ops::network_failure(&e)
-                .unwrap_or("no answer")
-                .to_string()
+            ListingError::NoAnswer(crate::ops::network_failure(&e).unwrap_or("no answer"))
         })?;
     if !response.status().is_success() {
-        return Err(format!("HTTP {}", response.status().as_u16()));
+        return Err(ListingError::Status(response.status().as_u16()));
     }
-    let body: Value = response.json().await.map_err(|e| e.to_string())?;
+    let body: Value = response.json().await.map_err(ListingError::Body)?;
     Ok(reported_contexts(&body))
 }
 

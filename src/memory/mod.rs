@@ -53,6 +53,13 @@ use saved::SavedIndexes;
 use source::{make_graph, save_graph, GraphToMake, IndexSource};
 pub use team::{MemoryPlace, Stamp};
 
+/// Whether `Memory::pin` pins a memory (recalled in every cycle) or unpins it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pin {
+    On,
+    Off,
+}
+
 /// A cached graph is saved again once it has grown by this many memories (or a tenth, if more)
 /// since its last save, so a restart after a crash has little to add to what it loads.
 const SAVE_AFTER_NEW_MEMORIES: usize = 1_000;
@@ -532,8 +539,8 @@ impl Memory {
     }
 
     /// Pins (or unpins) a memory: pinned memories are recalled in every cycle.
-    pub fn pin(&self, agent: &str, id: u64, pinned: bool) -> Result<MemoryRecord, MemoryError> {
-        self.pin_stamped(agent, id, pinned, None)
+    pub fn pin(&self, agent: &str, id: u64, pin: Pin) -> Result<MemoryRecord, MemoryError> {
+        self.pin_stamped(agent, id, pin, None)
     }
 
     /// `pin`, recording who did it and when. Each place keeps at most `team::MAX_PINS` pinned
@@ -542,9 +549,10 @@ impl Memory {
         &self,
         agent: &str,
         id: u64,
-        pinned: bool,
+        pin: Pin,
         stamp: Option<Stamp>,
     ) -> Result<MemoryRecord, MemoryError> {
+        let pinned = pin == Pin::On;
         let _counted_and_made = self.pin_lock.lock_recovered();
         let current = self
             .record(agent, id)?

@@ -388,20 +388,17 @@ mod tests {
         saved: &SavedIndexes,
         agent: &str,
         params: HnswParams,
-    ) -> Result<VectorIndex, String> {
+    ) -> Result<VectorIndex, SavedGraphError> {
         let ids = saved
-            .saved_ids(agent, params)
-            .map_err(|e| e.to_string())?
-            .ok_or("nothing saved")?;
+            .saved_ids(agent, params)?
+            .ok_or(SavedGraphError::Gone)?;
         let vectors = clustered_unit_vectors(600, 16, 7);
         let items = ids
             .iter()
             .map(|id| (*id, vectors[((id - 1000) / 3) as usize].clone()))
             .collect();
         let mut index = VectorIndex::waiting_for_graph(16, items, params, 0);
-        let graph = saved
-            .load_graph(agent, ids.len(), 16)
-            .map_err(|e| e.to_string())?;
+        let graph = saved.load_graph(agent, ids.len(), 16)?;
         index.attach_graph(graph, ids.len(), GraphOrigin::Loaded);
         Ok(index)
     }

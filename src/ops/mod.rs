@@ -104,27 +104,23 @@ impl Health {
         &self,
         store: &Store,
         now: DateTime<Utc>,
-    ) -> Vec<(&'static str, Result<String, String>)> {
+    ) -> Vec<(&'static str, Result<String, NotReady>)> {
         let store_check = match store.db().get(b"readiness-probe") {
             Ok(_) => Ok("open".to_string()),
-            Err(e) => Err(format!("cannot read: {e}")),
+            Err(e) => Err(NotReady::StoreUnreadable(e)),
         };
         let gateway = if self.gateway.load(Ordering::Relaxed) {
             Ok("connected".to_string())
         } else {
-            Err("not connected".to_string())
+            Err(NotReady::Disconnected)
         };
         let model = match self.model() {
-            None => Err("has not answered yet".to_string()),
-            Some(c) if !c.ok => Err(format!(
-                "failed at {}: {}",
-                c.at.format("%H:%M:%S"),
-                c.detail
-            )),
-            Some(c) if now - c.at > MODEL_FRESH => Err(format!(
-                "last answered at {}, over 10 minutes ago",
-                c.at.format("%H:%M:%S")
-            )),
+            None => Err(NotReady::NoAnswerYet),
+            Some(c) if !c.ok => Err(NotReady::ModelFailed {
+                at: c.at,
+                detail: c.detail,
+            }),
+            Some(c) if now - c.at > MODEL_FRESH => Err(NotReady::Stale { at: c.at }),
             Some(c) => Ok(format!("answered at {}", c.at.format("%H:%M:%S"))),
         };
         vec![
@@ -133,6 +129,21 @@ impl Health {
             ("model endpoint", model),
         ]
     }
+}
+
+/// Why one readiness check fails, as `/readyz` shows it after the check's name.
+#[derive(Debug, thiserror::Error)]
+pub enum NotReady {
+    #[error("cannot read: {0}")]
+    StoreUnreadable(#[source] sled::Error),
+    #[error("not connected")]
+    Disconnected,
+    #[error("has not answered yet")]
+    NoAnswerYet,
+    #[error("failed at {}: {detail}", .at.format("%H:%M:%S"))]
+    ModelFailed { at: DateTime<Utc>, detail: String },
+    #[error("last answered at {}, over 10 minutes ago", .at.format("%H:%M:%S"))]
+    Stale { at: DateTime<Utc> },
 }
 
 /// How often the recorder's histogram samples are folded into their buckets.
@@ -367,7 +378,7 @@ mod tests {
         health.model_failed(later, "HTTP 503");
         let report = health.readiness(&store, later);
         assert!(
-            matches!(&report[2].1, Err(why) if why.contains("HTTP 503")),
+            matches!(&report[2].1, Err(why) if why.to_string().contains("HTTP 503")),
             "{report:?}"
         );
         health.set_gateway(Gateway::Disconnected);

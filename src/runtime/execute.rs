@@ -110,7 +110,7 @@ struct SurfaceQuestions<'a> {
 
 #[async_trait::async_trait]
 impl AskUser for SurfaceQuestions<'_> {
-    async fn ask(&self, question: &str) -> Result<String, String> {
+    async fn ask(&self, question: &str) -> Result<String, crate::tools::NoAnswer> {
         self.surface.ask_user(self.agent, question).await
     }
 

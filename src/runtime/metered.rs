@@ -419,13 +419,13 @@ impl crate::tools::ToolModel for AgentModel<'_> {
         what: &str,
         messages: Vec<Message>,
         max_tokens: u32,
-    ) -> Result<crate::tools::ToolReply, String> {
+    ) -> Result<crate::tools::ToolReply, crate::tools::ToolModelError> {
         let call = self.metered(messages, max_tokens);
         let what = format!("{} {what}", call.request.model);
         match call.run(self.deps, &what, &|_| {}, None).await {
             CallOutcome::Replied { text, cost, .. } => Ok(crate::tools::ToolReply { text, cost }),
-            CallOutcome::Refused(reason) => Err(format!("the budget cannot pay for it: {reason}")),
-            CallOutcome::Failed(error) => Err(format!("the model call failed: {error}")),
+            CallOutcome::Refused(reason) => Err(crate::tools::ToolModelError::Refused(reason)),
+            CallOutcome::Failed(error) => Err(crate::tools::ToolModelError::Failed(error)),
         }
     }
 

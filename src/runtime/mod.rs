@@ -33,7 +33,7 @@ pub use drain::Drain;
 pub use handle::{ActorMsg, AgentHandle, DecideError, Refused, BUSY, MAILBOX_CAPACITY};
 use memory_calls::{PreparedCall, ThinkAhead};
 use metered::AgentModel;
-pub use surface::{Doing, LiveStatus, Surface};
+pub use surface::{Doing, LiveStatus, ShownAs, Surface};
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -649,8 +649,12 @@ impl Actor {
                 self.shown_base = preview
                     .as_ref()
                     .map(|p| (proposal.cycle, p.path.clone(), p.base));
+                let shown = match auto_approved {
+                    true => ShownAs::AutoApproved,
+                    false => ShownAs::AwaitingDecision,
+                };
                 surface
-                    .show_proposal(&self.state, &proposal, auto_approved, preview.as_ref())
+                    .show_proposal(&self.state, &proposal, shown, preview.as_ref())
                     .await;
                 if !auto_approved {
                     surface

@@ -18,17 +18,26 @@ use crate::core::history::Episode;
 use crate::core::person::ActedBy;
 use crate::core::state::{AgentState, AgentView, PauseReason, Proposal};
 use crate::tools::preview::Preview;
+use crate::tools::NoAnswer;
+
+/// How a proposal is shown: approved already (by the policy, a rule or Approve ×N), or waiting
+/// for a person's decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShownAs {
+    AutoApproved,
+    AwaitingDecision,
+}
 
 #[async_trait]
 pub trait Surface: Send + Sync {
     async fn show_profile(&self, agent: &AgentState);
-    /// Shows a proposal, with what it would change in a file when it writes one; `auto_approved`
+    /// Shows a proposal, with what it would change in a file when it writes one; auto-approved
     /// ones are only displayed, the others ask for a decision through `request_decision`.
     async fn show_proposal(
         &self,
         agent: &AgentState,
         proposal: &Proposal,
-        auto_approved: bool,
+        shown: ShownAs,
         preview: Option<&Preview>,
     );
     /// Asks the humans to decide; must return promptly and deliver the answer through `handle`.
@@ -56,7 +65,7 @@ pub trait Surface: Send + Sync {
     /// The model is working on the agent's next step (Discord shows a typing indicator).
     async fn thinking(&self, _agent: &AgentState) {}
     /// The `ask_user` command: a question to the humans, answered in text.
-    async fn ask_user(&self, agent: &AgentView, question: &str) -> Result<String, String>;
+    async fn ask_user(&self, agent: &AgentView, question: &str) -> Result<String, NoAnswer>;
     /// Withdraws the question `ask_user` waits on for `agent`, so that it returns at once (the
     /// agent was paused or finished; nobody should be left answering it).
     async fn withdraw_question(&self, _agent: &AgentView) {}

@@ -89,6 +89,41 @@ pub struct Probed {
     pub not_v1: Option<String>,
 }
 
+/// Why runs cannot have a cgroup of one version here; `Probed` keeps its text for `describe`.
+#[derive(Debug, thiserror::Error)]
+enum CgroupError {
+    #[error("{} is not a cgroup v2 directory: {source}", dir.display())]
+    NotV2Directory { dir: PathBuf, source: io::Error },
+    #[error("the cgroup v2 directory {} does not offer the {lacking} controller(s) (bound to cgroup v1, or not delegated)", dir.display())]
+    ControllersLacking { dir: PathBuf, lacking: String },
+    #[error("cannot make {}: {source}", leaf.display())]
+    LeafNotMade { leaf: PathBuf, source: io::Error },
+    #[error("cannot move process {pid} into {}: {source}", leaf.display())]
+    NotMoved {
+        pid: String,
+        leaf: PathBuf,
+        source: io::Error,
+    },
+    #[error("cannot enable the memory, pids and cpu controllers in {}: {source}", dir.display())]
+    ControllersNotEnabled { dir: PathBuf, source: io::Error },
+    #[error(transparent)]
+    NotMade(io::Error),
+    #[error("a cgroup could not be removed: {0}")]
+    NotRemoved(#[source] io::Error),
+    #[error("no cgroup v2 hierarchy is mounted")]
+    NoV2Mount,
+    #[error("this process is in no cgroup v2")]
+    NotInV2,
+    #[error("the bot's cgroup v2 ({}) offers no memory controller (bound to cgroup v1, or not delegated)", dir.display())]
+    NoMemoryController { dir: PathBuf },
+    #[error("the bot's cgroup v2 ({}) is not delegated to it: run it as a systemd service with Delegate=yes, or set sandbox.cgroup to a cgroup it may write", dir.display())]
+    NotDelegated { dir: PathBuf },
+    #[error("no cgroup v1 hierarchy has the {controller} controller")]
+    NoV1Hierarchy { controller: &'static str },
+    #[error("this process is in no cgroup v1 of {controller}")]
+    NotInV1 { controller: &'static str },
+}
+
 /// What the kernel measured of a run, read before its cgroup is removed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Usage {
@@ -127,51 +162,61 @@ impl Cgroups {
                 probed.cgroups = Some(cgroups);
                 return probed;
             }
-            Err(why) => probed.not_v2 = Some(why),
+            Err(why) => probed.not_v2 = Some(why.to_string()),
         }
         match own_v1().and_then(|cgroups| cgroups.trial(bounds).map(|()| cgroups)) {
             Ok(cgroups) => probed.cgroups = Some(cgroups),
-            Err(why) => probed.not_v1 = Some(why),
+            Err(why) => probed.not_v1 = Some(why.to_string()),
         }
         probed
     }
 
     /// Version 2 in `base`: its processes (the bot's) move into a leaf of their own, and the
     /// memory, pids and cpu controllers are enabled for its children.
-    fn v2_at(base: &Path) -> Result<Cgroups, String> {
-        let shown = base.display();
-        let offered = std::fs::read_to_string(base.join("cgroup.controllers"))
-            .map_err(|e| format!("{shown} is not a cgroup v2 directory: {e}"))?;
+    fn v2_at(base: &Path) -> Result<Cgroups, CgroupError> {
+        let offered = std::fs::read_to_string(base.join("cgroup.controllers")).map_err(|e| {
+            CgroupError::NotV2Directory {
+                dir: base.to_path_buf(),
+                source: e,
+            }
+        })?;
         let offered: Vec<&str> = offered.split_whitespace().collect();
         let lacking: Vec<&str> = ["memory", "pids", "cpu"]
             .into_iter()
             .filter(|c| !offered.contains(c))
             .collect();
         if !lacking.is_empty() {
-            return Err(format!(
-                "the cgroup v2 directory {shown} does not offer the {} controller(s) (bound to cgroup v1, or not delegated)",
-                lacking.join(", ")
-            ));
+            return Err(CgroupError::ControllersLacking {
+                dir: base.to_path_buf(),
+                lacking: lacking.join(", "),
+            });
         }
         let held = std::fs::read_to_string(base.join("cgroup.procs")).unwrap_or_default();
         let held: Vec<&str> = held.split_whitespace().collect();
         if !held.is_empty() {
             let leaf = base.join(BOT_LEAF);
-            make_dir(&leaf).map_err(|e| format!("cannot make {}: {e}", leaf.display()))?;
+            make_dir(&leaf).map_err(|e| CgroupError::LeafNotMade {
+                leaf: leaf.clone(),
+                source: e,
+            })?;
             for pid in held {
                 // One that ended meanwhile is no obstacle.
                 if let Err(e) = std::fs::write(leaf.join("cgroup.procs"), pid) {
                     if e.raw_os_error() != Some(libc::ESRCH) {
-                        return Err(format!(
-                            "cannot move process {pid} into {}: {e}",
-                            leaf.display()
-                        ));
+                        return Err(CgroupError::NotMoved {
+                            pid: pid.to_string(),
+                            leaf,
+                            source: e,
+                        });
                     }
                 }
             }
         }
         std::fs::write(base.join("cgroup.subtree_control"), "+memory +pids +cpu").map_err(|e| {
-            format!("cannot enable the memory, pids and cpu controllers in {shown}: {e}")
+            CgroupError::ControllersNotEnabled {
+                dir: base.to_path_buf(),
+                source: e,
+            }
         })?;
         Ok(Cgroups::new(Kind::V2 {
             base: base.to_path_buf(),
@@ -204,10 +249,10 @@ impl Cgroups {
     }
 
     /// Makes and removes one run's cgroup, which proves the bot may.
-    fn trial(&self, bounds: Bounds) -> Result<(), String> {
-        let mut run = self.create(bounds).map_err(|e| e.to_string())?;
+    fn trial(&self, bounds: Bounds) -> Result<(), CgroupError> {
+        let mut run = self.create(bounds).map_err(CgroupError::NotMade)?;
         run.remove(Duration::from_secs(2))
-            .map_err(|e| format!("a cgroup could not be removed: {e}"))
+            .map_err(CgroupError::NotRemoved)
     }
 
     /// A cgroup for one run, bounded; it is removed (everything in it killed) when dropped.
@@ -487,16 +532,16 @@ fn keyed(text: &str, key: &str) -> Option<u64> {
 
 /// The bot's own version 2 cgroup, where it is delegated to the bot: the root of a cgroup
 /// namespace (a container's), or one systemd marked delegated (`Delegate=yes`).
-fn own_v2() -> Result<PathBuf, String> {
+fn own_v2() -> Result<PathBuf, CgroupError> {
     let mount = mounts()
         .into_iter()
         .find(|m| m.fstype == "cgroup2")
-        .ok_or("no cgroup v2 hierarchy is mounted")?;
+        .ok_or(CgroupError::NoV2Mount)?;
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     let own = own
         .lines()
         .find_map(|line| line.strip_prefix("0::"))
-        .ok_or("this process is in no cgroup v2")?;
+        .ok_or(CgroupError::NotInV2)?;
     let base = mount
         .point
         .join(own.trim().trim_start_matches('/'))
@@ -504,16 +549,10 @@ fn own_v2() -> Result<PathBuf, String> {
         .collect::<PathBuf>();
     let offered = std::fs::read_to_string(base.join("cgroup.controllers")).unwrap_or_default();
     if !offered.split_whitespace().any(|c| c == "memory") {
-        return Err(format!(
-            "the bot's cgroup v2 ({}) offers no memory controller (bound to cgroup v1, or not delegated)",
-            base.display()
-        ));
+        return Err(CgroupError::NoMemoryController { dir: base });
     }
     if own.trim() != "/" && !delegated(&base) {
-        return Err(format!(
-            "the bot's cgroup v2 ({}) is not delegated to it: run it as a systemd service with Delegate=yes, or set sandbox.cgroup to a cgroup it may write",
-            base.display()
-        ));
+        return Err(CgroupError::NotDelegated { dir: base });
     }
     Ok(base)
 }
@@ -540,7 +579,7 @@ fn delegated(dir: &Path) -> bool {
 }
 
 /// The bot's own version 1 cgroups of the memory, pids, cpu and cpuacct hierarchies.
-fn own_v1() -> Result<Cgroups, String> {
+fn own_v1() -> Result<Cgroups, CgroupError> {
     let mounts = mounts();
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     let mut dirs = Vec::new();
@@ -548,7 +587,7 @@ fn own_v1() -> Result<Cgroups, String> {
         let mount = mounts
             .iter()
             .find(|m| m.fstype == "cgroup" && m.options.split(',').any(|o| o == controller))
-            .ok_or_else(|| format!("no cgroup v1 hierarchy has the {controller} controller"))?;
+            .ok_or(CgroupError::NoV1Hierarchy { controller })?;
         let path = own
             .lines()
             .filter_map(|line| {
@@ -560,7 +599,7 @@ fn own_v1() -> Result<Cgroups, String> {
                     .then_some(path)
             })
             .next()
-            .ok_or_else(|| format!("this process is in no cgroup v1 of {controller}"))?;
+            .ok_or(CgroupError::NotInV1 { controller })?;
         dirs.push(mount.point.join(path.trim().trim_start_matches('/')));
     }
     let mut dirs = dirs.into_iter();
@@ -728,9 +767,11 @@ mod tests {
     fn a_v2_directory_without_the_controllers_is_refused_with_the_reason() {
         let fake = tempfile::tempdir().unwrap();
         std::fs::write(fake.path().join("cgroup.controllers"), "cpuset io\n").unwrap();
-        let why = Cgroups::v2_at(fake.path()).unwrap_err();
+        let why = Cgroups::v2_at(fake.path()).unwrap_err().to_string();
         assert!(why.contains("memory, pids, cpu"), "{why}");
-        let why = Cgroups::v2_at(&fake.path().join("nothing")).unwrap_err();
+        let why = Cgroups::v2_at(&fake.path().join("nothing"))
+            .unwrap_err()
+            .to_string();
         assert!(why.contains("not a cgroup v2 directory"), "{why}");
     }
 

@@ -30,7 +30,7 @@ use seccompiler::{
 use super::cgroup::Join;
 use super::namespaces::Namespaces;
 use super::syscall::check;
-use super::Limits;
+use super::{Limits, SandboxError};
 
 /// The Landlock ABI whose rights are asked for; older kernels give what they have (the crate's
 /// best effort), and a kernel without Landlock gives no ruleset at all, which `prepare` refuses.
@@ -109,7 +109,7 @@ impl Confinement {
         identity: Identity,
         namespaces: Option<Namespaces>,
         cgroup: Option<Join>,
-    ) -> Result<Confinement, String> {
+    ) -> Result<Confinement, SandboxError> {
         // A cgroup bounds the run's memory (memfds included) and processes as a whole: each
         // process may then have all of the run's memory, and memfds are allowed.
         let (memory, memfd) = match &cgroup {
@@ -120,7 +120,7 @@ impl Confinement {
             Some(_) => {
                 use std::os::unix::ffi::OsStrExt;
                 let path = std::ffi::CString::new(run_dir.as_os_str().as_bytes())
-                    .map_err(|_| "the run's folder's path holds a NUL byte".to_string())?;
+                    .map_err(|_| SandboxError::FolderPathNul)?;
                 Some((path, folder_rights()?))
             }
             None => None,
@@ -278,8 +278,8 @@ pub fn landlock_abi() -> Option<i64> {
 /// The files the process may touch: its run directory, in full; the read-only paths, to read and
 /// execute; `/dev/null` and friends. TCP binds and connects, abstract UNIX sockets and signals to
 /// processes outside the sandbox are refused where the kernel can.
-fn landlock_ruleset(run_dir: &Path, read_only: &[PathBuf]) -> Result<OwnedFd, String> {
-    let fail = |e: landlock::RulesetError| format!("Landlock: {e}");
+fn landlock_ruleset(run_dir: &Path, read_only: &[PathBuf]) -> Result<OwnedFd, SandboxError> {
+    let fail = SandboxError::Landlock;
     let all = AccessFs::from_all(LANDLOCK_ABI);
     let read = AccessFs::from_read(LANDLOCK_ABI);
     let created = Ruleset::default()
@@ -300,16 +300,13 @@ fn landlock_ruleset(run_dir: &Path, read_only: &[PathBuf]) -> Result<OwnedFd, St
         .map_err(fail)?
         .add_rules(path_beneath_rules([run_dir], all))
         .map_err(fail)?;
-    Option::<OwnedFd>::from(created).ok_or_else(|| {
-        "this kernel does not enforce Landlock (5.13 or later, with landlock in the lsm= list)"
-            .to_string()
-    })
+    Option::<OwnedFd>::from(created).ok_or(SandboxError::LandlockNotEnforced)
 }
 
 /// Every file right the ruleset handles on this kernel: what `landlock_ruleset` asked for, as the
 /// crate's best effort reduced it to this kernel's ABI (a rule with more is refused).
-fn folder_rights() -> Result<u64, String> {
-    let abi = landlock_abi().ok_or("this kernel does not enforce Landlock")?;
+fn folder_rights() -> Result<u64, SandboxError> {
+    let abi = landlock_abi().ok_or(SandboxError::NoLandlockAbi)?;
     let abi = ABI::from(abi.min(LANDLOCK_ABI as i64) as i32);
     Ok(AccessFs::from_all(LANDLOCK_ABI).bits() & AccessFs::from_all(abi).bits())
 }
@@ -324,7 +321,7 @@ enum Memfd {
 
 /// Calls refused with EPERM. Everything else is allowed: the filter closes the doors a program
 /// could use to reach past Landlock and the limits, not the ordinary system interface.
-fn deny_filter(memfd: Memfd) -> Result<BpfProgram, String> {
+fn deny_filter(memfd: Memfd) -> Result<BpfProgram, SandboxError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = [
         // No network at all: no socket can be made (pairs of connected sockets can).
         libc::SYS_socket,
@@ -383,14 +380,14 @@ fn deny_filter(memfd: Memfd) -> Result<BpfProgram, String> {
             SeccompCmpOp::MaskedEq(flag),
             flag,
         )
-        .map_err(|e| format!("seccomp: {e}"))?;
-        clone_rules.push(SeccompRule::new(vec![condition]).map_err(|e| format!("seccomp: {e}"))?);
+        .map_err(SandboxError::Seccomp)?;
+        clone_rules.push(SeccompRule::new(vec![condition]).map_err(SandboxError::Seccomp)?);
     }
     rules.insert(libc::SYS_clone, clone_rules);
     program(rules, libc::EPERM)
 }
 
-fn no_clone3_filter() -> Result<BpfProgram, String> {
+fn no_clone3_filter() -> Result<BpfProgram, SandboxError> {
     program(
         [(libc::SYS_clone3, Vec::new())].into_iter().collect(),
         libc::ENOSYS,
@@ -432,18 +429,16 @@ fn no_x32_filter() -> Option<BpfProgram> {
     None
 }
 
-fn program(rules: BTreeMap<i64, Vec<SeccompRule>>, errno: i32) -> Result<BpfProgram, String> {
+fn program(rules: BTreeMap<i64, Vec<SeccompRule>>, errno: i32) -> Result<BpfProgram, SandboxError> {
     let arch: seccompiler::TargetArch = std::env::consts::ARCH
         .try_into()
-        .map_err(|e| format!("seccomp: {e}"))?;
+        .map_err(SandboxError::Seccomp)?;
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
         SeccompAction::Errno(errno as u32),
         arch,
     )
-    .map_err(|e| format!("seccomp: {e}"))?;
-    filter
-        .try_into()
-        .map_err(|e: seccompiler::BackendError| format!("seccomp: {e}"))
+    .map_err(SandboxError::Seccomp)?;
+    filter.try_into().map_err(SandboxError::Seccomp)
 }

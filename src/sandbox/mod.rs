@@ -14,8 +14,9 @@
 //! readable), checks that Landlock is present (and its signal scope, when the bot is not root: a
 //! run in a user namespace keeps the bot's user id, and only that scope keeps it from signalling
 //! the bot and other runs), then proves the whole confinement with a real confined run that reports
-//! the interpreter's version. Any failure turns code execution off with the reason, which
-//! `autothread check` shows; `probe_once` probes once per process and configuration.
+//! the interpreter's version. Any failure turns code execution off with the reason (a
+//! `ProbeError`), which `autothread check` shows; `probe_once` probes once per process and
+//! configuration. A run that cannot be prepared or carried out says why with a `SandboxError`.
 //!
 //! `Sandbox::run` takes a user slot (`users`), makes a `RunDir` (`rundir`), starts the confined
 //! process (`process`, `confine`; in its cgroup and its own namespaces where the kernel allows) with an empty
@@ -54,10 +55,11 @@ use confine::Confinement;
 pub use limits::{Limits, Ran, Stopped};
 use namespaces::{release_pipe, Namespaces, Owner, WorkFolder};
 use output::{read_capped, Flood};
+pub use probe::ProbeError;
 use process::{clock_ticks, group_cpu_ticks, reap_group, GroupKiller};
 pub use rundir::{Changes, RunDir};
 use users::UserSlots;
-pub use users::UID_LOCKS;
+pub use users::{NoSlot, UID_LOCKS};
 
 /// The only places a sandboxed program finds programs: never the bot's own PATH.
 const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -118,6 +120,59 @@ pub enum Isolation {
     Shared { why: String },
 }
 
+/// Why a run (or the probe's trial run) could not be prepared or carried out. Each message is
+/// what the agent reads after "The code could not be run:", and what `autothread check` shows
+/// when the trial run fails.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error(transparent)]
+    NoSlot(#[from] NoSlot),
+    #[error("'{text}' holds a NUL byte")]
+    NulByte { text: String },
+    #[error("the run's folder's path holds a NUL byte")]
+    FolderPathNul,
+    #[error("this kernel does not enforce Landlock")]
+    NoLandlockAbi,
+    #[error(
+        "this kernel does not enforce Landlock (5.13 or later, with landlock in the lsm= list)"
+    )]
+    LandlockNotEnforced,
+    #[error("Landlock: {0}")]
+    Landlock(#[source] landlock::RulesetError),
+    #[error("seccomp: {0}")]
+    Seccomp(#[source] seccompiler::BackendError),
+    #[error("the run's cgroup could not be made: {0}")]
+    CgroupNotMade(#[source] io::Error),
+    #[error("the run's cgroup cannot be joined: {0}")]
+    CgroupNotJoined(#[source] io::Error),
+    #[error("no pipe for the run: {0}")]
+    NoPipe(#[source] io::Error),
+    #[error("the run directory could not be made: {0}")]
+    RunDirNotMade(#[source] io::Error),
+    #[error("the program could not be started: {0}")]
+    NotStarted(#[source] io::Error),
+    #[error("the run's folder could not be reached: {0}")]
+    FolderUnreachable(#[source] io::Error),
+    #[error("the run's files could not be read back: {0}")]
+    NotReadBack(#[source] tokio::task::JoinError),
+    #[error("no run directory: {0}")]
+    NoRunDir(#[source] io::Error),
+    #[error("the run directory could not be prepared: {0}")]
+    RunDirNotPrepared(#[source] io::Error),
+    #[error("{} could not be started in the sandbox: {source}", python.display())]
+    TrialNotStarted { python: PathBuf, source: io::Error },
+    #[error("{} did not answer in the sandbox: {source}", python.display())]
+    TrialUnanswered { python: PathBuf, source: io::Error },
+    #[error("the trial run's cgroup could not be removed: {0}")]
+    TrialCgroupKept(#[source] io::Error),
+    #[error("{} does not run cleanly in the sandbox ({status}): {stderr}", python.display())]
+    TrialUnclean {
+        python: PathBuf,
+        status: std::process::ExitStatus,
+        stderr: String,
+    },
+}
+
 /// A kernel sandbox proven to work on this machine, with its interpreter.
 #[derive(Debug)]
 pub struct Sandbox {
@@ -155,12 +210,12 @@ impl Sandbox {
     }
 
     /// A cgroup for one run, where runs get one.
-    fn run_cgroup(&self) -> Result<Option<RunCgroup>, String> {
+    fn run_cgroup(&self) -> Result<Option<RunCgroup>, SandboxError> {
         self.cgroups
             .as_ref()
             .map(|cgroups| cgroups.create(self.limits.bounds()))
             .transpose()
-            .map_err(|e| format!("the run's cgroup could not be made: {e}"))
+            .map_err(SandboxError::CgroupNotMade)
     }
 
     /// The process for `program`, confined, in `dir`, with an empty environment but for a few
@@ -171,17 +226,16 @@ impl Sandbox {
         run: &RunDir,
         identity: Identity,
         cgroup: Option<&RunCgroup>,
-    ) -> Result<(std::process::Command, Option<OwnedFd>), String> {
+    ) -> Result<(std::process::Command, Option<OwnedFd>), SandboxError> {
         let join: Option<Join> = cgroup
             .map(RunCgroup::join)
             .transpose()
-            .map_err(|e| format!("the run's cgroup cannot be joined: {e}"))?;
+            .map_err(SandboxError::CgroupNotJoined)?;
         let dir = run.path();
         let mut release = None;
         let namespaces = match self.isolation {
             Isolation::Namespaces => {
-                let (monitor_end, bot_end) =
-                    release_pipe().map_err(|e| format!("no pipe for the run: {e}"))?;
+                let (monitor_end, bot_end) = release_pipe().map_err(SandboxError::NoPipe)?;
                 release = Some(bot_end);
                 let folder = WorkFolder {
                     bytes: self.limits.disk_bytes,
@@ -263,9 +317,9 @@ impl Sandbox {
         program: &Program,
         files: Vec<(String, Vec<u8>)>,
         workspace: &WorkspaceConfig,
-    ) -> Result<Ran, String> {
+    ) -> Result<Ran, SandboxError> {
         let started = Instant::now();
-        let user = self.users.take().map_err(|e| e.to_string())?;
+        let user = self.users.take()?;
         let identity = user.identity();
         let run = tokio::task::spawn_blocking(move || {
             let run = RunDir::create(files)?;
@@ -273,8 +327,8 @@ impl Sandbox {
             Ok::<_, io::Error>(run)
         })
         .await
-        .map_err(|e| format!("the run directory could not be made: {e}"))?
-        .map_err(|e| format!("the run directory could not be made: {e}"))?;
+        .map_err(|e| SandboxError::RunDirNotMade(io::Error::other(e)))?
+        .map_err(SandboxError::RunDirNotMade)?;
         let run = Arc::new(run);
         let mut cgroup = self.run_cgroup()?;
         let (command, release) = self.command(program, &run, identity, cgroup.as_ref())?;
@@ -284,9 +338,7 @@ impl Sandbox {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        let mut child = command
-            .spawn()
-            .map_err(|e| format!("the program could not be started: {e}"))?;
+        let mut child = command.spawn().map_err(SandboxError::NotStarted)?;
         let killer = GroupKiller(child.id().map(|pid| pid as libc::pid_t));
         // The run's own folder, held from here on: it outlives the run's namespace, to be read
         // back. Then the monitor may end when the run does.
@@ -294,7 +346,7 @@ impl Sandbox {
             Some(release) => {
                 let held = hold_folder(child.id(), run.path());
                 drop(release);
-                Some(held.map_err(|e| format!("the run's folder could not be reached: {e}"))?)
+                Some(held.map_err(SandboxError::FolderUnreachable)?)
             }
             None => None,
         };
@@ -428,7 +480,7 @@ impl Sandbox {
             None => dir.changes(&workspace),
         })
         .await
-        .map_err(|e| format!("the run's files could not be read back: {e}"))?;
+        .map_err(SandboxError::NotReadBack)?;
         drop(user);
         let (code, signal) = match status {
             Some(status) => (

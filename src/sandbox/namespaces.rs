@@ -16,6 +16,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use super::syscall::check;
+use super::SandboxError;
 
 /// Device files a run may use, bound from the host's /dev.
 const DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"];
@@ -115,7 +116,7 @@ impl Namespaces {
         folder: &WorkFolder,
         ipc_bytes: u64,
         release: OwnedFd,
-    ) -> Result<Namespaces, String> {
+    ) -> Result<Namespaces, SandboxError> {
         let mut flags = libc::CLONE_NEWNS
             | libc::CLONE_NEWPID
             | libc::CLONE_NEWIPC
@@ -172,7 +173,7 @@ impl Namespaces {
         ]
         .iter()
         .map(|(name, value)| Ok((c(&format!("/proc/sys/kernel/{name}"))?, c(value)?)))
-        .collect::<Result<Vec<_>, String>>()?;
+        .collect::<Result<Vec<_>, SandboxError>>()?;
         Ok(Namespaces {
             release,
             flags,
@@ -453,7 +454,7 @@ impl Plan {
     }
 
     /// The folders down to `path` (not `path` itself), each made once.
-    fn folders_to(&mut self, path: &Path) -> Result<(), String> {
+    fn folders_to(&mut self, path: &Path) -> Result<(), SandboxError> {
         let mut ancestors: Vec<&Path> = path.ancestors().skip(1).collect();
         ancestors.reverse();
         for folder in ancestors {
@@ -467,7 +468,7 @@ impl Plan {
     }
 
     /// The run's folder at its own place, filled with the workspace's copy.
-    fn work_folder(&mut self, work: &Path, folder: &WorkFolder) -> Result<(), String> {
+    fn work_folder(&mut self, work: &Path, folder: &WorkFolder) -> Result<(), SandboxError> {
         self.folders_to(work)?;
         let target = self.under_root(work);
         self.steps.push(Step::Dir(c_path(&target)?));
@@ -501,7 +502,7 @@ impl Plan {
     }
 
     /// `path` (followed if a link) bound at its own place.
-    fn bind(&mut self, path: &Path, access: Access) -> Result<(), String> {
+    fn bind(&mut self, path: &Path, access: Access) -> Result<(), SandboxError> {
         self.folders_to(path)?;
         let target = self.under_root(path);
         let is_dir = path.is_dir();
@@ -532,13 +533,16 @@ pub fn release_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     }
 }
 
-fn c(text: &str) -> Result<CString, String> {
-    CString::new(text).map_err(|_| format!("'{text}' holds a NUL byte"))
+fn c(text: &str) -> Result<CString, SandboxError> {
+    CString::new(text).map_err(|_| SandboxError::NulByte {
+        text: text.to_string(),
+    })
 }
 
-fn c_path(path: &Path) -> Result<CString, String> {
-    CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| format!("'{}' holds a NUL byte", path.display()))
+fn c_path(path: &Path) -> Result<CString, SandboxError> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| SandboxError::NulByte {
+        text: path.display().to_string(),
+    })
 }
 
 #[cfg(test)]

@@ -12,23 +12,50 @@ use super::interpreter::{find_program, interpreter_paths};
 use super::process::{become_subreaper, wait_with_timeout};
 use super::users::{UidRange, UserSlots, UID_LOCKS};
 use super::{
-    prepare_dir, Isolation, Lack, Limits, Program, RunDir, Sandbox, MIN_PROCESS_MEMORY, POLL,
-    PROBE_WAIT, REAP_WAIT, SANDBOX_PATH, SYSTEM_READ_ONLY,
+    prepare_dir, Isolation, Lack, Limits, Program, RunDir, Sandbox, SandboxError,
+    MIN_PROCESS_MEMORY, POLL, PROBE_WAIT, REAP_WAIT, SANDBOX_PATH, SYSTEM_READ_ONLY,
 };
 use crate::config::SandboxConfig;
 use crate::locks::LockRecovered;
+
+/// Why this machine's sandbox is refused, and code execution is off: what the log and
+/// `autothread check` say after "off". Shared by every `App` of the process (`probe_once`).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ProbeError {
+    #[error(
+        "this kernel does not enforce Landlock (Linux 5.13 or later, with landlock in the lsm= list)"
+    )]
+    NoLandlock,
+    #[error(
+        "'{python}' was not found in {}; set sandbox.python to an interpreter's full path",
+        SANDBOX_PATH
+    )]
+    NoInterpreter { python: String },
+    #[error("the bot is not root, and this kernel's Landlock (ABI {abi}) cannot keep a run from signalling the bot's own processes: run the bot as root (each run then becomes a user of its own) or on Linux 6.12 or later")]
+    SignalsUnscoped { abi: i64 },
+    #[error("sandbox.memory_mb ({memory_mib} MiB) divided among sandbox.processes ({processes}) leaves each process {each_mib} MiB, and the interpreter needs {needed_mib} MiB: raise memory_mb or lower processes (or give runs a cgroup, which bounds them as a whole)")]
+    MemoryTooDivided {
+        memory_mib: u64,
+        processes: u64,
+        each_mib: u64,
+        needed_mib: u64,
+    },
+    /// The trial run failed where no part of the sandbox can be left out.
+    #[error(transparent)]
+    Trial(Arc<SandboxError>),
+}
 
 impl Sandbox {
     /// Finds the interpreter and proves the sandbox with a real run: a kernel (or an interpreter)
     /// that cannot give every part of it is refused, with the reason, and nothing runs
     /// unconfined.
-    pub fn probe(config: &SandboxConfig) -> Result<Sandbox, String> {
+    pub fn probe(config: &SandboxConfig) -> Result<Sandbox, ProbeError> {
         Sandbox::probe_lacking(config, &[])
     }
 
     /// `probe`, as on a machine that lacks `lacks` besides what this one lacks: what `check`
     /// says and which fallback runs take there, shown on this machine.
-    pub fn probe_lacking(config: &SandboxConfig, lacks: &[Lack]) -> Result<Sandbox, String> {
+    pub fn probe_lacking(config: &SandboxConfig, lacks: &[Lack]) -> Result<Sandbox, ProbeError> {
         become_subreaper();
         let told = lacks.iter().find_map(|lack| match lack {
             Lack::LandlockAbi(abi) => Some(*abi),
@@ -37,14 +64,9 @@ impl Sandbox {
         let landlock_abi = landlock_abi()
             .map(|abi| told.map_or(abi, |told| abi.min(told)))
             .filter(|abi| *abi > 0)
-            .ok_or(
-                "this kernel does not enforce Landlock (Linux 5.13 or later, with landlock in the lsm= list)",
-            )?;
-        let python = find_program(&config.python).ok_or_else(|| {
-            format!(
-                "'{}' was not found in {SANDBOX_PATH}; set sandbox.python to an interpreter's full path",
-                config.python
-            )
+            .ok_or(ProbeError::NoLandlock)?;
+        let python = find_program(&config.python).ok_or_else(|| ProbeError::NoInterpreter {
+            python: config.python.clone(),
         })?;
         let mut read_only: Vec<PathBuf> = SYSTEM_READ_ONLY.iter().map(PathBuf::from).collect();
         // An interpreter installed outside /usr (a virtual environment, /opt) brings its prefix.
@@ -70,9 +92,7 @@ impl Sandbox {
         // A run in a user namespace keeps the bot's own user id, so only Landlock's signal scope
         // (ABI 6, Linux 6.12) keeps it from signalling the bot and the other runs.
         if !drops_to_users && landlock_abi < 6 {
-            return Err(format!(
-                "the bot is not root, and this kernel's Landlock (ABI {landlock_abi}) cannot keep a run from signalling the bot's own processes: run the bot as root (each run then becomes a user of its own) or on Linux 6.12 or later"
-            ));
+            return Err(ProbeError::SignalsUnscoped { abi: landlock_abi });
         }
         let limits = Limits::from_config(config);
         let cgroups = Cgroups::probe(&Setting::parse(&config.cgroup), limits.bounds());
@@ -118,9 +138,11 @@ impl Sandbox {
                     Version::V1 => sandbox.not_v1 = refused,
                 }
             } else if sandbox.isolation == Isolation::Namespaces {
-                sandbox.isolation = Isolation::Shared { why };
+                sandbox.isolation = Isolation::Shared {
+                    why: why.to_string(),
+                };
             } else {
-                return Err(why);
+                return Err(ProbeError::Trial(Arc::new(why)));
             }
         };
         sandbox.python_version = trial;
@@ -129,24 +151,23 @@ impl Sandbox {
 
     /// Without a cgroup, the run's memory is divided among its processes: each share must hold
     /// the interpreter.
-    fn check_division(&self) -> Result<(), String> {
+    fn check_division(&self) -> Result<(), ProbeError> {
         let limits = &self.limits;
         if self.cgroups.is_some() || limits.memory_per_process() >= MIN_PROCESS_MEMORY {
             return Ok(());
         }
-        Err(format!(
-            "sandbox.memory_mb ({} MiB) divided among sandbox.processes ({}) leaves each process {} MiB, and the interpreter needs {} MiB: raise memory_mb or lower processes (or give runs a cgroup, which bounds them as a whole)",
-            limits.memory_bytes >> 20,
-            limits.processes,
-            limits.memory_per_process() >> 20,
-            MIN_PROCESS_MEMORY >> 20
-        ))
+        Err(ProbeError::MemoryTooDivided {
+            memory_mib: limits.memory_bytes >> 20,
+            processes: limits.processes,
+            each_mib: limits.memory_per_process() >> 20,
+            needed_mib: MIN_PROCESS_MEMORY >> 20,
+        })
     }
 
     /// `probe`, once per process and configuration: every `App` built afterwards (each command
     /// of the command line builds one) shares the result, and with it the users runs become.
-    pub fn probe_once(config: &SandboxConfig) -> Result<Arc<Sandbox>, String> {
-        type Probed = Vec<(String, Result<Arc<Sandbox>, String>)>;
+    pub fn probe_once(config: &SandboxConfig) -> Result<Arc<Sandbox>, ProbeError> {
+        type Probed = Vec<(String, Result<Arc<Sandbox>, ProbeError>)>;
         static PROBED: std::sync::Mutex<Probed> = std::sync::Mutex::new(Vec::new());
         let key = format!("{config:?}");
         let mut probed = PROBED.lock_recovered();
@@ -241,12 +262,11 @@ impl Sandbox {
 
     /// The interpreter's version, from a run in the sandbox (the whole confinement included),
     /// which must also leave nothing on its error stream.
-    fn run_blocking_trial(&self) -> Result<String, String> {
-        let run = RunDir::create(Vec::new()).map_err(|e| format!("no run directory: {e}"))?;
-        let user = self.users.take().map_err(|e| e.to_string())?;
+    fn run_blocking_trial(&self) -> Result<String, SandboxError> {
+        let run = RunDir::create(Vec::new()).map_err(SandboxError::NoRunDir)?;
+        let user = self.users.take()?;
         let identity = user.identity();
-        prepare_dir(&run, identity)
-            .map_err(|e| format!("the run directory could not be prepared: {e}"))?;
+        prepare_dir(&run, identity).map_err(SandboxError::RunDirNotPrepared)?;
         let cgroup = self.run_cgroup()?;
         let (mut command, release) = self.command(
             &Program::Python {
@@ -261,33 +281,33 @@ impl Sandbox {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let child = command.spawn().map_err(|e| {
-            format!(
-                "{} could not be started in the sandbox: {e}",
-                self.python.display()
-            )
-        })?;
+        let child = command
+            .spawn()
+            .map_err(|source| SandboxError::TrialNotStarted {
+                python: self.python.clone(),
+                source,
+            })?;
         // Nothing of the trial's folder is read back: its monitor may end with it.
         drop(release);
-        let output = wait_with_timeout(child, PROBE_WAIT).map_err(|e| {
-            format!(
-                "{} did not answer in the sandbox: {e}",
-                self.python.display()
-            )
+        let output = wait_with_timeout(child, PROBE_WAIT).map_err(|source| {
+            SandboxError::TrialUnanswered {
+                python: self.python.clone(),
+                source,
+            }
         })?;
         if let Some(mut cgroup) = cgroup {
             cgroup
                 .remove(REAP_WAIT)
-                .map_err(|e| format!("the trial run's cgroup could not be removed: {e}"))?;
+                .map_err(SandboxError::TrialCgroupKept)?;
         }
         let stdout = String::from_utf8_lossy(&output.stdout).trim().to_string();
         let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();
         if !output.status.success() || stdout.is_empty() || !stderr.is_empty() {
-            return Err(format!(
-                "{} does not run cleanly in the sandbox ({}): {stderr}",
-                self.python.display(),
-                output.status,
-            ));
+            return Err(SandboxError::TrialUnclean {
+                python: self.python.clone(),
+                status: output.status,
+                stderr,
+            });
         }
         Ok(stdout)
     }

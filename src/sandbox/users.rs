@@ -74,6 +74,15 @@ impl std::fmt::Display for NoSlot {
     }
 }
 
+impl std::error::Error for NoSlot {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            NoSlot::Lock { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
+
 /// A run under way, with its user if it has one; given back when dropped.
 #[derive(Debug)]
 pub struct UserSlot<'s> {

@@ -13,7 +13,7 @@ use super::AgentService;
 use crate::core::audit::{text_digest, AuditEntry, AuditEvent};
 use crate::core::memory::MemoryScope;
 use crate::core::person::Person;
-use crate::memory::{Memory, MemoryError, MemoryPlace, MemoryRecord, Payer, Stamp};
+use crate::memory::{Memory, MemoryError, MemoryPlace, MemoryRecord, Payer, Pin, Stamp};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MemoryChange {
@@ -46,11 +46,11 @@ impl AgentService {
         let stamp = Some(self.stamp(by));
         let (record, event) = match change {
             MemoryChange::Pin => (
-                memory.pin_stamped(&place.key, id, true, stamp)?,
+                memory.pin_stamped(&place.key, id, Pin::On, stamp)?,
                 AuditEvent::MemoryPinned { memory: id },
             ),
             MemoryChange::Unpin => (
-                memory.pin_stamped(&place.key, id, false, stamp)?,
+                memory.pin_stamped(&place.key, id, Pin::Off, stamp)?,
                 AuditEvent::MemoryUnpinned { memory: id },
             ),
             MemoryChange::Forget => {

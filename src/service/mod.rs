@@ -45,6 +45,18 @@ impl UserError {
     }
 }
 
+impl From<&str> for UserError {
+    fn from(text: &str) -> Self {
+        UserError::new(text)
+    }
+}
+
+impl From<String> for UserError {
+    fn from(text: String) -> Self {
+        UserError(text)
+    }
+}
+
 /// Refused with a `UserError`, or failed for a reason the user cannot act on.
 pub type ServiceResult<T> = anyhow::Result<T>;
 

@@ -25,8 +25,9 @@ use crate::core::state::{AgentState, AgentView, PauseReason, Proposal};
 use crate::core::step::{argument_text, edited_value};
 use crate::core::text::truncate_chars;
 use crate::runtime::DecideError;
-use crate::runtime::{AgentHandle, Surface};
+use crate::runtime::{AgentHandle, ShownAs, Surface};
 use crate::tools::preview::Preview;
+use crate::tools::NoAnswer;
 use serde_json::{Map, Value};
 
 type LineSource = Lines<BufReader<Box<dyn AsyncRead + Send + Unpin>>>;
@@ -218,7 +219,8 @@ pub fn changes_text(changes: &Preview) -> String {
 }
 
 /// The console's card: AutoGPT's sections, the proposed command with its class, the budget line.
-pub fn proposal_text(agent: &AgentState, proposal: &Proposal, auto_approved: bool) -> String {
+pub fn proposal_text(agent: &AgentState, proposal: &Proposal, shown: ShownAs) -> String {
+    let auto_approved = shown == ShownAs::AutoApproved;
     let t = &proposal.thoughts;
     let mut out = format!("\n=== {} · cycle {} ===\n", agent.name(), proposal.cycle);
     if proposal.interrupted {
@@ -384,11 +386,11 @@ impl Surface for ConsoleSurface {
         &self,
         agent: &AgentState,
         proposal: &Proposal,
-        auto_approved: bool,
+        shown: ShownAs,
         preview: Option<&Preview>,
     ) {
         self.end_stream();
-        let mut text = proposal_text(agent, proposal, auto_approved);
+        let mut text = proposal_text(agent, proposal, shown);
         if let Some(changes) = preview {
             text.push_str(&changes_text(changes));
         }
@@ -534,11 +536,11 @@ impl Surface for ConsoleSurface {
         ));
     }
 
-    async fn ask_user(&self, agent: &AgentView, question: &str) -> Result<String, String> {
+    async fn ask_user(&self, agent: &AgentView, question: &str) -> Result<String, NoAnswer> {
         let prompt = format!("\nQUESTION from {}: {question}\nAnswer: ", agent.name);
         match self.read_line(&prompt).await {
             Some(answer) => Ok(answer.trim().to_string()),
-            None => Err("no answer (end of input)".into()),
+            None => Err(NoAnswer::EndOfInput),
         }
     }
 }

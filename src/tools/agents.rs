@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::{str_arg, Command, ToolCtx, ToolModel, ToolOutput};
+use super::{str_arg, Command, ToolCtx, ToolModel, ToolModelError, ToolOutput};
 use crate::core::budget::Micros;
 use crate::core::commands::Egress;
 use crate::core::commands::{ArgType, CommandSpec, Risk};
@@ -75,14 +75,27 @@ fn fit_chat(
     kept
 }
 
+/// Why a sub-agent's message got no reply: the agent reads it after what was not done.
+#[derive(Debug, thiserror::Error)]
+enum ConverseError {
+    #[error("No model is available for sub-agents.")]
+    NoModel,
+    #[error("The message is too long for the model's context.")]
+    TooLong,
+    #[error(transparent)]
+    Model(#[from] ToolModelError),
+    #[error("The sub-agent's reply could not be saved: {0}")]
+    NotSaved(#[source] crate::store::StoreError),
+}
+
 /// Sends the chat, records the reply and its cost, saves the sub-agent, returns the reply.
-async fn converse(ctx: &ToolCtx<'_>, record: &mut SubAgentRecord) -> Result<String, String> {
-    let model = ctx.model.ok_or("No model is available for sub-agents.")?;
+async fn converse(ctx: &ToolCtx<'_>, record: &mut SubAgentRecord) -> Result<String, ConverseError> {
+    let model = ctx.model.ok_or(ConverseError::NoModel)?;
     let config = &ctx.subagent_limits;
     let budget = (model.context_tokens() as usize).saturating_sub(config.reply_max_tokens as usize);
     let chat = fit_chat(&record.messages, config.max_messages, budget, model);
     if chat.len() < 2 {
-        return Err("The message is too long for the model's context.".into());
+        return Err(ConverseError::TooLong);
     }
     let what = format!("sub-agent {} ({})", record.key, record.name);
     let reply = model.complete(&what, chat, config.reply_max_tokens).await?;
@@ -100,7 +113,7 @@ async fn converse(ctx: &ToolCtx<'_>, record: &mut SubAgentRecord) -> Result<Stri
     }
     ctx.subagents
         .save(record)
-        .map_err(|e| format!("The sub-agent's reply could not be saved: {e}"))?;
+        .map_err(ConverseError::NotSaved)?;
     Ok(text)
 }
 

@@ -386,7 +386,7 @@ mod tests {
 
     #[async_trait]
     impl AskUser for NoHumans {
-        async fn ask(&self, _: &str) -> Result<String, String> {
+        async fn ask(&self, _: &str) -> Result<String, crate::tools::NoAnswer> {
             unreachable!("file commands do not ask the user")
         }
     }

@@ -64,10 +64,27 @@ pub struct ToolCtx<'a> {
     pub web: Option<&'a crate::web::Web>,
 }
 
+/// Why a question to the humans got no answer: the agent reads it after "The user could not be
+/// asked:".
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoAnswer {
+    #[error("the agent has no thread")]
+    NoThread,
+    #[error("the question was withdrawn")]
+    Withdrawn,
+    #[error("nobody answered within a day")]
+    TimedOut,
+    #[error("no answer (end of input)")]
+    EndOfInput,
+    /// Where no person can be reached at all (a command run outside an agent's loop).
+    #[error("no one can be asked here")]
+    NobodyToAsk,
+}
+
 /// The `ask_user` seam: a question to the humans, answered in text (or why nobody can answer).
 #[async_trait]
 pub trait AskUser: Send + Sync {
-    async fn ask(&self, question: &str) -> Result<String, String>;
+    async fn ask(&self, question: &str) -> Result<String, NoAnswer>;
     /// Tells the humans how far a long command has come ("reading part 2 of 5"); it must return
     /// at once.
     fn progress(&self, _text: &str) {}
@@ -145,6 +162,16 @@ pub struct ToolReply {
     pub cost: crate::core::budget::Micros,
 }
 
+/// Why a command's model call gave no reply; the command says what it was doing around it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolModelError {
+    /// No budget can pay for the call's worst case, for the reason given.
+    #[error("the budget cannot pay for it: {0}")]
+    Refused(String),
+    #[error("the model call failed: {0}")]
+    Failed(String),
+}
+
 /// The model as commands use it: metered and charged to the agent like its own calls, so a page
 /// read or a sub-agent can never spend past the agent's budget.
 #[async_trait]
@@ -155,7 +182,7 @@ pub trait ToolModel: Send + Sync {
         what: &str,
         messages: Vec<crate::core::message::Message>,
         max_tokens: u32,
-    ) -> Result<ToolReply, String>;
+    ) -> Result<ToolReply, ToolModelError>;
     fn count(&self, messages: &[crate::core::message::Message]) -> usize;
     fn context_tokens(&self) -> u32;
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use super::{str_arg, Command, ToolCtx, ToolModel, ToolOutput};
+use super::{str_arg, Command, ToolCtx, ToolModel, ToolModelError, ToolOutput};
 use crate::core::budget::{format_usd, Micros};
 use crate::core::commands::Egress;
 use crate::core::commands::RuleArgument;
@@ -237,7 +237,7 @@ impl Command for ReadWebpage {
                 let progress = |text: &str| ctx.ask_user.progress(text);
                 match read_with_model(model, web, &content, &reading, &progress).await {
                     Ok(answer) => out.push_str(&answer),
-                    Err(e) => return ToolOutput::error(e),
+                    Err(e) => return ToolOutput::error(e.to_string()),
                 }
             }
         }
@@ -304,6 +304,16 @@ impl Reading {
     }
 }
 
+/// Why a fetched page could not be read with the model: the agent reads this as the command's
+/// result.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PageReadError {
+    #[error("The page was fetched but could not be read: {0}")]
+    Part(#[source] ToolModelError),
+    #[error("The page was read but its parts could not be combined: {0}")]
+    Combination(#[source] ToolModelError),
+}
+
 /// Map-reduce over the page: each chunk is read on its own (map), then the notes are combined
 /// (reduce), in as many rounds as the context needs. The page text fed to the model is capped at
 /// `max_model_chars`, which bounds the number of calls and so the cost of one page.
@@ -313,7 +323,7 @@ async fn read_with_model(
     content: &Readable,
     reading: &Reading,
     progress: &(dyn Fn(&str) + Sync),
-) -> Result<String, String> {
+) -> Result<String, PageReadError> {
     let total_chars = content.text.chars().count();
     let text = truncate_chars(&content.text, web.config.max_model_chars);
     if text.trim().is_empty() {
@@ -339,7 +349,7 @@ async fn read_with_model(
         let reply = model
             .complete(&what, messages, PART_ANSWER_TOKENS)
             .await
-            .map_err(|e| format!("The page was fetched but could not be read: {e}"))?;
+            .map_err(PageReadError::Part)?;
         spent += reply.cost;
         calls += 1;
         notes.push(reply.text.trim().to_string());
@@ -371,9 +381,7 @@ async fn read_with_model(
                     FINAL_ANSWER_TOKENS,
                 )
                 .await
-                .map_err(|e| {
-                    format!("The page was read but its parts could not be combined: {e}")
-                })?;
+                .map_err(PageReadError::Combination)?;
             spent += reply.cost;
             calls += 1;
             merged.push(reply.text.trim().to_string());
@@ -400,7 +408,7 @@ pub async fn read_text_with_model(
     web: &Web,
     content: &Readable,
     question: &str,
-) -> Result<String, String> {
+) -> Result<String, PageReadError> {
     read_with_model(
         model,
         web,
@@ -510,8 +518,8 @@ mod tests {
             _what: &str,
             _messages: Vec<Message>,
             _max_tokens: u32,
-        ) -> Result<super::super::ToolReply, String> {
-            Err("not called".into())
+        ) -> Result<super::super::ToolReply, super::super::ToolModelError> {
+            Err(super::super::ToolModelError::Failed("not called".into()))
         }
 
         fn count(&self, messages: &[Message]) -> usize {

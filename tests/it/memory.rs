@@ -17,7 +17,7 @@ use autothread::core::memory::MemorySource;
 use autothread::core::state::{Phase, Spender};
 use autothread::llm::tokens::TiktokenCounter;
 use autothread::memory::index::{clustered_unit_vectors, GraphOrigin, HnswParams, VectorIndex};
-use autothread::memory::{Memory, MemoryPlace, Payer};
+use autothread::memory::{Memory, MemoryPlace, Payer, Pin};
 use autothread::runtime::{self, Deps};
 use autothread::store::Store;
 use autothread::tools::Registry;
@@ -163,7 +163,7 @@ async fn agents_never_see_each_others_memories_and_forget_pin_and_restart_behave
 
     // Pinned memories come back whatever the query.
     let lunch = found[1].id;
-    f.memory.pin("agent-a", lunch, true).unwrap();
+    f.memory.pin("agent-a", lunch, Pin::On).unwrap();
     let pinned = f.memory.search(&a, "heliotrope", 1).await.unwrap();
     assert!(pinned.iter().any(|h| h.id == lunch && h.pinned));
 
@@ -242,7 +242,7 @@ async fn a_deleted_agents_memories_are_removed_and_no_one_elses() {
         .remember(&a, 4, MemorySource::Cycle, "Lunch is at noon")
         .await
         .unwrap();
-    f.memory.pin("agent-a", lunch, true).unwrap();
+    f.memory.pin("agent-a", lunch, Pin::On).unwrap();
     remember_password(&f, &b).await;
     f.memory.search(&a, "lunch", 10).await.unwrap();
     assert!(f.memory.is_cached("agent-a"));
@@ -265,7 +265,7 @@ async fn a_fork_gets_the_memories_of_its_cycles_and_a_rewind_forgets_the_later_o
         .remember(&a, 4, MemorySource::Cycle, "Lunch is at noon")
         .await
         .unwrap();
-    f.memory.pin("agent-a", password, true).unwrap();
+    f.memory.pin("agent-a", password, Pin::On).unwrap();
     let forgotten = f
         .memory
         .remember(&a, 2, MemorySource::Cycle, "The old code was 1234")
@@ -634,20 +634,23 @@ async fn pins_are_bounded_per_place_and_a_change_that_changes_nothing_says_so() 
         ids.push(note.id);
     }
     for id in &ids[..MAX_PINS] {
-        f.memory.pin(&server.key, *id, true).unwrap();
+        f.memory.pin(&server.key, *id, Pin::On).unwrap();
     }
-    let over = f.memory.pin(&server.key, ids[MAX_PINS], true).unwrap_err();
+    let over = f
+        .memory
+        .pin(&server.key, ids[MAX_PINS], Pin::On)
+        .unwrap_err();
     assert!(
         over.to_string()
             .starts_with(&format!("{MAX_PINS} memories are pinned here already")),
         "{over}"
     );
-    let again = f.memory.pin(&server.key, ids[0], true).unwrap_err();
+    let again = f.memory.pin(&server.key, ids[0], Pin::On).unwrap_err();
     assert_eq!(again.to_string(), "it is pinned already");
-    f.memory.pin(&server.key, ids[0], false).unwrap();
-    let again = f.memory.pin(&server.key, ids[0], false).unwrap_err();
+    f.memory.pin(&server.key, ids[0], Pin::Off).unwrap();
+    let again = f.memory.pin(&server.key, ids[0], Pin::Off).unwrap_err();
     assert_eq!(again.to_string(), "it is not pinned");
-    f.memory.pin(&server.key, ids[MAX_PINS], true).unwrap();
+    f.memory.pin(&server.key, ids[MAX_PINS], Pin::On).unwrap();
     assert_eq!(f.memory.live_notes(&server), MAX_PINS + 1);
     f.memory.forget(&server.key, ids[1]).unwrap();
     assert_eq!(f.memory.live_notes(&server), MAX_PINS);

@@ -317,7 +317,7 @@ async fn read_webpage_reads_a_local_page_in_chunks_with_the_real_model() {
             what: &str,
             messages: Vec<Message>,
             max_tokens: u32,
-        ) -> Result<ToolReply, String> {
+        ) -> Result<ToolReply, autothread::tools::ToolModelError> {
             let reply = self
                 .chat
                 .complete(ChatRequest {
@@ -329,7 +329,7 @@ async fn read_webpage_reads_a_local_page_in_chunks_with_the_real_model() {
                     json_schema: None,
                 })
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| autothread::tools::ToolModelError::Failed(e.to_string()))?;
             self.calls
                 .lock()
                 .unwrap()

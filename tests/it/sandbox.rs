@@ -903,7 +903,10 @@ async fn an_older_kernel_is_refused_or_falls_back_and_says_so() {
     let root = unsafe { libc::geteuid() } == 0;
     // No Landlock at all: nothing runs, and the reason is given.
     let why = Sandbox::probe_lacking(&config(), &[Lack::LandlockAbi(0)]).unwrap_err();
-    assert!(why.contains("does not enforce Landlock"), "{why}");
+    assert!(
+        why.to_string().contains("does not enforce Landlock"),
+        "{why}"
+    );
     // Landlock before its signal scope (Linux 6.12): a bot that is not root is refused, since its
     // runs would share its user; a root bot's runs are users of their own.
     let older = Sandbox::probe_lacking(&config(), &[Lack::LandlockAbi(5)]);
@@ -915,7 +918,7 @@ async fn an_older_kernel_is_refused_or_falls_back_and_says_so() {
                 sandbox.describe()
             )
         }
-        (false, Err(why)) => assert!(why.contains("Linux 6.12"), "{why}"),
+        (false, Err(why)) => assert!(why.to_string().contains("Linux 6.12"), "{why}"),
         (root, other) => panic!("root {root}: {other:?}"),
     }
     // No namespaces (Docker's default seccomp profile) and no cgroup: runs still work, on the

@@ -18,6 +18,7 @@ use autothread::core::prompt::{
 use autothread::core::reply::{CommandCall, Thoughts};
 use autothread::core::state::{AgentSettings, AgentState, Phase, Profile, Proposal};
 use autothread::llm::tokens::TiktokenCounter;
+use autothread::runtime::ShownAs;
 use autothread::surface::console::proposal_text;
 use autothread::surface::discord::cards::proposal_card;
 use autothread::tools::Registry;
@@ -206,6 +207,6 @@ fn the_console_card() {
     expect_file!["snapshots/console_card.txt"].assert_eq(&proposal_text(
         &agent(),
         &proposal(),
-        false,
+        ShownAs::AwaitingDecision,
     ));
 }

@@ -15,6 +15,7 @@ use super::ids::{CardAction, CardId};
 use crate::core::decision::APPROVE_N_MAX;
 use crate::core::step::{argument_text, edited_value};
 use crate::core::text::truncate_chars;
+use crate::service::UserError;
 
 /// The form Approve ×N opens.
 pub fn approve_n_form(id: &CardId, default: u32) -> CreateModal {
@@ -79,7 +80,7 @@ pub fn edit_form(
     id: &CardId,
     command: &str,
     args: &Map<String, Value>,
-) -> Result<CreateModal, String> {
+) -> Result<CreateModal, UserError> {
     let title = truncate_chars(&format!("Edit {command}"), LABEL_MAX);
     let modal_id = id.for_action(CardAction::EditSubmit).encode();
     let input = |custom_id: String, label: &str, text: String| {
@@ -141,7 +142,7 @@ pub fn modal_fields(submit: &ModalInteraction) -> Vec<(String, String)> {
 pub fn edited_arguments(
     original: &Map<String, Value>,
     fields: &[(String, String)],
-) -> Result<Map<String, Value>, String> {
+) -> Result<Map<String, Value>, UserError> {
     let mut args = original.clone();
     for (input, text) in fields {
         if input == JSON_INPUT {
@@ -151,7 +152,7 @@ pub fn edited_arguments(
                     "The arguments must be a JSON object, such as {\"filename\": \"notes.txt\"}."
                         .into(),
                 ),
-                Err(e) => Err(format!("The arguments are not valid JSON: {e}.")),
+                Err(e) => Err(format!("The arguments are not valid JSON: {e}.").into()),
             };
         }
         let Some(name) = input.strip_prefix(ARG_INPUT) else {
@@ -203,9 +204,11 @@ mod tests {
         assert_eq!(Value::Object(edited), json!({"filename": "c.txt"}));
         assert!(edited_arguments(original, &fields(&[("json", "[1]")]))
             .unwrap_err()
+            .0
             .contains("JSON object"));
         assert!(edited_arguments(original, &fields(&[("json", "{")]))
             .unwrap_err()
+            .0
             .contains("not valid JSON"));
     }
 

@@ -50,10 +50,10 @@ use crate::core::history::Episode;
 use crate::core::person::ActedBy;
 use crate::core::state::{AgentState, AgentView, PauseReason, Proposal};
 use crate::locks::LockRecovered;
-use crate::runtime::{AgentHandle, Surface};
+use crate::runtime::{AgentHandle, ShownAs, Surface};
 use crate::store::{CardRef, Store, ThreadBinding};
 use crate::tools::preview::{preview, Preview};
-use crate::tools::AgentFiles;
+use crate::tools::{AgentFiles, NoAnswer};
 pub use card_parts::{card_buttons, no_mentions, to_embed};
 use cards::EmbedText;
 
@@ -364,8 +364,13 @@ impl DiscordSurface {
                     tracing::info!(%agent, cycle, "posting a card Discord did not take before");
                     let files = AgentFiles::new(&self.store, &agent);
                     let changes = preview(&proposal.command, &files);
-                    self.show_proposal(&state, proposal, false, changes.as_ref())
-                        .await;
+                    self.show_proposal(
+                        &state,
+                        proposal,
+                        ShownAs::AwaitingDecision,
+                        changes.as_ref(),
+                    )
+                    .await;
                 }
                 None => self.unposted.forget(&agent),
             }
@@ -395,9 +400,10 @@ impl Surface for DiscordSurface {
         &self,
         agent: &AgentState,
         proposal: &Proposal,
-        auto_approved: bool,
+        shown: ShownAs,
         preview: Option<&Preview>,
     ) {
+        let auto_approved = shown == ShownAs::AutoApproved;
         let Some(mut binding) = self.binding(&agent.id) else {
             return;
         };
@@ -639,16 +645,14 @@ impl Surface for DiscordSurface {
         }
     }
 
-    async fn ask_user(&self, agent: &AgentView, question: &str) -> Result<String, String> {
-        let binding = self
-            .binding(&agent.id)
-            .ok_or_else(|| "the agent has no thread".to_string())?;
+    async fn ask_user(&self, agent: &AgentView, question: &str) -> Result<String, NoAnswer> {
+        let binding = self.binding(&agent.id).ok_or(NoAnswer::NoThread)?;
         let (tx, rx) = oneshot::channel();
         {
             let mut questions = self.questions.lock().await;
             let withdrawn = self.withdrawn.lock_recovered().remove(&binding.thread_id);
             if withdrawn == Some(agent.cycle) {
-                return Err("the question was withdrawn".into());
+                return Err(NoAnswer::Withdrawn);
             }
             questions.insert(binding.thread_id, tx);
         }
@@ -659,10 +663,10 @@ impl Surface for DiscordSurface {
         self.say(&agent.id, &cards::message_text(&text)).await;
         match tokio::time::timeout(ASK_USER_TIMEOUT, rx).await {
             Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(_)) => Err("the question was withdrawn".into()),
+            Ok(Err(_)) => Err(NoAnswer::Withdrawn),
             Err(_) => {
                 self.questions.lock().await.remove(&binding.thread_id);
-                Err("nobody answered within a day".into())
+                Err(NoAnswer::TimedOut)
             }
         }
     }

@@ -18,6 +18,7 @@ use super::commands::Data;
 use super::ids::CardId;
 use super::respond::Interaction;
 use super::{card_buttons, cards, no_mentions, post, to_embed, DiscordSurface};
+use crate::service::UserError;
 use crate::tools::preview::preview;
 use crate::tools::AgentFiles;
 
@@ -31,7 +32,7 @@ impl DiscordSurface {
         cycle: u64,
         clicked: u64,
         by: &Person,
-    ) -> Result<(), String> {
+    ) -> Result<(), UserError> {
         const NOT_WAITING: &str = "This card is no longer waiting for a decision.";
         let state = self
             .store
@@ -165,7 +166,7 @@ pub(super) async fn on_repost_click(
         .await
     {
         Ok(()) => "Moved to the bottom of the thread.".to_string(),
-        Err(why) => why,
+        Err(why) => why.0,
     };
     interaction.follow_up(http, text).await;
 }

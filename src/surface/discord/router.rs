@@ -30,7 +30,7 @@ use crate::core::reply::CommandCall;
 use crate::core::state::Phase;
 use crate::runtime::DecideError;
 use crate::service::rights::{may_decide, Requester};
-use crate::service::NOT_ALLOWED;
+use crate::service::{UserError, NOT_ALLOWED};
 
 const NOT_FROM_THIS_VERSION: &str = "This button is not from this version of the bot.";
 const EDITED_SINCE: &str =
@@ -75,12 +75,12 @@ pub async fn on_event(
 
 /// Checks that the click is for the agent's current proposal and that the clicker may decide.
 /// Returns the refusal to show otherwise.
-fn check_click(data: &Data, id: &CardId, who: &Requester) -> Result<(), String> {
+fn check_click(data: &Data, id: &CardId, who: &Requester) -> Result<(), UserError> {
     let store = &data.app.store;
     let binding = match store.binding(&id.agent) {
         Ok(Some(binding)) => binding,
         Ok(None) => return Err("This agent no longer exists.".into()),
-        Err(e) => return Err(something_went_wrong("reading a binding", &e)),
+        Err(e) => return Err(something_went_wrong("reading a binding", &e).into()),
     };
     if !may_decide(&binding, who) {
         return Err(NOT_ALLOWED.into());
@@ -130,26 +130,29 @@ fn check_click(data: &Data, id: &CardId, who: &Requester) -> Result<(), String> 
         if let Some(role) = role.filter(|r| needed > 1 && !who.role_ids.contains(r)) {
             return Err(format!(
                 "This command needs {needed} approvals from members of <@&{role}>, and you are not one."
-            ));
+            )
+            .into());
         }
     }
     if pending.is_none() {
-        return Err(DecideError::late(store, &id.agent, id.cycle).to_string());
+        return Err(DecideError::late(store, &id.agent, id.cycle)
+            .to_string()
+            .into());
     }
     Ok(())
 }
 
 /// The command the card of `id` proposes, as the agent's record holds it now.
-fn pending_command(data: &Data, id: &CardId) -> Result<CommandCall, String> {
+fn pending_command(data: &Data, id: &CardId) -> Result<CommandCall, UserError> {
     match data.app.store.load_agent_record(&id.agent) {
         Ok(Some(state)) => state
             .progress
             .pending
             .filter(|p| p.cycle == id.cycle)
             .map(|p| p.command)
-            .ok_or_else(|| DecideError::NotPending.to_string()),
+            .ok_or_else(|| DecideError::NotPending.to_string().into()),
         Ok(None) => Err("This agent no longer exists.".into()),
-        Err(e) => Err(something_went_wrong("reading an agent", &e)),
+        Err(e) => Err(something_went_wrong("reading an agent", &e).into()),
     }
 }
 
@@ -193,7 +196,7 @@ async fn on_click(http: &serenity::Http, data: &Data, click: ComponentInteractio
         return;
     }
     if let Err(refusal) = check_click(data, &id, &who) {
-        interaction.respond(http, ephemeral(refusal)).await;
+        interaction.respond(http, ephemeral(refusal.0)).await;
         return;
     }
     let decision = match id.action {
@@ -232,9 +235,9 @@ async fn on_click(http: &serenity::Http, data: &Data, click: ComponentInteractio
             let response = match pending_command(data, &id) {
                 Ok(command) => match edit_form(&id, &command.name, &command.args) {
                     Ok(form) => CreateInteractionResponse::Modal(form),
-                    Err(why) => ephemeral(why),
+                    Err(why) => ephemeral(why.0),
                 },
-                Err(why) => ephemeral(why),
+                Err(why) => ephemeral(why.0),
             };
             interaction.respond(http, response).await;
             return;
@@ -282,7 +285,7 @@ async fn on_modal(http: &serenity::Http, data: &Data, submit: ModalInteraction) 
     };
     let who = requester_of(submit.user.id, submit.member.as_ref());
     if let Err(refusal) = check_click(data, &id, &who) {
-        interaction.respond(http, ephemeral(refusal)).await;
+        interaction.respond(http, ephemeral(refusal.0)).await;
         return;
     }
     let value = modal_value(&submit);
@@ -306,7 +309,7 @@ async fn on_modal(http: &serenity::Http, data: &Data, submit: ModalInteraction) 
             match edited {
                 Ok(args) => Decision::Edit(Box::new(args)),
                 Err(why) => {
-                    interaction.respond(http, ephemeral(why)).await;
+                    interaction.respond(http, ephemeral(why.0)).await;
                     return;
                 }
             }

@@ -255,25 +255,26 @@ pub(super) struct PendingPost {
     headers: Vec<String>,
     body: Vec<u8>,
     /// The answer's headers and body once sent, or why it failed.
-    answer: Option<Result<Answer, String>>,
+    answer: Option<std::io::Result<Answer>>,
 }
 
 impl PendingPost {
     fn answer(&mut self, part: Part) -> std::io::Result<Vec<u8>> {
         if self.answer.is_none() {
             let body = std::mem::take(&mut self.body);
-            self.answer = Some(
-                self.exchanger
-                    .exchange(Method::POST, &self.url, &self.headers, Some(body))
-                    .map_err(|e| e.to_string()),
-            );
+            self.answer =
+                Some(
+                    self.exchanger
+                        .exchange(Method::POST, &self.url, &self.headers, Some(body)),
+                );
         }
         match &mut self.answer {
             Some(Ok(answer)) => Ok(match part {
                 Part::Headers => answer.headers.clone(),
                 Part::Body => std::mem::take(&mut answer.body),
             }),
-            Some(Err(why)) => Err(std::io::Error::other(why.clone())),
+            // Each read of a failed answer gets the failure again, as gitoxide reads it.
+            Some(Err(why)) => Err(std::io::Error::new(why.kind(), why.to_string())),
             None => Err(std::io::Error::other("the request was not sent")),
         }
     }

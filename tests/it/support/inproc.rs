@@ -185,9 +185,10 @@ impl Surface for Recorder {
         &self,
         agent: &AgentState,
         proposal: &Proposal,
-        auto: bool,
+        shown: autothread::runtime::ShownAs,
         preview: Option<&Preview>,
     ) {
+        let auto = shown == autothread::runtime::ShownAs::AutoApproved;
         if let Some(preview) = preview {
             self.previews.lock().unwrap().push(preview.diff.clone());
         }
@@ -232,8 +233,8 @@ impl Surface for Recorder {
         &self,
         _agent: &autothread::core::state::AgentView,
         _question: &str,
-    ) -> Result<String, String> {
-        Err("no one is asked in this test".into())
+    ) -> Result<String, autothread::tools::NoAnswer> {
+        Err(autothread::tools::NoAnswer::NobodyToAsk)
     }
 }
 
@@ -335,7 +336,7 @@ impl autothread::tools::ToolModel for ToolFake {
         _what: &str,
         messages: Vec<autothread::core::message::Message>,
         _max_tokens: u32,
-    ) -> Result<autothread::tools::ToolReply, String> {
+    ) -> Result<autothread::tools::ToolReply, autothread::tools::ToolModelError> {
         let text = (self.respond)(&messages);
         self.calls.lock().unwrap().push(messages);
         Ok(autothread::tools::ToolReply {
@@ -399,8 +400,8 @@ struct NobodyAsked;
 
 #[async_trait::async_trait]
 impl autothread::tools::AskUser for NobodyAsked {
-    async fn ask(&self, _question: &str) -> Result<String, String> {
-        Err("no one is asked in this test".into())
+    async fn ask(&self, _question: &str) -> Result<String, autothread::tools::NoAnswer> {
+        Err(autothread::tools::NoAnswer::NobodyToAsk)
     }
 }
 

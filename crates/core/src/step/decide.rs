@@ -17,8 +17,8 @@ impl Stepper<'_, '_> {
         );
         self.state.progress.phase = Phase::Thinking;
         let messages = super::super::prompt::stuck_rethink_messages(self.cycle_prompt(), &why);
-        let smart = self.ctx.smart_model_available;
-        self.ask_for_reply(CallPurpose::Rethink, messages, smart);
+        let model = self.rethink_model();
+        self.ask_for_reply(CallPurpose::Rethink, messages, model);
     }
 
     /// Applies a human's decision on the pending proposal of `cycle`.
@@ -153,7 +153,7 @@ impl Stepper<'_, '_> {
                     messages,
                     CRITIQUE_MAX_TOKENS.min(ctx.limits.max_tokens),
                     None,
-                    false,
+                    ModelChoice::Usual,
                 );
             }
         }

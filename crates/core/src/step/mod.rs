@@ -46,6 +46,7 @@ mod expire;
 mod record;
 mod remember;
 mod thinking;
+use thinking::ModelChoice;
 
 pub use context::{MemoryPolicy, ReplyFormat, StepCtx};
 pub use edit::{argument_text, edited_value};
@@ -349,7 +350,7 @@ impl Stepper<'_, '_> {
                     self.pause(PauseReason::InvalidReplies { last_error: error });
                 } else {
                     let messages = reask_messages(self.cycle_prompt(), &text, &error);
-                    self.ask_for_reply(CallPurpose::Reask, messages, false);
+                    self.ask_for_reply(CallPurpose::Reask, messages, ModelChoice::Usual);
                 }
                 return;
             }
@@ -382,8 +383,8 @@ impl Stepper<'_, '_> {
             if !self.state.safety.rethink_used && purpose != CallPurpose::Rethink {
                 self.state.safety.rethink_used = true;
                 let messages = rethink_messages(self.cycle_prompt(), &valid.call);
-                let smart = self.ctx.smart_model_available;
-                self.ask_for_reply(CallPurpose::Rethink, messages, smart);
+                let model = self.rethink_model();
+                self.ask_for_reply(CallPurpose::Rethink, messages, model);
             } else {
                 // The rethink did not help: a person decides, on the stuck panel.
                 let why = repeated_after_rethink(&valid.call);

@@ -30,7 +30,24 @@ const PROFILE_MAX_TOKENS: u32 = 800;
 /// shows anyway.
 const RECALL_QUERY_STEPS: usize = 1;
 
+/// Which model a call goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ModelChoice {
+    /// The agent's own model.
+    Usual,
+    /// The configured smarter model (`ModelCall::smart`), for a rethink.
+    Smart,
+}
+
 impl Stepper<'_, '_> {
+    /// The model a rethink goes to: the smarter one where one is configured.
+    pub(super) fn rethink_model(&self) -> ModelChoice {
+        match self.ctx.smart_model_available {
+            true => ModelChoice::Smart,
+            false => ModelChoice::Usual,
+        }
+    }
+
     /// Asks the model for the agent's profile.
     pub(super) fn request_profile(&mut self) {
         let messages = profile_messages(&self.state.brief.task);
@@ -39,7 +56,7 @@ impl Stepper<'_, '_> {
             messages,
             PROFILE_MAX_TOKENS.min(self.ctx.limits.max_tokens),
             Some(profile_schema()),
-            false,
+            ModelChoice::Usual,
         );
     }
 
@@ -50,7 +67,7 @@ impl Stepper<'_, '_> {
         messages: Vec<Message>,
         max_tokens: u32,
         json_schema: Option<serde_json::Value>,
-        smart: bool,
+        model: ModelChoice,
     ) {
         self.state.progress.call_seq += 1;
         self.fx.push(Effect::CallModel(ModelCall {
@@ -59,7 +76,7 @@ impl Stepper<'_, '_> {
             messages,
             max_tokens,
             json_schema,
-            smart,
+            smart: model == ModelChoice::Smart,
         }));
     }
 
@@ -265,7 +282,7 @@ impl Stepper<'_, '_> {
                 send_limit
             )));
         }
-        self.ask_for_reply(CallPurpose::Think, built.messages, false);
+        self.ask_for_reply(CallPurpose::Think, built.messages, ModelChoice::Usual);
     }
 
     /// A call whose answer must be an agent reply (thoughts and one command), in the reply schema.
@@ -273,11 +290,11 @@ impl Stepper<'_, '_> {
         &mut self,
         purpose: CallPurpose,
         messages: Vec<Message>,
-        smart: bool,
+        model: ModelChoice,
     ) {
         let schema = self.reply_schema();
         let max_tokens = self.ctx.limits.max_tokens;
-        self.call_model(purpose, messages, max_tokens, schema, smart);
+        self.call_model(purpose, messages, max_tokens, schema, model);
     }
     /// What the next call may cost, for the proposal card.
     pub(super) fn spend_note(&self, view: &BudgetView) -> SpendNote {

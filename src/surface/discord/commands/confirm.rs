@@ -14,6 +14,7 @@ use serenity::{
 
 use super::{Ctx, Data, Error};
 use crate::service::rights::Requester;
+use crate::service::UserError;
 use crate::store::ThreadBinding;
 use crate::surface::discord::ids::CardId;
 use crate::surface::discord::no_mentions;
@@ -120,17 +121,17 @@ pub(super) async fn bring_to_rest(
     event: crate::core::event::Event,
     doing: &str,
     still_running: &str,
-) -> Result<Rest, String> {
+) -> Result<Rest, UserError> {
     if !data.supervisor.is_running(agent) {
         return Ok(Rest::Already);
     }
     if let Err(e) = data.supervisor.send(agent, event) {
-        return Err(something_went_wrong(&format!("{doing} the agent"), &e));
+        return Err(something_went_wrong(&format!("{doing} the agent"), &e).into());
     }
     let started = tokio::time::Instant::now();
     while data.supervisor.is_running(agent) {
         if started.elapsed() >= REST_WAIT {
-            return Err(still_running.to_string());
+            return Err(still_running.into());
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }

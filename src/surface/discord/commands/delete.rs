@@ -66,7 +66,7 @@ pub(crate) async fn on_delete_click(
             data.surface.archive_thread(binding.thread_id).await;
             format!("Deleted **{name}**.")
         }
-        Err(why) => why,
+        Err(why) => why.0,
     };
     confirm::end(http, click, text).await;
 }
@@ -74,13 +74,17 @@ pub(crate) async fn on_delete_click(
 /// Finishes the agent if it runs, waits for its actor to rest, then removes it: its memories
 /// and its thread's first (a removal that fails there leaves the agent's record, so the delete
 /// can be tried again and removes the rest).
-async fn delete_agent(data: &Data, binding: &ThreadBinding, by: &Person) -> Result<String, String> {
+async fn delete_agent(
+    data: &Data,
+    binding: &ThreadBinding,
+    by: &Person,
+) -> Result<String, UserError> {
     let agent = &binding.agent_id;
     let store = &data.app.store;
     let name = match store.load_agent_record(agent) {
         Ok(Some(state)) => state.name().to_string(),
         Ok(None) => agent.clone(),
-        Err(e) => return Err(something_went_wrong("reading the agent", &e)),
+        Err(e) => return Err(something_went_wrong("reading the agent", &e).into()),
     };
     let finish = Event::Finish { by: by.clone() };
     confirm::bring_to_rest(

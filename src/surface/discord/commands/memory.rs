@@ -115,7 +115,12 @@ const ANOTHER_SERVERS: &str = "These memories belong to another server.";
 
 /// Whether `who`, in server `guild`, may see the memories kept at `place`: an agent's and a
 /// thread's are for the agent's deciders; a server's for its members.
-fn may_read(store: &Store, place: &MemoryPlace, who: &Requester, guild: u64) -> Result<(), String> {
+fn may_read(
+    store: &Store,
+    place: &MemoryPlace,
+    who: &Requester,
+    guild: u64,
+) -> Result<(), UserError> {
     match place.scope {
         MemoryScope::Server if place.server_id() == Some(guild.to_string().as_str()) => Ok(()),
         MemoryScope::Server => Err(ANOTHER_SERVERS.into()),
@@ -130,7 +135,7 @@ fn may_write(
     place: &MemoryPlace,
     who: &Requester,
     guild: u64,
-) -> Result<(), String> {
+) -> Result<(), UserError> {
     match place.scope {
         MemoryScope::Server => {
             may_read(store, place, who, guild)?;
@@ -154,7 +159,7 @@ fn deciders_only(
     place: &MemoryPlace,
     who: &Requester,
     guild: u64,
-) -> Result<(), String> {
+) -> Result<(), UserError> {
     let agent = match place.thread_id() {
         Some(thread) => store.agent_for_thread(thread),
         None => Ok(Some(place.key.clone())),
@@ -169,7 +174,7 @@ fn deciders_only(
         Ok(Some(binding)) if may_decide(&binding, who) => Ok(()),
         Ok(Some(_)) => Err(NOT_ALLOWED.into()),
         Ok(None) => Err("This agent no longer exists.".into()),
-        Err(e) => Err(something_went_wrong("reading the agent", &e)),
+        Err(e) => Err(something_went_wrong("reading the agent", &e).into()),
     }
 }
 
@@ -192,7 +197,7 @@ async fn add(
     let here = Here::of(ctx).await?;
     let place = here.place(scope)?;
     let who = author(ctx);
-    may_write(&data.app.store, &place, &who, here.guild).map_err(UserError::new)?;
+    may_write(&data.app.store, &place, &who, here.guild)?;
     if text.trim().is_empty() || text.chars().count() > NOTE_MAX_CHARS {
         return Err(UserError::new("A note is 1 to 1000 characters.").into());
     }
@@ -258,7 +263,7 @@ async fn search(
         _ => vec![here.place(scope)?],
     };
     for place in &places {
-        may_read(&data.app.store, place, &who, here.guild).map_err(UserError::new)?;
+        may_read(&data.app.store, place, &who, here.guild)?;
     }
     let payer = here.payer(&memory, &places[0], &who);
     let search = {
@@ -305,7 +310,7 @@ async fn list(
     };
     let here = Here::of(ctx).await?;
     let place = here.place(scope)?;
-    may_read(&data.app.store, &place, &author(ctx), here.guild).map_err(UserError::new)?;
+    may_read(&data.app.store, &place, &author(ctx), here.guild)?;
     let page = page.unwrap_or(1).max(1) as usize - 1;
     let (text, rows) = list_view(memory, &place, page)?;
     send(ctx, text, rows).await
@@ -517,7 +522,7 @@ pub(crate) async fn on_memory_click(
                     ),
                     Err(e) => ephemeral(something_went_wrong("a memory page", &e)),
                 },
-                Err(refusal) => ephemeral(refusal),
+                Err(refusal) => ephemeral(refusal.0),
             };
             interaction.respond(http, response).await;
             return;
@@ -532,7 +537,7 @@ pub(crate) async fn on_memory_click(
             Ok(_) => format!("{} memory #{}.", change.done(), id.cycle),
             Err(e) => format!("Nothing changed: {e}."),
         },
-        Err(refusal) => refusal,
+        Err(refusal) => refusal.0,
     };
     interaction.respond(http, ephemeral(text)).await;
 }

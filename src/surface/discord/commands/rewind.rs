@@ -120,6 +120,12 @@ struct NotRewound {
     thread_notice: Option<String>,
 }
 
+impl From<UserError> for NotRewound {
+    fn from(refusal: UserError) -> Self {
+        NotRewound::from(refusal.0)
+    }
+}
+
 impl From<String> for NotRewound {
     fn from(why: String) -> Self {
         NotRewound {

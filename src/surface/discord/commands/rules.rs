@@ -149,7 +149,7 @@ pub(crate) async fn on_revoke_click(
                 .await;
         }
         Err(why) => {
-            interaction.respond(http, ephemeral(why)).await;
+            interaction.respond(http, ephemeral(why.0)).await;
         }
     }
 }
@@ -159,7 +159,7 @@ async fn revoke(
     click: &ComponentInteraction,
     id: &CardId,
     who: &Requester,
-) -> Result<(String, CreateEmbed, Vec<CreateActionRow>), String> {
+) -> Result<(String, CreateEmbed, Vec<CreateActionRow>), UserError> {
     let store = &data.app.store;
     let failed = |what: &str, e: &dyn std::fmt::Debug| something_went_wrong(what, e);
     let rule = rule_id(&id.agent, id.cycle);

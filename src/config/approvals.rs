@@ -1,7 +1,9 @@
 //! `[approvals]`: the quorum each risk class needs and how long its cards wait, bot-wide and per
 //! server.
 //!
-//! Card deadlines (`expiry_for`) lie between a second and a week, checked at load. A server's
+//! Card deadlines (`expiry_for`): a card waits `default_expiry_secs` (a day unless set) and then
+//! parks its agent, unless its class has a rule of its own, bot-wide or in its server; a deadline
+//! of 0 waits for ever, any other lies between a second and a week, checked at load. A server's
 //! `approvers_role`, when set, is the role whose members' approvals count toward a quorum of more
 //! than one and whom an escalated deadline mentions.
 
@@ -9,25 +11,43 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::core::expiry::{Expiry, ExpiryRule, MAX_EXPIRY_SECS};
+use crate::core::expiry::{
+    Expiry, ExpiryAction, ExpiryRule, DEFAULT_DEADLINE_SECS, MAX_EXPIRY_SECS,
+};
 use crate::core::state::GuildId;
 
 use super::{invalid, ConfigError};
 
 /// `[approvals]`: how many distinct people must approve a class's commands, bot-wide and per
 /// server (`[approvals.guilds."<id>"]`). A class left out needs one approval.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(default, deny_unknown_fields)]
 pub struct ApprovalsConfig {
     pub quorum: BTreeMap<crate::core::commands::Risk, u32>,
+    /// How long a card of a class without a rule of its own waits before its agent is parked
+    /// (0: for ever), so that an agent nobody answers does not stay running for good.
+    pub default_expiry_secs: u64,
     /// How long each class's cards wait for a decision, and what happens then.
     pub expiry: BTreeMap<crate::core::commands::Risk, ExpiryRule>,
     pub guilds: BTreeMap<String, GuildApprovals>,
 }
 
+impl Default for ApprovalsConfig {
+    fn default() -> Self {
+        ApprovalsConfig {
+            quorum: BTreeMap::new(),
+            default_expiry_secs: DEFAULT_DEADLINE_SECS,
+            expiry: BTreeMap::new(),
+            guilds: BTreeMap::new(),
+        }
+    }
+}
+
 /// One server's `[approvals]`: its quorums, over the bot-wide ones, and the role whose members
 /// alone count toward them (anyone who may decide, when unset).
 #[derive(Debug, Clone, Default, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(default, deny_unknown_fields)]
 pub struct GuildApprovals {
     pub quorum: BTreeMap<crate::core::commands::Risk, u32>,
@@ -47,7 +67,11 @@ impl ApprovalsConfig {
 
     /// The card deadlines in one server: the bot-wide rules, with the server's over them.
     pub fn expiry_for(&self, guild: &GuildId) -> Expiry {
-        let bot_wide = Expiry::default().with_all(&self.expiry);
+        let default = ExpiryRule {
+            after_secs: self.default_expiry_secs,
+            action: ExpiryAction::Park,
+        };
+        let bot_wide = Expiry::for_every_class(default).with_all(&self.expiry);
         match self.guilds.get(guild.as_str()) {
             Some(server) => bot_wide.with_all(&server.expiry),
             None => bot_wide,
@@ -94,10 +118,18 @@ impl ApprovalsConfig {
                     .iter()
                     .map(move |rule| (format!("approvals.guilds.\"{guild}\".expiry"), rule))
             }));
+        if self.default_expiry_secs > MAX_EXPIRY_SECS {
+            return Err(invalid(
+                "approvals.default_expiry_secs",
+                format!(
+                    "a card's deadline is 0 (none) or from 1 second to {MAX_EXPIRY_SECS} (a week)"
+                ),
+            ));
+        }
         for (place, (risk, rule)) in deadlines {
-            if !(1..=MAX_EXPIRY_SECS).contains(&rule.after_secs) {
+            if rule.after_secs > MAX_EXPIRY_SECS {
                 return Err(invalid("approvals", format!(
-                    "{place}.{}.after_secs = {}: a card's deadline is from 1 second to {MAX_EXPIRY_SECS} (a week)",
+                    "{place}.{}.after_secs = {}: a card's deadline is 0 (none) or from 1 second to {MAX_EXPIRY_SECS} (a week)",
                     risk.label(),
                     rule.after_secs
                 )));

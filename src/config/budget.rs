@@ -11,6 +11,7 @@ use crate::core::budget::{usd_to_micros, Micros, Price};
 
 /// A model's price in dollars per million tokens, as providers publish them.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(deny_unknown_fields)]
 pub struct PriceConfig {
     pub input_per_million: f64,
@@ -29,6 +30,7 @@ pub struct Unpriced(pub String);
 
 /// Budgets in dollars (0 switches a budget or a rate limit off) and prices.
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(default, deny_unknown_fields)]
 pub struct BudgetConfig {
     /// An agent's budget when none is given at start.

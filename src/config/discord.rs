@@ -10,6 +10,7 @@ use super::Secret;
 /// Which thread messages are feedback while a card waits: a team talking in the thread is not
 /// steering the agent unless it says so.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(rename_all = "snake_case")]
 pub enum FeedbackMessages {
     /// Replies to the waiting card, and messages that start with `feedback_prefix`.
@@ -44,6 +45,7 @@ impl FeedbackMessages {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(default, deny_unknown_fields)]
 pub struct DiscordConfig {
     /// Another Discord-compatible API (a proxy, the test fake); empty means Discord itself.

@@ -12,6 +12,7 @@ use super::{invalid, ConfigError};
 
 /// Image generation through an OpenAI-compatible images endpoint.
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(default, deny_unknown_fields)]
 pub struct ImagesConfig {
     /// The images model (`dall-e-3`, `gpt-image-1`, …); `generate_image` is offered only when

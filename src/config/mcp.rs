@@ -17,6 +17,7 @@ use super::{invalid, ConfigError};
 
 /// The MCP servers the operator lists; none by default.
 #[derive(Debug, Clone, Default, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(default, deny_unknown_fields)]
 pub struct McpConfig {
     pub servers: Vec<McpServerConfig>,
@@ -24,6 +25,7 @@ pub struct McpConfig {
 
 /// One MCP server: a program spoken to over its stdin and stdout, or a streamable-HTTP URL.
 #[derive(Clone, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(deny_unknown_fields)]
 pub struct McpServerConfig {
     /// The first part of its commands' names (`time` gives `time.get_current_time`).
@@ -35,7 +37,7 @@ pub struct McpServerConfig {
     pub args: Vec<String>,
     /// The program's whole environment besides PATH, HOME and LANG: it never sees the bot's own
     /// (where the Discord token and API keys are). Values may be secrets; they are never shown.
-    #[serde(default)]
+    #[serde(default, serialize_with = "names_only")]
     pub env: BTreeMap<String, String>,
     /// A streamable-HTTP endpoint instead of a program; reached through the web guard, so a
     /// private address must be in `web.allow_hosts`.
@@ -61,6 +63,15 @@ pub struct McpServerConfig {
     /// Characters of a result kept for the agent.
     #[serde(default = "result_chars")]
     pub max_result_chars: usize,
+}
+
+/// The environment's names with every value redacted: a value may be a key.
+#[cfg(test)]
+fn names_only<S: serde::Serializer>(
+    env: &BTreeMap<String, String>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(env.keys().map(|name| (name, "[redacted]")))
 }
 
 fn external() -> Risk {

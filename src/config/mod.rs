@@ -26,6 +26,9 @@ pub mod models;
 mod sandbox;
 mod sections;
 mod web;
+
+#[cfg(test)]
+mod example_tests;
 pub use approvals::{ApprovalsConfig, GuildApprovals};
 pub use budget::{BudgetConfig, PriceConfig, Unpriced};
 pub use discord::{DiscordConfig, FeedbackMessages};
@@ -82,6 +85,7 @@ fn invalid(field: impl Into<String>, problem: impl Into<String>) -> ConfigError 
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub llm: LlmConfig,

@@ -7,6 +7,7 @@ use serde::Deserialize;
 /// real kernel. The commands are in the external class (asked for by default); where the kernel
 /// cannot give the sandbox, they are off and `autothread check` says why.
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(default, deny_unknown_fields)]
 pub struct SandboxConfig {
     /// Offer `execute_python` and `execute_python_file`.

@@ -25,6 +25,7 @@ use super::Secret;
 /// (measured: several milliseconds a cycle when a fast server sends a whole reply at once), so by
 /// default only a person watching a terminal gets it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(rename_all = "snake_case")]
 pub enum StreamMode {
     /// The console on a terminal prints replies as they stream in; Discord asks for whole ones.
@@ -37,6 +38,7 @@ pub enum StreamMode {
 
 /// How structured output is requested from an endpoint; not every OpenAI-compatible server supports every mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(rename_all = "snake_case")]
 pub enum ResponseFormatMode {
     JsonSchema,
@@ -67,6 +69,7 @@ impl ResponseFormatMode {
 
 /// How much of the reply format the schema sent with `json_schema` carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(rename_all = "snake_case")]
 pub enum ReplySchemaMode {
     /// The full schema for free models (a local server's grammar enforces each command's
@@ -83,6 +86,7 @@ pub enum ReplySchemaMode {
 /// Context size and reply reserve of one model, and whether it reasons (unset: worked out from
 /// its name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(deny_unknown_fields)]
 pub struct ModelSpec {
     pub context_tokens: u32,
@@ -94,6 +98,7 @@ pub struct ModelSpec {
 /// Which API shape the endpoint speaks. Azure OpenAI is chosen explicitly, never guessed from a
 /// host name: its deployment URL takes an `api-version` query and the key as an `api-key` header.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(rename_all = "snake_case")]
 pub enum Provider {
     #[default]
@@ -112,6 +117,7 @@ pub enum ContextSource {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(default, deny_unknown_fields)]
 pub struct LlmConfig {
     pub base_url: String,
@@ -285,6 +291,7 @@ impl LlmConfig {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(default, deny_unknown_fields)]
 pub struct AgentConfig {
     /// Stop asking the model after this many cycles; 0 means no limit.
@@ -293,7 +300,8 @@ pub struct AgentConfig {
     pub approve_n_default: u32,
     /// How many of the newest steps the Progress section shows in full before switching to summaries.
     pub full_steps: usize,
-    /// Replaced by `[policy]`; kept only to tell operators so (see `validate`).
+    /// Replaced by `[policy]`; kept only to tell operators so (see `validate`), and not shown.
+    #[serde(skip_serializing)]
     pub automatic: Option<Vec<Risk>>,
     /// Commands switched off for every agent.
     pub disabled_commands: Vec<String>,
@@ -312,6 +320,7 @@ impl Default for AgentConfig {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(default, deny_unknown_fields)]
 pub struct WorkspaceConfig {
     pub max_file_bytes: u64,
@@ -331,6 +340,7 @@ impl Default for WorkspaceConfig {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreConfig {
     /// Where the sled store lives; empty means the platform data directory.
@@ -366,6 +376,7 @@ impl StoreConfig {
 
 /// What a deployment watches: the local HTTP listener and the graceful shutdown.
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(default, deny_unknown_fields)]
 pub struct OpsConfig {
     /// Where `run` serves /healthz, /readyz and /metrics; empty: no listener. Also
@@ -386,6 +397,7 @@ impl Default for OpsConfig {
 
 /// Long-term memory: the embedding endpoint and models, recall, and the vector index.
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(default, deny_unknown_fields)]
 pub struct MemoryConfig {
     pub enabled: bool,
@@ -529,6 +541,22 @@ impl TryFrom<BTreeMap<String, PolicyEntry>> for PolicyConfig {
     }
 }
 
+/// Written as it is read: each class with the action in force (its default when the config
+/// names none), and the servers' changes under `guilds`.
+#[cfg(test)]
+impl serde::Serialize for PolicyConfig {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let in_force = self.for_guild(None);
+        let mut map = serializer.serialize_map(Some(ALL_RISKS.len() + 1))?;
+        for risk in ALL_RISKS {
+            map.serialize_entry(risk.label(), &in_force.action(risk))?;
+        }
+        map.serialize_entry("guilds", &self.guilds)?;
+        map.end()
+    }
+}
+
 impl PolicyConfig {
     /// The policy of the server an agent lives in.
     pub fn for_agent(&self, agent: &crate::core::state::AgentState) -> Policy {
@@ -547,6 +575,7 @@ impl PolicyConfig {
 
 /// Sub-agents (`start_agent` and friends): helper chats an agent delegates to, paid by it.
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(default, deny_unknown_fields)]
 pub struct SubagentConfig {
     pub enabled: bool,

@@ -10,6 +10,7 @@ use super::Secret;
 
 /// Which web search service `web_search` asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(rename_all = "snake_case")]
 pub enum SearchBackendKind {
     /// DuckDuckGo's HTML results page, as AutoGPT uses: no key.
@@ -23,6 +24,7 @@ pub enum SearchBackendKind {
 /// The web commands: search, page fetching and its limits, and the hosts opened past the
 /// private-network guard.
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(default, deny_unknown_fields)]
 pub struct WebConfig {
     /// Offer `web_search` and `read_webpage` to agents.

@@ -658,3 +658,85 @@ async fn only_a_command_that_lands_with_its_result_runs_before_its_proposal_is_s
         assert_eq!(store.journal_entry(id, 1).unwrap(), None, "{case}");
     }
 }
+
+/// With nothing in the config about deadlines, a card nobody answers waits a day and then parks
+/// its agent, saying so, and the agent holds no reservation of the budget: on the fake clock, a
+/// minute before the day the card still waits, and just after it the agent is parked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_card_parks_its_agent_after_a_day_by_default() {
+    use autothread::clock::Clock;
+    use autothread::core::expiry::ExpiryAction;
+    use autothread::core::state::{PauseReason, Phase};
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    use std::time::Duration;
+    use support::inproc::{agent, deps, reply, FakeClock, Recorder, ScriptedModel};
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = autothread::store::Store::open(dir.path()).unwrap();
+    let mut config = autothread::config::Config::default();
+    config.llm.model = "local-model".into();
+    config.budget.free_models = vec!["local-model".into()];
+    let clock = FakeClock::default();
+    let model = Arc::new(ScriptedModel::new([reply(
+        "write_file",
+        json!({"filename": "haiku.txt", "contents": "crab"}),
+    )]));
+    let surface = Arc::new(Recorder::default());
+    surface
+        .leaves_cards_unanswered
+        .store(true, Ordering::SeqCst);
+    let mut deps = deps(&store, model, surface.clone(), config, None);
+    deps.clock = Arc::new(clock.clone());
+    let budgets = deps.budgets.clone();
+    // Not continuous: the write class's "auto" still shows a card.
+    let mut state = agent("unanswered01", "Write a haiku", "local-model", false);
+    state.created_at = clock.now();
+    state.updated_at = clock.now();
+    let (_handle, done) =
+        autothread::runtime::start(state, autothread::core::event::Event::Start, deps);
+
+    let stored = || store.load_agent("unanswered01").unwrap().unwrap();
+    for _ in 0..500 {
+        let phase = store.load_agent("unanswered01").unwrap().map(|s| s.phase);
+        if phase == Some(Phase::AwaitingDecision) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let waiting = stored();
+    assert_eq!(waiting.phase, Phase::AwaitingDecision);
+    let deadline = waiting.pending.as_ref().unwrap().deadline.unwrap();
+    assert_eq!(deadline.at, clock.now() + chrono::Duration::days(1));
+    assert_eq!(deadline.action, ExpiryAction::Park);
+    assert!(budgets.ledger().open_reservations().unwrap().is_empty());
+
+    clock.advance(Duration::from_secs(24 * 3600 - 60));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(stored().phase, Phase::AwaitingDecision, "not yet a day");
+    assert!(!done.is_finished());
+
+    clock.advance(Duration::from_secs(120));
+    let parked = tokio::time::timeout(Duration::from_secs(10), done)
+        .await
+        .expect("the parked agent's actor stops")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        parked.phase,
+        Phase::Paused(PauseReason::Unanswered {
+            cycle: 1,
+            waited: "1 d".into()
+        })
+    );
+    assert_eq!(stored().phase, parked.phase);
+    // The proposal is kept for a resume, and nothing of the budget stays reserved.
+    assert_eq!(parked.pending.as_ref().unwrap().command.name, "write_file");
+    assert!(budgets.ledger().open_reservations().unwrap().is_empty());
+    let notices = surface.notices.lock().unwrap().clone();
+    assert!(
+        notices.iter().any(|n| n
+            == "Nobody decided within 1 d: the agent is parked; `/agent resume` shows this card again."),
+        "{notices:?}"
+    );
+}

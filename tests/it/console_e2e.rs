@@ -692,6 +692,9 @@ async fn export_keeps_a_file_named_like_a_folder_and_spoofing_names_are_refused(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_runs_sandboxed_once_approved_and_its_file_lands_in_the_workspace() {
+    if support::needs::needs(support::needs::code_execution()).is_none() {
+        return;
+    }
     let fake = fake().await;
     fake.push_checked(
         Reply::Content(agent_reply(

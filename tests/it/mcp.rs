@@ -29,13 +29,8 @@ fn time_server() -> Option<String> {
                 .then(|| installed.to_string())
         });
     if found.is_none() {
-        assert_ne!(
-            std::env::var("CI").as_deref(),
-            Ok("true"),
-            "the MCP time server is not installed under CI=true: .ci/run installs it with scripts/mcp-test-servers.sh"
-        );
-        eprintln!(
-            "skipped: the MCP time server is not installed (run scripts/mcp-test-servers.sh)"
+        crate::support::needs::unmet(
+            "the MCP time server is not installed (run scripts/mcp-test-servers.sh; .ci/run does)",
         );
     }
     found

@@ -3,8 +3,6 @@
 
 use crate::support;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,52 +15,8 @@ use autothread::llm::tokens::TiktokenCounter;
 use autothread::runtime::{self, Deps};
 use autothread::store::Store;
 use autothread::tools::Registry;
-use chrono::{DateTime, Utc};
-use governor::clock::{Clock as _, FakeRelativeClock};
 use serde_json::json;
-use support::inproc::{agent, reply, Recorder, ScriptedModel};
-use tokio::sync::Notify;
-
-/// Our clock seam on top of governor's fake clock: `sleep` returns once the test has advanced
-/// the fake time far enough.
-#[derive(Clone, Default)]
-struct FakeClock {
-    time: FakeRelativeClock,
-    advanced: Arc<Notify>,
-}
-
-impl FakeClock {
-    fn nanos(&self) -> u64 {
-        self.time.now().into()
-    }
-
-    fn advance(&self, by: Duration) {
-        self.time.advance(by);
-        self.advanced.notify_waiters();
-    }
-}
-
-impl Clock for FakeClock {
-    fn now(&self) -> DateTime<Utc> {
-        DateTime::<Utc>::UNIX_EPOCH + chrono::Duration::nanoseconds(self.nanos() as i64)
-    }
-
-    fn sleep(&self, duration: Duration) -> Pin<Box<dyn Future<Output = ()> + Send>> {
-        let clock = self.clone();
-        let until = self.nanos() + duration.as_nanos() as u64;
-        Box::pin(async move {
-            loop {
-                let advanced = clock.advanced.notified();
-                tokio::pin!(advanced);
-                advanced.as_mut().enable();
-                if clock.nanos() >= until {
-                    return;
-                }
-                advanced.await;
-            }
-        })
-    }
-}
+use support::inproc::{agent, reply, FakeClock, Recorder, ScriptedModel};
 
 /// Waits (in real time, bounded) until `done` holds; the agent itself never sleeps for real.
 async fn eventually(what: &str, done: impl Fn() -> bool) {

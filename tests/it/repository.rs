@@ -19,6 +19,7 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::Response;
 use serde_json::{json, Value};
 use support::fake_openai::{agent_reply, progress_of, Expect, FakeOpenAi, Reply};
+use support::needs::{self, needs};
 use support::{created_agent_id, TestEnv};
 use tokio::io::AsyncWriteExt;
 
@@ -67,8 +68,9 @@ fn make_repository(root: &Path) {
 }
 
 /// Serves `root` with git's own CGI server; `/private/…` asks for credentials as a private
-/// repository's host does.
-async fn serve_git() -> GitServer {
+/// repository's host does. `None` (having said why) where git or its server is missing.
+async fn serve_git() -> Option<GitServer> {
+    needs(needs::git_http_backend())?;
     let root = tempfile::tempdir().unwrap();
     make_repository(root.path());
     let path = Arc::new(root.path().to_path_buf());
@@ -78,7 +80,7 @@ async fn serve_git() -> GitServer {
     tokio::spawn(async move {
         axum::serve(listener, app).await.unwrap();
     });
-    GitServer { port, _root: root }
+    Some(GitServer { port, _root: root })
 }
 
 async fn cgi(
@@ -189,7 +191,9 @@ fn web_allowing(port: u16) -> Web {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tip_of_a_repository_is_read_and_its_limits_hold() {
-    let server = serve_git().await;
+    let Some(server) = serve_git().await else {
+        return;
+    };
     let port = server.port;
     let web = web_allowing(port);
     let url = format!("http://127.0.0.1:{port}/project.git");
@@ -295,7 +299,9 @@ async fn the_tip_of_a_repository_is_read_and_its_limits_hold() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_clones_a_repository_into_its_workspace() {
-    let server = serve_git().await;
+    let Some(server) = serve_git().await else {
+        return;
+    };
     let port = server.port;
     let url = format!("http://127.0.0.1:{port}/project.git");
     let fake = FakeOpenAi::start(Expect::test_model()).await;

@@ -232,6 +232,9 @@ async fn the_console_remembers_a_rule_with_r() {
 /// rule no longer covers it and the person is asked again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remembered_script_runs_unasked_until_the_agent_changes_it() {
+    if support::needs::needs(support::needs::code_execution()).is_none() {
+        return;
+    }
     let openai = FakeOpenAi::start(Expect::test_model()).await;
     let run_job = || agent_reply("execute_python_file", json!({"filename": "tools/job.py"}));
     for reply in [

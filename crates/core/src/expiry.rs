@@ -1,7 +1,9 @@
 //! Cards that wait too long: each risk class may have a deadline and an action on expiry (park the
 //! agent, deny the command, or escalate once to the server's approvers and then park). The rules
-//! come from config; the core sets a proposal's deadline when it is shown and applies the action
-//! when the runtime's timer says the deadline passed (`Event::DeadlinePassed`).
+//! come from config, which gives every class `DEFAULT_DEADLINE_SECS` and parking unless told
+//! otherwise (a rule of 0 seconds waits for ever); the core sets a proposal's deadline when it is
+//! shown and applies the action when the runtime's timer says the deadline passed
+//! (`Event::DeadlinePassed`).
 
 use std::collections::BTreeMap;
 
@@ -17,6 +19,11 @@ pub const DEADLINE: &str = "the deadline";
 /// The longest deadline a class may have: a week (Discord keeps a card's buttons, but nobody
 /// remembers a card older than that).
 pub const MAX_EXPIRY_SECS: u64 = 7 * 24 * 3600;
+
+/// How long a card waits for a person when the config says nothing: a day, long enough for a
+/// person in any time zone to see it, short enough that an agent nobody answers is parked (and
+/// stops counting as running) instead of waiting for ever.
+pub const DEFAULT_DEADLINE_SECS: u64 = 24 * 3600;
 
 /// What happens to a card nobody decided in time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,12 +56,26 @@ impl ExpiryAction {
     }
 }
 
-/// One class's rule: decide within `after_secs`, or `action` happens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+/// One class's rule: decide within `after_secs`, or `action` happens (parking, unless said);
+/// `after_secs = 0`: its cards wait for ever.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExpiryRule {
     pub after_secs: u64,
+    #[serde(default = "park")]
     pub action: ExpiryAction,
+}
+
+fn park() -> ExpiryAction {
+    ExpiryAction::Park
+}
+
+impl ExpiryRule {
+    /// The rule a class has when the config gives it none.
+    pub const DEFAULT: ExpiryRule = ExpiryRule {
+        after_secs: DEFAULT_DEADLINE_SECS,
+        action: ExpiryAction::Park,
+    };
 }
 
 /// The rules in force for an agent, by class (a class without one waits for ever).
@@ -71,9 +92,20 @@ impl Expiry {
         self
     }
 
-    /// The deadline of a card of class `risk` shown at `now`, if the class has one.
+    /// These rules, with `rule` for every class.
+    pub fn for_every_class(rule: ExpiryRule) -> Expiry {
+        Expiry {
+            rules: super::policy::ALL_RISKS
+                .iter()
+                .map(|risk| (*risk, rule))
+                .collect(),
+        }
+    }
+
+    /// The deadline of a card of class `risk` shown at `now`, if the class has one (a rule of 0
+    /// seconds is none).
     pub fn deadline(&self, risk: Risk, now: DateTime<Utc>) -> Option<Deadline> {
-        let rule = self.rules.get(&risk)?;
+        let rule = self.rules.get(&risk).filter(|rule| rule.after_secs > 0)?;
         Some(Deadline {
             at: now + seconds(rule.after_secs),
             after_secs: rule.after_secs,
@@ -161,5 +193,26 @@ mod tests {
         assert_eq!(again.at, now + Duration::seconds(180));
         assert_eq!(human_secs(90), "90 s");
         assert_eq!(human_secs(2 * 86_400), "2 d");
+    }
+
+    #[test]
+    fn every_class_may_have_a_rule_and_a_rule_of_zero_seconds_waits_for_ever() {
+        let now = Utc.with_ymd_and_hms(2026, 11, 25, 9, 0, 0).unwrap();
+        let daily = Expiry::for_every_class(ExpiryRule::DEFAULT);
+        for risk in crate::policy::ALL_RISKS {
+            let deadline = daily.deadline(risk, now).unwrap();
+            assert_eq!(deadline.at, now + Duration::days(1), "{risk:?}");
+            assert_eq!(deadline.action, ExpiryAction::Park);
+        }
+        let never = BTreeMap::from([(
+            Risk::External,
+            ExpiryRule {
+                after_secs: 0,
+                action: ExpiryAction::Deny,
+            },
+        )]);
+        let daily_but_external = daily.with_all(&never);
+        assert_eq!(daily_but_external.deadline(Risk::External, now), None);
+        assert!(daily_but_external.deadline(Risk::Write, now).is_some());
     }
 }

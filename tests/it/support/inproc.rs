@@ -165,6 +165,8 @@ pub struct Recorder {
     /// The diff of every card that writes a file.
     pub previews: Mutex<Vec<String>>,
     pub deny_cards: AtomicBool,
+    /// Nobody answers the cards: they wait until their deadline.
+    pub leaves_cards_unanswered: AtomicBool,
     /// Shows proposals before they are stored, as the console does.
     pub shows_unstored_proposals: AtomicBool,
     /// Runs once, when the first card is shown (after its diff was made): a test changes the
@@ -212,6 +214,9 @@ impl Surface for Recorder {
         proposal: &Proposal,
         handle: AgentHandle,
     ) {
+        if self.leaves_cards_unanswered.load(Ordering::SeqCst) {
+            return;
+        }
         let cycle = proposal.cycle;
         let decision = if self.deny_cards.load(Ordering::SeqCst) {
             Decision::Deny
@@ -431,5 +436,51 @@ impl autothread::clock::Clock for SteppedClock {
         _duration: std::time::Duration,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
         Box::pin(std::future::ready(()))
+    }
+}
+
+/// Our clock seam on top of governor's fake clock: `sleep` returns once the test has advanced
+/// the fake time far enough.
+#[derive(Clone, Default)]
+pub struct FakeClock {
+    pub time: governor::clock::FakeRelativeClock,
+    advanced: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl FakeClock {
+    pub fn nanos(&self) -> u64 {
+        use governor::clock::Clock as _;
+        self.time.now().into()
+    }
+
+    pub fn advance(&self, by: std::time::Duration) {
+        self.time.advance(by);
+        self.advanced.notify_waiters();
+    }
+}
+
+impl autothread::clock::Clock for FakeClock {
+    fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        chrono::DateTime::<chrono::Utc>::UNIX_EPOCH
+            + chrono::Duration::nanoseconds(self.nanos() as i64)
+    }
+
+    fn sleep(
+        &self,
+        duration: std::time::Duration,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        let clock = self.clone();
+        let until = self.nanos() + duration.as_nanos() as u64;
+        Box::pin(async move {
+            loop {
+                let advanced = clock.advanced.notified();
+                tokio::pin!(advanced);
+                advanced.as_mut().enable();
+                if clock.nanos() >= until {
+                    return;
+                }
+                advanced.await;
+            }
+        })
     }
 }

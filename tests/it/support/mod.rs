@@ -5,6 +5,7 @@ pub mod bot;
 pub mod fake_discord;
 pub mod fake_openai;
 pub mod inproc;
+pub mod needs;
 
 use std::path::PathBuf;
 use std::process::Stdio;

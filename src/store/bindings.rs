@@ -208,6 +208,8 @@ impl Store {
         let mut failure = None;
         let mut changed = AdminChoices::default();
         self.discord.update_and_fetch(key.as_bytes(), |raw| {
+            // sled calls this again when another write got in first: only the last call counts.
+            failure = None;
             let mut choices: AdminChoices = match raw.map(|raw| decode(key.as_bytes(), raw)) {
                 Some(Ok(choices)) => choices,
                 None => AdminChoices::default(),

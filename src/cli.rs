@@ -553,7 +553,7 @@ async fn console(mut config: Config, args: ConsoleArgs) -> anyhow::Result<ExitCo
             })?;
             app.store.flush().await?;
             if args.continuous {
-                let base = app.config.policy.for_agent(&state);
+                let base = agents.agent_server_policy(&state)?;
                 let automatic: Vec<&str> = crate::core::policy::ALL_RISKS
                     .into_iter()
                     .filter(|risk| {

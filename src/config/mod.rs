@@ -936,6 +936,60 @@ mod tests {
     }
 
     #[test]
+    fn server_admins_loosen_only_to_what_the_config_lists_and_their_choices_apply_in_their_server()
+    {
+        use crate::core::person::Person;
+        use crate::core::policy::{AdminChoice, AdminChoices};
+        let default = Config::default();
+        let mut choices = AdminChoices::default();
+        let chosen = |action| {
+            Some(AdminChoice {
+                action,
+                by: Person::discord(9, "admin"),
+                at: chrono::DateTime::from_timestamp(0, 0).unwrap_or_default(),
+            })
+        };
+        choices.set(Risk::Control, chosen(ClassAction::Remember));
+        choices.set(Risk::External, chosen(ClassAction::Auto));
+        let guild = default.policy.for_server(Some(&"42".into()), &choices);
+        assert_eq!(guild.action(Risk::Control), ClassAction::Remember);
+        assert_eq!(
+            guild.action(Risk::External),
+            ClassAction::Ask,
+            "auto is not allowed by default"
+        );
+        assert_eq!(
+            default.policy.for_server(None, &choices),
+            default.policy.for_guild(None),
+            "the console has no server admins"
+        );
+        let generous = Config::from_toml(
+            "[policy]\nserver_admins_may_loosen_to = [\"auto\", \"remember\"]\n",
+            Path::new("t.toml"),
+        )
+        .unwrap();
+        let guild = generous.policy.for_server(Some(&"42".into()), &choices);
+        assert_eq!(guild.action(Risk::External), ClassAction::Auto);
+        let none = Config::from_toml(
+            "[policy]\nserver_admins_may_loosen_to = []\n",
+            Path::new("t.toml"),
+        )
+        .unwrap();
+        let guild = none.policy.for_server(Some(&"42".into()), &choices);
+        assert_eq!(guild.action(Risk::Control), ClassAction::Ask);
+        let bad = Config::from_toml(
+            "[policy]\nserver_admins_may_loosen_to = [\"deny\"]\n",
+            Path::new("t.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            bad.contains("server_admins_may_loosen_to holds \"deny\""),
+            "{bad}"
+        );
+    }
+
+    #[test]
     fn the_prompt_budget_narrows_a_large_window_and_an_agent_may_carry_its_own() {
         let mut config = Config::default();
         // gpt-4o-mini: 128k window, 1,500-token reply reserve.

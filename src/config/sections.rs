@@ -5,8 +5,11 @@
 //! `LlmConfig` carries the provider (OpenAI or Azure, with `api_version`); `model_spec_with_source`
 //! finds a model's window in `[llm.models]`, then the catalogue, then what the server reported,
 //! else a 4096-token guess that is warned about; `reply_tokens` keeps a floor for reasoning models.
-//! `PolicyConfig` maps each `Risk` to a `ClassAction`, bot-wide and per server (`for_guild`,
-//! `for_agent`); unknown classes and actions are refused when the file is read.
+//! `PolicyConfig` maps each `Risk` to a `ClassAction`, bot-wide and per server (`for_guild`, the
+//! operator's policy), and says how far server admins may loosen it (`server_admins_may_loosen_to`,
+//! an `AdminLeeway`); `for_server` and `for_agent` lay a server's admins' choices (kept in the
+//! store) over the operator's policy. Unknown classes and actions are refused when the file is
+//! read.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -14,7 +17,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use crate::core::commands::Risk;
-use crate::core::policy::{ClassAction, Policy, ALL_RISKS};
+use crate::core::policy::{AdminChoices, AdminLeeway, ClassAction, Policy, ALL_RISKS};
 use crate::core::prompt::ContextLimits;
 use crate::core::state::GuildId;
 
@@ -485,7 +488,8 @@ impl MemoryConfig {
 }
 
 /// What each risk class does: `[policy]` for every server (and the console), `[policy.guilds."ID"]`
-/// for one server. Agents' owners may narrow further, never widen.
+/// for one server. Server admins may change their server's within `server_admins_may_loosen_to`;
+/// agents' owners may narrow further, never widen.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(try_from = "BTreeMap<String, PolicyEntry>")]
 pub struct PolicyConfig {
@@ -493,13 +497,20 @@ pub struct PolicyConfig {
     pub classes: BTreeMap<Risk, ClassAction>,
     /// Per server (by its id), the classes it changes.
     pub guilds: BTreeMap<String, BTreeMap<Risk, ClassAction>>,
+    /// `server_admins_may_loosen_to`: the actions server admins may choose for a class the
+    /// config sets stricter (`["remember"]` by default).
+    pub admin_leeway: AdminLeeway,
 }
 
-/// One key of `[policy]`: a class's action, or the `guilds` table.
+/// The key of `[policy]` listing what server admins may loosen a class to.
+const LEEWAY_KEY: &str = "server_admins_may_loosen_to";
+
+/// One key of `[policy]`: a class's action, the admins' leeway, or the `guilds` table.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
 enum PolicyEntry {
     Action(String),
+    Actions(Vec<String>),
     Guilds(BTreeMap<String, BTreeMap<Risk, ClassAction>>),
 }
 
@@ -508,8 +519,10 @@ enum PolicyEntry {
 pub enum PolicyEntryError {
     #[error("{key} = {text:?} is not an action: use \"auto\", \"remember\", \"ask\" or \"deny\"")]
     NotAnAction { key: String, text: String },
-    #[error("unknown policy entry {key:?}: expected a class ({classes}) set to \"auto\", \"remember\", \"ask\" or \"deny\", or [policy.guilds.\"ID\"]")]
+    #[error("unknown policy entry {key:?}: expected a class ({classes}) set to \"auto\", \"remember\", \"ask\" or \"deny\", {LEEWAY_KEY} = [...], or [policy.guilds.\"ID\"]")]
     Unknown { key: String, classes: String },
+    #[error("{LEEWAY_KEY} holds {text:?}: list \"auto\", \"remember\" or \"ask\" (the actions server admins may loosen a class to)")]
+    NotALeeway { text: String },
 }
 
 impl TryFrom<BTreeMap<String, PolicyEntry>> for PolicyConfig {
@@ -528,6 +541,16 @@ impl TryFrom<BTreeMap<String, PolicyEntry>> for PolicyConfig {
                     config.classes.insert(risk, action);
                 }
                 (None, PolicyEntry::Guilds(guilds)) if key == "guilds" => config.guilds = guilds,
+                (None, PolicyEntry::Actions(actions)) if key == LEEWAY_KEY => {
+                    let parsed = actions
+                        .iter()
+                        .map(|text| match ClassAction::parse(text) {
+                            Some(action) if action != ClassAction::Deny => Ok(action),
+                            _ => Err(PolicyEntryError::NotALeeway { text: text.clone() }),
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    config.admin_leeway = AdminLeeway::new(parsed);
+                }
                 _ => {
                     let classes: Vec<&str> = ALL_RISKS.iter().map(|r| r.label()).collect();
                     return Err(PolicyEntryError::Unknown {
@@ -558,12 +581,28 @@ impl serde::Serialize for PolicyConfig {
 }
 
 impl PolicyConfig {
-    /// The policy of the server an agent lives in.
-    pub fn for_agent(&self, agent: &crate::core::state::AgentState) -> Policy {
-        self.for_guild(agent.money.spender.guild.as_ref())
+    /// The policy of the server an agent lives in, `choices` being its admins' (the store's
+    /// `server_policy`; none outside a server).
+    pub fn for_agent(
+        &self,
+        agent: &crate::core::state::AgentState,
+        choices: &AdminChoices,
+    ) -> Policy {
+        self.for_server(agent.spender.guild.as_ref(), choices)
     }
 
-    /// The policy of one server (`None`: the console, or an agent outside any server).
+    /// A server's policy: the operator's for it with its admins' choices the operator allows.
+    pub fn for_server(&self, guild: Option<&GuildId>, choices: &AdminChoices) -> Policy {
+        let operator = self.for_guild(guild);
+        match guild {
+            Some(_) => operator.with_admin_choices(choices, &self.admin_leeway),
+            // Outside a server there are no server admins.
+            None => operator,
+        }
+    }
+
+    /// The operator's policy for one server (`None`: the console, or an agent outside any
+    /// server): what the config says, before the server's admins' choices.
     pub fn for_guild(&self, guild: Option<&GuildId>) -> Policy {
         let bot_wide = Policy::default().with_all(&self.classes);
         match guild.and_then(|g| self.guilds.get(g.as_str())) {

@@ -6,10 +6,11 @@
 //! `Event::Recovered`. The private `Actor` handles one message at a time in `apply`: a decision is
 //! first claimed in the store (`claim_decision`, the compare-and-swap that makes the first click
 //! win; an edit claims none), then the budget view is computed and `step` runs, then the step's
-//! memory calls are reserved (`memory_calls`), then `persist` stores it the way `storage_plan`
-//! decides from the step, then `carry_out` performs each effect in order. `carry_out` also makes a
-//! file command's `preview` for its card and keeps its `FileBase`, so the command can be checked
-//! against what the card showed.
+//! memory calls are reserved (`memory_calls`), then `persist` stores it, then `carry_out` performs
+//! each effect in order. `carry_out` also makes a file command's `preview` for its card and keeps
+//! its `FileBase`, so the command can be checked against what the card showed. `apply` reads the
+//! server's rules and its admins' policy choices from the store at each step, so a change made by
+//! another agent's card or by an admin applies from the next proposal on.
 //!
 //! An actor stops once its agent rests (paused or finished) with nothing in flight, leaving the
 //! supervisor's map under its lock (`Actor::try_stop`). Each main model call carries `seq =
@@ -51,7 +52,7 @@ use crate::core::expiry::Expiry;
 use crate::core::history::Outcome;
 use crate::core::message::TokenCounter;
 use crate::core::person::ActedBy;
-use crate::core::policy::Policy;
+use crate::core::policy::{ClassAction, Policy};
 use crate::core::prompt::{ContextLimits, PromptExtras};
 use crate::core::quorum::Quorum;
 use crate::core::reply::CommandCall;
@@ -185,8 +186,8 @@ fn start_registered(
         }
     }
     let actor = Actor {
-        last_result_shown: state.progress.episodes.last().map(|e| e.cycle).unwrap_or(0),
-        policy: deps.config.policy.for_agent(&state),
+        last_result_shown: state.episodes.last().map(|e| e.cycle).unwrap_or(0),
+        policy: server_policy(&deps, &state).unwrap_or_else(|| asking(&deps, &state)),
         // A quorum needs several people: the console, outside any server, has one.
         quorum: match state.money.spender.guild.as_ref() {
             Some(guild) => deps.config.approvals.for_guild(Some(guild)),
@@ -216,6 +217,33 @@ fn start_registered(
 }
 
 type Executed = (u64, CommandCall, Outcome, Vec<WorkspaceOp>);
+
+/// The operator's policy with every class asking at least: what an agent starts with when its
+/// server's admins' choices cannot be read, since they might have made a class stricter.
+fn asking(deps: &Deps, state: &AgentState) -> Policy {
+    let operator = deps.config.policy.for_agent(state, &Default::default());
+    crate::core::policy::ALL_RISKS
+        .into_iter()
+        .fold(operator.clone(), |policy, risk| {
+            policy.with(risk, operator.action(risk).max(ClassAction::Ask))
+        })
+}
+
+/// The policy of the server `state` lives in, with its admins' choices from the store; `None`
+/// (logged) when the store cannot say.
+fn server_policy(deps: &Deps, state: &AgentState) -> Option<Policy> {
+    let choices = match &state.spender.guild {
+        Some(guild) => match deps.store.server_policy(guild) {
+            Ok(choices) => choices,
+            Err(e) => {
+                tracing::error!(agent = %state.id, error = %e, "cannot read the server's policy");
+                return None;
+            }
+        },
+        None => Default::default(),
+    };
+    Some(deps.config.policy.for_agent(state, &choices))
+}
 
 impl Actor {
     async fn run(
@@ -476,6 +504,11 @@ impl Actor {
                 None
             }
         };
+        // The server's policy is read for each step too: its admins may have changed it, and the
+        // next proposal follows them. When it cannot be read, the last one read stands.
+        if let Some(policy) = server_policy(&self.deps, &self.state) {
+            self.policy = policy;
+        }
         // The server's rules are read for each step: another agent's card may have made one.
         let server_rules = match &self.state.money.spender.guild {
             Some(guild) => self.deps.store.server_rules(guild).unwrap_or_else(|e| {

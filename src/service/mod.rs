@@ -9,12 +9,14 @@
 //! count again. `set_limit` (admins) resumes agents paused for budget, which is why the service
 //! names the runtime's `Supervisor`. The models a server offers are the configured one, then the
 //! admins' list from the store, else the config's. Rights over one agent live in `rights`, forks
-//! and rewinds in `fork`, memory changes in `memory_changes`, a parked card's choices in `parked`.
+//! and rewinds in `fork`, memory changes in `memory_changes`, a parked card's choices in `parked`,
+//! a server's admins' command policy in `server_policy`.
 
 pub mod fork;
 pub mod memory_changes;
 pub mod parked;
 pub mod rights;
+pub mod server_policy;
 
 use crate::core::person::Person;
 use std::sync::Arc;
@@ -414,14 +416,12 @@ impl AgentService {
         state: &AgentState,
         risk: Risk,
         action: Option<ClassAction>,
-    ) -> Result<(), UserError> {
+    ) -> ServiceResult<()> {
         match action {
-            Some(action) => self
-                .config
-                .policy
-                .for_agent(state)
+            Some(action) => Ok(self
+                .agent_server_policy(state)?
                 .check_narrowing(risk, action)
-                .map_err(|e| UserError(e.to_string())),
+                .map_err(|e| UserError(e.to_string()))?),
             None => Ok(()),
         }
     }
@@ -431,7 +431,7 @@ impl AgentService {
         &self,
         state: &mut AgentState,
         wanted: &[(Risk, Option<ClassAction>)],
-    ) -> Result<(), UserError> {
+    ) -> ServiceResult<()> {
         for (risk, action) in wanted {
             self.check_narrowing(state, *risk, *action)?;
             match action {

@@ -9,7 +9,8 @@
 //! the write, so a fold never passes an entry whose id was taken before it. Once an agent has
 //! `CHUNK_LEAST` entries under keys of their own, a commit at a cycle that is a multiple of
 //! `FOLD_CHECK_EVERY` folds them (up to `CHUNK_MOST`) into one record of the `audit_chunks` tree
-//! (`fold_audit`).
+//! (`fold_audit`). A server's own trail (`append_server_audit`, for its admins' policy changes)
+//! is kept the same way under a name no agent id can take.
 
 use std::sync::MutexGuard;
 
@@ -17,6 +18,7 @@ use super::ahead::{TreeId, Writes};
 use super::chunks::Folding;
 use super::{agent_prefix, encode, Store, StoreError};
 use crate::core::audit::AuditEntry;
+use crate::core::state::GuildId;
 
 /// One page of an agent's trail, newest first.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +43,12 @@ const FOLDING: Folding = Folding {
     least: CHUNK_LEAST,
     most: CHUNK_MOST,
 };
+
+/// The name a server's own trail is kept under, beside the agents' trails: no agent id has a
+/// `-` in it, so it cannot meet one.
+fn server_trail(guild: &GuildId) -> String {
+    format!("server-{}", guild.as_str())
+}
 
 /// An entry's key: the agent, then an id from sled's generator, which only grows (across restarts
 /// too), so a scan returns the trail in the order it was written.
@@ -121,6 +129,21 @@ impl Store {
             )?,
             total: self.count_records(&FOLDING, &prefix)?,
         })
+    }
+
+    /// Appends one entry to a server's own trail, for changes to the server as a whole (its
+    /// admins' command policy); the caller flushes.
+    pub fn append_server_audit(
+        &self,
+        guild: &GuildId,
+        entry: &AuditEntry,
+    ) -> Result<(), StoreError> {
+        self.append_audit(&server_trail(guild), entry)
+    }
+
+    /// A server's own trail, oldest first.
+    pub fn server_audit_trail(&self, guild: &GuildId) -> Result<Vec<AuditEntry>, StoreError> {
+        self.audit_trail(&server_trail(guild))
     }
 
     /// `agent`'s whole trail, oldest first, for the export.

@@ -2,8 +2,10 @@
 //! the `CardRef` of the card it shows), the index of a server's live agents by owner
 //! (`live/<guild>/<owner>/<agent>`, written with each binding and built once for an older store at
 //! open), the message showing each agent's live status, the threads to archive when their agent has
-//! finished (`archive_when_finished`, `take_archive_mark`), the models a server's admins allow and
-//! the roles that may write its memories.
+//! finished (`archive_when_finished`, `take_archive_mark`), the models a server's admins allow,
+//! the roles that may write its memories, and its admins' command policy (`server_policy`: one
+//! record per server holding at most one choice per class, changed in place by
+//! `change_server_policy` so that two admins changing two classes at once both land).
 //!
 //! `/agent start` reads only its server's live agents (`live_agents`) and drops the finished ones
 //! it meets (`forget_live`), so checking the caps on running agents does not read every agent ever
@@ -14,6 +16,9 @@ use serde::{Deserialize, Serialize};
 use sled::transaction::ConflictableTransactionError;
 
 use super::{decode, encode, Store, StoreError};
+use crate::core::commands::Risk;
+use crate::core::policy::{AdminChoice, AdminChoices};
+use crate::core::state::GuildId;
 
 /// The card currently shown for an agent, so it can be edited after a decision and re-posted
 /// after a restart only when it is gone.
@@ -179,6 +184,57 @@ impl Store {
         Ok(())
     }
 
+    /// What a server's admins chose for its command policy (nothing chosen: the operator's
+    /// config alone).
+    pub fn server_policy(&self, guild: &GuildId) -> Result<AdminChoices, StoreError> {
+        let key = server_policy_key(guild);
+        Ok(self
+            .discord
+            .get(key.as_bytes())?
+            .map(|raw| decode(key.as_bytes(), &raw))
+            .transpose()?
+            .unwrap_or_default())
+    }
+
+    /// Sets (`Some`) or takes back (`None`) a server admin's choice for one class, in place, and
+    /// returns the server's choices as they now are. The caller flushes before telling anyone.
+    pub fn change_server_policy(
+        &self,
+        guild: &GuildId,
+        risk: Risk,
+        choice: Option<AdminChoice>,
+    ) -> Result<AdminChoices, StoreError> {
+        let key = server_policy_key(guild);
+        let mut failure = None;
+        let mut changed = AdminChoices::default();
+        self.discord.update_and_fetch(key.as_bytes(), |raw| {
+            // sled calls this again when another write got in first: only the last call counts.
+            failure = None;
+            let mut choices: AdminChoices = match raw.map(|raw| decode(key.as_bytes(), raw)) {
+                Some(Ok(choices)) => choices,
+                None => AdminChoices::default(),
+                Some(Err(e)) => {
+                    // An unreadable record is left as it is, and the change refused.
+                    failure = Some(e);
+                    return raw.map(<[u8]>::to_vec);
+                }
+            };
+            choices.set(risk, choice.clone());
+            changed = choices.clone();
+            if choices.is_empty() {
+                return None;
+            }
+            match encode(&choices) {
+                Ok(record) => Some(record),
+                Err(e) => {
+                    failure = Some(e);
+                    raw.map(<[u8]>::to_vec)
+                }
+            }
+        })?;
+        failure.map_or(Ok(changed), Err)
+    }
+
     pub fn bindings(&self) -> Result<Vec<ThreadBinding>, StoreError> {
         let mut list = Vec::new();
         for item in self.discord.scan_prefix(b"agent/") {
@@ -238,6 +294,11 @@ const ARCHIVE: &str = "archive/";
 const STATUS: &str = "status/";
 /// Present once the live index covers every binding.
 const LIVE_INDEXED: &[u8] = b"meta/live-indexed";
+
+/// The key of a server's admins' command policy.
+fn server_policy_key(guild: &GuildId) -> String {
+    format!("policy/{}", guild.as_str())
+}
 
 fn live_key(guild_id: u64, owner_id: u64, agent: &str) -> String {
     format!("{LIVE}{guild_id}/{owner_id}/{agent}")

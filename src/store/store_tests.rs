@@ -684,3 +684,43 @@ fn new_stores_get_large_log_segments_and_older_stores_open_with_theirs() {
         Some("false".into())
     );
 }
+
+#[test]
+fn a_servers_policy_choices_change_in_place_per_class_and_survive_a_reopen() {
+    use crate::core::commands::Risk;
+    use crate::core::policy::{AdminChoice, ClassAction};
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let (guild, other) = (
+        crate::core::state::GuildId::from(7_u64),
+        crate::core::state::GuildId::from(8_u64),
+    );
+    let choice = |action| AdminChoice {
+        action,
+        by: crate::core::person::Person::discord(42, "admin"),
+        at: chrono::DateTime::from_timestamp(0, 0).unwrap_or_default(),
+    };
+    store
+        .change_server_policy(&guild, Risk::Control, Some(choice(ClassAction::Remember)))
+        .unwrap();
+    let both = store
+        .change_server_policy(&guild, Risk::Network, Some(choice(ClassAction::Deny)))
+        .unwrap();
+    assert_eq!(
+        both.get(Risk::Control).map(|c| c.action),
+        Some(ClassAction::Remember)
+    );
+    drop(store);
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.server_policy(&guild).unwrap(), both);
+    assert!(store.server_policy(&other).unwrap().is_empty());
+    store
+        .change_server_policy(&guild, Risk::Control, None)
+        .unwrap();
+    let left = store
+        .change_server_policy(&guild, Risk::Network, None)
+        .unwrap();
+    assert!(left.is_empty());
+    // Nothing chosen leaves no record behind.
+    assert!(!store.discord.contains_key(b"policy/7").unwrap());
+}

@@ -4,9 +4,9 @@
 //!
 //! An `AuditEntry` is a time, who acted (`ActedBy`) and an `AuditEvent`: a decision with the
 //! `ShownCommand` its card showed and who edited it, an approval counted toward a quorum, an
-//! automatic approval and what gave it, an edit, a command not run and why, an expiry, policy and
-//! budget changes, pause, resume and Continue, rules made and revoked, memory changes, forks and
-//! rewinds. A `ShownCommand` cuts arguments to `AUDIT_ARGUMENTS_MAX` and keeps an
+//! automatic approval and what gave it, an edit, a command not run and why, an expiry, policy
+//! (the agent's and its server's) and budget changes, pause, resume and Continue, rules made and
+//! revoked, memory changes, forks and rewinds. A `ShownCommand` cuts arguments to `AUDIT_ARGUMENTS_MAX` and keeps an
 //! `arguments_digest` of them in full. `AuditEntry::line` is the one rendering `/agent audit` and
 //! the export both print. A change made outside an agent's loop is appended by the service
 //! (`Store::append_audit`).
@@ -125,6 +125,13 @@ pub enum AuditEvent {
     PolicyChanged {
         class: String,
         action: String,
+    },
+    /// A server admin set a class for the whole server (`chosen`), or gave it back to the
+    /// operator's config (`None`); `in_force` is the server's action for it afterwards.
+    ServerPolicyChanged {
+        class: String,
+        chosen: Option<String>,
+        in_force: String,
     },
     BudgetChanged {
         budget: Micros,
@@ -305,6 +312,20 @@ impl AuditEntry {
             AuditEvent::PolicyChanged { class, action } => {
                 format!("set {class} commands to `{action}`")
             }
+            AuditEvent::ServerPolicyChanged {
+                class,
+                chosen: Some(chosen),
+                in_force,
+            } => {
+                format!("set this server's {class} commands to `{chosen}` (in force: `{in_force}`)")
+            }
+            AuditEvent::ServerPolicyChanged {
+                class,
+                chosen: None,
+                in_force,
+            } => format!(
+                "gave this server's {class} commands back to the operator's config (`{in_force}`)"
+            ),
             AuditEvent::BudgetChanged { budget } => {
                 format!("set the agent's budget to {}", format_usd(*budget))
             }

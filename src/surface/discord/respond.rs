@@ -3,7 +3,8 @@
 //! command comes from.
 //!
 //! `on_error` shows a `UserError` privately as it is, and anything else as "Something went wrong"
-//! with a reference that the log line carrying the error also holds; `pre_command` logs each slash
+//! with a reference that the log line carrying the error also holds, and an option that is not
+//! among a command's choices as such, privately; `pre_command` logs each slash
 //! command. `requester_of` and `author` build a `Requester` (user, roles, Manage Threads, Manage
 //! Server) from the member data Discord sends with the interaction.
 
@@ -52,6 +53,18 @@ pub async fn on_error(error: poise::FrameworkError<'_, Data, Error>) {
                 .unwrap_or_else(|| something_went_wrong(&ctx.command().qualified_name, &error));
             if let Err(e) = reply_privately(ctx, text).await {
                 tracing::warn!(error = %e, "cannot report a command's error");
+            }
+        }
+        // An option the command does not offer (a class or an action that is not among its
+        // choices): Discord's client sends only offered ones, so the command it shows is older or
+        // newer than this bot's. Nothing ran; the person is told so rather than left waiting.
+        poise::FrameworkError::CommandStructureMismatch {
+            ctx, description, ..
+        } => {
+            tracing::warn!(command = %ctx.command().qualified_name, description, "options the command does not offer");
+            let text = "That is not one of this command's choices (Discord may be showing an older version of it; try again in a minute, choosing from the list). Nothing changed.";
+            if let Err(e) = reply_privately(poise::Context::Application(ctx), text).await {
+                tracing::warn!(error = %e, "cannot report a command's unknown option");
             }
         }
         other => {

@@ -1,20 +1,38 @@
-//! `/agent policy show|set`: what each risk class of command does for this agent, and making it
-//! stricter.
+//! `/agent policy show|set|server-set|server-reset`: what each risk class of command does, for this
+//! thread's agent and for the server; an agent made stricter by its owner; the server's policy
+//! changed by its admins.
 //!
-//! The classes come from `ALL_RISKS`; a change is checked by `check_narrowing` and sent as
-//! `Event::SetPolicy`, which the core audits.
+//! The classes come from `ALL_RISKS`. An agent's change is checked by `check_narrowing` and sent as
+//! `Event::SetPolicy`, which the core audits. A server's change goes through
+//! `AgentService::change_server_policy` (see `service::server_policy`), which needs Manage Server,
+//! read from the member's permissions, and keeps the operator's config as the ceiling: an admin may
+//! make any class stricter, and loosen one only to what `[policy] server_admins_may_loosen_to`
+//! lists (`remember` by default), never a class the operator denies; `server-reset` gives the class
+//! back to the operator's config. `show` says, privately, what each class does and where that comes
+//! from (the operator's config or which admin, and when).
 
-use super::{capitalise, thread_agent, Ctx, Error};
+use super::{capitalise, guild_of, thread_agent, Ctx, Error};
 use crate::core::commands::Risk;
 use crate::core::event::Event;
 use crate::core::policy::{ClassAction, ALL_RISKS};
+use crate::core::state::GuildId;
 use crate::service::rights::may_share;
+use crate::service::server_policy::ServerPolicyChange;
 use crate::service::UserError;
 use crate::surface::discord::people::person_of;
 use crate::surface::discord::respond::{author, defer_privately, reply_privately};
 
-/// What each risk class of command does for this agent: show it, or make it stricter.
-#[poise::command(slash_command, guild_only, subcommands("policy_show", "policy_set"))]
+/// What each class of command does here: show it, narrow it for an agent, or change it server-wide.
+#[poise::command(
+    slash_command,
+    guild_only,
+    subcommands(
+        "policy_show",
+        "policy_set",
+        "policy_server_set",
+        "policy_server_reset"
+    )
+)]
 pub(super) async fn policy(_ctx: Ctx<'_>) -> Result<(), Error> {
     Ok(())
 }
@@ -72,19 +90,56 @@ enum ActionChoice {
     Remember,
 }
 
-/// Show what each class of command does for this agent (only you see it).
+/// The actions a server admin may choose, loosest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, poise::ChoiceParameter)]
+enum ServerActionChoice {
+    #[name = "auto: runs under Approve ×N"]
+    Auto,
+    #[name = "remember: a card; exact approvals may be remembered"]
+    Remember,
+    #[name = "ask: always a card"]
+    Ask,
+    #[name = "deny: never runs"]
+    Deny,
+}
+
+/// What the actions mean, under every listing.
+const LEGEND: &str = "auto: runs without a card under Approve ×N and continuous mode; remember: a card, on which a person may also approve and remember the exact command; ask: always a card; deny: never runs.";
+
+/// Show what each class of command does here, for this thread's agent and the server (only you see it).
 #[poise::command(slash_command, guild_only, rename = "show")]
 pub(super) async fn policy_show(ctx: Ctx<'_>) -> Result<(), Error> {
-    let (_, state) = thread_agent(ctx).await?;
-    let server = ctx.data().app.config.policy.for_agent(&state);
-    let lines = server.describe(&state.brief.settings.policy);
-    reply_privately(ctx,
-        format!(
-            "Command policy for **{}**:\n{}\nauto: runs without a card under Approve ×N and continuous mode; ask: always a card; deny: never runs.",
+    let data = ctx.data();
+    let guild = GuildId::from(guild_of(ctx)?);
+    let bullets = |lines: &[String]| {
+        lines
+            .iter()
+            .map(|l| format!("- {l}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let mut text = String::new();
+    if data
+        .app
+        .store
+        .agent_for_thread(ctx.channel_id().get())?
+        .is_some()
+    {
+        let (_, state) = thread_agent(ctx).await?;
+        let server = data.agents.agent_server_policy(&state)?;
+        text.push_str(&format!(
+            "Command policy for **{}**:\n{}\n\n",
             state.name(),
-            lines.iter().map(|l| format!("- {l}")).collect::<Vec<_>>().join("\n")
-        ))
-    .await
+            bullets(&server.describe(&state.settings.policy))
+        ));
+    }
+    let mut server = data.agents.describe_server_policy(&guild)?;
+    let admins = server.pop().unwrap_or_default();
+    text.push_str(&format!(
+        "This server's command policy:\n{}\n{admins}\n{LEGEND}",
+        bullets(&server)
+    ));
+    reply_privately(ctx, text).await
 }
 
 /// Make a class of command stricter for this agent (owner or moderators; never looser than the server).
@@ -111,7 +166,7 @@ pub(super) async fn policy_set(
         ActionChoice::ServerDefault => None,
     };
     ctx.data().agents.check_narrowing(&state, risk, action)?;
-    let server = ctx.data().app.config.policy.for_agent(&state);
+    let server = ctx.data().agents.agent_server_policy(&state)?;
     let by = person_of(ctx.author());
     ctx.data()
         .supervisor
@@ -126,6 +181,55 @@ pub(super) async fn policy_set(
             "{} commands are now `{}` for this agent.",
             capitalise(risk.label()),
             now.label()
+        ),
+    )
+    .await
+}
+
+/// Change what a class of command does in this whole server (server admins, Manage Server).
+#[poise::command(slash_command, guild_only, rename = "server-set")]
+pub(super) async fn policy_server_set(
+    ctx: Ctx<'_>,
+    #[description = "Which class of command"] class: RiskChoice,
+    #[description = "What it does in this server"] action: ServerActionChoice,
+) -> Result<(), Error> {
+    let action = match action {
+        ServerActionChoice::Auto => ClassAction::Auto,
+        ServerActionChoice::Remember => ClassAction::Remember,
+        ServerActionChoice::Ask => ClassAction::Ask,
+        ServerActionChoice::Deny => ClassAction::Deny,
+    };
+    change_server(ctx, class.0, ServerPolicyChange::Set(action)).await
+}
+
+/// Give a class of command back to the operator's config in this server (server admins, Manage Server).
+#[poise::command(slash_command, guild_only, rename = "server-reset")]
+pub(super) async fn policy_server_reset(
+    ctx: Ctx<'_>,
+    #[description = "Which class of command"] class: RiskChoice,
+) -> Result<(), Error> {
+    change_server(ctx, class.0, ServerPolicyChange::Reset).await
+}
+
+async fn change_server(ctx: Ctx<'_>, risk: Risk, change: ServerPolicyChange) -> Result<(), Error> {
+    defer_privately(ctx).await?;
+    let guild = GuildId::from(guild_of(ctx)?);
+    let by = person_of(ctx.author());
+    let in_force = ctx
+        .data()
+        .agents
+        .change_server_policy(&guild, &author(ctx), &by, risk, change)
+        .await?;
+    let what = match change {
+        ServerPolicyChange::Set(_) => "now",
+        ServerPolicyChange::Reset => "back to the operator's config:",
+    };
+    reply_privately(
+        ctx,
+        format!(
+            "{} commands are {what} `{}` in this server, from each agent's next proposal on (an agent's owner may still make them stricter for their agent).",
+            capitalise(risk.label()),
+            in_force.label()
         ),
     )
     .await

@@ -39,11 +39,9 @@ pub(super) async fn status(ctx: Ctx<'_>) -> Result<(), Error> {
         .map(|p| format!("\nRate limited: {}", p.describe()))
         .unwrap_or_default();
     let policy = data
-        .app
-        .config
-        .policy
-        .for_agent(&state)
-        .describe(&state.brief.settings.policy)
+        .agents
+        .agent_server_policy(&state)?
+        .describe(&state.settings.policy)
         .join(", ");
     let subagents = data.app.store.subagents(&state.id)?;
     let subagents = if subagents.is_empty() {

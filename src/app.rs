@@ -163,6 +163,7 @@ impl App {
                 .map(|g| format!(", commands in guild {g}"))
                 .unwrap_or_default()
         );
+        tracing::info!("discord: {}", config.discord.message_content().limits());
     }
 
     /// Reservations left open by a crash are charged at their worst case before any agent runs,

@@ -5,15 +5,19 @@
 //!
 //! The store is opened, or the process holding it is named (from `autothread.pid`). The chat
 //! endpoint gets one request with the configured response format, and a refused format is told
-//! apart from a dead endpoint. The Discord token is tried with `GET /users/@me`. Each MCP server is
-//! started and its offered tools listed (`check_mcp`).
+//! apart from a dead endpoint. The Discord token is tried with `GET /users/@me`, and the
+//! application's flags (`GET /applications/@me`) say whether it has the Message Content intent the
+//! config asks for, or what going without it leaves out. Each MCP server is started and its offered
+//! tools listed (`check_mcp`).
 
 use std::path::Path;
 use std::time::Duration;
 
 use serde_json::json;
 
-use crate::config::{Config, ContextSource, LlmConfig, ResponseFormatMode};
+use crate::config::{
+    Config, ContextSource, LlmConfig, MessageContent, ResponseFormatMode, MESSAGE_CONTENT_SWITCH,
+};
 use crate::core::message::{Message, Role};
 use crate::llm::embed::{EmbedPurpose, Embedder, OpenAiEmbedder};
 use crate::llm::openai::OpenAiChat;
@@ -66,9 +70,9 @@ pub async fn run_checks(config: &Config) -> Vec<Line> {
         check_chat(&config.llm).await,
         check_context_window(&config.llm).await,
         check_embeddings(config).await,
-        check_discord(config).await,
-        check_search(config).await,
     ];
+    lines.extend(check_discord(config).await);
+    lines.push(check_search(config).await);
     lines.extend(check_sandbox(config));
     lines.extend(check_mcp(config).await);
     lines
@@ -268,12 +272,13 @@ async fn check_embeddings(config: &Config) -> Line {
     line("embeddings", verdict)
 }
 
-async fn check_discord(config: &Config) -> Line {
+/// The token, then what the Message Content intent setting means for this application.
+async fn check_discord(config: &Config) -> Vec<Line> {
     let Some(token) = &config.discord.token else {
-        return line(
+        return vec![line(
             "discord",
             Verdict::Warn("DISCORD_TOKEN is not set: `run` needs it (the console does not)".into()),
-        );
+        )];
     };
     let base = config
         .discord
@@ -286,7 +291,7 @@ async fn check_discord(config: &Config) -> Line {
         .build()
     {
         Ok(c) => c,
-        Err(e) => return line("discord", Verdict::Fail(e.to_string())),
+        Err(e) => return vec![line("discord", Verdict::Fail(e.to_string()))],
     };
     let response = client
         .get(format!("{base}/api/v10/users/@me"))
@@ -309,7 +314,69 @@ async fn check_discord(config: &Config) -> Line {
         Err(e) if e.is_timeout() => Verdict::Fail("Discord did not answer in 10 s".into()),
         Err(_) => Verdict::Fail(format!("cannot reach {base}")),
     };
-    line("discord", verdict)
+    if !matches!(verdict, Verdict::Pass(_)) {
+        return vec![line("discord", verdict)];
+    }
+    let granted = message_content_granted(&client, base, token.expose()).await;
+    vec![
+        line("discord", verdict),
+        line(
+            "discord intents",
+            intents_verdict(config.discord.message_content(), granted),
+        ),
+    ]
+}
+
+/// The application's flags with Message Content switched on (for an unverified application,
+/// the switch in the Developer Portal) or approved (a verified one).
+const MESSAGE_CONTENT_FLAGS: u64 = (1 << 18) | (1 << 19);
+
+/// Whether the application has the Message Content intent, from its flags
+/// (`GET /applications/@me`); `None` when Discord did not say.
+async fn message_content_granted(
+    client: &reqwest::Client,
+    base: &str,
+    token: &str,
+) -> Option<bool> {
+    let response = client
+        .get(format!("{base}/api/v10/applications/@me"))
+        .header("Authorization", format!("Bot {token}"))
+        .send()
+        .await
+        .ok()
+        .filter(|r| r.status().is_success())?;
+    let application: serde_json::Value = response.json().await.ok()?;
+    let flags = application["flags"].as_u64()?;
+    Some(flags & MESSAGE_CONTENT_FLAGS != 0)
+}
+
+/// What the configured Message Content choice means with the application's switch as it is: a
+/// request the application lacks fails (Discord would refuse the gateway), going without it warns
+/// of what that leaves out.
+fn intents_verdict(message_content: MessageContent, granted: Option<bool>) -> Verdict {
+    let limits = message_content.limits();
+    match (message_content, granted) {
+        (MessageContent::Requested, Some(true)) => {
+            Verdict::Pass(format!("{limits}; the application has it switched on"))
+        }
+        (MessageContent::Requested, Some(false)) => Verdict::Fail(format!(
+            "discord.message_content_intent = true, but the application does not have the \
+             Message Content intent switched on, so Discord would refuse the gateway (4014): \
+             switch it on ({MESSAGE_CONTENT_SWITCH}) or set discord.message_content_intent = false"
+        )),
+        (MessageContent::Requested, None) => Verdict::Warn(format!(
+            "{limits}; Discord did not say whether the application has it switched on \
+             ({MESSAGE_CONTENT_SWITCH}), without which the gateway is refused"
+        )),
+        (MessageContent::NotRequested, Some(true)) => Verdict::Warn(format!(
+            "{limits}. The application has the intent switched on: \
+             discord.message_content_intent = true would read every message"
+        )),
+        (MessageContent::NotRequested, _) => Verdict::Warn(format!(
+            "{limits}. Switching it on ({MESSAGE_CONTENT_SWITCH}) and setting \
+             discord.message_content_intent = true reads every message"
+        )),
+    }
 }
 
 async fn check_search(config: &Config) -> Line {

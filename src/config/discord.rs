@@ -1,5 +1,12 @@
-//! The `[discord]` section of `bot.toml`: where the bot connects, who may start agents and how
-//! many, which thread messages are feedback, and the models members may choose.
+//! The `[discord]` section of `bot.toml`: where the bot connects, whether it asks for the
+//! privileged Message Content intent, who may start agents and how many, which thread messages are
+//! feedback, and the models members may choose.
+//!
+//! Without Message Content (the default, as a new application has it switched off in the Developer
+//! Portal), Discord still delivers a message's text to the bot when the message @mentions the bot
+//! (a reply mentions the author it answers unless the replier turns the mention off) and in DMs;
+//! every other message arrives with an empty text. `MessageContent::limits` says what that leaves
+//! out, for the start-up log and `autothread check`.
 
 use std::collections::BTreeMap;
 
@@ -44,6 +51,40 @@ impl FeedbackMessages {
     }
 }
 
+/// Whether the bot asks the gateway for the privileged Message Content intent
+/// (`discord.message_content_intent`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageContent {
+    /// Asked for: every message in an agent's thread is read, as the application must then have
+    /// the intent switched on, or Discord closes the gateway (4014).
+    Requested,
+    /// Not asked for: a typed message is read only when it mentions the bot or replies to it.
+    NotRequested,
+}
+
+/// Where the switch is in the Developer Portal, for every message that asks to flip it.
+pub const MESSAGE_CONTENT_SWITCH: &str =
+    "Developer Portal → your application → Bot → Privileged Gateway Intents → Message Content Intent";
+
+impl MessageContent {
+    /// What this choice means for typed messages, one sentence for the start-up log and `check`.
+    pub fn limits(self) -> &'static str {
+        match self {
+            MessageContent::Requested => {
+                "Message Content intent requested (discord.message_content_intent = true): every \
+                 message typed in an agent's thread is read"
+            }
+            MessageContent::NotRequested => {
+                "Message Content intent not requested (discord.message_content_intent = false): a \
+                 message typed in an agent's thread reaches the bot only when it @mentions the bot \
+                 or replies to the bot's message with the mention on, so answers to ask_user and \
+                 typed feedback must be sent that way; the card's buttons and forms (Feedback…, \
+                 Edit…) work as ever"
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[cfg_attr(test, derive(serde::Serialize))]
 #[serde(default, deny_unknown_fields)]
@@ -52,6 +93,14 @@ pub struct DiscordConfig {
     pub api_base: Option<String>,
     /// Register slash commands in this guild only (instant updates while developing).
     pub dev_guild: Option<u64>,
+    /// Ask the gateway for the privileged Message Content intent, which the application must have
+    /// switched on (`MESSAGE_CONTENT_SWITCH`); off, typed messages are read only when they mention
+    /// the bot or reply to it. `DISCORD_MESSAGE_CONTENT_INTENT` overrides it.
+    pub message_content_intent: bool,
+    /// `DISCORD_MESSAGE_CONTENT_INTENT` when it was neither true nor false, for `validate` to
+    /// refuse rather than guess.
+    #[serde(skip)]
+    pub message_content_env_unreadable: Option<String>,
     /// Only members with this role (or Manage Threads) may start agents; unset: everyone.
     pub start_role: Option<u64>,
     /// Agents running (not paused or finished), per person and per server; 0: no limit.
@@ -79,11 +128,34 @@ pub struct DiscordConfig {
     pub token: Option<Secret>,
 }
 
+impl DiscordConfig {
+    /// Whether the bot asks for the Message Content intent.
+    pub fn message_content(&self) -> MessageContent {
+        if self.message_content_intent {
+            MessageContent::Requested
+        } else {
+            MessageContent::NotRequested
+        }
+    }
+
+    /// Reads `DISCORD_MESSAGE_CONTENT_INTENT` (true/false, 1/0, yes/no, on/off, any case); any
+    /// other value is kept for `validate` to refuse.
+    pub(super) fn set_message_content_from_env(&mut self, value: &str) {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "true" | "1" | "yes" | "on" => self.message_content_intent = true,
+            "false" | "0" | "no" | "off" => self.message_content_intent = false,
+            _ => self.message_content_env_unreadable = Some(value.to_string()),
+        }
+    }
+}
+
 impl Default for DiscordConfig {
     fn default() -> Self {
         DiscordConfig {
             api_base: None,
             dev_guild: None,
+            message_content_intent: false,
+            message_content_env_unreadable: None,
             start_role: None,
             max_agents_per_user: 3,
             max_agents_per_guild: 25,

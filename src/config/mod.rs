@@ -31,7 +31,7 @@ mod web;
 mod example_tests;
 pub use approvals::{ApprovalsConfig, GuildApprovals};
 pub use budget::{BudgetConfig, PriceConfig, Unpriced};
-pub use discord::{DiscordConfig, FeedbackMessages};
+pub use discord::{DiscordConfig, FeedbackMessages, MessageContent, MESSAGE_CONTENT_SWITCH};
 pub use images::ImagesConfig;
 pub use mcp::{McpConfig, McpServerConfig};
 pub use sandbox::SandboxConfig;
@@ -245,6 +245,9 @@ impl Config {
             // A malformed id is reported by validate() through this marker rather than silently ignored.
             self.discord.dev_guild = Some(v.parse().unwrap_or(0));
         }
+        if let Some(v) = env("DISCORD_MESSAGE_CONTENT_INTENT") {
+            self.discord.set_message_content_from_env(&v);
+        }
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -449,6 +452,12 @@ impl Config {
             return Err(invalid(
                 "discord.dev_guild",
                 "must be a guild id (a positive integer); check DISCORD_DEV_GUILD",
+            ));
+        }
+        if let Some(value) = &self.discord.message_content_env_unreadable {
+            return Err(invalid(
+                "discord.message_content_intent",
+                format!("DISCORD_MESSAGE_CONTENT_INTENT must be true or false (got {value:?})"),
             ));
         }
         if self.discord.status_requests_per_second > 25 {
@@ -882,6 +891,33 @@ mod tests {
         config.apply_env(&env_of(&[("DISCORD_DEV_GUILD", "not-a-number")]));
         let err = config.validate().unwrap_err().to_string();
         assert!(err.contains("discord.dev_guild"), "{err}");
+    }
+
+    #[test]
+    fn the_message_content_intent_is_off_by_default_and_set_by_file_or_environment() {
+        use super::discord::MessageContent;
+        assert_eq!(
+            Config::default().discord.message_content(),
+            MessageContent::NotRequested
+        );
+        let mut config = Config::from_toml(
+            "[discord]\nmessage_content_intent = true\n",
+            Path::new("t.toml"),
+        )
+        .unwrap();
+        assert_eq!(config.discord.message_content(), MessageContent::Requested);
+        config.apply_env(&env_of(&[("DISCORD_MESSAGE_CONTENT_INTENT", "False")]));
+        assert_eq!(
+            config.discord.message_content(),
+            MessageContent::NotRequested
+        );
+        config.validate().unwrap();
+        config.apply_env(&env_of(&[("DISCORD_MESSAGE_CONTENT_INTENT", "maybe")]));
+        let err = config.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("discord.message_content_intent") && err.contains("\"maybe\""),
+            "{err}"
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@ mod discord_e2e;
 mod export_e2e;
 mod fake_discord_payloads;
 mod fork_e2e;
+mod intents_e2e;
 mod live_status_e2e;
 mod llm_client;
 mod mcp;

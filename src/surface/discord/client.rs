@@ -12,6 +12,10 @@
 //! buckets (`buckets::spawn_pruning`). SIGTERM or SIGINT closes the gateway (no new interactions),
 //! drains the supervisor for `ops.shutdown_grace_secs`, flushes and returns, so the process exits
 //! 0.
+//!
+//! The gateway is asked for Message Content only when `discord.message_content_intent` says so; a
+//! refusal of it (close 4014) ends `run` with `GatewayRefused`, which names the Developer Portal
+//! switch and the config key.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -25,6 +29,7 @@ use super::commands::{self, Data};
 use super::shards::Shards;
 use super::{buckets, respond, router, DiscordSurface};
 use crate::app::App;
+use crate::config::{MessageContent, MESSAGE_CONTENT_SWITCH};
 use crate::runtime::supervisor::Supervisor;
 
 /// Connects the `shards` this process serves and serves until the gateway connection ends, or
@@ -57,10 +62,9 @@ pub async fn run(app: App, shards: Shards) -> anyhow::Result<()> {
     let clock = app.clock.clone();
     let serve = move || async move {
         buckets::spawn_pruning(surface_http.clone(), clock.clone());
+        let message_content = app.config.discord.message_content();
         let framework = framework(app, surface_http, agents_runtime, slot);
-        let intents = GatewayIntents::GUILDS
-            | GatewayIntents::GUILD_MESSAGES
-            | GatewayIntents::MESSAGE_CONTENT;
+        let intents = gateway_intents(message_content);
         let mut client = serenity::ClientBuilder::new_with_http(gateway_http, intents)
             .framework(framework)
             .await
@@ -70,7 +74,7 @@ pub async fn run(app: App, shards: Shards) -> anyhow::Result<()> {
         let manager = client.shard_manager.clone();
         tokio::select! {
             ended = client.start_shard_range(shards.serenity_range(), shards.total) => {
-                ended.context("the gateway connection ended")
+                ended.map_err(|e| gateway_ended(e, message_content))
             }
             _ = stop => {
                 manager.shutdown_all().await;
@@ -94,6 +98,57 @@ pub async fn run(app: App, shards: Shards) -> anyhow::Result<()> {
             drop(release_gateway);
             gateway_result(gateway.await)
         }
+    }
+}
+
+/// Why the gateway connection ended with an error that `run` explains.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayRefused {
+    /// Discord closed the gateway with 4014: the bot asked for Message Content, which the
+    /// application does not have switched on.
+    #[error(
+        "Discord refused the Message Content intent (gateway close 4014, disallowed intents): the \
+         bot asks for it because discord.message_content_intent = true, and the application does \
+         not have it switched on. Either switch it on ({}) and start again, \
+         or set message_content_intent = false under [discord] in the config (or \
+         DISCORD_MESSAGE_CONTENT_INTENT=false): the bot then needs no privileged intent, and a \
+         message typed in an agent's thread reaches it only when it @mentions the bot or replies \
+         to the bot's message",
+        MESSAGE_CONTENT_SWITCH
+    )]
+    MessageContentNotAllowed,
+    /// 4014 although the bot asked for no privileged intent: Discord changed what it requires.
+    #[error(
+        "Discord refused the bot's gateway intents (close 4014, disallowed intents) although \
+         they are not privileged (GUILDS, GUILD_MESSAGES); check the application's Privileged \
+         Gateway Intents in the Developer Portal"
+    )]
+    IntentsNotAllowed,
+}
+
+/// What the gateway is asked for: servers and their messages, and Message Content only when
+/// configured, since an application without that switch on is refused outright.
+fn gateway_intents(message_content: MessageContent) -> GatewayIntents {
+    let basic = GatewayIntents::GUILDS | GatewayIntents::GUILD_MESSAGES;
+    match message_content {
+        MessageContent::Requested => basic | GatewayIntents::MESSAGE_CONTENT,
+        MessageContent::NotRequested => basic,
+    }
+}
+
+/// The error `run` ends with when the gateway connection ends: a refusal of the intents is
+/// explained (serenity reports Discord's close 4014 as `DisallowedGatewayIntents`).
+fn gateway_ended(error: serenity::Error, message_content: MessageContent) -> anyhow::Error {
+    match (&error, message_content) {
+        (
+            serenity::Error::Gateway(serenity::GatewayError::DisallowedGatewayIntents),
+            MessageContent::Requested,
+        ) => GatewayRefused::MessageContentNotAllowed.into(),
+        (
+            serenity::Error::Gateway(serenity::GatewayError::DisallowedGatewayIntents),
+            MessageContent::NotRequested,
+        ) => GatewayRefused::IntentsNotAllowed.into(),
+        _ => anyhow::Error::new(error).context("the gateway connection ended"),
     }
 }
 
@@ -131,7 +186,8 @@ fn framework(
         })
         .initialize_owners(false)
         // setup must not fail: an Err here would leave every later event waiting forever.
-        .setup(move |ctx, _ready, framework| {
+        .setup(move |ctx, ready, framework| {
+            let bot_user_id = ready.user.id.get();
             Box::pin(async move {
                 let surface = Arc::new(
                     DiscordSurface::new(
@@ -141,7 +197,8 @@ fn framework(
                         app.clock.clone(),
                     )
                     .with_approvals(app.config.approvals.clone())
-                    .with_status(app.config.discord.status_requests_per_second > 0),
+                    .with_status(app.config.discord.status_requests_per_second > 0)
+                    .with_message_content(app.config.discord.message_content()),
                 );
                 spawn_repost_loop(&agents_runtime, &app, surface.clone());
                 spawn_status_loop(&agents_runtime, &app, surface.clone());
@@ -152,6 +209,7 @@ fn framework(
                     supervisor,
                     agents: app.agents(),
                     surface,
+                    bot_user_id,
                     app,
                     agents_runtime: agents_runtime.clone(),
                 };

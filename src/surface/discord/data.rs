@@ -15,6 +15,8 @@ pub struct Data {
     pub agents: AgentService,
     pub supervisor: Supervisor,
     pub surface: Arc<DiscordSurface>,
+    /// The bot's own user id, from READY: a message that @mentions it is addressed to the bot.
+    pub bot_user_id: u64,
     /// The agents' runtime. Commands run on the gateway's one thread, where anything slow would
     /// hold up every click's acknowledgement: they hand slow work (an export, an embedding call)
     /// to this runtime.

@@ -1,6 +1,7 @@
 //! The Discord surface (`DiscordSurface`, implementing `runtime::Surface`): every agent lives in
 //! its own thread; proposals are cards with buttons, results and notices are messages, and
-//! `ask_user` waits for an answer typed in the thread (`answer_question`).
+//! `ask_user` waits for an answer typed in the thread (`answer_question`); without the Message
+//! Content intent the question asks for a reply to it, as only replies and mentions are read.
 //!
 //! A card is posted once and remembered after it is posted as a `CardRef`, not before: an intent
 //! record would cost a durable flush per cycle. Two things keep it to one post instead. Its nonce
@@ -45,6 +46,7 @@ use serenity::all::{
 use tokio::sync::{oneshot, Mutex};
 
 use crate::clock::Clock;
+use crate::config::MessageContent;
 use crate::core::decision::Decision;
 use crate::core::history::Episode;
 use crate::core::person::ActedBy;
@@ -98,6 +100,8 @@ pub struct DiscordSurface {
     status_on: bool,
     /// Agents being rewound: the pause that brings one to rest is said to be for its rewind.
     rewinds: rewound::Rewinds,
+    /// Whether typed messages are read (Message Content), which says how to answer a question.
+    message_content: MessageContent,
 }
 
 impl DiscordSurface {
@@ -120,7 +124,15 @@ impl DiscordSurface {
             status: status::StatusBoard::default(),
             status_on: true,
             rewinds: rewound::Rewinds::default(),
+            message_content: MessageContent::Requested,
         }
+    }
+
+    /// This surface telling people how to answer a question as the Message Content intent allows:
+    /// without it, only a reply to the bot's message or a mention of the bot is read.
+    pub fn with_message_content(mut self, message_content: MessageContent) -> Self {
+        self.message_content = message_content;
+        self
     }
 
     /// This surface with or without the live status message (off when
@@ -656,10 +668,13 @@ impl Surface for DiscordSurface {
             }
             questions.insert(binding.thread_id, tx);
         }
-        let text = format!(
-            "❓ **{}** asks: {question}\nAnswer with a message in this thread.",
-            agent.name
-        );
+        let how = match self.message_content {
+            MessageContent::Requested => "Answer with a message in this thread.",
+            MessageContent::NotRequested => {
+                "Answer by replying to this message (or in a message that @mentions me)."
+            }
+        };
+        let text = format!("❓ **{}** asks: {question}\n{how}", agent.name);
         self.say(&agent.id, &cards::message_text(&text)).await;
         match tokio::time::timeout(ASK_USER_TIMEOUT, rx).await {
             Ok(Ok(answer)) => Ok(answer),

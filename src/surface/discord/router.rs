@@ -9,8 +9,11 @@
 //! then staleness (`AgentState::awaits_decision_on` on the stored record); `decide_and_report`
 //! decides and sends a late refusal (`DecideError`) as a private follow-up. A thread message is an
 //! answer to `ask_user`, or feedback on a waiting card only as `FeedbackMessages` says (by default
-//! a reply to the card or the `fb:` prefix). A parked card's buttons go to `parked`, memory buttons
-//! to `commands::memory`.
+//! a reply to the card, a message that begins by mentioning the bot, or the `fb:` prefix); the
+//! bot's own mentions are taken out of the text first. Without the Message Content intent Discord
+//! sends only mentions and replies (with the mention on) with their text and every other message
+//! empty, which is never an answer or feedback. A parked card's buttons go to `parked`, memory
+//! buttons to `commands::memory`.
 
 use crate::surface::discord::people::person_of;
 use poise::serenity_prelude as serenity;
@@ -352,7 +355,10 @@ async fn on_thread_message(data: &Data, message: serenity::Message) {
         manage_threads: false,
         manage_guild: false,
     };
-    let text = message.content.trim();
+    // Without the Message Content intent Discord sends most messages with an empty text: those
+    // are neither answers nor feedback, whoever sent them.
+    let said = Said::read(&message.content, data.bot_user_id);
+    let text = said.text.as_str();
     if !may_decide(&binding, &who) || text.is_empty() {
         return;
     }
@@ -373,11 +379,12 @@ async fn on_thread_message(data: &Data, message: serenity::Message) {
     let replied_card = binding
         .card
         .filter(|card| replied_to == Some(card.message_id));
-    let replies_to_card = replied_card.is_some();
-    let Some(text) =
-        discord
-            .feedback_messages
-            .feedback(text, &discord.feedback_prefix, replies_to_card)
+    // A message that begins by mentioning the bot is addressed to it, as a reply to the card is:
+    // without the Message Content intent it is one of the two ways typed feedback arrives.
+    let addressed = replied_card.is_some() || said.begins_with_mention;
+    let Some(text) = discord
+        .feedback_messages
+        .feedback(text, &discord.feedback_prefix, addressed)
     else {
         return;
     };
@@ -394,5 +401,64 @@ async fn on_thread_message(data: &Data, message: serenity::Message) {
             // The card was decided in the meantime; the message stays an ordinary message.
             tracing::debug!(agent = %agent, %refusal, "a thread message was not taken as feedback");
         }
+    }
+}
+
+/// A thread message's text as the bot reads it: the bot's own mentions taken out, and whether
+/// the message began with one (it is addressed to the bot).
+#[derive(Debug, PartialEq, Eq)]
+struct Said {
+    text: String,
+    begins_with_mention: bool,
+}
+
+impl Said {
+    fn read(content: &str, bot_user_id: u64) -> Said {
+        let mentions = [format!("<@{bot_user_id}>"), format!("<@!{bot_user_id}>")];
+        let content = content.trim();
+        let begins_with_mention = mentions.iter().any(|m| content.starts_with(m.as_str()));
+        let mut text = content.to_string();
+        for mention in &mentions {
+            text = text.replace(mention.as_str(), "");
+        }
+        Said {
+            text: text.trim().to_string(),
+            begins_with_mention,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Said;
+
+    #[test]
+    fn the_bots_mentions_are_taken_out_and_a_leading_one_addresses_it() {
+        let read = |content| Said::read(content, 42);
+        assert_eq!(
+            read("<@42> use red"),
+            Said {
+                text: "use red".into(),
+                begins_with_mention: true
+            }
+        );
+        assert_eq!(
+            read("  <@!42>  fb: shorter "),
+            Said {
+                text: "fb: shorter".into(),
+                begins_with_mention: true
+            }
+        );
+        assert_eq!(
+            read("thanks <@42>, and <@7>"),
+            Said {
+                text: "thanks , and <@7>".into(),
+                begins_with_mention: false
+            }
+        );
+        // What Discord sends without the Message Content intent, and a bare mention: nothing said.
+        assert_eq!(read("").text, "");
+        assert_eq!(read("<@42>").text, "");
+        assert!(!read("<@421> hi").begins_with_mention);
     }
 }

@@ -8,6 +8,15 @@ use super::{Running, TestEnv};
 
 pub use super::WAIT;
 
+/// Whether a test's bot asks the gateway for the Message Content intent
+/// (`DISCORD_MESSAGE_CONTENT_INTENT`). Tests that type in threads run with it, as the fake's
+/// application has it switched on unless a test says otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageContentIntent {
+    Requested,
+    NotRequested,
+}
+
 /// `autothread run` against the fake Discord, once its slash commands are registered.
 pub async fn start_bot(env: &TestEnv, discord: &FakeDiscord) -> Running {
     // The surface logs what tests wait on (a card remembered) at info.
@@ -27,13 +36,31 @@ pub async fn start_bot_with(
     global: &[&str],
     rust_log: Option<&str>,
 ) -> Running {
-    let running = spawn_bot(env, discord, global, &[], rust_log);
+    let running = spawn_bot(
+        env,
+        discord,
+        global,
+        &[],
+        rust_log,
+        MessageContentIntent::Requested,
+    );
     discord
         .wait_for("the slash commands to be registered", WAIT, |d| {
             (!d.commands().is_empty()).then_some(())
         })
         .await;
     running
+}
+
+/// `autothread run` asking for the Message Content intent or not, not waiting for anything: a
+/// bot the gateway refuses never registers its commands.
+pub fn spawn_bot_asking(
+    env: &TestEnv,
+    discord: &FakeDiscord,
+    intent: MessageContentIntent,
+    rust_log: Option<&str>,
+) -> Running {
+    spawn_bot(env, discord, &[], &[], rust_log, intent)
 }
 
 /// `autothread run --shards … --total-shards …`, once the fake saw its shards identify.
@@ -51,6 +78,7 @@ pub async fn start_bot_on_shards(
         &[],
         &["--shards", shards, "--total-shards", &total_arg],
         Some("warn,autothread::surface::discord=info"),
+        MessageContentIntent::Requested,
     );
     discord
         .wait_for(&format!("shards {expected:?} to identify"), WAIT, |d| {
@@ -70,14 +98,20 @@ fn spawn_bot(
     global: &[&str],
     run_args: &[&str],
     rust_log: Option<&str>,
+    intent: MessageContentIntent,
 ) -> Running {
     let mut args = global.to_vec();
     args.push("run");
     args.extend_from_slice(run_args);
     let mut cmd = env.command(&args);
+    let asks = match intent {
+        MessageContentIntent::Requested => "true",
+        MessageContentIntent::NotRequested => "false",
+    };
     cmd.env("DISCORD_TOKEN", "fake-token")
         .env("DISCORD_API_BASE", &discord.base_url)
-        .env("DISCORD_DEV_GUILD", GUILD.to_string());
+        .env("DISCORD_DEV_GUILD", GUILD.to_string())
+        .env("DISCORD_MESSAGE_CONTENT_INTENT", asks);
     match rust_log {
         Some(filter) => cmd.env("RUST_LOG", filter),
         None => cmd.env_remove("RUST_LOG"),

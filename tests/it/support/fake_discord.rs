@@ -5,6 +5,14 @@
 //! slash commands, button clicks, modal submits and messages. It has two servers, and routes each
 //! server's events to the gateway shard Discord would, `(guild_id >> 22) % total_shards`, so that
 //! bots running shards in separate processes can be tested together.
+//!
+//! Like Discord, it checks the intents an IDENTIFY asks for against the application's flags
+//! (`set_application_flags`; by default Message Content is switched on): a privileged intent the
+//! application lacks closes the connection with 4014. A connection without the Message Content
+//! intent gets MESSAGE_CREATE and MESSAGE_UPDATE with `content`, `embeds`, `attachments` and
+//! `components` empty (and no `poll`), except for the bot's own messages, messages that mention it
+//! (a reply mentions the author it answers unless sent with `reply_quietly`) and DMs; REST reads
+//! of messages are blanked the same way for an application without the flag.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -34,6 +42,36 @@ pub const ROLE_TEAM: u64 = 5_000_000_000_000_000_001;
 pub const MEMBER_PERMS: &str = "2147483648";
 /// A member's permissions plus Manage Server (a server admin).
 pub const ADMIN_PERMS: &str = "2147483680";
+/// Application flags (Discord's `application.flags`): the Message Content intent switched on for
+/// an application that is verified (`GATEWAY_MESSAGE_CONTENT`) or not (`…_LIMITED`, the Developer
+/// Portal's switch); the same pairs exist for Server Members and Presence.
+pub const FLAG_GATEWAY_PRESENCE: u64 = 1 << 12;
+pub const FLAG_GATEWAY_PRESENCE_LIMITED: u64 = 1 << 13;
+pub const FLAG_GATEWAY_GUILD_MEMBERS: u64 = 1 << 14;
+pub const FLAG_GATEWAY_GUILD_MEMBERS_LIMITED: u64 = 1 << 15;
+pub const FLAG_GATEWAY_MESSAGE_CONTENT: u64 = 1 << 18;
+pub const FLAG_GATEWAY_MESSAGE_CONTENT_LIMITED: u64 = 1 << 19;
+/// Gateway intents (the IDENTIFY's `intents` bits) that are privileged.
+pub const INTENT_GUILD_MEMBERS: u64 = 1 << 1;
+pub const INTENT_GUILD_PRESENCES: u64 = 1 << 8;
+pub const INTENT_MESSAGE_CONTENT: u64 = 1 << 15;
+/// Each privileged intent with the application flags that allow it.
+const PRIVILEGED_INTENTS: [(u64, u64); 3] = [
+    (
+        INTENT_GUILD_MEMBERS,
+        FLAG_GATEWAY_GUILD_MEMBERS | FLAG_GATEWAY_GUILD_MEMBERS_LIMITED,
+    ),
+    (
+        INTENT_GUILD_PRESENCES,
+        FLAG_GATEWAY_PRESENCE | FLAG_GATEWAY_PRESENCE_LIMITED,
+    ),
+    (
+        INTENT_MESSAGE_CONTENT,
+        FLAG_GATEWAY_MESSAGE_CONTENT | FLAG_GATEWAY_MESSAGE_CONTENT_LIMITED,
+    ),
+];
+/// Discord's close code for an IDENTIFY asking for privileged intents the application lacks.
+pub const CLOSE_DISALLOWED_INTENTS: u16 = 4014;
 const ACK_DEADLINE: Duration = Duration::from_secs(3);
 /// How long Discord remembers an enforced nonce by default here ("the past few minutes").
 const NONCE_WINDOW: Duration = Duration::from_secs(300);
@@ -49,6 +87,8 @@ pub struct Callback {
 struct ShardLink {
     tx: Option<mpsc::UnboundedSender<Value>>,
     seq: u64,
+    /// The intents this connection identified with.
+    intents: u64,
 }
 
 #[derive(Default)]
@@ -74,6 +114,10 @@ struct Inner {
     errors: Vec<String>,
     sent_payloads: Vec<Value>,
     identifies: usize,
+    /// The application's flags, which say which privileged intents it may ask for.
+    application_flags: u64,
+    /// IDENTIFYs closed with 4014 for asking for a privileged intent the application lacks.
+    refused_identifies: usize,
     /// Interactions deferred, by token: whether the deferral was ephemeral. Discord turns the
     /// first follow-up into the deferred response, with the deferral's visibility whatever the
     /// follow-up's own flags say.
@@ -122,6 +166,13 @@ const EDIT_WINDOW: Duration = Duration::from_secs(5);
 /// Discord keeps at most 250 pins per channel.
 const MAX_PINS: usize = 250;
 
+/// Whether a reply mentions the author of the message it answers.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ping {
+    On,
+    Off,
+}
+
 /// One text input of a form the bot opened: (custom id, label, prefilled value).
 pub type FormInput = (String, String, String);
 
@@ -167,7 +218,37 @@ pub fn ready_payload(port: u16, shard: u32, total: u32, guilds: &[u64]) -> Value
         .collect();
     json!({"v": 10, "user": user(APP, "fakebot", true), "guilds": guilds,
            "session_id": "fake-session", "resume_gateway_url": format!("ws://127.0.0.1:{port}/ws"), "shard": [shard, total],
-           "application": {"id": APP.to_string(), "flags": 0}})
+           "application": {"id": APP.to_string(), "flags": FLAG_GATEWAY_MESSAGE_CONTENT_LIMITED}})
+}
+
+/// Whether a message keeps its content for a reader without the Message Content intent: the
+/// bot's own messages, messages that mention it, and DMs (no server) do.
+fn content_visible_without_intent(message: &Value) -> bool {
+    let app = APP.to_string();
+    message["author"]["id"] == app.as_str()
+        || message["guild_id"].is_null()
+        || message["mentions"]
+            .as_array()
+            .is_some_and(|users| users.iter().any(|u| u["id"] == app.as_str()))
+}
+
+/// Empties what Discord empties for a reader without the Message Content intent.
+fn blank_content(message: &mut Value) {
+    if content_visible_without_intent(message) {
+        return;
+    }
+    message["content"] = json!("");
+    message["embeds"] = json!([]);
+    message["attachments"] = json!([]);
+    message["components"] = json!([]);
+    if let Some(fields) = message.as_object_mut() {
+        fields.remove("poll");
+    }
+}
+
+/// Whether `flags` let an application read message content.
+fn has_message_content(flags: u64) -> bool {
+    flags & (FLAG_GATEWAY_MESSAGE_CONTENT | FLAG_GATEWAY_MESSAGE_CONTENT_LIMITED) != 0
 }
 
 pub fn guild_payload() -> Value {
@@ -338,6 +419,8 @@ impl FakeDiscord {
     pub async fn start() -> FakeDiscord {
         let inner: Shared = Arc::new(Mutex::new(Inner {
             next_id: 9_000_000_000_000_000_000,
+            // An application whose owner switched Message Content on in the Developer Portal.
+            application_flags: FLAG_GATEWAY_MESSAGE_CONTENT_LIMITED,
             ..Default::default()
         }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -364,6 +447,7 @@ impl FakeDiscord {
                 )
                 .route("/api/v10/applications/{app}/commands", put(put_commands))
                 .route("/api/v10/users/@me", get(current_user))
+                .route("/api/v10/applications/@me", get(current_application))
                 .route("/api/v10/guilds/{guild}/members/{user}", get(guild_member))
                 .route("/api/v10/channels/{channel}/threads", post(create_thread))
                 .route("/api/v10/channels/{channel}", patch(edit_channel))
@@ -744,9 +828,15 @@ impl FakeDiscord {
         }
     }
 
-    /// A message typed by a user as Discord's reply to message `to` (it carries a reference to it).
+    /// A message typed by a user as Discord's reply to message `to` (it carries a reference to it),
+    /// with the client's default of mentioning the author it answers.
     pub fn reply_to(&self, user_id: u64, roles: &[u64], channel: u64, to: u64, content: &str) {
-        self.user_message(user_id, roles, channel, content, Some(to));
+        self.user_message(user_id, roles, channel, content, Some((to, Ping::On)));
+    }
+
+    /// A reply with the mention of the author it answers turned off (the client's "@ OFF").
+    pub fn reply_quietly(&self, user_id: u64, roles: &[u64], channel: u64, to: u64, content: &str) {
+        self.user_message(user_id, roles, channel, content, Some((to, Ping::Off)));
     }
 
     fn user_message(
@@ -755,22 +845,54 @@ impl FakeDiscord {
         roles: &[u64],
         channel: u64,
         content: &str,
-        reply_to: Option<u64>,
+        reply_to: Option<(u64, Ping)>,
     ) {
         let id = self.new_id();
         let guild = self.lock().guild_of(channel);
+        // Discord lists the users a message mentions by `<@id>` (or `<@!id>`) in its text.
+        let mut mentioned: Vec<u64> = content
+            .split("<@")
+            .skip(1)
+            .filter_map(|rest| rest.trim_start_matches('!').split('>').next()?.parse().ok())
+            .collect();
         let mut message = json!({"id": id.to_string(), "channel_id": channel.to_string(), "guild_id": guild.to_string(),
             "author": user(user_id, name_of(user_id), false),
             "member": {"roles": roles.iter().map(|r| r.to_string()).collect::<Vec<_>>(), "joined_at": "2024-01-01T00:00:00.000000+00:00", "deaf": false, "mute": false, "flags": 0},
             "content": content, "timestamp": now_stamp(), "edited_timestamp": null, "tts": false, "mention_everyone": false,
             "mentions": [], "mention_roles": [], "attachments": [], "embeds": [], "pinned": false, "type": 0});
-        if let Some(to) = reply_to {
-            // Discord's reply: type 19, with a reference to the message it answers.
+        if let Some((to, ping)) = reply_to {
+            // Discord's reply: type 19, with a reference to the message it answers, whose author
+            // it mentions unless the replier turned that off.
             message["type"] = json!(19);
             message["message_reference"] = json!({"type": 0, "message_id": to.to_string(),
                 "channel_id": channel.to_string(), "guild_id": guild.to_string()});
+            let inner = self.lock();
+            let answered = find_message(&inner, channel, to)
+                .and_then(|at| inner.messages[at]["author"]["id"].as_str()?.parse().ok());
+            if let (Ping::On, Some(author)) = (ping, answered) {
+                mentioned.push(author);
+            }
         }
+        mentioned.sort_unstable();
+        mentioned.dedup();
+        message["mentions"] = Value::Array(
+            mentioned
+                .into_iter()
+                .map(|id| user(id, name_of(id), id == APP))
+                .collect(),
+        );
         self.dispatch("MESSAGE_CREATE", message);
+    }
+
+    /// Sets the application's flags (`FLAG_…`), which say which privileged intents the bot may
+    /// ask for; takes effect at the next IDENTIFY.
+    pub fn set_application_flags(&self, flags: u64) {
+        self.lock().application_flags = flags;
+    }
+
+    /// IDENTIFYs refused with 4014 for a privileged intent the application lacks.
+    pub fn refused_identifies(&self) -> usize {
+        self.lock().refused_identifies
     }
 
     /// Makes the next `times` posts of cards (messages with buttons) fail with `status` (503:
@@ -1055,6 +1177,13 @@ fn send_dispatch(inner: &mut Inner, shard: u32, mut payload: Value) {
     };
     link.seq += 1;
     payload["s"] = json!(link.seq);
+    let message_event = matches!(
+        payload["t"].as_str(),
+        Some("MESSAGE_CREATE" | "MESSAGE_UPDATE")
+    );
+    if message_event && link.intents & INTENT_MESSAGE_CONTENT == 0 {
+        blank_content(&mut payload["d"]);
+    }
     if let Some(tx) = &link.tx {
         let _ = tx.send(payload.clone());
     }
@@ -1100,12 +1229,32 @@ async fn gateway(mut socket: WebSocket, state: Shared, port: u16) {
                         // Without a `shard` field the bot is Discord's one shard.
                         let shard = frame["d"]["shard"][0].as_u64().unwrap_or(0) as u32;
                         let total = frame["d"]["shard"][1].as_u64().unwrap_or(1) as u32;
+                        let intents = frame["d"]["intents"].as_u64().unwrap_or(0);
+                        let flags = {
+                            let mut inner = state.lock().unwrap();
+                            inner.identifies += 1;
+                            inner.application_flags
+                        };
+                        let disallowed = PRIVILEGED_INTENTS
+                            .iter()
+                            .any(|&(intent, allowed_by)| intents & intent != 0 && flags & allowed_by == 0);
+                        if disallowed {
+                            // Discord's answer to a privileged intent the application lacks.
+                            state.lock().unwrap().refused_identifies += 1;
+                            let frame = axum::extract::ws::CloseFrame {
+                                code: CLOSE_DISALLOWED_INTENTS,
+                                reason: "Disallowed intent(s).".into(),
+                            };
+                            let _ = socket.send(WsMessage::Close(Some(frame))).await;
+                            return;
+                        }
                         let mut inner = state.lock().unwrap();
-                        inner.identifies += 1;
                         inner.total_shards = total;
-                        inner.shards.insert(shard, ShardLink { tx: Some(tx.clone()), seq: 0 });
+                        inner.shards.insert(shard, ShardLink { tx: Some(tx.clone()), seq: 0, intents });
                         let guilds: Vec<u64> = [GUILD, GUILD_B].into_iter().filter(|&g| inner.shard_of(g) == shard).collect();
-                        send_dispatch(&mut inner, shard, json!({"op": 0, "t": "READY", "d": ready_payload(port, shard, total, &guilds)}));
+                        let mut ready = ready_payload(port, shard, total, &guilds);
+                        ready["application"]["flags"] = json!(flags);
+                        send_dispatch(&mut inner, shard, json!({"op": 0, "t": "READY", "d": ready}));
                         for guild in guilds {
                             send_dispatch(&mut inner, shard, json!({"op": 0, "t": "GUILD_CREATE", "d": guild_payload_of(guild)}));
                         }
@@ -1680,9 +1829,19 @@ async fn list_messages(
         .flatten()
         .rev()
         .take(limit)
-        .map(|&at| inner.messages[at].clone())
+        .map(|&at| as_read(&inner, &inner.messages[at]))
         .collect();
     Json(newest).into_response()
+}
+
+/// A stored message as the bot reads it over REST: blanked as Discord does for an application
+/// without the Message Content intent.
+fn as_read(inner: &Inner, message: &Value) -> Value {
+    let mut read = message.clone();
+    if !has_message_content(inner.application_flags) {
+        blank_content(&mut read);
+    }
+    read
 }
 
 async fn get_message(
@@ -1691,7 +1850,7 @@ async fn get_message(
 ) -> Response {
     let inner = state.lock().unwrap();
     match find_message(&inner, channel, message) {
-        Some(at) => Json(inner.messages[at].clone()).into_response(),
+        Some(at) => Json(as_read(&inner, &inner.messages[at])).into_response(),
         None => (
             StatusCode::NOT_FOUND,
             Json(json!({"code": 10008, "message": "Unknown Message"})),
@@ -1866,6 +2025,26 @@ async fn guild_member(Path((_guild, user_id)): Path<(u64, u64)>) -> Response {
         fields.remove("permissions");
     }
     Json(found).into_response()
+}
+
+/// `GET /applications/@me`: the bot's application, with the flags that say which privileged
+/// intents it has.
+async fn current_application(State(state): State<Shared>, headers: HeaderMap) -> Response {
+    let authorised =
+        headers.get("authorization").and_then(|v| v.to_str().ok()) == Some("Bot fake-token");
+    if !authorised {
+        return (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({"message": "401: Unauthorized", "code": 0})),
+        )
+            .into_response();
+    }
+    let flags = state.lock().unwrap().application_flags;
+    Json(
+        json!({"id": APP.to_string(), "name": "fakebot", "description": "", "icon": null,
+        "bot_public": true, "bot_require_code_grant": false, "verify_key": "0", "flags": flags}),
+    )
+    .into_response()
 }
 
 async fn current_user(headers: HeaderMap) -> Response {

@@ -84,6 +84,7 @@ impl TestEnv {
             .env_remove("OPENAI_EMBED_MODEL")
             .env_remove("OPENAI_EMBED_QUERY_MODEL")
             .env_remove("AUTOTHREAD_CONFIG")
+            .env_remove("DISCORD_MESSAGE_CONTENT_INTENT")
             .env_remove("AUTOTHREAD_DATA_DIR")
             // Tests run many bots at once: each listener gets a free port (the log names it).
             .env("AUTOTHREAD_OPS_LISTEN", "127.0.0.1:0")

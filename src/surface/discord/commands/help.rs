@@ -2,6 +2,7 @@
 //! from the commands as they are registered so that the help never drifts from them.
 
 use super::{Ctx, Data, Error};
+use crate::config::MessageContent;
 use crate::surface::discord::no_mentions;
 use crate::surface::discord::respond::note_command_ack;
 
@@ -14,15 +15,29 @@ const BUTTONS: &str = "\
 • **Feedback…** sends your words instead of running the command.
 • **Self-critique** asks the model to criticise itself and propose again.
 • **Edit…** changes the arguments first; **Re-post ↓** moves the card down.
-• **Deny** stops the agent, card kept; `/agent resume` shows it again.
-A reply to the card (or a message with the feedback prefix) is feedback; any message answers a question.";
+• **Deny** stops the agent, card kept; `/agent resume` shows it again.";
+
+/// Which typed messages the bot reads, as the Message Content intent allows.
+fn typed_messages(message_content: MessageContent) -> &'static str {
+    match message_content {
+        MessageContent::Requested => {
+            "A reply to the card (or a message with the feedback prefix) is feedback; any message answers a question."
+        }
+        MessageContent::NotRequested => {
+            "The bot reads only messages that @mention it or reply to its messages: a reply to the card (or a mention with the feedback prefix) is feedback; such a message answers a question."
+        }
+    }
+}
 
 /// Explain the card buttons and the /agent commands (only you see it).
 #[poise::command(slash_command, guild_only)]
 pub(super) async fn help(ctx: Ctx<'_>) -> Result<(), Error> {
     let commands = all_lines(&ctx.framework().options().commands);
     // An embed's description holds twice a message's text: room for the commands to come.
-    let text = help_text(&commands);
+    let text = help_text(
+        &commands,
+        typed_messages(ctx.data().app.config.discord.message_content()),
+    );
     note_command_ack(ctx);
     ctx.send(
         poise::CreateReply::default()
@@ -35,9 +50,9 @@ pub(super) async fn help(ctx: Ctx<'_>) -> Result<(), Error> {
 }
 
 /// The buttons, then one line per command.
-fn help_text(commands: &[String]) -> String {
+fn help_text(commands: &[String], typed: &str) -> String {
     format!(
-        "{BUTTONS}\n\n**Commands** (in a channel: `start`, `list` and `/memory`; the rest in an agent's thread):\n{}",
+        "{BUTTONS}\n{typed}\n\n**Commands** (in a channel: `start`, `list` and `/memory`; the rest in an agent's thread):\n{}",
         commands.join("\n")
     )
 }
@@ -86,6 +101,8 @@ fn command_line(command: &poise::Command<Data, Error>, prefix: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use crate::config::MessageContent;
+
     #[test]
     fn every_command_is_listed_with_its_description() {
         let lines = super::all_lines(&super::super::all());
@@ -105,11 +122,13 @@ mod tests {
             lines.iter().all(|l| !l.ends_with("— ")),
             "a command without a description: {lines:#?}"
         );
-        let text = super::help_text(&lines);
-        assert!(
-            text.chars().count() <= crate::surface::discord::cards::DESCRIPTION_MAX,
-            "{} characters",
-            text.chars().count()
-        );
+        for message_content in [MessageContent::Requested, MessageContent::NotRequested] {
+            let text = super::help_text(&lines, super::typed_messages(message_content));
+            assert!(
+                text.chars().count() <= crate::surface::discord::cards::DESCRIPTION_MAX,
+                "{} characters",
+                text.chars().count()
+            );
+        }
     }
 }

@@ -588,7 +588,7 @@ impl PolicyConfig {
         agent: &crate::core::state::AgentState,
         choices: &AdminChoices,
     ) -> Policy {
-        self.for_server(agent.spender.guild.as_ref(), choices)
+        self.for_server(agent.money.spender.guild.as_ref(), choices)
     }
 
     /// A server's policy: the operator's for it with its admins' choices the operator allows.

@@ -186,7 +186,7 @@ fn start_registered(
         }
     }
     let actor = Actor {
-        last_result_shown: state.episodes.last().map(|e| e.cycle).unwrap_or(0),
+        last_result_shown: state.progress.episodes.last().map(|e| e.cycle).unwrap_or(0),
         policy: server_policy(&deps, &state).unwrap_or_else(|| asking(&deps, &state)),
         // A quorum needs several people: the console, outside any server, has one.
         quorum: match state.money.spender.guild.as_ref() {
@@ -232,7 +232,7 @@ fn asking(deps: &Deps, state: &AgentState) -> Policy {
 /// The policy of the server `state` lives in, with its admins' choices from the store; `None`
 /// (logged) when the store cannot say.
 fn server_policy(deps: &Deps, state: &AgentState) -> Option<Policy> {
-    let choices = match &state.spender.guild {
+    let choices = match &state.money.spender.guild {
         Some(guild) => match deps.store.server_policy(guild) {
             Ok(choices) => choices,
             Err(e) => {

@@ -42,7 +42,7 @@ impl AgentService {
 
     /// The policy of the server an agent lives in, before the agent's own narrowing.
     pub fn agent_server_policy(&self, state: &AgentState) -> ServiceResult<Policy> {
-        self.server_policy(state.spender.guild.as_ref())
+        self.server_policy(state.money.spender.guild.as_ref())
     }
 
     /// One line per class saying what it does in the server and who decided it, then what its
@@ -128,7 +128,7 @@ impl AgentService {
         for (owner, agent) in self.store.live_agents(guild_id)? {
             match self.store.load_agent_record(&agent)? {
                 // The live index keeps a finished agent until someone meets it: this drops it.
-                Some(state) if matches!(state.phase, Phase::Finished { .. }) => {
+                Some(state) if matches!(state.progress.phase, Phase::Finished { .. }) => {
                     self.store.forget_live(guild_id, owner, &agent)?
                 }
                 None => self.store.forget_live(guild_id, owner, &agent)?,

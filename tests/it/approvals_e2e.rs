@@ -698,22 +698,29 @@ async fn an_unanswered_card_parks_its_agent_after_a_day_by_default() {
 
     let stored = || store.load_agent("unanswered01").unwrap().unwrap();
     for _ in 0..500 {
-        let phase = store.load_agent("unanswered01").unwrap().map(|s| s.phase);
+        let phase = store
+            .load_agent("unanswered01")
+            .unwrap()
+            .map(|s| s.progress.phase);
         if phase == Some(Phase::AwaitingDecision) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let waiting = stored();
-    assert_eq!(waiting.phase, Phase::AwaitingDecision);
-    let deadline = waiting.pending.as_ref().unwrap().deadline.unwrap();
+    assert_eq!(waiting.progress.phase, Phase::AwaitingDecision);
+    let deadline = waiting.progress.pending.as_ref().unwrap().deadline.unwrap();
     assert_eq!(deadline.at, clock.now() + chrono::Duration::days(1));
     assert_eq!(deadline.action, ExpiryAction::Park);
     assert!(budgets.ledger().open_reservations().unwrap().is_empty());
 
     clock.advance(Duration::from_secs(24 * 3600 - 60));
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(stored().phase, Phase::AwaitingDecision, "not yet a day");
+    assert_eq!(
+        stored().progress.phase,
+        Phase::AwaitingDecision,
+        "not yet a day"
+    );
     assert!(!done.is_finished());
 
     clock.advance(Duration::from_secs(120));
@@ -723,15 +730,18 @@ async fn an_unanswered_card_parks_its_agent_after_a_day_by_default() {
         .unwrap()
         .unwrap();
     assert_eq!(
-        parked.phase,
+        parked.progress.phase,
         Phase::Paused(PauseReason::Unanswered {
             cycle: 1,
             waited: "1 d".into()
         })
     );
-    assert_eq!(stored().phase, parked.phase);
+    assert_eq!(stored().progress.phase, parked.progress.phase);
     // The proposal is kept for a resume, and nothing of the budget stays reserved.
-    assert_eq!(parked.pending.as_ref().unwrap().command.name, "write_file");
+    assert_eq!(
+        parked.progress.pending.as_ref().unwrap().command.name,
+        "write_file"
+    );
     assert!(budgets.ledger().open_reservations().unwrap().is_empty());
     let notices = surface.notices.lock().unwrap().clone();
     assert!(

@@ -757,7 +757,11 @@ fn journal_stands_for(h: &mut Harness, decide: impl FnOnce(&mut Harness) -> Vec<
     assert!(executes(&fx).is_some(), "the decision starts the command");
     let stepped = h.state.clone();
     let mut read = stored;
-    let approvers = stepped.pending.as_ref().and_then(|p| p.approved_by.clone());
+    let approvers = stepped
+        .progress
+        .pending
+        .as_ref()
+        .and_then(|p| p.approved_by.clone());
     assert!(read.start_pending_command(approvers).is_some());
     // The restart comes later, and the cards it shows again get deadlines of their own.
     h.now += chrono::Duration::minutes(5);
@@ -785,7 +789,7 @@ fn an_approval_that_changes_nothing_else_lets_the_journal_stand_for_the_step() {
     h.quorum = crate::quorum::Quorum::default().with(Risk::Write, 2);
     h.think(&write);
     assert!(executes(&h.decide(Decision::Approve)).is_none());
-    let cycle = h.state.cycle;
+    let cycle = h.state.progress.cycle;
     assert!(journal_stands_for(&mut h, |h| h.step(Event::Decided {
         cycle,
         decision: Decision::Approve,
@@ -812,7 +816,7 @@ fn an_approval_that_changes_nothing_else_lets_the_journal_stand_for_the_step() {
         life: crate::rules::RuleLife::UntilRevoked,
     }));
     assert!(!journal_stands_for(&mut h, |h| h.decide(remember)));
-    assert_eq!(h.state.rules.len(), 1);
+    assert_eq!(h.state.safety.rules.len(), 1);
 }
 
 #[test]

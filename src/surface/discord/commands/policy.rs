@@ -130,7 +130,7 @@ pub(super) async fn policy_show(ctx: Ctx<'_>) -> Result<(), Error> {
         text.push_str(&format!(
             "Command policy for **{}**:\n{}\n\n",
             state.name(),
-            bullets(&server.describe(&state.settings.policy))
+            bullets(&server.describe(&state.brief.settings.policy))
         ));
     }
     let mut server = data.agents.describe_server_policy(&guild)?;

@@ -41,7 +41,7 @@ pub(super) async fn status(ctx: Ctx<'_>) -> Result<(), Error> {
     let policy = data
         .agents
         .agent_server_policy(&state)?
-        .describe(&state.settings.policy)
+        .describe(&state.brief.settings.policy)
         .join(", ");
     let subagents = data.app.store.subagents(&state.id)?;
     let subagents = if subagents.is_empty() {

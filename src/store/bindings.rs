@@ -73,12 +73,19 @@ impl Store {
             .map_err(StoreError::from)
     }
 
-    pub fn binding(&self, agent: &str) -> Result<Option<ThreadBinding>, StoreError> {
-        let key = format!("agent/{agent}");
+    /// The record kept under `key` in the Discord tree, if there is one.
+    fn discord_record<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &str,
+    ) -> Result<Option<T>, StoreError> {
         self.discord
             .get(key.as_bytes())?
             .map(|raw| decode(key.as_bytes(), &raw))
             .transpose()
+    }
+
+    pub fn binding(&self, agent: &str) -> Result<Option<ThreadBinding>, StoreError> {
+        self.discord_record(&format!("agent/{agent}"))
     }
 
     pub fn agent_for_thread(&self, thread_id: u64) -> Result<Option<String>, StoreError> {
@@ -150,11 +157,7 @@ impl Store {
 
     /// The models a server's admins let its members choose, when they have set a list.
     pub fn guild_models(&self, guild_id: u64) -> Result<Option<Vec<String>>, StoreError> {
-        let key = format!("models/{guild_id}");
-        self.discord
-            .get(key.as_bytes())?
-            .map(|raw| decode(key.as_bytes(), &raw))
-            .transpose()
+        self.discord_record(&format!("models/{guild_id}"))
     }
 
     /// Saves a server's list of models, on disk before the admin is told.
@@ -167,12 +170,8 @@ impl Store {
 
     /// The roles a server's admins let write its shared memories (admins always may).
     pub fn memory_writers(&self, guild_id: u64) -> Result<Vec<u64>, StoreError> {
-        let key = format!("memory-writers/{guild_id}");
         Ok(self
-            .discord
-            .get(key.as_bytes())?
-            .map(|raw| decode(key.as_bytes(), &raw))
-            .transpose()?
+            .discord_record(&format!("memory-writers/{guild_id}"))?
             .unwrap_or_default())
     }
 
@@ -187,12 +186,8 @@ impl Store {
     /// What a server's admins chose for its command policy (nothing chosen: the operator's
     /// config alone).
     pub fn server_policy(&self, guild: &GuildId) -> Result<AdminChoices, StoreError> {
-        let key = server_policy_key(guild);
         Ok(self
-            .discord
-            .get(key.as_bytes())?
-            .map(|raw| decode(key.as_bytes(), &raw))
-            .transpose()?
+            .discord_record(&server_policy_key(guild))?
             .unwrap_or_default())
     }
 

@@ -26,6 +26,7 @@ mod live;
 mod memory_calls;
 mod metered;
 mod persist;
+mod policy;
 mod storage_plan;
 pub mod supervisor;
 mod surface;
@@ -52,7 +53,7 @@ use crate::core::expiry::Expiry;
 use crate::core::history::Outcome;
 use crate::core::message::TokenCounter;
 use crate::core::person::ActedBy;
-use crate::core::policy::{ClassAction, Policy};
+use crate::core::policy::Policy;
 use crate::core::prompt::{ContextLimits, PromptExtras};
 use crate::core::quorum::Quorum;
 use crate::core::reply::CommandCall;
@@ -187,7 +188,8 @@ fn start_registered(
     }
     let actor = Actor {
         last_result_shown: state.progress.episodes.last().map(|e| e.cycle).unwrap_or(0),
-        policy: server_policy(&deps, &state).unwrap_or_else(|| asking(&deps, &state)),
+        policy: policy::server_policy(&deps.config, &deps.store, &state)
+            .unwrap_or_else(|| policy::asking(&deps.config, &state)),
         // A quorum needs several people: the console, outside any server, has one.
         quorum: match state.money.spender.guild.as_ref() {
             Some(guild) => deps.config.approvals.for_guild(Some(guild)),
@@ -217,33 +219,6 @@ fn start_registered(
 }
 
 type Executed = (u64, CommandCall, Outcome, Vec<WorkspaceOp>);
-
-/// The operator's policy with every class asking at least: what an agent starts with when its
-/// server's admins' choices cannot be read, since they might have made a class stricter.
-fn asking(deps: &Deps, state: &AgentState) -> Policy {
-    let operator = deps.config.policy.for_agent(state, &Default::default());
-    crate::core::policy::ALL_RISKS
-        .into_iter()
-        .fold(operator.clone(), |policy, risk| {
-            policy.with(risk, operator.action(risk).max(ClassAction::Ask))
-        })
-}
-
-/// The policy of the server `state` lives in, with its admins' choices from the store; `None`
-/// (logged) when the store cannot say.
-fn server_policy(deps: &Deps, state: &AgentState) -> Option<Policy> {
-    let choices = match &state.money.spender.guild {
-        Some(guild) => match deps.store.server_policy(guild) {
-            Ok(choices) => choices,
-            Err(e) => {
-                tracing::error!(agent = %state.id, error = %e, "cannot read the server's policy");
-                return None;
-            }
-        },
-        None => Default::default(),
-    };
-    Some(deps.config.policy.for_agent(state, &choices))
-}
 
 impl Actor {
     async fn run(
@@ -506,7 +481,9 @@ impl Actor {
         };
         // The server's policy is read for each step too: its admins may have changed it, and the
         // next proposal follows them. When it cannot be read, the last one read stands.
-        if let Some(policy) = server_policy(&self.deps, &self.state) {
+        if let Some(policy) =
+            policy::server_policy(&self.deps.config, &self.deps.store, &self.state)
+        {
             self.policy = policy;
         }
         // The server's rules are read for each step: another agent's card may have made one.

@@ -7,11 +7,11 @@
 //! namespace and the drop to the run's user when the bot is root, or a user and network namespace
 //! otherwise; `RLIMIT_NPROC` after the change of user; `PR_SET_PDEATHSIG`; no new privileges;
 //! Landlock (the run directory read-write, the system's libraries and the interpreter's prefix
-//! read-only, TCP, abstract sockets and signals scoped where the kernel can); then the seccomp
-//! filters from `seccompiler`. These refuse sockets, io_uring (which runs operations seccomp never
-//! sees), tracing, namespaces and mounts, kernel modules and keys, and `setsid`/`setpgid`; `clone3`
-//! is answered with ENOSYS so that the C library falls back to `clone`, whose flags a filter can
-//! see.
+//! read-only, TCP, abstract sockets and signals scoped where the sandbox's ABI has them); then the
+//! seccomp filters from `seccompiler`. These refuse sockets, io_uring (which runs operations
+//! seccomp never sees), tracing, namespaces and mounts, kernel modules and keys, and
+//! `setsid`/`setpgid`; `clone3` is answered with ENOSYS so that the C library falls back to
+//! `clone`, whose flags a filter can see.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -32,9 +32,15 @@ use super::namespaces::Namespaces;
 use super::syscall::check;
 use super::{Limits, SandboxError};
 
-/// The Landlock ABI whose rights are asked for; older kernels give what they have (the crate's
-/// best effort), and a kernel without Landlock gives no ruleset at all, which `prepare` refuses.
+/// The newest Landlock ABI whose rights are asked for. A run asks for those of the sandbox's ABI
+/// (the kernel's, or the older one the probe was told to act as), never more; a kernel without
+/// Landlock gives no ruleset at all, which `prepare` refuses.
 const LANDLOCK_ABI: ABI = ABI::V6;
+
+/// The ABI whose rights a run's ruleset handles: the sandbox's, at most `LANDLOCK_ABI`.
+fn ruleset_abi(landlock_abi: i64) -> ABI {
+    ABI::from(landlock_abi.clamp(0, LANDLOCK_ABI as i64) as i32)
+}
 
 /// Who the process runs as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -101,10 +107,12 @@ struct PathBeneath {
 
 impl Confinement {
     /// Prepares the confinement of a run in `run_dir`, which it may read and write; `read_only`
-    /// paths (the system's libraries and the interpreter) may be read and executed.
+    /// paths (the system's libraries and the interpreter) may be read and executed; Landlock's
+    /// rights are those of `landlock_abi`.
     pub fn prepare(
         run_dir: &Path,
         read_only: &[PathBuf],
+        landlock_abi: i64,
         limits: &Limits,
         identity: Identity,
         namespaces: Option<Namespaces>,
@@ -121,13 +129,13 @@ impl Confinement {
                 use std::os::unix::ffi::OsStrExt;
                 let path = std::ffi::CString::new(run_dir.as_os_str().as_bytes())
                     .map_err(|_| SandboxError::FolderPathNul)?;
-                Some((path, folder_rights()?))
+                Some((path, folder_rights(landlock_abi)?))
             }
             None => None,
         };
         Ok(Confinement {
             own_folder_rule,
-            landlock: landlock_ruleset(run_dir, read_only)?,
+            landlock: landlock_ruleset(run_dir, read_only, landlock_abi)?,
             deny: deny_filter(memfd)?,
             no_clone3: no_clone3_filter()?,
             no_x32: no_x32_filter(),
@@ -276,19 +284,30 @@ pub fn landlock_abi() -> Option<i64> {
 }
 
 /// The files the process may touch: its run directory, in full; the read-only paths, to read and
-/// execute; `/dev/null` and friends. TCP binds and connects, abstract UNIX sockets and signals to
-/// processes outside the sandbox are refused where the kernel can.
-fn landlock_ruleset(run_dir: &Path, read_only: &[PathBuf]) -> Result<OwnedFd, SandboxError> {
+/// execute; `/dev/null` and friends. TCP binds and connects (ABI 4), abstract UNIX sockets and
+/// signals to processes outside the sandbox (ABI 6) are refused where `landlock_abi` has them;
+/// below that, the run's own network and PID namespaces keep them in (see `probe`).
+fn landlock_ruleset(
+    run_dir: &Path,
+    read_only: &[PathBuf],
+    landlock_abi: i64,
+) -> Result<OwnedFd, SandboxError> {
     let fail = SandboxError::Landlock;
-    let all = AccessFs::from_all(LANDLOCK_ABI);
-    let read = AccessFs::from_read(LANDLOCK_ABI);
-    let created = Ruleset::default()
-        .handle_access(all)
-        .map_err(fail)?
-        .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)
-        .map_err(fail)?
-        .scope(Scope::AbstractUnixSocket | Scope::Signal)
-        .map_err(fail)?
+    let abi = ruleset_abi(landlock_abi);
+    let all = AccessFs::from_all(abi);
+    let read = AccessFs::from_read(abi);
+    let mut ruleset = Ruleset::default().handle_access(all).map_err(fail)?;
+    // An empty set of rights is refused by the crate: each family is handled only where the ABI
+    // has it.
+    let network = AccessNet::from_all(abi);
+    if !network.is_empty() {
+        ruleset = ruleset.handle_access(network).map_err(fail)?;
+    }
+    let scopes = Scope::from_all(abi);
+    if !scopes.is_empty() {
+        ruleset = ruleset.scope(scopes).map_err(fail)?;
+    }
+    let created = ruleset
         .create()
         .map_err(fail)?
         .add_rules(path_beneath_rules(read_only, read))
@@ -303,12 +322,12 @@ fn landlock_ruleset(run_dir: &Path, read_only: &[PathBuf]) -> Result<OwnedFd, Sa
     Option::<OwnedFd>::from(created).ok_or(SandboxError::LandlockNotEnforced)
 }
 
-/// Every file right the ruleset handles on this kernel: what `landlock_ruleset` asked for, as the
-/// crate's best effort reduced it to this kernel's ABI (a rule with more is refused).
-fn folder_rights() -> Result<u64, SandboxError> {
-    let abi = landlock_abi().ok_or(SandboxError::NoLandlockAbi)?;
-    let abi = ABI::from(abi.min(LANDLOCK_ABI as i64) as i32);
-    Ok(AccessFs::from_all(LANDLOCK_ABI).bits() & AccessFs::from_all(abi).bits())
+/// Every file right the ruleset handles: what `landlock_ruleset` asked for, as far as this
+/// kernel gives it (a rule with more is refused).
+fn folder_rights(sandbox_abi: i64) -> Result<u64, SandboxError> {
+    let kernel = landlock_abi().ok_or(SandboxError::NoLandlockAbi)?;
+    let asked = AccessFs::from_all(ruleset_abi(sandbox_abi));
+    Ok(asked.bits() & AccessFs::from_all(ruleset_abi(kernel)).bits())
 }
 
 /// Whether a run may make memfds: memory in files of no filesystem, which no limit of a

@@ -11,12 +11,15 @@
 //! `Sandbox::missing` say which, for the log and `autothread check`.
 //!
 //! `Sandbox::probe` finds the interpreter in the sandbox's own PATH (run as found, its prefix
-//! readable), checks that Landlock is present (and its signal scope, when the bot is not root: a
-//! run in a user namespace keeps the bot's user id, and only that scope keeps it from signalling
-//! the bot and other runs), then proves the whole confinement with a real confined run that reports
-//! the interpreter's version. Any failure turns code execution off with the reason (a
-//! `ProbeError`), which `autothread check` shows; `probe_once` probes once per process and
-//! configuration. A run that cannot be prepared or carried out says why with a `SandboxError`.
+//! readable), checks that Landlock is present (ABI 1 is enough for the files), then proves the
+//! whole confinement with a real confined run that reports the interpreter's version. A run in a
+//! user namespace (the bot is not root) keeps the bot's user id: Landlock's signal and
+//! abstract-socket scopes (ABI 6, Linux 6.12) keep it from the bot's processes, and before them
+//! the run's own PID and network namespaces do (`SignalContainment`), so such a bot on an older
+//! kernel runs code only where those namespaces are proven. Any failure turns code execution off
+//! with the reason (a `ProbeError`), which `autothread check` shows; `probe_once` probes once per
+//! process and configuration. A run that cannot be prepared or carried out says why with a
+//! `SandboxError`.
 //!
 //! `Sandbox::run` takes a user slot (`users`), makes a `RunDir` (`rundir`), starts the confined
 //! process (`process`, `confine`; in its cgroup and its own namespaces where the kernel allows) with an empty
@@ -55,7 +58,7 @@ use confine::Confinement;
 pub use limits::{Limits, Ran, Stopped};
 use namespaces::{release_pipe, Namespaces, Owner, WorkFolder};
 use output::{read_capped, Flood};
-pub use probe::ProbeError;
+pub use probe::{ProbeError, SignalContainment};
 use process::{clock_ticks, group_cpu_ticks, reap_group, GroupKiller};
 pub use rundir::{Changes, RunDir};
 use users::UserSlots;
@@ -103,7 +106,7 @@ pub enum Program {
 /// What a machine may lack, for `Sandbox::probe_lacking`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lack {
-    /// Landlock of at most this ABI (0: none).
+    /// Landlock of at most this ABI (0: none): reported, and the rights runs are confined with.
     LandlockAbi(i64),
     /// Namespaces a run could have (a container's seccomp profile, no user namespaces).
     Namespaces,
@@ -271,6 +274,7 @@ impl Sandbox {
         let confinement = Arc::new(Confinement::prepare(
             dir,
             &self.read_only,
+            self.landlock_abi,
             &self.limits,
             identity,
             namespaces,

@@ -1,6 +1,9 @@
 //! Finding out what this machine gives the sandbox: `Sandbox::probe` proves the confinement with
 //! a real run (or refuses it with the reason), `probe_once` keeps the answer per process and
-//! configuration, and `missing`/`describe` say which parts are in use and which are not.
+//! configuration, and `missing`/`describe` say which parts are in use and which are not, and
+//! which `SignalContainment` keeps a run's signals and abstract sockets in. `probe_lacking` acts
+//! as a machine with less (an older Landlock ABI, no namespaces): the test hook with which the
+//! confinement tests run in each mode this machine allows.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -31,8 +34,8 @@ pub enum ProbeError {
         SANDBOX_PATH
     )]
     NoInterpreter { python: String },
-    #[error("the bot is not root, and this kernel's Landlock (ABI {abi}) cannot keep a run from signalling the bot's own processes: run the bot as root (each run then becomes a user of its own) or on Linux 6.12 or later")]
-    SignalsUnscoped { abi: i64 },
+    #[error("the bot is not root, this kernel's Landlock (ABI {abi}) cannot keep a run from signalling the bot's own processes or reaching its abstract sockets (its scopes need Linux 6.12), and runs cannot have the PID and network namespaces of their own that stand in for them ({why}): allow the bot user namespaces (in a container, the seccomp profile deploy/seccomp.json; on Ubuntu, an AppArmor profile that allows them or kernel.apparmor_restrict_unprivileged_userns = 0), run the bot as root (each run then becomes a user of its own), or run it on Linux 6.12 or later")]
+    SignalsUnscoped { abi: i64, why: String },
     #[error("sandbox.memory_mb ({memory_mib} MiB) divided among sandbox.processes ({processes}) leaves each process {each_mib} MiB, and the interpreter needs {needed_mib} MiB: raise memory_mb or lower processes (or give runs a cgroup, which bounds them as a whole)")]
     MemoryTooDivided {
         memory_mib: u64,
@@ -45,6 +48,30 @@ pub enum ProbeError {
     Trial(Arc<SandboxError>),
 }
 
+/// What keeps a run from signalling the bot's processes (and the other runs') and from reaching
+/// their abstract UNIX sockets: the mode of confinement `autothread check` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignalContainment {
+    /// Landlock's signal and abstract-socket scopes (ABI 6, Linux 6.12).
+    LandlockScopes,
+    /// The bot is root: each run is a user of its own, which cannot signal another's processes.
+    /// (No run can make a socket at all: seccomp refuses them.)
+    OwnUser,
+    /// A bot that is not root on an older Landlock: the run's own PID namespace, in which nothing
+    /// outside can be named, and network namespace, to which abstract sockets belong.
+    Namespaces,
+}
+
+impl SignalContainment {
+    fn of(drops_to_users: bool, landlock_abi: i64) -> SignalContainment {
+        match (landlock_abi >= 6, drops_to_users) {
+            (true, _) => SignalContainment::LandlockScopes,
+            (false, true) => SignalContainment::OwnUser,
+            (false, false) => SignalContainment::Namespaces,
+        }
+    }
+}
+
 impl Sandbox {
     /// Finds the interpreter and proves the sandbox with a real run: a kernel (or an interpreter)
     /// that cannot give every part of it is refused, with the reason, and nothing runs
@@ -54,7 +81,9 @@ impl Sandbox {
     }
 
     /// `probe`, as on a machine that lacks `lacks` besides what this one lacks: what `check`
-    /// says and which fallback runs take there, shown on this machine.
+    /// says and which fallback runs take there, shown on this machine. A told Landlock ABI is
+    /// the one runs are confined with, not only reported: the tests run the hostile programs on
+    /// this kernel as they would run on an older one (ABI 5, Linux 6.7; ABI 1, Linux 5.13).
     pub fn probe_lacking(config: &SandboxConfig, lacks: &[Lack]) -> Result<Sandbox, ProbeError> {
         become_subreaper();
         let told = lacks.iter().find_map(|lack| match lack {
@@ -89,11 +118,16 @@ impl Sandbox {
             Identity::for_this_process(config.run_as_uid, config.run_as_gid),
             Identity::Drop { .. }
         );
-        // A run in a user namespace keeps the bot's own user id, so only Landlock's signal scope
-        // (ABI 6, Linux 6.12) keeps it from signalling the bot and the other runs.
-        if !drops_to_users && landlock_abi < 6 {
-            return Err(ProbeError::SignalsUnscoped { abi: landlock_abi });
-        }
+        // A run in a user namespace keeps the bot's own user id: Landlock's scopes (ABI 6, Linux
+        // 6.12) keep it from signalling the bot and the other runs and from reaching their
+        // abstract sockets. Before them, the run's own PID namespace (nothing outside it can be
+        // named, so none can be signalled) and network namespace (abstract sockets belong to
+        // one) stand in, so such a bot's runs must have their namespaces or not run at all.
+        let containment = SignalContainment::of(drops_to_users, landlock_abi);
+        let unscoped = |why: String| ProbeError::SignalsUnscoped {
+            abi: landlock_abi,
+            why,
+        };
         let limits = Limits::from_config(config);
         let cgroups = Cgroups::probe(&Setting::parse(&config.cgroup), limits.bounds());
         let mut sandbox = Sandbox {
@@ -121,9 +155,11 @@ impl Sandbox {
         // else the run goes without (the cgroup first), which `describe` (and so `autothread
         // check`) says.
         if lacks.contains(&Lack::Namespaces) {
-            sandbox.isolation = Isolation::Shared {
-                why: "the kernel refused to make them".into(),
-            };
+            let why = "the kernel refused to make them";
+            if containment == SignalContainment::Namespaces {
+                return Err(unscoped(why.into()));
+            }
+            sandbox.isolation = Isolation::Shared { why: why.into() };
         }
         let trial = loop {
             sandbox.check_division()?;
@@ -138,6 +174,9 @@ impl Sandbox {
                     Version::V1 => sandbox.not_v1 = refused,
                 }
             } else if sandbox.isolation == Isolation::Namespaces {
+                if containment == SignalContainment::Namespaces {
+                    return Err(unscoped(why.to_string()));
+                }
                 sandbox.isolation = Isolation::Shared {
                     why: why.to_string(),
                 };
@@ -212,6 +251,11 @@ impl Sandbox {
             .join("; ")
     }
 
+    /// What keeps a run's signals and abstract sockets from the bot and the other runs.
+    pub fn signal_containment(&self) -> SignalContainment {
+        SignalContainment::of(self.drops_to_users, self.landlock_abi)
+    }
+
     /// One line for the log and `autothread check`.
     pub fn describe(&self) -> String {
         let who = match self.drops_to_users {
@@ -220,6 +264,22 @@ impl Sandbox {
                 self.users.first_uid().unwrap_or_default()
             ),
             false => "in its own user namespace".to_string(),
+        };
+        let kept_in = match self.signal_containment() {
+            SignalContainment::LandlockScopes => {
+                "signals and abstract sockets kept in by Landlock's scopes".to_string()
+            }
+            SignalContainment::OwnUser => format!(
+                "signals kept in by the run's own user{}",
+                match self.landlock_abi {
+                    6.. => "",
+                    _ => " (this Landlock has no scopes, which need ABI 6, Linux 6.12)",
+                }
+            ),
+            SignalContainment::Namespaces => format!(
+                "signals and abstract sockets kept in by the run's own PID and network namespaces, standing in for Landlock's scopes (ABI 6, Linux 6.12; this is ABI {})",
+                self.landlock_abi
+            ),
         };
         let apart = match &self.isolation {
             Isolation::Namespaces => {
@@ -251,7 +311,7 @@ impl Sandbox {
             ),
         };
         format!(
-            "Python {} at {}, Landlock ABI {}, seccomp, {who}, {apart}; {} s CPU (the run's processes together), {} s wall; {bounds}",
+            "Python {} at {}, Landlock ABI {}, seccomp, {who}, {apart}, {kept_in}; {} s CPU (the run's processes together), {} s wall; {bounds}",
             self.python_version,
             self.python.display(),
             self.landlock_abi,

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use autothread::config::{SandboxConfig, WorkspaceConfig};
-use autothread::sandbox::{Isolation, Lack, Program, Ran, Sandbox, Stopped};
+use autothread::sandbox::{Isolation, Lack, Program, Ran, Sandbox, SignalContainment, Stopped};
 use autothread::store::WorkspaceOp;
 
 use crate::support::needs::{self, needs};
@@ -659,6 +659,85 @@ async fn a_runs_processes_share_its_memory_and_its_cpu_time() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_can_neither_signal_processes_outside_it_nor_reach_their_abstract_sockets() {
+    let Some(sandbox) = sandbox() else {
+        return;
+    };
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let abi = needs::emulated_landlock_abi()
+        .unwrap_or_else(|| autothread::sandbox::landlock_abi().expect("the probe found Landlock"));
+    // The mode in force is the one this Landlock and this user give, and `check` names it.
+    let expected = match (abi >= 6, root) {
+        (true, _) => SignalContainment::LandlockScopes,
+        (false, true) => SignalContainment::OwnUser,
+        (false, false) => SignalContainment::Namespaces,
+    };
+    assert_eq!(sandbox.signal_containment(), expected);
+    let described = sandbox.describe();
+    assert!(
+        described.contains(&format!("Landlock ABI {abi},")),
+        "{described}"
+    );
+    if expected == SignalContainment::Namespaces {
+        assert!(
+            described.contains("kept in by the run's own PID and network namespaces"),
+            "{described}"
+        );
+    }
+    // A process of the bot's own user outside the run, and an abstract socket of the bot's.
+    let marker = format!("4000.{}", std::process::id());
+    let mut outside = std::process::Command::new("/bin/sleep")
+        .arg(&marker)
+        .spawn()
+        .unwrap();
+    let name = format!("autothread-test-{}", std::process::id());
+    let listener = {
+        use std::os::linux::net::SocketAddrExt;
+        let address = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        std::os::unix::net::UnixListener::bind_addr(&address).unwrap()
+    };
+    listener.set_nonblocking(true).unwrap();
+    let code = format!(
+        "import os, signal, socket\n\
+         results = []\n\
+         def attempt(what, action):\n\
+         \x20   try:\n\
+         \x20       action()\n\
+         \x20       results.append(what + ': allowed')\n\
+         \x20   except OSError as e:\n\
+         \x20       results.append(what + ': denied ' + type(e).__name__)\n\
+         def connect():\n\
+         \x20   s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n\
+         \x20   s.connect('\\0{name}')\n\
+         attempt('kill a process of the bot user', lambda: os.kill({outside}, signal.SIGKILL))\n\
+         attempt('signal the bot', lambda: os.kill({bot}, 0))\n\
+         attempt('connect to the bot abstract socket', connect)\n\
+         print('\\n'.join(results))\n",
+        outside = outside.id(),
+        bot = std::process::id(),
+    );
+    let ran = python(&sandbox, &code).await;
+    assert!(ran.succeeded(), "{ran:?}");
+    let lines: Vec<&str> = ran.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", ran.stdout);
+    for line in &lines {
+        assert!(line.contains(": denied"), "{line}\n{}", ran.stdout);
+    }
+    // What was asked did not happen: the process outside lives, and no one connected.
+    assert!(
+        outside.try_wait().unwrap().is_none(),
+        "the sleeper was killed"
+    );
+    assert_eq!(
+        listener.accept().map(|_| ()).unwrap_err().kind(),
+        std::io::ErrorKind::WouldBlock
+    );
+    outside.kill().unwrap();
+    outside.wait().unwrap();
+}
+
 /// The tests above run as the bot runs here. A bot that is not root takes the other path (each
 /// run in a user namespace of its own): when these tests run as root, the hostile programs and
 /// the copy in and out are run again by this test binary as an unprivileged user.
@@ -672,6 +751,24 @@ async fn an_unprivileged_bot_confines_its_runs_in_user_namespaces() {
     if needs(needs::setpriv()).is_none() {
         return;
     }
+    // Each mode this kernel allows: its own Landlock ABI (6 or later: the scopes), then as an
+    // older kernel's, ABI 5 (Linux 6.7) and ABI 1 (Linux 5.13), where the run's namespaces stand
+    // in for the scopes.
+    let native = autothread::sandbox::landlock_abi().unwrap_or(0);
+    let mut modes = vec![None];
+    modes.extend([5, 1].into_iter().filter(|abi| *abi < native).map(Some));
+    for mode in modes {
+        let stdout = run_unprivileged(mode).await;
+        assert!(
+            stdout.contains("test result: ok. 11 passed"),
+            "{mode:?}\n{stdout}"
+        );
+    }
+}
+
+/// The sandbox tests run by a copy of this binary as uid 10001, with the Landlock ABI of `mode`
+/// emulated: its standard output, having succeeded.
+async fn run_unprivileged(mode: Option<i64>) -> String {
     // A copy of this binary where that user can run it, wherever the checkout lies.
     let place = tempfile::tempdir().unwrap();
     let me = place.path().join("it");
@@ -685,7 +782,12 @@ async fn an_unprivileged_bot_confines_its_runs_in_user_namespaces() {
     // then. That is retried.
     let mut output = None;
     for _ in 0..50 {
-        let attempt = tokio::process::Command::new("setpriv")
+        let mut command = tokio::process::Command::new("setpriv");
+        command.env_remove(needs::EMULATED_LANDLOCK_ABI);
+        if let Some(abi) = mode {
+            command.env(needs::EMULATED_LANDLOCK_ABI, abi.to_string());
+        }
+        let attempt = command
             .args(["--reuid=10001", "--regid=10001", "--clear-groups", "--"])
             .arg(&me)
             .args([
@@ -700,6 +802,7 @@ async fn an_unprivileged_bot_confines_its_runs_in_user_namespaces() {
                 "sandbox::the_runs_folder_holds_no_more_than_its_limit_deleted_files_included",
                 "sandbox::a_runs_processes_share_its_memory_and_its_cpu_time",
                 "sandbox::an_older_kernel_is_refused_or_falls_back_and_says_so",
+                "sandbox::a_run_can_neither_signal_processes_outside_it_nor_reach_their_abstract_sockets",
             ])
             .env("HOME", std::env::temp_dir())
             .output()
@@ -712,12 +815,13 @@ async fn an_unprivileged_bot_confines_its_runs_in_user_namespaces() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let output = output.expect("the copy became runnable");
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
     assert!(
-        output.status.success() && stdout.contains("test result: ok. 10 passed"),
-        "{stdout}\n{}",
+        output.status.success(),
+        "{mode:?}\n{stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
+    stdout
 }
 
 /// A sandbox whose runs get a cgroup of their own, where this machine gives one to this process:
@@ -937,19 +1041,32 @@ async fn an_older_kernel_is_refused_or_falls_back_and_says_so() {
     if sandbox().is_none() {
         return;
     }
-    // Landlock before its signal scope (Linux 6.12): a bot that is not root is refused, since its
-    // runs would share its user; a root bot's runs are users of their own.
-    let older = Sandbox::probe_lacking(&config(), &[Lack::LandlockAbi(5)]);
-    match (root, older) {
-        (true, Ok(sandbox)) => {
+    // Landlock before its scopes (Linux 6.12): a root bot's runs are users of their own; a bot
+    // that is not root shares its user with its runs, whose own PID and network namespaces then
+    // keep their signals and abstract sockets in.
+    let older = Sandbox::probe_lacking(&config(), &[Lack::LandlockAbi(5)])
+        .unwrap_or_else(|why| panic!("{why}"));
+    assert!(
+        older.describe().contains("Landlock ABI 5"),
+        "{}",
+        older.describe()
+    );
+    match root {
+        true => assert_eq!(older.signal_containment(), SignalContainment::OwnUser),
+        false => {
+            assert_eq!(older.signal_containment(), SignalContainment::Namespaces);
+            assert_eq!(older.isolation(), &Isolation::Namespaces);
+            // Without those namespaces too, it is refused, saying what is missing.
+            let why = Sandbox::probe_lacking(&config(), &[Lack::LandlockAbi(5), Lack::Namespaces])
+                .unwrap_err()
+                .to_string();
             assert!(
-                sandbox.describe().contains("Landlock ABI 5"),
-                "{}",
-                sandbox.describe()
-            )
+                why.contains("Linux 6.12")
+                    && why.contains("PID and network namespaces")
+                    && why.contains("deploy/seccomp.json"),
+                "{why}"
+            );
         }
-        (false, Err(why)) => assert!(why.to_string().contains("Linux 6.12"), "{why}"),
-        (root, other) => panic!("root {root}: {other:?}"),
     }
     // No namespaces (Docker's default seccomp profile) and no cgroup: runs still work, on the
     // host's view Landlock narrows, with the memory divided and memfds refused; and the two
@@ -990,4 +1107,204 @@ async fn an_older_kernel_is_refused_or_falls_back_and_says_so() {
     // Its process id is the host's (no PID namespace of its own).
     assert_eq!(ran.stdout.trim(), "memfd refused True", "{ran:?}");
     assert!(ran.usage.is_none(), "{ran:?}");
+}
+
+/// The container's seccomp profile (deploy/seccomp.json), as Docker reads it: a typed view that
+/// refuses a misspelt field.
+mod container_profile {
+    use serde::Deserialize;
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    pub struct Profile {
+        pub default_action: String,
+        pub default_errno_ret: Option<i64>,
+        #[allow(dead_code)]
+        pub arch_map: Vec<serde_json::Value>,
+        pub syscalls: Vec<Rule>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    pub struct Rule {
+        pub names: Vec<String>,
+        pub action: String,
+        pub errno_ret: Option<i64>,
+        #[serde(default)]
+        pub args: Vec<Arg>,
+        #[serde(default)]
+        pub includes: Filter,
+        #[serde(default)]
+        pub excludes: Filter,
+        #[allow(dead_code)]
+        pub comment: Option<String>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct Arg {
+        pub index: usize,
+        pub value: u64,
+        #[serde(rename = "valueTwo", default)]
+        pub value_two: u64,
+        pub op: String,
+    }
+
+    #[derive(Deserialize, Default)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    pub struct Filter {
+        #[serde(default)]
+        pub arches: Vec<String>,
+        #[serde(default)]
+        pub caps: Vec<String>,
+        pub min_kernel: Option<String>,
+    }
+
+    /// What the profile answers a call: allowed, or refused with this errno.
+    #[derive(Debug, PartialEq, Eq)]
+    pub enum Answer {
+        Allowed,
+        Refused(i64),
+    }
+
+    impl Profile {
+        /// The answer to `name(args…)` from a container on amd64 with Docker's default
+        /// capabilities (none of those the profile's rules ask for) on a 5.15 kernel.
+        pub fn answer(&self, name: &str, args: &[u64]) -> Answer {
+            let applies = |rule: &&Rule| {
+                rule.names.iter().any(|n| n == name)
+                    && rule.includes.caps.is_empty()
+                    && (rule.includes.arches.is_empty()
+                        || rule.includes.arches.iter().any(|a| a == "amd64"))
+                    && !rule.excludes.arches.iter().any(|a| a == "amd64")
+                    && rule.includes.min_kernel.as_deref().is_none_or(|k| {
+                        let (major, minor) = k.split_once('.').unwrap();
+                        (major.parse::<u32>().unwrap(), minor.parse::<u32>().unwrap()) <= (5, 15)
+                    })
+                    && rule.args.iter().all(|arg| {
+                        let given = args.get(arg.index).copied().unwrap_or(0);
+                        match arg.op.as_str() {
+                            "SCMP_CMP_EQ" => given == arg.value,
+                            "SCMP_CMP_NE" => given != arg.value,
+                            "SCMP_CMP_MASKED_EQ" => given & arg.value == arg.value_two,
+                            other => panic!("an operator this test does not know: {other}"),
+                        }
+                    })
+            };
+            let errno = |action: &str, errno: Option<i64>| match action {
+                "SCMP_ACT_ALLOW" => Answer::Allowed,
+                "SCMP_ACT_ERRNO" => Answer::Refused(errno.unwrap_or(1)),
+                other => panic!("an action this test does not know: {other}"),
+            };
+            let matching: Vec<&Rule> = self.syscalls.iter().filter(applies).collect();
+            // libseccomp keeps one action per call and arguments: an allowing rule and a refusing
+            // one for the same call would be ambiguous, so the profile must not have both.
+            let allowed = matching.iter().any(|r| r.action == "SCMP_ACT_ALLOW");
+            let refused = matching.iter().find(|r| r.action != "SCMP_ACT_ALLOW");
+            assert!(
+                !(allowed && refused.is_some()),
+                "{name} is both allowed and refused"
+            );
+            match (allowed, refused) {
+                (true, _) => Answer::Allowed,
+                (false, Some(rule)) => errno(&rule.action, rule.errno_ret),
+                (false, None) => errno(&self.default_action, self.default_errno_ret),
+            }
+        }
+    }
+}
+
+#[test]
+fn the_containers_seccomp_profile_allows_what_the_sandbox_needs_and_no_more_than_dockers() {
+    use container_profile::{Answer, Profile};
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/seccomp.json");
+    let profile: Profile = serde_json::from_str(&std::fs::read_to_string(path).unwrap())
+        .unwrap_or_else(|e| panic!("{path}: {e}"));
+    let namespaces = (libc::CLONE_NEWUSER
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWNET
+        | libc::CLONE_NEWUTS) as u64;
+    let user_and_network = (libc::CLONE_NEWUSER | libc::CLONE_NEWNET) as u64;
+    let fork = libc::SIGCHLD as u64;
+    // What src/sandbox makes the kernel do for a bot that is not root, from the probe's trial to a
+    // run's exec: its namespaces (namespaces.rs), its confinement (confine.rs), its limits, and
+    // the bot's own sockets and processes.
+    let needed: &[(&str, &[u64])] = &[
+        ("unshare", &[namespaces]),
+        ("unshare", &[user_and_network]),
+        ("unshare", &[libc::CLONE_NEWUSER as u64]),
+        ("clone", &[fork]),
+        ("clone", &[libc::CLONE_NEWUSER as u64 | fork]),
+        ("mount", &[]),
+        ("umount2", &[]),
+        ("pivot_root", &[]),
+        ("landlock_create_ruleset", &[]),
+        ("landlock_add_rule", &[]),
+        ("landlock_restrict_self", &[]),
+        ("seccomp", &[]),
+        ("prctl", &[]),
+        ("setrlimit", &[]),
+        ("prlimit64", &[]),
+        ("setsid", &[]),
+        ("setgroups", &[]),
+        ("setgid", &[]),
+        ("setuid", &[]),
+        ("sendfile", &[]),
+        ("mkdir", &[]),
+        ("chown", &[]),
+        ("chdir", &[]),
+        ("openat", &[]),
+        ("execve", &[]),
+        ("wait4", &[]),
+        ("kill", &[]),
+        ("pipe2", &[]),
+        ("memfd_create", &[]),
+        ("socket", &[libc::AF_INET as u64]),
+        ("socket", &[libc::AF_UNIX as u64]),
+    ];
+    for (call, args) in needed {
+        assert_eq!(
+            profile.answer(call, args),
+            Answer::Allowed,
+            "{call}({args:x?})"
+        );
+    }
+    // clone3 falls back to clone, which a filter can read; what Docker's default keeps from a
+    // container without the capabilities stays refused.
+    assert_eq!(
+        profile.answer("clone3", &[]),
+        Answer::Refused(libc::ENOSYS as i64)
+    );
+    for call in [
+        "kexec_load",
+        "init_module",
+        "finit_module",
+        "bpf",
+        "perf_event_open",
+        "keyctl",
+        "add_key",
+        "reboot",
+        "setns",
+        "open_by_handle_at",
+        "userfaultfd",
+        "swapon",
+        "chroot",
+    ] {
+        assert_eq!(
+            profile.answer(call, &[]),
+            Answer::Refused(libc::EPERM as i64),
+            "{call}"
+        );
+    }
+    assert_eq!(
+        profile.answer("socket", &[40]),
+        Answer::Refused(libc::EPERM as i64),
+        "AF_VSOCK"
+    );
+    // The compose file gives the container this profile.
+    let compose =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/compose.yaml")).unwrap();
+    assert!(compose.contains("seccomp=deploy/seccomp.json"), "{compose}");
 }

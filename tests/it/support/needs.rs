@@ -5,7 +5,7 @@
 use std::process::{Command, Stdio};
 
 use autothread::config::SandboxConfig;
-use autothread::sandbox::Sandbox;
+use autothread::sandbox::{Lack, Sandbox};
 
 /// `found`, or `None` after the skip (outside CI) or the failure (under `CI=true`) saying why.
 pub fn needs<T>(found: Result<T, String>) -> Option<T> {
@@ -28,10 +28,31 @@ pub fn unmet(why: &str) {
     eprintln!("skipped: {why}");
 }
 
-/// The sandbox as the bot would have it here with `config` (Landlock, and the signal scope of
-/// Linux 6.12 when not root; the interpreter).
+/// The test hook that makes the sandbox tests run as on an older kernel: a Landlock ABI (1 to
+/// 6) that the probe is told this machine has at most, so that runs are confined with its rights
+/// and the namespaces stand in for what it lacks. Read by these tests only, never by the bot;
+/// `sandbox::an_unprivileged_bot_confines_its_runs_in_user_namespaces` sets it for each mode.
+pub const EMULATED_LANDLOCK_ABI: &str = "AUTOTHREAD_TEST_LANDLOCK_ABI";
+
+/// The Landlock ABI these tests act as having, when `EMULATED_LANDLOCK_ABI` says one.
+pub fn emulated_landlock_abi() -> Option<i64> {
+    let told = std::env::var(EMULATED_LANDLOCK_ABI).ok()?;
+    Some(
+        told.parse()
+            .unwrap_or_else(|_| panic!("{EMULATED_LANDLOCK_ABI}={told} is not an ABI number")),
+    )
+}
+
+/// The sandbox as the bot would have it here with `config` (Landlock, and its scopes or the
+/// namespaces standing in for them when not root; the interpreter), with the Landlock ABI of
+/// `EMULATED_LANDLOCK_ABI` where it is set.
 pub fn sandbox(config: &SandboxConfig) -> Result<Sandbox, String> {
-    Sandbox::probe(config).map_err(|why| format!("code cannot run sandboxed here: {why}"))
+    let lacks: Vec<Lack> = emulated_landlock_abi()
+        .map(Lack::LandlockAbi)
+        .into_iter()
+        .collect();
+    Sandbox::probe_lacking(config, &lacks)
+        .map_err(|why| format!("code cannot run sandboxed here: {why}"))
 }
 
 /// Whether agents can run Python here, as a bot with the default config would.

@@ -7,9 +7,13 @@
 //! endpoint gets one request with the configured response format, and a refused format is told
 //! apart from a dead endpoint. The Discord token is tried with `GET /users/@me`, and the
 //! application's flags (`GET /applications/@me`) say whether it has the Message Content intent the
-//! config asks for, or what going without it leaves out. Each MCP server is started and its offered
-//! tools listed (`check_mcp`).
+//! config asks for, or what going without it leaves out. With a valid token, the permissions the
+//! bot lacks in each server and channel where agents start, and what breaks without each, come
+//! from the caller (`ServerPermissions`: the Discord surface reads them over REST, through `cli`,
+//! as this module names no surface). Each MCP server is started and its offered tools listed
+//! (`check_mcp`).
 
+use std::future::Future;
 use std::path::Path;
 use std::time::Duration;
 
@@ -62,8 +66,22 @@ fn line(part: &'static str, verdict: Verdict) -> Line {
     Line { part, verdict }
 }
 
+/// Where Discord's API is and the bot's token, handed to `ServerPermissions` once the token has
+/// been accepted.
+pub struct DiscordAccess {
+    /// The API's root, without `/api`.
+    pub base: String,
+    pub token: crate::config::Secret,
+}
+
+/// What the bot lacks in each server it is in, as lines of the check: asked for only once the
+/// token has been accepted.
+pub trait ServerPermissions {
+    fn lines(self, access: DiscordAccess) -> impl Future<Output = Vec<Line>> + Send;
+}
+
 /// Runs every check in order; `config` has been loaded and validated already.
-pub async fn run_checks(config: &Config) -> Vec<Line> {
+pub async fn run_checks(config: &Config, permissions: impl ServerPermissions) -> Vec<Line> {
     let mut lines = vec![
         line("config", Verdict::Pass("valid".into())),
         check_store(config),
@@ -71,7 +89,7 @@ pub async fn run_checks(config: &Config) -> Vec<Line> {
         check_context_window(&config.llm).await,
         check_embeddings(config).await,
     ];
-    lines.extend(check_discord(config).await);
+    lines.extend(check_discord(config, permissions).await);
     lines.push(check_search(config).await);
     lines.extend(check_sandbox(config));
     lines.extend(check_mcp(config).await);
@@ -272,8 +290,9 @@ async fn check_embeddings(config: &Config) -> Line {
     line("embeddings", verdict)
 }
 
-/// The token, then what the Message Content intent setting means for this application.
-async fn check_discord(config: &Config) -> Vec<Line> {
+/// The token, then what the Message Content intent setting means for this application, then the
+/// permissions the bot lacks in its servers.
+async fn check_discord(config: &Config, permissions: impl ServerPermissions) -> Vec<Line> {
     let Some(token) = &config.discord.token else {
         return vec![line(
             "discord",
@@ -318,13 +337,22 @@ async fn check_discord(config: &Config) -> Vec<Line> {
         return vec![line("discord", verdict)];
     }
     let granted = message_content_granted(&client, base, token.expose()).await;
-    vec![
+    let mut lines = vec![
         line("discord", verdict),
         line(
             "discord intents",
             intents_verdict(config.discord.message_content(), granted),
         ),
-    ]
+    ];
+    lines.extend(
+        permissions
+            .lines(DiscordAccess {
+                base: base.to_string(),
+                token: token.clone(),
+            })
+            .await,
+    );
+    lines
 }
 
 /// The application's flags with Message Content switched on (for an unverified application,

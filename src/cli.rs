@@ -389,7 +389,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         CliCommand::Check => {
-            let lines = crate::check::run_checks(&config).await;
+            let lines = crate::check::run_checks(&config, PermissionsOverRest).await;
             for line in &lines {
                 println!("{line}");
             }
@@ -401,6 +401,58 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::FAILURE)
             }
         }
+    }
+}
+
+/// `check`'s look at the bot's permissions in its servers, read over REST by the Discord surface:
+/// a server whose roles leave out what cards need fails (no agent can run there), anything else
+/// missing warns, each line naming the permission and what breaks without it.
+struct PermissionsOverRest;
+
+impl crate::check::ServerPermissions for PermissionsOverRest {
+    async fn lines(self, access: crate::check::DiscordAccess) -> Vec<crate::check::Line> {
+        use crate::check::{Line, Verdict};
+        use crate::surface::discord::permissions::{audit_servers, Lacking};
+        let line = |verdict| Line {
+            part: "discord permissions",
+            verdict,
+        };
+        let audit = match audit_servers(&access.base, access.token.expose()).await {
+            Ok(audit) => audit,
+            Err(why) => {
+                return vec![line(Verdict::Warn(format!(
+                    "the servers' permissions could not be read: {why}"
+                )))]
+            }
+        };
+        if audit.servers.is_empty() {
+            return vec![line(Verdict::Warn(
+                "the bot is in no server yet: invite it with the bot and applications.commands \
+                 scopes"
+                    .into(),
+            ))];
+        }
+        let mut lines: Vec<Line> = audit
+            .servers
+            .iter()
+            .flat_map(|server| {
+                server.lines.iter().enumerate().map(|(at, report)| {
+                    line(match (report.lacking, at) {
+                        (Lacking::Nothing, _) => Verdict::Pass(report.text.clone()),
+                        // The server's own line: its roles leave out what every card needs.
+                        (Lacking::Cards, 0) => Verdict::Fail(report.text.clone()),
+                        _ => Verdict::Warn(report.text.clone()),
+                    })
+                })
+            })
+            .collect();
+        if audit.unread > 0 {
+            lines.push(line(Verdict::Warn(format!(
+                "{} more servers were not read",
+                audit.unread
+            ))));
+        }
+        lines
     }
 }
 

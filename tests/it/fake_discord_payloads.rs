@@ -67,3 +67,109 @@ async fn every_injected_interaction_and_message_parses() {
         assert_dispatch_parses(&frame);
     }
 }
+
+/// The fake computes the bot's permissions as Discord does (and as serenity's helper does from
+/// the GUILD_CREATE the fake sends), and drops a message's embeds where the bot lacks Embed Links.
+#[tokio::test]
+async fn the_fake_computes_permissions_as_discord_does_and_drops_embeds_without_embed_links() {
+    use support::fake_discord::{
+        Overwrite, ADMINISTRATOR, APP, ATTACH_FILES, BOT_ROLE, CREATE_PUBLIC_THREADS, EMBED_LINKS,
+        OVERWRITE_MEMBER, OVERWRITE_ROLE, SEND_MESSAGES, VIEW_CHANNEL,
+    };
+    let discord = FakeDiscord::start().await;
+    let everyone = |allow, deny| Overwrite {
+        id: GUILD,
+        kind: OVERWRITE_ROLE,
+        allow,
+        deny,
+    };
+    let bot_role = |allow, deny| Overwrite {
+        id: BOT_ROLE,
+        kind: OVERWRITE_ROLE,
+        allow,
+        deny,
+    };
+    let bot_itself = |allow, deny| Overwrite {
+        id: APP,
+        kind: OVERWRITE_MEMBER,
+        allow,
+        deny,
+    };
+    // serenity's computation from what the fake sends the bot, for the same channel. serenity
+    // 0.12 drops the bits it does not name when it reads a role (Pin Messages among them), so
+    // the two are compared on the bits it names.
+    let named = |bits: u64| bits & serenity::Permissions::all().bits();
+    let serenity_says = |discord: &FakeDiscord| {
+        let guild: serenity::Guild = serde_json::from_value(discord.guild_payload(GUILD)).unwrap();
+        let channel = guild.channels[&serenity::ChannelId::new(CHANNEL)].clone();
+        let bot = guild.members[&serenity::UserId::new(APP)].clone();
+        guild.user_permissions_in(&channel, &bot).bits()
+    };
+    let has = |bits: u64, permission: u64| bits & permission == permission;
+
+    // By default the bot holds what agents need.
+    let granted = discord.bot_permissions_in(CHANNEL);
+    assert!(has(
+        granted,
+        VIEW_CHANNEL | EMBED_LINKS | CREATE_PUBLIC_THREADS
+    ));
+    assert_eq!(serenity_says(&discord), named(granted));
+
+    // @everyone's overwrite takes Embed Links away; the bot's role's overwrite gives it back; the
+    // bot's own overwrite, applied last, wins over both.
+    discord.set_overwrites(CHANNEL, vec![everyone(0, EMBED_LINKS)]);
+    assert!(!has(discord.bot_permissions_in(CHANNEL), EMBED_LINKS));
+    assert_eq!(
+        serenity_says(&discord),
+        named(discord.bot_permissions_in(CHANNEL))
+    );
+    discord.set_overwrites(
+        CHANNEL,
+        vec![
+            everyone(0, EMBED_LINKS),
+            bot_role(EMBED_LINKS, ATTACH_FILES),
+        ],
+    );
+    let granted = discord.bot_permissions_in(CHANNEL);
+    assert!(has(granted, EMBED_LINKS) && !has(granted, ATTACH_FILES));
+    assert_eq!(serenity_says(&discord), named(granted));
+    discord.set_overwrites(
+        CHANNEL,
+        vec![bot_role(EMBED_LINKS, 0), bot_itself(0, EMBED_LINKS)],
+    );
+    assert!(!has(discord.bot_permissions_in(CHANNEL), EMBED_LINKS));
+
+    // Without View Channel nothing else counts; an Administrator role gets everything back,
+    // overwrites or not.
+    discord.set_overwrites(CHANNEL, vec![everyone(0, VIEW_CHANNEL)]);
+    assert_eq!(discord.bot_permissions_in(CHANNEL), 0);
+    discord.set_role_permissions(GUILD, BOT_ROLE, ADMINISTRATOR);
+    assert!(has(
+        discord.bot_permissions_in(CHANNEL),
+        VIEW_CHANNEL | EMBED_LINKS
+    ));
+    discord.set_role_permissions(GUILD, BOT_ROLE, 0);
+
+    // A message with an embed, posted where the bot lacks Embed Links, is kept without it; where
+    // a role gives it back, with it.
+    let client = reqwest::Client::new();
+    let post = |content: &'static str| {
+        client
+            .post(format!("{}/api/v10/channels/{CHANNEL}/messages", discord.base_url))
+            .json(&json!({"content": content, "embeds": [{"title": "a card"}], "allowed_mentions": {"parse": []}}))
+            .send()
+    };
+    discord.set_overwrites(CHANNEL, vec![everyone(0, EMBED_LINKS)]);
+    assert!(has(discord.bot_permissions_in(CHANNEL), SEND_MESSAGES));
+    let stored: Value = post("without").await.unwrap().json().await.unwrap();
+    assert_eq!(stored["embeds"], json!([]), "{stored}");
+    discord.set_overwrites(
+        CHANNEL,
+        vec![everyone(0, EMBED_LINKS), bot_role(EMBED_LINKS, 0)],
+    );
+    let stored: Value = post("with").await.unwrap().json().await.unwrap();
+    assert_eq!(stored["embeds"][0]["title"], "a card", "{stored}");
+    let kept: Vec<Value> = discord.messages_in(CHANNEL);
+    assert_eq!(kept[0]["embeds"], json!([]));
+    assert_eq!(kept[1]["embeds"].as_array().map(Vec::len), Some(1));
+}

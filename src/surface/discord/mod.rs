@@ -25,6 +25,7 @@ mod found;
 pub mod ids;
 mod parked;
 mod people;
+pub mod permissions;
 mod post;
 mod remember;
 mod repost;

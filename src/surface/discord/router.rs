@@ -13,7 +13,8 @@
 //! bot's own mentions are taken out of the text first. Without the Message Content intent Discord
 //! sends only mentions and replies (with the mention on) with their text and every other message
 //! empty, which is never an answer or feedback. A parked card's buttons go to `parked`, memory
-//! buttons to `commands::memory`.
+//! buttons to `commands::memory`. As each server arrives (GUILD_CREATE), the permissions the bot
+//! lacks there are logged (`report_permissions`, from `permissions`).
 
 use crate::surface::discord::people::person_of;
 use poise::serenity_prelude as serenity;
@@ -25,6 +26,7 @@ use super::forms::{
 };
 use super::ids::{CardAction, CardId};
 use super::parked;
+use super::permissions;
 use super::respond::{
     decide_and_report, ephemeral, requester_of, something_went_wrong, Interaction,
 };
@@ -64,6 +66,9 @@ pub async fn on_event(
             tokio::spawn(async move { on_thread_message(&data, message).await });
         }
         FullEvent::Ready { .. } => crate::ops::health().set_gateway(crate::ops::Gateway::Connected),
+        FullEvent::GuildCreate { guild, .. } => {
+            report_permissions(guild, ctx.serenity_context.cache.current_user().id)
+        }
         FullEvent::ShardStageUpdate { event } => crate::ops::health().set_gateway(
             if event.new == serenity::gateway::ConnectionStage::Connected {
                 crate::ops::Gateway::Connected
@@ -74,6 +79,26 @@ pub async fn on_event(
         _ => {}
     }
     Ok(())
+}
+
+/// Logs, as a server arrives, the permissions the bot lacks there (by its roles, and in each
+/// channel where agents start) and what breaks without each.
+fn report_permissions(guild: &serenity::Guild, bot: serenity::UserId) {
+    let Some(report) = permissions::report_server(guild, bot) else {
+        tracing::warn!(
+            guild = guild.id.get(),
+            "the bot's own member is not in the server's data: its permissions there are unknown"
+        );
+        return;
+    };
+    for line in &report.lines {
+        match line.lacking {
+            permissions::Lacking::Nothing => {
+                tracing::info!(guild = report.guild_id, "{}", line.text)
+            }
+            _ => tracing::warn!(guild = report.guild_id, "{}", line.text),
+        }
+    }
 }
 
 /// Checks that the click is for the agent's current proposal and that the clicker may decide.

@@ -13,6 +13,15 @@
 //! `components` empty (and no `poll`), except for the bot's own messages, messages that mention it
 //! (a reply mentions the author it answers unless sent with `reply_quietly`) and DMs; REST reads
 //! of messages are blanked the same way for an application without the flag.
+//!
+//! Like Discord, it computes the bot's permissions in a channel from its servers' roles and the
+//! channel's overwrites (`Servers`): @everyone's permissions and the member's roles', everything
+//! for the owner or an Administrator, then the @everyone overwrite, the member's roles' overwrites
+//! (their denials together, then their grants), and the member's own overwrite; without View
+//! Channel nothing else counts, and a thread takes its parent channel's. It sends them with each
+//! interaction (`app_permissions`) and in GUILD_CREATE (roles, the bot's member, overwrites),
+//! serves them over REST, and acts on them: no thread without Create Public Threads, no post
+//! without Send Messages (in Threads), and a message's embeds dropped without Embed Links.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -38,6 +47,30 @@ pub const ALICE: u64 = 4_000_000_000_000_000_001;
 pub const BOB: u64 = 4_000_000_000_000_000_002;
 pub const CAROL: u64 = 4_000_000_000_000_000_003;
 pub const ROLE_TEAM: u64 = 5_000_000_000_000_000_001;
+/// The bot's own role in each server (the one Discord makes for its integration).
+pub const BOT_ROLE: u64 = 5_000_000_000_000_000_101;
+pub const BOT_ROLE_B: u64 = 5_000_000_000_000_000_102;
+/// Discord's permission bits the fake acts on or grants.
+pub const VIEW_CHANNEL: u64 = 1 << 10;
+pub const SEND_MESSAGES: u64 = 1 << 11;
+pub const MANAGE_MESSAGES: u64 = 1 << 13;
+pub const EMBED_LINKS: u64 = 1 << 14;
+pub const ATTACH_FILES: u64 = 1 << 15;
+pub const READ_MESSAGE_HISTORY: u64 = 1 << 16;
+pub const ADMINISTRATOR: u64 = 1 << 3;
+pub const MANAGE_THREADS: u64 = 1 << 34;
+pub const CREATE_PUBLIC_THREADS: u64 = 1 << 35;
+pub const SEND_MESSAGES_IN_THREADS: u64 = 1 << 38;
+pub const PIN_MESSAGES: u64 = 1 << 51;
+/// Every permission bit Discord has defined so far.
+const ALL_PERMISSIONS: u64 = (1 << 52) - 1;
+/// @everyone's permissions in the fake's servers: reading and writing, threads, embeds, files.
+pub const EVERYONE_PERMS: u64 = 1071698660929;
+/// What the bot's own role adds: pinning and archiving.
+pub const BOT_ROLE_PERMS: u64 = MANAGE_MESSAGES | PIN_MESSAGES | MANAGE_THREADS;
+/// Overwrite kinds.
+pub const OVERWRITE_ROLE: u64 = 0;
+pub const OVERWRITE_MEMBER: u64 = 1;
 /// Permissions of an ordinary member (no Manage Threads).
 pub const MEMBER_PERMS: &str = "2147483648";
 /// A member's permissions plus Manage Server (a server admin).
@@ -91,8 +124,184 @@ struct ShardLink {
     intents: u64,
 }
 
+/// A channel's permission overwrite: for a role (the server's id: @everyone) or a member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Overwrite {
+    pub id: u64,
+    pub kind: u64,
+    pub allow: u64,
+    pub deny: u64,
+}
+
+impl Overwrite {
+    fn payload(&self) -> Value {
+        json!({"id": self.id.to_string(), "type": self.kind, "allow": self.allow.to_string(), "deny": self.deny.to_string()})
+    }
+}
+
+/// The servers' permissions as Discord keeps them: each role's permissions (a server's
+/// @everyone role has the server's id), each member's roles, each channel's overwrites.
+struct Servers {
+    roles: HashMap<u64, Vec<(u64, u64)>>,
+    member_roles: HashMap<(u64, u64), Vec<u64>>,
+    overwrites: HashMap<u64, Vec<Overwrite>>,
+}
+
+impl Default for Servers {
+    fn default() -> Servers {
+        let mut servers = Servers {
+            roles: HashMap::new(),
+            member_roles: HashMap::new(),
+            overwrites: HashMap::new(),
+        };
+        for (guild, bot_role) in [(GUILD, BOT_ROLE), (GUILD_B, BOT_ROLE_B)] {
+            servers.roles.insert(
+                guild,
+                vec![
+                    (guild, EVERYONE_PERMS),
+                    (ROLE_TEAM, 0),
+                    (bot_role, BOT_ROLE_PERMS),
+                ],
+            );
+            servers.member_roles.insert((guild, APP), vec![bot_role]);
+        }
+        servers
+    }
+}
+
+impl Servers {
+    /// Discord's computation of `user`'s permissions in `channel` (a channel of `guild`, never a
+    /// thread: a thread is looked at through its parent), with `roles` as the member's roles.
+    fn permissions(&self, guild: u64, user: u64, roles: &[u64], channel: u64) -> u64 {
+        if user == ALICE {
+            // The owner of both servers.
+            return ALL_PERMISSIONS;
+        }
+        let role_permissions = self.roles.get(&guild).cloned().unwrap_or_default();
+        let of_role = |role: u64| {
+            role_permissions
+                .iter()
+                .find(|(id, _)| *id == role)
+                .map_or(0, |(_, p)| *p)
+        };
+        let mut permissions = of_role(guild);
+        for role in roles {
+            permissions |= of_role(*role);
+        }
+        if permissions & ADMINISTRATOR != 0 {
+            return ALL_PERMISSIONS;
+        }
+        let overwrites = self.overwrites.get(&channel).cloned().unwrap_or_default();
+        if let Some(everyone) = overwrites
+            .iter()
+            .find(|o| o.kind == OVERWRITE_ROLE && o.id == guild)
+        {
+            permissions = (permissions & !everyone.deny) | everyone.allow;
+        }
+        let (mut denied, mut allowed) = (0, 0);
+        for overwrite in overwrites
+            .iter()
+            .filter(|o| o.kind == OVERWRITE_ROLE && roles.contains(&o.id))
+        {
+            denied |= overwrite.deny;
+            allowed |= overwrite.allow;
+        }
+        permissions = (permissions & !denied) | allowed;
+        if let Some(own) = overwrites
+            .iter()
+            .find(|o| o.kind == OVERWRITE_MEMBER && o.id == user)
+        {
+            permissions = (permissions & !own.deny) | own.allow;
+        }
+        // Without View Channel, Discord counts nothing else in the channel.
+        if permissions & VIEW_CHANNEL == 0 {
+            return 0;
+        }
+        permissions
+    }
+
+    fn roles_of(&self, guild: u64, user: u64) -> Vec<u64> {
+        self.member_roles
+            .get(&(guild, user))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn role_payloads(&self, guild: u64) -> Vec<Value> {
+        self.roles
+            .get(&guild)
+            .into_iter()
+            .flatten()
+            .map(|&(id, permissions)| {
+                let name = match id {
+                    ROLE_TEAM => "team",
+                    BOT_ROLE | BOT_ROLE_B => "fakebot",
+                    _ if id == guild => "@everyone",
+                    _ => "a role",
+                };
+                let mut r = role(id, name);
+                r["permissions"] = json!(permissions.to_string());
+                r["position"] = json!(match id == guild {
+                    true => 0,
+                    false => 1,
+                });
+                if matches!(id, BOT_ROLE | BOT_ROLE_B) {
+                    r["managed"] = json!(true);
+                }
+                r
+            })
+            .collect()
+    }
+
+    /// The server's one text channel, with its overwrites.
+    fn channel_payload(&self, guild: u64) -> Value {
+        let channel = match guild {
+            GUILD_B => CHANNEL_B,
+            _ => CHANNEL,
+        };
+        let overwrites: Vec<Value> = self
+            .overwrites
+            .get(&channel)
+            .into_iter()
+            .flatten()
+            .map(Overwrite::payload)
+            .collect();
+        json!({"id": channel.to_string(), "type": 0, "name": "general", "guild_id": guild.to_string(),
+               "position": 0, "permission_overwrites": overwrites, "parent_id": null, "topic": null, "nsfw": false})
+    }
+
+    /// The bot's member in `guild`, as REST returns it (no permissions; no server id).
+    fn bot_member(&self, guild: u64) -> Value {
+        let mut found = member(APP, &self.roles_of(guild, APP), "0");
+        found["user"]["bot"] = json!(true);
+        if let Some(fields) = found.as_object_mut() {
+            fields.remove("permissions");
+        }
+        found
+    }
+
+    /// GUILD_CREATE for one of the fake's servers: its roles, its one text channel with its
+    /// overwrites, and the members Discord sends without the members intent (the bot's own).
+    fn guild_payload(&self, guild: u64) -> Value {
+        let name = match guild {
+            GUILD_B => "Second Guild",
+            _ => "Fake Guild",
+        };
+        json!({"id": guild.to_string(), "name": name, "icon": null, "owner_id": ALICE.to_string(),
+            "verification_level": 0, "default_message_notifications": 0, "explicit_content_filter": 0, "mfa_level": 0,
+            "premium_tier": 0, "nsfw_level": 0, "system_channel_flags": 0, "preferred_locale": "en-US",
+            "premium_progress_bar_enabled": false, "features": [], "emojis": [], "stickers": [],
+            "roles": self.role_payloads(guild),
+            "joined_at": "2024-01-01T00:00:00.000000+00:00", "large": false, "unavailable": false, "member_count": 3,
+            "voice_states": [], "presences": [], "stage_instances": [], "guild_scheduled_events": [], "threads": [],
+            "members": [member(ALICE, &[], MEMBER_PERMS), self.bot_member(guild)],
+            "channels": [self.channel_payload(guild)]})
+    }
+}
+
 #[derive(Default)]
 struct Inner {
+    servers: Servers,
     next_id: u64,
     /// The identified connections by shard id.
     shards: HashMap<u32, ShardLink>,
@@ -255,28 +464,9 @@ pub fn guild_payload() -> Value {
     guild_payload_of(GUILD)
 }
 
-/// GUILD_CREATE for one of the fake's servers, with its one text channel.
+/// GUILD_CREATE for one of the fake's servers as it starts, with its one text channel.
 pub fn guild_payload_of(guild: u64) -> Value {
-    let (name, channel) = match guild {
-        GUILD_B => ("Second Guild", CHANNEL_B),
-        _ => ("Fake Guild", CHANNEL),
-    };
-    let everyone = {
-        let mut r = role(guild, "@everyone");
-        r["permissions"] = json!("1071698660929");
-        r["position"] = json!(0);
-        r
-    };
-    json!({"id": guild.to_string(), "name": name, "icon": null, "owner_id": ALICE.to_string(),
-        "verification_level": 0, "default_message_notifications": 0, "explicit_content_filter": 0, "mfa_level": 0,
-        "premium_tier": 0, "nsfw_level": 0, "system_channel_flags": 0, "preferred_locale": "en-US",
-        "premium_progress_bar_enabled": false, "features": [], "emojis": [], "stickers": [],
-        "roles": [everyone, role(ROLE_TEAM, "team")],
-        "joined_at": "2024-01-01T00:00:00.000000+00:00", "large": false, "unavailable": false, "member_count": 3,
-        "voice_states": [], "presences": [], "stage_instances": [], "guild_scheduled_events": [], "threads": [],
-        "members": [member(ALICE, &[], MEMBER_PERMS)],
-        "channels": [{"id": channel.to_string(), "type": 0, "name": "general", "guild_id": guild.to_string(),
-                      "position": 0, "permission_overwrites": [], "parent_id": null, "topic": null, "nsfw": false}]})
+    Servers::default().guild_payload(guild)
 }
 
 fn now_stamp() -> String {
@@ -449,6 +639,9 @@ impl FakeDiscord {
                 .route("/api/v10/users/@me", get(current_user))
                 .route("/api/v10/applications/@me", get(current_application))
                 .route("/api/v10/guilds/{guild}/members/{user}", get(guild_member))
+                .route("/api/v10/users/@me/guilds", get(current_user_guilds))
+                .route("/api/v10/guilds/{guild}", get(get_guild))
+                .route("/api/v10/guilds/{guild}/channels", get(get_guild_channels))
                 .route("/api/v10/channels/{channel}/threads", post(create_thread))
                 .route("/api/v10/channels/{channel}", patch(edit_channel))
                 .route(
@@ -500,6 +693,51 @@ impl FakeDiscord {
         }
     }
 
+    /// Sets a channel's permission overwrites, as a server admin would, and tells the bot
+    /// (CHANNEL_UPDATE).
+    pub fn set_overwrites(&self, channel: u64, overwrites: Vec<Overwrite>) {
+        let payload = {
+            let mut inner = self.lock();
+            inner.servers.overwrites.insert(channel, overwrites);
+            let guild = inner.guild_of(channel);
+            inner.servers.channel_payload(guild)
+        };
+        self.dispatch("CHANNEL_UPDATE", payload);
+    }
+
+    /// Sets a role's permissions in a server (adding the role if it is new), and tells the bot
+    /// (GUILD_ROLE_UPDATE).
+    pub fn set_role_permissions(&self, guild: u64, role_id: u64, permissions: u64) {
+        let payload = {
+            let mut inner = self.lock();
+            let roles = inner.servers.roles.entry(guild).or_default();
+            match roles.iter_mut().find(|(id, _)| *id == role_id) {
+                Some(found) => found.1 = permissions,
+                None => roles.push((role_id, permissions)),
+            }
+            inner
+                .servers
+                .role_payloads(guild)
+                .into_iter()
+                .find(|r| r["id"] == role_id.to_string().as_str())
+                .unwrap()
+        };
+        self.dispatch(
+            "GUILD_ROLE_UPDATE",
+            json!({"guild_id": guild.to_string(), "role": payload}),
+        );
+    }
+
+    /// GUILD_CREATE for one of the fake's servers as it is now.
+    pub fn guild_payload(&self, guild: u64) -> Value {
+        self.lock().servers.guild_payload(guild)
+    }
+
+    /// The bot's permissions in a channel or thread, as the fake computes them.
+    pub fn bot_permissions_in(&self, channel: u64) -> u64 {
+        self.lock().bot_permissions_in(channel)
+    }
+
     fn new_id(&self) -> u64 {
         let mut inner = self.lock();
         inner.next_id += 1;
@@ -538,9 +776,10 @@ impl FakeDiscord {
             (
                 inner.guild_of(channel),
                 inner.renamed.get(&user_id).cloned(),
+                inner.bot_permissions_in(channel),
             )
         };
-        let (guild, renamed) = guild;
+        let (guild, renamed, app_permissions) = guild;
         let mut member = member(user_id, roles, perms);
         if let Some(name) = renamed {
             member["user"]["username"] = json!(name);
@@ -548,7 +787,7 @@ impl FakeDiscord {
         }
         let value = json!({"id": id.to_string(), "application_id": APP.to_string(), "type": kind, "token": token,
             "version": 1, "locale": "en-US", "guild_locale": "en-US", "entitlements": [], "attachment_size_limit": 26214400,
-            "app_permissions": "2199023255551", "context": 0, "authorizing_integration_owners": {"0": guild.to_string()},
+            "app_permissions": app_permissions.to_string(), "context": 0, "authorizing_integration_owners": {"0": guild.to_string()},
             "guild_id": guild.to_string(), "channel_id": channel.to_string(),
             "member": member});
         (id, value)
@@ -1145,6 +1384,22 @@ impl Inner {
             .find(|t| t["id"] == id.to_string().as_str())
     }
 
+    /// The bot's permissions in a channel or thread (a thread's are its parent channel's).
+    fn bot_permissions_in(&self, channel: u64) -> u64 {
+        let guild = self.guild_of(channel);
+        let parent = self
+            .thread(channel)
+            .and_then(|t| t["parent_id"].as_str()?.parse().ok())
+            .unwrap_or(channel);
+        self.servers
+            .permissions(guild, APP, &self.servers.roles_of(guild, APP), parent)
+    }
+
+    /// Whether the bot holds `permission` in a channel or thread.
+    fn bot_may(&self, channel: u64, permission: u64) -> bool {
+        self.bot_permissions_in(channel) & permission == permission
+    }
+
     /// The server a channel or thread belongs to.
     fn guild_of(&self, channel: u64) -> u64 {
         if channel == CHANNEL_B {
@@ -1256,7 +1511,8 @@ async fn gateway(mut socket: WebSocket, state: Shared, port: u16) {
                         ready["application"]["flags"] = json!(flags);
                         send_dispatch(&mut inner, shard, json!({"op": 0, "t": "READY", "d": ready}));
                         for guild in guilds {
-                            send_dispatch(&mut inner, shard, json!({"op": 0, "t": "GUILD_CREATE", "d": guild_payload_of(guild)}));
+                            let payload = inner.servers.guild_payload(guild);
+                            send_dispatch(&mut inner, shard, json!({"op": 0, "t": "GUILD_CREATE", "d": payload}));
                         }
                         let (mine, others): (Vec<Value>, Vec<Value>) = std::mem::take(&mut inner.queued)
                             .into_iter()
@@ -1308,7 +1564,7 @@ async fn create_thread(
     Json(body): Json<Value>,
 ) -> Response {
     let mut inner = state.lock().unwrap();
-    if inner.threads_forbidden {
+    if inner.threads_forbidden || !inner.bot_may(channel, VIEW_CHANNEL | CREATE_PUBLIC_THREADS) {
         return (
             StatusCode::FORBIDDEN,
             Json(json!({"code": 50013, "message": "Missing Permissions"})),
@@ -1577,6 +1833,15 @@ fn store_message(
     files: &[(String, Vec<u8>)],
 ) -> (Response, Duration) {
     let mut inner = state.lock().unwrap();
+    let in_thread = inner.thread(channel).is_some();
+    let send = match in_thread {
+        true => SEND_MESSAGES_IN_THREADS,
+        false => SEND_MESSAGES,
+    };
+    if !inner.bot_may(channel, VIEW_CHANNEL | send) {
+        return (missing_permissions(), Duration::ZERO);
+    }
+    let payload = &without_embeds_unless_allowed(&inner, channel, payload);
     let mut problems = message_problems(payload);
     let known = channel == CHANNEL || channel == CHANNEL_B || inner.thread(channel).is_some();
     // A message in an archived (not locked) thread opens it again, as in Discord.
@@ -1668,6 +1933,25 @@ fn store_message(
     (response, delay)
 }
 
+/// Discord's answer to a request the bot's permissions do not allow.
+fn missing_permissions() -> Response {
+    (
+        StatusCode::FORBIDDEN,
+        Json(json!({"code": 50013, "message": "Missing Permissions"})),
+    )
+        .into_response()
+}
+
+/// A message as Discord keeps it from a bot without Embed Links in the channel: its embeds
+/// dropped, silently.
+fn without_embeds_unless_allowed(inner: &Inner, channel: u64, payload: &Value) -> Value {
+    let mut kept = payload.clone();
+    if !inner.bot_may(channel, EMBED_LINKS) && kept.get("embeds").is_some() {
+        kept["embeds"] = json!([]);
+    }
+    kept
+}
+
 /// Discord's answer when it is rate limiting (429, with how long to wait) or failing (5xx).
 fn discord_failure(status: u16) -> Response {
     if status == 429 {
@@ -1693,6 +1977,7 @@ async fn edit_message(
 ) -> Response {
     let (payload, files) = read_body(&headers, body).await;
     let mut inner = state.lock().unwrap();
+    let payload = without_embeds_unless_allowed(&inner, channel, &payload);
     if let Some(rejected) = reject_invalid(&mut inner, "edit message", &payload) {
         return rejected;
     }
@@ -2012,7 +2297,13 @@ async fn edit_followup(
 /// GET /users/@me: the bot's own user, for the token the tests give it ("Bot fake-token").
 /// A member of one of the fake's servers, as Discord's REST API returns one (no permissions,
 /// which only interactions carry); 404 "Unknown Member" for anyone the fake does not know.
-async fn guild_member(Path((_guild, user_id)): Path<(u64, u64)>) -> Response {
+async fn guild_member(
+    State(state): State<Shared>,
+    Path((guild, user_id)): Path<(u64, u64)>,
+) -> Response {
+    if user_id == APP {
+        return Json(state.lock().unwrap().servers.bot_member(guild)).into_response();
+    }
     if name_of(user_id) == "someone" {
         return (
             StatusCode::NOT_FOUND,
@@ -2025,6 +2316,78 @@ async fn guild_member(Path((_guild, user_id)): Path<(u64, u64)>) -> Response {
         fields.remove("permissions");
     }
     Json(found).into_response()
+}
+
+/// Whether a request carries the token the tests give the bot.
+fn authorised(headers: &HeaderMap) -> bool {
+    headers.get("authorization").and_then(|v| v.to_str().ok()) == Some("Bot fake-token")
+}
+
+fn unauthorised() -> Response {
+    (
+        StatusCode::UNAUTHORIZED,
+        Json(json!({"message": "401: Unauthorized", "code": 0})),
+    )
+        .into_response()
+}
+
+/// `GET /users/@me/guilds`: the servers the bot is in.
+async fn current_user_guilds(headers: HeaderMap) -> Response {
+    if !authorised(&headers) {
+        return unauthorised();
+    }
+    let guilds: Vec<Value> = [(GUILD, "Fake Guild"), (GUILD_B, "Second Guild")]
+        .iter()
+        .map(|(id, name)| json!({"id": id.to_string(), "name": name, "icon": null, "owner": false, "permissions": "0", "features": []}))
+        .collect();
+    Json(json!(guilds)).into_response()
+}
+
+/// `GET /guilds/{guild}`: the server with its roles (REST carries no channels or members).
+async fn get_guild(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    Path(guild): Path<u64>,
+) -> Response {
+    if !authorised(&headers) {
+        return unauthorised();
+    }
+    let mut payload = state.lock().unwrap().servers.guild_payload(guild);
+    if let Some(fields) = payload.as_object_mut() {
+        for live_only in [
+            "channels",
+            "members",
+            "threads",
+            "joined_at",
+            "large",
+            "unavailable",
+            "member_count",
+            "voice_states",
+            "presences",
+            "stage_instances",
+            "guild_scheduled_events",
+        ] {
+            fields.remove(live_only);
+        }
+    }
+    Json(payload).into_response()
+}
+
+/// `GET /guilds/{guild}/channels`: the server's channels with their overwrites.
+async fn get_guild_channels(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    Path(guild): Path<u64>,
+) -> Response {
+    if !authorised(&headers) {
+        return unauthorised();
+    }
+    Json(json!([state
+        .lock()
+        .unwrap()
+        .servers
+        .channel_payload(guild)]))
+    .into_response()
 }
 
 /// `GET /applications/@me`: the bot's application, with the flags that say which privileged

@@ -10,7 +10,7 @@
 use crate::surface::discord::people::person_of;
 use poise::serenity_prelude::{ChannelId, CreateMessage};
 
-use super::start::open_thread;
+use super::start::{open_thread, refuse_without_card_permissions};
 use super::{thread_agent, Ctx, Error};
 use crate::core::state::GuildId;
 use crate::service::rights::may_decide;
@@ -40,6 +40,7 @@ pub(super) async fn fork(
         .check_start(binding.guild_id, &who, source.brief.settings.budget)?;
     let id = AgentService::new_agent_id();
     let title = format!("{} (fork after cycle {cycle})", source.name());
+    refuse_without_card_permissions(ctx, ChannelId::new(binding.parent_channel_id))?;
     let thread = open_thread(ctx, ChannelId::new(binding.parent_channel_id), &title).await?;
     let by = person_of(ctx.author());
     let guild = GuildId::from(binding.guild_id);

@@ -2,15 +2,18 @@
 //!
 //! It applies `check_start` and `check_model` (a model the server offers, with a price), and reads
 //! whom to share with from `share_user`, `share_role` and the mentions in `share_with`
-//! (`rights::shares_in`). It defers privately, because Discord gives the first follow-up the
-//! deferral's visibility and a later refusal must stay private. Then it opens the thread
-//! (`open_thread`; a refusal for want of a permission is a `UserError` naming it), saves the
-//! `ThreadBinding`, makes the agent (`AgentService::new_agent`) and starts it
+//! (`rights::shares_in`). Before anything is checked or reserved, a channel where the bot could
+//! not post an agent's cards is refused, naming the permission it lacks
+//! (`refuse_without_card_permissions`, from `permissions`). It defers privately, because Discord
+//! gives the first follow-up the deferral's visibility and a later refusal must stay private. Then
+//! it opens the thread (`open_thread`; a refusal for want of a permission is a `UserError` naming
+//! it), saves the `ThreadBinding`, makes the agent (`AgentService::new_agent`) and starts it
 //! (`Supervisor::start_new`).
 
 use poise::serenity_prelude as serenity;
 use serenity::{
-    AutoArchiveDuration, ChannelId, ChannelType, CreateThread, HttpError, RoleId, UserId,
+    AutoArchiveDuration, ChannelId, ChannelType, CreateThread, HttpError, Permissions, RoleId,
+    UserId,
 };
 
 use super::{guild_of, Ctx, Error};
@@ -20,6 +23,7 @@ use crate::service::rights::{shares_in, MAX_SHARES};
 use crate::service::{AgentService, NewAgent, UserError};
 use crate::store::ThreadBinding;
 use crate::surface::discord::cards::thread_name;
+use crate::surface::discord::permissions;
 use crate::surface::discord::respond::{author, defer_privately, reply_privately};
 
 /// Start an agent on a task, in a new thread.
@@ -54,6 +58,7 @@ pub(super) async fn start(
 ) -> Result<(), Error> {
     let data = ctx.data();
     let guild_id = guild_of(ctx)?;
+    refuse_without_card_permissions(ctx, ctx.channel_id())?;
     let owner = author(ctx);
     let budget = budget.map(usd_to_micros);
     data.agents.check_start(guild_id, &owner, budget)?;
@@ -119,6 +124,38 @@ pub(super) async fn start(
         format!("Started agent `{id}` in <#{}>.", thread.id.get()),
     )
     .await
+}
+
+/// Refuses (privately, as every `UserError`) to run an agent from `channel` where the bot could
+/// not open its thread or post its cards there, naming each missing permission and what it
+/// breaks; nothing is started or reserved before this.
+pub(super) fn refuse_without_card_permissions(
+    ctx: Ctx<'_>,
+    channel: ChannelId,
+) -> Result<(), Error> {
+    match bot_permissions_in(ctx, channel).and_then(permissions::refusal) {
+        Some(refusal) => Err(UserError(refusal).into()),
+        None => Ok(()),
+    }
+}
+
+/// The bot's permissions in `channel`, from the gateway's cache; where the cache does not hold
+/// the server, the channel or the bot's member yet, those Discord computed for this interaction
+/// in its own channel.
+fn bot_permissions_in(ctx: Ctx<'_>, channel: ChannelId) -> Option<Permissions> {
+    let cache = ctx.cache();
+    let bot = cache.current_user().id;
+    let cached = ctx.guild_id().and_then(|id| {
+        let guild = cache.guild(id)?;
+        let member = guild.members.get(&bot)?;
+        permissions::in_cached_channel(&guild, channel, member)
+    });
+    cached.or(match ctx {
+        poise::Context::Application(command) if command.interaction.channel_id == channel => {
+            command.interaction.app_permissions
+        }
+        _ => None,
+    })
 }
 
 /// Opens a public thread for an agent in `channel`; a refusal for want of permissions says which

@@ -95,7 +95,12 @@ async def whole_task(api, other, anonymous, files):
 
 
 async def paging(api):
-    task = await api.create_agent_task(task_request_body=TaskRequestBody(input="Write files"))
+    # Named, so that the agent needs no profile call (the fake model scripts cycles only).
+    task = await api.create_agent_task(
+        task_request_body=TaskRequestBody(
+            input="Write files", additional_input={"name": "Pager", "role": "writes files"}
+        )
+    )
     await step(api, task.task_id)
     for n in range(1, 25):
         await step(api, task.task_id, "try again, %d" % n)

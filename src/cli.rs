@@ -69,7 +69,7 @@ impl Cli {
     /// that our own transport already reports (and retries) in its own words.
     pub fn default_log_filter(&self) -> String {
         let level = match self.command {
-            CliCommand::Run(_) => "info",
+            CliCommand::Run(_) | CliCommand::Serve(_) => "info",
             _ => "warn",
         };
         format!("{level},serenity=warn,poise=warn,hnsw_rs=warn,anndists=warn,sled=warn,hyper=warn,reqwest=warn,rustls=warn,h2=warn,tungstenite=warn,rmcp=warn,async_openai=error")
@@ -103,6 +103,12 @@ pub enum CliCommand {
     Run(RunArgs),
     /// Run an agent in this terminal.
     Console(ConsoleArgs),
+    /// Serve the Agent Protocol (v1, as AutoGPT's `serve`) for any Agent Protocol client: tasks,
+    /// steps and artifacts under /ap/v1/agent/tasks, with bearer tokens from [[api.tokens]]
+    /// (each token's value in the environment variable its token_env names). A step with no
+    /// input or "y" approves the proposed command; other text is feedback, or the answer to the
+    /// agent's question.
+    Serve(ServeArgs),
     /// List saved agents. This and the other inspection commands also work while `run` holds
     /// the store: they are answered by the running bot.
     List,
@@ -144,6 +150,15 @@ pub enum CliCommand {
     /// Ask the running bot's /healthz (on ops.listen) whether it is up: exit 0 if it is. The
     /// image's HEALTHCHECK runs this.
     Health,
+}
+
+/// Where `serve` listens.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The address to listen on (default: api.listen, else 127.0.0.1:8000); port 0 picks a free
+    /// port, which the first line printed names.
+    #[arg(long)]
+    pub listen: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -334,6 +349,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 args.total_shards,
             )?;
             let mut config = config;
+            if !config.api.listen.trim().is_empty() {
+                config.api.check_tokens()?;
+            }
             crate::llm::context::learn_context_windows(&mut config.llm, None).await;
             let flush_window = config.store.flush_window();
             let mut app = App::open(config)?;
@@ -358,6 +376,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             ended?;
             Ok(ExitCode::SUCCESS)
         }
+        CliCommand::Serve(args) => serve(config, args).await,
         CliCommand::Health => crate::ops::check_health(&config.ops.listen).await,
         CliCommand::List => inspect(config, Inspect::List, None).await,
         CliCommand::Status { id } => inspect(config, Inspect::Status { id }, None).await,
@@ -454,6 +473,35 @@ impl crate::check::ServerPermissions for PermissionsOverRest {
         }
         lines
     }
+}
+
+/// `autothread serve`: the agents started over the Agent Protocol, with the ops listener as `run`
+/// has it.
+async fn serve(mut config: Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
+    config.api.check_tokens()?;
+    let listen = args
+        .listen
+        .unwrap_or_else(|| config.api.serve_listen().to_string());
+    crate::llm::context::learn_context_windows(&mut config.llm, None).await;
+    let flush_window = config.store.flush_window();
+    let mut app = App::open(config)?;
+    app.store.share_flushes_within(flush_window);
+    app.connect_mcp().await;
+    if let Some(note) = app.settle_crashed_calls()? {
+        println!("{note}");
+    }
+    start_ops(&app).await?;
+    let pid_file = config_dir_file(&app.config, crate::check::PID_FILE);
+    if let Some(path) = &pid_file {
+        let _ = std::fs::write(path, std::process::id().to_string());
+    }
+    let admin_file = config_dir_file(&app.config, crate::inspect::ADMIN_FILE);
+    let ended = crate::surface::api::serve(app, &listen).await;
+    for path in [&pid_file, &admin_file].into_iter().flatten() {
+        let _ = std::fs::remove_file(path);
+    }
+    ended?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// A resumed agent talks to the server it was created with, never to whatever the config names

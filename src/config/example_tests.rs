@@ -165,6 +165,11 @@ fn sample() -> Config {
             approvers_role: Some(1),
         },
     );
+    config.api.tokens.push(ApiToken {
+        name: "ci".into(),
+        token_env: "AUTOTHREAD_API_TOKEN_CI".into(),
+        token: None,
+    });
     config.images.usd_per_image.insert("1024x1024".into(), 0.04);
     config.mcp.servers.push(
         toml::from_str("name = \"time\"\ncommand = \"x\"\nenv = { TZ = \"UTC\" }\n").unwrap(),

@@ -17,6 +17,7 @@ use serde::Deserialize;
 
 use crate::core::budget::usd_to_micros;
 
+mod api;
 mod approvals;
 mod budget;
 mod discord;
@@ -29,6 +30,7 @@ mod web;
 
 #[cfg(test)]
 mod example_tests;
+pub use api::{ApiConfig, ApiToken, MIN_TOKEN_CHARS, SERVE_DEFAULT_LISTEN};
 pub use approvals::{ApprovalsConfig, GuildApprovals};
 pub use budget::{BudgetConfig, PriceConfig, Unpriced};
 pub use discord::{DiscordConfig, FeedbackMessages, MessageContent, MESSAGE_CONTENT_SWITCH};
@@ -103,6 +105,7 @@ pub struct Config {
     pub mcp: McpConfig,
     pub images: ImagesConfig,
     pub ops: OpsConfig,
+    pub api: ApiConfig,
 }
 
 /// A URL without its query and fragment, for logs and errors: where a provider's parameters (or a
@@ -216,6 +219,10 @@ impl Config {
         if let Some(v) = env("AUTOTHREAD_OPS_LISTEN") {
             self.ops.listen = v;
         }
+        if let Some(v) = env("AUTOTHREAD_API_LISTEN") {
+            self.api.listen = v;
+        }
+        self.api.read_tokens(env);
         if let Some(v) = env("AUTOTHREAD_FREE_MODELS") {
             let named = v.split(',').map(str::trim).filter(|m| !m.is_empty());
             self.budget.free_models.extend(named.map(str::to_string));
@@ -377,6 +384,7 @@ impl Config {
         }
         self.validate_budget()?;
         self.validate_web()?;
+        self.api.validate()?;
         if self.agent.automatic.is_some() {
             return Err(invalid(
                 "agent.automatic",

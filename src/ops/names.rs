@@ -32,6 +32,11 @@ pub const DISCORD_RETRIES: &str = "autothread_discord_post_retries_total";
 /// Cards that could not be posted yet and wait for the re-post loop.
 pub const CARDS_UNPOSTED: &str = "autothread_cards_unposted";
 
+/// Agent Protocol requests (`method`, `route`: the route's pattern, `status`).
+pub const API_REQUESTS: &str = "autothread_api_requests_total";
+/// Seconds an Agent Protocol request took (`method`, `route`); a step waits for the agent.
+pub const API_REQUEST_SECONDS: &str = "autothread_api_request_seconds";
+
 /// The phase labels `AGENTS` reports, zero included, so a dashboard sees every series.
 pub const PHASES: &[&str] = &[
     "creating",
@@ -78,5 +83,14 @@ pub fn describe() {
         INTERACTION_ACK_SECONDS,
         metrics::Unit::Seconds,
         "Time from a Discord interaction to its acknowledgement."
+    );
+    metrics::describe_counter!(
+        API_REQUESTS,
+        "Agent Protocol requests by method, route and status."
+    );
+    metrics::describe_histogram!(
+        API_REQUEST_SECONDS,
+        metrics::Unit::Seconds,
+        "Agent Protocol request latency; a step includes its wait for the agent."
     );
 }

@@ -217,13 +217,19 @@ impl Supervisor {
     /// After a restart: every agent that was making progress continues; one whose command was
     /// cut short is asked again.
     pub fn resume_all(&self) -> Result<usize, StoreError> {
+        self.resume_where(|_| true)
+    }
+
+    /// As `resume_all`, for the agents `serves` picks: a process serving one surface resumes
+    /// only the agents that surface reaches (`autothread serve` those started over the API).
+    pub fn resume_where(&self, serves: impl Fn(&AgentState) -> bool) -> Result<usize, StoreError> {
         let mut resumed = 0;
         for summary in self.deps.store.list_agents()? {
             let Some(state) = self.deps.store.load_agent(&summary.id)? else {
                 continue;
             };
             let mut live = self.lock();
-            if !state.progress.phase.is_live() || live.contains_key(&state.id) {
+            if !state.progress.phase.is_live() || live.contains_key(&state.id) || !serves(&state) {
                 continue;
             }
             let interrupted = was_interrupted(&self.deps.store, &state)?;

@@ -343,6 +343,60 @@ impl AgentService {
         self.allowed_models(guild_id)
     }
 
+    /// The models an agent started outside any Discord server (over the Agent Protocol) may
+    /// use: the configured model first, then `discord.models`.
+    pub fn models_outside_servers(&self) -> Vec<String> {
+        let mut models = vec![self.config.llm.model.clone()];
+        for model in &self.config.discord.models {
+            if !models.contains(model) {
+                models.push(model.clone());
+            }
+        }
+        models
+    }
+
+    /// Whether a caller outside any server may start an agent: the model must be offered and
+    /// priced, the budget within the configured maximum, and the caller must run fewer agents
+    /// (`running`, those that count against caps) than the cap per person.
+    pub fn check_start_outside_servers(
+        &self,
+        running: usize,
+        model: Option<&str>,
+        budget: Option<Micros>,
+    ) -> Result<(), UserError> {
+        if let Some(model) = model {
+            let offered = self.models_outside_servers();
+            if !offered.iter().any(|m| m == model) {
+                return Err(UserError(format!(
+                    "`{}` is not one of the models offered: {}.",
+                    shown_model(model),
+                    offered
+                        .iter()
+                        .map(|m| format!("`{m}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+            if let Err(unpriced) = self.config.budget.price_of(model) {
+                return Err(UserError(format!("`{model}` cannot be used: {unpriced}.")));
+            }
+        }
+        let max_budget = self.config.budget.agent_max();
+        if budget.is_some_and(|b| b.is_zero() || b > max_budget) {
+            return Err(UserError(format!(
+                "An agent's budget must be more than $0 and at most {}.",
+                format_usd(max_budget)
+            )));
+        }
+        let cap = self.config.discord.max_agents_per_user;
+        if cap > 0 && running >= cap {
+            return Err(UserError(format!(
+                "You already run {running} agents, the limit per caller. Finishing one makes room."
+            )));
+        }
+        Ok(())
+    }
+
     /// Whether `who` may give this agent a budget of `micros`: its owner and moderators up to
     /// the configured maximum, server admins beyond it.
     pub fn check_agent_budget(

@@ -1,7 +1,11 @@
 //! Workspace files as the store keeps them (compressed, see `packed`): read back as written, and
-//! listed with the sizes they were written with.
+//! listed with the sizes they were written with. `put_file_from_outside` lands a file a person
+//! gave the agent (an Agent Protocol upload) with its undo record and its audit entry, all or
+//! none, without writing the agent's record, which its actor owns.
 
-use super::{agent_prefix, file_key, packed, Store, StoreError};
+use super::ahead::{TreeId, Writes};
+use super::{agent_prefix, file_key, packed, Store, StoreError, WorkspaceOp};
+use crate::core::audit::AuditEntry;
 
 impl Store {
     /// An agent's file as it was written, if it exists.
@@ -34,5 +38,30 @@ impl Store {
             files.push((path, self.file_len(&value)));
         }
         Ok(files)
+    }
+
+    /// Puts a file into an agent's workspace from outside its loop, at its cycle `cycle` (so a
+    /// rewind past it removes the file), with the trail's entry; flushed before it returns.
+    pub async fn put_file_from_outside(
+        &self,
+        agent: &str,
+        cycle: u64,
+        path: &str,
+        contents: Vec<u8>,
+        entry: &AuditEntry,
+    ) -> Result<(), StoreError> {
+        let mut writes = Writes::default();
+        let audit_held = self.put_audit(&mut writes, agent, &[entry])?;
+        let op = WorkspaceOp::Put {
+            path: path.to_string(),
+            contents,
+        };
+        self.record_undo(&mut writes, agent, cycle, std::slice::from_ref(&op))?;
+        if let WorkspaceOp::Put { path, contents } = op {
+            writes.put(TreeId::Workspace, file_key(agent, &path), contents);
+        }
+        self.write_together(&writes)?;
+        drop(audit_held);
+        self.flush().await
     }
 }

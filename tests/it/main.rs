@@ -5,6 +5,7 @@
 
 mod support;
 
+mod api_e2e;
 mod approvals_e2e;
 mod architecture;
 mod audit_e2e;

@@ -194,6 +194,13 @@ pub enum AuditEvent {
         cycle: u64,
         steps: usize,
     },
+    /// A file was put into the agent's workspace from outside it (an Agent Protocol upload):
+    /// its path, size and the SHA-256 of its bytes.
+    FileUploaded {
+        path: String,
+        bytes: u64,
+        digest: String,
+    },
 }
 
 impl AuditEvent {
@@ -379,6 +386,15 @@ impl AuditEntry {
             AuditEvent::Rewound { cycle, steps } => {
                 format!("rewound the agent to after cycle {cycle}, undoing {steps} steps")
             }
+            AuditEvent::FileUploaded {
+                path,
+                bytes,
+                digest,
+            } => format!(
+                "uploaded `{}` ({bytes} bytes, sha256 {})",
+                truncate_chars(path, arguments_max),
+                truncate_chars(digest, 16)
+            ),
         };
         format!("{when} · {} · {what}", self.by)
     }

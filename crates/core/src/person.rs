@@ -19,12 +19,16 @@ pub enum PersonId {
     Discord(u64),
     /// Whoever types at the console: one terminal has one operator.
     Console,
+    /// A caller of the Agent Protocol API, by the name of its token in `[api]`: every request
+    /// made with one token is the same person, whatever client sent it.
+    Api(String),
     /// Stored before people were kept by id: only their name at the time is known.
     NameOnly(String),
 }
 
 const DISCORD_PREFIX: &str = "discord:";
 const CONSOLE: &str = "console";
+const API_PREFIX: &str = "api:";
 const NAME_PREFIX: &str = "name:";
 
 impl PersonId {
@@ -33,6 +37,7 @@ impl PersonId {
         match self {
             PersonId::Discord(id) => format!("{DISCORD_PREFIX}{id}"),
             PersonId::Console => CONSOLE.to_string(),
+            PersonId::Api(token) => format!("{API_PREFIX}{token}"),
             PersonId::NameOnly(name) => format!("{NAME_PREFIX}{name}"),
         }
     }
@@ -43,6 +48,9 @@ impl PersonId {
         }
         if let Some(id) = key.strip_prefix(DISCORD_PREFIX) {
             return id.parse().ok().map(PersonId::Discord);
+        }
+        if let Some(token) = key.strip_prefix(API_PREFIX) {
+            return Some(PersonId::Api(token.to_string()));
         }
         key.strip_prefix(NAME_PREFIX)
             .map(|name| PersonId::NameOnly(name.to_string()))
@@ -85,6 +93,15 @@ impl Person {
         }
     }
 
+    /// The caller of the Agent Protocol API holding the token named `token`.
+    pub fn api(token: impl Into<String>) -> Person {
+        let token = token.into();
+        Person {
+            id: PersonId::Api(token.clone()),
+            name: token,
+        }
+    }
+
     /// Someone known only by a name (a record from before ids were kept).
     pub fn name_only(name: impl Into<String>) -> Person {
         let name = name.into();
@@ -116,6 +133,7 @@ impl fmt::Display for Person {
         match &self.id {
             PersonId::Discord(id) => write!(f, "{} (<@{id}>)", self.name),
             PersonId::Console => f.write_str(&self.name),
+            PersonId::Api(token) => write!(f, "API token {token}"),
             PersonId::NameOnly(_) => write!(f, "{} (name only)", self.name),
         }
     }
@@ -292,6 +310,19 @@ mod tests {
         let console: Person = serde_json::from_str(r#"{"id":"console","name":"op"}"#).unwrap();
         assert_eq!(console, Person::console("op"));
         assert!(serde_json::from_str::<Person>(r#"{"id":"discord:x","name":"a"}"#).is_err());
+    }
+
+    #[test]
+    fn an_api_token_is_a_person_by_its_name_and_never_a_discord_user() {
+        let ci = Person::api("ci");
+        let stored = serde_json::to_string(&ci).unwrap();
+        assert_eq!(stored, r#"{"id":"api:ci","name":"ci"}"#);
+        assert_eq!(serde_json::from_str::<Person>(&stored).unwrap(), ci);
+        assert_eq!(ci.to_string(), "API token ci");
+        assert!(ci.is(&Person::api("ci")));
+        assert!(!ci.is(&Person::api("dashboard")));
+        assert!(!ci.is(&Person::name_only("ci")));
+        assert_eq!(ci.discord_id(), None);
     }
 
     #[test]

@@ -31,6 +31,8 @@ use super::{buckets, respond, router, DiscordSurface};
 use crate::app::App;
 use crate::config::{MessageContent, MESSAGE_CONTENT_SWITCH};
 use crate::runtime::supervisor::Supervisor;
+use crate::runtime::Surface;
+use crate::surface::api::{Api, ApiSurface, Tokens};
 
 /// Connects the `shards` this process serves and serves until the gateway connection ends, or
 /// until SIGTERM or SIGINT, which shut the bot down gracefully (see `shut_down`).
@@ -202,9 +204,19 @@ fn framework(
                 );
                 spawn_repost_loop(&agents_runtime, &app, surface.clone());
                 spawn_status_loop(&agents_runtime, &app, surface.clone());
-                let supervisor =
-                    Supervisor::new(app.deps_on(surface.clone(), agents_runtime.clone()));
+                // With `api.listen` set, the Agent Protocol is served beside Discord: its surface
+                // stands in front of Discord's, so one set of actors serves both.
+                let api_surface = (!app.config.api.listen.trim().is_empty())
+                    .then(|| Arc::new(ApiSurface::beside(surface.clone())));
+                let shown_by: Arc<dyn Surface> = match &api_surface {
+                    Some(api_surface) => api_surface.clone(),
+                    None => surface.clone(),
+                };
+                let supervisor = Supervisor::new(app.deps_on(shown_by, agents_runtime.clone()));
                 let _ = slot.set(supervisor.clone());
+                if let Some(api_surface) = api_surface {
+                    spawn_api(&agents_runtime, &app, supervisor.clone(), api_surface);
+                }
                 let data = Data {
                     supervisor,
                     agents: app.agents(),
@@ -270,6 +282,31 @@ fn gateway_result(
     ended.unwrap_or_else(|_| Err(anyhow::anyhow!("the gateway's thread stopped unexpectedly")))
 }
 
+/// Serves the Agent Protocol on `api.listen` beside Discord, on the agents' runtime. Its tokens
+/// were checked before the bot started.
+fn spawn_api(
+    agents: &tokio::runtime::Handle,
+    app: &App,
+    supervisor: Supervisor,
+    surface: Arc<ApiSurface>,
+) {
+    let tokens = match Tokens::from_config(&app.config.api) {
+        Ok(tokens) => tokens,
+        Err(e) => {
+            tracing::error!(error = %e, "the Agent Protocol is not served");
+            return;
+        }
+    };
+    let listen_on = app.config.api.listen.clone();
+    let api = Api::new(app.clone(), supervisor, surface, tokens);
+    agents.spawn(async move {
+        match crate::surface::api::listen(api, &listen_on).await {
+            Ok(addr) => tracing::info!("Agent Protocol: http://{addr}/ap/v1/agent/tasks"),
+            Err(e) => tracing::error!(error = %e, "the Agent Protocol is not served"),
+        }
+    });
+}
+
 /// Posts the cards Discord did not take every `discord.repost_interval_secs`, until shutdown.
 fn spawn_repost_loop(agents: &tokio::runtime::Handle, app: &App, surface: Arc<DiscordSurface>) {
     let every = Duration::from_secs(app.config.discord.repost_interval_secs.max(1));
@@ -326,7 +363,7 @@ async fn shut_down(app: &App, supervisor: Option<&Supervisor>) -> anyhow::Result
 }
 
 /// Resolves with the signal's name at SIGTERM (a deploy, `docker stop`) or SIGINT (Ctrl+C).
-async fn shutdown_signal() -> &'static str {
+pub(crate) async fn shutdown_signal() -> &'static str {
     use tokio::signal::unix::{signal, SignalKind};
     match signal(SignalKind::terminate()) {
         Ok(mut terminate) => tokio::select! {

@@ -5,3 +5,4 @@
 pub mod api;
 pub mod console;
 pub mod discord;
+pub mod shutdown;

@@ -664,7 +664,7 @@ pub async fn serve(app: App, listen_on: &str) -> anyhow::Result<()> {
     )
     .await?;
     println!("Agent Protocol: http://{addr}/ap/v1/agent/tasks");
-    let signal = crate::surface::discord::client::shutdown_signal().await;
+    let signal = crate::surface::shutdown::shutdown_signal().await;
     tracing::info!(
         signal,
         "shutting down: calls and commands under way may finish"

@@ -89,7 +89,7 @@ pub async fn run(app: App, shards: Shards) -> anyhow::Result<()> {
     let mut gateway = on_gateway_thread(serve)?;
     tokio::select! {
         ended = &mut gateway => gateway_result(ended),
-        signal = shutdown_signal() => {
+        signal = crate::surface::shutdown::shutdown_signal() => {
             tracing::info!(signal, "shutting down: no new interactions; calls and commands under way may finish");
             // Closing the gateway stops new interactions and messages; REST stays up, so what
             // finishes during the drain still reaches its thread.
@@ -360,20 +360,4 @@ async fn shut_down(app: &App, supervisor: Option<&Supervisor>) -> anyhow::Result
         );
     }
     Ok(())
-}
-
-/// Resolves with the signal's name at SIGTERM (a deploy, `docker stop`) or SIGINT (Ctrl+C).
-pub(crate) async fn shutdown_signal() -> &'static str {
-    use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut terminate) => tokio::select! {
-            _ = terminate.recv() => "SIGTERM",
-            _ = tokio::signal::ctrl_c() => "SIGINT",
-        },
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot watch for SIGTERM; only Ctrl+C shuts down gracefully");
-            let _ = tokio::signal::ctrl_c().await;
-            "SIGINT"
-        }
-    }
 }

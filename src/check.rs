@@ -102,7 +102,12 @@ async fn check_mcp(config: &Config) -> Vec<Line> {
     for server in &config.mcp.servers {
         let verdict = match crate::mcp::connect(server, &config.web).await {
             Ok(commands) => {
-                let names: Vec<String> = commands.iter().map(|c| c.spec().name).collect();
+                // Only the tools agents get: `agent.disabled_commands` removes some.
+                let names: Vec<String> = commands
+                    .iter()
+                    .map(|c| c.spec().name)
+                    .filter(|name| !config.agent.disabled_commands.contains(name))
+                    .collect();
                 Verdict::Pass(format!(
                     "{} ({}): {} tools offered ({})",
                     server.name,

@@ -89,7 +89,9 @@ async fn run(cli: autothread::cli::Cli) -> ExitCode {
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
+        // Every line goes through the redacting writer: the libraries name a URL MCP server's
+        // whole address (and its key) in their own lines, at every level (see `config::redact`).
+        .with_writer(|| autothread::config::redact::Redacting::new(std::io::stderr()));
     match cli.log_format {
         autothread::cli::LogFormat::Json => logs.json().init(),
         autothread::cli::LogFormat::Text => logs.init(),

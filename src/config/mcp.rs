@@ -4,7 +4,9 @@
 //! Each server has a name, a program (with its arguments and its whole environment) or a
 //! streamable-HTTP URL, allow and deny lists of tools, a risk class, whether it reaches the
 //! network, a timeout and a result cap. `validate` requires unique names usable as a command's
-//! first part and exactly one of program and URL. The `Debug` output leaves out the environment's
+//! first part and exactly one of program and URL; a URL server's `headers` name the environment
+//! variables their values are read from (by `mcp`, which also registers them, and the URL's query,
+//! with `config::redact` so that no log line shows them). The `Debug` output leaves out the environment's
 //! values and the URL's query, which may hold keys.
 
 use std::collections::BTreeMap;
@@ -43,6 +45,11 @@ pub struct McpServerConfig {
     /// private address must be in `web.allow_hosts`.
     #[serde(default)]
     pub url: Option<String>,
+    /// HTTP headers sent to a URL server with every request (`Authorization`, say), each naming the
+    /// environment variable that holds its value: a value is never written in the config, and the
+    /// log never shows it.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
     /// Only these tools are offered (all when empty).
     #[serde(default)]
     pub allow: Vec<String>,
@@ -52,17 +59,38 @@ pub struct McpServerConfig {
     /// The risk class of its tools, which the approval policy is written in.
     #[serde(default = "external")]
     pub risk: Risk,
+    /// Where each tool's class comes from: `server` (all in `risk`), or `hints`, the tool's own
+    /// annotations (`readOnlyHint`, `destructiveHint`, `openWorldHint`), `risk` for a tool without
+    /// any. Hints are the server's word, so they are followed only for a server the operator trusts.
+    #[serde(default)]
+    pub classes: ToolClasses,
+    /// A class for a tool by name, over both.
+    #[serde(default)]
+    pub tool_risks: BTreeMap<String, Risk>,
     /// Whether the server can reach a network. A tool's arguments may carry data out through a
     /// server that can, so a tainted agent's call of it needs a person (see `core::taint`);
     /// `network = false` says the server, and whatever it calls, stays on the bot's machine.
     #[serde(default = "reaches_network")]
     pub network: bool,
-    /// How long a call (and the start of the server) may take before the server is restarted.
+    /// How long a call (and the start of the server) may take; progress notifications push a
+    /// call's back (see `mcp`).
     #[serde(default = "thirty")]
     pub timeout_secs: u64,
     /// Characters of a result kept for the agent.
     #[serde(default = "result_chars")]
     pub max_result_chars: usize,
+}
+
+/// Where an MCP server's tools take their risk class from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+#[serde(rename_all = "snake_case")]
+pub enum ToolClasses {
+    /// Every tool in the server's `risk`.
+    #[default]
+    Server,
+    /// Each tool's annotations choose its class.
+    Hints,
 }
 
 /// The environment's names with every value redacted: a value may be a key.
@@ -99,9 +127,12 @@ impl std::fmt::Debug for McpServerConfig {
             .field("args", &self.args.len())
             .field("env", &self.env.keys().collect::<Vec<_>>())
             .field("url", &self.url.as_deref().map(super::without_query))
+            .field("headers", &self.headers)
             .field("allow", &self.allow)
             .field("deny", &self.deny)
             .field("risk", &self.risk)
+            .field("classes", &self.classes)
+            .field("tool_risks", &self.tool_risks)
             .field("network", &self.network)
             .field("timeout_secs", &self.timeout_secs)
             .finish()
@@ -167,6 +198,7 @@ impl McpConfig {
                 }
                 _ => {}
             }
+            validate_headers(server, &field)?;
             if server.timeout_secs == 0 || server.timeout_secs > 600 {
                 return Err(invalid(
                     format!("{field}.timeout_secs"),
@@ -182,6 +214,62 @@ impl McpConfig {
         }
         Ok(())
     }
+}
+
+/// Headers a config may not set: the MCP library sends them itself, and two values would confuse the
+/// server.
+const HEADERS_THE_LIBRARY_SENDS: &[&str] = &[
+    "accept",
+    "content-type",
+    "content-length",
+    "host",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "last-event-id",
+];
+
+/// Headers only for a URL server, each a valid header name naming an environment variable (the
+/// value itself, "Bearer …", is refused, since it would be a secret in the file).
+fn validate_headers(server: &McpServerConfig, field: &str) -> Result<(), ConfigError> {
+    if !server.headers.is_empty() && server.url.is_none() {
+        return Err(invalid(
+            format!("{field}.headers"),
+            "headers are sent to a URL server only; a program is given `env`",
+        ));
+    }
+    for (header, variable) in &server.headers {
+        let valid_name = !header.is_empty()
+            && header.len() <= 64
+            && header
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !valid_name {
+            return Err(invalid(
+                format!("{field}.headers"),
+                format!("{header:?} is not an HTTP header's name"),
+            ));
+        }
+        if HEADERS_THE_LIBRARY_SENDS.contains(&header.to_ascii_lowercase().as_str()) {
+            return Err(invalid(
+                format!("{field}.headers.{header}"),
+                "is sent by the MCP client itself",
+            ));
+        }
+        let valid_variable = !variable.is_empty()
+            && variable.len() <= 128
+            && !variable.starts_with(|c: char| c.is_ascii_digit())
+            && variable
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid_variable {
+            // The value is not echoed: it may be the secret itself, written where it must not be.
+            return Err(invalid(
+                format!("{field}.headers.{header}"),
+                "must name the environment variable that holds the header's value (letters, digits and '_'); the value itself is never written in the config",
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -227,6 +315,40 @@ mod tests {
         server.allow = vec!["get_current_time".into()];
         assert!(server.offers("get_current_time"));
         assert!(!server.offers("other"));
+    }
+
+    #[test]
+    fn headers_name_environment_variables_of_a_url_server() {
+        let good = parse(
+            "[[servers]]\nname = \"gh\"\nurl = \"https://mcp.example/x\"\nheaders = { Authorization = \"GH_MCP_AUTH\" }\n",
+        );
+        assert!(good.validate().is_ok());
+        let written = parse(
+            "[[servers]]\nname = \"gh\"\nurl = \"https://mcp.example/x\"\nheaders = { Authorization = \"Bearer ghp_written\" }\n",
+        );
+        let refused = written.validate().unwrap_err().to_string();
+        assert!(
+            refused.contains("mcp.servers[0].headers.Authorization"),
+            "{refused}"
+        );
+        assert!(refused.contains("environment variable"), "{refused}");
+        assert!(!refused.contains("ghp_written"), "{refused}");
+        let program = parse(
+            "[[servers]]\nname = \"t\"\ncommand = \"x\"\nheaders = { Authorization = \"T\" }\n",
+        );
+        assert!(program
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("URL server only"));
+        let reserved = parse(
+            "[[servers]]\nname = \"t\"\nurl = \"https://a\"\nheaders = { Mcp-Session-Id = \"T\" }\n",
+        );
+        assert!(reserved
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("MCP client itself"));
     }
 
     #[test]

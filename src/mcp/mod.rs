@@ -5,21 +5,36 @@
 //! A server is either a program over stdio, started in its own process group with an environment of
 //! PATH, HOME, LANG, TMPDIR and the config's `env` only, its stderr going to the debug log; or a
 //! streamable-HTTP URL, checked by the web guard first and reached through a reqwest client that
-//! resolves names through the guard, with no proxy and no redirects. `McpServer::commands` starts
-//! it and lists its tools (at most `tool::MAX_TOOLS_PER_SERVER`). `call` bounds each call by the
-//! server's timeout; a server that died or hung fails the call with the reason and is restarted
-//! once per failed connection (`generation`). Errors show a URL without its query, which may hold a
-//! key. `connect_all` connects every server at start-up (`App::connect_mcp`); `connect` connects
+//! resolves names through the guard, with no proxy and no redirects, sending the config's
+//! `headers` (each value read from the environment variable it names, marked sensitive, and
+//! registered with `config::redact` with the URL's query, so that no log line shows them, whichever
+//! library writes it). `McpServer::commands` starts
+//! it and lists its tools (at most `tool::MAX_TOOLS_PER_SERVER`). A program's answers are read
+//! through `oversize::Bounded`, so an answer too big for the transport fails its call at once, in
+//! words saying how big it was and how to ask for less, and the server lives on. `call` bounds each
+//! call by the server's timeout, which each progress notification of the server pushes back (up to
+//! `MAX_CALL_TIMEOUTS` timeouts in all); at the timeout the MCP library sends
+//! `notifications/cancelled`, and the server is kept if it still answers a ping within
+//! `STUCK_PING`: only a server that died, or stays stuck, fails the call with the reason and is
+//! restarted, once per failed connection (`generation`). A result the library cannot read as a
+//! tool's (a content block of a kind it does not know) is read block by block (`answer`). Errors
+//! show a URL without its query, which may hold a key, and say what failed in words, not the
+//! library's type names. `connect_all` connects every server at start-up (`App::connect_mcp`); `connect` connects
 //! one, for `autothread check`.
 
+mod answer;
+mod oversize;
 mod tool;
 
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject, Tool};
-use rmcp::service::{Peer, RoleClient, RunningService};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ErrorData, JsonObject,
+    PingRequest, ServerResult, Tool,
+};
+use rmcp::service::{Peer, PeerRequestOptions, RoleClient, RunningService, ServiceError};
 
 use crate::config::{McpServerConfig, WebConfig};
 use crate::tools::Command;
@@ -34,7 +49,13 @@ pub struct McpServer {
     /// The guarded client a URL is reached with; `None` for a program.
     http: Option<reqwest::Client>,
     connection: tokio::sync::Mutex<Live>,
+    /// The last lines its program wrote to stderr, for the reason a start failed.
+    last_words: Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
 }
+
+/// Lines of a program's stderr kept for a failed start's reason, and characters of each.
+const LAST_WORDS_LINES: usize = 8;
+const LAST_WORDS_CHARS: usize = 300;
 
 #[derive(Default)]
 struct Live {
@@ -42,6 +63,8 @@ struct Live {
     /// The process group of the connection's program: ended whole when the connection is, since
     /// the SDK kills only a program that has not exited (what it started may still run).
     group: Option<i32>,
+    /// The connection's program, when it is one (ended with its group).
+    child: Option<tokio::process::Child>,
     /// Counts the connections made, so that two calls that fail on the same one restart it once.
     generation: u64,
 }
@@ -57,6 +80,7 @@ impl Live {
     }
 
     fn end_group(&mut self) {
+        self.child = None;
         if let Some(group) = self.group.take() {
             // SAFETY: a signal to the process group this connection's program led; when it is
             // gone the call fails with ESRCH and does nothing.
@@ -80,6 +104,14 @@ pub enum McpStartError {
     /// The web guard refuses the URL's address.
     #[error("{url} is refused: {blocked} (an MCP server on a private address must be in web.allow_hosts)")]
     Refused { url: String, blocked: String },
+    /// A header's environment variable is not set (its value is never shown).
+    #[error(
+        "the header {header} is read from the environment variable {variable}, which is not set"
+    )]
+    HeaderUnset { header: String, variable: String },
+    /// A header's value cannot be sent in HTTP (its value is never shown).
+    #[error("the header {header} (from the environment variable {variable}) is not a valid header value")]
+    HeaderInvalid { header: String, variable: String },
     /// The HTTP client for the URL could not be built.
     #[error("the HTTP client could not be built: {0}")]
     NoClient(String),
@@ -113,13 +145,17 @@ impl McpServer {
     /// refuses it (a private address not in `web.allow_hosts`).
     pub fn new(config: &McpServerConfig, web: &WebConfig) -> Result<Arc<McpServer>, McpStartError> {
         let http = match &config.url {
-            Some(url) => Some(guarded_client(url, web)?),
+            Some(url) => {
+                crate::config::redact::register_url(url);
+                Some(guarded_client(url, &headers_of(config)?, web)?)
+            }
             None => None,
         };
         Ok(Arc::new(McpServer {
             config: config.clone(),
             http,
             connection: tokio::sync::Mutex::new(Live::default()),
+            last_words: Arc::default(),
         }))
     }
 
@@ -145,6 +181,16 @@ impl McpServer {
             text = text.replace(parsed.as_str(), &shown);
         }
         crate::core::text::truncate_chars(&text, 1_000)
+    }
+
+    /// The last lines its program wrote to stderr, oldest first.
+    fn last_words(&self) -> Vec<String> {
+        self.last_words
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .iter()
+            .cloned()
+            .collect()
     }
 
     /// How long a start may take: a program's interpreter may need longer to load than a call to
@@ -208,13 +254,16 @@ impl McpServer {
             })??;
         let peer = connection.peer().clone();
         live.connection = Some(connection);
-        live.group = group;
+        live.group = group.as_ref().map(|(group, _)| *group);
+        live.child = group.map(|(_, child)| child);
         live.generation += 1;
         Ok((peer, live.generation))
     }
 
     /// Starts the program, or opens the session with the URL, and runs MCP's initialization.
-    async fn start(&self) -> Result<(Connection, Option<i32>), McpStartError> {
+    async fn start(
+        &self,
+    ) -> Result<(Connection, Option<(i32, tokio::process::Child)>), McpStartError> {
         let name = &self.config.name;
         let started = match (&self.config.command, &self.http, &self.config.url) {
             (Some(program), _, _) => {
@@ -228,30 +277,39 @@ impl McpServer {
                     }
                 }
                 command.envs(&self.config.env);
-                let mut wrapped = process_wrap::tokio::CommandWrap::from(command);
                 // Its own process group, so that a restart also ends what it started.
-                wrapped.wrap(process_wrap::tokio::ProcessGroup::leader());
-                let (transport, stderr) = rmcp::transport::TokioChildProcess::builder(wrapped)
+                command
+                    .process_group(0)
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
-                    .spawn()
-                    .map_err(|e| McpStartError::NotSpawned {
-                        name: name.clone(),
-                        reason: e.to_string(),
-                    })?;
-                if let Some(stderr) = stderr {
-                    tokio::spawn(log_stderr(name.clone(), stderr));
+                    .kill_on_drop(true);
+                let not_spawned = |reason: String| McpStartError::NotSpawned {
+                    name: name.clone(),
+                    reason,
+                };
+                let mut child = command.spawn().map_err(|e| not_spawned(e.to_string()))?;
+                let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+                    return Err(not_spawned(
+                        "its standard input and output could not be opened".into(),
+                    ));
+                };
+                if let Some(stderr) = child.stderr.take() {
+                    tokio::spawn(log_stderr(name.clone(), stderr, self.last_words.clone()));
                 }
                 // The program leads its own group: the group's id is its process id.
-                let group = transport.id().and_then(|pid| i32::try_from(pid).ok());
-                let served = rmcp::serve_client((), transport).await;
+                let group = child.id().and_then(|pid| i32::try_from(pid).ok());
+                let served = rmcp::serve_client((), (oversize::Bounded::new(stdout), stdin)).await;
                 if served.is_err() {
-                    // The SDK has killed the program; what it started goes too.
+                    // What it wrote before it failed says why (a missing module, a bad flag).
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    // The program, and what it started, go.
                     if let Some(group) = group {
                         // SAFETY: as in `Live::end_group`.
                         unsafe { libc::killpg(group, libc::SIGKILL) };
                     }
                 }
-                served.map(|connection| (connection, group))
+                served.map(|connection| (connection, group.map(|group| (group, child))))
             }
             (None, Some(client), Some(url)) => {
                 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -265,14 +323,23 @@ impl McpServer {
             }
             _ => return Err(McpStartError::Unreachable(name.clone())),
         };
-        started.map_err(|e| McpStartError::DidNotStart {
-            name: name.clone(),
-            reason: self.without_secrets(&e.to_string()),
+        started.map_err(|e| {
+            let mut reason = plain_init_error(&e);
+            let last_words = self.last_words();
+            if !last_words.is_empty() {
+                reason.push_str(&format!("; it last wrote: {}", last_words.join(" | ")));
+            }
+            McpStartError::DidNotStart {
+                name: name.clone(),
+                reason: self.without_secrets(&reason),
+            }
         })
     }
 
-    /// Calls `tool`. A server that has died, or does not answer within its timeout, fails the
-    /// call with a clear reason and is started again, so the next call finds it running.
+    /// Calls `tool`. An answer too big, or a call that is cancelled at its timeout while the
+    /// server still answers, fails with the reason and leaves the server running; a server that
+    /// has died, or stays stuck, fails the call with the reason and is started again, so the next
+    /// call finds it running.
     pub async fn call(
         &self,
         tool: &str,
@@ -281,9 +348,28 @@ impl McpServer {
         let name = &self.config.name;
         let (peer, generation) = self.peer().await.map_err(|e| McpFailure(e.to_string()))?;
         let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
-        let failed = match tokio::time::timeout(self.timeout(), peer.call_tool(params)).await {
-            Ok(Ok(result)) => return Ok(result),
-            Ok(Err(rmcp::ServiceError::McpError(error))) => {
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        // Each progress notification the server sends pushes the timeout back, up to a bound.
+        let options = PeerRequestOptions::with_timeout(self.timeout())
+            .reset_timeout_on_progress()
+            .with_max_total_timeout(self.timeout() * MAX_CALL_TIMEOUTS);
+        let answered = match peer.send_request_with_option(request, options).await {
+            Ok(handle) => handle.await_response().await,
+            Err(e) => Err(e),
+        };
+        let failed = match answered {
+            Ok(ServerResult::CallToolResult(result)) => return Ok(result),
+            Ok(other) => {
+                // Not readable as a tool's result as a whole: read again block by block.
+                let value = serde_json::to_value(&other).unwrap_or_default();
+                return Ok(
+                    answer::tolerant(&value).unwrap_or_else(|| CallToolResult::success(Vec::new()))
+                );
+            }
+            Err(ServiceError::McpError(error)) if error.code.0 == oversize::OVERSIZED_CODE => {
+                return Err(McpFailure(too_big(name, tool, &error)));
+            }
+            Err(ServiceError::McpError(error)) => {
                 // The server answered with an error: it is alive, and that is the result. Its
                 // words are the server's: capped and labelled like its answers.
                 let said = crate::core::text::truncate_chars(
@@ -294,19 +380,35 @@ impl McpServer {
                     "the MCP server '{name}' refused the call: {said}"
                 ))));
             }
-            Ok(Err(e)) => format!(
+            Err(ServiceError::Timeout { timeout }) => {
+                // The library has sent `notifications/cancelled`. A server that still answers
+                // keeps running (other agents' calls may be in flight on it).
+                if Self::answers_ping(&peer).await {
+                    return Err(McpFailure(format!(
+                        "the MCP server '{name}' did not answer within {} s, so the call was cancelled; the server still runs (ask for less, or try again)",
+                        timeout.as_secs()
+                    )));
+                }
+                format!(
+                    "the MCP server '{name}' did not answer within {} s, and then not at all",
+                    timeout.as_secs()
+                )
+            }
+            Err(e) => format!(
                 "the MCP server '{name}' failed during the call ({})",
-                self.without_secrets(&e.to_string())
-            ),
-            Err(_) => format!(
-                "the MCP server '{name}' did not answer within {} s",
-                self.config.timeout_secs
+                self.without_secrets(&plain_call_error(&e))
             ),
         };
         Err(McpFailure(format!(
             "{failed}; {}",
             self.restart(generation).await
         )))
+    }
+
+    /// Whether the server answers a ping within `STUCK_PING`: alive, though one call was slow.
+    async fn answers_ping(peer: &Peer<RoleClient>) -> bool {
+        let ping = peer.send_request(ClientRequest::PingRequest(PingRequest::default()));
+        matches!(tokio::time::timeout(STUCK_PING, ping).await, Ok(Ok(_)))
     }
 
     /// Ends connection `generation` (its program and everything in its process group) and starts
@@ -326,9 +428,132 @@ impl McpServer {
     }
 }
 
+/// How many timeouts a call may last in all when the server keeps reporting progress.
+pub const MAX_CALL_TIMEOUTS: u32 = 10;
+
+/// How long a server whose call timed out has to answer a ping to be kept running.
+pub const STUCK_PING: Duration = Duration::from_secs(5);
+
+/// The words for an answer over the transport's bound: how big, the bound, and how to ask for less.
+fn too_big(server: &str, tool: &str, error: &ErrorData) -> String {
+    let bytes = error
+        .data
+        .as_ref()
+        .and_then(|data| data.get(oversize::OVERSIZED_BYTES_KEY))
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or_default();
+    format!(
+        "the answer of {server}.{tool} was {} MB, more than the {} MB an answer may be, so it was dropped; ask for less: a part of it (a range, a page, a filter, a smaller file), if the tool takes one",
+        megabytes(bytes),
+        megabytes(oversize::MAX_MESSAGE_BYTES as u64)
+    )
+}
+
+fn megabytes(bytes: u64) -> String {
+    format!("{:.1}", bytes as f64 / 1_000_000.0)
+}
+
+/// A call's failure in words (the library's own errors name its types).
+fn plain_call_error(error: &ServiceError) -> String {
+    match error {
+        ServiceError::TransportClosed => "the connection to it closed".into(),
+        ServiceError::TransportSend(_) => "the call could not be sent to it".into(),
+        ServiceError::UnexpectedResponse => {
+            "it answered with something that is not a tool's result".into()
+        }
+        ServiceError::Cancelled { .. } => "the call was cancelled".into(),
+        ServiceError::Timeout { timeout } => format!("no answer within {} s", timeout.as_secs()),
+        other => plain_words(&other.to_string()),
+    }
+}
+
+/// `text` without the bracketed type paths a library prints (`[rmcp::transport::Worker<…>]`).
+fn without_type_paths(text: &str) -> String {
+    let mut kept = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(open) = rest.find('[') {
+        let Some(close) = rest[open..].find(']').map(|at| open + at) else {
+            break;
+        };
+        kept.push_str(&rest[..open]);
+        if !rest[open..close].contains("::") {
+            kept.push_str(&rest[open..=close]);
+        }
+        rest = &rest[close + 1..];
+    }
+    kept.push_str(rest);
+    kept.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// A failed start in words.
+fn plain_init_error(error: &rmcp::service::ClientInitializeError) -> String {
+    plain_words(&error.to_string())
+}
+
+/// `text` up to the first Rust value a library's error prints (`Some(…)`, `Error { … }`: a
+/// capitalised name before a bracket), or the whole when it has none.
+fn plain_words(text: &str) -> String {
+    let text = &without_type_paths(text);
+    let debug_start = text.match_indices(['(', '{']).find_map(|(at, _)| {
+        let before = text[..at].trim_end();
+        let word = before
+            .rsplit(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+            .next()
+            .unwrap_or("");
+        let a_type = word.starts_with(|c: char| c.is_ascii_uppercase())
+            && word.chars().any(|c| c.is_ascii_lowercase());
+        a_type.then_some(before.len() - word.len())
+    });
+    match debug_start {
+        Some(at) => {
+            let words = text[..at].trim_end().trim_end_matches(':').trim();
+            if words.is_empty() {
+                "an error inside the MCP library".into()
+            } else {
+                words.to_string()
+            }
+        }
+        None => text.to_string(),
+    }
+}
+
+/// The server's headers, each value read from the environment variable the config names, marked
+/// sensitive and registered for redaction.
+fn headers_of(config: &McpServerConfig) -> Result<reqwest::header::HeaderMap, McpStartError> {
+    use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+    let mut headers = HeaderMap::new();
+    for (header, variable) in &config.headers {
+        let Some(value) = crate::config::process_env(variable) else {
+            return Err(McpStartError::HeaderUnset {
+                header: header.clone(),
+                variable: variable.clone(),
+            });
+        };
+        crate::config::redact::register(&value);
+        // The part after a scheme ("Bearer", "Basic") is the secret, and a library may print it
+        // alone.
+        if let Some((_, token)) = value.split_once(' ') {
+            crate::config::redact::register(token.trim());
+        }
+        let invalid = || McpStartError::HeaderInvalid {
+            header: header.clone(),
+            variable: variable.clone(),
+        };
+        let name = HeaderName::from_bytes(header.as_bytes()).map_err(|_| invalid())?;
+        let mut value = HeaderValue::from_str(&value).map_err(|_| invalid())?;
+        value.set_sensitive(true);
+        headers.insert(name, value);
+    }
+    Ok(headers)
+}
+
 /// The HTTP client for a server's URL: the web guard resolves its names, no proxy from the
-/// environment, no redirect followed.
-fn guarded_client(url: &str, web: &WebConfig) -> Result<reqwest::Client, McpStartError> {
+/// environment, no redirect followed; `headers` go with every request.
+fn guarded_client(
+    url: &str,
+    headers: &reqwest::header::HeaderMap,
+    web: &WebConfig,
+) -> Result<reqwest::Client, McpStartError> {
     let parsed = reqwest::Url::parse(url).map_err(|e| McpStartError::NotAUrl {
         url: crate::config::without_query(url),
         reason: e.to_string(),
@@ -343,6 +568,7 @@ fn guarded_client(url: &str, web: &WebConfig) -> Result<reqwest::Client, McpStar
         })?;
     reqwest::Client::builder()
         .dns_resolver(guard)
+        .default_headers(headers.clone())
         .no_proxy()
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(Duration::from_secs(10))
@@ -354,7 +580,11 @@ fn guarded_client(url: &str, web: &WebConfig) -> Result<reqwest::Client, McpStar
 /// Copies a program's error output into the log in pieces of at most 4 KiB, whatever it writes
 /// (no line can grow without bound, and bytes that are not UTF-8 do not stop the copy: a closed
 /// pipe would make the server's next write fail), until it closes.
-async fn log_stderr(server: String, mut stderr: tokio::process::ChildStderr) {
+async fn log_stderr(
+    server: String,
+    mut stderr: tokio::process::ChildStderr,
+    last_words: Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
+) {
     use tokio::io::AsyncReadExt;
     let mut buffer = vec![0u8; 4096];
     loop {
@@ -364,6 +594,16 @@ async fn log_stderr(server: String, mut stderr: tokio::process::ChildStderr) {
                 let text = String::from_utf8_lossy(&buffer[..read]);
                 for line in text.lines().filter(|l| !l.trim().is_empty()) {
                     tracing::debug!(server = %server, "MCP server: {line}");
+                    let mut kept = last_words
+                        .lock()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                    if kept.len() == LAST_WORDS_LINES {
+                        kept.pop_front();
+                    }
+                    kept.push_back(crate::core::text::truncate_chars(
+                        line.trim(),
+                        LAST_WORDS_CHARS,
+                    ));
                 }
             }
         }
@@ -407,4 +647,43 @@ pub async fn connect(
     web: &WebConfig,
 ) -> Result<Vec<Arc<dyn Command>>, McpStartError> {
     McpServer::new(server, web)?.commands().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_are_told_in_words_without_the_librarys_type_names() {
+        assert_eq!(
+            plain_words("expect initialized response, but received: Some(Response(JsonRpcResponse { id: 1 }))"),
+            "expect initialized response, but received"
+        );
+        assert_eq!(
+            plain_words("connection closed: initialize response"),
+            "connection closed: initialize response"
+        );
+        assert_eq!(
+            plain_words("Error { kind: Io }"),
+            "an error inside the MCP library"
+        );
+        assert_eq!(
+            plain_words("Send message error Transport [rmcp::transport::worker::WorkerTransport<rmcp::X<reqwest::Client>>] error: HTTP 401 Unauthorized, when send initialize request"),
+            "Send message error Transport error: HTTP 401 Unauthorized, when send initialize request"
+        );
+        assert_eq!(
+            plain_call_error(&ServiceError::UnexpectedResponse),
+            "it answered with something that is not a tool's result"
+        );
+        let error = ErrorData::new(
+            rmcp::model::ErrorCode(oversize::OVERSIZED_CODE),
+            "too big",
+            Some(serde_json::json!({oversize::OVERSIZED_BYTES_KEY: 20_000_000})),
+        );
+        let said = too_big("files", "read_file", &error);
+        assert!(
+            said.contains("files.read_file was 20.0 MB") && said.contains("ask for less"),
+            "{said}"
+        );
+    }
 }

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::McpServer;
 use crate::core::commands::Egress;
-use crate::core::commands::{ArgType, CommandSpec};
+use crate::core::commands::{ArgType, CommandSpec, Risk};
 use crate::core::reply::CommandCall;
 use crate::tools::{Command, ToolCtx, ToolOutput};
 
@@ -70,7 +70,8 @@ impl McpTool {
         } else {
             Egress::Nowhere
         };
-        let mut spec = CommandSpec::new(&command_name, &description, server.config().risk)
+        let class = class_of(server.config(), tool);
+        let mut spec = CommandSpec::new(&command_name, &description, class)
             .reads_untrusted()
             .egress(egress);
         let schema = Value::Object((*tool.input_schema).clone());
@@ -109,6 +110,32 @@ impl McpTool {
     }
 }
 
+/// The tool's risk class: the config's for it by name, else its hints' when the server's are
+/// followed, else the server's.
+fn class_of(config: &crate::config::McpServerConfig, tool: &Tool) -> Risk {
+    if let Some(class) = config.tool_risks.get(tool.name.as_ref()) {
+        return *class;
+    }
+    match (config.classes, &tool.annotations) {
+        (crate::config::ToolClasses::Hints, Some(hints)) => class_of_hints(hints),
+        _ => config.risk,
+    }
+}
+
+/// The class the hints give, each missing one taken as the protocol's default (not read-only,
+/// destructive, open world): the least the tool says of itself.
+fn class_of_hints(hints: &rmcp::model::ToolAnnotations) -> Risk {
+    let read_only = hints.read_only_hint == Some(true);
+    let open_world = hints.open_world_hint != Some(false);
+    let destructive = hints.destructive_hint != Some(false);
+    match (read_only, open_world, destructive) {
+        (true, false, _) => Risk::Read,
+        (true, true, _) => Risk::Network,
+        (false, false, false) => Risk::Write,
+        _ => Risk::External,
+    }
+}
+
 /// The tool's description on one line, capped, with what its arguments mean (the prompt's
 /// command line names them only).
 fn describe(tool: &Tool) -> String {
@@ -126,8 +153,13 @@ fn describe(tool: &Tool) -> String {
             properties
                 .iter()
                 .filter_map(|(name, schema)| {
-                    let said = schema.get("description").and_then(Value::as_str)?;
-                    Some(format!("{name}: {}", one_line(said)))
+                    let said = schema
+                        .get("description")
+                        .and_then(Value::as_str)
+                        .map(one_line);
+                    let mut told: Vec<String> = said.into_iter().collect();
+                    told.extend(choices_and_default(schema));
+                    (!told.is_empty()).then(|| format!("{name}: {}", told.join(", ")))
                 })
                 .collect()
         })
@@ -136,6 +168,35 @@ fn describe(tool: &Tool) -> String {
         text = format!("{}. {}", text.trim_end_matches('.'), arguments.join("; "));
     }
     crate::core::text::truncate_chars(&text, MAX_DESCRIPTION_CHARS)
+}
+
+/// An argument's allowed values and default as the prompt tells them ("one of a|b", "default a"):
+/// the compact reply format shows the model no schema, and it would learn them from an error.
+fn choices_and_default(schema: &Value) -> Vec<String> {
+    let mut told = Vec::new();
+    let choices = schema
+        .get("enum")
+        .or_else(|| schema.pointer("/items/enum"))
+        .and_then(Value::as_array)
+        .filter(|values| !values.is_empty());
+    if let Some(values) = choices {
+        let shown: Vec<String> = values.iter().take(12).map(plain_value).collect();
+        let more = if values.len() > 12 { "|…" } else { "" };
+        told.push(format!("one of {}{more}", shown.join("|")));
+    }
+    if let Some(default) = schema.get("default") {
+        told.push(format!("default {}", plain_value(default)));
+    }
+    told
+}
+
+/// A JSON value as the prompt shows it: a string without its quotes, others as JSON, capped.
+fn plain_value(value: &Value) -> String {
+    let text = match value {
+        Value::String(text) => one_line(text),
+        other => other.to_string(),
+    };
+    crate::core::text::truncate_chars(&text, 40)
 }
 
 fn one_line(text: &str) -> String {
@@ -307,6 +368,70 @@ mod tests {
         let local = echo_of("name = \"notes\"\ncommand = \"notes-server\"\nnetwork = false\n");
         assert_eq!(local.egress, [Egress::Nowhere]);
         assert_eq!(crate::core::taint::outgoing_data(&local, &call), None);
+    }
+
+    #[test]
+    fn hints_choose_a_tools_class_only_when_followed_and_the_config_overrides_them() {
+        use rmcp::model::ToolAnnotations;
+        let tool = |name: &str, read_only, open_world, destructive| {
+            let schema = json!({"type": "object", "properties": {}});
+            let mut tool = Tool::new(name.to_string(), "d", schema.as_object().unwrap().clone());
+            tool.annotations = Some(ToolAnnotations::from_raw(
+                None,
+                read_only,
+                destructive,
+                None,
+                open_world,
+            ));
+            tool
+        };
+        let config = |more: &str| -> crate::config::McpServerConfig {
+            toml::from_str(&format!("name = \"s\"\ncommand = \"x\"\n{more}")).unwrap()
+        };
+        let followed = config("classes = \"hints\"\ntool_risks = { wipe = \"control\" }\n");
+        assert_eq!(
+            class_of(&followed, &tool("look", Some(true), Some(false), None)),
+            Risk::Read
+        );
+        assert_eq!(
+            class_of(&followed, &tool("fetch", Some(true), None, None)),
+            Risk::Network
+        );
+        assert_eq!(
+            class_of(
+                &followed,
+                &tool("note", Some(false), Some(false), Some(false))
+            ),
+            Risk::Write
+        );
+        assert_eq!(
+            class_of(&followed, &tool("post", None, None, None)),
+            Risk::External
+        );
+        assert_eq!(
+            class_of(&followed, &tool("wipe", Some(true), Some(false), None)),
+            Risk::Control
+        );
+        let ignored = config("risk = \"network\"\n");
+        assert_eq!(
+            class_of(&ignored, &tool("look", Some(true), Some(false), None)),
+            Risk::Network
+        );
+    }
+
+    #[test]
+    fn choices_and_defaults_are_in_the_description() {
+        let schema = json!({"type": "object", "properties": {
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius", "description": "The unit"},
+            "days": {"type": "integer", "default": 3}
+        }});
+        let tool = Tool::new("forecast", "Forecasts", schema.as_object().unwrap().clone());
+        let said = describe(&tool);
+        assert!(
+            said.contains("unit: The unit, one of celsius|fahrenheit, default celsius"),
+            "{said}"
+        );
+        assert!(said.contains("days: default 3"), "{said}");
     }
 
     #[test]

@@ -22,6 +22,8 @@ mod intents_e2e;
 mod live_status_e2e;
 mod llm_client;
 mod mcp;
+mod mcp_edge;
+mod mcp_registry;
 mod memory;
 mod memory_e2e;
 mod memory_joined;

@@ -301,3 +301,49 @@ async fn an_agent_in_the_console_uses_an_mcp_tool_once_approved() {
     assert!(ok, "{out}{err}");
     fake.assert_clean();
 }
+
+/// A URL server's key, in its query and in a header, is in no line of the log even at trace level,
+/// where the MCP library and the HTTP client name the whole URL (the fake fails the event stream,
+/// so the library writes its ERROR line with the address), while the server gets both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_trace_level_no_log_line_shows_a_url_servers_query_token_or_header_value() {
+    let (query_token, header_token) = ("qs-secret-51b2e8", "hdr-secret-7f3a9c");
+    let authorization = format!("Bearer {header_token}");
+    let mcp = support::fake_mcp::FakeMcpHttp::start(&authorization).await;
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
+    let env = TestEnv::new(&openai.base_url, "");
+    let path = env.dir.path().join("bot.toml");
+    let mut config = std::fs::read_to_string(&path).unwrap();
+    config.push_str(&format!(
+        "\n[web]\nenabled = false\nallow_hosts = [\"127.0.0.1\"]\n\n[[mcp.servers]]\nname = \"notes\"\nurl = \"{}/mcp?token={query_token}\"\nheaders = {{ Authorization = \"NOTES_MCP_AUTH\" }}\n",
+        mcp.base_url
+    ));
+    std::fs::write(&path, config).unwrap();
+    let mut command = env.command(&["check"]);
+    command
+        .env("RUST_LOG", "trace")
+        .env("NOTES_MCP_AUTH", &authorization);
+    let (_, out, err) = support::Running::new_public(command.spawn().unwrap())
+        .finish(support::WAIT)
+        .await;
+    // The server was reached with both, and listed its tool.
+    assert!(out.contains("notes.echo"), "{out}");
+    let seen = mcp.seen();
+    assert!(
+        seen.iter()
+            .any(|s| s.rpc_method.as_deref() == Some("tools/list")
+                && s.authorization.as_deref() == Some(authorization.as_str())
+                && s.query.as_deref() == Some(&format!("token={query_token}"))),
+        "{seen:?}"
+    );
+    assert!(seen.iter().any(|s| s.http_method == "GET"), "{seen:?}");
+    // The log was at trace, the libraries' lines included, and named the server's address.
+    assert!(err.contains("TRACE") && err.contains("rmcp"), "{err}");
+    assert!(err.contains(&mcp.base_url), "{err}");
+    // A line would have shown a key, and shows `[redacted]` in its place.
+    assert!(err.contains("[redacted]"), "{err}");
+    for secret in [query_token, header_token] {
+        assert!(!out.contains(secret), "{secret} in stdout:\n{out}");
+        assert!(!err.contains(secret), "{secret} in the log");
+    }
+}

@@ -3,6 +3,7 @@
 
 pub mod bot;
 pub mod fake_discord;
+pub mod fake_mcp;
 pub mod fake_openai;
 pub mod inproc;
 pub mod needs;

@@ -1,0 +1,294 @@
+//! A program's answers over stdio, with a bound on each: a message (one line) longer than
+//! `MAX_MESSAGE_BYTES` is cut off from the MCP library, and when it answered a request, a small
+//! error answer to the same request takes its place, saying how big it was (`OversizedAnswer`).
+//!
+//! The library itself drops a line over its own limit (16 MiB) without a word to the caller, so the
+//! call would wait its whole timeout and the server be restarted for having "not answered" though it
+//! did. `Bounded` reads the program's output before the library does: the bytes of a line within
+//! the bound pass through as they come; at the bound it ends the line for the library (which then
+//! ignores the truncated text as unparsable), and swallows the rest up to the newline, counting it
+//! and following the top level of the JSON to find the message's `id` (which a server may write
+//! after its result, as the TypeScript SDK does) and whether it has a `method` (a request or
+//! notification of the server's, which is dropped with a warning). Then it hands the library an
+//! error answer with that `id`, code `OVERSIZED_CODE`, and the size in its `data`, which
+//! `McpServer::call` turns into words for the agent. The server is not restarted: it is alive.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, ReadBuf};
+
+/// The largest message taken from a program, in bytes: below the library's own 16 MiB limit,
+/// so that the library never drops a line itself.
+pub const MAX_MESSAGE_BYTES: usize = rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH - 1024;
+
+/// The JSON-RPC error code of the answer that stands in for one too big (in the range JSON-RPC
+/// leaves to implementations).
+pub const OVERSIZED_CODE: i32 = -32_099;
+
+/// The key of `data` in that answer holding the size in bytes.
+pub const OVERSIZED_BYTES_KEY: &str = "autothread_oversized_bytes";
+
+/// The program's output, each line bounded as the module says.
+pub struct Bounded<R> {
+    inner: R,
+    /// Bytes of the current line passed through so far.
+    line_bytes: usize,
+    /// Set while the rest of a line over the bound is swallowed.
+    swallowing: Option<TopLevel>,
+    /// What the library is handed before anything more is read: the end of a cut line, or an
+    /// answer standing in for it.
+    queued: Vec<u8>,
+    /// Follows the JSON of the current line from its start, to know the `id` of a line cut later.
+    scanner: TopLevel,
+}
+
+impl<R> Bounded<R> {
+    pub fn new(inner: R) -> Self {
+        Bounded {
+            inner,
+            line_bytes: 0,
+            swallowing: None,
+            queued: Vec::new(),
+            scanner: TopLevel::default(),
+        }
+    }
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for Bounded<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        loop {
+            if !this.queued.is_empty() {
+                let given = this.queued.len().min(out.remaining());
+                out.put_slice(&this.queued[..given]);
+                this.queued.drain(..given);
+                return Poll::Ready(Ok(()));
+            }
+            let mut chunk = [0u8; 8192];
+            let mut read = ReadBuf::new(&mut chunk);
+            match Pin::new(&mut this.inner).poll_read(cx, &mut read) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Ok(())) => {}
+            }
+            let bytes = read.filled();
+            if bytes.is_empty() {
+                return Poll::Ready(Ok(()));
+            }
+            let passed = this.take(bytes);
+            if !passed.is_empty() {
+                this.queued.extend_from_slice(&passed);
+            }
+        }
+    }
+}
+
+impl<R> Bounded<R> {
+    /// Takes `bytes` read from the program; returns what the library is to read of them (and
+    /// queues the stand-in answer when a cut line ends).
+    fn take(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let mut passed = Vec::with_capacity(bytes.len());
+        for &byte in bytes {
+            if let Some(swallowed) = &mut self.swallowing {
+                if byte == b'\n' {
+                    let line = std::mem::take(swallowed);
+                    self.swallowing = None;
+                    self.line_bytes = 0;
+                    self.scanner = TopLevel::default();
+                    passed.extend_from_slice(&line.stand_in());
+                } else {
+                    swallowed.feed(byte);
+                }
+                continue;
+            }
+            if byte == b'\n' {
+                self.line_bytes = 0;
+                self.scanner = TopLevel::default();
+                passed.push(byte);
+                continue;
+            }
+            if self.line_bytes >= MAX_MESSAGE_BYTES {
+                // The bound: the library gets the end of a line (unparsable, ignored) and the rest
+                // is counted, not kept.
+                let mut scanner = std::mem::take(&mut self.scanner);
+                scanner.feed(byte);
+                self.swallowing = Some(scanner);
+                passed.push(b'\n');
+                continue;
+            }
+            self.line_bytes += 1;
+            self.scanner.feed(byte);
+            passed.push(byte);
+        }
+        passed
+    }
+}
+
+/// The top level of one JSON object read byte by byte: its size, the raw text of its `id`, and
+/// whether it has a `method`. Only what is needed is kept (a key's first 16 bytes, an id's 200).
+#[derive(Default)]
+struct TopLevel {
+    bytes: usize,
+    depth: u32,
+    in_string: bool,
+    escaped: bool,
+    /// The key being read at depth 1, or the last one read.
+    key: Vec<u8>,
+    /// Whether the string being read at depth 1 is a key (not a value).
+    reading_key: bool,
+    /// After a key's colon at depth 1, until the value ends.
+    in_value: bool,
+    /// The raw text of the value of `id`, as it is read.
+    id: Vec<u8>,
+    reading_id: bool,
+    has_method: bool,
+}
+
+const MAX_ID_BYTES: usize = 200;
+
+impl TopLevel {
+    fn feed(&mut self, byte: u8) {
+        self.bytes += 1;
+        if self.reading_id {
+            let ends = !self.in_string && self.depth == 1 && (byte == b',' || byte == b'}');
+            if !ends
+                && self.id.len() < MAX_ID_BYTES
+                && (self.in_string || !byte.is_ascii_whitespace())
+            {
+                self.id.push(byte);
+            }
+            if ends {
+                self.reading_id = false;
+            }
+        }
+        if self.in_string {
+            if self.escaped {
+                self.escaped = false;
+            } else if byte == b'\\' {
+                self.escaped = true;
+            } else if byte == b'"' {
+                self.in_string = false;
+                if self.reading_key {
+                    self.reading_key = false;
+                }
+            } else if self.reading_key && self.key.len() < 16 {
+                self.key.push(byte);
+            }
+            return;
+        }
+        match byte {
+            b'"' => {
+                self.in_string = true;
+                if self.depth == 1 && !self.in_value {
+                    self.reading_key = true;
+                    self.key.clear();
+                }
+            }
+            b'{' | b'[' => self.depth += 1,
+            b'}' | b']' => {
+                self.depth = self.depth.saturating_sub(1);
+            }
+            b':' if self.depth == 1 && !self.in_value => {
+                self.in_value = true;
+                if self.key == b"id" {
+                    self.reading_id = true;
+                    self.id.clear();
+                }
+                if self.key == b"method" {
+                    self.has_method = true;
+                }
+            }
+            b',' if self.depth == 1 => self.in_value = false,
+            _ => {}
+        }
+    }
+
+    /// What the library reads instead of the line: an error answer to its request, or nothing
+    /// when it was not an answer (or its id is unknown).
+    fn stand_in(&self) -> Vec<u8> {
+        let id: Option<serde_json::Value> = serde_json::from_slice(&self.id).ok();
+        match id {
+            Some(id) if !self.has_method && (id.is_number() || id.is_string()) => {
+                let answer = serde_json::json!({
+                    "jsonrpc": "2.0",
+                    "id": id,
+                    "error": {
+                        "code": OVERSIZED_CODE,
+                        "message": format!("the answer was {} bytes, more than the {MAX_MESSAGE_BYTES} this client takes", self.bytes_total()),
+                        "data": {OVERSIZED_BYTES_KEY: self.bytes_total()},
+                    }
+                });
+                let mut line = answer.to_string().into_bytes();
+                line.push(b'\n');
+                line
+            }
+            _ => {
+                tracing::warn!(
+                    bytes = self.bytes_total(),
+                    "an MCP server sent a message over {MAX_MESSAGE_BYTES} bytes that answers no call; it is dropped"
+                );
+                Vec::new()
+            }
+        }
+    }
+
+    fn bytes_total(&self) -> usize {
+        self.bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scanned(text: &str) -> TopLevel {
+        let mut scanner = TopLevel::default();
+        text.bytes().for_each(|b| scanner.feed(b));
+        scanner
+    }
+
+    #[test]
+    fn the_id_is_found_before_or_after_the_result_and_not_inside_it() {
+        let first =
+            scanned(r#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"id":99,"text":"a\"}"}]}}"#);
+        assert_eq!(first.id, b"7");
+        assert!(!first.has_method);
+        let last = scanned(
+            r#"{"result":{"content":[{"type":"text","text":"x,\"id\":3"}]},"jsonrpc":"2.0","id":"req-4"}"#,
+        );
+        assert_eq!(last.id, br#""req-4""#);
+        let request =
+            scanned(r#"{"jsonrpc":"2.0","id":1,"method":"sampling/createMessage","params":{}}"#);
+        assert!(request.has_method);
+        assert!(request.stand_in().is_empty());
+    }
+
+    #[test]
+    fn a_line_over_the_bound_is_cut_and_answered_with_its_size() {
+        let mut bounded = Bounded::new(tokio::io::empty());
+        let head = br#"{"result":{"content":[{"type":"text","text":""#;
+        let mut passed = bounded.take(head);
+        let filler = vec![b'x'; MAX_MESSAGE_BYTES];
+        passed.extend(bounded.take(&filler));
+        passed.extend(bounded.take(br#""}]},"jsonrpc":"2.0","id":12}"#));
+        passed.extend(bounded.take(b"\n{\"jsonrpc\":\"2.0\",\"id\":13,\"result\":{}}\n"));
+        let lines: Vec<&[u8]> = passed.split(|b| *b == b'\n').collect();
+        assert_eq!(
+            lines[0].len(),
+            MAX_MESSAGE_BYTES,
+            "the cut line is at the bound"
+        );
+        let answer: serde_json::Value = serde_json::from_slice(lines[1]).unwrap();
+        assert_eq!(answer["id"], 12);
+        assert_eq!(answer["error"]["code"], OVERSIZED_CODE);
+        let total = head.len() + MAX_MESSAGE_BYTES + br#""}]},"jsonrpc":"2.0","id":12}"#.len();
+        assert_eq!(answer["error"]["data"][OVERSIZED_BYTES_KEY], total);
+        // The next message passes whole.
+        assert_eq!(lines[2], br#"{"jsonrpc":"2.0","id":13,"result":{}}"#);
+    }
+}

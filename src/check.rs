@@ -109,9 +109,11 @@ async fn check_mcp(config: &Config) -> Vec<Line> {
                     .filter(|name| !config.agent.disabled_commands.contains(name))
                     .collect();
                 Verdict::Pass(format!(
-                    "{} ({}): {} tools offered ({})",
+                    "{} ({}; scope {}: {}): {} tools offered ({})",
                     server.name,
                     server.describe(),
+                    server.scope().label(),
+                    server.scope().meaning(),
                     names.len(),
                     names.join(", ")
                 ))

@@ -3,7 +3,10 @@
 //!
 //! Each server has a name, a program (with its arguments and its whole environment) or a
 //! streamable-HTTP URL, allow and deny lists of tools, a risk class, whether it reaches the
-//! network, a timeout and a result cap. `validate` requires unique names usable as a command's
+//! network, a timeout and a result cap, and its `scope`: whom one running instance serves (`bot`,
+//! each Discord `server`, or each `agent`; by default `server` for a program, which may keep state
+//! between calls, and `bot` for a URL), with how long an idle instance lives (`idle_secs`) and how
+//! many may run at once (`max_instances`). `validate` requires unique names usable as a command's
 //! first part and exactly one of program and URL; a URL server's `headers` name the environment
 //! variables their values are read from (by `mcp`, which also registers them, and the URL's query,
 //! with `config::redact` so that no log line shows them). The `Debug` output leaves out the environment's
@@ -79,6 +82,53 @@ pub struct McpServerConfig {
     /// Characters of a result kept for the agent.
     #[serde(default = "result_chars")]
     pub max_result_chars: usize,
+    /// Whom one running instance of the server serves; `McpServerConfig::scope` gives the
+    /// default when unset.
+    #[serde(default)]
+    pub scope: Option<McpScope>,
+    /// Seconds an instance of a `server` or `agent` scope lives without a call before it is
+    /// stopped (a `bot` server's one instance runs for as long as the bot).
+    #[serde(default = "ten_minutes")]
+    pub idle_secs: u64,
+    /// Instances of the server running at once at most; when all are taken, the one idle longest
+    /// is stopped for a new one, and a call fails when none is idle.
+    #[serde(default = "thirty_two")]
+    pub max_instances: usize,
+}
+
+/// Whom one running instance of an MCP server serves: what one agent tells a stateful server
+/// (a memory graph, a folder, a session) is seen by exactly the agents of the same instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+#[serde(rename_all = "snake_case")]
+pub enum McpScope {
+    /// One instance for every agent of the bot.
+    Bot,
+    /// One instance per Discord server; the console's agents share one, and the Agent Protocol's
+    /// another.
+    Server,
+    /// One instance per agent.
+    Agent,
+}
+
+impl McpScope {
+    /// The word the config uses, for `autothread check` and the log.
+    pub fn label(self) -> &'static str {
+        match self {
+            McpScope::Bot => "bot",
+            McpScope::Server => "server",
+            McpScope::Agent => "agent",
+        }
+    }
+
+    /// What the scope means, in words.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            McpScope::Bot => "one instance for every agent",
+            McpScope::Server => "an instance per Discord server, the console and the API",
+            McpScope::Agent => "an instance per agent",
+        }
+    }
 }
 
 /// Where an MCP server's tools take their risk class from.
@@ -118,6 +168,14 @@ fn result_chars() -> usize {
     12_000
 }
 
+fn ten_minutes() -> u64 {
+    600
+}
+
+fn thirty_two() -> usize {
+    32
+}
+
 /// Without the environment's values and the URL's query, either of which may hold a secret.
 impl std::fmt::Debug for McpServerConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -135,6 +193,9 @@ impl std::fmt::Debug for McpServerConfig {
             .field("tool_risks", &self.tool_risks)
             .field("network", &self.network)
             .field("timeout_secs", &self.timeout_secs)
+            .field("scope", &self.scope())
+            .field("idle_secs", &self.idle_secs)
+            .field("max_instances", &self.max_instances)
             .finish()
     }
 }
@@ -144,6 +205,17 @@ impl McpServerConfig {
     pub fn offers(&self, tool: &str) -> bool {
         (self.allow.is_empty() || self.allow.iter().any(|t| t == tool))
             && !self.deny.iter().any(|t| t == tool)
+    }
+
+    /// Whom one instance serves: as configured, else `server` for a program (which may keep
+    /// state, so one Discord server's agents must not read another's) and `bot` for a URL (whose
+    /// state, if any, is the remote service's, one session whatever the bot does).
+    pub fn scope(&self) -> McpScope {
+        self.scope.unwrap_or(if self.command.is_some() {
+            McpScope::Server
+        } else {
+            McpScope::Bot
+        })
     }
 
     /// How it is reached, for logs and `autothread check` (a URL without its query).
@@ -203,6 +275,18 @@ impl McpConfig {
                 return Err(invalid(
                     format!("{field}.timeout_secs"),
                     "must be between 1 and 600",
+                ));
+            }
+            if server.idle_secs == 0 || server.idle_secs > 7 * 24 * 3600 {
+                return Err(invalid(
+                    format!("{field}.idle_secs"),
+                    "must be between 1 and 604800 (a week)",
+                ));
+            }
+            if server.max_instances == 0 || server.max_instances > 1024 {
+                return Err(invalid(
+                    format!("{field}.max_instances"),
+                    "must be between 1 and 1024",
                 ));
             }
             if server.max_result_chars == 0 {
@@ -304,6 +388,32 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("two servers"));
+    }
+
+    #[test]
+    fn a_program_is_scoped_per_server_and_a_url_per_bot_unless_set() {
+        let servers = parse(
+            "[[servers]]\nname = \"p\"\ncommand = \"x\"\n[[servers]]\nname = \"u\"\nurl = \"https://a\"\n[[servers]]\nname = \"a\"\ncommand = \"x\"\nscope = \"agent\"\nidle_secs = 5\nmax_instances = 2\n",
+        );
+        assert!(servers.validate().is_ok());
+        let scopes: Vec<McpScope> = servers.servers.iter().map(|s| s.scope()).collect();
+        assert_eq!(scopes, [McpScope::Server, McpScope::Bot, McpScope::Agent]);
+        assert_eq!(servers.servers[0].idle_secs, 600);
+        assert_eq!(servers.servers[0].max_instances, 32);
+        assert_eq!(servers.servers[2].max_instances, 2);
+        let none = parse("[[servers]]\nname = \"p\"\ncommand = \"x\"\nmax_instances = 0\n");
+        assert!(matches!(
+            none.validate().unwrap_err(),
+            ConfigError::Invalid { field, .. } if field == "mcp.servers[0].max_instances"
+        ));
+        let never = parse("[[servers]]\nname = \"p\"\ncommand = \"x\"\nidle_secs = 0\n");
+        assert!(matches!(
+            never.validate().unwrap_err(),
+            ConfigError::Invalid { field, .. } if field == "mcp.servers[0].idle_secs"
+        ));
+        let unknown: Result<McpConfig, _> =
+            toml::from_str("[[servers]]\nname = \"p\"\ncommand = \"x\"\nscope = \"guild\"\n");
+        assert!(unknown.is_err());
     }
 
     #[test]

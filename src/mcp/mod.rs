@@ -8,21 +8,34 @@
 //! resolves names through the guard, with no proxy and no redirects, sending the config's
 //! `headers` (each value read from the environment variable it names, marked sensitive, and
 //! registered with `config::redact` with the URL's query, so that no log line shows them, whichever
-//! library writes it). `McpServer::commands` starts
-//! it and lists its tools (at most `tool::MAX_TOOLS_PER_SERVER`). A program's answers are read
+//! library writes it).
+//!
+//! A server runs as one or more instances, each its own process or session, by its `scope`
+//! (`config::McpScope`): `bot`, one for every agent; `server`, one per Discord server, with the
+//! console's agents in one and the Agent Protocol's in another; `agent`, one per agent. A program
+//! defaults to `server` (it may keep state, as a memory graph does, which one server's agents must
+//! not read from another's), a URL to `bot`. The agent's call picks its instance (`InstanceKey`,
+//! from the agent's id and its spender's place); instances start on first use, stop after
+//! `idle_secs` without a call, and are at most `max_instances` (see `instances`).
+//! `McpServer::commands` starts the shared instance and lists its tools (at most
+//! `tool::MAX_TOOLS_PER_SERVER`), once per server, so that every agent's prompt lists the same. A program's answers are read
 //! through `oversize::Bounded`, so an answer too big for the transport fails its call at once, in
 //! words saying how big it was and how to ask for less, and the server lives on. `call` bounds each
 //! call by the server's timeout, which each progress notification of the server pushes back (up to
 //! `MAX_CALL_TIMEOUTS` timeouts in all); at the timeout the MCP library sends
 //! `notifications/cancelled`, and the server is kept if it still answers a ping within
 //! `STUCK_PING`: only a server that died, or stays stuck, fails the call with the reason and is
-//! restarted, once per failed connection (`generation`). A result the library cannot read as a
+//! restarted, once per failed connection (`generation`); only that instance, never another's. A
+//! call whose connection closed under it may have run: it is run once more on the restarted
+//! instance, after `RERUN_AFTER`, only when its tool says it only reads (`readOnlyHint`);
+//! otherwise the agent is told that whether it ran is unknown. A result the library cannot read as a
 //! tool's (a content block of a kind it does not know) is read block by block (`answer`). Errors
 //! show a URL without its query, which may hold a key, and say what failed in words, not the
 //! library's type names. `connect_all` connects every server at start-up (`App::connect_mcp`); `connect` connects
 //! one, for `autothread check`.
 
 mod answer;
+mod instances;
 mod oversize;
 mod tool;
 
@@ -39,6 +52,7 @@ use rmcp::service::{Peer, PeerRequestOptions, RoleClient, RunningService, Servic
 use crate::config::{McpServerConfig, WebConfig};
 use crate::tools::Command;
 
+pub use instances::{InstanceKey, NoInstance, StateRoot};
 pub use tool::{McpTool, MAX_TOOLS_PER_SERVER};
 
 type Connection = RunningService<RoleClient, ()>;
@@ -48,7 +62,11 @@ pub struct McpServer {
     config: McpServerConfig,
     /// The guarded client a URL is reached with; `None` for a program.
     http: Option<reqwest::Client>,
-    connection: tokio::sync::Mutex<Live>,
+    /// Its running instances, by whom each serves (see `instances`).
+    instances: Arc<instances::Instances>,
+    /// The tools that say they only read (`readOnlyHint`), as last listed: a call of one that
+    /// broke with its connection is run again once.
+    read_only: std::sync::Mutex<std::collections::HashSet<String>>,
     /// The last lines its program wrote to stderr, for the reason a start failed.
     last_words: Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
 }
@@ -144,6 +162,15 @@ impl McpServer {
     /// The server as configured, not yet started. A URL is refused here when the web guard
     /// refuses it (a private address not in `web.allow_hosts`).
     pub fn new(config: &McpServerConfig, web: &WebConfig) -> Result<Arc<McpServer>, McpStartError> {
+        McpServer::with_state(config, web, StateRoot::Temporary)
+    }
+
+    /// The server as `new` makes it, its instances' directories under `state`.
+    pub fn with_state(
+        config: &McpServerConfig,
+        web: &WebConfig,
+        state: StateRoot,
+    ) -> Result<Arc<McpServer>, McpStartError> {
         let http = match &config.url {
             Some(url) => {
                 crate::config::redact::register_url(url);
@@ -154,7 +181,14 @@ impl McpServer {
         Ok(Arc::new(McpServer {
             config: config.clone(),
             http,
-            connection: tokio::sync::Mutex::new(Live::default()),
+            instances: Arc::new(instances::Instances::new(
+                &config.name,
+                config.scope(),
+                config.max_instances,
+                Duration::from_secs(config.idle_secs),
+                state,
+            )),
+            read_only: Default::default(),
             last_words: Arc::default(),
         }))
     }
@@ -165,6 +199,16 @@ impl McpServer {
 
     pub fn config(&self) -> &McpServerConfig {
         &self.config
+    }
+
+    /// The instance serving agent `agent`, paid for by `spender`, under the server's scope.
+    pub fn instance_for(&self, agent: &str, spender: &crate::core::state::Spender) -> InstanceKey {
+        InstanceKey::of(self.config.scope(), agent, spender)
+    }
+
+    /// How many instances of the server run (or are starting) now.
+    pub fn running_instances(&self) -> usize {
+        self.instances.count()
     }
 
     /// `text` with the server's URL shown without its query, where a key could be (the SDK's
@@ -205,8 +249,18 @@ impl McpServer {
 
     /// Starts the server and lists its tools (those the config offers, at most
     /// `MAX_TOOLS_PER_SERVER`) as commands.
+    /// The listing comes from the shared instance, whatever the scope, so that every prompt shows
+    /// the same tools; a scoped server's listing instance stops when idle like the others.
     pub async fn commands(self: &Arc<Self>) -> Result<Vec<Arc<dyn Command>>, McpStartError> {
-        let (peer, _) = self.peer().await?;
+        let lease = self
+            .instances
+            .lease(InstanceKey::Shared)
+            .await
+            .map_err(|e| McpStartError::DidNotStart {
+                name: self.config.name.clone(),
+                reason: e.to_string(),
+            })?;
+        let (peer, _) = self.peer(&lease.instance).await?;
         let tools = tokio::time::timeout(self.timeout(), peer.list_all_tools())
             .await
             .map_err(|_| McpStartError::ListTimedOut(self.config.timeout_secs))?
@@ -218,9 +272,17 @@ impl McpServer {
     /// left out with a warning.
     fn offered(self: &Arc<Self>, tools: Vec<Tool>) -> Vec<Arc<dyn Command>> {
         let mut commands: Vec<Arc<dyn Command>> = Vec::new();
+        let mut read_only = std::collections::HashSet::new();
         for tool in tools {
             if !self.config.offers(&tool.name) {
                 continue;
+            }
+            if tool
+                .annotations
+                .as_ref()
+                .is_some_and(|hints| hints.read_only_hint == Some(true))
+            {
+                read_only.insert(tool.name.to_string());
             }
             if commands.len() == MAX_TOOLS_PER_SERVER {
                 tracing::warn!(
@@ -234,24 +296,32 @@ impl McpServer {
                 Err(why) => tracing::warn!(server = %self.config.name, "{why}"),
             }
         }
+        *self
+            .read_only
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = read_only;
         commands
     }
 
-    /// The live connection's peer, starting the server when there is none.
-    async fn peer(&self) -> Result<(Peer<RoleClient>, u64), McpStartError> {
-        let mut live = self.connection.lock().await;
+    /// The live connection's peer of `instance`, starting it when it has none.
+    async fn peer(
+        &self,
+        instance: &instances::Instance,
+    ) -> Result<(Peer<RoleClient>, u64), McpStartError> {
+        let mut live = instance.live.lock().await;
         if let Some(connection) = &live.connection {
             if !connection.is_closed() && !connection.peer().is_transport_closed() {
                 return Ok((connection.peer().clone(), live.generation));
             }
         }
         live.end().await;
-        let (connection, group) = tokio::time::timeout(self.start_timeout(), self.start())
-            .await
-            .map_err(|_| McpStartError::StartTimedOut {
-                name: self.config.name.clone(),
-                secs: self.start_timeout().as_secs(),
-            })??;
+        let (connection, group) =
+            tokio::time::timeout(self.start_timeout(), self.start(&instance.dir))
+                .await
+                .map_err(|_| McpStartError::StartTimedOut {
+                    name: self.config.name.clone(),
+                    secs: self.start_timeout().as_secs(),
+                })??;
         let peer = connection.peer().clone();
         live.connection = Some(connection);
         live.group = group.as_ref().map(|(group, _)| *group);
@@ -263,12 +333,26 @@ impl McpServer {
     /// Starts the program, or opens the session with the URL, and runs MCP's initialization.
     async fn start(
         &self,
+        dir: &std::path::Path,
     ) -> Result<(Connection, Option<(i32, tokio::process::Child)>), McpStartError> {
         let name = &self.config.name;
         let started = match (&self.config.command, &self.http, &self.config.url) {
             (Some(program), _, _) => {
+                let not_spawned = |reason: String| McpStartError::NotSpawned {
+                    name: name.clone(),
+                    reason,
+                };
+                instances::made(dir).map_err(|e| {
+                    not_spawned(format!(
+                        "its directory {} could not be made: {e}",
+                        dir.display()
+                    ))
+                })?;
                 let mut command = tokio::process::Command::new(program);
-                command.args(&self.config.args).env_clear();
+                command
+                    .args(self.config.args.iter().map(|arg| in_instance(arg, dir)))
+                    .current_dir(dir)
+                    .env_clear();
                 // Its environment is what it needs to run and what the operator gives it: never
                 // the bot's, where the Discord token and the API keys are.
                 for kept in ["PATH", "HOME", "LANG", "TMPDIR"] {
@@ -276,7 +360,12 @@ impl McpServer {
                         command.env(kept, value);
                     }
                 }
-                command.envs(&self.config.env);
+                command.envs(
+                    self.config
+                        .env
+                        .iter()
+                        .map(|(name, value)| (name, in_instance(value, dir))),
+                );
                 // Its own process group, so that a restart also ends what it started.
                 command
                     .process_group(0)
@@ -284,10 +373,6 @@ impl McpServer {
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
                     .kill_on_drop(true);
-                let not_spawned = |reason: String| McpStartError::NotSpawned {
-                    name: name.clone(),
-                    reason,
-                };
                 let mut child = command.spawn().map_err(|e| not_spawned(e.to_string()))?;
                 let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
                     return Err(not_spawned(
@@ -336,38 +421,106 @@ impl McpServer {
         })
     }
 
-    /// Calls `tool`. An answer too big, or a call that is cancelled at its timeout while the
-    /// server still answers, fails with the reason and leaves the server running; a server that
-    /// has died, or stays stuck, fails the call with the reason and is started again, so the next
-    /// call finds it running.
+    /// Calls `tool` on the shared instance (see `call_in`).
     pub async fn call(
         &self,
         tool: &str,
         arguments: JsonObject,
     ) -> Result<CallToolResult, McpFailure> {
-        let name = &self.config.name;
-        let (peer, generation) = self.peer().await.map_err(|e| McpFailure(e.to_string()))?;
-        let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
-        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        // Each progress notification the server sends pushes the timeout back, up to a bound.
-        let options = PeerRequestOptions::with_timeout(self.timeout())
-            .reset_timeout_on_progress()
-            .with_max_total_timeout(self.timeout() * MAX_CALL_TIMEOUTS);
-        let answered = match peer.send_request_with_option(request, options).await {
-            Ok(handle) => handle.await_response().await,
-            Err(e) => Err(e),
+        self.call_in(InstanceKey::Shared, tool, arguments).await
+    }
+
+    /// Calls `tool` on the instance for `key`, started if it is not running. An answer too big,
+    /// or a call that is cancelled at its timeout while the instance still answers, fails with the
+    /// reason and leaves it running; an instance that has died, or stays stuck, fails the call
+    /// with the reason and is started again, so the next call finds it running. Other instances
+    /// and their calls are never touched.
+    pub async fn call_in(
+        &self,
+        key: InstanceKey,
+        tool: &str,
+        arguments: JsonObject,
+    ) -> Result<CallToolResult, McpFailure> {
+        let lease = self
+            .instances
+            .lease(key)
+            .await
+            .map_err(|e| McpFailure(e.to_string()))?;
+        let instance = &lease.instance;
+        let (failed, generation, ended) =
+            match self.attempt(instance, tool, arguments.clone()).await {
+                Attempt::Answered(answer) => return answer,
+                Attempt::Broke {
+                    failed,
+                    generation,
+                    ended,
+                } => (failed, generation, ended),
+            };
+        let restarted = self.restart(instance, generation).await;
+        let rerun = ended == Ended::ConnectionDied && restarted.is_ok() && self.is_read_only(tool);
+        if rerun {
+            // The tool only reads, by its own word: running it again on the restarted instance
+            // changes nothing it would not have.
+            tokio::time::sleep(RERUN_AFTER).await;
+            return match self.attempt(instance, tool, arguments).await {
+                Attempt::Answered(answer) => answer,
+                Attempt::Broke {
+                    failed: again,
+                    generation,
+                    ..
+                } => Err(McpFailure(format!(
+                    "{failed}; it was restarted and the call, which only reads, tried once more: {again}; {}",
+                    restarted_words(self.restart(instance, generation).await)
+                ))),
+            };
+        }
+        let unknown = match ended {
+            // It may have done its work before the connection closed.
+            Ended::ConnectionDied => {
+                " Whether the call ran before the server died is unknown: check before repeating it."
+            }
+            Ended::Stuck => "",
         };
-        let failed = match answered {
-            Ok(ServerResult::CallToolResult(result)) => return Ok(result),
+        Err(McpFailure(format!(
+            "{failed}; {}{unknown}",
+            restarted_words(restarted)
+        )))
+    }
+
+    /// Whether the server's tool `tool` says it only reads (`readOnlyHint`).
+    fn is_read_only(&self, tool: &str) -> bool {
+        self.read_only
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .contains(tool)
+    }
+
+    /// One try of a call on `instance`: its answer (a result, or a failure that leaves the
+    /// instance running), or how the instance broke.
+    async fn attempt(
+        &self,
+        instance: &instances::Instance,
+        tool: &str,
+        arguments: JsonObject,
+    ) -> Attempt {
+        let name = &self.config.name;
+        let (peer, generation) = match self.peer(instance).await {
+            Ok(found) => found,
+            Err(e) => return Attempt::Answered(Err(McpFailure(e.to_string()))),
+        };
+        let answered = self.send(&peer, tool, arguments).await;
+        let done = Attempt::Answered;
+        let (failed, ended) = match answered {
+            Ok(ServerResult::CallToolResult(result)) => return done(Ok(result)),
             Ok(other) => {
                 // Not readable as a tool's result as a whole: read again block by block.
                 let value = serde_json::to_value(&other).unwrap_or_default();
-                return Ok(
+                return done(Ok(
                     answer::tolerant(&value).unwrap_or_else(|| CallToolResult::success(Vec::new()))
-                );
+                ));
             }
             Err(ServiceError::McpError(error)) if error.code.0 == oversize::OVERSIZED_CODE => {
-                return Err(McpFailure(too_big(name, tool, &error)));
+                return done(Err(McpFailure(too_big(name, tool, &error))));
             }
             Err(ServiceError::McpError(error)) => {
                 // The server answered with an error: it is alive, and that is the result. Its
@@ -376,33 +529,59 @@ impl McpServer {
                     &error.message,
                     self.config.max_result_chars.min(2_000),
                 );
-                return Err(McpFailure(tool::labelled(&format!(
+                return done(Err(McpFailure(tool::labelled(&format!(
                     "the MCP server '{name}' refused the call: {said}"
-                ))));
+                )))));
             }
             Err(ServiceError::Timeout { timeout }) => {
                 // The library has sent `notifications/cancelled`. A server that still answers
                 // keeps running (other agents' calls may be in flight on it).
                 if Self::answers_ping(&peer).await {
-                    return Err(McpFailure(format!(
+                    return done(Err(McpFailure(format!(
                         "the MCP server '{name}' did not answer within {} s, so the call was cancelled; the server still runs (ask for less, or try again)",
                         timeout.as_secs()
-                    )));
+                    ))));
                 }
-                format!(
-                    "the MCP server '{name}' did not answer within {} s, and then not at all",
-                    timeout.as_secs()
+                (
+                    format!(
+                        "the MCP server '{name}' did not answer within {} s, and then not at all",
+                        timeout.as_secs()
+                    ),
+                    Ended::Stuck,
                 )
             }
-            Err(e) => format!(
-                "the MCP server '{name}' failed during the call ({})",
-                self.without_secrets(&plain_call_error(&e))
+            Err(e) => (
+                format!(
+                    "the MCP server '{name}' failed during the call ({})",
+                    self.without_secrets(&plain_call_error(&e))
+                ),
+                Ended::ConnectionDied,
             ),
         };
-        Err(McpFailure(format!(
-            "{failed}; {}",
-            self.restart(generation).await
-        )))
+        Attempt::Broke {
+            failed,
+            generation,
+            ended,
+        }
+    }
+
+    /// Sends the call of `tool` and waits for its answer.
+    async fn send(
+        &self,
+        peer: &Peer<RoleClient>,
+        tool: &str,
+        arguments: JsonObject,
+    ) -> Result<ServerResult, ServiceError> {
+        let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        // Each progress notification the server sends pushes the timeout back, up to a bound.
+        let options = PeerRequestOptions::with_timeout(self.timeout())
+            .reset_timeout_on_progress()
+            .with_max_total_timeout(self.timeout() * MAX_CALL_TIMEOUTS);
+        match peer.send_request_with_option(request, options).await {
+            Ok(handle) => handle.await_response().await,
+            Err(e) => Err(e),
+        }
     }
 
     /// Whether the server answers a ping within `STUCK_PING`: alive, though one call was slow.
@@ -413,19 +592,60 @@ impl McpServer {
 
     /// Ends connection `generation` (its program and everything in its process group) and starts
     /// the server again, unless another call already has; says what happened.
-    async fn restart(&self, generation: u64) -> String {
+    async fn restart(
+        &self,
+        instance: &instances::Instance,
+        generation: u64,
+    ) -> Result<(), McpStartError> {
         {
-            let mut live = self.connection.lock().await;
+            let mut live = instance.live.lock().await;
             if live.generation == generation {
                 live.end().await;
             }
         }
         tracing::warn!(server = %self.config.name, "restarting the MCP server");
-        match self.peer().await {
-            Ok(_) => "it was restarted.".into(),
-            Err(why) => format!("restarting it failed too ({why}); the next call tries again."),
-        }
+        self.peer(instance).await.map(|_| ())
     }
+}
+
+/// How a call's try ended.
+enum Attempt {
+    /// With the call's answer: a result, or a failure that left the instance running.
+    Answered(Result<CallToolResult, McpFailure>),
+    /// With the instance's connection `generation` broken, in the way `ended` says.
+    Broke {
+        failed: String,
+        generation: u64,
+        ended: Ended,
+    },
+}
+
+/// How a connection broke during a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// It closed (the program died, the session was dropped): the call may or may not have run.
+    ConnectionDied,
+    /// It timed out and then did not answer a ping.
+    Stuck,
+}
+
+/// How long a read-only call waits before it is tried again on a restarted instance.
+const RERUN_AFTER: Duration = Duration::from_millis(500);
+
+/// A restart's outcome in words.
+fn restarted_words(restarted: Result<(), McpStartError>) -> String {
+    match restarted {
+        Ok(()) => "it was restarted.".into(),
+        Err(why) => format!("restarting it failed too ({why}); the next call tries again."),
+    }
+}
+
+/// What the config names `INSTANCE_DIR` in an argument or an environment value.
+pub const INSTANCE_DIR: &str = "{instance_dir}";
+
+/// `text` with `INSTANCE_DIR` replaced by the instance's directory.
+fn in_instance(text: &str, dir: &std::path::Path) -> String {
+    text.replace(INSTANCE_DIR, &dir.to_string_lossy())
 }
 
 /// How many timeouts a call may last in all when the server keeps reporting progress.
@@ -616,9 +836,18 @@ pub async fn connect_all(config: &crate::config::Config) -> Vec<Arc<dyn Command>
     // Started side by side: a server that hangs at its start delays the bot by one timeout, not
     // one per server.
     let mut starting = tokio::task::JoinSet::new();
+    // Instances keep their state beside the store, so that a place's outlives a restart.
+    let kept = config.data_dir().ok().map(|dir| dir.join("mcp"));
     for (order, server) in config.mcp.servers.iter().enumerate() {
         let (server, web) = (server.clone(), config.web.clone());
-        starting.spawn(async move { (order, connect(&server, &web).await) });
+        let state = kept.clone().map_or(StateRoot::Temporary, StateRoot::Kept);
+        starting.spawn(async move {
+            let found = match McpServer::with_state(&server, &web, state) {
+                Ok(server) => server.commands().await,
+                Err(why) => Err(why),
+            };
+            (order, found)
+        });
     }
     let mut started = starting.join_all().await;
     // In the config's order, so that the prompt lists the commands the same way at every start.

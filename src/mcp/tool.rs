@@ -230,9 +230,11 @@ impl Command for McpTool {
         self.spec.clone()
     }
 
-    async fn run(&self, call: &CommandCall, _ctx: &ToolCtx<'_>) -> ToolOutput {
+    async fn run(&self, call: &CommandCall, ctx: &ToolCtx<'_>) -> ToolOutput {
         let arguments = call.args.clone().into_iter().collect();
-        match self.server.call(&self.tool, arguments).await {
+        // The instance of the agent's place, or its own, as the server's scope says.
+        let instance = self.server.instance_for(&ctx.agent.id, &ctx.payer.spender);
+        match self.server.call_in(instance, &self.tool, arguments).await {
             Ok(result) => shown(&result, self.server.config().max_result_chars),
             Err(failure) => ToolOutput::error(failure.0),
         }

@@ -24,6 +24,7 @@ mod llm_client;
 mod mcp;
 mod mcp_edge;
 mod mcp_registry;
+mod mcp_scope;
 mod memory;
 mod memory_e2e;
 mod memory_joined;

@@ -10,7 +10,7 @@ use autothread::mcp::McpServer;
 use serde_json::json;
 
 /// The installed server `bin`: from `variable`, or where the script installs it.
-fn npm_server(variable: &str, bin: &str) -> Option<String> {
+pub(crate) fn npm_server(variable: &str, bin: &str) -> Option<String> {
     let installed = format!(
         "{}/target/mcp-npm/node_modules/.bin/{bin}",
         env!("CARGO_MANIFEST_DIR")

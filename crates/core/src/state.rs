@@ -309,6 +309,32 @@ pub struct Spender {
     pub guild: Option<GuildId>,
 }
 
+/// The start of an Agent Protocol caller's spender key (`api:<token name>`).
+pub const API_SPENDER_PREFIX: &str = "api:";
+
+/// Where an agent was started, as its spender tells: things kept per place (an MCP server's
+/// instance) are kept apart by it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Home {
+    /// A Discord server.
+    Guild(GuildId),
+    /// The Agent Protocol, whichever caller.
+    Api,
+    /// The terminal console (and any agent saved without a server).
+    Console,
+}
+
+impl Spender {
+    /// Where the agent it pays for was started.
+    pub fn home(&self) -> Home {
+        match (&self.guild, &self.user) {
+            (Some(guild), _) => Home::Guild(guild.clone()),
+            (None, Some(user)) if user.starts_with(API_SPENDER_PREFIX) => Home::Api,
+            (None, _) => Home::Console,
+        }
+    }
+}
+
 /// A server's id as the core keeps it: opaque text (Discord's snowflake, written out), so that it
 /// cannot be mixed up with a user's or an agent's id, and is stored as the plain string it
 /// always was.

@@ -13,7 +13,7 @@ use crate::core::person::Person;
 use crate::core::state::{AgentState, Spender};
 
 /// The spender key of a caller's agents: their daily budget is the caller's.
-const SPENDER_PREFIX: &str = "api:";
+const SPENDER_PREFIX: &str = crate::core::state::API_SPENDER_PREFIX;
 
 /// The tokens the API accepts, by digest.
 pub struct Tokens {

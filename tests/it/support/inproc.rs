@@ -400,6 +400,41 @@ pub async fn run_tool(
     registry.run(&valid.call, &ctx).await.outcome
 }
 
+/// Runs `command` itself (no registry, no validation) for `state`, with the context the runtime
+/// would give it: for commands built outside the registry, such as an MCP server's.
+pub async fn run_command(
+    store: &autothread::store::Store,
+    command: &dyn autothread::tools::Command,
+    state: &AgentState,
+    args: serde_json::Value,
+) -> autothread::core::history::Outcome {
+    let config = autothread::config::Config::default();
+    let agent = state.view();
+    let payer = autothread::budget::Payer {
+        agent: agent.id.clone(),
+        spender: state.money.spender.clone(),
+        agent_limit: Micros(0),
+    };
+    let ctx = autothread::tools::ToolCtx {
+        agent: &agent,
+        now: state.updated_at,
+        payer: &payer,
+        workspace: autothread::tools::AgentFiles::new(store, &agent.id),
+        subagents: autothread::tools::SubAgents::new(store, &agent.id),
+        ask_user: &NobodyAsked,
+        limits: &config.workspace,
+        subagent_limits: &config.subagents,
+        memory: None,
+        model: None,
+        web: None,
+    };
+    let call = autothread::core::reply::CommandCall {
+        name: command.spec().name,
+        args: args.as_object().cloned().unwrap(),
+    };
+    command.run(&call, &ctx).await.outcome
+}
+
 /// Commands run by `run_tool` have nobody to ask.
 struct NobodyAsked;
 

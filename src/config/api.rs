@@ -8,6 +8,8 @@
 //! from the environment variable the entry names (`token_env`), at `Config::apply_env`; it never
 //! appears in `Debug` output. `validate` requires unique names of letters, digits, `-`, `_` and
 //! `.`; `check_tokens` (called when a listener starts) that every token is set and long enough.
+//! A token may name a `discord_user`: the person who owns, on Discord, the agents the caller
+//! binds to a Discord channel (see `surface::api::threads`).
 
 use serde::Deserialize;
 
@@ -59,6 +61,11 @@ pub struct ApiToken {
     pub name: String,
     /// The environment variable holding the token's value.
     pub token_env: String,
+    /// The Discord user (by id) who owns the agents this caller binds to a Discord channel
+    /// (`additional_input.discord_channel`): their server's rights, caps and budgets apply as if
+    /// they had started the agent. Without it, this caller's tasks stay off Discord.
+    #[serde(default)]
+    pub discord_user: Option<u64>,
     /// The value, read from `token_env` when the config is loaded.
     #[serde(skip)]
     pub token: Option<Secret>,
@@ -69,6 +76,7 @@ impl std::fmt::Debug for ApiToken {
         f.debug_struct("ApiToken")
             .field("name", &self.name)
             .field("token_env", &self.token_env)
+            .field("discord_user", &self.discord_user)
             .field("token", &self.token.as_ref().map(|_| "[set]"))
             .finish()
     }
@@ -120,6 +128,12 @@ impl ApiConfig {
                 return Err(invalid(
                     "api.tokens.name",
                     format!("{name:?} is listed twice"),
+                ));
+            }
+            if token.discord_user == Some(0) {
+                return Err(invalid(
+                    "api.tokens.discord_user",
+                    format!("token {name:?} names user 0, which is no Discord user"),
                 ));
             }
             if token.token_env.trim().is_empty() {
@@ -176,6 +190,7 @@ mod tests {
             tokens: vec![ApiToken {
                 name: name.into(),
                 token_env: env.into(),
+                discord_user: None,
                 token: None,
             }],
             ..ApiConfig::default()
@@ -209,6 +224,10 @@ mod tests {
         assert!(with_token("ci bot", "X").validate().is_err());
         assert!(with_token("", "X").validate().is_err());
         assert!(with_token("ci", " ").validate().is_err());
+        let mut nobody = with_token("ci", "X");
+        nobody.tokens[0].discord_user = Some(0);
+        let error = nobody.validate().unwrap_err().to_string();
+        assert!(error.contains("api.tokens.discord_user"), "{error}");
         let mut twice = with_token("ci", "X");
         twice.tokens.push(twice.tokens[0].clone());
         let error = twice.validate().unwrap_err().to_string();

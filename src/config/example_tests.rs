@@ -168,6 +168,7 @@ fn sample() -> Config {
     config.api.tokens.push(ApiToken {
         name: "ci".into(),
         token_env: "AUTOTHREAD_API_TOKEN_CI".into(),
+        discord_user: Some(1),
         token: None,
     });
     config.images.usd_per_image.insert("1024x1024".into(), 0.04);

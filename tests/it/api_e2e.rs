@@ -318,6 +318,35 @@ async fn a_task_steps_through_feedback_a_write_an_upload_read_a_question_and_fin
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_alone_cannot_bind_a_task_to_discord_and_creates_nothing() {
+    let fake = FakeOpenAi::start(Expect::test_model()).await;
+    let env = TestEnv::new(&fake.base_url, "");
+    let api = serve(&env, "").await;
+    let (status, answer) = api
+        .call(
+            reqwest::Method::POST,
+            "/tasks",
+            Some(CI_TOKEN),
+            Some(
+                json!({"input": "x", "additional_input": {"discord_channel": "3000000000000000001"}})
+                    .to_string(),
+            ),
+        )
+        .await;
+    assert_eq!(status, 422, "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .contains("runs without Discord"),
+        "{answer}"
+    );
+    let tasks = api.get("/tasks").await;
+    assert_eq!(tasks["pagination"]["total_items"], 0, "{tasks}");
+    fake.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_a_known_token_gets_in_and_another_callers_task_does_not_exist() {
     let fake = FakeOpenAi::start(Expect::test_model()).await;
     let env = TestEnv::new(&fake.base_url, "");

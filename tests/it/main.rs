@@ -5,6 +5,7 @@
 
 mod support;
 
+mod api_discord;
 mod api_e2e;
 mod approvals_e2e;
 mod architecture;

@@ -391,6 +391,11 @@ pub struct AgentBrief {
     pub follow_ups: Vec<String>,
     pub profile: Option<Profile>,
     pub settings: AgentSettings,
+    /// The Agent Protocol caller (an API token's name) that created an agent whose owner is a
+    /// Discord person (a task bound to a Discord thread): the caller still drives it over the
+    /// API. Unset for every other agent, whose spender says who started it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_caller: Option<String>,
 }
 
 /// Where the agent is: its phase, its cycle, the step on the table and the steps behind it.
@@ -491,6 +496,7 @@ impl AgentState {
                 follow_ups: Vec::new(),
                 profile,
                 settings,
+                api_caller: None,
             },
             progress: AgentProgress {
                 phase: Phase::Creating,

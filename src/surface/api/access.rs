@@ -15,14 +15,21 @@ use crate::core::state::{AgentState, Spender};
 /// The spender key of a caller's agents: their daily budget is the caller's.
 const SPENDER_PREFIX: &str = crate::core::state::API_SPENDER_PREFIX;
 
+/// One accepted token: who it is, its digest, and the Discord person owning its bound tasks.
+struct Known {
+    name: String,
+    digest: [u8; 32],
+    discord_user: Option<u64>,
+}
+
 /// The tokens the API accepts, by digest.
 pub struct Tokens {
-    known: Vec<(String, [u8; 32])>,
+    known: Vec<Known>,
 }
 
 impl std::fmt::Debug for Tokens {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let names: Vec<&str> = self.known.iter().map(|(name, _)| name.as_str()).collect();
+        let names: Vec<&str> = self.known.iter().map(|known| known.name.as_str()).collect();
         f.debug_struct("Tokens").field("names", &names).finish()
     }
 }
@@ -40,7 +47,11 @@ impl Tokens {
             .iter()
             .filter_map(|token| {
                 let value = token.token.as_ref()?;
-                Some((token.name.trim().to_string(), digest(value.expose())))
+                Some(Known {
+                    name: token.name.trim().to_string(),
+                    digest: digest(value.expose()),
+                    discord_user: token.discord_user,
+                })
             })
             .collect();
         Ok(Tokens { known })
@@ -55,12 +66,15 @@ impl Tokens {
             .trim();
         let presented = digest(token);
         let mut found = None;
-        for (name, known) in &self.known {
-            if bool::from(known.ct_eq(&presented)) {
-                found = Some(name.clone());
+        for known in &self.known {
+            if bool::from(known.digest.ct_eq(&presented)) {
+                found = Some(Caller {
+                    name: known.name.clone(),
+                    discord_user: known.discord_user,
+                });
             }
         }
-        found.map(|name| Caller { name })
+        found
     }
 }
 
@@ -68,6 +82,8 @@ impl Tokens {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
     pub name: String,
+    /// The Discord person (by id) who owns the tasks this caller binds to a Discord channel.
+    pub discord_user: Option<u64>,
 }
 
 impl Caller {
@@ -84,9 +100,11 @@ impl Caller {
         }
     }
 
-    /// Whether the caller started `agent` (and so may see and drive it).
+    /// Whether the caller started `agent` (and so may see and drive it): one it pays for, or
+    /// one it bound to a Discord thread, which a Discord person pays for.
     pub fn owns(&self, agent: &AgentState) -> bool {
         agent.money.spender == self.spender()
+            || agent.brief.api_caller.as_deref() == Some(self.name.as_str())
     }
 }
 
@@ -110,6 +128,7 @@ mod tests {
         let token = |name: &str, value: &str| ApiToken {
             name: name.into(),
             token_env: "X".into(),
+            discord_user: (name == "ci").then_some(42),
             token: Some(Secret::new(value)),
         };
         let api = ApiConfig {
@@ -127,6 +146,7 @@ mod tests {
         let tokens = tokens();
         let ci = tokens.caller(Some("Bearer ci-token-0123456789")).unwrap();
         assert_eq!(ci.name, "ci");
+        assert_eq!(ci.discord_user, Some(42));
         assert_eq!(ci.person(), Person::api("ci"));
         assert_eq!(
             tokens
@@ -150,14 +170,26 @@ mod tests {
 
     #[test]
     fn a_caller_owns_the_agents_it_pays_for_only() {
-        let ci = Caller { name: "ci".into() };
+        let ci = Caller {
+            name: "ci".into(),
+            discord_user: None,
+        };
+        let dash = Caller {
+            name: "dash".into(),
+            discord_user: None,
+        };
         let mut agent = AgentState::for_test("a");
         assert!(!ci.owns(&agent) && !started_over_the_api(&agent));
         agent.money.spender = ci.spender();
         assert!(ci.owns(&agent) && started_over_the_api(&agent));
-        assert!(!Caller {
-            name: "dash".into()
-        }
-        .owns(&agent));
+        assert!(!dash.owns(&agent));
+        // A task bound to Discord: a Discord person pays, the caller that made it drives it, and
+        // `serve` alone does not resume it.
+        agent.money.spender = Spender {
+            user: Some("42".into()),
+            guild: Some("7".into()),
+        };
+        agent.brief.api_caller = Some("ci".into());
+        assert!(ci.owns(&agent) && !dash.owns(&agent) && !started_over_the_api(&agent));
     }
 }

@@ -7,7 +7,8 @@
 //!
 //! The mapping is AutoGPT's. Creating a task creates and starts an agent (`input` is its task;
 //! `additional_input` may give its `name` and `role`, its `model` from the offered list,
-//! `budget_usd`, and `continuous`: commands of automatic classes to run without asking). A step
+//! `budget_usd`, `continuous`: commands of automatic classes to run without asking, and
+//! `discord_channel`: a channel whose new thread the agent lives in too, see `threads`). A step
 //! answers what the previous step showed (`RestPoint`): with no input or `y` it approves the
 //! proposed command, with other text it gives feedback, or answers the agent's question; a
 //! paused agent resumes. It then waits (at most `api.step_wait_secs`) until the agent rests again
@@ -26,9 +27,11 @@ mod access;
 mod artifacts;
 pub mod protocol;
 mod steps;
+mod threads;
 mod waiting;
 
 pub use access::{started_over_the_api, Caller, Tokens};
+pub use threads::{BindRefusal, ThreadHost, ThreadPlace};
 pub use waiting::{ApiSurface, RestPoint};
 
 use std::net::SocketAddr;
@@ -60,7 +63,14 @@ use steps::TaskRecord;
 pub const MAX_INPUT_CHARS: usize = 4_000;
 
 /// The keys `additional_input` may hold when a task is created.
-const TASK_OPTIONS: &[&str] = &["name", "role", "model", "budget_usd", "continuous"];
+const TASK_OPTIONS: &[&str] = &[
+    "name",
+    "role",
+    "model",
+    "budget_usd",
+    "continuous",
+    "discord_channel",
+];
 
 /// Why a request was not served; its text is the answer's `message`.
 #[derive(Debug, thiserror::Error)]
@@ -137,6 +147,8 @@ pub struct Api {
     supervisor: Supervisor,
     surface: Arc<ApiSurface>,
     tokens: Arc<Tokens>,
+    /// Discord, when the API runs inside the bot: where a bound task's thread opens.
+    threads: Option<Arc<dyn ThreadHost>>,
 }
 
 impl Api {
@@ -147,6 +159,15 @@ impl Api {
             supervisor,
             surface,
             tokens: Arc::new(tokens),
+            threads: None,
+        }
+    }
+
+    /// The API inside the Discord bot, which can bind a task to a thread of `host`.
+    pub fn with_threads(self, host: Arc<dyn ThreadHost>) -> Api {
+        Api {
+            threads: Some(host),
+            ..self
         }
     }
 
@@ -189,6 +210,18 @@ impl Api {
             options.insert("budget_usd".into(), json!(budget.0 as f64 / 1e6));
         }
         options.insert("phase".into(), json!(state.progress.phase.label()));
+        if state.brief.api_caller.is_some() {
+            if let Some(binding) = self.app.store.binding(&state.id)? {
+                options.insert(
+                    "discord_channel".into(),
+                    json!(binding.parent_channel_id.to_string()),
+                );
+                options.insert(
+                    "discord_thread".into(),
+                    json!(binding.thread_id.to_string()),
+                );
+            }
+        }
         Ok(Task {
             task_id: state.id.clone(),
             input: Some(state.brief.task.clone()),
@@ -347,6 +380,8 @@ struct TaskOptions {
     model: Option<String>,
     budget: Option<Micros>,
     auto_approvals: u32,
+    /// The Discord channel whose thread the agent lives in too (see `threads`).
+    discord_channel: Option<u64>,
 }
 
 fn task_options(value: Option<Value>) -> Result<TaskOptions, ApiError> {
@@ -393,11 +428,16 @@ fn task_options(value: Option<Value>) -> Result<TaskOptions, ApiError> {
             }
         },
     };
+    let discord_channel = match options.get("discord_channel") {
+        None | Some(Value::Null) => None,
+        Some(value) => Some(threads::channel_option(value)?),
+    };
     Ok(TaskOptions {
         profile,
         model: text_option(&options, "model")?,
         budget,
         auto_approvals,
+        discord_channel,
     })
 }
 
@@ -419,6 +459,26 @@ async fn create_task(
         )));
     }
     let options = task_options(request.additional_input)?;
+    let state = match options.discord_channel {
+        Some(channel) => threads::start_bound(&api, &caller, task, options, channel).await?,
+        None => start_unbound(&api, &caller, task, options)?,
+    };
+    let view = api.task(&state)?;
+    api.supervisor
+        .start_new(state)
+        .await
+        .map_err(ApiError::internal)?;
+    tracing::info!(task = %view.task_id, caller = %caller.name, "task created over the API");
+    Ok(Json(view))
+}
+
+/// An agent outside any Discord server, paid for by the caller, after the caps on its agents.
+fn start_unbound(
+    api: &Api,
+    caller: &Caller,
+    task: &str,
+    options: TaskOptions,
+) -> Result<AgentState, ApiError> {
     let running = api
         .app
         .store
@@ -442,13 +502,7 @@ async fn create_task(
             ..NewAgent::default()
         },
     );
-    let view = api.task(&state)?;
-    api.supervisor
-        .start_new(state)
-        .await
-        .map_err(ApiError::internal)?;
-    tracing::info!(task = %view.task_id, caller = %caller.name, "task created over the API");
-    Ok(Json(view))
+    Ok(state)
 }
 
 async fn list_tasks(
@@ -701,6 +755,9 @@ mod tests {
         assert!(refused(json!({"continuous": 10_000})).contains("continuous"));
         assert!(refused(json!({"name": ""})).contains("name"));
         assert!(refused(json!([1])).contains("object"));
+        assert!(refused(json!({"discord_channel": 12})).contains("discord_channel"));
+        let bound = task_options(Some(json!({"discord_channel": "3000000000000000001"}))).unwrap();
+        assert_eq!(bound.discord_channel, Some(3_000_000_000_000_000_001));
         assert!(task_options(None).is_ok());
     }
 }

@@ -65,7 +65,7 @@ pub async fn run(app: App, shards: Shards) -> anyhow::Result<()> {
     let serve = move || async move {
         buckets::spawn_pruning(surface_http.clone(), clock.clone());
         let message_content = app.config.discord.message_content();
-        let framework = framework(app, surface_http, agents_runtime, slot);
+        let framework = framework(app, surface_http, agents_runtime, slot, shards);
         let intents = gateway_intents(message_content);
         let mut client = serenity::ClientBuilder::new_with_http(gateway_http, intents)
             .framework(framework)
@@ -176,6 +176,7 @@ fn framework(
     surface_http: Arc<serenity::Http>,
     agents_runtime: tokio::runtime::Handle,
     slot: Arc<OnceLock<Supervisor>>,
+    shards: Shards,
 ) -> poise::Framework<Data, anyhow::Error> {
     let dev_guild = app.config.discord.dev_guild;
     poise::Framework::builder()
@@ -191,6 +192,7 @@ fn framework(
         .setup(move |ctx, ready, framework| {
             let bot_user_id = ready.user.id.get();
             Box::pin(async move {
+                let threads_http = surface_http.clone();
                 let surface = Arc::new(
                     DiscordSurface::new(
                         surface_http,
@@ -215,7 +217,16 @@ fn framework(
                 let supervisor = Supervisor::new(app.deps_on(shown_by, agents_runtime.clone()));
                 let _ = slot.set(supervisor.clone());
                 if let Some(api_surface) = api_surface {
-                    spawn_api(&agents_runtime, &app, supervisor.clone(), api_surface);
+                    // A task bound to a channel is checked and opens its thread through the
+                    // surface's REST client, on the agents' runtime as its posts are.
+                    let threads = Arc::new(super::threads::BotThreads::new(threads_http, shards));
+                    spawn_api(
+                        &agents_runtime,
+                        &app,
+                        supervisor.clone(),
+                        api_surface,
+                        threads,
+                    );
                 }
                 let data = Data {
                     supervisor,
@@ -289,6 +300,7 @@ fn spawn_api(
     app: &App,
     supervisor: Supervisor,
     surface: Arc<ApiSurface>,
+    threads: Arc<super::threads::BotThreads>,
 ) {
     let tokens = match Tokens::from_config(&app.config.api) {
         Ok(tokens) => tokens,
@@ -298,7 +310,7 @@ fn spawn_api(
         }
     };
     let listen_on = app.config.api.listen.clone();
-    let api = Api::new(app.clone(), supervisor, surface, tokens);
+    let api = Api::new(app.clone(), supervisor, surface, tokens).with_threads(threads);
     agents.spawn(async move {
         match crate::surface::api::listen(api, &listen_on).await {
             Ok(addr) => tracing::info!("Agent Protocol: http://{addr}/ap/v1/agent/tasks"),

@@ -34,6 +34,7 @@ mod rewound;
 mod router;
 pub mod shards;
 mod status;
+pub mod threads;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

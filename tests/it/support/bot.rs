@@ -43,6 +43,7 @@ pub async fn start_bot_with(
         &[],
         rust_log,
         MessageContentIntent::Requested,
+        &[],
     );
     discord
         .wait_for("the slash commands to be registered", WAIT, |d| {
@@ -50,6 +51,41 @@ pub async fn start_bot_with(
         })
         .await;
     running
+}
+
+/// `autothread run` with `[api] listen` set in `env`'s config and `vars` (the API tokens'
+/// variables) in its environment, once its commands are registered and the Agent Protocol
+/// listens: the bot and the API's base URL.
+pub async fn start_bot_serving_api(
+    env: &TestEnv,
+    discord: &FakeDiscord,
+    vars: &[(&str, &str)],
+) -> (Running, String) {
+    let running = spawn_bot(
+        env,
+        discord,
+        &[],
+        &[],
+        Some("warn,autothread::surface::discord=info"),
+        MessageContentIntent::Requested,
+        vars,
+    );
+    discord
+        .wait_for("the slash commands to be registered", WAIT, |d| {
+            (!d.commands().is_empty()).then_some(())
+        })
+        .await;
+    running
+        .wait_for_log("Agent Protocol: http://", 1, WAIT)
+        .await;
+    let log = running.stderr();
+    let from = log.find("Agent Protocol: http://").unwrap() + "Agent Protocol: ".len();
+    let base = log[from..]
+        .split("/ap/v1/agent/tasks")
+        .next()
+        .unwrap()
+        .to_string();
+    (running, base)
 }
 
 /// `autothread run` asking for the Message Content intent or not, not waiting for anything: a
@@ -60,7 +96,7 @@ pub fn spawn_bot_asking(
     intent: MessageContentIntent,
     rust_log: Option<&str>,
 ) -> Running {
-    spawn_bot(env, discord, &[], &[], rust_log, intent)
+    spawn_bot(env, discord, &[], &[], rust_log, intent, &[])
 }
 
 /// `autothread run --shards … --total-shards …`, once the fake saw its shards identify.
@@ -79,6 +115,7 @@ pub async fn start_bot_on_shards(
         &["--shards", shards, "--total-shards", &total_arg],
         Some("warn,autothread::surface::discord=info"),
         MessageContentIntent::Requested,
+        &[],
     );
     discord
         .wait_for(&format!("shards {expected:?} to identify"), WAIT, |d| {
@@ -99,6 +136,7 @@ fn spawn_bot(
     run_args: &[&str],
     rust_log: Option<&str>,
     intent: MessageContentIntent,
+    vars: &[(&str, &str)],
 ) -> Running {
     let mut args = global.to_vec();
     args.push("run");
@@ -111,7 +149,8 @@ fn spawn_bot(
     cmd.env("DISCORD_TOKEN", "fake-token")
         .env("DISCORD_API_BASE", &discord.base_url)
         .env("DISCORD_DEV_GUILD", GUILD.to_string())
-        .env("DISCORD_MESSAGE_CONTENT_INTENT", asks);
+        .env("DISCORD_MESSAGE_CONTENT_INTENT", asks)
+        .envs(vars.iter().copied());
     match rust_log {
         Some(filter) => cmd.env("RUST_LOG", filter),
         None => cmd.env_remove("RUST_LOG"),

@@ -20,7 +20,8 @@
 //! (their denials together, then their grants), and the member's own overwrite; without View
 //! Channel nothing else counts, and a thread takes its parent channel's. It sends them with each
 //! interaction (`app_permissions`) and in GUILD_CREATE (roles, the bot's member, overwrites),
-//! serves them over REST, and acts on them: no thread without Create Public Threads, no post
+//! serves them over REST (a channel with its overwrites, a server's roles, a member's roles), and
+//! acts on them: no thread without Create Public Threads, no post
 //! without Send Messages (in Threads), and a message's embeds dropped without Embed Links.
 
 use std::collections::{HashMap, VecDeque};
@@ -643,7 +644,10 @@ impl FakeDiscord {
                 .route("/api/v10/guilds/{guild}", get(get_guild))
                 .route("/api/v10/guilds/{guild}/channels", get(get_guild_channels))
                 .route("/api/v10/channels/{channel}/threads", post(create_thread))
-                .route("/api/v10/channels/{channel}", patch(edit_channel))
+                .route(
+                    "/api/v10/channels/{channel}",
+                    get(get_channel).patch(edit_channel),
+                )
                 .route(
                     "/api/v10/channels/{channel}/messages",
                     post(create_message).get(list_messages),
@@ -1785,6 +1789,31 @@ async fn create_message(
 
 /// Edits a thread as Discord does for the fields the bot sets (`archived`, `locked`), and answers
 /// with the thread; anything else is an error of the test's.
+/// A channel as REST returns it: a server's text channel with its overwrites, or a thread.
+async fn get_channel(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    Path(channel): Path<u64>,
+) -> Response {
+    if !authorised(&headers) {
+        return unauthorised();
+    }
+    let inner = state.lock().unwrap();
+    let found = match channel {
+        CHANNEL => Some(inner.servers.channel_payload(GUILD)),
+        CHANNEL_B => Some(inner.servers.channel_payload(GUILD_B)),
+        _ => inner.thread(channel).cloned(),
+    };
+    match found {
+        Some(payload) => Json(payload).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            Json(json!({"message": "Unknown Channel", "code": 10003})),
+        )
+            .into_response(),
+    }
+}
+
 async fn edit_channel(
     State(state): State<Shared>,
     Path(channel): Path<u64>,
@@ -2311,7 +2340,8 @@ async fn guild_member(
         )
             .into_response();
     }
-    let mut found = member(user_id, &[], "0");
+    let roles = state.lock().unwrap().servers.roles_of(guild, user_id);
+    let mut found = member(user_id, &roles, "0");
     if let Some(fields) = found.as_object_mut() {
         fields.remove("permissions");
     }

@@ -2,7 +2,7 @@
 //! workspace as they were when a cycle closed; this agent goes on untouched.
 //!
 //! Only those who may decide for the agent may fork it, and `check_start` applies to the forker as
-//! to any start. The thread is opened beside the original (`start::open_thread`) and bound first,
+//! to any start. The thread is opened beside the original (`threads::open_thread`) and bound first,
 //! as at a start: the forker owns the fork, the original's owner and sharers share it. Then the
 //! store's fork (`AgentService::fork`), `Memory::copy_to_fork` (a failure is logged and the fork
 //! goes on without memories), a note in both threads, and `Supervisor::start_new`.
@@ -10,7 +10,7 @@
 use crate::surface::discord::people::person_of;
 use poise::serenity_prelude::{ChannelId, CreateMessage};
 
-use super::start::{open_thread, refuse_without_card_permissions};
+use super::start::refuse_without_card_permissions;
 use super::{thread_agent, Ctx, Error};
 use crate::core::state::GuildId;
 use crate::service::rights::may_decide;
@@ -18,6 +18,7 @@ use crate::service::{AgentService, UserError, NOT_ALLOWED};
 use crate::store::ThreadBinding;
 use crate::surface::discord::no_mentions;
 use crate::surface::discord::respond::{author, defer_privately, reply_privately};
+use crate::surface::discord::threads::open_thread;
 
 /// Try another way: a copy of this agent as it was after a cycle, in a new thread.
 #[poise::command(slash_command, guild_only)]
@@ -41,7 +42,12 @@ pub(super) async fn fork(
     let id = AgentService::new_agent_id();
     let title = format!("{} (fork after cycle {cycle})", source.name());
     refuse_without_card_permissions(ctx, ChannelId::new(binding.parent_channel_id))?;
-    let thread = open_thread(ctx, ChannelId::new(binding.parent_channel_id), &title).await?;
+    let thread = open_thread(
+        ctx.http(),
+        ChannelId::new(binding.parent_channel_id),
+        &title,
+    )
+    .await?;
     let by = person_of(ctx.author());
     let guild = GuildId::from(binding.guild_id);
     // The team that worked with the original works with the fork: its owner becomes a sharer.

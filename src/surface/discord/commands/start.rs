@@ -6,15 +6,12 @@
 //! not post an agent's cards is refused, naming the permission it lacks
 //! (`refuse_without_card_permissions`, from `permissions`). It defers privately, because Discord
 //! gives the first follow-up the deferral's visibility and a later refusal must stay private. Then
-//! it opens the thread (`open_thread`; a refusal for want of a permission is a `UserError` naming
+//! it opens the thread (`threads::open_thread`; a refusal for want of a permission is a `UserError` naming
 //! it), saves the `ThreadBinding`, makes the agent (`AgentService::new_agent`) and starts it
 //! (`Supervisor::start_new`).
 
 use poise::serenity_prelude as serenity;
-use serenity::{
-    AutoArchiveDuration, ChannelId, ChannelType, CreateThread, HttpError, Permissions, RoleId,
-    UserId,
-};
+use serenity::{ChannelId, Permissions, RoleId, UserId};
 
 use super::{guild_of, Ctx, Error};
 use crate::core::budget::usd_to_micros;
@@ -22,9 +19,9 @@ use crate::core::state::{GuildId, Profile, Spender};
 use crate::service::rights::{shares_in, MAX_SHARES};
 use crate::service::{AgentService, NewAgent, UserError};
 use crate::store::ThreadBinding;
-use crate::surface::discord::cards::thread_name;
 use crate::surface::discord::permissions;
 use crate::surface::discord::respond::{author, defer_privately, reply_privately};
+use crate::surface::discord::threads::open_thread;
 
 /// Start an agent on a task, in a new thread.
 // poise takes every slash option as a parameter.
@@ -89,7 +86,7 @@ pub(super) async fn start(
     defer_privately(ctx).await?;
     let id = AgentService::new_agent_id();
     let title = name.clone().unwrap_or_else(|| format!("agent {id}"));
-    let thread = open_thread(ctx, ctx.channel_id(), &title).await?;
+    let thread = open_thread(ctx.http(), ctx.channel_id(), &title).await?;
     data.app.store.save_binding(&ThreadBinding {
         agent_id: id.clone(),
         guild_id,
@@ -156,34 +153,4 @@ fn bot_permissions_in(ctx: Ctx<'_>, channel: ChannelId) -> Option<Permissions> {
         }
         _ => None,
     })
-}
-
-/// Opens a public thread for an agent in `channel`; a refusal for want of permissions says which
-/// ones the bot's role needs.
-pub(super) async fn open_thread(
-    ctx: Ctx<'_>,
-    channel: ChannelId,
-    title: &str,
-) -> Result<serenity::GuildChannel, Error> {
-    channel
-        .create_thread(
-            ctx.http(),
-            CreateThread::new(thread_name(title))
-                .kind(ChannelType::PublicThread)
-                .auto_archive_duration(AutoArchiveDuration::OneDay),
-        )
-        .await
-        .map_err(|e| match e {
-            serenity::Error::Http(HttpError::UnsuccessfulRequest(refusal))
-                if refusal.status_code.as_u16() == 403 =>
-            {
-                UserError::new(
-                    "I may not open a thread in this channel: give my role the Create Public \
-                     Threads and Send Messages in Threads permissions here, or start the agent \
-                     in another channel.",
-                )
-                .into()
-            }
-            other => anyhow::Error::new(other).context("cannot create the agent's thread"),
-        })
 }

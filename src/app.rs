@@ -9,6 +9,7 @@
 //! `connect_mcp`, called by `run` and `console` after the build, adds the MCP servers' tools to the
 //! registry. The `App` names no surface; a surface names the `App`.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -25,7 +26,7 @@ use crate::memory::Memory;
 use crate::runtime::Surface;
 use crate::runtime::{Deps, Drain};
 use crate::service::AgentService;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 use crate::tools::Registry;
 use crate::web::Web;
 
@@ -268,11 +269,24 @@ fn with_image_generation(
     Ok(tools.with_commands(vec![Arc::new(command)], &config.agent.disabled_commands))
 }
 
-/// Opens the store in the configured data directory, running its migrations.
+/// Opens the store, running its migrations: in PostgreSQL when `store.url` names a database,
+/// else in sled in the configured data directory.
 pub fn open_store(config: &Config) -> anyhow::Result<Store> {
     let dir = config.data_dir()?;
-    Store::open_with_cache(&dir, config.store.cache_bytes())
-        .with_context(|| format!("cannot open the store in {}", dir.display()))
+    open_configured_store(config, &dir).with_context(|| match &config.store.url {
+        // Never the URL itself, which holds a password.
+        Some(_) => "cannot open the store in the PostgreSQL database of store.url".to_string(),
+        None => format!("cannot open the store in {}", dir.display()),
+    })
+}
+
+/// `open_store`'s store, with the store's own error (a sled store in use by another process is
+/// `StoreError::Locked`).
+pub fn open_configured_store(config: &Config, dir: &Path) -> Result<Store, StoreError> {
+    match &config.store.url {
+        Some(url) => Store::open_postgres(url.expose(), dir),
+        None => Store::open_with_cache(dir, config.store.cache_bytes()),
+    }
 }
 
 pub use crate::config::without_query;

@@ -26,7 +26,7 @@ use crate::core::message::{Message, Role};
 use crate::llm::embed::{EmbedPurpose, Embedder, OpenAiEmbedder};
 use crate::llm::openai::OpenAiChat;
 use crate::llm::{ChatModel, ChatRequest, LlmError};
-use crate::store::{Store, StoreError};
+use crate::store::StoreError;
 
 /// The purpose header of the check's own chat requests.
 pub const CHECK_PURPOSE: &str = "check";
@@ -159,10 +159,15 @@ fn check_store(config: &Config) -> Line {
         Ok(dir) => dir,
         Err(e) => return line("store", Verdict::Fail(e.to_string())),
     };
-    let verdict = match Store::open_with_cache(&dir, config.store.cache_bytes()) {
+    // The database's address is never shown: it holds a password.
+    let place = match &config.store.url {
+        Some(_) => "the PostgreSQL database of store.url".to_string(),
+        None => dir.display().to_string(),
+    };
+    let verdict = match crate::app::open_configured_store(config, &dir) {
         Ok(store) => {
             let agents = store.list_agents().map(|a| a.len()).unwrap_or(0);
-            Verdict::Pass(format!("opens in {} ({agents} agents)", dir.display()))
+            Verdict::Pass(format!("opens in {place} ({agents} agents)"))
         }
         Err(StoreError::Locked(_)) => {
             // A running bot holding the store is what a deployment expects; say which one.
@@ -174,7 +179,7 @@ fn check_store(config: &Config) -> Line {
                 dir.display()
             ))
         }
-        Err(e) => Verdict::Fail(format!("cannot open {}: {e}", dir.display())),
+        Err(e) => Verdict::Fail(format!("cannot open {place}: {e}")),
     };
     line("store", verdict)
 }

@@ -526,7 +526,7 @@ pub async fn here_or_in_the_bot(
     what: &Inspect,
 ) -> anyhow::Result<Shown> {
     let dir = config.data_dir()?;
-    match Store::open_with_cache(&dir, config.store.cache_bytes()) {
+    match crate::app::open_configured_store(&config, &dir) {
         Ok(store) => {
             let app = App::build(
                 config,

@@ -22,7 +22,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 
 use crate::core::budget::{format_usd, Micros};
 use crate::locks::LockRecovered;
@@ -101,16 +100,16 @@ pub struct Ledger {
 }
 
 struct Books {
-    db: sled::Db,
+    db: crate::store::kv::Db,
     /// The store's shared flush (see `store::Durable`).
     durable: crate::store::Durable,
     /// Settled spend per account, as of the last fold (`reserved` is kept at zero on disk).
-    accounts: sled::Tree,
+    accounts: crate::store::kv::Tree,
     /// Every reservation not yet folded, open or settled.
-    reservations: sled::Tree,
+    reservations: crate::store::kv::Tree,
     /// What a reservation was charged, by its id, until it is folded into the accounts.
-    settlements: sled::Tree,
-    limits: sled::Tree,
+    settlements: crate::store::kv::Tree,
+    limits: crate::store::kv::Tree,
     state: Mutex<BookState>,
 }
 
@@ -148,14 +147,6 @@ impl BookState {
     }
 }
 
-/// A fold's own failure, as sled's transactions report it.
-fn fold_error(e: TransactionError<StoreError>) -> StoreError {
-    match e {
-        TransactionError::Abort(e) => e,
-        TransactionError::Storage(e) => e.into(),
-    }
-}
-
 impl Ledger {
     /// The store's ledger. The books are read from disk once per open store and shared by every
     /// clone of it, because two sets of books over the same trees would each think they held
@@ -179,7 +170,10 @@ impl Books {
         })
     }
 
-    fn load(db: &sled::Db, durable: crate::store::Durable) -> Result<Books, StoreError> {
+    fn load(
+        db: &crate::store::kv::Db,
+        durable: crate::store::Durable,
+    ) -> Result<Books, StoreError> {
         let books = Books {
             accounts: db.open_tree("ledger_accounts")?,
             reservations: db.open_tree("ledger_reservations")?,
@@ -375,19 +369,17 @@ impl Ledger {
             .map(|(name, account)| Ok((name.as_bytes().to_vec(), encode(account)?)))
             .collect::<Result<Vec<_>, StoreError>>()?;
         let books = &*self.books;
-        (&books.accounts, &books.reservations, &books.settlements)
-            .transaction(|(accounts, reservations, settlements)| {
-                for (name, account) in &encoded {
-                    accounts.insert(name.as_slice(), account.as_slice())?;
-                }
-                for (reservation, _) in &state.unfolded {
-                    let key = reservation.id.to_be_bytes();
-                    reservations.remove(&key)?;
-                    settlements.remove(&key)?;
-                }
-                Ok::<_, ConflictableTransactionError<StoreError>>(())
-            })
-            .map_err(fold_error)?;
+        // The accounts and the reservations folded into them change together or not at all.
+        let mut fold = crate::store::kv::Batch::default();
+        for (name, account) in encoded {
+            fold.put(&books.accounts, name, account);
+        }
+        for (reservation, _) in &state.unfolded {
+            let key = reservation.id.to_be_bytes();
+            fold.remove(&books.reservations, key);
+            fold.remove(&books.settlements, key);
+        }
+        books.db.write_batch(&fold)?;
         state.unfolded.clear();
         // What is folded is on disk now; only the accounts of open reservations stay in memory.
         let open: std::collections::HashSet<&String> =
@@ -456,11 +448,13 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::kv::Backend;
+    use crate::store::test_backends::{on_both_backends, TestStore};
 
-    fn ledger() -> (tempfile::TempDir, Ledger) {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
-        (dir, Ledger::new(&store).unwrap())
+    fn ledger(backend: Backend) -> Option<(TestStore, Ledger)> {
+        let test = TestStore::on(backend)?;
+        let ledger = Ledger::new(&test.open()).unwrap();
+        Some((test, ledger))
     }
 
     fn charge(account: &str, limit: Option<Micros>) -> Charge {
@@ -471,9 +465,10 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_reservation_books_every_account_or_none() {
-        let (_dir, ledger) = ledger();
+    fn a_reservation_books_every_account_or_none(backend: Backend) {
+        let Some((_test, ledger)) = ledger(backend) else {
+            return;
+        };
         let at = DateTime::<Utc>::UNIX_EPOCH;
         let charges = [
             charge("a", Some(Micros(1000))),
@@ -508,9 +503,12 @@ mod tests {
         );
     }
 
-    #[test]
-    fn an_overrun_is_charged_in_full_and_refuses_what_follows_and_release_charges_nothing() {
-        let (_dir, ledger) = ledger();
+    fn an_overrun_is_charged_in_full_and_refuses_what_follows_and_release_charges_nothing(
+        backend: Backend,
+    ) {
+        let Some((_test, ledger)) = ledger(backend) else {
+            return;
+        };
         let at = DateTime::<Utc>::UNIX_EPOCH;
         let charges = [charge("a", Some(Micros(1000)))];
         let r = ledger
@@ -539,11 +537,12 @@ mod tests {
         assert!(ledger.open_reservations().unwrap().is_empty());
     }
 
-    #[test]
-    fn open_reservations_are_settled_at_their_worst_case_on_recovery() {
-        let dir = tempfile::tempdir().unwrap();
+    fn open_reservations_are_settled_at_their_worst_case_on_recovery(backend: Backend) {
+        let Some(test) = TestStore::on(backend) else {
+            return;
+        };
         {
-            let store = Store::open(dir.path()).unwrap();
+            let store = test.open();
             let ledger = Ledger::new(&store).unwrap();
             let at = DateTime::<Utc>::UNIX_EPOCH;
             ledger
@@ -558,7 +557,7 @@ mod tests {
                 .unwrap();
             ledger.flush_blocking().unwrap();
         }
-        let store = Store::open(dir.path()).unwrap();
+        let store = test.open();
         let ledger = Ledger::new(&store).unwrap();
         let recovered = ledger.settle_unsettled().unwrap();
         assert_eq!(recovered.len(), 1);
@@ -572,14 +571,17 @@ mod tests {
         assert!(ledger.settle_unsettled().unwrap().is_empty());
     }
 
-    #[test]
-    fn settlements_past_a_fold_are_read_back_once_and_every_ledger_of_a_store_shares_the_books() {
-        let dir = tempfile::tempdir().unwrap();
+    fn settlements_past_a_fold_are_read_back_once_and_every_ledger_of_a_store_shares_the_books(
+        backend: Backend,
+    ) {
+        let Some(test) = TestStore::on(backend) else {
+            return;
+        };
         let at = DateTime::<Utc>::UNIX_EPOCH;
         let charges = [charge("a", Some(Micros(1_000_000))), charge("u", None)];
         let settled = SETTLEMENTS_PER_FOLD as u64 + 5;
         {
-            let store = Store::open(dir.path()).unwrap();
+            let store = test.open();
             let ledger = Ledger::new(&store).unwrap();
             let other = Ledger::new(&store.clone()).unwrap();
             for _ in 0..settled {
@@ -605,7 +607,7 @@ mod tests {
             let unfolded = store.db().open_tree("ledger_settlements").unwrap().len();
             assert_eq!(unfolded, 5);
         }
-        let store = Store::open(dir.path()).unwrap();
+        let store = test.open();
         let ledger = Ledger::new(&store).unwrap();
         assert_eq!(
             ledger.account("u").unwrap(),
@@ -621,7 +623,7 @@ mod tests {
         assert_eq!(ledger.account("a").unwrap().spent, Micros(7 * settled + 10));
         drop(ledger);
         drop(store);
-        let store = Store::open(dir.path()).unwrap();
+        let store = test.open();
         let ledger = Ledger::new(&store).unwrap();
         assert_eq!(
             ledger.account("a").unwrap(),
@@ -633,9 +635,10 @@ mod tests {
         assert!(ledger.open_reservations().unwrap().is_empty());
     }
 
-    #[test]
-    fn the_accounts_under_a_prefix_count_folded_settled_and_open_spend() {
-        let (_dir, ledger) = ledger();
+    fn the_accounts_under_a_prefix_count_folded_settled_and_open_spend(backend: Backend) {
+        let Some((_test, ledger)) = ledger(backend) else {
+            return;
+        };
         let at = DateTime::<Utc>::UNIX_EPOCH;
         let spend = |account: &str, reserve: u64, settle: Option<u64>| {
             let reservation = ledger
@@ -671,12 +674,15 @@ mod tests {
         assert_eq!(found, expected);
     }
 
-    #[test]
-    fn a_store_whose_accounts_booked_their_reservations_is_read_without_counting_them_twice() {
+    fn a_store_whose_accounts_booked_their_reservations_is_read_without_counting_them_twice(
+        backend: Backend,
+    ) {
         // Before settlements had their own keys, a reservation was booked in its accounts too.
-        let dir = tempfile::tempdir().unwrap();
+        let Some(test) = TestStore::on(backend) else {
+            return;
+        };
         {
-            let store = Store::open(dir.path()).unwrap();
+            let store = test.open();
             let db = store.db();
             let accounts = db.open_tree("ledger_accounts").unwrap();
             let reservations = db.open_tree("ledger_reservations").unwrap();
@@ -697,7 +703,7 @@ mod tests {
                 .insert(9u64.to_be_bytes(), encode(&open).unwrap())
                 .unwrap();
         }
-        let store = Store::open(dir.path()).unwrap();
+        let store = test.open();
         let ledger = Ledger::new(&store).unwrap();
         assert_eq!(
             ledger.account("a").unwrap(),
@@ -709,4 +715,13 @@ mod tests {
         assert_eq!(ledger.settle_unsettled().unwrap().len(), 1);
         assert_eq!(ledger.account("a").unwrap().spent, Micros(800));
     }
+
+    on_both_backends!(
+        a_reservation_books_every_account_or_none,
+        an_overrun_is_charged_in_full_and_refuses_what_follows_and_release_charges_nothing,
+        open_reservations_are_settled_at_their_worst_case_on_recovery,
+        settlements_past_a_fold_are_read_back_once_and_every_ledger_of_a_store_shares_the_books,
+        the_accounts_under_a_prefix_count_folded_settled_and_open_spend,
+        a_store_whose_accounts_booked_their_reservations_is_read_without_counting_them_twice,
+    );
 }

@@ -66,6 +66,21 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// A secret written in the config file (`store.url`) is read as text.
+impl<'de> Deserialize<'de> for Secret {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(Secret)
+    }
+}
+
+/// Only the config's own tests serialize it (to list its keys), and never show a secret.
+#[cfg(test)]
+impl serde::Serialize for Secret {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(redact::REDACTED)
+    }
+}
+
 /// A configuration problem, always naming the field so the operator can fix it.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -230,6 +245,13 @@ impl Config {
         }
         if let Some(v) = env("AUTOTHREAD_DATA_DIR") {
             self.store.data_dir = Some(PathBuf::from(v));
+        }
+        if let Some(v) = env("AUTOTHREAD_STORE_URL") {
+            self.store.url = Some(Secret::new(v));
+        }
+        if let Some(url) = &self.store.url {
+            // Its password must not reach a log line, whichever library would write it.
+            redact::register_url(url.expose());
         }
         if let Some(v) = env("OPENAI_EMBED_BASE") {
             self.memory.base_url = Some(v);

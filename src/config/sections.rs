@@ -346,8 +346,12 @@ impl Default for WorkspaceConfig {
 #[cfg_attr(test, derive(serde::Serialize))]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreConfig {
-    /// Where the sled store lives; empty means the platform data directory.
+    /// Where the sled store lives; empty means the platform data directory. With `url`, what
+    /// each process keeps for itself (saved vector indexes).
     pub data_dir: Option<PathBuf>,
+    /// A PostgreSQL database (`postgres://user:password@host:port/database`) that holds the store
+    /// instead of sled, shared by every process given it. Also AUTOTHREAD_STORE_URL.
+    pub url: Option<super::Secret>,
     /// sled's page cache in MiB.
     pub cache_mb: u64,
     /// The bot's flushes start at most once per this many milliseconds (0: as soon as asked);
@@ -359,6 +363,7 @@ impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
             data_dir: None,
+            url: None,
             cache_mb: crate::store::DEFAULT_CACHE_BYTES >> 20,
             flush_window_ms: crate::store::BOT_FLUSH_WINDOW.as_millis() as u64,
         }

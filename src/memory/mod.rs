@@ -97,8 +97,8 @@ fn is_agent_scope(scope: &MemoryScope) -> bool {
     *scope == MemoryScope::Agent
 }
 
-impl From<sled::Error> for MemoryError {
-    fn from(e: sled::Error) -> Self {
+impl From<crate::store::kv::Error> for MemoryError {
+    fn from(e: crate::store::kv::Error) -> Self {
         MemoryError::Store(e.into())
     }
 }
@@ -128,13 +128,13 @@ pub enum MemoryError {
 }
 
 pub struct Memory {
-    db: sled::Db,
-    records: sled::Tree,
-    vectors: sled::Tree,
-    pending: sled::Tree,
-    pins: sled::Tree,
+    db: crate::store::kv::Db,
+    records: crate::store::kv::Tree,
+    vectors: crate::store::kv::Tree,
+    pending: crate::store::kv::Tree,
+    pins: crate::store::kv::Tree,
     /// The live notes people added, by place (`team::MAX_NOTES` bounds them per place).
-    notes: sled::Tree,
+    notes: crate::store::kv::Tree,
     /// Held while a pin is counted and made, so simultaneous clicks cannot pass `team::MAX_PINS`.
     pin_lock: Mutex<()>,
     embedder: Arc<dyn Embedder>,

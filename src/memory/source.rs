@@ -51,8 +51,8 @@ struct Items {
 
 /// Where an agent's index comes from: its saved graph, else its stored memories.
 pub(super) struct IndexSource<'a> {
-    pub(super) records: &'a sled::Tree,
-    pub(super) vectors: &'a sled::Tree,
+    pub(super) records: &'a crate::store::kv::Tree,
+    pub(super) vectors: &'a crate::store::kv::Tree,
     pub(super) saved: Option<&'a SavedIndexes>,
 }
 

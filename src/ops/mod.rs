@@ -135,7 +135,7 @@ impl Health {
 #[derive(Debug, thiserror::Error)]
 pub enum NotReady {
     #[error("cannot read: {0}")]
-    StoreUnreadable(#[source] sled::Error),
+    StoreUnreadable(#[source] crate::store::kv::Error),
     #[error("not connected")]
     Disconnected,
     #[error("has not answered yet")]

@@ -128,6 +128,8 @@ impl Store {
 mod tests {
     use super::*;
     use crate::core::state::Profile;
+    use crate::store::kv::Backend;
+    use crate::store::test_backends::{on_both_backends, TestStore};
     use crate::store::Commit;
 
     fn profiled(id: &str) -> AgentState {
@@ -151,14 +153,15 @@ mod tests {
             .unwrap();
     }
 
-    #[test]
-    fn an_agent_reads_back_whole_from_its_record_and_its_brief_after_a_restart() {
-        let dir = tempfile::tempdir().unwrap();
+    fn an_agent_reads_back_whole_from_its_record_and_its_brief_after_a_restart(backend: Backend) {
+        let Some(test) = TestStore::on(backend) else {
+            return;
+        };
         let mut state = profiled("abc123");
         state.brief.follow_ups.push("and the Baltic".into());
         state.progress.cycle = 7;
         {
-            let store = Store::open(dir.path()).unwrap();
+            let store = test.open();
             commit(&store, &state);
             assert!(store.agent_briefs.get("abc123").unwrap().is_some());
             commit(&store, &state);
@@ -170,7 +173,7 @@ mod tests {
             }
             assert!(record.contains_key("cycle"));
         }
-        let store = Store::open(dir.path()).unwrap();
+        let store = test.open();
         assert_eq!(
             store.load_agent_record("abc123").unwrap(),
             Some(state.clone())
@@ -180,10 +183,11 @@ mod tests {
         assert_eq!(listed[0].name, "TideGPT");
     }
 
-    #[test]
-    fn a_brief_is_written_only_when_it_changes() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
+    fn a_brief_is_written_only_when_it_changes(backend: Backend) {
+        let Some(test) = TestStore::on(backend) else {
+            return;
+        };
+        let store = test.open();
         let mut state = profiled("abc123");
         let trees_written = |state: &AgentState| {
             let mut writes = Writes::default();
@@ -209,10 +213,13 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_record_stored_whole_before_the_split_still_reads_and_is_split_when_next_written() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
+    fn a_record_stored_whole_before_the_split_still_reads_and_is_split_when_next_written(
+        backend: Backend,
+    ) {
+        let Some(test) = TestStore::on(backend) else {
+            return;
+        };
+        let store = test.open();
         let state = profiled("abc123");
         store
             .agents
@@ -227,10 +234,11 @@ mod tests {
         assert_eq!(store.load_agent_record("abc123").unwrap(), Some(state));
     }
 
-    #[test]
-    fn a_record_whose_brief_is_missing_is_reported_by_its_agent() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
+    fn a_record_whose_brief_is_missing_is_reported_by_its_agent(backend: Backend) {
+        let Some(test) = TestStore::on(backend) else {
+            return;
+        };
+        let store = test.open();
         // The second commit writes the record without its brief (the first writes it whole).
         commit(&store, &profiled("abc123"));
         commit(&store, &profiled("abc123"));
@@ -242,10 +250,11 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_record_read_just_before_its_agent_was_deleted_reads_as_gone() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
+    fn a_record_read_just_before_its_agent_was_deleted_reads_as_gone(backend: Backend) {
+        let Some(test) = TestStore::on(backend) else {
+            return;
+        };
+        let store = test.open();
         commit(&store, &profiled("abc123"));
         commit(&store, &profiled("abc123"));
         let raw = store.agents.get("abc123").unwrap().unwrap();
@@ -253,13 +262,23 @@ mod tests {
         assert_eq!(store.decode_agent(b"abc123", &raw).unwrap(), None);
     }
 
-    #[test]
-    fn a_deleted_agent_leaves_no_brief() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
+    fn a_deleted_agent_leaves_no_brief(backend: Backend) {
+        let Some(test) = TestStore::on(backend) else {
+            return;
+        };
+        let store = test.open();
         commit(&store, &profiled("abc123"));
         store.delete_agent("abc123").unwrap();
         assert!(store.agent_briefs.get("abc123").unwrap().is_none());
         assert!(store.load_agent("abc123").unwrap().is_none());
     }
+
+    on_both_backends!(
+        an_agent_reads_back_whole_from_its_record_and_its_brief_after_a_restart,
+        a_brief_is_written_only_when_it_changes,
+        a_record_stored_whole_before_the_split_still_reads_and_is_split_when_next_written,
+        a_record_whose_brief_is_missing_is_reported_by_its_agent,
+        a_record_read_just_before_its_agent_was_deleted_reads_as_gone,
+        a_deleted_agent_leaves_no_brief,
+    );
 }

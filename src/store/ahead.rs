@@ -20,7 +20,7 @@
 //! `apply_write` also packs workspace files and undo records (see `packed`) and keeps each agent's workspace size
 //! current (see `workspace_sizes`).
 
-use super::{packed, Store, StoreError};
+use super::{kv, packed, Store, StoreError};
 
 /// The trees a set of writes may touch. The numbers are stored: never reuse one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -186,7 +186,7 @@ impl Writes {
 }
 
 impl Store {
-    pub(super) fn tree(&self, id: TreeId) -> &sled::Tree {
+    pub(super) fn tree(&self, id: TreeId) -> &crate::store::kv::Tree {
         match id {
             TreeId::Agents => &self.agents,
             TreeId::Episodes => &self.episodes,
@@ -207,6 +207,9 @@ impl Store {
         if let [single] = writes.writes.as_slice() {
             // One key is atomic by itself.
             return self.apply_write(single);
+        }
+        if self.db.backend() == kv::Backend::Postgres {
+            return self.write_together_in_one_transaction(writes);
         }
         let id = self.db.generate_id()?.to_be_bytes();
         let state = writes
@@ -244,29 +247,75 @@ impl Store {
 
     pub(super) fn apply_write(&self, write: &Write) -> Result<(), StoreError> {
         let tree = self.tree(write.tree);
+        let value = self.stored_value(write)?;
+        // Held while the write lands (see `workspace_sizes`).
         let sizes = (write.tree == TreeId::Workspace).then(|| self.workspace_sizes());
-        let files = matches!(write.tree, TreeId::Workspace | TreeId::WorkspaceUndo);
-        let before = match &write.value {
-            Some(value) if files => {
-                let framed = packed::pack_any(value.clone())
-                    .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-                tree.insert(write.key.as_slice(), framed)?
-            }
-            Some(value) => tree.insert(write.key.as_slice(), value.as_slice())?,
+        let before = match value {
+            Some(value) => tree.insert(write.key.as_slice(), value)?,
             None => tree.remove(write.key.as_slice())?,
         };
+        if let Some(mut sizes) = sizes {
+            self.count_workspace_write(&mut sizes, write, before);
+        }
+        Ok(())
+    }
+
+    /// What `write` stores: workspace files and undo records packed (see `packed`), other values
+    /// as they are; `None` removes the key.
+    fn stored_value(&self, write: &Write) -> Result<Option<Vec<u8>>, StoreError> {
+        let files = matches!(write.tree, TreeId::Workspace | TreeId::WorkspaceUndo);
+        match &write.value {
+            Some(value) if files => packed::pack_any(value.clone())
+                .map(Some)
+                .map_err(|e| StoreError::Corrupt(e.to_string())),
+            value => Ok(value.clone()),
+        }
+    }
+
+    /// Keeps the agent's workspace size current after `write` replaced `before`.
+    fn count_workspace_write(
+        &self,
+        sizes: &mut super::workspace_sizes::WorkspaceSizes,
+        write: &Write,
+        before: Option<kv::Bytes>,
+    ) {
         // A file key is "agent/path"; an agent whose size is not remembered is added up when asked.
         let agent = write
             .key
             .iter()
             .position(|&b| b == b'/')
             .and_then(|slash| std::str::from_utf8(&write.key[..slash]).ok());
-        if let Some(mut sizes) = sizes {
-            sizes.writes += 1;
-            if let Some(total) = agent.and_then(|agent| sizes.sizes.get_mut(agent)) {
-                let after = write.value.as_ref().map_or(0, Vec::len) as u64;
-                let before = before.map_or(0, |v| self.file_len(&v));
-                *total = total.saturating_sub(before) + after;
+        sizes.writes += 1;
+        if let Some(total) = agent.and_then(|agent| sizes.sizes.get_mut(agent)) {
+            let after = write.value.as_ref().map_or(0, Vec::len) as u64;
+            let before = before.map_or(0, |v| self.file_len(&v));
+            *total = total.saturating_sub(before) + after;
+        }
+    }
+
+    /// `write_together` where the database has transactions that cost no more than the writes:
+    /// PostgreSQL's. Nothing is written ahead, so nothing is left to finish at the next open.
+    fn write_together_in_one_transaction(&self, writes: &Writes) -> Result<(), StoreError> {
+        let mut batch = kv::Batch::default();
+        let mut replaced = Vec::new();
+        for write in &writes.writes {
+            let tree = self.tree(write.tree);
+            if write.tree == TreeId::Workspace {
+                // The agent's owner is the only writer of its files, so this is what the batch
+                // replaces.
+                replaced.push((write, tree.get(&write.key)?));
+            }
+            match self.stored_value(write)? {
+                Some(value) => batch.put(tree, write.key.clone(), value),
+                None => batch.remove(tree, write.key.clone()),
+            }
+        }
+        // Held while the files land (see `workspace_sizes`).
+        let mut sizes = (!replaced.is_empty()).then(|| self.workspace_sizes());
+        self.db.write_batch(&batch)?;
+        if let Some(sizes) = sizes.as_mut() {
+            for (write, before) in replaced {
+                self.count_workspace_write(sizes, write, before);
             }
         }
         Ok(())

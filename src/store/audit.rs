@@ -160,6 +160,8 @@ mod tests {
     use crate::core::audit::AuditEvent;
     use crate::core::state::AgentState;
     use crate::store::chunks::FOLD_CHECK_EVERY;
+    use crate::store::kv::Backend;
+    use crate::store::test_backends::{on_both_backends, TestStore};
     use crate::store::Commit;
 
     fn entry(n: u64) -> AuditEntry {
@@ -199,10 +201,11 @@ mod tests {
         (oldest..=newest).rev().collect()
     }
 
-    #[test]
-    fn older_entries_are_folded_into_chunks_and_read_back_in_order_across_them() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
+    fn older_entries_are_folded_into_chunks_and_read_back_in_order_across_them(backend: Backend) {
+        let Some(test) = TestStore::on(backend) else {
+            return;
+        };
+        let store = test.open();
         append(&store, "folded", 1..=63);
         // An agent whose id extends this one's keeps its own trail.
         append(&store, "folded2", 1000..=1069);
@@ -222,7 +225,7 @@ mod tests {
         );
         drop(store);
 
-        let store = Store::open(dir.path()).unwrap();
+        let store = test.open();
         let page = |n: usize| store.audit_page("folded", n, 7).unwrap();
         assert_eq!(page(0).total, 150);
         assert_eq!(numbers(&page(0).entries), newest_first(150, 144));
@@ -250,10 +253,11 @@ mod tests {
         assert_eq!(store.audit_page("folded2", 0, 7).unwrap().total, 70);
     }
 
-    #[test]
-    fn a_chunk_takes_at_most_its_most_and_a_commit_folds_when_its_cycle_checks() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
+    fn a_chunk_takes_at_most_its_most_and_a_commit_folds_when_its_cycle_checks(backend: Backend) {
+        let Some(test) = TestStore::on(backend) else {
+            return;
+        };
+        let store = test.open();
         append(&store, "busy", 1..=300);
         assert_eq!(store.fold_audit("busy").unwrap(), CHUNK_MOST);
         assert_eq!(singles(&store, "busy"), 300 - CHUNK_MOST);
@@ -285,4 +289,9 @@ mod tests {
         expected.push(CHUNK_LEAST as u64 + 5);
         assert_eq!(trail, expected);
     }
+
+    on_both_backends!(
+        older_entries_are_folded_into_chunks_and_read_back_in_order_across_them,
+        a_chunk_takes_at_most_its_most_and_a_commit_folds_when_its_cycle_checks,
+    );
 }

@@ -13,9 +13,8 @@
 //! and syncs about three log buffers, is used only when the thread or the live index changes.
 
 use serde::{Deserialize, Serialize};
-use sled::transaction::ConflictableTransactionError;
 
-use super::{decode, encode, Store, StoreError};
+use super::{decode, encode, kv, Store, StoreError};
 use crate::core::commands::Risk;
 use crate::core::policy::{AdminChoice, AdminChoices};
 use crate::core::state::GuildId;
@@ -63,14 +62,15 @@ impl Store {
             self.discord.insert(agent_key.as_bytes(), record)?;
             return Ok(());
         }
-        self.discord
-            .transaction(|tree| {
-                tree.insert(agent_key.as_bytes(), record.as_slice())?;
-                tree.insert(thread_key.as_bytes(), binding.agent_id.as_bytes())?;
-                tree.insert(live_key.as_bytes(), &[])?;
-                Ok::<(), ConflictableTransactionError<StoreError>>(())
-            })
-            .map_err(StoreError::from)
+        let mut batch = kv::Batch::default();
+        batch.put(&self.discord, agent_key.as_bytes(), record);
+        batch.put(
+            &self.discord,
+            thread_key.as_bytes(),
+            binding.agent_id.as_bytes(),
+        );
+        batch.put(&self.discord, live_key.as_bytes(), Vec::new());
+        Ok(self.db.write_batch(&batch)?)
     }
 
     /// The record kept under `key` in the Discord tree, if there is one.
@@ -302,6 +302,8 @@ fn live_key(guild_id: u64, owner_id: u64, agent: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::kv::Backend;
+    use crate::store::test_backends::{on_both_backends, TestStore};
 
     fn binding(agent: &str, guild_id: u64, owner_id: u64) -> ThreadBinding {
         ThreadBinding {
@@ -316,10 +318,11 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_live_index_lists_one_servers_agents_and_forgets_on_request() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
+    fn the_live_index_lists_one_servers_agents_and_forgets_on_request(backend: Backend) {
+        let Some(test) = TestStore::on(backend) else {
+            return;
+        };
+        let store = test.open();
         store.save_binding(&binding("a1", 7, 1)).unwrap();
         store.save_binding(&binding("a2", 7, 2)).unwrap();
         store.save_binding(&binding("b1", 70, 1)).unwrap();
@@ -351,24 +354,30 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_store_written_before_the_live_index_is_indexed_once_at_open() {
-        let dir = tempfile::tempdir().unwrap();
+    fn a_store_written_before_the_live_index_is_indexed_once_at_open(backend: Backend) {
+        let Some(test) = TestStore::on(backend) else {
+            return;
+        };
         {
-            let store = Store::open(dir.path()).unwrap();
+            let store = test.open();
             store.save_binding(&binding("old", 7, 3)).unwrap();
             // As an older build left it: the binding without its index entry or the marker.
             store.forget_live(7, 3, "old").unwrap();
             store.discord.remove(LIVE_INDEXED).unwrap();
             store.flush_blocking().unwrap();
         }
-        let store = Store::open(dir.path()).unwrap();
+        let store = test.open();
         assert_eq!(store.live_agents(7).unwrap(), vec![(3, "old".to_string())]);
         // Once indexed, a forgotten agent stays forgotten across opens.
         store.forget_live(7, 3, "old").unwrap();
         store.flush_blocking().unwrap();
         drop(store);
-        let store = Store::open(dir.path()).unwrap();
+        let store = test.open();
         assert!(store.live_agents(7).unwrap().is_empty());
     }
+
+    on_both_backends!(
+        the_live_index_lists_one_servers_agents_and_forgets_on_request,
+        a_store_written_before_the_live_index_is_indexed_once_at_open,
+    );
 }

@@ -34,6 +34,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use super::kv::{self, Backend, Error};
 use crate::locks::LockRecovered;
 
 /// The least time from the end of a shared flush to the start of the next one. 300 agents
@@ -83,14 +84,12 @@ impl Flushed {
     }
 
     /// The outcome for call `number`, once a flush has decided it.
-    fn outcome_for(&self, number: u64) -> Option<Result<(), sled::Error>> {
+    fn outcome_for(&self, number: u64) -> Option<Result<(), Error>> {
         if self.covered >= number {
             return Some(Ok(()));
         }
         match &self.failed {
-            Some((through, error)) if *through >= number => Some(Err(sled::Error::Io(
-                std::io::Error::other(format!("the store's flush failed: {error}")),
-            ))),
+            Some((through, error)) if *through >= number => Some(Err(Error::Flush(error.clone()))),
             _ => None,
         }
     }
@@ -98,7 +97,7 @@ impl Flushed {
 
 /// What a caller of a flush does next (`Flushed::turn_of`).
 enum Turn {
-    Done(Result<(), sled::Error>),
+    Done(Result<(), Error>),
     Flush,
     Wait,
 }
@@ -130,7 +129,7 @@ struct Gate {
 /// out), or two gates would flush separately and share nothing.
 #[derive(Clone)]
 pub(crate) struct Durable {
-    db: sled::Db,
+    db: kv::Db,
     gate: Arc<Gate>,
 }
 
@@ -163,7 +162,7 @@ impl Gate {
 }
 
 impl Durable {
-    pub(crate) fn new(db: sled::Db) -> Durable {
+    pub(crate) fn new(db: kv::Db) -> Durable {
         Durable {
             db,
             gate: Arc::default(),
@@ -173,7 +172,11 @@ impl Durable {
     /// Returns once everything this thread wrote before the call is on disk: at once if a flush
     /// that began after the call has already finished, else after the flush it makes or waits
     /// for. Blocks.
-    pub(crate) fn flush_blocking(&self) -> Result<(), sled::Error> {
+    pub(crate) fn flush_blocking(&self) -> Result<(), Error> {
+        if self.db.backend() == Backend::Postgres {
+            // Each write was durable when PostgreSQL committed it.
+            return Ok(());
+        }
         let number = self.gate.number_next_call();
         let mut state = self.gate.lock();
         loop {
@@ -198,7 +201,10 @@ impl Durable {
     /// As `flush_blocking`, for async code: a caller that finds a flush under way waits for it
     /// without holding a thread; the one that flushes does so on the blocking pool, or on its own
     /// thread after `flush_in_place`.
-    pub(crate) async fn flush(&self) -> Result<(), sled::Error> {
+    pub(crate) async fn flush(&self) -> Result<(), Error> {
+        if self.db.backend() == Backend::Postgres {
+            return Ok(());
+        }
         let number = self.gate.number_next_call();
         loop {
             // Registered before the state is read, so a flush ending in between still wakes it.
@@ -216,11 +222,7 @@ impl Durable {
                     let durable = self.clone();
                     tokio::task::spawn_blocking(move || durable.flush_as_the_flusher())
                         .await
-                        .map_err(|e| {
-                            sled::Error::Io(std::io::Error::other(format!(
-                                "the store's flush task failed: {e}"
-                            )))
-                        })?;
+                        .map_err(|e| Error::Flush(format!("the flush task failed: {e}")))?;
                 }
             }
         }
@@ -278,7 +280,7 @@ mod tests {
     #[test]
     fn concurrent_callers_share_flushes_and_each_returns_after_one_that_covers_it() {
         let dir = tempfile::tempdir().unwrap();
-        let db = sled::Config::new().path(dir.path()).open().unwrap();
+        let db = kv::Db::from_sled(sled::Config::new().path(dir.path()).open().unwrap());
         let durable = Durable::new(db.clone());
         let threads = 8;
         let rounds = 40;
@@ -392,7 +394,7 @@ mod tests {
     #[test]
     fn a_window_set_on_one_handle_holds_for_its_clones() {
         let dir = tempfile::tempdir().unwrap();
-        let db = sled::Config::new().path(dir.path()).open().unwrap();
+        let db = kv::Db::from_sled(sled::Config::new().path(dir.path()).open().unwrap());
         let durable = Durable::new(db);
         let clone = durable.clone();
         durable.share_within(Duration::from_millis(4));
@@ -404,7 +406,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn async_callers_share_flushes_and_each_returns_after_one_that_covers_it() {
         let dir = tempfile::tempdir().unwrap();
-        let db = sled::Config::new().path(dir.path()).open().unwrap();
+        let db = kv::Db::from_sled(sled::Config::new().path(dir.path()).open().unwrap());
         let durable = Durable::new(db.clone());
         durable.share_within(Duration::from_millis(2));
         let tasks: Vec<_> = (0..50u32)
@@ -438,7 +440,7 @@ mod tests {
     #[test]
     fn an_in_place_flush_ends_with_the_blocking_pool_busy() {
         let dir = tempfile::tempdir().unwrap();
-        let db = sled::Config::new().path(dir.path()).open().unwrap();
+        let db = kv::Db::from_sled(sled::Config::new().path(dir.path()).open().unwrap());
         let durable = Durable::new(db.clone());
         durable.clone().flush_in_place();
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -478,7 +480,7 @@ mod tests {
     #[test]
     fn a_lone_callers_flushes_are_not_shared() {
         let dir = tempfile::tempdir().unwrap();
-        let db = sled::Config::new().path(dir.path()).open().unwrap();
+        let db = kv::Db::from_sled(sled::Config::new().path(dir.path()).open().unwrap());
         let durable = Durable::new(db.clone());
         for round in 0..3u8 {
             db.insert([round], &[1u8][..]).unwrap();
@@ -491,7 +493,7 @@ mod tests {
     #[test]
     fn a_call_after_a_finished_flush_flushes_again() {
         let dir = tempfile::tempdir().unwrap();
-        let db = sled::Config::new().path(dir.path()).open().unwrap();
+        let db = kv::Db::from_sled(sled::Config::new().path(dir.path()).open().unwrap());
         let durable = Durable::new(db.clone());
         durable.flush_blocking().unwrap();
         db.insert("later", &[1u8][..]).unwrap();

@@ -126,7 +126,7 @@ pub fn migrations() -> Result<Vec<Migration>, StoreError> {
     Ok(list)
 }
 
-pub fn schema_version(db: &sled::Db) -> Result<Option<u32>, StoreError> {
+pub fn schema_version(db: &crate::store::kv::Db) -> Result<Option<u32>, StoreError> {
     let Some(raw) = db.get(SCHEMA_KEY)? else {
         return Ok(None);
     };
@@ -137,16 +137,16 @@ pub fn schema_version(db: &sled::Db) -> Result<Option<u32>, StoreError> {
     Ok(Some(u32::from_be_bytes(bytes)))
 }
 
-pub fn set_schema_version(db: &sled::Db, version: u32) -> Result<(), StoreError> {
+pub fn set_schema_version(db: &crate::store::kv::Db, version: u32) -> Result<(), StoreError> {
     db.insert(SCHEMA_KEY, &version.to_be_bytes())?;
     Ok(())
 }
 
 /// Brings the store to `SCHEMA_VERSION`, or refuses a store written by newer code.
 /// Returns the versions applied.
-pub fn run(db: &sled::Db) -> Result<Vec<u32>, StoreError> {
+pub fn run(db: &crate::store::kv::Db) -> Result<Vec<u32>, StoreError> {
     let current = schema_version(db)?;
-    let fresh = current.is_none() && db.tree_names().len() <= 1 && db.is_empty();
+    let fresh = current.is_none() && db.tree_names()?.len() <= 1 && db.is_empty();
     let current = current.unwrap_or(0);
     if current > SCHEMA_VERSION {
         return Err(StoreError::TooNew {
@@ -179,19 +179,20 @@ pub fn run(db: &sled::Db) -> Result<Vec<u32>, StoreError> {
     Ok(applied)
 }
 
-fn has_tree(db: &sled::Db, name: &str) -> bool {
-    db.tree_names()
+fn has_tree(db: &crate::store::kv::Db, name: &str) -> Result<bool, StoreError> {
+    Ok(db
+        .tree_names()?
         .iter()
-        .any(|n| n.as_ref() == name.as_bytes())
+        .any(|n| n.as_ref() == name.as_bytes()))
 }
 
-fn apply(db: &sled::Db, step: &MigrationStep) -> Result<(), StoreError> {
+fn apply(db: &crate::store::kv::Db, step: &MigrationStep) -> Result<(), StoreError> {
     match step {
         MigrationStep::EnsureTree { tree } => {
             db.open_tree(tree)?;
         }
         MigrationStep::RenameTree { from, to } => {
-            if has_tree(db, from) {
+            if has_tree(db, from)? {
                 let source = db.open_tree(from)?;
                 let target = db.open_tree(to)?;
                 for item in source.iter() {
@@ -205,12 +206,12 @@ fn apply(db: &sled::Db, step: &MigrationStep) -> Result<(), StoreError> {
             }
         }
         MigrationStep::DropTree { tree } => {
-            if has_tree(db, tree) {
+            if has_tree(db, tree)? {
                 db.drop_tree(tree)?;
             }
         }
         MigrationStep::PackInto { from, to } => {
-            if has_tree(db, from) {
+            if has_tree(db, from)? {
                 let source = db.open_tree(from)?;
                 let target = db.open_tree(to)?;
                 target.clear()?;

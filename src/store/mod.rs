@@ -45,6 +45,7 @@ use opening::open_waiting_for_lock;
 #[cfg(test)]
 use opening::{created_setting, LOCK_WAIT, SEGMENT_BYTES};
 mod files;
+pub mod kv;
 pub mod migrate;
 pub(crate) mod packed;
 mod rules;
@@ -52,6 +53,8 @@ pub mod snapshots;
 mod spend_series;
 mod started;
 mod steps;
+#[cfg(test)]
+pub(crate) mod test_backends;
 mod workspace_sizes;
 
 pub use audit::AuditPage;
@@ -63,7 +66,6 @@ use std::sync::{Arc, Mutex};
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use sled::transaction::TransactionError;
 
 use crate::core::audit::AuditEntry;
 use crate::core::decision::Decision;
@@ -75,7 +77,9 @@ use crate::locks::LockRecovered;
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("storage error: {0}")]
-    Sled(#[from] sled::Error),
+    Backend(#[from] kv::Error),
+    #[error("{0}")]
+    Connect(#[from] kv::ConnectError),
     #[error("the store was written by a newer autothread (schema {found}; this build reads up to {supported}); upgrade autothread to open it")]
     TooNew { found: u32, supported: u32 },
     #[error("store migration failed: {0}")]
@@ -92,12 +96,9 @@ pub enum StoreError {
     AmbiguousAgent(String),
 }
 
-impl From<TransactionError<StoreError>> for StoreError {
-    fn from(e: TransactionError<StoreError>) -> Self {
-        match e {
-            TransactionError::Abort(inner) => inner,
-            TransactionError::Storage(inner) => StoreError::Sled(inner),
-        }
+impl From<sled::Error> for StoreError {
+    fn from(e: sled::Error) -> Self {
+        StoreError::Backend(kv::Error::Sled(e))
     }
 }
 
@@ -123,6 +124,11 @@ pub(crate) fn decode<T: DeserializeOwned>(key: &[u8], raw: &[u8]) -> Result<T, S
     let json = packed::unpack(raw).map_err(|e| corrupt(e.to_string()))?;
     let record: Record<T> = serde_json::from_slice(&json).map_err(|e| corrupt(e.to_string()))?;
     Ok(record.data)
+}
+
+/// Builds the live index of Discord agents once per database (by one process at a time).
+fn db_exclusively_index(store: &Store) -> Result<(), StoreError> {
+    store.db.exclusively(|| store.index_live_agents_once())
 }
 
 fn cycle_key(agent: &str, cycle: u64) -> Vec<u8> {
@@ -285,28 +291,28 @@ fn count_durable_flush() {
 #[derive(Clone)]
 pub struct Store {
     dir: std::path::PathBuf,
-    db: sled::Db,
-    agents: sled::Tree,
+    db: kv::Db,
+    agents: kv::Tree,
     /// What each agent was given and rarely changes, apart from its record (see `agent_records`).
-    agent_briefs: sled::Tree,
-    episodes: sled::Tree,
+    agent_briefs: kv::Tree,
+    episodes: kv::Tree,
     /// Older steps, folded together (see `steps`).
-    episode_chunks: sled::Tree,
-    decisions: sled::Tree,
-    journal: sled::Tree,
-    workspace: sled::Tree,
+    episode_chunks: kv::Tree,
+    decisions: kv::Tree,
+    journal: kv::Tree,
+    workspace: kv::Tree,
     /// What each recent cycle's workspace changes replaced (see `snapshots`).
-    workspace_undo: sled::Tree,
-    discord: sled::Tree,
-    subagents: sled::Tree,
-    audit: sled::Tree,
+    workspace_undo: kv::Tree,
+    discord: kv::Tree,
+    subagents: kv::Tree,
+    audit: kv::Tree,
     /// Older entries of the audit trail, folded together (see `audit`).
-    audit_chunks: sled::Tree,
+    audit_chunks: kv::Tree,
     /// Keep folds and the readers of folded records apart, agent by agent (see `chunks`).
     record_locks: Arc<[Mutex<()>]>,
-    rules: sled::Tree,
+    rules: kv::Tree,
     /// Sets of writes stored whole before they are applied (see `ahead`).
-    ahead: sled::Tree,
+    ahead: kv::Tree,
     /// Flushes shared by every clone of this store and by the ledger (see `durable`).
     durable: Durable,
     /// In-memory state a component keeps over its own trees here (the spend ledger's books), read
@@ -334,13 +340,31 @@ impl Store {
     /// current schema.
     pub fn open_with_cache(dir: &Path, cache_bytes: u64) -> Result<Store, StoreError> {
         std::fs::create_dir_all(dir).map_err(|e| {
-            StoreError::Sled(sled::Error::Io(std::io::Error::new(
+            StoreError::from(sled::Error::Io(std::io::Error::new(
                 e.kind(),
                 format!("cannot create {}: {e}", dir.display()),
             )))
         })?;
         let db = open_waiting_for_lock(dir, cache_bytes)?;
-        migrate::run(&db)?;
+        Store::open_on(db, dir)
+    }
+
+    /// Opens the store in the PostgreSQL database at `url` (see `kv::postgres`), shared with every
+    /// other process that opens it; `dir` holds only what each process keeps for itself (saved
+    /// vector indexes, rebuilt from the database when missing).
+    pub fn open_postgres(url: &str, dir: &Path) -> Result<Store, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            StoreError::from(sled::Error::Io(std::io::Error::new(
+                e.kind(),
+                format!("cannot create {}: {e}", dir.display()),
+            )))
+        })?;
+        Store::open_on(kv::Db::connect_postgres(url)?, dir)
+    }
+
+    /// The store over `db`, brought to the current schema (by one process at a time).
+    fn open_on(db: kv::Db, dir: &Path) -> Result<Store, StoreError> {
+        db.exclusively(|| migrate::run(&db))?;
         let store = Store {
             agents: db.open_tree("agents")?,
             agent_briefs: db.open_tree("agent_briefs")?,
@@ -364,8 +388,13 @@ impl Store {
             db,
         };
         store.finish_writes_cut_short()?;
-        store.index_live_agents_once()?;
+        db_exclusively_index(&store)?;
         Ok(store)
+    }
+
+    /// Which database holds the store.
+    pub fn backend(&self) -> kv::Backend {
+        self.db.backend()
     }
 
     /// The store's folder; files that live beside sled's (saved vector indexes) go in it.
@@ -392,7 +421,7 @@ impl Store {
     }
 
     /// The underlying database, for components that keep their own trees in it (the spend ledger).
-    pub(crate) fn db(&self) -> &sled::Db {
+    pub(crate) fn db(&self) -> &kv::Db {
         &self.db
     }
 

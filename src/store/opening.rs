@@ -32,7 +32,10 @@ const COMPRESSION_LEVEL: i32 = 3;
 
 /// Opens sled, waiting briefly when the directory is still locked: a process that just exited (or
 /// a handle just dropped) can hold sled's file lock for a moment while its flusher thread stops.
-pub(super) fn open_waiting_for_lock(dir: &Path, cache_bytes: u64) -> Result<sled::Db, StoreError> {
+pub(super) fn open_waiting_for_lock(
+    dir: &Path,
+    cache_bytes: u64,
+) -> Result<crate::store::kv::Db, StoreError> {
     // New stores leave compression to `packed`, value by value with a kept context; a store
     // sled compressed must be opened that way for good.
     let compress = created_setting(dir, "use_compression").map(|value| value == "true");
@@ -51,7 +54,7 @@ pub(super) fn open_waiting_for_lock(dir: &Path, cache_bytes: u64) -> Result<sled
             .segment_size(segment_bytes)
             .open()
         {
-            Ok(db) => return Ok(db),
+            Ok(db) => return Ok(crate::store::kv::Db::from_sled(db)),
             Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
                 if started.elapsed() >= LOCK_WAIT {
                     return Err(StoreError::Locked(dir.to_path_buf()));

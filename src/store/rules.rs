@@ -41,7 +41,7 @@ impl Store {
         let key = rule_key(guild, id);
         // Several agents of a server may use one rule at once: the count is updated in place.
         let mut failure = None;
-        self.rules.fetch_and_update(&key, |raw| {
+        self.rules.update_and_fetch(&key, |raw| {
             let mut rule: ApprovalRule = match decode(&key, raw?) {
                 Ok(rule) => rule,
                 Err(e) => {

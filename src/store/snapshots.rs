@@ -277,6 +277,8 @@ mod tests {
     use super::*;
     use crate::core::audit::AuditEvent;
     use crate::core::history::{Episode, Outcome};
+    use crate::store::kv::Backend;
+    use crate::store::test_backends::{on_both_backends, TestStore};
     use crate::store::Commit;
 
     fn put(path: &str, contents: &str) -> WorkspaceOp {
@@ -318,10 +320,13 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn the_workspace_after_each_cycle_is_read_back_and_a_fork_copies_it_leaving_the_source() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
+    fn the_workspace_after_each_cycle_is_read_back_and_a_fork_copies_it_leaving_the_source(
+        backend: Backend,
+    ) {
+        let Some(test) = TestStore::on(backend) else {
+            return;
+        };
+        let store = test.open();
         let mut agent = AgentState::for_test("src1");
         close_cycle(&store, &mut agent, 1, vec![put("a.txt", "1")]);
         close_cycle(
@@ -371,7 +376,7 @@ mod tests {
         };
         store.fork_agent("src1", 2, &fork, &audit).unwrap();
         drop(store);
-        let store = Store::open(dir.path()).unwrap();
+        let store = test.open();
         let forked = store.load_agent("fork1").unwrap().unwrap();
         let cycles: Vec<u64> = forked.progress.episodes.iter().map(|e| e.cycle).collect();
         assert_eq!((cycles, forked.progress.cycle), (vec![1, 2], 3));
@@ -427,10 +432,13 @@ mod tests {
         );
     }
 
-    #[test]
-    fn undo_records_are_kept_for_the_last_cycles_only_and_a_fork_beyond_them_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
+    fn undo_records_are_kept_for_the_last_cycles_only_and_a_fork_beyond_them_is_refused(
+        backend: Backend,
+    ) {
+        let Some(test) = TestStore::on(backend) else {
+            return;
+        };
+        let store = test.open();
         let mut agent = AgentState::for_test("long");
         let last = SNAPSHOT_CYCLES + 20;
         for cycle in 1..=last {
@@ -473,4 +481,9 @@ mod tests {
             0
         );
     }
+
+    on_both_backends!(
+        the_workspace_after_each_cycle_is_read_back_and_a_fork_copies_it_leaving_the_source,
+        undo_records_are_kept_for_the_last_cycles_only_and_a_fork_beyond_them_is_refused,
+    );
 }

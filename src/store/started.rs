@@ -88,6 +88,8 @@ mod tests {
     use super::*;
     use crate::core::audit::{AuditEvent, ShownCommand};
     use crate::core::decision::Decision;
+    use crate::store::kv::Backend;
+    use crate::store::test_backends::{on_both_backends, TestStore};
     use crate::store::{Commit, DecisionRecord};
 
     fn awaiting(id: &str) -> AgentState {
@@ -108,16 +110,16 @@ mod tests {
         state
     }
 
-    fn store_with(state: &AgentState) -> (tempfile::TempDir, Store) {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
+    fn store_with(state: &AgentState, backend: Backend) -> Option<(TestStore, Store)> {
+        let test = TestStore::on(backend)?;
+        let store = test.open();
         store
             .commit(&Commit {
                 state: Some(state),
                 ..Default::default()
             })
             .unwrap();
-        (dir, store)
+        Some((test, store))
     }
 
     fn approve(store: &Store, state: &AgentState) {
@@ -142,10 +144,11 @@ mod tests {
             .unwrap();
     }
 
-    #[test]
-    fn an_approved_command_whose_start_is_journaled_reads_as_executing() {
+    fn an_approved_command_whose_start_is_journaled_reads_as_executing(backend: Backend) {
         let state = awaiting("a1");
-        let (_dir, store) = store_with(&state);
+        let Some((_dir, store)) = store_with(&state, backend) else {
+            return;
+        };
         let agents_before = store.agents.get("a1").unwrap();
         approve(&store, &state);
         // The agent's record is as it was; the journal and the trail took the approval.
@@ -165,8 +168,7 @@ mod tests {
         assert!(crate::runtime::was_interrupted(&store, &loaded).unwrap());
     }
 
-    #[test]
-    fn any_later_write_of_the_record_leaves_the_start_stale() {
+    fn any_later_write_of_the_record_leaves_the_start_stale(backend: Backend) {
         let shown_again_ways: [fn(&mut AgentState); 2] = [
             // Shown again as interrupted after a restart.
             |state| state.progress.pending.as_mut().unwrap().interrupted = true,
@@ -175,7 +177,9 @@ mod tests {
         ];
         for shown_again in shown_again_ways {
             let state = awaiting("a2");
-            let (_dir, store) = store_with(&state);
+            let Some((_dir, store)) = store_with(&state, backend) else {
+                return;
+            };
             approve(&store, &state);
             let mut again = store.load_agent("a2").unwrap().unwrap();
             again.progress.phase = Phase::AwaitingDecision;
@@ -192,10 +196,11 @@ mod tests {
         }
     }
 
-    #[test]
-    fn approvals_stored_on_their_own_are_folded_like_any_trail_entries() {
+    fn approvals_stored_on_their_own_are_folded_like_any_trail_entries(backend: Backend) {
         let state = awaiting("a4");
-        let (_dir, store) = store_with(&state);
+        let Some((_dir, store)) = store_with(&state, backend) else {
+            return;
+        };
         let call = &state.progress.pending.as_ref().unwrap().command;
         let entry = AuditEntry {
             at: state.updated_at,
@@ -216,11 +221,12 @@ mod tests {
         );
     }
 
-    #[test]
-    fn an_entry_written_with_the_record_is_not_a_start_without_it() {
+    fn an_entry_written_with_the_record_is_not_a_start_without_it(backend: Backend) {
         // Entries written before `record_start` (and by `record_executing`) name no record.
         let state = awaiting("a3");
-        let (_dir, store) = store_with(&state);
+        let Some((_dir, store)) = store_with(&state, backend) else {
+            return;
+        };
         let call = &state.progress.pending.as_ref().unwrap().command;
         store
             .record_executing("a3", 3, call, state.updated_at)
@@ -228,4 +234,11 @@ mod tests {
         let loaded = store.load_agent("a3").unwrap().unwrap();
         assert_eq!(loaded.progress.phase, Phase::AwaitingDecision);
     }
+
+    on_both_backends!(
+        an_approved_command_whose_start_is_journaled_reads_as_executing,
+        any_later_write_of_the_record_leaves_the_start_stale,
+        approvals_stored_on_their_own_are_folded_like_any_trail_entries,
+        an_entry_written_with_the_record_is_not_a_start_without_it,
+    );
 }

@@ -177,6 +177,8 @@ mod tests {
     use crate::core::budget::Micros;
     use crate::core::history::Outcome;
     use crate::core::reply::CommandCall;
+    use crate::store::kv::Backend;
+    use crate::store::test_backends::{on_both_backends, TestStore};
     use crate::store::Commit;
 
     /// A step of `cycle` that cost `cycle` micros, decided by someone named after it.
@@ -222,10 +224,11 @@ mod tests {
         )
     }
 
-    #[test]
-    fn older_steps_are_folded_and_every_reader_finds_them() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
+    fn older_steps_are_folded_and_every_reader_finds_them(backend: Backend) {
+        let Some(test) = TestStore::on(backend) else {
+            return;
+        };
+        let store = test.open();
         agent_with_steps(&store, "long", 400);
         // An agent whose id extends this one's keeps its own steps.
         agent_with_steps(&store, "long2", 3);
@@ -237,7 +240,7 @@ mod tests {
         );
         drop(store);
 
-        let store = Store::open(dir.path()).unwrap();
+        let store = test.open();
         let all = store.all_episodes("long").unwrap();
         assert_eq!(cycles(&all), (1..=400).collect::<Vec<_>>());
         assert_eq!(all[4], step(5), "a folded step comes back whole");
@@ -272,10 +275,11 @@ mod tests {
         assert_eq!(store.all_episodes("long2").unwrap().len(), 3);
     }
 
-    #[test]
-    fn a_rewind_into_folded_steps_keeps_those_before_and_a_fork_copies_them() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
+    fn a_rewind_into_folded_steps_keeps_those_before_and_a_fork_copies_them(backend: Backend) {
+        let Some(test) = TestStore::on(backend) else {
+            return;
+        };
+        let store = test.open();
         let mut state = agent_with_steps(&store, "deep", 300);
         let source = state.clone();
         let audit = |removed: usize| AuditEntry {
@@ -311,10 +315,11 @@ mod tests {
         assert_eq!(source.progress.cycle, 300);
     }
 
-    #[test]
-    fn a_reader_never_sees_a_fold_half_done() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
+    fn a_reader_never_sees_a_fold_half_done(backend: Backend) {
+        let Some(test) = TestStore::on(backend) else {
+            return;
+        };
+        let store = test.open();
         let writer = {
             let store = store.clone();
             std::thread::spawn(move || agent_with_steps(&store, "busy", 2_000))
@@ -342,4 +347,10 @@ mod tests {
             cycles(&page)
         }
     }
+
+    on_both_backends!(
+        older_steps_are_folded_and_every_reader_finds_them,
+        a_rewind_into_folded_steps_keeps_those_before_and_a_fork_copies_them,
+        a_reader_never_sees_a_fold_half_done,
+    );
 }

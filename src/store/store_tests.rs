@@ -1,5 +1,7 @@
 //! The store's own tests: commits, decisions, the journal and the schema check.
 
+use super::kv::Backend;
+use super::test_backends::{on_both_backends, TestStore};
 use super::*;
 use crate::core::history::Outcome;
 use crate::core::person::ActedBy;
@@ -22,10 +24,11 @@ fn episode(cycle: u64, decided_by: Option<&str>) -> Episode {
     }
 }
 
-#[test]
-fn commit_and_reload_with_episodes_and_files() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+fn commit_and_reload_with_episodes_and_files(backend: Backend) {
+    let Some(db) = TestStore::on(backend) else {
+        return;
+    };
+    let store = db.open();
     let mut agent = state("abc123");
     agent.progress.episodes.push(episode(1, Some("me")));
     store
@@ -40,7 +43,7 @@ fn commit_and_reload_with_episodes_and_files() {
         })
         .unwrap();
     drop(store);
-    let store = Store::open(dir.path()).unwrap();
+    let store = db.open();
     let loaded = store.load_agent("abc123").unwrap().unwrap();
     assert_eq!(loaded.progress.episodes, agent.progress.episodes);
     assert_eq!(
@@ -58,10 +61,11 @@ fn commit_and_reload_with_episodes_and_files() {
     ));
 }
 
-#[test]
-fn a_deleted_agent_leaves_nothing_and_its_neighbour_everything() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+fn a_deleted_agent_leaves_nothing_and_its_neighbour_everything(backend: Backend) {
+    let Some(db) = TestStore::on(backend) else {
+        return;
+    };
+    let store = db.open();
     for id in ["abc123", "abc1234"] {
         let mut agent = state(id);
         agent.progress.episodes.push(episode(1, None));
@@ -110,11 +114,12 @@ fn a_deleted_agent_leaves_nothing_and_its_neighbour_everything() {
     );
 }
 
-#[test]
-fn an_agent_is_loaded_with_its_newest_steps_whole_and_older_ones_as_lines() {
+fn an_agent_is_loaded_with_its_newest_steps_whole_and_older_ones_as_lines(backend: Backend) {
     use crate::core::history::{STEP_LINES_KEPT, WHOLE_STEPS_KEPT};
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+    let Some(db) = TestStore::on(backend) else {
+        return;
+    };
+    let store = db.open();
     let mut agent = state("long00000001");
     let steps = (WHOLE_STEPS_KEPT + STEP_LINES_KEPT + 12) as u64;
     for cycle in 1..=steps {
@@ -159,10 +164,11 @@ fn a_store_in_use_is_reported_after_a_bounded_wait() {
     assert!(started.elapsed() >= LOCK_WAIT);
 }
 
-#[test]
-fn first_decision_wins() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+fn first_decision_wins(backend: Backend) {
+    let Some(db) = TestStore::on(backend) else {
+        return;
+    };
+    let store = db.open();
     let first = DecisionRecord {
         decision: Decision::Approve,
         by: "alice".into(),
@@ -179,13 +185,60 @@ fn first_decision_wins() {
     assert_eq!(store.record_decision("a", 4, &second).unwrap(), Ok(()));
 }
 
+/// Two stores on one PostgreSQL database, as two processes have them, racing to decide the same
+/// cycles from several threads: each cycle is decided exactly once, and both read the winner.
+#[test]
+fn two_processes_sharing_a_database_decide_each_cycle_once() {
+    let Some(db) = TestStore::on(Backend::Postgres) else {
+        return;
+    };
+    let stores = [db.open(), db.open()];
+    let cycles = 40u64;
+    let wins: Vec<Vec<u64>> = std::thread::scope(|scope| {
+        let racers: Vec<_> = (0..4)
+            .map(|racer| {
+                let store = &stores[racer % 2];
+                scope.spawn(move || {
+                    let record = DecisionRecord {
+                        decision: Decision::Approve,
+                        by: format!("racer{racer}").as_str().into(),
+                        at: Utc::now(),
+                    };
+                    (1..=cycles)
+                        .filter(|&cycle| {
+                            store.record_decision("a", cycle, &record).unwrap().is_ok()
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        racers
+            .into_iter()
+            .map(|racer| racer.join().unwrap())
+            .collect()
+    });
+    let mut decided: Vec<u64> = wins.concat();
+    decided.sort_unstable();
+    assert_eq!(decided, (1..=cycles).collect::<Vec<_>>(), "each cycle once");
+    for cycle in 1..=cycles {
+        let winner = wins.iter().position(|won| won.contains(&cycle)).unwrap();
+        for store in &stores {
+            assert_eq!(
+                store.decided_by("a", cycle).unwrap().unwrap().names(),
+                format!("racer{winner}")
+            );
+        }
+    }
+}
+
 /// A closed cycle keeps who decided it in its episode, and its decision's record goes: the
 /// store keeps no record a cycle beyond those a person reads, and a late click still learns who
 /// won.
-#[test]
-fn a_closed_cycles_decision_is_read_from_its_episode_and_its_record_removed() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+fn a_closed_cycles_decision_is_read_from_its_episode_and_its_record_removed(backend: Backend) {
+    let Some(db) = TestStore::on(backend) else {
+        return;
+    };
+    let store = db.open();
     let approval = |by: &str| DecisionRecord {
         decision: Decision::Approve,
         by: by.into(),
@@ -242,10 +295,13 @@ fn a_closed_cycles_decision_is_read_from_its_episode_and_its_record_removed() {
     assert_eq!(store.decided_by("a", 5).unwrap(), None);
 }
 
-#[tokio::test]
-async fn the_journal_holds_a_command_from_its_start_until_the_commit_of_its_result() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+async fn the_journal_holds_a_command_from_its_start_until_the_commit_of_its_result(
+    backend: Backend,
+) {
+    let Some(db) = TestStore::on(backend) else {
+        return;
+    };
+    let store = db.open();
     let agent = state("j1");
     let call = CommandCall {
         name: "write_file".into(),
@@ -262,7 +318,7 @@ async fn the_journal_holds_a_command_from_its_start_until_the_commit_of_its_resu
     ));
     // A crash here leaves "executing": reopening the store still says so.
     drop(store);
-    let store = Store::open(dir.path()).unwrap();
+    let store = db.open();
     assert!(matches!(
         store.journal_entry("j1", 1).unwrap(),
         Some(JournalEntry::Executing { .. })
@@ -284,24 +340,28 @@ async fn the_journal_holds_a_command_from_its_start_until_the_commit_of_its_resu
     assert!(store.journal.is_empty());
 }
 
-#[test]
-fn newer_schema_refuses_to_open() {
-    let dir = tempfile::tempdir().unwrap();
+fn newer_schema_refuses_to_open(backend: Backend) {
+    let Some(db) = TestStore::on(backend) else {
+        return;
+    };
     {
-        let db = sled::open(dir.path()).unwrap();
-        migrate::set_schema_version(&db, migrate::SCHEMA_VERSION + 1).unwrap();
-        db.flush().unwrap();
+        let store = db.open();
+        migrate::set_schema_version(&store.db, migrate::SCHEMA_VERSION + 1).unwrap();
+        store.db.flush().unwrap();
     }
-    let err = Store::open(dir.path()).unwrap_err();
+    let err = db.try_open().unwrap_err();
     assert!(matches!(err, StoreError::TooNew { .. }));
     assert!(err.to_string().contains("newer autothread"), "{err}");
 }
 
-#[test]
-fn recalled_memories_are_kept_by_reference_and_older_records_with_texts_still_load() {
+fn recalled_memories_are_kept_by_reference_and_older_records_with_texts_still_load(
+    backend: Backend,
+) {
     use crate::core::memory::{MemoryHit, MemorySource};
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+    let Some(db) = TestStore::on(backend) else {
+        return;
+    };
+    let store = db.open();
     let mut agent = state("r1");
     let text = "The launch password is heliotrope. ".repeat(30);
     agent.progress.recalled = vec![MemoryHit {
@@ -344,10 +404,11 @@ fn recalled_memories_are_kept_by_reference_and_older_records_with_texts_still_lo
     assert_eq!(loaded.progress.recalled[0].text, text);
 }
 
-#[test]
-fn a_journal_entry_written_with_its_whole_command_still_reads_as_executing() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+fn a_journal_entry_written_with_its_whole_command_still_reads_as_executing(backend: Backend) {
+    let Some(db) = TestStore::on(backend) else {
+        return;
+    };
+    let store = db.open();
     let older = serde_json::json!({"v": RECORD_VERSION, "data": {"state": "executing",
         "call": {"name": "write_file", "args": {"filename": "a.txt"}},
         "started_at": "2026-01-01T00:00:00Z"}});
@@ -363,11 +424,14 @@ fn a_journal_entry_written_with_its_whole_command_still_reads_as_executing() {
     }
 }
 
-#[test]
-fn the_audit_trail_is_kept_in_order_per_agent_paged_newest_first_and_survives_a_restart() {
+fn the_audit_trail_is_kept_in_order_per_agent_paged_newest_first_and_survives_a_restart(
+    backend: Backend,
+) {
     use crate::core::audit::{AuditEntry, AuditEvent};
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+    let Some(db) = TestStore::on(backend) else {
+        return;
+    };
+    let store = db.open();
     let entry = |n: u64| AuditEntry {
         at: Utc::now(),
         by: format!("person {n}").as_str().into(),
@@ -389,7 +453,7 @@ fn the_audit_trail_is_kept_in_order_per_agent_paged_newest_first_and_survives_a_
     store.append_audit("audited2", &entry(99)).unwrap();
     drop(store);
 
-    let store = Store::open(dir.path()).unwrap();
+    let store = db.open();
     let memories = |entries: &[AuditEntry]| -> Vec<u64> {
         entries
             .iter()
@@ -508,10 +572,11 @@ fn a_set_stored_ahead_is_finished_or_dropped_by_whether_its_state_landed() {
     assert!(store.ahead.is_empty());
 }
 
-#[test]
-fn a_commit_leaves_nothing_stored_ahead() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+fn a_commit_leaves_nothing_stored_ahead(backend: Backend) {
+    let Some(db) = TestStore::on(backend) else {
+        return;
+    };
+    let store = db.open();
     let agent = state("abc123");
     store
         .commit(&Commit {
@@ -530,10 +595,11 @@ fn a_commit_leaves_nothing_stored_ahead() {
     );
 }
 
-#[test]
-fn an_agents_workspace_size_follows_its_writes_and_matches_its_files() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+fn an_agents_workspace_size_follows_its_writes_and_matches_its_files(backend: Backend) {
+    let Some(db) = TestStore::on(backend) else {
+        return;
+    };
+    let store = db.open();
     let files_total = |agent: &str| -> u64 {
         store
             .list_files(agent)
@@ -588,14 +654,17 @@ fn an_agents_workspace_size_follows_its_writes_and_matches_its_files() {
     assert_eq!(store.workspace_bytes("sized1").unwrap(), 0);
     // A reopened store adds the sizes up again from what is on disk.
     drop(store);
-    let store = Store::open(dir.path()).unwrap();
+    let store = db.open();
     assert_eq!(store.workspace_bytes("sized12").unwrap(), 100);
 }
 
-#[test]
-fn workspace_files_are_kept_compressed_and_read_back_as_written_with_their_own_sizes() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+fn workspace_files_are_kept_compressed_and_read_back_as_written_with_their_own_sizes(
+    backend: Backend,
+) {
+    let Some(db) = TestStore::on(backend) else {
+        return;
+    };
+    let store = db.open();
     let agent = state("packs");
     let text = "the ferry to Skye leaves at 7:40 from pier 3; "
         .repeat(100)
@@ -647,7 +716,7 @@ fn workspace_files_are_kept_compressed_and_read_back_as_written_with_their_own_s
     let listed: u64 = store.list_files("packs").unwrap().iter().map(|f| f.1).sum();
     assert_eq!(listed, expected);
     drop(store);
-    let store = Store::open(dir.path()).unwrap();
+    let store = db.open();
     assert_eq!(store.workspace_bytes("packs").unwrap(), expected);
     assert_eq!(store.workspace_at("packs", 1).unwrap()["notes.txt"], text);
 }
@@ -685,12 +754,13 @@ fn new_stores_get_large_log_segments_and_older_stores_open_with_theirs() {
     );
 }
 
-#[test]
-fn a_servers_policy_choices_change_in_place_per_class_and_survive_a_reopen() {
+fn a_servers_policy_choices_change_in_place_per_class_and_survive_a_reopen(backend: Backend) {
     use crate::core::commands::Risk;
     use crate::core::policy::{AdminChoice, ClassAction};
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+    let Some(db) = TestStore::on(backend) else {
+        return;
+    };
+    let store = db.open();
     let (guild, other) = (
         crate::core::state::GuildId::from(7_u64),
         crate::core::state::GuildId::from(8_u64),
@@ -711,7 +781,7 @@ fn a_servers_policy_choices_change_in_place_per_class_and_survive_a_reopen() {
         Some(ClassAction::Remember)
     );
     drop(store);
-    let store = Store::open(dir.path()).unwrap();
+    let store = db.open();
     assert_eq!(store.server_policy(&guild).unwrap(), both);
     assert!(store.server_policy(&other).unwrap().is_empty());
     store
@@ -724,3 +794,24 @@ fn a_servers_policy_choices_change_in_place_per_class_and_survive_a_reopen() {
     // Nothing chosen leaves no record behind.
     assert!(!store.discord.contains_key(b"policy/7").unwrap());
 }
+
+on_both_backends!(
+    commit_and_reload_with_episodes_and_files,
+    newer_schema_refuses_to_open,
+    a_deleted_agent_leaves_nothing_and_its_neighbour_everything,
+    an_agent_is_loaded_with_its_newest_steps_whole_and_older_ones_as_lines,
+    first_decision_wins,
+    a_closed_cycles_decision_is_read_from_its_episode_and_its_record_removed,
+    recalled_memories_are_kept_by_reference_and_older_records_with_texts_still_load,
+    a_journal_entry_written_with_its_whole_command_still_reads_as_executing,
+    the_audit_trail_is_kept_in_order_per_agent_paged_newest_first_and_survives_a_restart,
+    a_commit_leaves_nothing_stored_ahead,
+    an_agents_workspace_size_follows_its_writes_and_matches_its_files,
+    workspace_files_are_kept_compressed_and_read_back_as_written_with_their_own_sizes,
+    a_servers_policy_choices_change_in_place_per_class_and_survive_a_reopen,
+);
+
+on_both_backends!(
+    async
+    the_journal_holds_a_command_from_its_start_until_the_commit_of_its_result,
+);

@@ -33,6 +33,7 @@ mod ops_e2e;
 mod pacing;
 mod parked_e2e;
 mod policy_e2e;
+mod postgres_store;
 mod providers_e2e;
 mod real_peer;
 mod repository;

@@ -7,6 +7,7 @@ pub mod fake_mcp;
 pub mod fake_openai;
 pub mod inproc;
 pub mod needs;
+pub mod postgres;
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -27,6 +28,8 @@ pub const FREE_TEST_MODELS: &str = "free_models = [\"test-model\", \"fake-passag
 pub struct TestEnv {
     pub dir: tempfile::TempDir,
     pub base_url: String,
+    /// Variables every process of this environment is started with (the store's URL, say).
+    pub env: Vec<(String, String)>,
 }
 
 impl TestEnv {
@@ -63,6 +66,7 @@ impl TestEnv {
         TestEnv {
             dir,
             base_url: base_url.to_string(),
+            env: Vec::new(),
         }
     }
 
@@ -87,9 +91,11 @@ impl TestEnv {
             .env_remove("AUTOTHREAD_CONFIG")
             .env_remove("DISCORD_MESSAGE_CONTENT_INTENT")
             .env_remove("AUTOTHREAD_DATA_DIR")
+            .env_remove("AUTOTHREAD_STORE_URL")
             // Tests run many bots at once: each listener gets a free port (the log names it).
             .env("AUTOTHREAD_OPS_LISTEN", "127.0.0.1:0")
             .env("RUST_LOG", "warn")
+            .envs(self.env.iter().map(|(name, value)| (name, value)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -3,7 +3,8 @@
 //! (`server.tool`, see `tool`) with their own argument schemas.
 //!
 //! A server is either a program over stdio, started in its own process group with an environment of
-//! PATH, HOME, LANG, TMPDIR and the config's `env` only, its stderr going to the debug log; or a
+//! PATH, LANG, a private HOME and TMPDIR and the config's `env` only, confined like code execution
+//! with the network its config gives it (`confined`), its stderr going to the debug log; or a
 //! streamable-HTTP URL, checked by the web guard first and reached through a reqwest client that
 //! resolves names through the guard, with no proxy and no redirects, sending the config's
 //! `headers` (each value read from the environment variable it names, marked sensitive, and
@@ -23,6 +24,7 @@
 //! one, for `autothread check`.
 
 mod answer;
+mod confined;
 mod oversize;
 mod tool;
 
@@ -36,9 +38,10 @@ use rmcp::model::{
 };
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient, RunningService, ServiceError};
 
-use crate::config::{McpServerConfig, WebConfig};
+use crate::config::{McpServerConfig, SandboxConfig, WebConfig};
 use crate::tools::Command;
 
+pub use confined::ServerBox;
 pub use tool::{McpTool, MAX_TOOLS_PER_SERVER};
 
 type Connection = RunningService<RoleClient, ()>;
@@ -48,6 +51,8 @@ pub struct McpServer {
     config: McpServerConfig,
     /// The guarded client a URL is reached with; `None` for a program.
     http: Option<reqwest::Client>,
+    /// What a program's confinement is drawn from.
+    server_box: ServerBox,
     connection: tokio::sync::Mutex<Live>,
     /// The last lines its program wrote to stderr, for the reason a start failed.
     last_words: Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
@@ -65,6 +70,8 @@ struct Live {
     group: Option<i32>,
     /// The connection's program, when it is one (ended with its group).
     child: Option<tokio::process::Child>,
+    /// What the program holds (its home, its user), given back when it ends.
+    held: Option<confined::Held>,
     /// Counts the connections made, so that two calls that fail on the same one restart it once.
     generation: u64,
 }
@@ -86,6 +93,7 @@ impl Live {
             // gone the call fails with ESRCH and does nothing.
             unsafe { libc::killpg(group, libc::SIGKILL) };
         }
+        self.held = None;
     }
 }
 
@@ -118,6 +126,9 @@ pub enum McpStartError {
     /// The program could not be spawned.
     #[error("the MCP server '{name}' could not be started: {reason}")]
     NotSpawned { name: String, reason: String },
+    /// The program cannot be confined here as its config asks (see `confined`).
+    #[error("the MCP server '{name}' was not started, because it cannot be confined as configured: {reason}")]
+    Unconfinable { name: String, reason: String },
     /// The server has neither a program nor a usable URL.
     #[error("the MCP server '{0}' has no program and no URL")]
     Unreachable(String),
@@ -141,9 +152,19 @@ pub enum McpStartError {
 pub struct McpFailure(pub String);
 
 impl McpServer {
-    /// The server as configured, not yet started. A URL is refused here when the web guard
-    /// refuses it (a private address not in `web.allow_hosts`).
+    /// The server as configured, not yet started, confined (if a program) with the sandbox's
+    /// default users. A URL is refused here when the web guard refuses it (a private address not
+    /// in `web.allow_hosts`).
     pub fn new(config: &McpServerConfig, web: &WebConfig) -> Result<Arc<McpServer>, McpStartError> {
+        McpServer::with_box(config, web, &SandboxConfig::default())
+    }
+
+    /// As `new`, a program confined with `sandbox`'s users.
+    pub fn with_box(
+        config: &McpServerConfig,
+        web: &WebConfig,
+        sandbox: &SandboxConfig,
+    ) -> Result<Arc<McpServer>, McpStartError> {
         let http = match &config.url {
             Some(url) => {
                 crate::config::redact::register_url(url);
@@ -154,6 +175,7 @@ impl McpServer {
         Ok(Arc::new(McpServer {
             config: config.clone(),
             http,
+            server_box: ServerBox::new(web, sandbox),
             connection: tokio::sync::Mutex::new(Live::default()),
             last_words: Arc::default(),
         }))
@@ -165,6 +187,22 @@ impl McpServer {
 
     pub fn config(&self) -> &McpServerConfig {
         &self.config
+    }
+
+    /// How its running program is confined, and with what network (`None` before it has
+    /// started, and for a URL).
+    pub async fn confinement(&self) -> Option<String> {
+        let live = self.connection.lock().await;
+        live.held.as_ref().map(|held| held.describe().to_string())
+    }
+
+    /// The egress proxy its program goes through, when its network is guarded.
+    pub fn egress_proxy(&self) -> Option<Arc<crate::web::egress_proxy::EgressProxy>> {
+        (self.config.command.is_some()
+            && self.config.confine
+            && self.config.network() == crate::config::McpNetwork::Guarded)
+            .then(|| self.server_box.proxy().ok())
+            .flatten()
     }
 
     /// `text` with the server's URL shown without its query, where a key could be (the SDK's
@@ -246,7 +284,7 @@ impl McpServer {
             }
         }
         live.end().await;
-        let (connection, group) = tokio::time::timeout(self.start_timeout(), self.start())
+        let (connection, mut group) = tokio::time::timeout(self.start_timeout(), self.start())
             .await
             .map_err(|_| McpStartError::StartTimedOut {
                 name: self.config.name.clone(),
@@ -254,8 +292,9 @@ impl McpServer {
             })??;
         let peer = connection.peer().clone();
         live.connection = Some(connection);
-        live.group = group.as_ref().map(|(group, _)| *group);
-        live.child = group.map(|(_, child)| child);
+        live.group = group.as_ref().map(|(group, ..)| *group);
+        live.held = group.as_mut().and_then(|(_, _, held)| held.take());
+        live.child = group.map(|(_, child, _)| child);
         live.generation += 1;
         Ok((peer, live.generation))
     }
@@ -263,20 +302,18 @@ impl McpServer {
     /// Starts the program, or opens the session with the URL, and runs MCP's initialization.
     async fn start(
         &self,
-    ) -> Result<(Connection, Option<(i32, tokio::process::Child)>), McpStartError> {
+    ) -> Result<
+        (
+            Connection,
+            Option<(i32, tokio::process::Child, Option<confined::Held>)>,
+        ),
+        McpStartError,
+    > {
         let name = &self.config.name;
         let started = match (&self.config.command, &self.http, &self.config.url) {
             (Some(program), _, _) => {
-                let mut command = tokio::process::Command::new(program);
-                command.args(&self.config.args).env_clear();
-                // Its environment is what it needs to run and what the operator gives it: never
-                // the bot's, where the Discord token and the API keys are.
-                for kept in ["PATH", "HOME", "LANG", "TMPDIR"] {
-                    if let Some(value) = std::env::var_os(kept) {
-                        command.env(kept, value);
-                    }
-                }
-                command.envs(&self.config.env);
+                let (mut command, held) =
+                    confined::command(&self.config, &self.server_box, program)?;
                 // Its own process group, so that a restart also ends what it started.
                 command
                     .process_group(0)
@@ -309,7 +346,7 @@ impl McpServer {
                         unsafe { libc::killpg(group, libc::SIGKILL) };
                     }
                 }
-                served.map(|connection| (connection, group.map(|group| (group, child))))
+                served.map(|connection| (connection, group.map(|group| (group, child, Some(held)))))
             }
             (None, Some(client), Some(url)) => {
                 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -617,8 +654,14 @@ pub async fn connect_all(config: &crate::config::Config) -> Vec<Arc<dyn Command>
     // one per server.
     let mut starting = tokio::task::JoinSet::new();
     for (order, server) in config.mcp.servers.iter().enumerate() {
-        let (server, web) = (server.clone(), config.web.clone());
-        starting.spawn(async move { (order, connect(&server, &web).await) });
+        let (server, web, sandbox) = (server.clone(), config.web.clone(), config.sandbox.clone());
+        starting.spawn(async move {
+            let started = match McpServer::with_box(&server, &web, &sandbox) {
+                Ok(started) => started.commands().await,
+                Err(why) => Err(why),
+            };
+            (order, started)
+        });
     }
     let mut started = starting.join_all().await;
     // In the config's order, so that the prompt lists the commands the same way at every start.

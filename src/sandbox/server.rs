@@ -110,7 +110,9 @@ impl ServerUser {
 
 /// The slots of one range of users, kept for the process's life (a bot has one range).
 fn slots_for(first_uid: u32, first_gid: u32, count: u32) -> &'static UserSlots {
-    static RANGES: Mutex<Vec<((u32, u32, u32), &'static UserSlots)>> = Mutex::new(Vec::new());
+    /// Each range (first uid, first gid, count) and its slots.
+    type Ranges = Vec<((u32, u32, u32), &'static UserSlots)>;
+    static RANGES: Mutex<Ranges> = Mutex::new(Vec::new());
     let key = (first_uid, first_gid, count);
     let mut ranges = RANGES.lock_recovered();
     if let Some((_, slots)) = ranges.iter().find(|(k, _)| *k == key) {

@@ -11,7 +11,8 @@
 //! bot lacks in each server and channel where agents start, and what breaks without each, come
 //! from the caller (`ServerPermissions`: the Discord surface reads them over REST, through `cli`,
 //! as this module names no surface). Each MCP server is started and its offered tools listed
-//! (`check_mcp`).
+//! (`check_mcp`), with how its program is confined and what network it reaches; a program with
+//! the bot's own reach (`network = "open"`, or `confine = false`) is a warning.
 
 use std::future::Future;
 use std::path::Path;
@@ -100,7 +101,21 @@ pub async fn run_checks(config: &Config, permissions: impl ServerPermissions) ->
 async fn check_mcp(config: &Config) -> Vec<Line> {
     let mut lines = Vec::new();
     for server in &config.mcp.servers {
-        let verdict = match crate::mcp::connect(server, &config.web).await {
+        let started = crate::mcp::McpServer::open(
+            server,
+            &config.web,
+            &config.sandbox,
+            crate::mcp::StateRoot::Temporary,
+        );
+        let listed = match &started {
+            Ok(started) => started.commands().await,
+            Err(why) => Err(why.clone()),
+        };
+        let confinement = match &started {
+            Ok(started) => started.confinement().await,
+            Err(_) => None,
+        };
+        let verdict = match listed {
             Ok(commands) => {
                 // Only the tools agents get: `agent.disabled_commands` removes some.
                 let names: Vec<String> = commands
@@ -108,15 +123,26 @@ async fn check_mcp(config: &Config) -> Vec<Line> {
                     .map(|c| c.spec().name)
                     .filter(|name| !config.agent.disabled_commands.contains(name))
                     .collect();
-                Verdict::Pass(format!(
-                    "{} ({}; scope {}: {}): {} tools offered ({})",
+                let line = format!(
+                    "{} ({}; scope {}: {}): {} tools offered ({}){}",
                     server.name,
                     server.describe(),
                     server.scope().label(),
                     server.scope().meaning(),
                     names.len(),
-                    names.join(", ")
-                ))
+                    names.join(", "),
+                    confinement
+                        .as_deref()
+                        .map(|how| format!("; {how}"))
+                        .unwrap_or_default()
+                );
+                // A program with the bot's reach is said plainly, as a warning.
+                let open = server.command.is_some()
+                    && (!server.confine || server.network() == crate::config::McpNetwork::Open);
+                match open {
+                    true => Verdict::Warn(line),
+                    false => Verdict::Pass(line),
+                }
             }
             Err(why) => Verdict::Warn(format!("{}: off, because {why}", server.name)),
         };

@@ -11,8 +11,16 @@
 //! variables their values are read from (by `mcp`, which also registers them, and the URL's query,
 //! with `config::redact` so that no log line shows them). The `Debug` output leaves out the environment's
 //! values and the URL's query, which may hold keys.
+//!
+//! A program is confined (`confine`, true unless the operator writes `false`; see `mcp::confined`)
+//! and reaches the network as `network` says: `none`, `guarded` (through the egress proxy, the
+//! default for a program) or `open`. It may write only its private home and `paths`, and read the
+//! system, its program and `read_paths` besides. For a URL server, which runs elsewhere, `network`
+//! only says what it reaches (`open` unless `none` is written), for the taint rule. The old
+//! `network = true | false` still reads, as `open` and `none`.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use serde::Deserialize;
 
@@ -40,8 +48,8 @@ pub struct McpServerConfig {
     pub command: Option<String>,
     #[serde(default)]
     pub args: Vec<String>,
-    /// The program's whole environment besides PATH, HOME and LANG: it never sees the bot's own
-    /// (where the Discord token and API keys are). Values may be secrets; they are never shown.
+    /// The program's whole environment besides PATH, LANG and its private HOME and TMPDIR: it never
+    /// sees the bot's own (where the Discord token and API keys are). Values may be secrets; they are never shown.
     #[serde(default, serialize_with = "names_only")]
     pub env: BTreeMap<String, String>,
     /// A streamable-HTTP endpoint instead of a program; reached through the web guard, so a
@@ -70,11 +78,22 @@ pub struct McpServerConfig {
     /// A class for a tool by name, over both.
     #[serde(default)]
     pub tool_risks: BTreeMap<String, Risk>,
-    /// Whether the server can reach a network. A tool's arguments may carry data out through a
-    /// server that can, so a tainted agent's call of it needs a person (see `core::taint`);
-    /// `network = false` says the server, and whatever it calls, stays on the bot's machine.
-    #[serde(default = "reaches_network")]
-    pub network: bool,
+    /// How the server reaches a network (see `network()` for the default). A tool's arguments may
+    /// carry data out through a server that can, so a tainted agent's call of it needs a person
+    /// (see `core::taint`); `none` says the server, and whatever it calls, stays on the bot's
+    /// machine, and for a program the confinement makes it so.
+    #[serde(default)]
+    pub network: Option<McpNetwork>,
+    /// Whether a program runs confined (see `mcp::confined`): true unless written `false`, which
+    /// runs it as the bot's own user with the bot's reach, as before confinement existed.
+    #[serde(default = "confined_by_default")]
+    pub confine: bool,
+    /// Folders (or files) a confined program may read and write, besides its private home.
+    #[serde(default)]
+    pub paths: Vec<PathBuf>,
+    /// Folders (or files) a confined program may read, besides the system's and its own.
+    #[serde(default)]
+    pub read_paths: Vec<PathBuf>,
     /// How long a call (and the start of the server) may take; progress notifications push a
     /// call's back (see `mcp`).
     #[serde(default = "thirty")]
@@ -131,6 +150,58 @@ impl McpScope {
     }
 }
 
+/// How an MCP server reaches the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+#[serde(try_from = "NetworkSetting")]
+#[cfg_attr(test, serde(rename_all = "snake_case"))]
+pub enum McpNetwork {
+    /// No network at all: a program gets a network namespace of its own where the kernel allows,
+    /// and can make no internet socket in any case.
+    None,
+    /// Only through the egress proxy, which applies `read_webpage`'s rules (`web::guard`).
+    Guarded,
+    /// Whatever the bot's machine reaches, private networks included.
+    Open,
+}
+
+impl McpNetwork {
+    pub fn label(self) -> &'static str {
+        match self {
+            McpNetwork::None => "none",
+            McpNetwork::Guarded => "guarded",
+            McpNetwork::Open => "open",
+        }
+    }
+}
+
+/// `network` as written: a word, or the boolean of older configs.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum NetworkSetting {
+    Reaches(bool),
+    Named(String),
+}
+
+impl TryFrom<NetworkSetting> for McpNetwork {
+    type Error = String;
+
+    fn try_from(setting: NetworkSetting) -> Result<Self, Self::Error> {
+        match setting {
+            NetworkSetting::Reaches(false) => Ok(McpNetwork::None),
+            NetworkSetting::Reaches(true) => Ok(McpNetwork::Open),
+            NetworkSetting::Named(name) => match name.as_str() {
+                "none" => Ok(McpNetwork::None),
+                "guarded" => Ok(McpNetwork::Guarded),
+                "open" => Ok(McpNetwork::Open),
+                other => Err(format!(
+                    "network must be \"none\", \"guarded\" or \"open\" (got {other:?})"
+                )),
+            },
+        }
+    }
+}
+
 /// Where an MCP server's tools take their risk class from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[cfg_attr(test, derive(serde::Serialize))]
@@ -156,7 +227,7 @@ fn external() -> Risk {
     Risk::External
 }
 
-fn reaches_network() -> bool {
+fn confined_by_default() -> bool {
     true
 }
 
@@ -191,7 +262,10 @@ impl std::fmt::Debug for McpServerConfig {
             .field("risk", &self.risk)
             .field("classes", &self.classes)
             .field("tool_risks", &self.tool_risks)
-            .field("network", &self.network)
+            .field("network", &self.network())
+            .field("confine", &self.confine)
+            .field("paths", &self.paths)
+            .field("read_paths", &self.read_paths)
             .field("timeout_secs", &self.timeout_secs)
             .field("scope", &self.scope())
             .field("idle_secs", &self.idle_secs)
@@ -216,6 +290,16 @@ impl McpServerConfig {
         } else {
             McpScope::Bot
         })
+    }
+
+    /// How it reaches the network: as written; else `guarded` for a confined program and `open`
+    /// for an unconfined one or a URL server.
+    pub fn network(&self) -> McpNetwork {
+        match self.network {
+            Some(network) => network,
+            None if self.command.is_some() && self.confine => McpNetwork::Guarded,
+            None => McpNetwork::Open,
+        }
     }
 
     /// How it is reached, for logs and `autothread check` (a URL without its query).
@@ -271,6 +355,7 @@ impl McpConfig {
                 _ => {}
             }
             validate_headers(server, &field)?;
+            validate_confinement(server, &field)?;
             if server.timeout_secs == 0 || server.timeout_secs > 600 {
                 return Err(invalid(
                     format!("{field}.timeout_secs"),
@@ -298,6 +383,45 @@ impl McpConfig {
         }
         Ok(())
     }
+}
+
+/// The confinement's keys fit how the server is reached: a URL server runs elsewhere, so neither
+/// paths nor a guarded network mean anything for it; an unconfined program cannot be kept to less
+/// than the bot's network; paths are absolute.
+fn validate_confinement(server: &McpServerConfig, field: &str) -> Result<(), ConfigError> {
+    let program = server.command.is_some();
+    if !program {
+        if server.network == Some(McpNetwork::Guarded) {
+            return Err(invalid(
+                format!("{field}.network"),
+                "a URL server runs elsewhere, so its network cannot be guarded: write \"none\" if it reaches nothing, else leave it \"open\"",
+            ));
+        }
+        if !server.paths.is_empty() || !server.read_paths.is_empty() || !server.confine {
+            return Err(invalid(
+                field.to_string(),
+                "paths, read_paths and confine are for a program; a URL server runs elsewhere",
+            ));
+        }
+    }
+    if program && !server.confine && server.network() != McpNetwork::Open {
+        return Err(invalid(
+            format!("{field}.network"),
+            format!(
+                "network = \"{}\" needs the confinement: with confine = false the program reaches what the bot reaches, so write network = \"open\"",
+                server.network().label()
+            ),
+        ));
+    }
+    for (key, paths) in [("paths", &server.paths), ("read_paths", &server.read_paths)] {
+        if let Some(relative) = paths.iter().find(|p| !p.is_absolute()) {
+            return Err(invalid(
+                format!("{field}.{key}"),
+                format!("{} is not an absolute path", relative.display()),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Headers a config may not set: the MCP library sends them itself, and two values would confuse the
@@ -459,6 +583,62 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("MCP client itself"));
+    }
+
+    #[test]
+    fn network_is_guarded_for_a_confined_program_and_reads_the_old_booleans() {
+        let servers = parse(
+            "[[servers]]\nname = \"a\"\ncommand = \"x\"\n\
+             [[servers]]\nname = \"b\"\ncommand = \"x\"\nnetwork = false\n\
+             [[servers]]\nname = \"c\"\ncommand = \"x\"\nnetwork = true\n\
+             [[servers]]\nname = \"d\"\ncommand = \"x\"\nnetwork = \"none\"\npaths = [\"/srv/notes\"]\n\
+             [[servers]]\nname = \"e\"\nurl = \"https://mcp.example/x\"\n\
+             [[servers]]\nname = \"f\"\ncommand = \"x\"\nconfine = false\n",
+        );
+        assert!(servers.validate().is_ok());
+        let networks: Vec<McpNetwork> = servers.servers.iter().map(|s| s.network()).collect();
+        assert_eq!(
+            networks,
+            [
+                McpNetwork::Guarded,
+                McpNetwork::None,
+                McpNetwork::Open,
+                McpNetwork::None,
+                McpNetwork::Open,
+                McpNetwork::Open
+            ]
+        );
+        assert!(servers.servers[0].confine);
+        assert!(!servers.servers[5].confine);
+        let misspelt: Result<McpConfig, _> =
+            toml::from_str("[[servers]]\nname = \"a\"\ncommand = \"x\"\nnetwork = \"guard\"\n");
+        let refused = misspelt.unwrap_err().to_string();
+        assert!(
+            refused.contains("\"none\", \"guarded\" or \"open\""),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn confinement_keys_are_refused_where_they_mean_nothing() {
+        let refused = |text: &str| parse(text).validate().unwrap_err().to_string();
+        let said =
+            refused("[[servers]]\nname = \"u\"\nurl = \"https://a\"\nnetwork = \"guarded\"\n");
+        assert!(
+            said.contains("mcp.servers[0].network") && said.contains("runs elsewhere"),
+            "{said}"
+        );
+        let said = refused("[[servers]]\nname = \"u\"\nurl = \"https://a\"\npaths = [\"/srv\"]\n");
+        assert!(said.contains("for a program"), "{said}");
+        let said = refused(
+            "[[servers]]\nname = \"p\"\ncommand = \"x\"\nconfine = false\nnetwork = \"guarded\"\n",
+        );
+        assert!(said.contains("needs the confinement"), "{said}");
+        let said = refused("[[servers]]\nname = \"p\"\ncommand = \"x\"\npaths = [\"notes\"]\n");
+        assert!(
+            said.contains("mcp.servers[0].paths") && said.contains("absolute"),
+            "{said}"
+        );
     }
 
     #[test]

@@ -36,7 +36,7 @@ pub use approvals::{ApprovalsConfig, GuildApprovals};
 pub use budget::{BudgetConfig, PriceConfig, Unpriced};
 pub use discord::{DiscordConfig, FeedbackMessages, MessageContent, MESSAGE_CONTENT_SWITCH};
 pub use images::ImagesConfig;
-pub use mcp::{McpConfig, McpScope, McpServerConfig, ToolClasses};
+pub use mcp::{McpConfig, McpNetwork, McpScope, McpServerConfig, ToolClasses};
 pub use sandbox::SandboxConfig;
 pub use sections::{
     AgentConfig, ContextSource, LlmConfig, MemoryConfig, ModelSpec, OpsConfig, PolicyConfig,

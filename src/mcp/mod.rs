@@ -3,7 +3,8 @@
 //! (`server.tool`, see `tool`) with their own argument schemas.
 //!
 //! A server is either a program over stdio, started in its own process group with an environment of
-//! PATH, HOME, LANG, TMPDIR and the config's `env` only, its stderr going to the debug log; or a
+//! PATH, LANG, a private HOME and TMPDIR and the config's `env` only, confined like code execution
+//! with the network its config gives it (`confined`), its stderr going to the debug log; or a
 //! streamable-HTTP URL, checked by the web guard first and reached through a reqwest client that
 //! resolves names through the guard, with no proxy and no redirects, sending the config's
 //! `headers` (each value read from the environment variable it names, marked sensitive, and
@@ -35,6 +36,7 @@
 //! one, for `autothread check`.
 
 mod answer;
+mod confined;
 mod instances;
 mod oversize;
 mod tool;
@@ -49,9 +51,10 @@ use rmcp::model::{
 };
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient, RunningService, ServiceError};
 
-use crate::config::{McpServerConfig, WebConfig};
+use crate::config::{McpServerConfig, SandboxConfig, WebConfig};
 use crate::tools::Command;
 
+pub use confined::ServerBox;
 pub use instances::{InstanceKey, NoInstance, StateRoot};
 pub use tool::{McpTool, MAX_TOOLS_PER_SERVER};
 
@@ -67,6 +70,8 @@ pub struct McpServer {
     /// The tools that say they only read (`readOnlyHint`), as last listed: a call of one that
     /// broke with its connection is run again once.
     read_only: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// What a program's confinement is drawn from.
+    server_box: ServerBox,
     /// The last lines its program wrote to stderr, for the reason a start failed.
     last_words: Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
 }
@@ -83,6 +88,8 @@ struct Live {
     group: Option<i32>,
     /// The connection's program, when it is one (ended with its group).
     child: Option<tokio::process::Child>,
+    /// What the program holds (its home, its user), given back when it ends.
+    held: Option<confined::Held>,
     /// Counts the connections made, so that two calls that fail on the same one restart it once.
     generation: u64,
 }
@@ -104,6 +111,7 @@ impl Live {
             // gone the call fails with ESRCH and does nothing.
             unsafe { libc::killpg(group, libc::SIGKILL) };
         }
+        self.held = None;
     }
 }
 
@@ -136,6 +144,9 @@ pub enum McpStartError {
     /// The program could not be spawned.
     #[error("the MCP server '{name}' could not be started: {reason}")]
     NotSpawned { name: String, reason: String },
+    /// The program cannot be confined here as its config asks (see `confined`).
+    #[error("the MCP server '{name}' was not started, because it cannot be confined as configured: {reason}")]
+    Unconfinable { name: String, reason: String },
     /// The server has neither a program nor a usable URL.
     #[error("the MCP server '{0}' has no program and no URL")]
     Unreachable(String),
@@ -159,16 +170,19 @@ pub enum McpStartError {
 pub struct McpFailure(pub String);
 
 impl McpServer {
-    /// The server as configured, not yet started. A URL is refused here when the web guard
-    /// refuses it (a private address not in `web.allow_hosts`).
+    /// The server as configured, not yet started, confined (if a program) with the sandbox's
+    /// default users. A URL is refused here when the web guard refuses it (a private address not
+    /// in `web.allow_hosts`).
     pub fn new(config: &McpServerConfig, web: &WebConfig) -> Result<Arc<McpServer>, McpStartError> {
-        McpServer::with_state(config, web, StateRoot::Temporary)
+        McpServer::open(config, web, &SandboxConfig::default(), StateRoot::Temporary)
     }
 
-    /// The server as `new` makes it, its instances' directories under `state`.
-    pub fn with_state(
+    /// As `new`, a program confined with `sandbox`'s users and its instances' directories under
+    /// `state`.
+    pub fn open(
         config: &McpServerConfig,
         web: &WebConfig,
+        sandbox: &SandboxConfig,
         state: StateRoot,
     ) -> Result<Arc<McpServer>, McpStartError> {
         let http = match &config.url {
@@ -189,6 +203,7 @@ impl McpServer {
                 state,
             )),
             read_only: Default::default(),
+            server_box: ServerBox::new(web, sandbox),
             last_words: Arc::default(),
         }))
     }
@@ -209,6 +224,23 @@ impl McpServer {
     /// How many instances of the server run (or are starting) now.
     pub fn running_instances(&self) -> usize {
         self.instances.count()
+    }
+
+    /// How its shared instance's program is confined, and with what network (`None` before it
+    /// has started, and for a URL).
+    pub async fn confinement(&self) -> Option<String> {
+        let lease = self.instances.lease(InstanceKey::Shared).await.ok()?;
+        let live = lease.instance.live.lock().await;
+        live.held.as_ref().map(|held| held.describe().to_string())
+    }
+
+    /// The egress proxy its program goes through, when its network is guarded.
+    pub fn egress_proxy(&self) -> Option<Arc<crate::web::egress_proxy::EgressProxy>> {
+        (self.config.command.is_some()
+            && self.config.confine
+            && self.config.network() == crate::config::McpNetwork::Guarded)
+            .then(|| self.server_box.proxy().ok())
+            .flatten()
     }
 
     /// `text` with the server's URL shown without its query, where a key could be (the SDK's
@@ -315,7 +347,7 @@ impl McpServer {
             }
         }
         live.end().await;
-        let (connection, group) =
+        let (connection, mut group) =
             tokio::time::timeout(self.start_timeout(), self.start(&instance.dir))
                 .await
                 .map_err(|_| McpStartError::StartTimedOut {
@@ -324,8 +356,9 @@ impl McpServer {
                 })??;
         let peer = connection.peer().clone();
         live.connection = Some(connection);
-        live.group = group.as_ref().map(|(group, _)| *group);
-        live.child = group.map(|(_, child)| child);
+        live.group = group.as_ref().map(|(group, ..)| *group);
+        live.held = group.as_mut().and_then(|(_, _, held)| held.take());
+        live.child = group.map(|(_, child, _)| child);
         live.generation += 1;
         Ok((peer, live.generation))
     }
@@ -334,7 +367,13 @@ impl McpServer {
     async fn start(
         &self,
         dir: &std::path::Path,
-    ) -> Result<(Connection, Option<(i32, tokio::process::Child)>), McpStartError> {
+    ) -> Result<
+        (
+            Connection,
+            Option<(i32, tokio::process::Child, Option<confined::Held>)>,
+        ),
+        McpStartError,
+    > {
         let name = &self.config.name;
         let started = match (&self.config.command, &self.http, &self.config.url) {
             (Some(program), _, _) => {
@@ -348,24 +387,8 @@ impl McpServer {
                         dir.display()
                     ))
                 })?;
-                let mut command = tokio::process::Command::new(program);
-                command
-                    .args(self.config.args.iter().map(|arg| in_instance(arg, dir)))
-                    .current_dir(dir)
-                    .env_clear();
-                // Its environment is what it needs to run and what the operator gives it: never
-                // the bot's, where the Discord token and the API keys are.
-                for kept in ["PATH", "HOME", "LANG", "TMPDIR"] {
-                    if let Some(value) = std::env::var_os(kept) {
-                        command.env(kept, value);
-                    }
-                }
-                command.envs(
-                    self.config
-                        .env
-                        .iter()
-                        .map(|(name, value)| (name, in_instance(value, dir))),
-                );
+                let (mut command, held) =
+                    confined::command(&self.config, &self.server_box, program, dir)?;
                 // Its own process group, so that a restart also ends what it started.
                 command
                     .process_group(0)
@@ -394,7 +417,7 @@ impl McpServer {
                         unsafe { libc::killpg(group, libc::SIGKILL) };
                     }
                 }
-                served.map(|connection| (connection, group.map(|group| (group, child))))
+                served.map(|connection| (connection, group.map(|group| (group, child, Some(held)))))
             }
             (None, Some(client), Some(url)) => {
                 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -839,10 +862,10 @@ pub async fn connect_all(config: &crate::config::Config) -> Vec<Arc<dyn Command>
     // Instances keep their state beside the store, so that a place's outlives a restart.
     let kept = config.data_dir().ok().map(|dir| dir.join("mcp"));
     for (order, server) in config.mcp.servers.iter().enumerate() {
-        let (server, web) = (server.clone(), config.web.clone());
+        let (server, web, sandbox) = (server.clone(), config.web.clone(), config.sandbox.clone());
         let state = kept.clone().map_or(StateRoot::Temporary, StateRoot::Kept);
         starting.spawn(async move {
-            let found = match McpServer::with_state(&server, &web, state) {
+            let found = match McpServer::open(&server, &web, &sandbox, state) {
                 Ok(server) => server.commands().await,
                 Err(why) => Err(why),
             };

@@ -65,10 +65,11 @@ impl McpTool {
         let command_name = format!("{}.{name}", server.name());
         let description = describe(tool);
         // What the server is given reaches whatever the server reaches.
-        let egress = if server.config().network {
-            Egress::AllArguments
-        } else {
-            Egress::Nowhere
+        let egress = match server.config().network() {
+            crate::config::McpNetwork::None => Egress::Nowhere,
+            crate::config::McpNetwork::Guarded | crate::config::McpNetwork::Open => {
+                Egress::AllArguments
+            }
         };
         let class = class_of(server.config(), tool);
         let mut spec = CommandSpec::new(&command_name, &description, class)

@@ -35,10 +35,10 @@ use super::{Limits, SandboxError};
 /// The newest Landlock ABI whose rights are asked for. A run asks for those of the sandbox's ABI
 /// (the kernel's, or the older one the probe was told to act as), never more; a kernel without
 /// Landlock gives no ruleset at all, which `prepare` refuses.
-const LANDLOCK_ABI: ABI = ABI::V6;
+pub(super) const LANDLOCK_ABI: ABI = ABI::V6;
 
 /// The ABI whose rights a run's ruleset handles: the sandbox's, at most `LANDLOCK_ABI`.
-fn ruleset_abi(landlock_abi: i64) -> ABI {
+pub(super) fn ruleset_abi(landlock_abi: i64) -> ABI {
     ABI::from(landlock_abi.clamp(0, LANDLOCK_ABI as i64) as i32)
 }
 
@@ -406,7 +406,7 @@ fn deny_filter(memfd: Memfd) -> Result<BpfProgram, SandboxError> {
     program(rules, libc::EPERM)
 }
 
-fn no_clone3_filter() -> Result<BpfProgram, SandboxError> {
+pub(super) fn no_clone3_filter() -> Result<BpfProgram, SandboxError> {
     program(
         [(libc::SYS_clone3, Vec::new())].into_iter().collect(),
         libc::ENOSYS,
@@ -416,7 +416,7 @@ fn no_clone3_filter() -> Result<BpfProgram, SandboxError> {
 /// On x86-64, every call made with the x32 bit (numbers from 0x40000000) is refused: the same
 /// architecture value carries both numberings, and the other filters match the 64-bit numbers.
 #[cfg(target_arch = "x86_64")]
-fn no_x32_filter() -> Option<BpfProgram> {
+pub(super) fn no_x32_filter() -> Option<BpfProgram> {
     use seccompiler::sock_filter;
     const X32_SYSCALL_BIT: u32 = 0x4000_0000;
     let statement = |code: u32, k: u32| sock_filter {
@@ -444,11 +444,14 @@ fn no_x32_filter() -> Option<BpfProgram> {
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn no_x32_filter() -> Option<BpfProgram> {
+pub(super) fn no_x32_filter() -> Option<BpfProgram> {
     None
 }
 
-fn program(rules: BTreeMap<i64, Vec<SeccompRule>>, errno: i32) -> Result<BpfProgram, SandboxError> {
+pub(super) fn program(
+    rules: BTreeMap<i64, Vec<SeccompRule>>,
+    errno: i32,
+) -> Result<BpfProgram, SandboxError> {
     let arch: seccompiler::TargetArch = std::env::consts::ARCH
         .try_into()
         .map_err(SandboxError::Seccomp)?;

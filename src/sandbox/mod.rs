@@ -37,6 +37,7 @@ mod output;
 mod probe;
 mod process;
 pub mod rundir;
+pub mod server;
 mod syscall;
 mod users;
 

@@ -1,6 +1,8 @@
 //! The web as the agent's commands see it: search backends, Wikipedia, the guarded page fetcher,
-//! git clones through it, and the extraction of readable text and links from what was fetched.
+//! git clones through it, and the extraction of readable text and links from what was fetched;
+//! and the egress proxy through which confined MCP servers reach it under the same guard.
 
+pub mod egress_proxy;
 pub mod extract;
 pub mod fetch;
 pub mod git;

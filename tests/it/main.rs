@@ -23,6 +23,7 @@ mod intents_e2e;
 mod live_status_e2e;
 mod llm_client;
 mod mcp;
+mod mcp_box;
 mod mcp_edge;
 mod mcp_registry;
 mod mcp_scope;

@@ -108,11 +108,21 @@ async fn the_memory_server_keeps_what_an_agent_tells_it() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
+    // The confined server writes only where its config says, as its own user when the bot is root.
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
     let file = dir.path().join("memory.jsonl");
     let memory = server(
         "memory",
         &program,
-        &format!("env = {{ MEMORY_FILE_PATH = \"{}\" }}\n", file.display()),
+        &format!(
+            "env = {{ MEMORY_FILE_PATH = \"{}\" }}\npaths = [\"{}\"]\n",
+            file.display(),
+            dir.path().display()
+        ),
     );
     let names: Vec<String> = memory
         .commands()

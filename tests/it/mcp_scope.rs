@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use autothread::config::{McpServerConfig, WebConfig};
+use autothread::config::{McpServerConfig, SandboxConfig, WebConfig};
 use autothread::core::history::Outcome;
 use autothread::core::state::{AgentState, GuildId, Spender};
 use autothread::mcp::{McpServer, StateRoot};
@@ -66,9 +66,10 @@ async fn memory_server(
         "name = \"memory\"\ncommand = \"{program}\"\nenv = {{ MEMORY_FILE_PATH = \"{{instance_dir}}/memory.jsonl\" }}\n{more}"
     ))
     .unwrap();
-    let server = McpServer::with_state(
+    let server = McpServer::open(
         &config,
         &WebConfig::default(),
+        &SandboxConfig::default(),
         StateRoot::Kept(root.to_path_buf()),
     )
     .unwrap();
@@ -111,6 +112,13 @@ async fn a_program_scoped_per_discord_server_keeps_each_servers_memory_graph_apa
         return;
     };
     let dir = tempfile::tempdir().unwrap();
+    // As a data directory is: only the bot's user may enter it. A confined server running as a
+    // user of its own (the bot is root) still reaches its instance's directory below it.
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
     let store = Store::open(&dir.path().join("store")).unwrap();
     let root = dir.path().join("mcp");
     // A program is scoped per Discord server when the config says nothing.
@@ -356,16 +364,26 @@ async fn check_shows_each_servers_scope() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_cut_by_a_dying_server_runs_again_only_when_its_tool_only_reads() {
-    let Some((server, tools)) = edge_server("scope = \"agent\"\n").await else {
+    let dir = tempfile::tempdir().unwrap();
+    // The markers' folder is the one the confined server may write, as its own user when the
+    // bot is root.
+    let markers = dir.path().join("markers");
+    std::fs::create_dir(&markers).unwrap();
+    std::fs::set_permissions(
+        &markers,
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let more = format!("scope = \"agent\"\npaths = [\"{}\"]\n", markers.display());
+    let Some((server, tools)) = edge_server(&more).await else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("store")).unwrap();
     let reader = agent("reader", Some(1));
     let first = pid_of(&store, &tools, &reader).await;
     // The read-only tool kills its server the first time: it is run again on the restarted
     // instance, and the agent gets its answer.
-    let marker = dir.path().join("read-marker");
+    let marker = markers.join("read-marker");
     let marker_arg = json!({"marker": marker.display().to_string()});
     let (ok, text) =
         said(&run_command(&store, tools.get("edge.read_or_die"), &reader, marker_arg).await);
@@ -373,7 +391,7 @@ async fn a_call_cut_by_a_dying_server_runs_again_only_when_its_tool_only_reads()
     let second = pid_of(&store, &tools, &reader).await;
     assert_ne!(second, first, "restarted");
     // The other kills it too, and is not run again: the agent is told it may not have run.
-    let marker = dir.path().join("write-marker");
+    let marker = markers.join("write-marker");
     let (ok, text) = said(
         &run_command(
             &store,

@@ -293,6 +293,16 @@ impl Config {
             return Err(invalid("llm.model", "must not be empty"));
         }
         self.approvals.validate()?;
+        if self.store.lease_secs < sections::MIN_LEASE_SECS {
+            return Err(invalid(
+                "store.lease_secs",
+                format!(
+                    "must be at least {} (a lease is renewed every third of it; got {})",
+                    sections::MIN_LEASE_SECS,
+                    self.store.lease_secs
+                ),
+            ));
+        }
         self.mcp.validate()?;
         self.images.validate()?;
         // A query in a base URL would end up before the path (`…?api-version=…/chat/completions`).
@@ -763,6 +773,22 @@ mod tests {
             window("[store]\nflush_window_ms = 60000\n"),
             std::time::Duration::from_secs(1)
         );
+    }
+
+    #[test]
+    fn an_agents_lease_lasts_fifteen_seconds_unless_set_and_never_under_three() {
+        let config = |text: &str| toml::from_str::<Config>(text).unwrap();
+        assert_eq!(
+            config("").store.lease_duration(),
+            std::time::Duration::from_secs(15)
+        );
+        let longer = config("[store]\nlease_secs = 60\n");
+        assert_eq!(
+            longer.store.lease_duration(),
+            std::time::Duration::from_secs(60)
+        );
+        let short = config("[store]\nlease_secs = 2\n").validate().unwrap_err();
+        assert!(short.to_string().contains("store.lease_secs"), "{short}");
     }
 
     fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {

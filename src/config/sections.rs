@@ -357,6 +357,9 @@ pub struct StoreConfig {
     /// The bot's flushes start at most once per this many milliseconds (0: as soon as asked);
     /// the console, with one agent, never waits.
     pub flush_window_ms: u64,
+    /// With `url`: how long a process's lease on an agent lasts unrenewed (renewed every third of
+    /// it), so how soon another process continues the agents of one that died.
+    pub lease_secs: u64,
 }
 
 impl Default for StoreConfig {
@@ -366,11 +369,24 @@ impl Default for StoreConfig {
             url: None,
             cache_mb: crate::store::DEFAULT_CACHE_BYTES >> 20,
             flush_window_ms: crate::store::BOT_FLUSH_WINDOW.as_millis() as u64,
+            lease_secs: DEFAULT_LEASE_SECS,
         }
     }
 }
 
+/// An agent's lease by default (`store.lease_secs`).
+pub const DEFAULT_LEASE_SECS: u64 = 15;
+
+/// The shortest lease `store.lease_secs` accepts: renewed every third of it, a shorter one would
+/// be lost to one slow round trip.
+pub const MIN_LEASE_SECS: u64 = 3;
+
 impl StoreConfig {
+    /// How long an agent's lease lasts unrenewed.
+    pub fn lease_duration(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.lease_secs.max(MIN_LEASE_SECS))
+    }
+
     pub fn cache_bytes(&self) -> u64 {
         self.cache_mb.max(1) << 20
     }

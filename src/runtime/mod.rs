@@ -22,6 +22,7 @@ mod deadline;
 mod drain;
 mod execute;
 mod handle;
+mod leases;
 mod live;
 mod memory_calls;
 mod metered;
@@ -121,6 +122,10 @@ struct Actor {
     /// The supervisor's entry for this actor, which it leaves when it stops (`None` for an actor
     /// started on its own, as the console does).
     registration: Option<supervisor::Registration>,
+    /// The lease token the agent's steps are written with, when the store is shared (see
+    /// `leases`): a write after another process took the lease over is refused, and the actor
+    /// stops.
+    fence: Option<crate::store::Fence>,
     /// The file the newest card's command writes, as it was when the card was shown: (cycle,
     /// path, fingerprint). Kept in memory only, since a restart shows the card again.
     shown_base: Option<(u64, String, FileBase)>,
@@ -154,7 +159,7 @@ pub fn start(
     AgentHandle,
     tokio::task::JoinHandle<Result<AgentState, RuntimeError>>,
 ) {
-    start_registered(state, first, deps, None)
+    start_registered(state, first, deps, None, None)
 }
 
 /// `start`, for an actor the supervisor keeps an entry for.
@@ -163,6 +168,7 @@ fn start_registered(
     first: Event,
     deps: Deps,
     registration: Option<supervisor::Registration>,
+    fence: Option<crate::store::Fence>,
 ) -> (
     AgentHandle,
     tokio::task::JoinHandle<Result<AgentState, RuntimeError>>,
@@ -213,6 +219,7 @@ fn start_registered(
         tasks: JoinSet::new(),
         memory_writes: Arc::default(),
         registration,
+        fence,
         shown_base: None,
     };
     (handle, runtime.spawn(actor.run(first, rx)))

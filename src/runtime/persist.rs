@@ -71,11 +71,12 @@ impl Actor {
     ) -> Result<(), RuntimeError> {
         if journal == Journal::Starts {
             for (cycle, call) in starts(effects) {
-                self.deps.store.record_executing(
+                self.deps.store.record_executing_fenced(
                     &self.state.id,
                     cycle,
                     call,
                     self.deps.clock.now(),
+                    self.fence,
                 )?;
             }
         }
@@ -94,7 +95,7 @@ impl Actor {
         let unstored_audit = std::mem::take(&mut self.unstored_audit);
         let mut audit: Vec<_> = unstored_audit.iter().collect();
         audit.extend(trail_entries(effects));
-        self.deps.store.commit(&Commit {
+        let commit = Commit {
             state: Some(&self.state),
             episodes,
             finished_command,
@@ -104,7 +105,8 @@ impl Actor {
                 Effect::SaveServerRule(rule) => Some(rule),
                 _ => None,
             }),
-        })?;
+        };
+        self.deps.store.commit_fenced(&commit, self.fence)?;
         if flush == Flush::Now {
             self.deps.store.flush().await?;
         }
@@ -124,9 +126,14 @@ impl Actor {
         let unstored_audit = std::mem::take(&mut self.unstored_audit);
         let mut audit: Vec<_> = unstored_audit.iter().collect();
         audit.extend(trail_entries(effects));
-        self.deps
-            .store
-            .record_start(&self.state.id, cycle, call, self.deps.clock.now(), &audit)?;
+        self.deps.store.record_start_fenced(
+            &self.state.id,
+            cycle,
+            call,
+            self.deps.clock.now(),
+            &audit,
+            self.fence,
+        )?;
         self.deps.store.flush().await?;
         Ok(())
     }

@@ -10,6 +10,10 @@
 //! a resting agent's stored state and starts it once with the lock held throughout, which is what a
 //! rewind needs. `shutdown(grace)` raises the drain (see `drain`) and waits for the actors.
 //! `SendError::Busy` says the mailbox is full.
+//!
+//! When several processes share the store, every start first takes the agent's lease (see
+//! `leases`): an agent another process runs is not started here (`SendError::Elsewhere`), and
+//! `keep_leases` renews, stops and adopts as the leases say.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -19,8 +23,9 @@ use crate::core::event::Event;
 use crate::core::person::Person;
 use crate::core::state::AgentState;
 use crate::locks::LockRecovered;
-use crate::store::{Commit, StoreError};
+use crate::store::{Commit, Fence, StoreError};
 
+use super::leases::{Leased, Leases};
 use super::{start_registered, was_interrupted, AgentHandle, DecideError, Deps, Refused, BUSY};
 
 /// Why an event could not be delivered.
@@ -34,11 +39,17 @@ pub enum SendError {
     ShuttingDown,
     #[error("{BUSY}")]
     Busy,
+    /// Another process sharing the store runs the agent (it holds its lease).
+    #[error("agent {0} is run by another process of this bot")]
+    Elsewhere(String),
 }
 
 pub(super) struct Live {
     handle: AgentHandle,
     pub(super) generation: u64,
+    /// The lease token the actor writes with, and how to stop it when the lease is lost.
+    fence: Option<Fence>,
+    abort: tokio::task::AbortHandle,
 }
 
 pub(super) type LiveAgents = Arc<Mutex<HashMap<String, Live>>>;
@@ -54,14 +65,33 @@ pub struct Supervisor {
     deps: Deps,
     live: LiveAgents,
     generation: Arc<std::sync::atomic::AtomicU64>,
+    /// The agents' leases, when the store is shared with other processes (see `leases`).
+    leases: Option<Arc<Leases>>,
 }
+
+/// Which live agents a process runs: those of the servers it serves (see `keep_leases`).
+pub type Serves = Arc<dyn Fn(&AgentState) -> bool + Send + Sync>;
 
 impl Supervisor {
     pub fn new(deps: Deps) -> Self {
+        let leases = Leases::for_store(
+            &deps.store,
+            deps.clock.clone(),
+            deps.config.store.lease_duration(),
+        );
         Supervisor {
             deps,
             live: Arc::new(Mutex::new(HashMap::new())),
             generation: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            leases,
+        }
+    }
+
+    /// Takes the agent's lease, when the store is shared.
+    fn take_lease(&self, agent: &str) -> Result<Leased, StoreError> {
+        match &self.leases {
+            None => Ok(Leased::Unfenced),
+            Some(leases) => leases.take(agent),
         }
     }
 
@@ -70,13 +100,15 @@ impl Supervisor {
     }
 
     /// Starts an actor for `state` with `first` while the caller holds the lock, so that nothing
-    /// can start a second one or reach it before it is in the map. The actor leaves the map when
-    /// it comes to rest; an actor that failed is taken out here.
+    /// can start a second one or reach it before it is in the map; it writes with the lease's
+    /// `fence`. The actor leaves the map when it comes to rest; an actor that failed is taken out
+    /// here, and the lease is given back.
     fn spawn_locked(
         &self,
         live: &mut HashMap<String, Live>,
         state: AgentState,
         first: Event,
+        fence: Option<Fence>,
     ) -> AgentHandle {
         let id = state.id.clone();
         let generation = self
@@ -86,26 +118,42 @@ impl Supervisor {
             live: self.live.clone(),
             generation,
         };
-        let (handle, done) = start_registered(state, first, self.deps.clone(), Some(registration));
+        let (handle, done) =
+            start_registered(state, first, self.deps.clone(), Some(registration), fence);
         live.insert(
             id.clone(),
             Live {
                 handle: handle.clone(),
                 generation,
+                fence,
+                abort: done.abort_handle(),
             },
         );
         let registry = self.live.clone();
+        let leases = self.leases.clone();
         self.deps.runtime.spawn(async move {
             match done.await {
                 Ok(Ok(_)) => {}
+                Ok(Err(super::RuntimeError::Store(StoreError::LeaseLost { .. }))) => {
+                    tracing::warn!(agent = %id, "stopped running the agent: another process took its lease over, and it runs it now")
+                }
                 Ok(Err(e)) => {
                     tracing::error!(agent = %id, error = %e, "agent actor stopped with an error")
+                }
+                Err(e) if e.is_cancelled() => {
+                    tracing::warn!(agent = %id, "stopped running the agent: its lease could not be renewed, another process runs it now")
                 }
                 Err(e) => tracing::error!(agent = %id, error = %e, "agent actor panicked"),
             }
             let mut live = registry.lock_recovered();
-            if live.get(&id).map(|l| l.generation) == Some(generation) {
+            // No entry: the actor left the map at rest, and no other has started since (a start
+            // takes this lock), so its lease goes back under the lock.
+            let ours = live.get(&id).is_none_or(|l| l.generation == generation);
+            if ours {
                 live.remove(&id);
+                if let (Some(leases), Some(fence)) = (&leases, fence) {
+                    leases.release(&id, fence);
+                }
             }
         });
         handle
@@ -135,8 +183,16 @@ impl Supervisor {
         if live.contains_key(agent) || self.deps.drain.is_raised() {
             return None;
         }
+        let fence = match self.take_lease(agent) {
+            Ok(Leased::Elsewhere) => return None,
+            Ok(leased) => leased.fence(),
+            Err(error) => {
+                tracing::error!(%agent, %error, "cannot take an agent's lease");
+                return None;
+            }
+        };
         Some(change().map(|(state, result)| {
-            self.spawn_locked(&mut live, state, first);
+            self.spawn_locked(&mut live, state, first, fence);
             result
         }))
     }
@@ -155,7 +211,16 @@ impl Supervisor {
             let _ = running.handle.offer(Event::Start);
             return Ok(running.handle.clone());
         }
-        Ok(self.spawn_locked(&mut live, state, Event::Start))
+        let fence = match self.take_lease(&state.id)? {
+            // A new agent's lease is free unless another process got to it first.
+            Leased::Elsewhere => {
+                return Err(StoreError::LeaseLost {
+                    agent: state.id.clone(),
+                })
+            }
+            leased => leased.fence(),
+        };
+        Ok(self.spawn_locked(&mut live, state, Event::Start, fence))
     }
 
     /// Delivers an event; a resting agent is loaded from the store and started with it. The
@@ -179,7 +244,11 @@ impl Supervisor {
             .store
             .load_agent(agent)?
             .ok_or_else(|| SendError::NoSuchAgent(agent.to_string()))?;
-        self.spawn_locked(&mut live, state, event);
+        let fence = match self.take_lease(agent)? {
+            Leased::Elsewhere => return Err(SendError::Elsewhere(agent.to_string())),
+            leased => leased.fence(),
+        };
+        self.spawn_locked(&mut live, state, event, fence);
         Ok(())
     }
 
@@ -221,10 +290,20 @@ impl Supervisor {
     }
 
     /// As `resume_all`, for the agents `serves` picks: a process serving one surface resumes
-    /// only the agents that surface reaches (`autothread serve` those started over the API).
+    /// only the agents that surface reaches (`autothread serve` those started over the API), and
+    /// one of several processes sharing the store those of its servers. With leases, only an
+    /// agent whose lease this process takes: its old owner's expired, or was given back.
     pub fn resume_where(&self, serves: impl Fn(&AgentState) -> bool) -> Result<usize, StoreError> {
         let mut resumed = 0;
         for summary in self.deps.store.list_agents()? {
+            if self.is_running(&summary.id) {
+                continue;
+            }
+            if let Some(leases) = &self.leases {
+                if leases.held_elsewhere(&summary.id)? {
+                    continue;
+                }
+            }
             let Some(state) = self.deps.store.load_agent(&summary.id)? else {
                 continue;
             };
@@ -232,10 +311,64 @@ impl Supervisor {
             if !state.progress.phase.is_live() || live.contains_key(&state.id) || !serves(&state) {
                 continue;
             }
+            let fence = match self.take_lease(&state.id)? {
+                Leased::Elsewhere => continue,
+                leased => leased.fence(),
+            };
             let interrupted = was_interrupted(&self.deps.store, &state)?;
-            self.spawn_locked(&mut live, state, Event::Recovered { interrupted });
+            self.spawn_locked(&mut live, state, Event::Recovered { interrupted }, fence);
             resumed += 1;
         }
         Ok(resumed)
+    }
+
+    /// With leases (a shared store), every lease period until the drain: renews the leases held,
+    /// stops the actors whose lease another process holds now, and adopts the live agents
+    /// `serves` picks whose lease expired (see `leases`). Nothing to do for one process on sled.
+    pub fn keep_leases(&self, serves: Serves) {
+        let Some(leases) = self.leases.clone() else {
+            return;
+        };
+        let supervisor = self.clone();
+        self.deps.runtime.spawn(async move {
+            let drain = supervisor.deps.drain.clone();
+            let mut ticks = tokio::time::interval(leases.period());
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticks.tick().await;
+            loop {
+                tokio::select! {
+                    _ = ticks.tick() => {}
+                    () = drain.raised() => return,
+                }
+                let (supervisor, leases, serves) =
+                    (supervisor.clone(), leases.clone(), serves.clone());
+                let kept = tokio::task::spawn_blocking(move || {
+                    for (agent, fence) in leases.renew() {
+                        supervisor.stop_lost(&agent, fence);
+                    }
+                    supervisor.resume_where(|state| serves(state))
+                })
+                .await;
+                match kept {
+                    Ok(Ok(0)) => {}
+                    Ok(Ok(adopted)) => {
+                        tracing::info!(agents = adopted, "adopted agents whose lease expired")
+                    }
+                    Ok(Err(error)) => tracing::error!(%error, "cannot adopt agents"),
+                    Err(error) => tracing::error!(%error, "the lease task failed"),
+                }
+            }
+        });
+    }
+
+    /// Stops the actor that wrote with `fence`, whose lease another process holds now: it would
+    /// write nothing more anyway (its token is refused), and must not call models or post meanwhile.
+    fn stop_lost(&self, agent: &str, fence: Fence) {
+        let mut live = self.lock();
+        if live.get(agent).is_some_and(|l| l.fence == Some(fence)) {
+            if let Some(lost) = live.remove(agent) {
+                lost.abort.abort();
+            }
+        }
     }
 }

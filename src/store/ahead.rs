@@ -209,7 +209,9 @@ impl Store {
             return self.apply_write(single);
         }
         if self.db.backend() == kv::Backend::Postgres {
-            return self.write_together_in_one_transaction(writes);
+            // Without a guard there is no lease to have moved.
+            let _: Result<(), kv::FenceMoved> = self.write_in_one_transaction(writes, None)?;
+            return Ok(());
         }
         let id = self.db.generate_id()?.to_be_bytes();
         let state = writes
@@ -294,8 +296,13 @@ impl Store {
     }
 
     /// `write_together` where the database has transactions that cost no more than the writes:
-    /// PostgreSQL's. Nothing is written ahead, so nothing is left to finish at the next open.
-    fn write_together_in_one_transaction(&self, writes: &Writes) -> Result<(), StoreError> {
+    /// PostgreSQL's, and any write fenced by a lease (`guard`, see `leases`). Nothing is written
+    /// ahead, so nothing is left to finish at the next open.
+    pub(super) fn write_in_one_transaction(
+        &self,
+        writes: &Writes,
+        guard: Option<&kv::FenceGuard<'_>>,
+    ) -> Result<Result<(), kv::FenceMoved>, StoreError> {
         let mut batch = kv::Batch::default();
         let mut replaced = Vec::new();
         for write in &writes.writes {
@@ -312,13 +319,20 @@ impl Store {
         }
         // Held while the files land (see `workspace_sizes`).
         let mut sizes = (!replaced.is_empty()).then(|| self.workspace_sizes());
-        self.db.write_batch(&batch)?;
+        match guard {
+            None => self.db.write_batch(&batch)?,
+            Some(guard) => {
+                if let Err(moved) = self.db.write_batch_fenced(guard, &batch)? {
+                    return Ok(Err(moved));
+                }
+            }
+        }
         if let Some(sizes) = sizes.as_mut() {
             for (write, before) in replaced {
                 self.count_workspace_write(sizes, write, before);
             }
         }
-        Ok(())
+        Ok(Ok(()))
     }
 
     /// At open: applies again, in the order they were made, the sets of writes a crash cut short.

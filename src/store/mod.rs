@@ -1,7 +1,8 @@
 //! The sled store. Trees: `agents` and `agent_briefs` (see `agent_records`), `episodes` and
 //! `episode_chunks` (see `steps`), `decisions`, `journal`, `workspace` and `workspace_undo` (see
 //! `snapshots`), `discord` (see `bindings`), `subagents`, `audit` and `audit_chunks` (see `audit`),
-//! `rules`, and the ledger's trees. Records are versioned `{v, data}` JSON, packed by `packed`.
+//! `rules`, `leases` (which process runs each agent, see `leases`), and the ledger's trees.
+//! Records are versioned `{v, data}` JSON, packed by `packed`.
 //!
 //! The write path. `Store::commit` takes a `Commit` (the agent's state, its new episodes, the
 //! command whose result it stores, the workspace changes, the trail entries, a server rule) and
@@ -46,6 +47,8 @@ use opening::open_waiting_for_lock;
 use opening::{created_setting, LOCK_WAIT, SEGMENT_BYTES};
 mod files;
 pub mod kv;
+mod leases;
+pub use leases::{Acquired, Fence, Lease, LeaseOwner, Renewal};
 pub mod migrate;
 pub(crate) mod packed;
 mod rules;
@@ -94,6 +97,10 @@ pub enum StoreError {
     UnknownAgent(String),
     #[error("{0:?} matches several agents; give more of the id")]
     AmbiguousAgent(String),
+    /// The agent's lease carries another fencing token: another process runs it now, and this
+    /// write was refused whole (see `leases`).
+    #[error("agent {agent} is run by another process now (its lease was taken over); nothing was written")]
+    LeaseLost { agent: String },
 }
 
 impl From<sled::Error> for StoreError {
@@ -313,6 +320,8 @@ pub struct Store {
     rules: kv::Tree,
     /// Sets of writes stored whole before they are applied (see `ahead`).
     ahead: kv::Tree,
+    /// Which process runs each agent (see `leases`).
+    leases: kv::Tree,
     /// Flushes shared by every clone of this store and by the ledger (see `durable`).
     durable: Durable,
     /// In-memory state a component keeps over its own trees here (the spend ledger's books), read
@@ -381,6 +390,7 @@ impl Store {
             record_locks: chunks::record_locks(),
             rules: db.open_tree("rules")?,
             ahead: db.open_tree("ahead")?,
+            leases: db.open_tree("leases")?,
             durable: Durable::new(db.clone()),
             books: Arc::default(),
             workspace_sizes: Arc::default(),
@@ -470,6 +480,11 @@ impl Store {
     }
 
     pub fn commit(&self, commit: &Commit<'_>) -> Result<(), StoreError> {
+        self.commit_with(commit, None)
+    }
+
+    /// `commit`, with the writes fenced by the agent's lease when `fence` is given.
+    fn commit_with(&self, commit: &Commit<'_>, fence: Option<Fence>) -> Result<(), StoreError> {
         let Some(state) = commit.state else {
             return Ok(());
         };
@@ -511,7 +526,7 @@ impl Store {
                 }
             }
         }
-        self.write_together(&writes)?;
+        self.write_together_fenced(&writes, &state.id, fence)?;
         drop(audit_held);
         // A closed cycle's decision lives on in its episode, so its record goes. sled's memory
         // grows with the keys a store holds (about 40 to 50 bytes a key: see the README's memory

@@ -43,6 +43,19 @@ impl Store {
         at: DateTime<Utc>,
         audit: &[&AuditEntry],
     ) -> Result<(), StoreError> {
+        self.record_start_with(agent, cycle, call, at, audit, None)
+    }
+
+    /// `record_start`, with the write fenced by the agent's lease when `fence` is given.
+    pub(super) fn record_start_with(
+        &self,
+        agent: &str,
+        cycle: u64,
+        call: &CommandCall,
+        at: DateTime<Utc>,
+        audit: &[&AuditEntry],
+        fence: Option<super::Fence>,
+    ) -> Result<(), StoreError> {
         let on_record = self.agents.get(agent.as_bytes())?.map(|raw| digest(&raw));
         let mut writes = Writes::default();
         writes.put(
@@ -51,7 +64,7 @@ impl Store {
             encode(&JournalEntry::executing(call, at, on_record))?,
         );
         let audit_held = self.put_audit(&mut writes, agent, audit)?;
-        self.write_together(&writes)?;
+        self.write_together_fenced(&writes, agent, fence)?;
         drop(audit_held);
         // The approval's entry is often the only one a hand-approved cycle adds.
         self.fold_when_due(agent, cycle, !audit.is_empty(), false);

@@ -20,6 +20,7 @@ mod export_e2e;
 mod fake_discord_payloads;
 mod fork_e2e;
 mod intents_e2e;
+mod leases;
 mod live_status_e2e;
 mod llm_client;
 mod mcp;

@@ -8,14 +8,17 @@
 //! byte, `insert` and `remove` returning what was there, `compare_and_swap`, iteration both ways
 //! over a range or a prefix, `generate_id`, and `flush` as the durability point. Two additions:
 //! `Db::write_batch` lands puts and removes on several trees all or none (a sled transaction, a
-//! PostgreSQL transaction), and `Db::backend` tells the store when a set of writes can simply be
+//! PostgreSQL transaction), `Db::write_batch_fenced` lands one only while a lease carries the
+//! writer's token (see `fenced`), and `Db::backend` tells the store when a set of writes can simply be
 //! one transaction (PostgreSQL) rather than written ahead (sled, see `ahead`).
 
+mod fenced;
 mod postgres;
 
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
+pub use fenced::{FenceGuard, FenceMoved};
 pub use postgres::ConnectError;
 
 /// A stored key or value: sled's own buffer, which both backends hand out.
@@ -159,8 +162,8 @@ impl Db {
             return Ok(());
         }
         match &self.inner {
-            DbInner::Sled(_) => sled_batch(batch),
-            DbInner::Postgres(pg) => pg.write_batch(batch),
+            DbInner::Sled(_) => sled_batch(batch, None).map(drop),
+            DbInner::Postgres(pg) => pg.write_batch_guarded(batch, None).map(drop),
         }
     }
 
@@ -207,10 +210,29 @@ impl Batch {
     }
 }
 
-/// A sled transaction over the batch's trees, each named once.
-fn sled_batch(batch: &Batch) -> Result<(), Error> {
+/// Whether a stored lease value carries `fence`: its first eight bytes (see `fenced`).
+fn lease_carries(value: Option<&[u8]>, fence: u64) -> bool {
+    value
+        .and_then(|value| value.first_chunk::<8>())
+        .is_some_and(|token| u64::from_be_bytes(*token) == fence)
+}
+
+/// A sled transaction over the batch's trees, each named once; with a guard (the lease's tree,
+/// key and fencing token, see `fenced`), one that writes nothing unless the lease carries the token.
+fn sled_batch(
+    batch: &Batch,
+    guard: Option<(&sled::Tree, &[u8], u64)>,
+) -> Result<Result<(), FenceMoved>, Error> {
     use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
     let mut trees: Vec<sled::Tree> = Vec::new();
+    let mut at_tree = |tree: &sled::Tree| match trees.iter().position(|t| t.name() == tree.name()) {
+        Some(at) => at,
+        None => {
+            trees.push(tree.clone());
+            trees.len() - 1
+        }
+    };
+    let guard = guard.map(|(tree, key, fence)| (at_tree(tree), key, fence));
     let mut writes = Vec::with_capacity(batch.writes.len());
     for (tree, key, value) in &batch.writes {
         let TreeInner::Sled(tree) = &tree.inner else {
@@ -218,30 +240,28 @@ fn sled_batch(batch: &Batch) -> Result<(), Error> {
                 "a batch mixes two databases".into(),
             )));
         };
-        let at = match trees.iter().position(|t| t.name() == tree.name()) {
-            Some(at) => at,
-            None => {
-                trees.push(tree.clone());
-                trees.len() - 1
-            }
-        };
-        writes.push((at, key, value));
+        writes.push((at_tree(tree), key, value));
     }
-    trees
-        .as_slice()
-        .transaction(|trees| {
-            for (at, key, value) in &writes {
-                match value {
-                    Some(value) => trees[*at].insert(key.as_slice(), value.as_slice())?,
-                    None => trees[*at].remove(key.as_slice())?,
-                };
+    let outcome = trees.as_slice().transaction(|trees| {
+        if let Some((at, key, fence)) = guard {
+            let lease = trees[at].get(key)?;
+            if !lease_carries(lease.as_deref(), fence) {
+                return Err(ConflictableTransactionError::Abort(FenceMoved));
             }
-            Ok::<(), ConflictableTransactionError<Error>>(())
-        })
-        .map_err(|e| match e {
-            TransactionError::Abort(inner) => inner,
-            TransactionError::Storage(inner) => Error::Sled(inner),
-        })
+        }
+        for (at, key, value) in &writes {
+            match value {
+                Some(value) => trees[*at].insert(key.as_slice(), value.as_slice())?,
+                None => trees[*at].remove(key.as_slice())?,
+            };
+        }
+        Ok::<(), ConflictableTransactionError<FenceMoved>>(())
+    });
+    match outcome {
+        Ok(()) => Ok(Ok(())),
+        Err(TransactionError::Abort(FenceMoved)) => Ok(Err(FenceMoved)),
+        Err(TransactionError::Storage(inner)) => Err(Error::Sled(inner)),
+    }
 }
 
 /// One named tree of the database.

@@ -19,7 +19,14 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::QueryBuilder;
 
-use super::{Batch, Bytes, CompareAndSwapError, Error, TreeInner};
+use super::{Batch, Bytes, CompareAndSwapError, Error, FenceMoved, TreeInner};
+
+/// The lease row a guarded batch checks (see `fenced`).
+pub(super) struct Guard {
+    pub(super) tree: String,
+    pub(super) key: Vec<u8>,
+    pub(super) fence: u64,
+}
 
 /// Rows read at a time when walking a range.
 const PAGE_ROWS: i64 = 64;
@@ -175,7 +182,14 @@ impl Pg {
         Ok(bytes.max(0) as u64)
     }
 
-    pub(super) fn write_batch(&self, batch: &Batch) -> Result<(), Error> {
+    /// Lands the batch in one transaction; with a guard, only if the lease row it names carries
+    /// its fencing token, read `FOR SHARE` so that a takeover (an update of that row) waits for
+    /// the batch or the batch sees the takeover (see `fenced`).
+    pub(super) fn write_batch_guarded(
+        &self,
+        batch: &Batch,
+        guard: Option<Guard>,
+    ) -> Result<Result<(), FenceMoved>, Error> {
         let mut writes = Vec::with_capacity(batch.writes.len());
         for (tree, key, value) in &batch.writes {
             let TreeInner::Postgres(tree) = &tree.inner else {
@@ -188,6 +202,19 @@ impl Pg {
         let pool = self.pool.clone();
         self.run(async move {
             let mut tx = pool.begin().await?;
+            if let Some(guard) = guard {
+                let lease: Option<Vec<u8>> = sqlx::query_scalar(
+                    "SELECT value FROM kv WHERE tree = $1 AND key = $2 FOR SHARE",
+                )
+                .bind(&guard.tree)
+                .bind(&guard.key)
+                .fetch_optional(&mut *tx)
+                .await?;
+                if !super::lease_carries(lease.as_deref(), guard.fence) {
+                    tx.rollback().await?;
+                    return Ok(Err(FenceMoved));
+                }
+            }
             for (tree, key, value) in writes {
                 match value {
                     Some(value) => {
@@ -207,7 +234,8 @@ impl Pg {
                     }
                 };
             }
-            tx.commit().await
+            tx.commit().await?;
+            Ok(Ok(()))
         })
     }
 

@@ -712,6 +712,7 @@ pub async fn serve(app: App, listen_on: &str) -> anyhow::Result<()> {
     if resumed > 0 {
         tracing::info!(agents = resumed, "resumed agents after a restart");
     }
+    supervisor.keep_leases(Arc::new(started_over_the_api));
     let addr = listen(
         Api::new(app.clone(), supervisor.clone(), surface, tokens),
         listen_on,

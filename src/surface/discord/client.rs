@@ -7,8 +7,8 @@
 //! own (`on_gateway_thread`), so the gateway and the acknowledgement of clicks never queue behind
 //! the agents, which stay on the main runtime (`Deps::runtime`, `App::deps_on`); the surface posts
 //! through its own REST client (`rest_client`). Once the gateway is ready: the surface, `Data`, the
-//! `Supervisor`, command registration and `resume_all`, then the loops that re-post cards
-//! (`repost_cards`), keep the live status (`DiscordSurface::run_status_loop`) and prune rate-limit
+//! `Supervisor`, command registration, the resume of its servers' agents (`resume_where`) and the
+//! leases kept (`keep_leases`), then the loops that re-post cards (`repost_cards`), keep the live status (`DiscordSurface::run_status_loop`) and prune rate-limit
 //! buckets (`buckets::spawn_pruning`). SIGTERM or SIGINT closes the gateway (no new interactions),
 //! drains the supervisor for `ops.shutdown_grace_secs`, flushes and returns, so the process exits
 //! 0.
@@ -30,7 +30,8 @@ use super::shards::Shards;
 use super::{buckets, respond, router, DiscordSurface};
 use crate::app::App;
 use crate::config::{MessageContent, MESSAGE_CONTENT_SWITCH};
-use crate::runtime::supervisor::Supervisor;
+use crate::core::state::AgentState;
+use crate::runtime::supervisor::{Serves, Supervisor};
 use crate::runtime::Surface;
 use crate::surface::api::{Api, ApiSurface, Tokens};
 
@@ -250,7 +251,12 @@ fn framework(
                 // its heartbeats meanwhile. poise holds events until setup ends, so no click
                 // reaches an agent before it is resumed.
                 let supervisor = data.supervisor.clone();
-                let resumed = agents_runtime.spawn_blocking(move || supervisor.resume_all());
+                let store = data.app.store.clone();
+                let serves: Serves =
+                    Arc::new(move |agent: &AgentState| shards.serves_agent(&store, agent));
+                let resumes = serves.clone();
+                let resumed = agents_runtime
+                    .spawn_blocking(move || supervisor.resume_where(|agent| resumes(agent)));
                 match resumed.await {
                     Ok(Ok(n)) if n > 0 => {
                         tracing::info!(agents = n, "resumed agents after a restart")
@@ -259,6 +265,8 @@ fn framework(
                     Ok(Err(e)) => tracing::error!(error = %e, "cannot resume agents"),
                     Err(e) => tracing::error!(error = %e, "the resume task failed"),
                 }
+                // With a shared store: leases renewed, and agents of dead processes adopted.
+                data.supervisor.keep_leases(serves);
                 Ok(data)
             })
         })

@@ -4,9 +4,12 @@
 //!
 //! A guild belongs to shard `(guild_id >> 22) % N`, as Discord computes it (`shard_of`, `serves`).
 //! `serenity_range` converts to serenity's `start_shard_range`, which takes its range's end as the
-//! last shard, included. `check_store` makes `run` refuse a store holding an agent of a server this
-//! process does not serve, since that agent's clicks would reach another process. Each process has
-//! its own store.
+//! last shard, included. With sled, each process has its own store, and `check_store` makes `run`
+//! refuse one holding an agent of a server this process does not serve, since that agent's clicks
+//! would reach another process. With PostgreSQL, every process shares the store, and agents follow
+//! their shard instead: a process resumes and adopts only the agents of the servers it serves
+//! (`serves_agent`), each under its lease (see `runtime::supervisor`), so that changing
+//! `--total-shards` moves every agent to the process now serving its server.
 
 use std::fmt;
 use std::ops::Range;
@@ -132,6 +135,10 @@ impl Shards {
     /// messages would go to another process, which knows nothing of them, while this one kept
     /// running them. That happens when the layout changes or two processes swap stores.
     pub fn check_store(&self, store: &Store) -> Result<(), ShardStoreError> {
+        // A shared store holds every process's agents; each runs those of its own servers.
+        if store.backend() == crate::store::kv::Backend::Postgres {
+            return Ok(());
+        }
         let bindings = store.bindings()?;
         let strays: Vec<_> = bindings
             .iter()
@@ -148,6 +155,22 @@ impl Shards {
             guild: first.guild_id,
             shard: self.shard_of(first.guild_id),
         })
+    }
+}
+
+impl Shards {
+    /// Whether this process runs `agent`: one living in a thread of a server it serves, or one
+    /// living in no thread (started over the Agent Protocol), which any process may run under
+    /// its lease.
+    pub fn serves_agent(&self, store: &Store, agent: &crate::core::state::AgentState) -> bool {
+        match store.binding(&agent.id) {
+            Ok(Some(binding)) => self.serves(binding.guild_id),
+            Ok(None) => true,
+            Err(error) => {
+                tracing::error!(agent = %agent.id, %error, "cannot read where an agent lives");
+                false
+            }
+        }
     }
 }
 

@@ -1,11 +1,17 @@
-//! Benchmark (prints figures; not a test): what a fixed 30-cycle file task costs in input tokens,
-//! the task AutoGPT 0.2.2 was measured on (10 writes of 200–600 characters of prose, 10 appends,
-//! 9 reads, finish). The real binary runs it in the console against the scripted fake server, at a
-//! 4,096-token and a 128k-token context, with memory on; every chat request the fake saw is then
-//! split into its parts (system, commands, progress, memories, reply format, schema, other), and
-//! summaries and profiles are counted as calls of their own. It also prints the share of input a
-//! provider's prefix cache would serve (OpenAI: the longest prefix shared with an earlier request,
-//! from 1,024 tokens on, in steps of 128) and the cost at gpt-4o-mini's prices with and without it.
+//! Benchmark (prints figures; not a test): what a fixed file task costs in input tokens. The
+//! 30-cycle task is the one AutoGPT 0.2.2 was measured on (10 writes of 200–600 characters of
+//! prose, 10 appends, 9 reads, finish); the 100-cycle task goes on the same way (33 notes) to show
+//! how a long-running agent's calls grow. The real binary runs each in the console against the
+//! scripted fake server, at a 4,096-token and a 128k-token context, with memory on. Every chat
+//! request the fake saw is counted as a provider bills it: its messages, and its whole
+//! `response_format` (OpenAI places the schema in the prompt) and `tools` if any; main-loop
+//! requests are split into their parts (system, commands, progress, memories, reply format,
+//! schema, other), and summaries, profiles and critiques are counted as calls of their own. It
+//! also prints, at 128k, the largest cycle against the per-agent prompt budget and cycle 100
+//! against cycle 10; the share of input a provider's prefix cache would serve (OpenAI: the
+//! longest prefix shared with an earlier request, from 1,024 tokens on, in steps of 128); and the
+//! dollar cost with and without that cache at gpt-4o-mini's prices (cache reads at half price,
+//! writes free) and at a model that bills cache writes (reads at a tenth, writes at 1.25×).
 //!
 //! Run with `cargo bench --bench tokens`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // A benchmark stops at the first failure.
@@ -17,6 +23,7 @@ mod fake_openai;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use autothread::config::DEFAULT_PROMPT_BUDGET_TOKENS;
 use autothread::core::budget::{format_usd, Price};
 use autothread::core::memory::MEMORY_HEADER;
 use autothread::core::message::{TokenCounter, MESSAGE_OVERHEAD, REPLY_PRIMING};
@@ -27,6 +34,8 @@ use serde_json::{json, Value};
 /// AutoGPT 0.2.2's prompt tokens over the 30 main-loop calls of this task at a 4,096-token
 /// context (it makes no other chat call), as measured against the same fake.
 const AUTOGPT_022_TOKENS: usize = 81_997;
+/// What the 30-cycle task may cost at 4,096 tokens: half of AutoGPT 0.2.2's.
+const TARGET_TOKENS: usize = 41_000;
 
 const SENTENCES: &[&str] = &[
     "The harbour town wakes early, and the ferry leaves at seven sharp.",
@@ -53,27 +62,31 @@ fn prose(step: usize) -> String {
     text.trim_end().to_string()
 }
 
-/// The scripted replies: write, append and read a note nine times, then write and append a
-/// tenth and finish: 10 writes, 10 appends, 9 reads, finish.
-fn script() -> Vec<String> {
+/// The scripted replies of a `cycles`-step task: write, append and read a note, again and again,
+/// then finish. For 30 cycles: 10 writes, 10 appends, 9 reads, finish.
+fn script(cycles: usize) -> Vec<String> {
     let mut replies = Vec::new();
-    for i in 0..10 {
-        let file = format!("notes/town-{i}.txt");
-        replies.push(agent_reply(
-            "write_file",
-            json!({"filename": file, "contents": prose(2 * i)}),
-        ));
-        replies.push(agent_reply(
-            "append_to_file",
-            json!({"filename": file, "text": prose(2 * i + 1)}),
-        ));
-        if i < 9 {
-            replies.push(agent_reply("read_file", json!({"filename": file})));
-        }
+    let mut note = 0;
+    while replies.len() + 1 < cycles {
+        let file = format!("notes/town-{note}.txt");
+        let steps = [
+            agent_reply(
+                "write_file",
+                json!({"filename": file, "contents": prose(2 * note)}),
+            ),
+            agent_reply(
+                "append_to_file",
+                json!({"filename": file, "text": prose(2 * note + 1)}),
+            ),
+            agent_reply("read_file", json!({"filename": file})),
+        ];
+        let room = cycles - 1 - replies.len();
+        replies.extend(steps.into_iter().take(room));
+        note += 1;
     }
     replies.push(agent_reply(
         "finish",
-        json!({"reason": "All ten notes are written."}),
+        json!({"reason": format!("All {note} notes are written.")}),
     ));
     replies
 }
@@ -117,9 +130,7 @@ fn part_of(role: &str, content: &str) -> &'static str {
 /// prefix), then each message; for the prefix-cache estimate.
 fn request_tokens(counter: &TiktokenCounter, body: &Value) -> Vec<u32> {
     let mut text = String::new();
-    if let Some(schema) = body.pointer("/response_format/json_schema/schema") {
-        text.push_str(&schema.to_string());
-    }
+    text.push_str(&billed_extras(body));
     for m in body["messages"].as_array().unwrap() {
         text.push_str(m["role"].as_str().unwrap());
         text.push('\n');
@@ -127,6 +138,19 @@ fn request_tokens(counter: &TiktokenCounter, body: &Value) -> Vec<u32> {
         text.push('\n');
     }
     counter.encode(&text)
+}
+
+/// What a request sends besides its messages that the provider reads as input: the whole
+/// `response_format` (a schema is placed in the prompt; its type, name and strictness are counted
+/// too, rather than guessed away) and any `tools`.
+fn billed_extras(body: &Value) -> String {
+    let mut text = String::new();
+    for key in ["response_format", "tools"] {
+        if let Some(value) = body.get(key).filter(|v| !v.is_null()) {
+            text.push_str(&value.to_string());
+        }
+    }
+    text
 }
 
 /// Input tokens a prefix cache would serve: the longest prefix shared with an earlier request,
@@ -170,8 +194,9 @@ fn cycle_parts(counter: &TiktokenCounter, body: &Value) -> Parts {
         }
     }
     parts.add("other", REPLY_PRIMING);
-    if let Some(schema) = body.pointer("/response_format/json_schema/schema") {
-        parts.add("schema", counter.count(&schema.to_string()));
+    let extras = billed_extras(body);
+    if !extras.is_empty() {
+        parts.add("schema", counter.count(&extras));
     }
     parts
 }
@@ -183,16 +208,25 @@ fn all_tokens(counter: &TiktokenCounter, body: &Value) -> usize {
         .iter()
         .map(|m| counter.count(m["content"].as_str().unwrap()) + MESSAGE_OVERHEAD)
         .sum();
-    let schema = body
-        .pointer("/response_format/json_schema/schema")
-        .map_or(0, |s| counter.count(&s.to_string()));
-    messages + REPLY_PRIMING + schema
+    let extras = billed_extras(body);
+    let extras = if extras.is_empty() {
+        0
+    } else {
+        counter.count(&extras)
+    };
+    messages + REPLY_PRIMING + extras
 }
 
-async fn run(context_tokens: u32, max_tokens: u32) {
+/// What one run cost: all chat input, and each main-loop call's input in order.
+struct RunTotals {
+    total: usize,
+    per_cycle: Vec<usize>,
+}
+
+async fn run(context_tokens: u32, max_tokens: u32, cycles: usize) -> RunTotals {
     let counter = TiktokenCounter::for_model("gpt-4o-mini");
     let fake = FakeOpenAi::start(Expect::default()).await;
-    let replies = script();
+    let replies = script(cycles);
     let reply_tokens: usize = replies.iter().map(|r| counter.count(r)).sum();
     for reply in &replies {
         fake.push_content(reply.clone());
@@ -209,6 +243,13 @@ async fn run(context_tokens: u32, max_tokens: u32) {
         ),
     )
     .unwrap();
+    let limit = (cycles + 10).to_string();
+    let notes = cycles.div_ceil(3);
+    let task = format!(
+        "Write {notes} notes about the harbour town into notes/town-0.txt … notes/town-{}.txt: \
+         write each, add a paragraph to it, read it back to check it, then finish.",
+        notes - 1
+    );
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_autothread"))
         .arg("--config")
         .arg(dir.path().join("bot.toml"))
@@ -218,7 +259,7 @@ async fn run(context_tokens: u32, max_tokens: u32) {
             "console",
             "--continuous",
             "--limit",
-            "40",
+            &limit,
             "--budget",
             "5",
             "--name",
@@ -226,8 +267,7 @@ async fn run(context_tokens: u32, max_tokens: u32) {
             "--role",
             "a writer of notes about a harbour town",
             "--task",
-            "Write ten notes about the harbour town into notes/town-0.txt … notes/town-9.txt: \
-             write each, add a paragraph to it, read it back to check it, then finish.",
+            &task,
         ])
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENAI_BASE_URL")
@@ -246,7 +286,7 @@ async fn run(context_tokens: u32, max_tokens: u32) {
         let mut stdin = child.stdin.take().unwrap();
         stdin.write_all("y\n".repeat(5).as_bytes()).await.unwrap();
     }
-    let done = tokio::time::timeout(Duration::from_secs(300), child.wait_with_output())
+    let done = tokio::time::timeout(Duration::from_secs(600), child.wait_with_output())
         .await
         .expect("the run ends")
         .unwrap();
@@ -258,21 +298,23 @@ async fn run(context_tokens: u32, max_tokens: u32) {
     );
     assert_eq!(fake.remaining_cycle_steps(), 0, "every scripted step ran");
 
-    let cycles = fake.requests(Kind::Cycle);
+    let requests = fake.requests(Kind::Cycle);
+    assert_eq!(requests.len(), cycles, "one main-loop call a cycle");
     // TOKENS_DUMP=1 prints the last main-loop request, to see what a prompt carries.
     if std::env::var_os("TOKENS_DUMP").is_some() {
-        let last = cycles.last().unwrap();
+        let last = requests.last().unwrap();
         for m in last["messages"].as_array().unwrap() {
             println!("--- {}\n{}", m["role"], m["content"].as_str().unwrap());
         }
-        println!("--- schema\n{}", last["response_format"]);
+        println!("--- billed beside the messages\n{}", billed_extras(last));
     }
     let mut earlier: Vec<Vec<u32>> = Vec::new();
     let (mut total, mut cached) = (0usize, 0usize);
+    let mut per_cycle = Vec::new();
     let mut by_part = Parts::default();
-    println!("\n== context {context_tokens} tokens, reply reserve {max_tokens}");
+    println!("\n== {cycles} cycles, context {context_tokens} tokens, reply reserve {max_tokens}");
     println!(" call   input  system commands progress memories  format  schema   other  cached");
-    for (i, body) in cycles.iter().enumerate() {
+    for (i, body) in requests.iter().enumerate() {
         let parts = cycle_parts(&counter, body);
         let tokens = request_tokens(&counter, body);
         let hit = cached_prefix(&tokens, &earlier);
@@ -280,24 +322,32 @@ async fn run(context_tokens: u32, max_tokens: u32) {
         let n = parts.total();
         total += n;
         cached += hit.min(n);
+        per_cycle.push(n);
         let p = |k: &str| parts.0.get(k).copied().unwrap_or(0);
-        println!(
-            "{:>5} {:>7} {:>7} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7}",
-            i + 1,
-            n,
-            p("system") + p("task"),
-            p("commands"),
-            p("progress"),
-            p("memories"),
-            p("reply format"),
-            p("schema"),
-            p("other"),
-            hit.min(n)
-        );
+        // A long run prints every tenth call.
+        if cycles <= 30 || (i + 1) % 10 == 0 || i == 0 {
+            println!(
+                "{:>5} {:>7} {:>7} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7}",
+                i + 1,
+                n,
+                p("system") + p("task"),
+                p("commands"),
+                p("progress"),
+                p("memories"),
+                p("reply format"),
+                p("schema"),
+                p("other"),
+                hit.min(n)
+            );
+        }
         by_part.merge(&parts);
     }
     let mut side_calls = Vec::new();
-    for (kind, label) in [(Kind::Summary, "summaries"), (Kind::Profile, "profile")] {
+    for (kind, label) in [
+        (Kind::Summary, "summaries"),
+        (Kind::Profile, "profile"),
+        (Kind::Critique, "critiques"),
+    ] {
         let bodies = fake.requests(kind);
         let tokens: usize = bodies.iter().map(|b| all_tokens(&counter, b)).sum();
         side_calls.push((label, bodies.len(), tokens));
@@ -305,7 +355,7 @@ async fn run(context_tokens: u32, max_tokens: u32) {
     }
     println!(
         "-- input tokens by part, all {} main-loop calls:",
-        cycles.len()
+        requests.len()
     );
     for (part, tokens) in &by_part.0 {
         println!("   {part:<13} {tokens:>7}");
@@ -313,21 +363,41 @@ async fn run(context_tokens: u32, max_tokens: u32) {
     for (label, calls, tokens) in &side_calls {
         println!("   {label:<13} {tokens:>7}  ({calls} calls)");
     }
-    println!(
-        "-- all chat input: {total} tokens = {:.2}× AutoGPT 0.2.2's {AUTOGPT_022_TOKENS} (target ≤ 0.60×)",
-        total as f64 / AUTOGPT_022_TOKENS as f64
-    );
+    if cycles == 30 {
+        println!(
+            "-- all chat input: {total} tokens = {:.2}× AutoGPT 0.2.2's {AUTOGPT_022_TOKENS} (target ≤ {TARGET_TOKENS}, 0.50×)",
+            total as f64 / AUTOGPT_022_TOKENS as f64
+        );
+    } else {
+        println!("-- all chat input: {total} tokens");
+    }
+    let loop_tokens = by_part.total().max(1);
     println!(
         "-- a prefix cache would serve {cached} of the main loop's tokens ({:.0}%)",
-        100.0 * cached as f64 / by_part.total().max(1) as f64
+        100.0 * cached as f64 / loop_tokens as f64
     );
-    let price = Price::from_usd_per_million_cached(0.15, 0.075, 0.60);
+    // Every token not served from the cache is written to it by a provider that bills writes
+    // (the first request of a prefix pays the write; later ones read it).
     let completion = reply_tokens as u64;
+    let (total, cached) = (total as u64, cached as u64);
+    let mini = Price::from_usd_per_million_cached(0.15, 0.075, 0.60);
     println!(
-        "-- at gpt-4o-mini prices: {} without the cache discount, {} with it (replies: {completion} tokens)",
-        format_usd(price.cost(total as u64, completion)),
-        format_usd(price.cost_with_cache(total as u64, cached as u64, completion)),
+        "-- at gpt-4o-mini's prices: {} without the cache, {} with it (replies: {completion} tokens)",
+        format_usd(mini.cost(total, completion)),
+        format_usd(mini.cost_with_cache(total, cached, completion)),
     );
+    // $1 a million input tokens, reads $0.10, writes $1.25, output $5 (Claude Haiku 4.5's).
+    let (input, read, write, output) = (1.0, 0.10, 1.25, 5.0);
+    let without = (total as f64 * input + completion as f64 * output) / 1e6;
+    let with =
+        ((total - cached) as f64 * write + cached as f64 * read + completion as f64 * output) / 1e6;
+    println!(
+        "-- at a model that bills cache writes ($1/M in, reads $0.10, writes $1.25, $5/M out): ${without:.4} without the cache, ${with:.4} with it"
+    );
+    RunTotals {
+        total: total as usize,
+        per_cycle,
+    }
 }
 
 fn main() {
@@ -341,7 +411,26 @@ fn main() {
         .build()
         .expect("runtime");
     runtime.block_on(async {
-        run(4_096, 1_000).await;
-        run(128_000, 1_500).await;
+        let small = run(4_096, 1_000, 30).await;
+        run(128_000, 1_500, 30).await;
+        run(4_096, 1_000, 100).await;
+        let long = run(128_000, 1_500, 100).await;
+        let budget = DEFAULT_PROMPT_BUDGET_TOKENS as usize;
+        let largest = long.per_cycle.iter().copied().max().unwrap_or(0);
+        let (tenth, hundredth) = (long.per_cycle[9], long.per_cycle[99]);
+        println!("\n== summary");
+        println!(
+            "-- 30 cycles at 4,096 tokens: {} tokens ({}, target ≤ {TARGET_TOKENS})",
+            small.total,
+            if small.total <= TARGET_TOKENS { "met" } else { "NOT met" }
+        );
+        println!(
+            "-- 100 cycles at 128k: largest cycle {largest} tokens, within the per-agent prompt budget of {budget}: {}",
+            if largest <= budget { "yes" } else { "NO" }
+        );
+        println!(
+            "-- 100 cycles at 128k: cycle 100 costs {hundredth} tokens, cycle 10 {tenth}: {:.2}× (target ≤ 1.20×)",
+            hundredth as f64 / tenth as f64
+        );
     });
 }

@@ -82,7 +82,7 @@ pub enum ReplySchemaMode {
     Auto,
     /// A variant per command with its typed arguments (about 1,400 tokens with every command).
     Full,
-    /// The envelope only: thoughts, a command name from the list, an arguments object.
+    /// The envelope only: the thought fields, a command name and an arguments object, typed.
     Compact,
 }
 

@@ -124,7 +124,7 @@ impl Command for StartAgent {
     fn spec(&self) -> CommandSpec {
         CommandSpec::new(
             "start_agent",
-            "Start a sub-agent: a helper chat that remembers its conversation, paid from your budget",
+            "Start a sub-agent, a helper chat paid from your budget",
             Risk::Control,
         )
         .arg("name", ArgType::String, "A short name for the sub-agent")
@@ -195,7 +195,7 @@ impl Command for MessageAgent {
     fn spec(&self) -> CommandSpec {
         CommandSpec::new(
             "message_agent",
-            "Send a message to a sub-agent and get its reply",
+            "Message a sub-agent and get its reply",
             Risk::Control,
         )
         .arg("key", ArgType::String, "The sub-agent's key")

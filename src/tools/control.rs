@@ -23,7 +23,7 @@ impl Command for AskUser {
     fn spec(&self) -> CommandSpec {
         CommandSpec::new(
             ASK_USER,
-            "Ask the user for details or information the task needs",
+            "Ask the user for what the task needs",
             Risk::Control,
         )
         .arg(
@@ -61,7 +61,7 @@ impl Command for Finish {
     fn spec(&self) -> CommandSpec {
         CommandSpec::new(
             FINISH,
-            "Shut down when the task is done, or when insurmountable problems make it impossible",
+            "Shut down when the task is done or impossible",
             Risk::Control,
         )
         .arg(

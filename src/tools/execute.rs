@@ -43,13 +43,9 @@ struct ExecuteShell(Arc<Sandbox>);
 #[async_trait]
 impl Command for ExecutePython {
     fn spec(&self) -> CommandSpec {
-        CommandSpec::new(
-            PYTHON,
-            "Run Python code in a sandbox without network access; the workspace's files are in the current folder, and files the code writes there are kept",
-            Risk::External,
-        )
-        .arg("code", ArgType::String, "The Python code to run")
-        .alias("execute_python_code", &[])
+        CommandSpec::new(PYTHON, "Run Python code in the sandbox", Risk::External)
+            .arg("code", ArgType::String, "The Python code to run")
+            .alias("execute_python_code", &[])
     }
 
     async fn run(&self, call: &CommandCall, ctx: &ToolCtx<'_>) -> ToolOutput {
@@ -63,7 +59,7 @@ impl Command for ExecutePythonFile {
     fn spec(&self) -> CommandSpec {
         CommandSpec::new(
             PYTHON_FILE,
-            "Run a Python file of the workspace in a sandbox without network access; files it writes are kept",
+            "Run a Python file of the workspace in the sandbox",
             Risk::External,
         )
         .arg("filename", ArgType::String, "The .py file to run")
@@ -106,7 +102,7 @@ impl Command for ExecuteShell {
     fn spec(&self) -> CommandSpec {
         CommandSpec::new(
             SHELL,
-            "Run a shell command line in a sandbox without network access, in the workspace's folder; files it writes are kept",
+            "Run a shell command line in the sandbox",
             Risk::External,
         )
         .arg("command", ArgType::String, "The command line to run")

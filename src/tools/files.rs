@@ -156,7 +156,7 @@ impl Command for AppendToFile {
     fn spec(&self) -> CommandSpec {
         CommandSpec::new(
             "append_to_file",
-            "Append text to the end of a file, creating it if necessary",
+            "Append text to a file, creating it if needed",
             Risk::Write,
         )
         .lands_with_result()
@@ -220,7 +220,7 @@ impl Command for ListFolder {
     fn spec(&self) -> CommandSpec {
         CommandSpec::new(
             "list_folder",
-            "List a workspace folder's files, recursively",
+            "List a folder's files, recursively",
             Risk::Read,
         )
         .lands_with_result()
@@ -277,7 +277,7 @@ impl Command for SearchFiles {
     fn spec(&self) -> CommandSpec {
         CommandSpec::new(
             "search_files",
-            "Find workspace files whose path matches a glob pattern, optionally only those containing a text (its lines are shown)",
+            "Find files by glob pattern, optionally containing a text (its lines are shown)",
             Risk::Read,
         )
         .lands_with_result()

@@ -25,7 +25,7 @@ impl Command for MemoryAdd {
     fn spec(&self) -> CommandSpec {
         CommandSpec::new(
             "memory_add",
-            "Save an important fact to long-term memory, recalled in later steps when relevant",
+            "Save an important fact to long-term memory",
             Risk::Write,
         )
         .arg("string", ArgType::String, "The fact to remember")

@@ -39,7 +39,7 @@ impl Command for CloneRepository {
     fn spec(&self) -> CommandSpec {
         CommandSpec::new(
             NAME,
-            "Copy a public git repository's files (default branch, no history) into a new workspace folder",
+            "Clone a public git repository (no history) into a new folder",
             Risk::Network,
         )
         .arg("url", ArgType::String, "The repository's URL")

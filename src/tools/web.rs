@@ -44,14 +44,10 @@ const WIKIPEDIA_ARTICLES: usize = 3;
 #[async_trait]
 impl Command for WikipediaSearch {
     fn spec(&self) -> CommandSpec {
-        CommandSpec::new(
-            "wikipedia_search",
-            "Search Wikipedia; returns the best-matching articles with their introductions",
-            Risk::Network,
-        )
-        .arg("query", ArgType::String, "What to look up")
-        .reads_untrusted()
-        .egress(Egress::Argument("query".into()))
+        CommandSpec::new("wikipedia_search", "Search Wikipedia", Risk::Network)
+            .arg("query", ArgType::String, "What to look up")
+            .reads_untrusted()
+            .egress(Egress::Argument("query".into()))
     }
 
     async fn run(&self, call: &CommandCall, ctx: &ToolCtx<'_>) -> ToolOutput {
@@ -99,7 +95,7 @@ impl Command for WebSearch {
     fn spec(&self) -> CommandSpec {
         CommandSpec::new(
             "web_search",
-            "Search the web; returns titles, URLs and excerpts",
+            "Search the web for titles, URLs and excerpts",
             Risk::Network,
         )
         .arg("query", ArgType::String, "The search query")
@@ -142,7 +138,7 @@ impl Command for ReadWebpage {
     fn spec(&self) -> CommandSpec {
         CommandSpec::new(
             "read_webpage",
-            "Read a webpage and extract information from it; give topics_of_interest, a question or get_raw_content",
+            "Read a webpage",
             Risk::Network,
         )
         .arg("url", ArgType::String, "The URL to visit")

@@ -17,7 +17,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use super::reply::{reply_json_schema, CommandCall};
+use super::reply::{reply_envelope_schema, reply_json_schema, CommandCall};
 use super::text::truncate_chars;
 
 /// Longest thought field a constrained decoder may produce.
@@ -376,7 +376,7 @@ impl CommandSet {
     /// known name with that command's arguments. Thought fields are bounded in length so that a
     /// small model cannot ramble until `max_tokens` cuts the reply short.
     pub fn reply_schema(&self) -> Value {
-        let mut schema = self.compact_reply_schema();
+        let mut schema = reply_json_schema(&self.names());
         // A grammar enforces the lengths; the compact schema leaves them to the parser.
         if let Some(Value::Object(thoughts)) = schema.pointer_mut("/properties/thoughts/properties")
         {
@@ -405,12 +405,14 @@ impl CommandSet {
         schema
     }
 
-    /// The envelope of a reply without a variant per command: the thoughts, a command name from
-    /// the list and an arguments object. A fraction of `reply_schema`'s tokens, for endpoints
-    /// that bill the schema as input; the command list in the prompt says what each takes, and
-    /// `validate` checks the arguments.
+    /// The envelope of a reply for endpoints that bill the schema as input (OpenAI reads it as
+    /// part of the prompt, and with `"strict": false` enforces nothing): the thought fields and a
+    /// command's name and arguments, typed, without descriptions or the list of names. The prompt
+    /// already lists the commands with their arguments, so saying them again in the schema paid
+    /// for about a sixth of every call; a name or argument the model gets wrong is refused by
+    /// `validate` with the precise reason, which the model reads.
     pub fn compact_reply_schema(&self) -> Value {
-        reply_json_schema(&self.names())
+        reply_envelope_schema()
     }
 
     /// Maps aliases to canonical names and checks the arguments. The error text is written for the

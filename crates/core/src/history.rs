@@ -1,8 +1,8 @@
 //! Episodes (one per cycle: the action and its outcome), their rendering for the Progress section
 //! (`render_full`, output fenced and labelled as data; `render_summary`), and the prompt that
 //! condenses an episode into one line (`COMPRESSION_PROMPT`, `summary_request`, `clean_summary`).
-//! Only an episode whose outcome the mechanical line would cut is summarised by the model
-//! (`Episode::needs_model_summary`).
+//! Only an episode whose outcome holds more than a line is summarised by the model
+//! (`Episode::needs_model_summary`); without a summary, a success's line masks its output.
 //!
 //! `EarlierSteps` bounds what an agent holds in memory however long it runs:
 //! `AgentState::record_episode` keeps the newest `WHOLE_STEPS_KEPT` episodes whole and turns the
@@ -132,24 +132,29 @@ impl Episode {
         }
     }
 
-    /// `call → output`, cut to one line: what a step says when no model has condensed it.
+    /// `call → output`, cut to one line: what a step says when no model has condensed it. A
+    /// success's output is masked (`→ done`): the line stands for a step older than those shown
+    /// in full, whose output the agent has read already, and which long-term memory and the
+    /// workspace keep; repeating it in every later prompt cost more than any other part of the
+    /// history (after the arXiv 2508.21433 finding that masking old outputs halves the cost
+    /// without hurting results). A failure, feedback or critique keeps its first line.
     pub fn mechanical_summary(&self) -> String {
+        if let Outcome::Success(_) = self.outcome {
+            let call = truncate_chars(&brief_call(&self.command), SUMMARY_LINE_CALL_CHARS);
+            return format!("{call} → done");
+        }
+        let call = format_call(&self.command, SUMMARY_LINE_CALL_CHARS);
         let first_line = self.outcome.text().lines().next().unwrap_or("");
-        // A success needs no label; anything else says what happened.
-        let status = match self.outcome {
-            Outcome::Success(_) => String::new(),
-            _ => format!("{}: ", self.outcome.status()),
-        };
         format!(
-            "{} → {status}{}",
-            format_call(&self.command, SUMMARY_LINE_CALL_CHARS),
+            "{call} → {}: {}",
+            self.outcome.status(),
             truncate_chars(first_line, SUMMARY_LINE_OUTPUT_CHARS)
         )
     }
 
-    /// Whether the mechanical line would lose part of the outcome, so that a model call to
-    /// condense it is worth its tokens. A short one-line outcome ("Wrote 412 characters to
-    /// notes.txt") is already its own summary; a file's contents or a page are not.
+    /// Whether the outcome holds more than a line, so that a model call to condense it is worth
+    /// its tokens. A short one-line outcome ("Wrote 412 characters to notes.txt") needs none: its
+    /// line says the step was done, or keeps the failure; a file's contents or a page do.
     pub fn needs_model_summary(&self) -> bool {
         let text = self.outcome.text().trim();
         text.lines().nth(1).is_some() || text.chars().count() > SUMMARY_LINE_OUTPUT_CHARS
@@ -160,8 +165,30 @@ impl Episode {
 const SUMMARY_LINE_OUTPUT_CHARS: usize = 100;
 const SUMMARY_LINE_CALL_CHARS: usize = 48;
 /// How much of a call a step shown in full shows: long arguments (a file's contents) are in the
-/// workspace, where the agent can read them.
-const FULL_STEP_CALL_CHARS: usize = 200;
+/// workspace, where the agent can read them, and the step's output says what came of them.
+const FULL_STEP_CALL_CHARS: usize = 60;
+/// The longest argument a masked step's line shows; a longer one is `…`.
+const LINE_ARGUMENT_CHARS: usize = 40;
+
+/// A call as a masked step's line shows it: `name(value, …)`, the values of its short arguments
+/// in order without their names, a long one (a file's contents) as `…`. The name and the short
+/// values (a path, a query) say which step it was, which is all a line for a success needs; a
+/// failure's line shows the call with its arguments' names, as they explain the failure.
+fn brief_call(call: &CommandCall) -> String {
+    let values: Vec<String> = call
+        .args
+        .values()
+        .map(|value| {
+            let text = value.to_string();
+            if text.chars().count() > LINE_ARGUMENT_CHARS {
+                "…".to_string()
+            } else {
+                text
+            }
+        })
+        .collect();
+    format!("{}({})", call.name, values.join(", "))
+}
 
 /// AutoGPT 0.5's compression instruction, verbatim, since users tune prompts against it.
 pub const COMPRESSION_PROMPT: &str = "The text represents an action, the reason for its execution, and its result.\n\nCondense the action taken and its result into one line.\n\nPreserve any specific factual information gathered by the action.";

@@ -56,14 +56,13 @@ pub const TRIGGER: &str = "Determine exactly one command to use next based on th
 const GENERAL_CONSTRAINTS: &[&str] = &[
     "Use only the commands listed below.",
     "You can only act proactively: you cannot start background jobs or set up webhooks.",
-    "You cannot interact with physical objects. If that is essential, ask the user to do it; if they refuse and there is no other way, finish.",
+    "You cannot interact with physical objects: if that is essential, ask the user, or finish.",
     "Your short-term memory is limited: save important information to files in your workspace.",
 ];
 
 const GENERAL_BEST_PRACTICES: &[&str] = &[
     "Use your knowledge as a large language model instead of gathering what you already know.",
-    "Review your actions continuously and criticise your big-picture behaviour constructively.",
-    "Reflect on past decisions and strategies to refine your approach.",
+    "Review your actions and past decisions continuously, and criticise your big-picture behaviour constructively.",
     "Every command has a cost: complete the task in as few steps as you can.",
 ];
 
@@ -88,18 +87,22 @@ pub fn system_prompt(profile: &Profile, commands: &CommandSet) -> String {
         .chain(profile.best_practices.iter().cloned());
     format!(
         "You are {name}, {role}\n\n\
-         Decide independently, without seeking user assistance. Play to your strengths as an LLM \
-         and pursue simple strategies with no legal complications.\n\n\
+         Decide independently, and pursue simple strategies with no legal complications.\n\n\
          ## Constraints\n{constraints}\n\n\
-         ## Commands\nThe only commands you can use:\n{commands}\n\n\
+         ## Commands\n{commands}\n\n\
          ## Resources\n{resources}\n\n\
          ## Best practices\n{practices}\n\n\
-         ## Your Task\nThe user gives your task in triple quotes in the next message. \
-         Complete it following the directives above, and finish when it is done.",
+         ## Your Task\nYour task is in triple quotes in the next message; finish when it is done.",
         name = profile.name,
         role = profile.role,
         constraints = numbered(constraints),
-        commands = numbered(commands.specs.iter().map(|s| s.prompt_line())),
+        // One signature a line, unnumbered: nothing refers to a command by its number.
+        commands = commands
+            .specs
+            .iter()
+            .map(|s| s.prompt_line())
+            .collect::<Vec<_>>()
+            .join("\n"),
         resources = numbered(resources(commands)),
         practices = numbered(practices),
     )
@@ -114,16 +117,16 @@ pub fn resources(commands: &CommandSet) -> Vec<String> {
     let mut add = |text: &str| resources.push(text.to_string());
     if has("web_search") || has("read_webpage") || has("wikipedia_search") {
         add(if has("clone_repository") {
-            "Internet access for searches, reading web pages and cloning git repositories."
+            "Internet access for searches, web pages and cloning git repositories."
         } else {
-            "Internet access for searches and reading web pages."
+            "Internet access for searches and web pages."
         });
     }
     if has("memory_add") {
-        add("Long-term memory: relevant notes of your earlier steps are shown to you.");
+        add("Long-term memory: notes of earlier steps and their outputs, shown when relevant.");
     }
     if has("execute_python") {
-        add("Running Python code in a sandbox without network access; your workspace's files are in its current folder, and the files it writes there are kept.");
+        add("Running Python code in a sandbox without network access, in your workspace's folder.");
     }
     if has("execute_shell") {
         add("Running shell commands in the same sandbox.");
@@ -132,7 +135,7 @@ pub fn resources(commands: &CommandSet) -> Vec<String> {
         add("Generating images from descriptions; they are saved in your workspace.");
     }
     if has("start_agent") {
-        add("Sub-agents (other language model instances) for simple tasks you delegate.");
+        add("Sub-agents for simple tasks you delegate.");
     }
     // Only an MCP server's commands have a dot in their name (`server.tool`).
     let mut servers: Vec<&str> = commands

@@ -414,6 +414,28 @@ pub fn reply_json_schema(command_names: &[String]) -> Value {
     })
 }
 
+/// The reply's shape alone, for endpoints that bill the schema as input: the six thought fields
+/// and the command's name and arguments, typed, with nothing a model reads twice (the prompt
+/// lists the commands; a missing thought field reads as empty). A server that enforces a schema still gets an object with
+/// `thoughts` and `command`.
+pub fn reply_envelope_schema() -> Value {
+    let text = json!({"type": "string"});
+    let thoughts: Map<String, Value> = THOUGHT_FIELDS
+        .iter()
+        .map(|field| ((*field).to_string(), text.clone()))
+        .collect();
+    json!({
+        "type": "object",
+        "properties": {
+            "thoughts": {"type": "object", "properties": thoughts},
+            "command": {
+                "type": "object",
+                "properties": {"name": text, "args": {"type": "object"}}
+            }
+        }
+    })
+}
+
 /// Short descriptions of the thought fields, shared by the schema and the prompt text.
 const THOUGHT_DESCRIPTIONS: [&str; 6] = [
     "What the latest result and the conversation show.",

@@ -1749,3 +1749,50 @@ fn a_reply_with_thousands_of_unknown_arguments_is_refused_in_bounded_text() {
         .iter()
         .all(|e| !matches!(e, Effect::Notify(t) if t.chars().count() > 2_000)));
 }
+
+/// Under the compact envelope (a priced endpoint's schema) the schema neither lists the command
+/// names nor types their arguments, so a small model's mistakes reach the parser and `validate`:
+/// a reply without a command's name is re-asked with the reason, and a misspelt name or a wrong
+/// argument becomes the step's result, naming what the model should have sent.
+#[test]
+fn under_the_compact_schema_a_wrong_reply_gets_the_precise_reason() {
+    let mut h = Harness::started();
+    h.reply_format = ReplyFormat::CompactSchema;
+    let fx =
+        h.think(r#"{"thoughts": {"text": "write it"}, "command": {"args": {"filename": "a"}}}"#);
+    let reask = main_call(&fx);
+    assert_eq!(reask.purpose, CallPurpose::Reask);
+    let schema = reask
+        .json_schema
+        .clone()
+        .expect("the envelope goes with the re-ask");
+    assert_eq!(
+        schema["properties"]["command"]["properties"]["name"]["type"],
+        "string"
+    );
+    assert!(!schema.to_string().contains("enum"), "{schema}");
+    let reason = &reask.messages.last().unwrap().content;
+    assert!(
+        reason.contains("could not be used") && reason.contains("name"),
+        "{reason}"
+    );
+
+    h.reply(
+        CallPurpose::Reask,
+        &reply_json("writefile", json!({"filename": "a", "contents": "x"})),
+    );
+    assert!(
+        matches!(&h.state.progress.episodes[0].outcome, Outcome::Error(t) if t.contains("Unknown command 'writefile'") && t.contains("write_file")),
+        "{:?}",
+        h.state.progress.episodes[0].outcome
+    );
+    h.think(&reply_json(
+        "write_file",
+        json!({"filename": "a", "contents": 5}),
+    ));
+    assert!(
+        matches!(&h.state.progress.episodes[1].outcome, Outcome::Error(t) if t.contains("'write_file'") && t.contains("contents") && t.contains("Expected")),
+        "{:?}",
+        h.state.progress.episodes[1].outcome
+    );
+}

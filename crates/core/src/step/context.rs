@@ -48,8 +48,9 @@ pub enum ReplyFormat {
     /// best, sent where input costs nothing.
     #[default]
     FullSchema,
-    /// The envelope only (thoughts, a command name from the list, its arguments): a fraction
-    /// of the full schema's tokens, for endpoints that bill the schema as input; the arguments
+    /// The envelope only (the thought fields, a command's name and its arguments, typed, with
+    /// no descriptions and no list of names): a tenth of the full schema's tokens, for endpoints
+    /// that bill the schema as input; the prompt lists the commands, and the name and arguments
     /// are checked when the reply is validated.
     CompactSchema,
     /// No schema: the format as instructions in the prompt (json_object or no response format).

@@ -105,13 +105,25 @@ impl Live {
     }
 
     fn end_group(&mut self) {
-        self.child = None;
+        let child = self.child.take();
         if let Some(group) = self.group.take() {
             // SAFETY: a signal to the process group this connection's program led; when it is
             // gone the call fails with ESRCH and does nothing.
             unsafe { libc::killpg(group, libc::SIGKILL) };
         }
-        self.held = None;
+        let held = self.held.take();
+        // Its user goes back to the range only once its program is reaped: until then the
+        // program counts toward that user's process limit, which would cut short the next code
+        // run or server given the same user.
+        match (child, tokio::runtime::Handle::try_current()) {
+            (Some(mut child), Ok(runtime)) => {
+                runtime.spawn(async move {
+                    let _ = tokio::time::timeout(REAP_WAIT, child.wait()).await;
+                    drop(held);
+                });
+            }
+            _ => drop(held),
+        }
     }
 }
 
@@ -670,6 +682,9 @@ pub const INSTANCE_DIR: &str = "{instance_dir}";
 fn in_instance(text: &str, dir: &std::path::Path) -> String {
     text.replace(INSTANCE_DIR, &dir.to_string_lossy())
 }
+
+/// How long an ended program is waited for before its user is given back regardless.
+const REAP_WAIT: Duration = Duration::from_secs(5);
 
 /// How many timeouts a call may last in all when the server keeps reporting progress.
 pub const MAX_CALL_TIMEOUTS: u32 = 10;

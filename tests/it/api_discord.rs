@@ -322,7 +322,7 @@ async fn a_binding_that_cannot_be_made_is_a_422_saying_why_and_creates_nothing()
     let (bot, api) = bot_with_api(&env, &discord).await;
     let bound_to = |channel: &str| json!({"input": "Write files", "additional_input": {"name": "Nope", "discord_channel": channel}});
     for (token, channel, why) in [
-        (DASH_TOKEN, CHANNEL.to_string(), "names no discord_user"),
+        (DASH_TOKEN, CHANNEL.to_string(), "has no discord_user"),
         (STRANGER_TOKEN, CHANNEL.to_string(), "is not a member"),
         (
             CI_TOKEN,

@@ -111,19 +111,17 @@ impl Live {
             // gone the call fails with ESRCH and does nothing.
             unsafe { libc::killpg(group, libc::SIGKILL) };
         }
-        let held = self.held.take();
         // Its user goes back to the range only once its program is reaped: until then the
         // program counts toward that user's process limit, which would cut short the next code
-        // run or server given the same user.
-        match (child, tokio::runtime::Handle::try_current()) {
-            (Some(mut child), Ok(runtime)) => {
-                runtime.spawn(async move {
-                    let _ = tokio::time::timeout(REAP_WAIT, child.wait()).await;
-                    drop(held);
-                });
+        // run or server given the same user. A killed program ends within milliseconds; the
+        // wait is bounded all the same, and works where no runtime is left (the bot's shutdown).
+        if let Some(mut child) = child {
+            let waited_since = std::time::Instant::now();
+            while matches!(child.try_wait(), Ok(None)) && waited_since.elapsed() < REAP_WAIT {
+                std::thread::sleep(Duration::from_millis(5));
             }
-            _ => drop(held),
         }
+        self.held = None;
     }
 }
 
@@ -684,7 +682,7 @@ fn in_instance(text: &str, dir: &std::path::Path) -> String {
 }
 
 /// How long an ended program is waited for before its user is given back regardless.
-const REAP_WAIT: Duration = Duration::from_secs(5);
+const REAP_WAIT: Duration = Duration::from_secs(2);
 
 /// How many timeouts a call may last in all when the server keeps reporting progress.
 pub const MAX_CALL_TIMEOUTS: u32 = 10;

@@ -10,6 +10,11 @@ use autothread::config::{McpServerConfig, WebConfig};
 use autothread::mcp::McpServer;
 use serde_json::{json, Value};
 
+/// The edge server runs unconfined: it tests the protocol's edge cases and dies on purpose, and
+/// its exits must not leave zombies of the sandbox's users while the sandbox's own tests count
+/// theirs (mcp_box tests the confinement).
+pub const UNCONFINED: &str = "confine = false\nnetwork = \"open\"\n";
+
 const EDGE_SERVER: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/it/fixtures/mcp_edge_server.py"
@@ -23,7 +28,7 @@ fn edge_server(more: &str) -> Option<std::sync::Arc<McpServer>> {
         .map_err(|e| format!("python3 is not installed ({e})"));
     crate::support::needs::needs(python)?;
     let config: McpServerConfig = toml::from_str(&format!(
-        "name = \"edge\"\ncommand = \"python3\"\nargs = [\"{EDGE_SERVER}\"]\n{more}"
+        "name = \"edge\"\ncommand = \"python3\"\nargs = [\"{EDGE_SERVER}\"]\n{UNCONFINED}{more}"
     ))
     .unwrap();
     Some(McpServer::new(&config, &WebConfig::default()).unwrap())
@@ -151,7 +156,7 @@ async fn a_server_that_fails_at_start_says_why_with_its_last_words_and_no_type_n
         return;
     }
     let config: McpServerConfig = toml::from_str(
-        "name = \"broken\"\ncommand = \"python3\"\nargs = [\"-c\", \"import sys; sys.stderr.write('ModuleNotFoundError: frobnicate\\\\n'); sys.exit(3)\"]\n",
+        "name = \"broken\"\ncommand = \"python3\"\nconfine = false\nnetwork = \"open\"\nargs = [\"-c\", \"import sys; sys.stderr.write('ModuleNotFoundError: frobnicate\\\\n'); sys.exit(3)\"]\n",
     )
     .unwrap();
     let failed = McpServer::new(&config, &WebConfig::default())

@@ -186,7 +186,8 @@ async fn edge_server(more: &str) -> Option<(Arc<McpServer>, Tools)> {
         .map_err(|e| format!("python3 is not installed ({e})"));
     crate::support::needs::needs(python)?;
     let config: McpServerConfig = toml::from_str(&format!(
-        "name = \"edge\"\ncommand = \"python3\"\nargs = [\"{EDGE_SERVER}\"]\n{more}"
+        "name = \"edge\"\ncommand = \"python3\"\nargs = [\"{EDGE_SERVER}\"]\n{UNCONFINED}{more}",
+        UNCONFINED = crate::mcp_edge::UNCONFINED
     ))
     .unwrap();
     let server = McpServer::new(&config, &WebConfig::default()).unwrap();

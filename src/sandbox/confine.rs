@@ -338,60 +338,65 @@ enum Memfd {
     Refused,
 }
 
+/// `clone` flags that make a namespace, refused to runs and servers.
+pub(super) const NAMESPACE_FLAGS: [i32; 7] = [
+    libc::CLONE_NEWUSER,
+    libc::CLONE_NEWNS,
+    libc::CLONE_NEWNET,
+    libc::CLONE_NEWPID,
+    libc::CLONE_NEWIPC,
+    libc::CLONE_NEWUTS,
+    libc::CLONE_NEWCGROUP,
+];
+
+/// Calls refused to a run and to a server alike (EPERM), besides the sockets each one's network
+/// forbids.
+pub(super) const REFUSED_CALLS: &[i64] = &[
+    // io_uring runs operations (connect among them) that seccomp never sees.
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
+    // Other processes' memory and tracing.
+    libc::SYS_ptrace,
+    libc::SYS_process_vm_readv,
+    libc::SYS_process_vm_writev,
+    // Namespaces and mounts.
+    libc::SYS_unshare,
+    libc::SYS_setns,
+    libc::SYS_mount,
+    libc::SYS_umount2,
+    libc::SYS_pivot_root,
+    // Kernel attack surface a program has no use for.
+    libc::SYS_bpf,
+    libc::SYS_perf_event_open,
+    libc::SYS_userfaultfd,
+    libc::SYS_keyctl,
+    libc::SYS_add_key,
+    libc::SYS_request_key,
+    libc::SYS_kexec_load,
+    libc::SYS_init_module,
+    libc::SYS_finit_module,
+    libc::SYS_delete_module,
+    libc::SYS_reboot,
+    libc::SYS_swapon,
+    libc::SYS_swapoff,
+    // A new session or process group would escape the kill of the run's or server's group.
+    libc::SYS_setsid,
+    libc::SYS_setpgid,
+];
+
 /// Calls refused with EPERM. Everything else is allowed: the filter closes the doors a program
 /// could use to reach past Landlock and the limits, not the ordinary system interface.
 fn deny_filter(memfd: Memfd) -> Result<BpfProgram, SandboxError> {
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = [
-        // No network at all: no socket can be made (pairs of connected sockets can).
-        libc::SYS_socket,
-        // io_uring runs operations (connect among them) that seccomp never sees.
-        libc::SYS_io_uring_setup,
-        libc::SYS_io_uring_enter,
-        libc::SYS_io_uring_register,
-        // Other processes' memory and tracing.
-        libc::SYS_ptrace,
-        libc::SYS_process_vm_readv,
-        libc::SYS_process_vm_writev,
-        // Namespaces and mounts.
-        libc::SYS_unshare,
-        libc::SYS_setns,
-        libc::SYS_mount,
-        libc::SYS_umount2,
-        libc::SYS_pivot_root,
-        // Kernel attack surface a program has no use for.
-        libc::SYS_bpf,
-        libc::SYS_perf_event_open,
-        libc::SYS_userfaultfd,
-        libc::SYS_keyctl,
-        libc::SYS_add_key,
-        libc::SYS_request_key,
-        libc::SYS_kexec_load,
-        libc::SYS_init_module,
-        libc::SYS_finit_module,
-        libc::SYS_delete_module,
-        libc::SYS_reboot,
-        libc::SYS_swapon,
-        libc::SYS_swapoff,
-        // A new session or process group would escape the kill of the run's group.
-        libc::SYS_setsid,
-        libc::SYS_setpgid,
-    ]
-    .into_iter()
-    .chain((memfd == Memfd::Refused).then_some(libc::SYS_memfd_create))
-    .map(|call| (call, Vec::new()))
-    .collect();
+    // No network at all: no socket can be made (pairs of connected sockets can).
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = std::iter::once(libc::SYS_socket)
+        .chain(REFUSED_CALLS.iter().copied())
+        .chain((memfd == Memfd::Refused).then_some(libc::SYS_memfd_create))
+        .map(|call| (call, Vec::new()))
+        .collect();
     // clone with any namespace flag.
-    let namespace_flags = [
-        libc::CLONE_NEWUSER,
-        libc::CLONE_NEWNS,
-        libc::CLONE_NEWNET,
-        libc::CLONE_NEWPID,
-        libc::CLONE_NEWIPC,
-        libc::CLONE_NEWUTS,
-        libc::CLONE_NEWCGROUP,
-    ];
     let mut clone_rules = Vec::new();
-    for flag in namespace_flags {
+    for flag in NAMESPACE_FLAGS {
         let flag = flag as u64;
         let condition = SeccompCondition::new(
             0,

@@ -35,7 +35,8 @@ use landlock::{
 use seccompiler::{BpfProgram, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompRule};
 
 use super::confine::{
-    landlock_abi, no_clone3_filter, no_x32_filter, program, ruleset_abi, Identity,
+    landlock_abi, no_clone3_filter, no_x32_filter, program, ruleset_abi, Identity, NAMESPACE_FLAGS,
+    REFUSED_CALLS,
 };
 use super::syscall::check;
 use super::users::{UidRange, UserSlot, UserSlots, UID_LOCKS};
@@ -376,52 +377,16 @@ fn server_ruleset(
 /// its network forbids.
 fn server_filter(network: ServerNetwork) -> Result<BpfProgram, Unconfinable> {
     let fail = |e: seccompiler::BackendError| Unconfinable::Seccomp(e.to_string());
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = [
-        libc::SYS_io_uring_setup,
-        libc::SYS_io_uring_enter,
-        libc::SYS_io_uring_register,
-        libc::SYS_ptrace,
-        libc::SYS_process_vm_readv,
-        libc::SYS_process_vm_writev,
-        libc::SYS_unshare,
-        libc::SYS_setns,
-        libc::SYS_mount,
-        libc::SYS_umount2,
-        libc::SYS_pivot_root,
-        libc::SYS_bpf,
-        libc::SYS_perf_event_open,
-        libc::SYS_userfaultfd,
-        libc::SYS_keyctl,
-        libc::SYS_add_key,
-        libc::SYS_request_key,
-        libc::SYS_kexec_load,
-        libc::SYS_init_module,
-        libc::SYS_finit_module,
-        libc::SYS_delete_module,
-        libc::SYS_reboot,
-        libc::SYS_swapon,
-        libc::SYS_swapoff,
-        // A new session or process group would escape the kill of the server's group.
-        libc::SYS_setsid,
-        libc::SYS_setpgid,
-    ]
-    .into_iter()
-    .map(|call| (call, Vec::new()))
-    .collect();
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = REFUSED_CALLS
+        .iter()
+        .map(|&call| (call, Vec::new()))
+        .collect();
     let condition = |arg: u8, op: SeccompCmpOp, value: u64| {
         SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value).map_err(fail)
     };
     let rule = |conditions: Vec<SeccompCondition>| SeccompRule::new(conditions).map_err(fail);
     let mut clone_rules = Vec::new();
-    for flag in [
-        libc::CLONE_NEWUSER,
-        libc::CLONE_NEWNS,
-        libc::CLONE_NEWNET,
-        libc::CLONE_NEWPID,
-        libc::CLONE_NEWIPC,
-        libc::CLONE_NEWUTS,
-        libc::CLONE_NEWCGROUP,
-    ] {
+    for flag in NAMESPACE_FLAGS {
         let flag = flag as u64;
         clone_rules.push(rule(vec![SeccompCondition::new(
             0,

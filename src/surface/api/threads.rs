@@ -113,7 +113,7 @@ pub(super) async fn start_bound(
     })?;
     let owner = caller.discord_user.ok_or_else(|| {
         ApiError::Invalid(format!(
-            "The API caller {:?} (a token's name) has no discord_user in [[api.tokens]]: a task bound to a Discord channel needs the Discord person who owns it there.",
+            "The API caller {:?} has no discord_user in [[api.tokens]]: a task bound to a Discord channel needs the Discord person who owns it there.",
             caller.name
         ))
     })?;

@@ -31,6 +31,7 @@ mod policy;
 mod storage_plan;
 pub mod supervisor;
 mod surface;
+pub mod uploads;
 
 pub use drain::Drain;
 pub use handle::{ActorMsg, AgentHandle, DecideError, Refused, BUSY, MAILBOX_CAPACITY};
@@ -318,6 +319,29 @@ impl Actor {
                 };
                 self.apply(event, None, Some((cycle, call, outcome, ops)))
                     .await
+            }
+            ActorMsg::Upload { upload, reply } => {
+                let put = uploads::put(
+                    &self.deps.store,
+                    &self.deps.config.workspace,
+                    &self.state.id,
+                    self.state.progress.cycle,
+                    upload,
+                    self.fence,
+                );
+                // A write the lease refused means another process runs the agent now: this
+                // actor stops, as after any fenced write that lost.
+                let lost = matches!(
+                    put,
+                    Err(uploads::UploadError::Store(StoreError::LeaseLost { .. }))
+                );
+                let _ = reply.send(put);
+                if lost {
+                    return Err(RuntimeError::Store(StoreError::LeaseLost {
+                        agent: self.state.id.clone(),
+                    }));
+                }
+                Ok(())
             }
         }
     }

@@ -517,6 +517,8 @@ impl Actor {
         {
             self.policy = policy;
         }
+        // The commands as they are now (an MCP server's tools may have changed).
+        let commands = self.deps.tools.command_set();
         // The server's rules are read for each step: another agent's card may have made one.
         let server_rules = match &self.state.money.spender.guild {
             Some(guild) => self.deps.store.server_rules(guild).unwrap_or_else(|e| {
@@ -529,7 +531,7 @@ impl Actor {
             let deps = &self.deps;
             let ctx = StepCtx {
                 now: deps.clock.now(),
-                commands: deps.tools.command_set(),
+                commands: &commands,
                 policy: &self.policy,
                 quorum: &self.quorum,
                 expiry: &self.expiry,

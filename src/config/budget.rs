@@ -18,6 +18,10 @@ pub struct PriceConfig {
     /// What input served from the provider's prompt cache costs; unset: the input price.
     #[serde(default)]
     pub cached_input_per_million: Option<f64>,
+    /// What input written to the prompt cache costs, for a model that bills writes above the
+    /// input price (`prompt_tokens_details.cache_write_tokens`); unset: the input price.
+    #[serde(default)]
+    pub cache_write_per_million: Option<f64>,
     /// Embedding models bill input only.
     #[serde(default)]
     pub output_per_million: f64,
@@ -101,21 +105,29 @@ impl BudgetConfig {
     /// else `None`: a model nobody priced, which no call may use.
     pub fn known_price(&self, model: &str) -> Option<Price> {
         if let Some(p) = self.prices.get(model) {
-            return Some(Price::from_usd_per_million_cached(
+            let price = Price::from_usd_per_million_cached(
                 p.input_per_million,
                 p.cached_input_per_million.unwrap_or(p.input_per_million),
                 p.output_per_million,
-            ));
+            );
+            return Some(match p.cache_write_per_million {
+                Some(write) => price.with_cache_writes(write),
+                None => price,
+            });
         }
         if self.free_models.iter().any(|free| free == model) {
             return Some(Price::default());
         }
         models::known(model).map(|known| {
-            Price::from_usd_per_million_cached(
+            let price = Price::from_usd_per_million_cached(
                 known.input_per_million,
                 known.cached_input_per_million,
                 known.output_per_million,
-            )
+            );
+            match known.cache_write_per_million {
+                Some(write) => price.with_cache_writes(write),
+                None => price,
+            }
         })
     }
 

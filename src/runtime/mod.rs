@@ -514,6 +514,7 @@ impl Actor {
                 limits,
                 extras: &extras,
                 full_steps: deps.config.agent.full_steps,
+                step_lines: deps.config.agent.step_lines,
                 smart_model_available: deps.config.llm.smart_model().is_some(),
                 reply_format: deps.config.reply_format(&self.state.brief.settings.model),
                 budget: budget.as_ref(),

@@ -114,7 +114,7 @@ fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize
     let dir = tempfile::tempdir().expect("temp dir");
     let store = Store::open(dir.path()).expect("store");
     let registry = Registry::standard(&autothread::config::AgentConfig::default());
-    let commands: &CommandSet = registry.command_set();
+    let commands: &CommandSet = &registry.command_set();
     let counter = TiktokenCounter::for_model(model);
     let policy = Policy::default();
     let extras = PromptExtras::default();

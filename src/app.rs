@@ -43,6 +43,8 @@ pub struct App {
     pub memory: Option<Arc<Memory>>,
     pub web: Option<Arc<Web>>,
     pub tools: Arc<Registry>,
+    /// The MCP servers `connect_mcp` opened (none before it).
+    pub mcp: Vec<Arc<crate::mcp::McpServer>>,
     /// Raised on a graceful shutdown; every actor built from `deps` watches it.
     pub drain: Drain,
 }
@@ -93,6 +95,7 @@ impl App {
             memory,
             web,
             tools,
+            mcp: Vec::new(),
             drain: Drain::default(),
         })
     }
@@ -103,11 +106,44 @@ impl App {
         if self.config.mcp.servers.is_empty() {
             return;
         }
-        let commands = crate::mcp::connect_all(&self.config).await;
+        let connected = crate::mcp::connect_all(&self.config).await;
+        let disabled = &self.config.agent.disabled_commands;
         let tools = (*self.tools)
             .clone()
-            .with_commands(commands, &self.config.agent.disabled_commands);
+            .with_commands(connected.commands, disabled);
         self.tools = Arc::new(tools);
+        // A server whose list of tools changes has its commands replaced, for the next step.
+        for server in &connected.servers {
+            let registry = Arc::downgrade(&self.tools);
+            let prefix = format!("{}.", server.name());
+            let disabled = disabled.clone();
+            server.on_tools_changed(Arc::new(
+                move |commands: Vec<Arc<dyn crate::tools::Command>>| {
+                    if let Some(registry) = registry.upgrade() {
+                        registry.replace_family(&prefix, commands, &disabled);
+                    }
+                },
+            ));
+        }
+        self.mcp = connected.servers;
+    }
+
+    /// Ends agent `agent`'s own MCP server instances and removes their directories, for an agent
+    /// being deleted; the first failure to remove one is returned, after every server was tried.
+    pub async fn forget_agent_mcp(&self, agent: &str) -> std::io::Result<()> {
+        let mut failed = Ok(());
+        for server in &self.mcp {
+            if let Err(why) = server.forget_agent(agent).await {
+                tracing::warn!(
+                    server = server.name(),
+                    "an agent's MCP instance directory could not be removed: {why}"
+                );
+                if failed.is_ok() {
+                    failed = Err(why);
+                }
+            }
+        }
+        failed
     }
 
     /// One line per subsystem at start-up, so a healthy start is visible in the log. URLs are

@@ -115,6 +115,12 @@ async fn check_mcp(config: &Config) -> Vec<Line> {
             Ok(started) => started.confinement().await,
             Err(_) => None,
         };
+        // The tools a server lists that agents cannot get, and why (a task-only tool, a name
+        // that cannot be a command's).
+        let left_out = match &started {
+            Ok(started) => started.left_out(),
+            Err(_) => Vec::new(),
+        };
         let verdict = match listed {
             Ok(commands) => {
                 // Only the tools agents get: `agent.disabled_commands` removes some.
@@ -124,7 +130,7 @@ async fn check_mcp(config: &Config) -> Vec<Line> {
                     .filter(|name| !config.agent.disabled_commands.contains(name))
                     .collect();
                 let line = format!(
-                    "{} ({}; scope {}: {}): {} tools offered ({}){}",
+                    "{} ({}; scope {}: {}): {} tools offered ({}){}{}",
                     server.name,
                     server.describe(),
                     server.scope().label(),
@@ -134,7 +140,11 @@ async fn check_mcp(config: &Config) -> Vec<Line> {
                     confinement
                         .as_deref()
                         .map(|how| format!("; {how}"))
-                        .unwrap_or_default()
+                        .unwrap_or_default(),
+                    left_out
+                        .iter()
+                        .map(|why| format!("; {why}"))
+                        .collect::<String>()
                 );
                 // A program with the bot's reach is said plainly, as a warning.
                 let open = server.command.is_some()

@@ -3,9 +3,49 @@
 //! fails the whole) is read again block by block (`tolerant`): readable blocks are kept, each
 //! unknown one becomes a short note naming its type, so a healthy server is neither failed nor
 //! restarted for it.
+//!
+//! A tool may say it must be run as a task (`"execution": {"taskSupport": "required"}`, protocol
+//! revision 2025-11-25), which this bot does not do, so every call of it would fail. The MCP
+//! library drops that field from the tools it lists, so the raw listing is read on its way in
+//! (`note_task_only`, by the transports' readers in `oversize`) and such tools are left out.
 
 use rmcp::model::{CallToolResult, ContentBlock};
 use serde_json::Value;
+
+/// The names of a server's tools that must run as tasks, as its listings said.
+pub type TaskOnly = std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>;
+
+/// Notes in `task_only` which tools of a listing (one raw JSON-RPC message) must run as tasks, and
+/// that the others it lists need not (a list may change); any other message changes nothing.
+pub fn note_task_only(message: &[u8], task_only: &TaskOnly) {
+    // Cheap first: only a message that names the field is read.
+    if !message.windows(11).any(|w| w == b"taskSupport") {
+        return;
+    }
+    let Ok(value) = serde_json::from_slice::<Value>(message) else {
+        return;
+    };
+    let Some(tools) = value.pointer("/result/tools").and_then(Value::as_array) else {
+        return;
+    };
+    let mut noted = task_only
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    for tool in tools {
+        let Some(name) = tool.get("name").and_then(Value::as_str) else {
+            continue;
+        };
+        if tool
+            .pointer("/execution/taskSupport")
+            .and_then(Value::as_str)
+            == Some("required")
+        {
+            noted.insert(name.to_string());
+        } else {
+            noted.remove(name);
+        }
+    }
+}
 
 /// Unknown blocks noted by name at most; the rest are counted.
 const MAX_NOTED: usize = 8;
@@ -66,6 +106,30 @@ fn note(skipped: &[String]) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn tools_that_must_run_as_tasks_are_noted_from_the_raw_listing() {
+        let task_only = TaskOnly::default();
+        let listing = json!({"jsonrpc": "2.0", "id": 2, "result": {"tools": [
+            {"name": "research", "execution": {"taskSupport": "required"}, "inputSchema": {}},
+            {"name": "maybe", "execution": {"taskSupport": "optional"}, "inputSchema": {}},
+            {"name": "plain", "inputSchema": {}}
+        ]}});
+        note_task_only(listing.to_string().as_bytes(), &task_only);
+        assert_eq!(
+            task_only.lock().unwrap().iter().collect::<Vec<_>>(),
+            ["research"]
+        );
+        // A call's answer that mentions the word changes nothing; a new listing does.
+        let answer = json!({"jsonrpc": "2.0", "id": 3, "result": {"content": [{"type": "text", "text": "taskSupport"}]}});
+        note_task_only(answer.to_string().as_bytes(), &task_only);
+        assert!(task_only.lock().unwrap().contains("research"));
+        let relisted = json!({"jsonrpc": "2.0", "id": 4, "result": {"tools": [
+            {"name": "research", "execution": {"taskSupport": "forbidden"}, "inputSchema": {}}
+        ]}});
+        note_task_only(relisted.to_string().as_bytes(), &task_only);
+        assert!(task_only.lock().unwrap().is_empty());
+    }
 
     #[test]
     fn unknown_blocks_become_a_note_and_readable_ones_are_kept() {

@@ -13,7 +13,8 @@
 //! the program starts in it, and `{instance_dir}` in its `args` and `env` values names it
 //! (`MEMORY_FILE_PATH = "{instance_dir}/memory.jsonl"`). The directories are under
 //! `<data_dir>/mcp/<server>/` for the bot, so that a place's state outlives a restart, and under a
-//! temporary directory removed with the server otherwise (`autothread check`, tests).
+//! temporary directory removed with the server otherwise (`autothread check`, tests). An agent's own
+//! instance and its directory go when the agent is deleted (`forget`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -227,6 +228,19 @@ impl Instances {
             key,
             instance,
         })
+    }
+
+    /// Ends the instance for `key`, if it runs, and removes its directory, whether it ran or not
+    /// (a kept directory outlives the bot's restarts): whom it served is gone for good.
+    pub(super) async fn forget(&self, key: &InstanceKey) -> std::io::Result<()> {
+        let slot = self.lock().remove(key);
+        if let Some(slot) = slot {
+            slot.instance.live.lock().await.end().await;
+        }
+        match std::fs::remove_dir_all(self.root.join(key.directory_name())) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            removed => removed,
+        }
     }
 
     /// Starts the task that stops idle instances, once; it ends when the instances are dropped.

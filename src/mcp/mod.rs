@@ -20,8 +20,14 @@
 //! `idle_secs` without a call, and are at most `max_instances` (see `instances`).
 //! `McpServer::commands` starts the shared instance and lists its tools (at most
 //! `tool::MAX_TOOLS_PER_SERVER`), once per server, so that every agent's prompt lists the same. A program's answers are read
-//! through `oversize::Bounded`, so an answer too big for the transport fails its call at once, in
-//! words saying how big it was and how to ask for less, and the server lives on. `call` bounds each
+//! through `oversize::Bounded` (a URL's through `oversize::BoundedHttp`), so an answer too big for
+//! the transport fails its call at once, in words saying how big it was and how to ask for less,
+//! and the server lives on; the same readers note the tools that must run as tasks, which are left
+//! out (`answer`; `left_out` says why, for `check`). A program that exits by itself is reaped at
+//! once (`reap_on_exit`), not at its instance's next use. When a server says its list of tools
+//! changed (`notifications/tools/list_changed`), it is listed again and the new commands replace
+//! the server's in the registry (`on_tools_changed`, which `App::connect_mcp` sets), so the next
+//! prompt shows them; a command of a tool no longer listed is refused in words. `call` bounds each
 //! call by the server's timeout, which each progress notification of the server pushes back (up to
 //! `MAX_CALL_TIMEOUTS` timeouts in all); at the timeout the MCP library sends
 //! `notifications/cancelled`, and the server is kept if it still answers a ping within
@@ -58,7 +64,33 @@ pub use confined::ServerBox;
 pub use instances::{InstanceKey, NoInstance, StateRoot};
 pub use tool::{McpTool, MAX_TOOLS_PER_SERVER};
 
-type Connection = RunningService<RoleClient, ()>;
+type Connection = RunningService<RoleClient, Listener>;
+
+/// What the bot does with a server's notifications: a changed list of tools is listed again
+/// (`McpServer::relist`); the rest are the library's defaults (sampling and elicitation refused).
+#[derive(Clone)]
+struct Listener {
+    server: std::sync::Weak<McpServer>,
+}
+
+impl rmcp::ClientHandler for Listener {
+    fn on_tool_list_changed(
+        &self,
+        context: rmcp::service::NotificationContext<RoleClient>,
+    ) -> impl std::future::Future<Output = ()> + rmcp::service::MaybeSendFuture + '_ {
+        let server = self.server.clone();
+        // Listed from a task of its own: the library's loop, which runs this, brings the answer.
+        tokio::spawn(async move {
+            if let Some(server) = server.upgrade() {
+                server.relist(context.peer).await;
+            }
+        });
+        std::future::ready(())
+    }
+}
+
+/// What is told the new commands of a server whose list of tools changed.
+pub type OnToolsChanged = Arc<dyn Fn(Vec<Arc<dyn Command>>) + Send + Sync>;
 
 /// One configured MCP server and its live connection, if any.
 pub struct McpServer {
@@ -74,6 +106,17 @@ pub struct McpServer {
     server_box: ServerBox,
     /// The last lines its program wrote to stderr, for the reason a start failed.
     last_words: Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
+    /// The tools its listings say must run as tasks, noted by the transport (see `answer`).
+    task_only: answer::TaskOnly,
+    /// Why each tool of the last listing left out was, for `autothread check`.
+    left_out: std::sync::Mutex<Vec<String>>,
+    /// The tools of the last listing offered as commands: a command of one no longer listed is
+    /// refused.
+    offered_now: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Told the new commands when the server's list of tools changed (`on_tools_changed`).
+    tools_changed: std::sync::Mutex<Option<OnToolsChanged>>,
+    /// Itself, for the notifications' listener.
+    me: std::sync::Weak<McpServer>,
 }
 
 /// Lines of a program's stderr kept for a failed start's reason, and characters of each.
@@ -86,8 +129,9 @@ struct Live {
     /// The process group of the connection's program: ended whole when the connection is, since
     /// the SDK kills only a program that has not exited (what it started may still run).
     group: Option<i32>,
-    /// The connection's program, when it is one (ended with its group).
-    child: Option<tokio::process::Child>,
+    /// The connection's program, when it is one (ended with its group); shared with the task that
+    /// reaps it as soon as it ends by itself (`reap_on_exit`).
+    child: Option<SharedChild>,
     /// What the program holds (its home, its user), given back when it ends.
     held: Option<confined::Held>,
     /// Counts the connections made, so that two calls that fail on the same one restart it once.
@@ -105,7 +149,12 @@ impl Live {
     }
 
     fn end_group(&mut self) {
-        let child = self.child.take();
+        let child = self.child.take().and_then(|shared| {
+            shared
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .take()
+        });
         if let Some(group) = self.group.take() {
             // SAFETY: a signal to the process group this connection's program led; when it is
             // gone the call fails with ESRCH and does nothing.
@@ -202,7 +251,7 @@ impl McpServer {
             }
             None => None,
         };
-        Ok(Arc::new(McpServer {
+        Ok(Arc::new_cyclic(|me| McpServer {
             config: config.clone(),
             http,
             instances: Arc::new(instances::Instances::new(
@@ -215,6 +264,11 @@ impl McpServer {
             read_only: Default::default(),
             server_box: ServerBox::new(web, sandbox),
             last_words: Arc::default(),
+            task_only: answer::TaskOnly::default(),
+            left_out: Default::default(),
+            offered_now: Default::default(),
+            tools_changed: Default::default(),
+            me: me.clone(),
         }))
     }
 
@@ -229,6 +283,17 @@ impl McpServer {
     /// The instance serving agent `agent`, paid for by `spender`, under the server's scope.
     pub fn instance_for(&self, agent: &str, spender: &crate::core::state::Spender) -> InstanceKey {
         InstanceKey::of(self.config.scope(), agent, spender)
+    }
+
+    /// Ends agent `agent`'s own instance, if it runs, and removes its directory with what the
+    /// program kept there: the agent was deleted. Only a server scoped per agent has one.
+    pub async fn forget_agent(&self, agent: &str) -> std::io::Result<()> {
+        if self.config.scope() != crate::config::McpScope::Agent {
+            return Ok(());
+        }
+        self.instances
+            .forget(&InstanceKey::Agent(agent.to_string()))
+            .await
     }
 
     /// How many instances of the server run (or are starting) now.
@@ -310,13 +375,77 @@ impl McpServer {
         Ok(self.offered(tools))
     }
 
-    /// The tools the config offers, as commands; a tool whose name cannot be a command's is
-    /// left out with a warning.
+    /// Has `changed` told the server's new commands whenever its list of tools changes.
+    pub fn on_tools_changed(&self, changed: OnToolsChanged) {
+        *self
+            .tools_changed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(changed);
+    }
+
+    /// Whether the server's last listing offered `tool` (a list can change under a command).
+    pub fn still_offers(&self, tool: &str) -> bool {
+        self.offered_now
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .contains(tool)
+    }
+
+    /// Lists the tools again through `peer`, after the server said its list changed, and tells
+    /// whoever asked (`on_tools_changed`) the new commands; a listing that fails keeps the old.
+    async fn relist(self: Arc<Self>, peer: Peer<RoleClient>) {
+        let listed = tokio::time::timeout(self.timeout(), peer.list_all_tools()).await;
+        let tools = match listed {
+            Ok(Ok(tools)) => tools,
+            Ok(Err(why)) => {
+                tracing::warn!(server = %self.config.name, "the MCP server's tools changed, and listing them again failed: {}", self.without_secrets(&plain_call_error(&why)));
+                return;
+            }
+            Err(_) => {
+                tracing::warn!(server = %self.config.name, "the MCP server's tools changed, and it did not list them again in time");
+                return;
+            }
+        };
+        let commands = self.offered(tools);
+        tracing::info!(server = %self.config.name, "the MCP server's tools changed: {} offered now", commands.len());
+        let changed = self
+            .tools_changed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
+        if let Some(changed) = changed {
+            changed(commands);
+        }
+    }
+
+    /// Why tools of the last listing were left out (one line each), for `autothread check`.
+    pub fn left_out(&self) -> Vec<String> {
+        self.left_out
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// The tools the config offers, as commands; a tool whose name cannot be a command's, or that
+    /// must run as a task, is left out with a warning.
     fn offered(self: &Arc<Self>, tools: Vec<Tool>) -> Vec<Arc<dyn Command>> {
         let mut commands: Vec<Arc<dyn Command>> = Vec::new();
         let mut read_only = std::collections::HashSet::new();
+        let mut left_out = Vec::new();
+        let mut offered_now = std::collections::HashSet::new();
+        let task_only = self
+            .task_only
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
         for tool in tools {
             if !self.config.offers(&tool.name) {
+                continue;
+            }
+            if task_only.contains(tool.name.as_ref()) {
+                let why = tool::ToolLeftOut::OnlyAsTask(tool.name.to_string());
+                tracing::warn!(server = %self.config.name, "{why}");
+                left_out.push(why.to_string());
                 continue;
             }
             if tool
@@ -334,10 +463,24 @@ impl McpServer {
                 break;
             }
             match McpTool::new(self.clone(), &tool) {
-                Ok(command) => commands.push(Arc::new(command)),
-                Err(why) => tracing::warn!(server = %self.config.name, "{why}"),
+                Ok(command) => {
+                    offered_now.insert(tool.name.to_string());
+                    commands.push(Arc::new(command));
+                }
+                Err(why) => {
+                    tracing::warn!(server = %self.config.name, "{why}");
+                    left_out.push(why.to_string());
+                }
             }
         }
+        *self
+            .left_out
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = left_out;
+        *self
+            .offered_now
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = offered_now;
         *self
             .read_only
             .lock()
@@ -368,7 +511,11 @@ impl McpServer {
         live.connection = Some(connection);
         live.group = group.as_ref().map(|(group, ..)| *group);
         live.held = group.as_mut().and_then(|(_, _, held)| held.take());
-        live.child = group.map(|(_, child, _)| child);
+        if let Some((_, child, _)) = group {
+            let child = Arc::new(std::sync::Mutex::new(Some(child)));
+            tokio::spawn(reap_on_exit(Arc::downgrade(&child)));
+            live.child = Some(child);
+        }
         live.generation += 1;
         Ok((peer, live.generation))
     }
@@ -417,7 +564,8 @@ impl McpServer {
                 }
                 // The program leads its own group: the group's id is its process id.
                 let group = child.id().and_then(|pid| i32::try_from(pid).ok());
-                let served = rmcp::serve_client((), (oversize::Bounded::new(stdout), stdin)).await;
+                let stdout = oversize::Bounded::noting(stdout, self.task_only.clone());
+                let served = rmcp::serve_client(self.listener(), (stdout, stdin)).await;
                 if served.is_err() {
                     // What it wrote before it failed says why (a missing module, a bad flag).
                     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -432,10 +580,13 @@ impl McpServer {
             (None, Some(client), Some(url)) => {
                 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
                 let transport = rmcp::transport::StreamableHttpClientTransport::with_client(
-                    client.clone(),
+                    oversize::BoundedHttp {
+                        client: client.clone(),
+                        task_only: self.task_only.clone(),
+                    },
                     StreamableHttpClientTransportConfig::with_uri(url.as_str()),
                 );
-                rmcp::serve_client((), transport)
+                rmcp::serve_client(self.listener(), transport)
                     .await
                     .map(|connection| (connection, None))
             }
@@ -452,6 +603,12 @@ impl McpServer {
                 reason: self.without_secrets(&reason),
             }
         })
+    }
+
+    fn listener(&self) -> Listener {
+        Listener {
+            server: self.me.clone(),
+        }
     }
 
     /// Calls `tool` on the shared instance (see `call_in`).
@@ -681,6 +838,43 @@ fn in_instance(text: &str, dir: &std::path::Path) -> String {
     text.replace(INSTANCE_DIR, &dir.to_string_lossy())
 }
 
+/// A program, shared by its instance and the task that reaps it (`None` once the instance ended it).
+type SharedChild = Arc<std::sync::Mutex<Option<tokio::process::Child>>>;
+
+/// Reaps a program as soon as it ends by itself (it exited, or crashed), rather than at the next
+/// use of its instance: until then it would linger as a zombie. Woken by each SIGCHLD (or, where
+/// no signal can be had, every second), it ends once the program is reaped or its instance has
+/// taken it back to end it.
+async fn reap_on_exit(child: std::sync::Weak<std::sync::Mutex<Option<tokio::process::Child>>>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut ended = signal(SignalKind::child()).ok();
+    loop {
+        {
+            let Some(child) = child.upgrade() else {
+                return;
+            };
+            let mut child = child
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            // A program that has ended is reaped by asking (its status is kept for later).
+            let running = child
+                .as_mut()
+                .is_some_and(|running| matches!(running.try_wait(), Ok(None)));
+            if !running {
+                return;
+            }
+        }
+        match &mut ended {
+            Some(signals) => {
+                if signals.recv().await.is_none() {
+                    return;
+                }
+            }
+            None => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
+    }
+}
+
 /// How long an ended program is waited for before its user is given back regardless.
 const REAP_WAIT: Duration = Duration::from_secs(2);
 
@@ -691,17 +885,31 @@ pub const MAX_CALL_TIMEOUTS: u32 = 10;
 pub const STUCK_PING: Duration = Duration::from_secs(5);
 
 /// The words for an answer over the transport's bound: how big, the bound, and how to ask for less.
+/// A URL's answer is known only to be over the HTTP client's limit, which is then the bound told.
 fn too_big(server: &str, tool: &str, error: &ErrorData) -> String {
-    let bytes = error
-        .data
-        .as_ref()
-        .and_then(|data| data.get(oversize::OVERSIZED_BYTES_KEY))
-        .and_then(serde_json::Value::as_u64)
-        .unwrap_or_default();
+    let said = |key: &str| {
+        error
+            .data
+            .as_ref()
+            .and_then(|data| data.get(key))
+            .and_then(serde_json::Value::as_u64)
+    };
+    let (size, bound) = match (
+        said(oversize::OVERSIZED_BYTES_KEY),
+        said(oversize::OVERSIZED_OVER_KEY),
+    ) {
+        (Some(bytes), _) => (
+            format!("{} MB", megabytes(bytes)),
+            megabytes(oversize::MAX_MESSAGE_BYTES as u64),
+        ),
+        (None, Some(limit)) => (format!("over {} MB", megabytes(limit)), megabytes(limit)),
+        (None, None) => (
+            "too big".to_string(),
+            megabytes(oversize::MAX_MESSAGE_BYTES as u64),
+        ),
+    };
     format!(
-        "the answer of {server}.{tool} was {} MB, more than the {} MB an answer may be, so it was dropped; ask for less: a part of it (a range, a page, a filter, a smaller file), if the tool takes one",
-        megabytes(bytes),
-        megabytes(oversize::MAX_MESSAGE_BYTES as u64)
+        "the answer of {server}.{tool} was {size}, more than the {bound} MB an answer may be, so it was dropped; ask for less: a part of it (a range, a page, a filter, a smaller file), if the tool takes one",
     )
 }
 
@@ -866,9 +1074,17 @@ async fn log_stderr(
     }
 }
 
+/// The configured servers, started, and the commands of those that listed their tools.
+pub struct Connected {
+    pub commands: Vec<Arc<dyn Command>>,
+    /// Every server that could be opened, whether it started or not (an agent's deletion reaches
+    /// each one's instances).
+    pub servers: Vec<Arc<McpServer>>,
+}
+
 /// Starts every configured server and returns its commands; a server that cannot start is left
-/// out, with the reason in the log (`autothread check` shows it too).
-pub async fn connect_all(config: &crate::config::Config) -> Vec<Arc<dyn Command>> {
+/// out of the commands, with the reason in the log (`autothread check` shows it too).
+pub async fn connect_all(config: &crate::config::Config) -> Connected {
     // Started side by side: a server that hangs at its start delays the bot by one timeout, not
     // one per server.
     let mut starting = tokio::task::JoinSet::new();
@@ -878,18 +1094,20 @@ pub async fn connect_all(config: &crate::config::Config) -> Vec<Arc<dyn Command>
         let (server, web, sandbox) = (server.clone(), config.web.clone(), config.sandbox.clone());
         let state = kept.clone().map_or(StateRoot::Temporary, StateRoot::Kept);
         starting.spawn(async move {
-            let found = match McpServer::open(&server, &web, &sandbox, state) {
-                Ok(server) => server.commands().await,
-                Err(why) => Err(why),
+            let (found, opened) = match McpServer::open(&server, &web, &sandbox, state) {
+                Ok(server) => (server.commands().await, Some(server)),
+                Err(why) => (Err(why), None),
             };
-            (order, found)
+            (order, found, opened)
         });
     }
     let mut started = starting.join_all().await;
     // In the config's order, so that the prompt lists the commands the same way at every start.
-    started.sort_by_key(|(order, _)| *order);
+    started.sort_by_key(|(order, ..)| *order);
     let mut commands = Vec::new();
-    for (server, (_, found)) in config.mcp.servers.iter().zip(started) {
+    let mut servers = Vec::new();
+    for (server, (_, found, opened)) in config.mcp.servers.iter().zip(started) {
+        servers.extend(opened);
         match found {
             Ok(found) => {
                 tracing::info!(
@@ -903,7 +1121,7 @@ pub async fn connect_all(config: &crate::config::Config) -> Vec<Arc<dyn Command>
             Err(why) => tracing::warn!("MCP server {}: off, because {why}", server.name),
         }
     }
-    commands
+    Connected { commands, servers }
 }
 
 /// One server started and its tools listed.

@@ -3,7 +3,8 @@
 //! reply schema unless it refers to definitions elsewhere), its description with what each argument
 //! means, capped. Its result (`shown`) is the text parts, other content named, and structured
 //! content when there is nothing else, capped and labelled untrusted; a server's `is_error` is kept
-//! as an error. The tools are marked `reads_untrusted`, so an agent that used one is tainted, and
+//! as an error. Its images are saved in the workspace as generated images are (`images/…`, within
+//! the workspace's limits, `saved_images`), and the result names each one's file. The tools are marked `reads_untrusted`, so an agent that used one is tainted, and
 //! their arguments count as egress unless the server is configured without network.
 
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use super::McpServer;
 use crate::core::commands::Egress;
 use crate::core::commands::{ArgType, CommandSpec, Risk};
 use crate::core::reply::CommandCall;
-use crate::tools::{Command, ToolCtx, ToolOutput};
+use crate::tools::{Command, ToolCtx, ToolOutput, WorkspaceOp};
 
 /// Tools taken from one server at most: every command is in every prompt.
 pub const MAX_TOOLS_PER_SERVER: usize = 32;
@@ -42,6 +43,10 @@ pub enum ToolLeftOut {
         "the tool {0:?} is left out: its name is not 1 to 64 letters, digits, '_', '-' or '.'"
     )]
     BadName(String),
+    /// The tool must be run as a task (`execution.taskSupport = "required"`), which this bot does
+    /// not do: every call of it would fail.
+    #[error("the tool {0} is left out: it must be run as a task (its execution.taskSupport is \"required\"), which this bot does not do")]
+    OnlyAsTask(String),
     /// The tool takes more arguments than a command may.
     #[error("the tool {name} is left out: it takes {count} arguments, more than {MAX_ARGUMENTS}")]
     TooManyArguments { name: String, count: usize },
@@ -232,28 +237,117 @@ impl Command for McpTool {
     }
 
     async fn run(&self, call: &CommandCall, ctx: &ToolCtx<'_>) -> ToolOutput {
+        if !self.server.still_offers(&self.tool) {
+            return ToolOutput::error(format!(
+                "The MCP server '{}' no longer offers the tool '{}' (its list of tools changed), so it was not run; use the commands you are shown now.",
+                self.server.name(),
+                self.tool
+            ));
+        }
         let arguments = call.args.clone().into_iter().collect();
         // The instance of the agent's place, or its own, as the server's scope says.
         let instance = self.server.instance_for(&ctx.agent.id, &ctx.payer.spender);
         match self.server.call_in(instance, &self.tool, arguments).await {
-            Ok(result) => shown(&result, self.server.config().max_result_chars),
+            Ok(result) => {
+                let (saved, ops) = saved_images(&result, self.server.name(), &self.tool, ctx);
+                ToolOutput {
+                    ops,
+                    ..shown(&result, self.server.config().max_result_chars, &saved)
+                }
+            }
             Err(failure) => ToolOutput::error(failure.0),
         }
     }
 }
 
-/// A result as the agent reads it: its text parts, what else it holds named, capped, and
-/// labelled as coming from outside.
-fn shown(result: &CallToolResult, max_chars: usize) -> ToolOutput {
+/// Images of one result saved at most.
+const MAX_SAVED_IMAGES: usize = 8;
+
+/// The result's images saved in the workspace, as generated images are: where each one went, or
+/// why it was not saved (not base64, over a file's or the workspace's limit, too many), in the
+/// order of the result's images; and the writes that save them.
+fn saved_images(
+    result: &CallToolResult,
+    server: &str,
+    tool: &str,
+    ctx: &ToolCtx<'_>,
+) -> (Vec<Result<String, String>>, Vec<WorkspaceOp>) {
+    use base64::Engine as _;
+    let mut room = ctx
+        .limits
+        .max_agent_bytes
+        .saturating_sub(ctx.workspace.total_bytes().unwrap_or(u64::MAX));
+    let (mut saved, mut ops) = (Vec::new(), Vec::new());
+    let images = result.content.iter().filter_map(|block| block.as_image());
+    for (n, image) in images.enumerate() {
+        if n >= MAX_SAVED_IMAGES {
+            saved.push(Err(format!(
+                "only {MAX_SAVED_IMAGES} images of a result are saved"
+            )));
+            continue;
+        }
+        let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(image.data.as_bytes())
+        else {
+            saved.push(Err("its data is not base64".into()));
+            continue;
+        };
+        let size = bytes.len() as u64;
+        if size > ctx.limits.max_file_bytes || size > room {
+            saved.push(Err(format!(
+                "at {size} bytes it does not fit in the workspace (a file may be {} bytes, and {room} are left)",
+                ctx.limits.max_file_bytes
+            )));
+            continue;
+        }
+        room -= size;
+        let extension = match image.mime_type.as_str() {
+            "image/png" => "png",
+            "image/jpeg" => "jpg",
+            "image/gif" => "gif",
+            "image/webp" => "webp",
+            _ => "bin",
+        };
+        // The server's and the tool's names are letters, digits, '_', '-' and '.' only.
+        let path = format!(
+            "images/{}-{server}-{tool}-{}.{extension}",
+            ctx.agent.cycle,
+            n + 1
+        );
+        ops.push(WorkspaceOp::Put {
+            path: path.clone(),
+            contents: bytes,
+        });
+        saved.push(Ok(path));
+    }
+    (saved, ops)
+}
+
+/// A result as the agent reads it: its text parts, what else it holds named (an image by the file
+/// it was saved as, from `saved`), capped, and labelled as coming from outside.
+fn shown(
+    result: &CallToolResult,
+    max_chars: usize,
+    saved: &[Result<String, String>],
+) -> ToolOutput {
     let mut parts: Vec<String> = Vec::new();
+    let mut images = saved.iter();
     for block in &result.content {
         parts.push(match block {
             ContentBlock::Text(text) => text.text.clone(),
-            ContentBlock::Image(image) => format!(
-                "[an image ({}, {} bytes), not shown]",
-                image.mime_type,
-                image.data.len() / 4 * 3
-            ),
+            ContentBlock::Image(image) => {
+                let size = image.data.len() / 4 * 3;
+                match images.next() {
+                    Some(Ok(path)) => format!(
+                        "[an image ({}, {size} bytes), saved as {path}]",
+                        image.mime_type
+                    ),
+                    Some(Err(why)) => format!(
+                        "[an image ({}, {size} bytes), not saved: {why}]",
+                        image.mime_type
+                    ),
+                    None => format!("[an image ({}, {size} bytes), not shown]", image.mime_type),
+                }
+            }
             ContentBlock::Audio(audio) => format!("[audio ({}), not shown]", audio.mime_type),
             ContentBlock::Resource(resource) => match &resource.resource {
                 rmcp::model::ResourceContents::TextResourceContents { uri, text, .. } => {
@@ -475,7 +569,7 @@ mod tests {
     #[test]
     fn results_are_labelled_capped_and_errors_stay_errors() {
         let mut result = CallToolResult::success(vec![ContentBlock::text("x".repeat(50))]);
-        let out = shown(&result, 20);
+        let out = shown(&result, 20, &[]);
         let crate::core::history::Outcome::Success(text) = &out.outcome else {
             panic!("{out:?}")
         };
@@ -486,7 +580,7 @@ mod tests {
         assert!(text.contains("[cut: 20 of 50 characters shown]"), "{text}");
         result.is_error = Some(true);
         assert!(matches!(
-            shown(&result, 100).outcome,
+            shown(&result, 100, &[]).outcome,
             crate::core::history::Outcome::Error(_)
         ));
     }

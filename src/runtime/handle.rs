@@ -1,5 +1,5 @@
 //! The address of a live agent: `AgentHandle` (events and decisions in), the `ActorMsg`s its
-//! mailbox carries (`Event`, `Executed`), and `DecideError`, why a decision was not applied, whose
+//! mailbox carries (`Event`, `Executed`, `Upload`), and `DecideError`, why a decision was not applied, whose
 //! `Display` is the sentence every surface shows.
 //!
 //! The mailbox is bounded (`MAILBOX_CAPACITY`), with its last places reserved for the agent's own
@@ -15,6 +15,8 @@ use crate::core::history::Outcome;
 use crate::core::person::Person;
 use crate::core::reply::CommandCall;
 use crate::store::WorkspaceOp;
+
+use super::uploads::{Upload, UploadError};
 
 /// Why a decision was not applied. Its `Display` is the sentence shown to the person who
 /// decided, on every surface.
@@ -78,6 +80,11 @@ pub enum ActorMsg {
         outcome: Outcome,
         ops: Vec<WorkspaceOp>,
     },
+    /// A file a person gives the agent, written between two of its messages (see `uploads`).
+    Upload {
+        upload: Upload,
+        reply: oneshot::Sender<Result<(), UploadError>>,
+    },
 }
 
 /// Why an event from outside was not taken.
@@ -127,7 +134,9 @@ impl AgentHandle {
         }
         let event_of = |msg: ActorMsg| match msg {
             ActorMsg::Event { event, .. } => event,
-            ActorMsg::Executed { .. } => unreachable!("only events are admitted"),
+            ActorMsg::Executed { .. } | ActorMsg::Upload { .. } => {
+                unreachable!("only events are admitted")
+            }
         };
         self.tx
             .try_send(ActorMsg::Event { event, reply })
@@ -161,6 +170,23 @@ impl AgentHandle {
             Err(Refused::Full(_)) => Err(DecideError::Busy),
             Err(Refused::Stopped(_)) => Err(DecideError::NotRunning),
         }
+    }
+
+    /// Puts an upload in the mailbox, leaving the agent's reserved places free; the receiver
+    /// answers whether it was written.
+    pub(super) fn offer_upload(
+        &self,
+        upload: Upload,
+    ) -> Result<oneshot::Receiver<Result<(), UploadError>>, UploadError> {
+        // A closed mailbox belongs to an actor that failed and has yet to leave the map.
+        if self.tx.is_closed() || self.tx.capacity() <= RESERVED_FOR_THE_AGENT {
+            return Err(UploadError::Busy);
+        }
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .try_send(ActorMsg::Upload { upload, reply })
+            .map_err(|_| UploadError::Busy)?;
+        Ok(answer)
     }
 
     /// Delivers a decision and waits for the answer.

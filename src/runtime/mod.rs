@@ -31,6 +31,7 @@ mod policy;
 mod storage_plan;
 pub mod supervisor;
 mod surface;
+pub mod uploads;
 
 pub use drain::Drain;
 pub use handle::{ActorMsg, AgentHandle, DecideError, Refused, BUSY, MAILBOX_CAPACITY};
@@ -319,6 +320,29 @@ impl Actor {
                 self.apply(event, None, Some((cycle, call, outcome, ops)))
                     .await
             }
+            ActorMsg::Upload { upload, reply } => {
+                let put = uploads::put(
+                    &self.deps.store,
+                    &self.deps.config.workspace,
+                    &self.state.id,
+                    self.state.progress.cycle,
+                    upload,
+                    self.fence,
+                );
+                // A write the lease refused means another process runs the agent now: this
+                // actor stops, as after any fenced write that lost.
+                let lost = matches!(
+                    put,
+                    Err(uploads::UploadError::Store(StoreError::LeaseLost { .. }))
+                );
+                let _ = reply.send(put);
+                if lost {
+                    return Err(RuntimeError::Store(StoreError::LeaseLost {
+                        agent: self.state.id.clone(),
+                    }));
+                }
+                Ok(())
+            }
         }
     }
 
@@ -493,6 +517,8 @@ impl Actor {
         {
             self.policy = policy;
         }
+        // The commands as they are now (an MCP server's tools may have changed).
+        let commands = self.deps.tools.command_set();
         // The server's rules are read for each step: another agent's card may have made one.
         let server_rules = match &self.state.money.spender.guild {
             Some(guild) => self.deps.store.server_rules(guild).unwrap_or_else(|e| {
@@ -505,7 +531,7 @@ impl Actor {
             let deps = &self.deps;
             let ctx = StepCtx {
                 now: deps.clock.now(),
-                commands: deps.tools.command_set(),
+                commands: &commands,
                 policy: &self.policy,
                 quorum: &self.quorum,
                 expiry: &self.expiry,

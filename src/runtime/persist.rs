@@ -37,7 +37,7 @@ impl Actor {
                 true => Starting::HeldByDrain,
                 false => Starting::Allowed,
             },
-            commands: self.deps.tools.command_set(),
+            commands: &self.deps.tools.command_set(),
         };
         match storage_plan::plan(&step, &around) {
             StoragePlan::Nothing => {

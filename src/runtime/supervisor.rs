@@ -9,7 +9,8 @@
 //! mailbox empty (`Actor::try_stop`, through its registration). `change_resting_and_start` changes
 //! a resting agent's stored state and starts it once with the lock held throughout, which is what a
 //! rewind needs. `shutdown(grace)` raises the drain (see `drain`) and waits for the actors.
-//! `SendError::Busy` says the mailbox is full.
+//! `SendError::Busy` says the mailbox is full. `put_upload` writes a file a person gives an agent
+//! the same way: through its actor, or under the lock while it rests.
 //!
 //! When several processes share the store, every start first takes the agent's lease (see
 //! `leases`): an agent another process runs is not started here (`SendError::Elsewhere`), and
@@ -26,6 +27,7 @@ use crate::locks::LockRecovered;
 use crate::store::{Commit, Fence, StoreError};
 
 use super::leases::{Leased, Leases};
+use super::uploads::{self, Upload, UploadError};
 use super::{start_registered, was_interrupted, AgentHandle, DecideError, Deps, Refused, BUSY};
 
 /// Why an event could not be delivered.
@@ -249,6 +251,51 @@ impl Supervisor {
             leased => leased.fence(),
         };
         self.spawn_locked(&mut live, state, event, fence);
+        Ok(())
+    }
+
+    /// Puts a file a person gives the agent into its workspace, written by whoever runs the agent
+    /// (see `uploads`): a live agent's actor writes it between two of its messages; for a resting
+    /// agent it is written here, under the lock every start takes (so no actor starts meanwhile)
+    /// and with the agent's lease, given back after. Flushed before it returns.
+    pub async fn put_upload(&self, agent: &str, upload: Upload) -> Result<(), UploadError> {
+        let answer = {
+            let live = self.lock();
+            match live.get(agent) {
+                Some(running) => Some(running.handle.offer_upload(upload)?),
+                None => {
+                    if self.deps.drain.is_raised() {
+                        return Err(UploadError::ShuttingDown);
+                    }
+                    let state = self
+                        .deps
+                        .store
+                        .load_agent_record(agent)?
+                        .ok_or(UploadError::NoSuchAgent)?;
+                    let fence = match self.take_lease(agent)? {
+                        Leased::Elsewhere => return Err(UploadError::Elsewhere),
+                        leased => leased.fence(),
+                    };
+                    let put = uploads::put(
+                        &self.deps.store,
+                        &self.deps.config.workspace,
+                        agent,
+                        state.progress.cycle,
+                        upload,
+                        fence,
+                    );
+                    if let (Some(leases), Some(fence)) = (&self.leases, fence) {
+                        leases.release(agent, fence);
+                    }
+                    put?;
+                    None
+                }
+            }
+        };
+        if let Some(answer) = answer {
+            answer.await.unwrap_or(Err(UploadError::Busy))?;
+        }
+        self.deps.store.flush().await?;
         Ok(())
     }
 

@@ -36,6 +36,7 @@ pub(crate) enum TreeId {
     AuditChunks = 8,
     EpisodeChunks = 9,
     AgentBriefs = 10,
+    Uploads = 11,
 }
 
 impl TreeId {
@@ -51,6 +52,7 @@ impl TreeId {
             8 => TreeId::AuditChunks,
             9 => TreeId::EpisodeChunks,
             10 => TreeId::AgentBriefs,
+            11 => TreeId::Uploads,
             _ => return None,
         })
     }
@@ -198,6 +200,7 @@ impl Store {
             TreeId::AuditChunks => &self.audit_chunks,
             TreeId::EpisodeChunks => &self.episode_chunks,
             TreeId::AgentBriefs => &self.agent_briefs,
+            TreeId::Uploads => &self.uploads,
         }
     }
 

@@ -1,11 +1,15 @@
 //! Workspace files as the store keeps them (compressed, see `packed`): read back as written, and
 //! listed with the sizes they were written with. `put_file_from_outside` lands a file a person
-//! gave the agent (an Agent Protocol upload) with its undo record and its audit entry, all or
-//! none, without writing the agent's record, which its actor owns.
+//! gave the agent (an Agent Protocol upload) with its undo record, its audit entry and its digest
+//! in `uploads` (which tells a person's file from the agent's), all or none, without writing the
+//! agent's record, which its actor owns.
+
+use std::collections::HashSet;
 
 use super::ahead::{TreeId, Writes};
-use super::{agent_prefix, file_key, packed, Store, StoreError, WorkspaceOp};
+use super::{agent_prefix, file_key, packed, Fence, Store, StoreError, WorkspaceOp};
 use crate::core::audit::AuditEntry;
+use crate::core::digest::sha256_tagged;
 
 impl Store {
     /// An agent's file as it was written, if it exists.
@@ -41,17 +45,25 @@ impl Store {
     }
 
     /// Puts a file into an agent's workspace from outside its loop, at its cycle `cycle` (so a
-    /// rewind past it removes the file), with the trail's entry; flushed before it returns.
-    pub async fn put_file_from_outside(
+    /// rewind past it removes the file), with the trail's entry and the digest that marks it as a
+    /// person's, all or none, and fenced by the agent's lease when `fence` is given. Not flushed:
+    /// the caller flushes (`runtime::uploads` writes it under a lock no flush should be waited in).
+    pub fn put_file_from_outside(
         &self,
         agent: &str,
         cycle: u64,
         path: &str,
         contents: Vec<u8>,
         entry: &AuditEntry,
+        fence: Option<Fence>,
     ) -> Result<(), StoreError> {
         let mut writes = Writes::default();
         let audit_held = self.put_audit(&mut writes, agent, &[entry])?;
+        writes.put(
+            TreeId::Uploads,
+            file_key(agent, path),
+            sha256_tagged(&contents).into_bytes(),
+        );
         let op = WorkspaceOp::Put {
             path: path.to_string(),
             contents,
@@ -60,8 +72,27 @@ impl Store {
         if let WorkspaceOp::Put { path, contents } = op {
             writes.put(TreeId::Workspace, file_key(agent, &path), contents);
         }
-        self.write_together(&writes)?;
+        self.write_together_fenced(&writes, agent, fence)?;
         drop(audit_held);
-        self.flush().await
+        Ok(())
+    }
+
+    /// The agent's files that still hold what a person put there from outside: the agent did not
+    /// create them (the Agent Protocol's `agent_created: false`). A file the agent wrote since,
+    /// with other bytes, is its own again.
+    pub fn files_put_from_outside(&self, agent: &str) -> Result<HashSet<String>, StoreError> {
+        let prefix = agent_prefix(agent);
+        let mut files = HashSet::new();
+        for item in self.uploads.scan_prefix(&prefix) {
+            let (key, digest) = item?;
+            let path = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
+            let unchanged = self
+                .read_file(agent, &path)?
+                .is_some_and(|contents| sha256_tagged(&contents).as_bytes() == &digest[..]);
+            if unchanged {
+                files.insert(path);
+            }
+        }
+        Ok(files)
     }
 }

@@ -310,6 +310,9 @@ pub struct Store {
     workspace: kv::Tree,
     /// What each recent cycle's workspace changes replaced (see `snapshots`).
     workspace_undo: kv::Tree,
+    /// The digest of each workspace file a person put there from outside, by the file's key (see
+    /// `files`): while the file still holds those bytes, the agent did not write it.
+    uploads: kv::Tree,
     discord: kv::Tree,
     subagents: kv::Tree,
     audit: kv::Tree,
@@ -383,6 +386,7 @@ impl Store {
             journal: db.open_tree("journal")?,
             workspace: db.open_tree("workspace")?,
             workspace_undo: db.open_tree("workspace_undo")?,
+            uploads: db.open_tree("uploads")?,
             discord: db.open_tree("discord")?,
             subagents: db.open_tree("subagents")?,
             audit: db.open_tree("audit")?,
@@ -677,6 +681,7 @@ impl Store {
             &self.decisions,
             &self.journal,
             &self.workspace,
+            &self.uploads,
             &self.subagents,
             &self.audit,
             &self.audit_chunks,

@@ -795,7 +795,65 @@ fn a_servers_policy_choices_change_in_place_per_class_and_survive_a_reopen(backe
     assert!(!store.discord.contains_key(b"policy/7").unwrap());
 }
 
+fn a_file_a_person_put_there_is_theirs_until_the_agent_writes_other_bytes(backend: Backend) {
+    let Some(db) = TestStore::on(backend) else {
+        return;
+    };
+    let store = db.open();
+    let agent = state("uploads1");
+    store
+        .commit(&Commit {
+            state: Some(&agent),
+            ..Default::default()
+        })
+        .unwrap();
+    let entry = AuditEntry {
+        at: chrono::Utc::now(),
+        by: ActedBy::from("caller"),
+        event: crate::core::audit::AuditEvent::FileUploaded {
+            path: "in/a.txt".into(),
+            bytes: 1,
+            digest: crate::core::digest::sha256_tagged(b"a"),
+        },
+    };
+    for path in ["in/a.txt", "in/b.txt", "in/c.txt"] {
+        store
+            .put_file_from_outside("uploads1", 0, path, b"a".to_vec(), &entry, None)
+            .unwrap();
+    }
+    // The agent rewrites b with other bytes, c with the same, and removes a.
+    store
+        .commit(&Commit {
+            state: Some(&agent),
+            workspace: vec![
+                WorkspaceOp::Put {
+                    path: "in/b.txt".into(),
+                    contents: b"mine".to_vec(),
+                },
+                WorkspaceOp::Put {
+                    path: "in/c.txt".into(),
+                    contents: b"a".to_vec(),
+                },
+                WorkspaceOp::Delete {
+                    path: "in/a.txt".into(),
+                },
+            ],
+            ..Default::default()
+        })
+        .unwrap();
+    let theirs = store.files_put_from_outside("uploads1").unwrap();
+    assert_eq!(theirs, ["in/c.txt".to_string()].into_iter().collect());
+    assert_eq!(store.audit_trail("uploads1").unwrap().len(), 3);
+    store.delete_agent("uploads1").unwrap();
+    assert!(store.files_put_from_outside("uploads1").unwrap().is_empty());
+    assert_eq!(
+        store.uploads.scan_prefix(agent_prefix("uploads1")).count(),
+        0
+    );
+}
+
 on_both_backends!(
+    a_file_a_person_put_there_is_theirs_until_the_agent_writes_other_bytes,
     commit_and_reload_with_episodes_and_files,
     newer_schema_refuses_to_open,
     a_deleted_agent_leaves_nothing_and_its_neighbour_everything,

@@ -38,7 +38,9 @@ use crate::core::commands::{CommandSet, CommandSpec, FINISH};
 use crate::core::history::Outcome;
 use crate::core::reply::CommandCall;
 use crate::core::state::AgentView;
-use crate::store::{Store, StoreError, SubAgentRecord, WorkspaceOp};
+/// A workspace change a command asks for, named here for commands outside this module.
+pub use crate::store::WorkspaceOp;
+use crate::store::{Store, StoreError, SubAgentRecord};
 
 /// What a command may use while it runs: views of its own agent only, never the whole store,
 /// config or surface, and nothing of the agent's history.
@@ -219,11 +221,34 @@ pub trait Command: Send + Sync {
     async fn run(&self, call: &CommandCall, ctx: &ToolCtx<'_>) -> ToolOutput;
 }
 
-/// The enabled commands, in prompt order.
-#[derive(Clone)]
+/// The enabled commands, in prompt order. An MCP server's may change while the bot runs (its list
+/// of tools changed, `replace_family`): each step reads the set as it is then.
 pub struct Registry {
+    listed: std::sync::RwLock<Listed>,
+}
+
+/// The commands and their specs, replaced together.
+#[derive(Clone)]
+struct Listed {
     commands: Vec<Arc<dyn Command>>,
-    set: CommandSet,
+    set: Arc<CommandSet>,
+}
+
+impl Listed {
+    fn of(commands: Vec<Arc<dyn Command>>) -> Listed {
+        let set = Arc::new(CommandSet {
+            specs: commands.iter().map(|c| c.spec()).collect(),
+        });
+        Listed { commands, set }
+    }
+}
+
+impl Clone for Registry {
+    fn clone(&self) -> Self {
+        Registry {
+            listed: std::sync::RwLock::new(self.listed().clone()),
+        }
+    }
 }
 
 impl Registry {
@@ -232,10 +257,48 @@ impl Registry {
             .into_iter()
             .filter(|c| !disabled.contains(&c.spec().name))
             .collect();
-        let set = CommandSet {
-            specs: commands.iter().map(|c| c.spec()).collect(),
-        };
-        Registry { commands, set }
+        Registry {
+            listed: std::sync::RwLock::new(Listed::of(commands)),
+        }
+    }
+
+    fn listed(&self) -> std::sync::RwLockReadGuard<'_, Listed> {
+        // Replaced whole under the lock: a panic cannot leave it half changed.
+        self.listed
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Replaces the commands whose names start with `prefix` (an MCP server's, `server.`) by
+    /// `commands`, minus those the config disables, where the first of them was (at the end when
+    /// there was none).
+    pub fn replace_family(
+        &self,
+        prefix: &str,
+        commands: Vec<Arc<dyn Command>>,
+        disabled: &[String],
+    ) {
+        let mut listed = self
+            .listed
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let at = listed
+            .commands
+            .iter()
+            .position(|c| c.spec().name.starts_with(prefix))
+            .unwrap_or(listed.commands.len());
+        let mut kept: Vec<Arc<dyn Command>> = listed
+            .commands
+            .iter()
+            .filter(|c| !c.spec().name.starts_with(prefix))
+            .cloned()
+            .collect();
+        let fresh = commands
+            .into_iter()
+            .filter(|c| !disabled.contains(&c.spec().name));
+        let at = at.min(kept.len());
+        kept.splice(at..at, fresh);
+        *listed = Listed::of(kept);
     }
 
     /// The standard commands, minus those the config disables. `finish` is always kept: without it
@@ -279,7 +342,7 @@ impl Registry {
     /// This registry with `more` commands, minus those of them the config disables (the ones
     /// already here were filtered when it was made; `finish` among them stays).
     pub fn with_commands(self, more: Vec<Arc<dyn Command>>, disabled: &[String]) -> Self {
-        let mut commands = self.commands;
+        let mut commands = self.listed().commands.clone();
         commands.extend(
             more.into_iter()
                 .filter(|c| !disabled.contains(&c.spec().name)),
@@ -287,12 +350,19 @@ impl Registry {
         Registry::new(commands, &[])
     }
 
-    pub fn command_set(&self) -> &CommandSet {
-        &self.set
+    /// The commands as they are now.
+    pub fn command_set(&self) -> Arc<CommandSet> {
+        self.listed().set.clone()
     }
 
     pub async fn run(&self, call: &CommandCall, ctx: &ToolCtx<'_>) -> ToolOutput {
-        match self.commands.iter().find(|c| c.spec().name == call.name) {
+        let command = self
+            .listed()
+            .commands
+            .iter()
+            .find(|c| c.spec().name == call.name)
+            .cloned();
+        match command {
             Some(command) => command.run(call, ctx).await,
             None => ToolOutput::error(format!("Unknown command '{}'.", call.name)),
         }

@@ -4,6 +4,8 @@
 //! and the first to land wins, exactly once, and a binding that cannot be made is a 422 that
 //! creates nothing.
 
+use std::time::Duration;
+
 use crate::support;
 
 use serde_json::{json, Value};
@@ -214,12 +216,32 @@ async fn a_bound_task_is_decided_from_discord_or_the_api_and_a_race_decides_once
         status_of(&edited)
     );
 
-    // The race: Bob's click and the API's approval are sent at once, round after round.
+    // The race: Bob's click and the API's approval, round after round: sent at once, or one
+    // with a head start, so that each side wins some rounds and loses others.
     let (mut by_discord, mut by_api) = (0, 0);
+    let head_start = Duration::from_millis(300);
     for cycle in 3..3 + ROUNDS {
         let shown = card(&discord, thread, &format!("BoundGPT · cycle {cycle}")).await;
-        let click = discord.click(BOB, &[], &shown, &button(&shown, "Approve"));
-        let step = api.step(&task_id).await;
+        let approve = button(&shown, "Approve");
+        let (click, step) = match cycle % 3 {
+            0 => {
+                let click = discord.click(BOB, &[], &shown, &approve);
+                tokio::time::sleep(head_start).await;
+                (click, api.step(&task_id).await)
+            }
+            1 => {
+                let late_click = async {
+                    tokio::time::sleep(head_start).await;
+                    discord.click(BOB, &[], &shown, &approve)
+                };
+                let (step, click) = tokio::join!(api.step(&task_id), late_click);
+                (click, step)
+            }
+            _ => {
+                let click = discord.click(BOB, &[], &shown, &approve);
+                (click, api.step(&task_id).await)
+            }
+        };
         assert_eq!(
             step["step_id"],
             (cycle + 1).to_string(),
@@ -270,6 +292,10 @@ async fn a_bound_task_is_decided_from_discord_or_the_api_and_a_race_decides_once
         }
     }
     assert_eq!(by_discord + by_api, ROUNDS);
+    assert!(
+        by_discord > 0 && by_api > 0,
+        "each side should win some rounds: Discord {by_discord}, the API {by_api}"
+    );
     // Each cycle asked the model once: no command ran twice and no cycle was repeated.
     assert_eq!(
         openai.requests(Kind::Cycle).len() as u64,

@@ -257,6 +257,13 @@ async fn a_task_steps_through_feedback_a_write_an_upload_read_a_question_and_fin
     assert_eq!(uploaded["relative_path"], "inbox");
     let up_id = uploaded["artifact_id"].as_str().unwrap();
     assert_eq!(api.download(&task, up_id).await, notes);
+    // The listing tells the person's file from the agent's.
+    let listed = api.get(&format!("/tasks/{task}/artifacts")).await;
+    assert_eq!(
+        artifact_of(&listed, "inbox/notes.txt")["agent_created"],
+        false
+    );
+    assert_eq!(artifact_of(&listed, "haiku.txt")["agent_created"], true);
     let fourth = api.step(&task, Some("y")).await;
     assert_eq!(fourth["step_id"], "4");
     assert_eq!(fourth["name"], "ask_user");
@@ -286,6 +293,12 @@ async fn a_task_steps_through_feedback_a_write_an_upload_read_a_question_and_fin
     assert_eq!(done["step_id"], "5");
     assert_eq!(done["is_last"], true);
     assert_eq!(done["status"], "completed");
+
+    // A finished agent rests, and still takes a file.
+    let (status, late) = api.upload(&task, "late.txt", None, b"after the end").await;
+    assert_eq!(status, 200, "{late}");
+    let listed = api.get(&format!("/tasks/{task}/artifacts")).await;
+    assert_eq!(artifact_of(&listed, "late.txt")["agent_created"], false);
 
     // Every step is listed, paged.
     let page = api

@@ -2,7 +2,7 @@
 //! own `Store` handle on one database) resumes only the agents of the servers its shards serve,
 //! under their lease; a process whose lease was taken over stops the agent, and its late write is
 //! refused; a process that stops renewing (as one killed would) leaves its agents to another
-//! within the lease's expiry.
+//! within the lease's expiry; an upload is written only by the process that runs the agent.
 
 use crate::support;
 
@@ -10,12 +10,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use autothread::core::audit::{AuditEntry, AuditEvent};
 use autothread::core::budget::Micros;
 use autothread::core::event::Event;
-use autothread::core::person::Person;
+use autothread::core::person::{ActedBy, Person};
 use autothread::core::state::{AgentState, Phase};
 use autothread::llm::{ChatModel, ChatReply, ChatRequest, LlmError};
 use autothread::runtime::supervisor::{SendError, Supervisor};
+use autothread::runtime::uploads::{Upload, UploadError};
 use autothread::store::{Commit, Fence, Store, ThreadBinding};
 use autothread::surface::discord::shards::Shards;
 use support::inproc::{agent, deps, Recorder, SteppedClock};
@@ -242,4 +244,105 @@ async fn the_agents_of_a_process_that_stopped_renewing_continue_in_another_withi
     assert!(!alive.is_running("elsewhere"));
     let lease = store_alive.lease("orphan").unwrap().unwrap();
     assert_eq!(lease.fence, Fence(2));
+}
+
+fn upload(path: &str, contents: &[u8]) -> Upload {
+    Upload {
+        path: path.into(),
+        contents: contents.to_vec(),
+        entry: AuditEntry {
+            at: chrono::Utc::now(),
+            by: ActedBy::from("ci"),
+            event: AuditEvent::FileUploaded {
+                path: path.into(),
+                bytes: contents.len() as u64,
+                digest: autothread::core::digest::sha256_tagged(contents),
+            },
+        },
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_is_written_by_the_process_that_runs_the_agent_and_refused_by_any_other() {
+    let Some((url, _)) = fresh_database().await else {
+        return;
+    };
+    let dirs = [(); 2].map(|()| tempfile::tempdir().unwrap());
+    let (runs, store_runs) = process(&url, &dirs[0], None);
+    let (other, store_other) = process(&url, &dirs[1], None);
+    thinking_agent(&store_runs, "live_one", GUILD_ON_0);
+    assert_eq!(
+        runs.resume_where(|agent| agent.id == "live_one").unwrap(),
+        1
+    );
+
+    // The process that does not run the agent writes nothing, and says why.
+    let refused = other
+        .put_upload("live_one", upload("in/refused.txt", b"no"))
+        .await;
+    assert!(
+        matches!(refused, Err(UploadError::Elsewhere)),
+        "{refused:?}"
+    );
+    assert_eq!(
+        store_other.read_file("live_one", "in/refused.txt").unwrap(),
+        None
+    );
+    assert!(!other.is_running("live_one"));
+
+    // The one that runs it writes through the agent's actor, fenced by its lease.
+    runs.put_upload("live_one", upload("in/notes.txt", b"notes"))
+        .await
+        .unwrap();
+    assert_eq!(
+        store_other
+            .read_file("live_one", "in/notes.txt")
+            .unwrap()
+            .as_deref(),
+        Some(&b"notes"[..])
+    );
+    assert!(store_other
+        .files_put_from_outside("live_one")
+        .unwrap()
+        .contains("in/notes.txt"));
+    assert!(runs.is_running("live_one"));
+
+    // A file over the cap is refused where it is written, and nothing lands.
+    let cap = autothread::config::Config::default()
+        .workspace
+        .max_file_bytes as usize;
+    let too_big = runs
+        .put_upload("live_one", upload("in/big.bin", &vec![7; cap + 1]))
+        .await;
+    assert!(
+        matches!(too_big, Err(UploadError::FileTooBig { .. })),
+        "{too_big:?}"
+    );
+    assert_eq!(
+        store_runs.read_file("live_one", "in/big.bin").unwrap(),
+        None
+    );
+
+    // A resting agent (no process runs it) takes the upload from whichever process gets it, which
+    // holds its lease only for the write and starts no actor.
+    thinking_agent(&store_runs, "resting_one", GUILD_ON_1);
+    other
+        .put_upload("resting_one", upload("report.txt", b"report"))
+        .await
+        .unwrap();
+    assert!(!other.is_running("resting_one"));
+    assert_eq!(
+        store_runs
+            .read_file("resting_one", "report.txt")
+            .unwrap()
+            .as_deref(),
+        Some(&b"report"[..])
+    );
+    let lease = store_runs.lease("resting_one").unwrap().unwrap();
+    assert!(lease.expires_at <= chrono::Utc::now(), "{lease:?}");
+    assert_eq!(
+        runs.resume_where(|agent| agent.id == "resting_one")
+            .unwrap(),
+        1
+    );
 }

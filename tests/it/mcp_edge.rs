@@ -2,7 +2,12 @@
 //! `fixtures/mcp_edge_server.py` (the reference servers do not produce these on demand): an answer
 //! over the transport's bound fails at once with its size and leaves the server running; content
 //! blocks of an unknown kind are skipped with a note; progress extends the wait; a timeout cancels
-//! the call (`notifications/cancelled`) and keeps a server that still answers.
+//! the call (`notifications/cancelled`) and keeps a server that still answers; a server that exits
+//! by itself is reaped at once; a tool that runs only as a task is left out, and `check` says so; a
+//! result's image is saved in the workspace and named by its file; a changed list of tools
+//! replaces the server's commands, and one no longer listed is refused. A URL server's answer over
+//! the HTTP client's limit (against `support::fake_mcp`) fails at once too, as a JSON body or an
+//! event stream.
 
 use std::time::{Duration, Instant};
 
@@ -178,4 +183,270 @@ async fn a_server_that_fails_at_start_says_why_with_its_last_words_and_no_type_n
         !failed.contains("Some(") && !failed.contains("{ "),
         "no Rust values in the reason: {failed}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_url_servers_answer_over_the_limit_fails_at_once_with_its_size_and_the_session_lives_on()
+{
+    let mcp = crate::support::fake_mcp::FakeMcpHttp::start_open().await;
+    let config: McpServerConfig = toml::from_str(&format!(
+        "name = \"remote\"\nurl = \"{}/mcp\"\ntimeout_secs = 60\n",
+        mcp.base_url
+    ))
+    .unwrap();
+    let web = WebConfig {
+        allow_hosts: vec!["127.0.0.1".into()],
+        ..WebConfig::default()
+    };
+    let server = McpServer::new(&config, &web).unwrap();
+    server.commands().await.unwrap();
+    for stream in [false, true] {
+        let started = Instant::now();
+        let failure = server
+            .call(
+                "big",
+                json!({"bytes": 17_000_000, "stream": stream})
+                    .as_object()
+                    .unwrap()
+                    .clone(),
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "it failed at once, not at the timeout (stream: {stream}): {:?}",
+            started.elapsed()
+        );
+        assert!(
+            failure.0.contains("remote.big was over 16.8 MB") && failure.0.contains("ask for less"),
+            "stream: {stream}: {failure}"
+        );
+        assert!(!failure.0.contains("restart"), "{failure}");
+        let small = server
+            .call(
+                "big",
+                json!({"bytes": 1000, "stream": stream})
+                    .as_object()
+                    .unwrap()
+                    .clone(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(texts(&small).join("").len(), 1000);
+    }
+    let sessions = mcp
+        .seen()
+        .iter()
+        .filter(|seen| seen.rpc_method.as_deref() == Some("initialize"))
+        .count();
+    assert_eq!(sessions, 1, "the session was not started again");
+}
+
+/// Process `pid`'s state letter (`Z` for a zombie), or `None` once it is gone (reaped).
+fn process_state(pid: &str) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, after) = stat.rsplit_once(')')?;
+    after.trim_start().chars().next()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_exits_by_itself_is_reaped_at_once_and_leaves_no_zombie() {
+    let Some(server) = edge_server("") else {
+        return;
+    };
+    server.commands().await.unwrap();
+    let pid = pid_of(&server).await;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let parent = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        parent,
+        std::process::id().to_string(),
+        "the server is this process's child"
+    );
+    let said = server.call("exit_soon", no_arguments()).await.unwrap();
+    assert_eq!(texts(&said), ["bye"]);
+    // Nothing uses the server again: it is reaped all the same, within a bounded wait.
+    let waited = Instant::now();
+    while let Some(state) = process_state(&pid) {
+        assert!(
+            waited.elapsed() < Duration::from_secs(10),
+            "process {pid} is still there ({state}) {:?} after it exited",
+            waited.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_that_runs_only_as_a_task_is_left_out_and_check_says_why() {
+    let Some(server) = edge_server("") else {
+        return;
+    };
+    let names: Vec<String> = server
+        .commands()
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| c.spec().name)
+        .collect();
+    assert!(names.contains(&"edge.pid".to_string()), "{names:?}");
+    assert!(!names.contains(&"edge.research".to_string()), "{names:?}");
+    let why = server.left_out().join("\n");
+    assert!(
+        why.contains("the tool research is left out: it must be run as a task"),
+        "{why}"
+    );
+    // A URL server's listing, answered as a JSON body, is read the same way.
+    let mcp = crate::support::fake_mcp::FakeMcpHttp::start_open().await;
+    let config: McpServerConfig = toml::from_str(&format!(
+        "name = \"remote\"\nurl = \"{}/mcp\"\n",
+        mcp.base_url
+    ))
+    .unwrap();
+    let web = WebConfig {
+        allow_hosts: vec!["127.0.0.1".into()],
+        ..WebConfig::default()
+    };
+    let remote = McpServer::new(&config, &web).unwrap();
+    let names: Vec<String> = remote
+        .commands()
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| c.spec().name)
+        .collect();
+    assert!(names.contains(&"remote.echo".to_string()), "{names:?}");
+    assert!(!names.contains(&"remote.research".to_string()), "{names:?}");
+    // `check` lists what agents get, and says why the rest is left out.
+    let openai = crate::support::fake_openai::FakeOpenAi::start(
+        crate::support::fake_openai::Expect::test_model(),
+    )
+    .await;
+    let env = crate::support::TestEnv::new(&openai.base_url, "");
+    let path = env.dir.path().join("bot.toml");
+    let mut bot = std::fs::read_to_string(&path).unwrap();
+    bot.push_str(&format!(
+        "\n[[mcp.servers]]\nname = \"edge\"\ncommand = \"python3\"\nargs = [\"{EDGE_SERVER}\"]\n{UNCONFINED}"
+    ));
+    std::fs::write(&path, bot).unwrap();
+    let (_, out, err) = env.run(&["check"]).await;
+    let line = out
+        .lines()
+        .find(|l| l.contains("edge (the program python3"))
+        .unwrap_or_else(|| panic!("no line for the server:\n{out}\n{err}"));
+    let offered = line
+        .split_once("tools offered (")
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .map(|(names, _)| names)
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(
+        offered.contains("edge.pid") && !offered.contains("edge.research"),
+        "{line}"
+    );
+    assert!(
+        line.contains("the tool research is left out: it must be run as a task"),
+        "{line}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_list_of_tools_replaces_the_commands_and_a_removed_tool_is_refused_in_words() {
+    let Some(server) = edge_server("") else {
+        return;
+    };
+    let commands = server.commands().await.unwrap();
+    let registry = std::sync::Arc::new(autothread::tools::Registry::new(commands.clone(), &[]));
+    let weak = std::sync::Arc::downgrade(&registry);
+    server.on_tools_changed(std::sync::Arc::new(
+        move |fresh: Vec<std::sync::Arc<dyn autothread::tools::Command>>| {
+            if let Some(registry) = weak.upgrade() {
+                registry.replace_family("edge.", fresh, &[]);
+            }
+        },
+    ));
+    let names = || registry.command_set().names();
+    assert!(names().contains(&"edge.mixed".to_string()), "{:?}", names());
+    assert!(
+        !names().contains(&"edge.added".to_string()),
+        "{:?}",
+        names()
+    );
+    let mixed = commands
+        .iter()
+        .find(|c| c.spec().name == "edge.mixed")
+        .unwrap()
+        .clone();
+    let said = server.call("change_tools", no_arguments()).await.unwrap();
+    assert_eq!(texts(&said), ["changed"]);
+    // The server says its list changed; the bot lists it again, without being asked.
+    let waited = Instant::now();
+    while !names().contains(&"edge.added".to_string()) {
+        assert!(
+            waited.elapsed() < Duration::from_secs(10),
+            "the new tool never came: {:?}",
+            names()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        !names().contains(&"edge.mixed".to_string()),
+        "{:?}",
+        names()
+    );
+    assert!(names().contains(&"edge.pid".to_string()), "{:?}", names());
+    // A command made before the change, of a tool no longer listed, is refused in words.
+    let dir = tempfile::tempdir().unwrap();
+    let store = autothread::store::Store::open(dir.path()).unwrap();
+    let agent = autothread::core::state::AgentState::for_test("a1");
+    let outcome =
+        crate::support::inproc::run_command(&store, mixed.as_ref(), &agent, json!({})).await;
+    let autothread::core::history::Outcome::Error(refused) = &outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(
+        refused.contains("no longer offers the tool 'mixed'"),
+        "{refused}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_in_a_result_is_saved_in_the_workspace_and_the_result_names_its_file() {
+    let Some(server) = edge_server("") else {
+        return;
+    };
+    let commands = server.commands().await.unwrap();
+    let mixed = commands
+        .iter()
+        .find(|c| c.spec().name == "edge.mixed")
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = autothread::store::Store::open(dir.path()).unwrap();
+    let mut agent = autothread::core::state::AgentState::for_test("a1");
+    agent.progress.cycle = 3;
+    let output =
+        crate::support::inproc::run_command_output(&store, mixed.as_ref(), &agent, json!({})).await;
+    let autothread::core::history::Outcome::Success(text) = &output.outcome else {
+        panic!("{output:?}");
+    };
+    let path = "images/3-edge-mixed-1.png";
+    assert!(
+        text.contains("[an image (image/png, ") && text.contains(&format!("saved as {path}]")),
+        "{text}"
+    );
+    let [autothread::store::WorkspaceOp::Put {
+        path: saved,
+        contents,
+    }] = output.ops.as_slice()
+    else {
+        panic!("{:?}", output.ops);
+    };
+    assert_eq!(saved, path);
+    assert!(contents.starts_with(b"\x89PNG"), "{contents:?}");
 }

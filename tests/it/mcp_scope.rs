@@ -412,3 +412,48 @@ async fn a_call_cut_by_a_dying_server_runs_again_only_when_its_tool_only_reads()
     // The listing's instance and the reader's: a restart starts no other.
     assert_eq!(server.running_instances(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_an_agent_ends_its_own_instance_and_removes_its_directory_only() {
+    let python = std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("python3 is not installed ({e})"));
+    if crate::support::needs::needs(python).is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("store")).unwrap();
+    let root = dir.path().join("mcp");
+    let config: McpServerConfig = toml::from_str(&format!(
+        "name = \"edge\"\ncommand = \"python3\"\nargs = [\"{EDGE_SERVER}\"]\nscope = \"agent\"\n{UNCONFINED}",
+        UNCONFINED = crate::mcp_edge::UNCONFINED
+    ))
+    .unwrap();
+    let server = McpServer::open(
+        &config,
+        &WebConfig::default(),
+        &SandboxConfig::default(),
+        StateRoot::Kept(root.clone()),
+    )
+    .unwrap();
+    let tools = Tools(server.commands().await.unwrap());
+    let (alice, bob) = (agent("alice1", Some(1)), agent("bob2", Some(1)));
+    let alice_pid = pid_of(&store, &tools, &alice).await;
+    let bob_pid = pid_of(&store, &tools, &bob).await;
+    let own = |id: &str| root.join("edge").join(format!("agent-{id}"));
+    std::fs::write(own("alice1").join("notes.txt"), "alice's state").unwrap();
+    // An agent whose instance is not running (the bot restarted since) still has its directory.
+    std::fs::create_dir_all(own("olga3")).unwrap();
+    server.forget_agent("alice1").await.unwrap();
+    server.forget_agent("olga3").await.unwrap();
+    until_ended(&[alice_pid], Duration::from_secs(10)).await;
+    assert!(!own("alice1").exists(), "alice's directory is removed");
+    assert!(!own("olga3").exists(), "olga's directory is removed");
+    // Bob's instance runs on, with its directory, in the same process.
+    assert!(own("bob2").exists());
+    assert!(!ended(bob_pid));
+    assert_eq!(pid_of(&store, &tools, &bob).await, bob_pid);
+    // Forgetting an agent with nothing left is no error.
+    server.forget_agent("alice1").await.unwrap();
+}

@@ -7,9 +7,10 @@
 //! to the workspace (`core::paths`: no `..`, no absolute path, no control, invisible or
 //! direction-changing characters), and the file and the whole workspace are held to
 //! `workspace.max_file_bytes` and `workspace.max_agent_bytes`. A refusal is a 422 saying why,
-//! and nothing is written. An accepted file lands with an `AuditEvent::FileUploaded` entry
-//! naming the caller (`Store::put_file_from_outside`); the agent sees it when it next lists or
-//! reads its files.
+//! and nothing is written. An accepted file is written by whoever runs the agent
+//! (`Supervisor::put_upload`: its actor, between two of its messages), with an
+//! `AuditEvent::FileUploaded` entry naming the caller; the agent sees it when it next lists or
+//! reads its files. A file is `agent_created: false` while it holds what a person uploaded.
 
 use axum::extract::{Multipart, Path, Query, State};
 use axum::http::header;
@@ -23,6 +24,7 @@ use crate::core::audit::{AuditEntry, AuditEvent};
 use crate::core::paths::normalize_path;
 use crate::core::person::ActedBy;
 use crate::core::state::AgentState;
+use crate::runtime::uploads::{self, UploadError};
 use crate::store::Store;
 
 /// An artifact's id: its path in hex.
@@ -42,14 +44,22 @@ fn path_of(id: &str) -> Option<String> {
     String::from_utf8(bytes).ok()
 }
 
-fn artifact(state: &AgentState, path: &str) -> Artifact {
+/// Who wrote a file as it is now.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Created {
+    ByTheAgent,
+    /// A person put it there from outside (an upload), and the agent has not rewritten it.
+    ByAPerson,
+}
+
+fn artifact(state: &AgentState, path: &str, created: Created) -> Artifact {
     let (folder, file_name) = match path.rsplit_once('/') {
         Some((folder, name)) => (folder.to_string(), name.to_string()),
         None => (String::new(), path.to_string()),
     };
     Artifact {
         artifact_id: artifact_id(path),
-        agent_created: true,
+        agent_created: created == Created::ByTheAgent,
         file_name,
         relative_path: folder,
         created_at: state.created_at,
@@ -59,10 +69,18 @@ fn artifact(state: &AgentState, path: &str) -> Artifact {
 
 /// Every file of the agent's workspace, by path.
 pub fn list(store: &Store, state: &AgentState) -> Result<Vec<Artifact>, ApiError> {
+    let from_outside = store.files_put_from_outside(&state.id)?;
     Ok(store
         .list_files(&state.id)?
         .iter()
-        .map(|(path, _)| artifact(state, path))
+        .map(|(path, _)| {
+            let created = if from_outside.contains(path) {
+                Created::ByAPerson
+            } else {
+                Created::ByTheAgent
+            };
+            artifact(state, path, created)
+        })
         .collect())
 }
 
@@ -119,19 +137,19 @@ pub async fn download_artifact(
         .into_response())
 }
 
-/// What an upload carried.
+/// What an upload's request carried.
 #[derive(Default)]
-struct Upload {
+struct Received {
     file_name: Option<String>,
     contents: Option<Vec<u8>>,
     relative_path: Option<String>,
 }
 
-async fn read_upload(mut multipart: Multipart) -> Result<Upload, ApiError> {
+async fn read_upload(mut multipart: Multipart) -> Result<Received, ApiError> {
     let unreadable = |e: axum::extract::multipart::MultipartError| {
         ApiError::Invalid(format!("The upload cannot be read: {}.", e.body_text()))
     };
-    let mut upload = Upload::default();
+    let mut upload = Received::default();
     while let Some(field) = multipart.next_field().await.map_err(unreadable)? {
         match field.name() {
             Some("file") => {
@@ -154,7 +172,7 @@ async fn read_upload(mut multipart: Multipart) -> Result<Upload, ApiError> {
 
 /// The workspace path an upload goes to: `relative_path` (a folder) joined with the file's
 /// name, confined to the workspace; or why not.
-fn upload_path(upload: &Upload) -> Result<String, ApiError> {
+fn upload_path(upload: &Received) -> Result<String, ApiError> {
     let file_name = upload
         .file_name
         .as_deref()
@@ -174,6 +192,20 @@ fn upload_path(upload: &Upload) -> Result<String, ApiError> {
     normalize_path(&joined).map_err(refused)
 }
 
+/// What the caller is told when an upload was not written.
+fn refusal(error: UploadError) -> ApiError {
+    match error {
+        UploadError::FileTooBig { .. } | UploadError::WorkspaceFull { .. } => {
+            ApiError::Invalid(error.to_string())
+        }
+        UploadError::NoSuchAgent => ApiError::NotFound(error.to_string()),
+        UploadError::Elsewhere | UploadError::Busy | UploadError::ShuttingDown => {
+            ApiError::Unavailable(error.to_string())
+        }
+        UploadError::Store(error) => error.into(),
+    }
+}
+
 pub async fn upload_artifact(
     State(api): State<Api>,
     caller: Caller,
@@ -186,48 +218,33 @@ pub async fn upload_artifact(
     let contents = upload
         .contents
         .ok_or_else(|| ApiError::Invalid("The upload has no `file` part.".into()))?;
-    let limits = &api.app.config.workspace;
-    let size = contents.len() as u64;
-    if size > limits.max_file_bytes {
-        return Err(ApiError::Invalid(format!(
-            "'{path}' is {size} bytes; files are limited to {} bytes.",
-            limits.max_file_bytes
-        )));
-    }
-    let store = &api.app.store;
-    let replaced = store.file_size(&state.id, &path)?.unwrap_or(0);
-    let others = store.workspace_bytes(&state.id)?.saturating_sub(replaced);
-    if others + size > limits.max_agent_bytes {
-        return Err(ApiError::Invalid(format!(
-            "The workspace would hold {} bytes; it is limited to {} bytes.",
-            others + size,
-            limits.max_agent_bytes
-        )));
-    }
     let entry = AuditEntry {
         at: api.app.clock.now(),
         by: ActedBy::person(caller.person()),
         event: AuditEvent::FileUploaded {
             path: path.clone(),
-            bytes: size,
+            bytes: contents.len() as u64,
             digest: crate::core::digest::sha256_tagged(&contents),
         },
     };
-    store
-        .put_file_from_outside(&state.id, state.progress.cycle, &path, contents, &entry)
-        .await?;
-    Ok(Json(Artifact {
-        agent_created: false,
-        ..artifact(&state, &path)
-    }))
+    let upload = uploads::Upload {
+        path: path.clone(),
+        contents,
+        entry,
+    };
+    api.supervisor
+        .put_upload(&state.id, upload)
+        .await
+        .map_err(refusal)?;
+    Ok(Json(artifact(&state, &path, Created::ByAPerson)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn upload(name: &str, folder: Option<&str>) -> Upload {
-        Upload {
+    fn upload(name: &str, folder: Option<&str>) -> Received {
+        Received {
             file_name: Some(name.into()),
             contents: Some(b"x".to_vec()),
             relative_path: folder.map(str::to_string),

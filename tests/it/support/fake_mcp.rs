@@ -1,5 +1,7 @@
 //! A streamable-HTTP MCP server on 127.0.0.1 for the tests of URL servers: it answers
-//! `initialize`, `tools/list` (one tool, `echo`) and `tools/call`, refuses a request without the
+//! `initialize`, `tools/list` (`echo`, and `big`, which answers `bytes` bytes of text as a JSON body,
+//! or as an event stream when `stream` is true; `research`, which runs only as a task) and
+//! `tools/call`, refuses a request without the
 //! `Authorization` it expects (401), and fails the client's event-stream GET with a 400, so that
 //! the MCP library writes its own ERROR line naming the whole URL. It records what each request carried.
 
@@ -23,7 +25,8 @@ pub struct Seen {
 
 #[derive(Clone)]
 struct Shared {
-    authorization: String,
+    /// The `Authorization` a request must carry; `None` takes any.
+    authorization: Option<String>,
     seen: Arc<Mutex<Vec<Seen>>>,
 }
 
@@ -36,8 +39,17 @@ pub struct FakeMcpHttp {
 impl FakeMcpHttp {
     /// Starts the server, which expects `authorization` as the `Authorization` header.
     pub async fn start(authorization: &str) -> FakeMcpHttp {
+        FakeMcpHttp::serve(Some(authorization.to_string())).await
+    }
+
+    /// Starts the server, which takes any request.
+    pub async fn start_open() -> FakeMcpHttp {
+        FakeMcpHttp::serve(None).await
+    }
+
+    async fn serve(authorization: Option<String>) -> FakeMcpHttp {
         let shared = Shared {
-            authorization: authorization.to_string(),
+            authorization,
             seen: Arc::new(Mutex::new(Vec::new())),
         };
         let seen = shared.seen.clone();
@@ -76,8 +88,9 @@ fn record(
 }
 
 fn authorized(shared: &Shared, headers: &HeaderMap) -> bool {
-    headers.get("authorization").and_then(|v| v.to_str().ok())
-        == Some(shared.authorization.as_str())
+    shared.authorization.is_none()
+        || headers.get("authorization").and_then(|v| v.to_str().ok())
+            == shared.authorization.as_deref()
 }
 
 async fn on_post(
@@ -106,7 +119,36 @@ async fn on_post(
             "name": "echo",
             "description": "Says the text back",
             "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+        }, {
+            "name": "big",
+            "description": "Answers `bytes` bytes of text, in an event stream when `stream` is true",
+            "inputSchema": {"type": "object", "properties": {"bytes": {"type": "integer"}, "stream": {"type": "boolean"}}, "required": ["bytes"]}
+        }, {
+            "name": "research",
+            "description": "Runs only as a task",
+            "execution": {"taskSupport": "required"},
+            "inputSchema": {"type": "object", "properties": {}}
         }]}),
+        Some("tools/call") if message["params"]["name"] == "big" => {
+            let arguments = &message["params"]["arguments"];
+            let bytes = arguments["bytes"].as_u64().unwrap_or(0) as usize;
+            let answer = json!({"jsonrpc": "2.0", "id": id, "result": {
+                "content": [{"type": "text", "text": "x".repeat(bytes)}]
+            }});
+            let mut response = if arguments["stream"].as_bool() == Some(true) {
+                (
+                    [(axum::http::header::CONTENT_TYPE, "text/event-stream")],
+                    format!("data: {answer}\n\n"),
+                )
+                    .into_response()
+            } else {
+                Json(answer).into_response()
+            };
+            response
+                .headers_mut()
+                .insert("mcp-session-id", "fake-session-1".parse().unwrap());
+            return response;
+        }
         Some("tools/call") => json!({
             "content": [{"type": "text", "text": message["params"]["arguments"]["text"]}]
         }),

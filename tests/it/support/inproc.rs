@@ -410,6 +410,18 @@ pub async fn run_command(
     state: &AgentState,
     args: serde_json::Value,
 ) -> autothread::core::history::Outcome {
+    run_command_output(store, command, state, args)
+        .await
+        .outcome
+}
+
+/// As `run_command`, the whole output: its outcome and the workspace changes it asks for.
+pub async fn run_command_output(
+    store: &autothread::store::Store,
+    command: &dyn autothread::tools::Command,
+    state: &AgentState,
+    args: serde_json::Value,
+) -> autothread::tools::ToolOutput {
     let config = autothread::config::Config::default();
     let agent = state.view();
     let payer = autothread::budget::Payer {
@@ -434,7 +446,7 @@ pub async fn run_command(
         name: command.spec().name,
         args: args.as_object().cloned().unwrap(),
     };
-    command.run(&call, &ctx).await.outcome
+    command.run(&call, &ctx).await
 }
 
 /// Commands run by `run_tool` have nobody to ask.

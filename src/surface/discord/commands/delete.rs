@@ -3,8 +3,9 @@
 //!
 //! The confirmation's button (`CardAction::DeleteAgent`, see `confirm`) checks the rights again,
 //! finishes a running agent and waits at most 10 s for its actor to rest, then removes its memories
-//! and its thread's notes (`Memory::remove_agent`) and its records (`Store::delete_agent`). The
-//! ledger keeps what it spent.
+//! and its thread's notes (`Memory::remove_agent`), its own MCP server instances and their
+//! directories (`App::forget_agent_mcp`), and its records (`Store::delete_agent`). The ledger keeps
+//! what it spent.
 
 use crate::core::person::Person;
 use crate::surface::discord::people::person_of;
@@ -104,6 +105,11 @@ async fn delete_agent(
                 .map_err(|e| something_went_wrong("removing the agent's memories", &e))?;
         }
     }
+    // Its own MCP server instances, and what they kept in their directories, go with it.
+    data.app
+        .forget_agent_mcp(agent)
+        .await
+        .map_err(|e| something_went_wrong("removing the agent's MCP server directories", &e))?;
     store
         .delete_agent(agent)
         .map_err(|e| something_went_wrong("removing the agent", &e))?;

@@ -36,6 +36,8 @@ pub(crate) enum TreeId {
     AuditChunks = 8,
     EpisodeChunks = 9,
     AgentBriefs = 10,
+    /// Written only in one transaction (a fenced commit), never ahead: older builds know no 11.
+    Decisions = 11,
 }
 
 impl TreeId {
@@ -51,6 +53,7 @@ impl TreeId {
             8 => TreeId::AuditChunks,
             9 => TreeId::EpisodeChunks,
             10 => TreeId::AgentBriefs,
+            11 => TreeId::Decisions,
             _ => return None,
         })
     }
@@ -198,6 +201,7 @@ impl Store {
             TreeId::AuditChunks => &self.audit_chunks,
             TreeId::EpisodeChunks => &self.episode_chunks,
             TreeId::AgentBriefs => &self.agent_briefs,
+            TreeId::Decisions => &self.decisions,
         }
     }
 

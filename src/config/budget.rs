@@ -32,6 +32,20 @@ pub struct PriceConfig {
 #[error("no price is known for model \"{0}\": add [budget.prices.\"{0}\"] with input_per_million and output_per_million, or, if it runs on a server you do not pay per token, list it in budget.free_models (or AUTOTHREAD_FREE_MODELS)")]
 pub struct Unpriced(pub String);
 
+/// What a person's daily budget counts (`budget.user_daily_scope`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+#[serde(rename_all = "snake_case")]
+pub enum UserDailyScope {
+    /// Their spend in the agent's server only: each server has its own daily budget per person.
+    #[default]
+    Server,
+    /// Their spend in every server: one daily budget per person, which each server's limit for
+    /// that person caps (a call made in a server is refused once the person's spend in all
+    /// servers together reaches that server's limit), held across processes on a shared store.
+    EveryServer,
+}
+
 /// Budgets in dollars (0 switches a budget or a rate limit off) and prices.
 #[derive(Debug, Clone, Deserialize)]
 #[cfg_attr(test, derive(serde::Serialize))]
@@ -42,6 +56,9 @@ pub struct BudgetConfig {
     /// The most an owner may give an agent at start; admins may set more with `/agent budget set`.
     pub agent_max_usd: f64,
     pub user_daily_usd: f64,
+    /// Whether a person's daily budget counts their spend in each server apart (`server`) or in
+    /// every server together (`every_server`).
+    pub user_daily_scope: UserDailyScope,
     pub guild_daily_usd: f64,
     pub guild_monthly_usd: f64,
     /// From this share of its budget on, an agent's Approve ×N and continuous runs stop.
@@ -70,6 +87,7 @@ impl Default for BudgetConfig {
             agent_default_usd: 1.0,
             agent_max_usd: 20.0,
             user_daily_usd: 5.0,
+            user_daily_scope: UserDailyScope::Server,
             guild_daily_usd: 20.0,
             guild_monthly_usd: 200.0,
             soft_cap_percent: 80,

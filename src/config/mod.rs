@@ -33,7 +33,7 @@ mod web;
 mod example_tests;
 pub use api::{ApiConfig, ApiToken, MIN_TOKEN_CHARS, SERVE_DEFAULT_LISTEN};
 pub use approvals::{ApprovalsConfig, GuildApprovals};
-pub use budget::{BudgetConfig, PriceConfig, Unpriced};
+pub use budget::{BudgetConfig, PriceConfig, Unpriced, UserDailyScope};
 pub use discord::{DiscordConfig, FeedbackMessages, MessageContent, MESSAGE_CONTENT_SWITCH};
 pub use images::ImagesConfig;
 pub use mcp::{McpConfig, McpNetwork, McpScope, McpServerConfig, ToolClasses};

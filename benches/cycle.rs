@@ -167,6 +167,7 @@ fn overhead(episodes: u64, model: &str, limits: ContextLimits, iterations: usize
             limits,
             extras: &extras,
             full_steps: 4,
+            step_lines: autothread::core::prompt::DEFAULT_STEP_LINES,
             smart_model_available: false,
             budget: Some(&view),
             memory: None,

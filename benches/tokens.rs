@@ -13,7 +13,8 @@
 //! dollar cost with and without that cache at gpt-4o-mini's prices (cache reads at half price,
 //! writes free) and at a model that bills cache writes (reads at a tenth, writes at 1.25×).
 //!
-//! Run with `cargo bench --bench tokens`.
+//! Run with `cargo test --bench tokens -- --nocapture` (a debug build is enough: it counts
+//! tokens, not time).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // A benchmark stops at the first failure.
 
 #[path = "../tests/it/support/fake_openai.rs"]
@@ -24,9 +25,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use autothread::config::DEFAULT_PROMPT_BUDGET_TOKENS;
-use autothread::core::budget::{format_usd, Price};
+use autothread::core::budget::{Micros, Price};
 use autothread::core::memory::MEMORY_HEADER;
 use autothread::core::message::{TokenCounter, MESSAGE_OVERHEAD, REPLY_PRIMING};
+use autothread::core::usage::Usage;
 use autothread::llm::tokens::TiktokenCounter;
 use fake_openai::{agent_reply, Expect, FakeOpenAi, Kind};
 use serde_json::{json, Value};
@@ -223,6 +225,26 @@ struct RunTotals {
     per_cycle: Vec<usize>,
 }
 
+/// The smallest prompt OpenAI's cache serves or writes.
+const CACHE_MIN_TOKENS: usize = 1024;
+
+/// Dollars to a hundredth of a cent: a run costs cents.
+fn dollars(cost: Micros) -> String {
+    format!("${:.4}", cost.0 as f64 / 1e6)
+}
+
+/// gpt-4o-mini's price: $0.15 a million in, cache reads at half that, writes at the input
+/// price, $0.60 out.
+fn mini_price() -> Price {
+    Price::from_usd_per_million_cached(0.15, 0.075, 0.60)
+}
+
+/// A model that bills cache writes: $1 a million in, reads $0.10, writes $1.25, $5 out
+/// (Claude Haiku 4.5's prices).
+fn write_billing_price() -> Price {
+    Price::from_usd_per_million_cached(1.0, 0.10, 5.0).with_cache_writes(1.25)
+}
+
 async fn run(context_tokens: u32, max_tokens: u32, cycles: usize) -> RunTotals {
     let counter = TiktokenCounter::for_model("gpt-4o-mini");
     let fake = FakeOpenAi::start(Expect::default()).await;
@@ -309,7 +331,7 @@ async fn run(context_tokens: u32, max_tokens: u32, cycles: usize) -> RunTotals {
         println!("--- billed beside the messages\n{}", billed_extras(last));
     }
     let mut earlier: Vec<Vec<u32>> = Vec::new();
-    let (mut total, mut cached) = (0usize, 0usize);
+    let (mut total, mut cached, mut written) = (0usize, 0usize, 0usize);
     let mut per_cycle = Vec::new();
     let mut by_part = Parts::default();
     println!("\n== {cycles} cycles, context {context_tokens} tokens, reply reserve {max_tokens}");
@@ -322,6 +344,10 @@ async fn run(context_tokens: u32, max_tokens: u32, cycles: usize) -> RunTotals {
         let n = parts.total();
         total += n;
         cached += hit.min(n);
+        // A provider that caches writes what it did not serve of a prompt long enough to cache.
+        if n >= CACHE_MIN_TOKENS {
+            written += n - hit.min(n);
+        }
         per_cycle.push(n);
         let p = |k: &str| parts.0.get(k).copied().unwrap_or(0);
         // A long run prints every tenth call.
@@ -376,28 +402,39 @@ async fn run(context_tokens: u32, max_tokens: u32, cycles: usize) -> RunTotals {
         "-- a prefix cache would serve {cached} of the main loop's tokens ({:.0}%)",
         100.0 * cached as f64 / loop_tokens as f64
     );
-    // Every token not served from the cache is written to it by a provider that bills writes
-    // (the first request of a prefix pays the write; later ones read it).
+    // The cost as the ledger charges it (`Price::cost_of`), from the usage a provider would
+    // report: without a cache, every input token at the input price; with one, the served
+    // prefix at the read price and, at a model that bills writes, the rest of each cached-size
+    // prompt at the write price.
     let completion = reply_tokens as u64;
-    let (total, cached) = (total as u64, cached as u64);
-    let mini = Price::from_usd_per_million_cached(0.15, 0.075, 0.60);
-    println!(
-        "-- at gpt-4o-mini's prices: {} without the cache, {} with it (replies: {completion} tokens)",
-        format_usd(mini.cost(total, completion)),
-        format_usd(mini.cost_with_cache(total, cached, completion)),
-    );
-    // $1 a million input tokens, reads $0.10, writes $1.25, output $5 (Claude Haiku 4.5's).
-    let (input, read, write, output) = (1.0, 0.10, 1.25, 5.0);
-    let without = (total as f64 * input + completion as f64 * output) / 1e6;
-    let with =
-        ((total - cached) as f64 * write + cached as f64 * read + completion as f64 * output) / 1e6;
-    println!(
-        "-- at a model that bills cache writes ($1/M in, reads $0.10, writes $1.25, $5/M out): ${without:.4} without the cache, ${with:.4} with it"
-    );
-    RunTotals {
-        total: total as usize,
-        per_cycle,
+    let without_cache = Usage {
+        prompt_tokens: total as u64,
+        completion_tokens: completion,
+        cached_prompt_tokens: 0,
+        cache_write_tokens: 0,
+    };
+    let with_cache = Usage {
+        cached_prompt_tokens: cached as u64,
+        cache_write_tokens: written as u64,
+        ..without_cache
+    };
+    for (label, price) in [
+        (
+            "gpt-4o-mini's prices ($0.15/M in, reads $0.075, $0.60/M out)",
+            mini_price(),
+        ),
+        (
+            "a model that bills cache writes ($1/M in, reads $0.10, writes $1.25, $5/M out)",
+            write_billing_price(),
+        ),
+    ] {
+        println!(
+            "-- at {label}: {} without the cache, {} with it (replies: {completion} tokens)",
+            dollars(price.cost_of(without_cache)),
+            dollars(price.cost_of(with_cache)),
+        );
     }
+    RunTotals { total, per_cycle }
 }
 
 fn main() {
@@ -418,6 +455,9 @@ fn main() {
         let budget = DEFAULT_PROMPT_BUDGET_TOKENS as usize;
         let largest = long.per_cycle.iter().copied().max().unwrap_or(0);
         let (tenth, hundredth) = (long.per_cycle[9], long.per_cycle[99]);
+        // Older steps leave the prompt in blocks, so a cycle's size swings within a block: the
+        // largest from cycle 30 on is the honest bound.
+        let largest_late = long.per_cycle[29..].iter().copied().max().unwrap_or(0);
         println!("\n== summary");
         println!(
             "-- 30 cycles at 4,096 tokens: {} tokens ({}, target ≤ {TARGET_TOKENS})",
@@ -431,6 +471,10 @@ fn main() {
         println!(
             "-- 100 cycles at 128k: cycle 100 costs {hundredth} tokens, cycle 10 {tenth}: {:.2}× (target ≤ 1.20×)",
             hundredth as f64 / tenth as f64
+        );
+        println!(
+            "-- 100 cycles at 128k: the largest cycle from 30 on costs {largest_late} tokens: {:.2}× cycle 10",
+            largest_late as f64 / tenth as f64
         );
     });
 }

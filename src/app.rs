@@ -205,8 +205,17 @@ impl App {
 
     /// Reservations left open by a crash are charged at their worst case before any agent runs,
     /// so a call that may have been billed is never forgotten. Returns what it says about them.
+    /// On a store other processes share, a reservation whose agent's lease is held belongs to a
+    /// call under way there: it is left to them (or to whoever takes the agent over).
     pub fn settle_crashed_calls(&self) -> anyhow::Result<Option<String>> {
-        let settled = Ledger::new(&self.store)?.settle_unsettled()?;
+        let now = self.clock.now();
+        let run_elsewhere = |agent: &str| {
+            self.store.lease(agent).map_or(true, |lease| {
+                lease.is_some_and(|lease| lease.expires_at > now)
+            })
+        };
+        let settled = Ledger::new(&self.store)?
+            .settle_unsettled_where(|reservation| !run_elsewhere(&reservation.agent))?;
         if settled.is_empty() {
             return Ok(None);
         }

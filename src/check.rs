@@ -247,6 +247,7 @@ fn check_request(model: &str, json_schema: Option<serde_json::Value>) -> ChatReq
         }],
         max_tokens: 16,
         json_schema,
+        cache_key: None,
     }
 }
 

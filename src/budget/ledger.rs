@@ -15,6 +15,12 @@
 //! and settlements in one transaction (`fold`). There is no transaction per call, since sled writes
 //! and syncs its log buffer around each one. At start-up `settle_unsettled` charges every
 //! reservation still open at its worst case (a crash between reserve and settle).
+//!
+//! On a store several processes share (PostgreSQL), books in memory would each think they held
+//! all the money, so the books are the stored accounts themselves (see `shared`): each reservation
+//! and each settlement is one transaction that changes every account it touches only if each is
+//! still what was read (compare-and-set), read again and retried when another process got in
+//! first. A budget then holds across every process sharing the store.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -26,6 +32,8 @@ use serde::{Deserialize, Serialize};
 use crate::core::budget::{format_usd, Micros};
 use crate::locks::LockRecovered;
 use crate::store::{decode, encode, Store, StoreError};
+
+mod shared;
 
 /// How many settlements are kept as their own keys before they are folded into the accounts.
 /// Folding takes a sled transaction, which writes and syncs about three log buffers whatever its
@@ -69,6 +77,10 @@ pub struct Reservation {
     /// What the call was for (model and purpose), for the log when it is recovered.
     pub what: String,
     pub at: DateTime<Utc>,
+    /// On a shared store: the store handle (one per process) that made it, and that its amount
+    /// is booked in its accounts' stored `reserved` (see `shared`). Absent on sled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub booked_by: Option<String>,
 }
 
 /// Why a reservation was refused: the first budget that cannot cover it.
@@ -111,6 +123,10 @@ struct Books {
     settlements: crate::store::kv::Tree,
     limits: crate::store::kv::Tree,
     state: Mutex<BookState>,
+    /// On a store shared by several processes (PostgreSQL), this handle's id: the books are then
+    /// the stored accounts themselves, changed by compare-and-set (see `shared`), and `state`
+    /// stays empty.
+    shared: Option<String>,
 }
 
 /// The books as they stand: what the trees add up to.
@@ -182,7 +198,14 @@ impl Books {
             db: db.clone(),
             durable,
             state: Mutex::new(BookState::default()),
+            shared: (db.backend() == crate::store::kv::Backend::Postgres)
+                .then(|| uuid::Uuid::new_v4().simple().to_string()),
         };
+        if books.shared.is_some() {
+            let marks = db.open_tree("ledger_shared")?;
+            db.exclusively(|| books.book_into_shared_accounts(&marks))?;
+            return Ok(books);
+        }
         let mut state = BookState::default();
         for item in books.reservations.iter() {
             let (key, raw) = item?;
@@ -217,6 +240,9 @@ impl Ledger {
     }
 
     pub fn account(&self, key: &str) -> Result<Account, StoreError> {
+        if self.books.shared.is_some() {
+            return Ok(self.books.shared_account(key)?.1);
+        }
         if let Some(account) = self.state().accounts.get(key) {
             return Ok(*account);
         }
@@ -226,6 +252,9 @@ impl Ledger {
     /// Every account whose name starts with `prefix`, as it stands now (settled spend, and what
     /// open reservations hold), in name order.
     pub fn accounts_with_prefix(&self, prefix: &str) -> Result<Vec<(String, Account)>, StoreError> {
+        if self.books.shared.is_some() {
+            return self.books.shared_accounts_with_prefix(prefix);
+        }
         let mut found = std::collections::BTreeMap::new();
         // Held while the stored accounts are read, so that no fold moves spend from memory to
         // the store in between (which would show the older stored figure).
@@ -256,6 +285,11 @@ impl Ledger {
         what: &str,
         at: DateTime<Utc>,
     ) -> Result<Result<Reservation, Refusal>, StoreError> {
+        if let Some(by) = &self.books.shared {
+            return self
+                .books
+                .shared_reserve(charges, amount, agent, what, at, by);
+        }
         let names: Vec<String> = charges.iter().map(|c| c.account.clone()).collect();
         let mut state = self.state();
         state.load_accounts(&self.books, &names)?;
@@ -283,6 +317,7 @@ impl Ledger {
             agent: agent.to_string(),
             what: what.to_string(),
             at,
+            booked_by: None,
         };
         // One key: after a crash the reservation is either there whole or was never made.
         self.books
@@ -306,6 +341,9 @@ impl Ledger {
     }
 
     fn close(&self, id: u64, actual: Micros) -> Result<Micros, StoreError> {
+        if self.books.shared.is_some() {
+            return self.books.shared_close(id, actual);
+        }
         let mut state = self.state();
         let Some(reservation) = state.open.remove(&id) else {
             return Ok(Micros::ZERO);
@@ -337,6 +375,10 @@ impl Ledger {
     /// Folds the settlements so far into the stored accounts now (the ledger does it by itself
     /// every `SETTLEMENTS_PER_FOLD` settlements).
     pub fn fold(&self) -> Result<(), StoreError> {
+        // Shared books have nothing to fold: a settlement lands in its accounts.
+        if self.books.shared.is_some() {
+            return Ok(());
+        }
         let mut state = self.state();
         self.fold_settled(&mut state)
     }
@@ -389,7 +431,11 @@ impl Ledger {
         Ok(())
     }
 
+    /// The reservations still open: on a shared store, every process's.
     pub fn open_reservations(&self) -> Result<Vec<Reservation>, StoreError> {
+        if self.books.shared.is_some() {
+            return self.books.shared_open();
+        }
         let mut open: Vec<Reservation> = self.state().open.values().cloned().collect();
         open.sort_by_key(|r| r.id);
         Ok(open)
@@ -398,7 +444,18 @@ impl Ledger {
     /// At start-up: a reservation still open belongs to a call cut short by a crash. Whether the
     /// provider billed it is unknown, so it is settled at its worst case.
     pub fn settle_unsettled(&self) -> Result<Vec<Reservation>, StoreError> {
-        let open = self.open_reservations()?;
+        self.settle_unsettled_where(|_| true)
+    }
+
+    /// `settle_unsettled`, for the open reservations `orphaned` picks: on a shared store, another
+    /// process's reservation may belong to a call it is making now, so the caller says which
+    /// were left by a process that is gone (see `shared`).
+    pub fn settle_unsettled_where(
+        &self,
+        orphaned: impl Fn(&Reservation) -> bool,
+    ) -> Result<Vec<Reservation>, StoreError> {
+        let mut open = self.open_reservations()?;
+        open.retain(|reservation| orphaned(reservation));
         for reservation in &open {
             self.settle(reservation.id, reservation.amount)?;
             tracing::warn!(
@@ -409,6 +466,19 @@ impl Ledger {
             );
         }
         Ok(open)
+    }
+
+    /// On a shared store, settles at their worst case the agent's open reservations that another
+    /// process made: called once this process holds the agent's lease, when whoever made them
+    /// can no longer be running the agent (its lease expired, or was given back). Their process
+    /// may still close them; the first close counts.
+    pub fn settle_left_by_others(&self, agent: &str) -> Result<Vec<Reservation>, StoreError> {
+        let Some(this) = self.books.shared.clone() else {
+            return Ok(Vec::new());
+        };
+        self.settle_unsettled_where(|reservation| {
+            reservation.agent == agent && reservation.booked_by.as_deref() != Some(this.as_str())
+        })
     }
 
     /// Waits until the ledger's writes are on disk; a reservation must be durable before its call.
@@ -603,9 +673,11 @@ mod tests {
                     reserved: Micros(10)
                 }
             );
-            // The fold took the first `SETTLEMENTS_PER_FOLD` settlements off their own keys.
+            // The fold took the first `SETTLEMENTS_PER_FOLD` settlements off their own keys; on a
+            // shared store each settlement landed in its accounts, and none is kept apart.
             let unfolded = store.db().open_tree("ledger_settlements").unwrap().len();
-            assert_eq!(unfolded, 5);
+            let kept_apart = if backend == Backend::Sled { 5 } else { 0 };
+            assert_eq!(unfolded, kept_apart);
         }
         let store = test.open();
         let ledger = Ledger::new(&store).unwrap();
@@ -693,6 +765,7 @@ mod tests {
                 agent: "x".into(),
                 what: "think".into(),
                 at: DateTime::<Utc>::UNIX_EPOCH,
+                booked_by: None,
             };
             let booked = Account {
                 spent: Micros(500),

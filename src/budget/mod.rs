@@ -1,7 +1,9 @@
 //! Spend control: which budgets a call is charged to (the agent's, its owner's day, its server's
 //! day and month), the limits that apply, the ledger that reserves and settles, and the pacer.
 //!
-//! `charges` names a call's accounts: `agent/<id>`, `user/<guild>/<user>/<day>`,
+//! `charges` names a call's accounts: `agent/<id>`, `user/<guild>/<user>/<day>` (`<guild>` is
+//! `every_server` when `budget.user_daily_scope` counts a person's day across servers, its limit
+//! still that of the call's server),
 //! `guild/<guild>/day/<day>` and `guild/<guild>/month/<month>`, each with its limit, plus the spend
 //! record `guild/<guild>/spend/<day>/<user or ->/<agent>`, which has no limit and puts the day
 //! first so that a chart of recent days reads only those days (`spend_on`, through
@@ -25,7 +27,7 @@ use std::sync::Arc;
 use chrono::{DateTime, NaiveDate, Utc};
 use governor::clock::Clock as GovernorClock;
 
-use crate::config::{BudgetConfig, Unpriced};
+use crate::config::{BudgetConfig, Unpriced, UserDailyScope};
 use crate::core::budget::{format_usd, BudgetKind, BudgetView, Micros, Price};
 use crate::core::state::{AgentState, GuildId, Spender};
 use crate::store::{Store, StoreError};
@@ -122,6 +124,10 @@ fn day(now: DateTime<Utc>) -> String {
 fn spend_by_day_prefix(guild: &GuildId, day: NaiveDate) -> String {
     format!("guild/{guild}/spend/{}/", day.format("%Y-%m-%d"))
 }
+
+/// Stands for the server in a person's daily account when it counts every server
+/// (`budget.user_daily_scope = "every_server"`); no server id is made of letters.
+const EVERY_SERVER: &str = "every_server";
 
 /// Stands for the person in the spend record of an agent started without one.
 const NO_PERSON: &str = "-";
@@ -353,7 +359,12 @@ impl Budgets {
                 Some(g) => self.limit(LimitScope::UserDaily, g, Some(user))?,
                 None => configured(self.config.user_daily_usd),
             };
-            let account = format!("user/{guild}/{user}/{}", day(now));
+            // One account for every server when the day is counted across them; a console agent,
+            // in no server, keeps its own.
+            let across = spender.guild.is_some()
+                && self.config.user_daily_scope == UserDailyScope::EveryServer;
+            let place = if across { EVERY_SERVER } else { guild };
+            let account = format!("user/{place}/{user}/{}", day(now));
             charges.push(charge(BudgetKind::OwnerDaily, account, limit));
         }
         if let Some(g) = &spender.guild {

@@ -18,6 +18,10 @@ pub struct PriceConfig {
     /// What input served from the provider's prompt cache costs; unset: the input price.
     #[serde(default)]
     pub cached_input_per_million: Option<f64>,
+    /// What input written to the prompt cache costs, for a model that bills writes above the
+    /// input price (`prompt_tokens_details.cache_write_tokens`); unset: the input price.
+    #[serde(default)]
+    pub cache_write_per_million: Option<f64>,
     /// Embedding models bill input only.
     #[serde(default)]
     pub output_per_million: f64,
@@ -27,6 +31,20 @@ pub struct PriceConfig {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("no price is known for model \"{0}\": add [budget.prices.\"{0}\"] with input_per_million and output_per_million, or, if it runs on a server you do not pay per token, list it in budget.free_models (or AUTOTHREAD_FREE_MODELS)")]
 pub struct Unpriced(pub String);
+
+/// What a person's daily budget counts (`budget.user_daily_scope`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+#[serde(rename_all = "snake_case")]
+pub enum UserDailyScope {
+    /// Their spend in the agent's server only: each server has its own daily budget per person.
+    #[default]
+    Server,
+    /// Their spend in every server: one daily budget per person, which each server's limit for
+    /// that person caps (a call made in a server is refused once the person's spend in all
+    /// servers together reaches that server's limit), held across processes on a shared store.
+    EveryServer,
+}
 
 /// Budgets in dollars (0 switches a budget or a rate limit off) and prices.
 #[derive(Debug, Clone, Deserialize)]
@@ -38,6 +56,9 @@ pub struct BudgetConfig {
     /// The most an owner may give an agent at start; admins may set more with `/agent budget set`.
     pub agent_max_usd: f64,
     pub user_daily_usd: f64,
+    /// Whether a person's daily budget counts their spend in each server apart (`server`) or in
+    /// every server together (`every_server`).
+    pub user_daily_scope: UserDailyScope,
     pub guild_daily_usd: f64,
     pub guild_monthly_usd: f64,
     /// From this share of its budget on, an agent's Approve ×N and continuous runs stop.
@@ -66,6 +87,7 @@ impl Default for BudgetConfig {
             agent_default_usd: 1.0,
             agent_max_usd: 20.0,
             user_daily_usd: 5.0,
+            user_daily_scope: UserDailyScope::Server,
             guild_daily_usd: 20.0,
             guild_monthly_usd: 200.0,
             soft_cap_percent: 80,
@@ -101,21 +123,29 @@ impl BudgetConfig {
     /// else `None`: a model nobody priced, which no call may use.
     pub fn known_price(&self, model: &str) -> Option<Price> {
         if let Some(p) = self.prices.get(model) {
-            return Some(Price::from_usd_per_million_cached(
+            let price = Price::from_usd_per_million_cached(
                 p.input_per_million,
                 p.cached_input_per_million.unwrap_or(p.input_per_million),
                 p.output_per_million,
-            ));
+            );
+            return Some(match p.cache_write_per_million {
+                Some(write) => price.with_cache_writes(write),
+                None => price,
+            });
         }
         if self.free_models.iter().any(|free| free == model) {
             return Some(Price::default());
         }
         models::known(model).map(|known| {
-            Price::from_usd_per_million_cached(
+            let price = Price::from_usd_per_million_cached(
                 known.input_per_million,
                 known.cached_input_per_million,
                 known.output_per_million,
-            )
+            );
+            match known.cache_write_per_million {
+                Some(write) => price.with_cache_writes(write),
+                None => price,
+            }
         })
     }
 

@@ -141,6 +141,7 @@ fn sample() -> Config {
         PriceConfig {
             input_per_million: 0.1,
             cached_input_per_million: Some(0.05),
+            cache_write_per_million: Some(0.125),
             output_per_million: 0.2,
         },
     );

@@ -33,15 +33,16 @@ mod web;
 mod example_tests;
 pub use api::{ApiConfig, ApiToken, MIN_TOKEN_CHARS, SERVE_DEFAULT_LISTEN};
 pub use approvals::{ApprovalsConfig, GuildApprovals};
-pub use budget::{BudgetConfig, PriceConfig, Unpriced};
+pub use budget::{BudgetConfig, PriceConfig, Unpriced, UserDailyScope};
 pub use discord::{DiscordConfig, FeedbackMessages, MessageContent, MESSAGE_CONTENT_SWITCH};
 pub use images::ImagesConfig;
 pub use mcp::{McpConfig, McpNetwork, McpScope, McpServerConfig, ToolClasses};
 pub use sandbox::SandboxConfig;
 pub use sections::{
     AgentConfig, ContextSource, LlmConfig, MemoryConfig, ModelSpec, OpsConfig, PolicyConfig,
-    Provider, ReplySchemaMode, ResponseFormatMode, StoreConfig, StreamMode, SubagentConfig,
-    WorkspaceConfig, DEFAULT_PROMPT_BUDGET_TOKENS, MIN_PROMPT_BUDGET_TOKENS, REASONING_REPLY_FLOOR,
+    PromptCacheKeyMode, Provider, ReplySchemaMode, ResponseFormatMode, StoreConfig, StreamMode,
+    SubagentConfig, WorkspaceConfig, DEFAULT_PROMPT_BUDGET_TOKENS, MIN_PROMPT_BUDGET_TOKENS,
+    REASONING_REPLY_FLOOR,
 };
 pub use web::{AllowedHost, SearchBackendKind, WebConfig};
 
@@ -394,6 +395,15 @@ impl Config {
                 format!("must be at most {whole}"),
             ));
         }
+        // The prompt shows up to a block more than `step_lines`; lines beyond those held for
+        // older steps could never be shown.
+        let lines = crate::core::history::STEP_LINES_KEPT + 1 - crate::core::prompt::LINE_BLOCK;
+        if self.agent.step_lines > lines {
+            return Err(invalid(
+                "agent.step_lines",
+                format!("must be at most {lines}"),
+            ));
+        }
         if self.budget.runaway_repeat_steps as usize > whole {
             return Err(invalid(
                 "budget.runaway_repeat_steps",
@@ -623,7 +633,8 @@ impl Config {
         }
         for (name, price) in &budget.prices {
             let ok = |v: f64| v.is_finite() && (0.0..=10_000.0).contains(&v);
-            let cached_ok = price.cached_input_per_million.is_none_or(ok);
+            let cached_ok = price.cached_input_per_million.is_none_or(ok)
+                && price.cache_write_per_million.is_none_or(ok);
             if !ok(price.input_per_million) || !ok(price.output_per_million) || !cached_ok {
                 return Err(invalid(
                     format!("budget.prices.\"{name}\""),
@@ -914,6 +925,43 @@ mod tests {
         assert!(!debug.contains("sk-very-secret"), "{debug}");
         assert!(!debug.contains("discord-secret"), "{debug}");
         assert!(debug.contains("[redacted]"));
+    }
+
+    #[test]
+    fn step_lines_cache_keys_and_cache_write_prices_are_read_and_checked() {
+        let read = |text: &str| Config::from_toml(text, Path::new("t.toml"));
+        let defaults = Config::default();
+        assert_eq!(
+            defaults.agent.step_lines,
+            crate::core::prompt::DEFAULT_STEP_LINES
+        );
+        assert_eq!(defaults.llm.prompt_cache_key, PromptCacheKeyMode::Auto);
+        let config =
+            read("[agent]\nstep_lines = 40\n[llm]\nprompt_cache_key = \"always\"\n").unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.agent.step_lines, 40);
+        assert_eq!(config.llm.prompt_cache_key, PromptCacheKeyMode::Always);
+        // More lines than are held for older steps could never be shown.
+        let err = read("[agent]\nstep_lines = 1000\n")
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("agent.step_lines"), "{err}");
+        let err = read("[llm]\nprompt_cache_key = \"sometimes\"\n").unwrap_err();
+        assert!(err.to_string().contains("sometimes"), "{err}");
+        // A cache-write price is checked like the others, and priced into the model's price.
+        let priced = "[llm]\nmodel = \"m\"\n[budget.prices.m]\ninput_per_million = 1.0\noutput_per_million = 5.0\n";
+        let err = read(&format!("{priced}cache_write_per_million = -1.0\n"))
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("budget.prices.\"m\""), "{err}");
+        let config = read(&format!("{priced}cache_write_per_million = 1.25\n")).unwrap();
+        config.validate().unwrap();
+        let price = config.budget.known_price("m").unwrap();
+        assert_eq!(price.cache_write_per_million, Some(1_250_000));
+        let unwritten = read(priced).unwrap().budget.known_price("m").unwrap();
+        assert_eq!(unwritten.cache_write_per_million, None);
     }
 
     #[test]

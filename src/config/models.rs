@@ -13,6 +13,10 @@ pub struct KnownModel {
     pub input_per_million: f64,
     pub cached_input_per_million: f64,
     pub output_per_million: f64,
+    /// Dollars per million input tokens written to the prompt cache, for a model that bills
+    /// writes above its input price; `None`: writes cost the input price, as for every model
+    /// catalogued here (`[budget.prices]` gives one to a model that bills them).
+    pub cache_write_per_million: Option<f64>,
     pub reasoning: bool,
 }
 
@@ -29,6 +33,7 @@ const fn chat(
         input_per_million,
         cached_input_per_million,
         output_per_million,
+        cache_write_per_million: None,
         reasoning: false,
     }
 }
@@ -48,6 +53,7 @@ const fn reasoning(
         input_per_million,
         cached_input_per_million,
         output_per_million,
+        cache_write_per_million: None,
         reasoning: true,
     }
 }
@@ -60,6 +66,7 @@ const fn embedding(name: &'static str, input_per_million: f64) -> KnownModel {
         input_per_million,
         cached_input_per_million: input_per_million,
         output_per_million: 0.0,
+        cache_write_per_million: None,
         reasoning: false,
     }
 }

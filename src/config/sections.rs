@@ -86,6 +86,22 @@ pub enum ReplySchemaMode {
     Compact,
 }
 
+/// When requests carry `prompt_cache_key`, the agent's key to the provider's prompt cache: OpenAI
+/// routes requests with the same key and prefix to the same cache, so an agent's calls, which
+/// share their start, are served from it more often. Servers that are not OpenAI's may refuse a
+/// field they do not know, so it is sent only to OpenAI's own API unless an operator says so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+#[serde(rename_all = "snake_case")]
+pub enum PromptCacheKeyMode {
+    /// Only when `base_url` is OpenAI's own API (`https://api.openai.com/…`).
+    #[default]
+    Auto,
+    /// To any server (one known to take it, as Azure OpenAI and many proxies do).
+    Always,
+    Never,
+}
+
 /// Context size and reply reserve of one model, and whether it reasons (unset: worked out from
 /// its name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -132,6 +148,8 @@ pub struct LlmConfig {
     pub stream: StreamMode,
     /// With `json_schema`: the full schema or the compact envelope (see `ReplySchemaMode`).
     pub reply_schema: ReplySchemaMode,
+    /// When requests name the agent's prompt-cache key (see `PromptCacheKeyMode`).
+    pub prompt_cache_key: PromptCacheKeyMode,
     pub timeout_secs: u64,
     pub max_attempts: u32,
     pub retry_initial_ms: u64,
@@ -166,6 +184,7 @@ impl Default for LlmConfig {
             response_format: ResponseFormatMode::JsonSchema,
             stream: StreamMode::Auto,
             reply_schema: ReplySchemaMode::Auto,
+            prompt_cache_key: PromptCacheKeyMode::Auto,
             timeout_secs: 120,
             max_attempts: 6,
             retry_initial_ms: 1000,
@@ -303,6 +322,9 @@ pub struct AgentConfig {
     pub approve_n_default: u32,
     /// How many of the newest steps the Progress section shows in full before switching to summaries.
     pub full_steps: usize,
+    /// How many older steps the Progress section always shows as a line (the window allowing);
+    /// older ones leave it in blocks and are kept in the workspace and long-term memory.
+    pub step_lines: usize,
     /// Replaced by `[policy]`; kept only to tell operators so (see `validate`), and not shown.
     #[serde(skip_serializing)]
     pub automatic: Option<Vec<Risk>>,
@@ -316,6 +338,7 @@ impl Default for AgentConfig {
             cycle_limit: 0,
             approve_n_default: 5,
             full_steps: 2,
+            step_lines: crate::core::prompt::DEFAULT_STEP_LINES,
             automatic: None,
             disabled_commands: Vec::new(),
         }

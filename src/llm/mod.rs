@@ -30,6 +30,18 @@ pub struct ChatRequest {
     pub max_tokens: u32,
     /// The reply schema when structured output is wanted; how it is sent depends on the endpoint.
     pub json_schema: Option<Value>,
+    /// The paying agent's prompt-cache key (`prompt_cache_key`), sent where the endpoint takes it
+    /// (`config::PromptCacheKeyMode`).
+    pub cache_key: Option<String>,
+}
+
+/// The prompt-cache key of the agent `agent_id`: a digest of its id, so that it is stable across
+/// restarts and the same for all its calls, and tells the provider nothing about the agent or
+/// the people who run it.
+pub fn prompt_cache_key(agent_id: &str) -> String {
+    let digest = crate::core::digest::sha256_tagged(agent_id.as_bytes());
+    let hex = digest.trim_start_matches(crate::core::digest::SHA256_PREFIX);
+    format!("autothread-{}", &hex[..24])
 }
 
 /// The header that carries a request's purpose to the endpoint.

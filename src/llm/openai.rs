@@ -3,7 +3,8 @@
 //!
 //! Our own JSON bodies go through async-openai's `byot` API, with the purpose header,
 //! `response_format` as configured, and for reasoning models `max_completion_tokens` and
-//! `reasoning_effort` without a temperature. A streamed reply asks for its usage
+//! `reasoning_effort` without a temperature; the agent's `prompt_cache_key` where the endpoint
+//! takes it (`config::PromptCacheKeyMode`). A streamed reply asks for its usage
 //! (`stream_options.include_usage`) and its chunks are added up; a stream that ends without a
 //! finish reason is an error, not half a reply. `Endpoint` is the client config that signs requests
 //! (a bearer token, or Azure's `api-key` and `api-version`) and sends nothing unconfigured.
@@ -26,7 +27,7 @@ use super::retry::{
     SHARED_CONTEXT_FULL,
 };
 use super::{Billing, ChatModel, ChatReply, ChatRequest, LlmError, PURPOSE_HEADER};
-use crate::config::{LlmConfig, Provider, ResponseFormatMode};
+use crate::config::{LlmConfig, PromptCacheKeyMode, Provider, ResponseFormatMode};
 use crate::core::message::Role;
 use crate::core::usage::Usage;
 use async_openai::traits::RequestOptionsBuilder;
@@ -42,6 +43,40 @@ pub struct OpenAiChat {
     /// Set once the server refused `response_format: json_schema`: the schema then goes as
     /// `json_object` with a `schema` (which llama-cpp-python's server turns into a grammar).
     schema_refused: AtomicBool,
+    /// Whether requests carry their agent's `prompt_cache_key`.
+    cache_key: CacheKeyUse,
+}
+
+/// Whether this endpoint is sent the agent's prompt-cache key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CacheKeyUse {
+    Sent,
+    Withheld,
+}
+
+/// OpenAI's own API, where `prompt_cache_key` is known; any other server might refuse an
+/// unknown field, so `PromptCacheKeyMode::Auto` sends it nowhere else.
+fn is_openai_api(base_url: &str) -> bool {
+    reqwest::Url::parse(base_url).is_ok_and(|url| {
+        url.scheme() == "https" && url.host_str() == Some("api.openai.com") && url.port().is_none()
+    })
+}
+
+impl CacheKeyUse {
+    fn for_config(config: &LlmConfig) -> CacheKeyUse {
+        let sent = match config.prompt_cache_key {
+            PromptCacheKeyMode::Always => true,
+            PromptCacheKeyMode::Never => false,
+            PromptCacheKeyMode::Auto => {
+                config.provider == Provider::Openai && is_openai_api(&config.base_url)
+            }
+        };
+        if sent {
+            CacheKeyUse::Sent
+        } else {
+            CacheKeyUse::Withheld
+        }
+    }
 }
 
 /// Concurrent requests share a read turn; after the server reports its shared context full, every
@@ -184,6 +219,7 @@ impl OpenAiChat {
             llm: config.clone(),
             turns: SharedContextTurns::default(),
             schema_refused: AtomicBool::new(false),
+            cache_key: CacheKeyUse::for_config(config),
         })
     }
 
@@ -205,6 +241,9 @@ impl OpenAiChat {
             "messages": messages,
             "stream": false,
         });
+        if let (CacheKeyUse::Sent, Some(key)) = (self.cache_key, &request.cache_key) {
+            body["prompt_cache_key"] = json!(key);
+        }
         // Reasoning models refuse `max_tokens` and any temperature but their default, and take
         // an effort instead; every other server knows `max_tokens`.
         if self.llm.is_reasoning(&request.model) {
@@ -292,6 +331,12 @@ fn parse_usage(u: &Value) -> Option<Usage> {
         // OpenAI's report of the prompt-cache hit; servers without a cache leave it out.
         cached_prompt_tokens: u
             .pointer("/prompt_tokens_details/cached_tokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
+        // What was written to the cache, which some models bill above the input price; OpenAI
+        // reports it beside the hit, as part of `prompt_tokens`.
+        cache_write_tokens: u
+            .pointer("/prompt_tokens_details/cache_write_tokens")
             .and_then(Value::as_u64)
             .unwrap_or(0),
     })
@@ -571,6 +616,94 @@ mod tests {
                 status: 500,
                 message: "Context size has been exceeded.".into()
             }
+        );
+    }
+
+    #[test]
+    fn the_prompt_cache_key_goes_only_where_it_is_known_unless_an_operator_says_so() {
+        use super::{is_openai_api, CacheKeyUse};
+        use crate::config::{LlmConfig, PromptCacheKeyMode, Provider};
+        assert!(is_openai_api("https://api.openai.com/v1"));
+        assert!(is_openai_api("https://api.openai.com/v1/"));
+        for other in [
+            "http://api.openai.com/v1",
+            "https://api.openai.com:8443/v1",
+            "https://api.openai.com.example.org/v1",
+            "https://openrouter.ai/api/v1",
+            "http://127.0.0.1:8080/v1",
+            "not a url",
+        ] {
+            assert!(!is_openai_api(other), "{other}");
+        }
+        let config = |base_url: &str, provider, mode| LlmConfig {
+            base_url: base_url.into(),
+            provider,
+            prompt_cache_key: mode,
+            ..LlmConfig::default()
+        };
+        let openai = "https://api.openai.com/v1";
+        let local = "http://127.0.0.1:8080/v1";
+        for (base_url, provider, mode, expected) in [
+            (
+                openai,
+                Provider::Openai,
+                PromptCacheKeyMode::Auto,
+                CacheKeyUse::Sent,
+            ),
+            (
+                local,
+                Provider::Openai,
+                PromptCacheKeyMode::Auto,
+                CacheKeyUse::Withheld,
+            ),
+            (
+                openai,
+                Provider::Azure,
+                PromptCacheKeyMode::Auto,
+                CacheKeyUse::Withheld,
+            ),
+            (
+                local,
+                Provider::Openai,
+                PromptCacheKeyMode::Always,
+                CacheKeyUse::Sent,
+            ),
+            (
+                openai,
+                Provider::Openai,
+                PromptCacheKeyMode::Never,
+                CacheKeyUse::Withheld,
+            ),
+        ] {
+            assert_eq!(
+                CacheKeyUse::for_config(&config(base_url, provider, mode)),
+                expected,
+                "{base_url} {provider:?} {mode:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn reported_cache_reads_and_writes_are_read_from_the_usage() {
+        let usage = super::parse_usage(&json!({
+            "prompt_tokens": 2000, "completion_tokens": 10,
+            "prompt_tokens_details": {"cached_tokens": 1024, "cache_write_tokens": 512, "audio_tokens": 0}
+        }))
+        .unwrap();
+        assert_eq!(
+            (
+                usage.prompt_tokens,
+                usage.cached_prompt_tokens,
+                usage.cache_write_tokens
+            ),
+            (2000, 1024, 512)
+        );
+        // A server without a cache reports neither.
+        let plain =
+            super::parse_usage(&json!({"prompt_tokens": 7, "completion_tokens": 1})).unwrap();
+        assert_eq!(
+            (plain.cached_prompt_tokens, plain.cache_write_tokens),
+            (0, 0)
         );
     }
 

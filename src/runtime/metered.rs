@@ -19,7 +19,7 @@ use crate::core::event::{CallPurpose, Event, ModelCall};
 use crate::core::message::Message;
 use crate::core::usage::Usage;
 use crate::llm::retry::RetryPolicy;
-use crate::llm::{Billing, ChatRequest, LlmError};
+use crate::llm::{prompt_cache_key, Billing, ChatRequest, LlmError};
 use crate::locks::LockRecovered;
 
 use super::memory_calls::ThinkAhead;
@@ -248,6 +248,7 @@ impl MeteredCall {
             prompt_tokens: self.prompt_tokens,
             completion_tokens: deps.counter.count(&reply.content) as u64,
             cached_prompt_tokens: 0,
+            cache_write_tokens: 0,
         });
         Ok((reply.content, usage))
     }
@@ -361,8 +362,8 @@ impl Actor {
         } else {
             None
         };
+        let payer = self.deps.budgets.payer(&self.state);
         let metered = MeteredCall {
-            payer: self.deps.budgets.payer(&self.state),
             prompt_tokens,
             reserved_ahead,
             price: self.deps.budgets.price(&model_name),
@@ -372,7 +373,9 @@ impl Actor {
                 model: model_name,
                 messages: call.messages,
                 json_schema: call.json_schema,
+                cache_key: Some(prompt_cache_key(&payer.agent)),
             },
+            payer,
         };
         let deps = self.deps.clone();
         let handle = self.handle.clone();
@@ -406,6 +409,7 @@ impl AgentModel<'_> {
                 model,
                 messages,
                 json_schema: None,
+                cache_key: Some(prompt_cache_key(&self.payer.agent)),
             },
             reserved_ahead: None,
         }

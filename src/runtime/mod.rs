@@ -18,6 +18,7 @@
 //! beside the main call (`seq` 0, newest first, at most four a cycle, one in flight per episode:
 //! `Actor::summaries_in_flight`).
 
+mod adoption;
 mod deadline;
 mod drain;
 mod execute;
@@ -450,11 +451,22 @@ impl Actor {
                     }
                     _ => ActedBy::person(by.clone()),
                 };
-                if let Err(why) = self.claim_decision(*cycle, decision, by) {
-                    if let Some(reply) = reply {
-                        let _ = reply.send(Err(why));
+                match self.claim_decision(*cycle, decision, by) {
+                    Ok(Ok(())) => {}
+                    Ok(Err(why)) => {
+                        if let Some(reply) = reply {
+                            let _ = reply.send(Err(why));
+                        }
+                        return Ok(());
                     }
-                    return Ok(());
+                    // Another process runs the agent now: this actor stops, and the click is
+                    // answered as one that reached no running agent.
+                    Err(lost) => {
+                        if let Some(reply) = reply {
+                            let _ = reply.send(Err(DecideError::NotRunning));
+                        }
+                        return Err(lost.into());
+                    }
                 }
                 if let Some(decided) = decided {
                     self.deps
@@ -540,6 +552,7 @@ impl Actor {
                 limits,
                 extras: &extras,
                 full_steps: deps.config.agent.full_steps,
+                step_lines: deps.config.agent.step_lines,
                 smart_model_available: deps.config.llm.smart_model().is_some(),
                 reply_format: deps.config.reply_format(&self.state.brief.settings.model),
                 budget: budget.as_ref(),
@@ -610,15 +623,21 @@ impl Actor {
     }
 
     /// The compare-and-swap on (agent, cycle): only the first decision for a cycle is applied.
+    /// Fenced by the agent's lease: when another process took it over, the `LeaseLost` comes back
+    /// as the outer error, and the actor stops.
     fn claim_decision(
         &self,
         cycle: u64,
         decision: &Decision,
         by: &ActedBy,
-    ) -> Result<(), DecideError> {
+    ) -> Result<Result<(), DecideError>, StoreError> {
         if !self.state.awaits_decision_on(cycle) {
             // Tell a late clicker who won, when the card they clicked was decided by someone else.
-            return Err(DecideError::late(&self.deps.store, &self.state.id, cycle));
+            return Ok(Err(DecideError::late(
+                &self.deps.store,
+                &self.state.id,
+                cycle,
+            )));
         }
         let record = DecisionRecord {
             decision: decision.clone(),
@@ -628,13 +647,14 @@ impl Actor {
         match self
             .deps
             .store
-            .record_decision(&self.state.id, cycle, &record)
+            .record_decision_fenced(&self.state.id, cycle, &record, self.fence)
         {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(winner)) => Err(DecideError::AlreadyDecided { by: winner.by }),
+            Ok(Ok(())) => Ok(Ok(())),
+            Ok(Err(winner)) => Ok(Err(DecideError::AlreadyDecided { by: winner.by })),
+            Err(lost @ StoreError::LeaseLost { .. }) => Err(lost),
             Err(e) => {
                 tracing::error!(agent = %self.state.id, error = %e, "cannot record a decision");
-                Err(DecideError::Storage)
+                Ok(Err(DecideError::Storage))
             }
         }
     }
@@ -681,9 +701,11 @@ impl Actor {
                     // The proposal now waits for a decision, so any decision stored for this cycle
                     // belongs to an earlier showing (a Deny before a resume, or a run interrupted by
                     // a crash) and must not block the new one.
-                    self.deps
-                        .store
-                        .clear_decision(&self.state.id, proposal.cycle)?;
+                    self.deps.store.clear_decision_fenced(
+                        &self.state.id,
+                        proposal.cycle,
+                        self.fence,
+                    )?;
                 }
                 // The card shows what a file command would change, and the approval covers that:
                 // `execute` checks the file is still as it was shown.

@@ -14,7 +14,8 @@
 //!
 //! When several processes share the store, every start first takes the agent's lease (see
 //! `leases`): an agent another process runs is not started here (`SendError::Elsewhere`), and
-//! `keep_leases` renews, stops and adopts as the leases say.
+//! `keep_leases` renews, stops and adopts as the leases say, leaving an agent whose actor failed
+//! alone for a doubling while (`adoption`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -26,6 +27,7 @@ use crate::core::state::AgentState;
 use crate::locks::LockRecovered;
 use crate::store::{Commit, Fence, StoreError};
 
+use super::adoption::Adoption;
 use super::leases::{Leased, Leases};
 use super::uploads::{self, Upload, UploadError};
 use super::{start_registered, was_interrupted, AgentHandle, DecideError, Deps, Refused, BUSY};
@@ -69,6 +71,9 @@ pub struct Supervisor {
     generation: Arc<std::sync::atomic::AtomicU64>,
     /// The agents' leases, when the store is shared with other processes (see `leases`).
     leases: Option<Arc<Leases>>,
+    /// The agents whose actor failed, which the lease keeper leaves alone a while (see
+    /// `adoption`).
+    adoption: Arc<Adoption>,
 }
 
 /// Which live agents a process runs: those of the servers it serves (see `keep_leases`).
@@ -86,15 +91,34 @@ impl Supervisor {
             live: Arc::new(Mutex::new(HashMap::new())),
             generation: Arc::new(std::sync::atomic::AtomicU64::new(0)),
             leases,
+            adoption: Arc::default(),
         }
     }
 
     /// Takes the agent's lease, when the store is shared.
+    /// Holding it, no other process runs the agent: a reservation another process left open for
+    /// it belongs to a call cut short there, and is settled at its worst case (see
+    /// `budget::ledger`).
     fn take_lease(&self, agent: &str) -> Result<Leased, StoreError> {
-        match &self.leases {
-            None => Ok(Leased::Unfenced),
-            Some(leases) => leases.take(agent),
+        let Some(leases) = &self.leases else {
+            return Ok(Leased::Unfenced);
+        };
+        let leased = leases.take(agent)?;
+        if let Leased::Fenced(_) = leased {
+            match self.deps.budgets.ledger().settle_left_by_others(agent) {
+                Ok(settled) if settled.is_empty() => {}
+                Ok(settled) => tracing::warn!(
+                    %agent,
+                    calls = settled.len(),
+                    "settled at their worst case the calls another process left open for the agent"
+                ),
+                // They stay open, held against the budgets, until a later start settles them.
+                Err(error) => {
+                    tracing::warn!(%agent, %error, "cannot settle calls another process left open")
+                }
+            }
         }
+        Ok(leased)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Live>> {
@@ -133,19 +157,34 @@ impl Supervisor {
         );
         let registry = self.live.clone();
         let leases = self.leases.clone();
+        let (adoption, clock) = (self.adoption.clone(), self.deps.clock.clone());
+        // How long the lease keeper leaves a failed agent alone (see `adoption`); without leases
+        // nothing adopts agents, so a failure is only logged.
+        let failed = move |agent: &str| {
+            leases.as_ref().map(|leases| {
+                adoption
+                    .failed(agent, clock.now(), leases.period())
+                    .as_secs()
+            })
+        };
+        let (adoption, leases) = (self.adoption.clone(), self.leases.clone());
         self.deps.runtime.spawn(async move {
             match done.await {
-                Ok(Ok(_)) => {}
+                Ok(Ok(_)) => adoption.recovered(&id),
                 Ok(Err(super::RuntimeError::Store(StoreError::LeaseLost { .. }))) => {
                     tracing::warn!(agent = %id, "stopped running the agent: another process took its lease over, and it runs it now")
                 }
                 Ok(Err(e)) => {
-                    tracing::error!(agent = %id, error = %e, "agent actor stopped with an error")
+                    let not_adopted_for_secs = failed(&id);
+                    tracing::error!(agent = %id, error = %e, ?not_adopted_for_secs, "agent actor stopped with an error")
                 }
                 Err(e) if e.is_cancelled() => {
                     tracing::warn!(agent = %id, "stopped running the agent: its lease could not be renewed, another process runs it now")
                 }
-                Err(e) => tracing::error!(agent = %id, error = %e, "agent actor panicked"),
+                Err(e) => {
+                    let not_adopted_for_secs = failed(&id);
+                    tracing::error!(agent = %id, error = %e, ?not_adopted_for_secs, "agent actor panicked")
+                }
             }
             let mut live = registry.lock_recovered();
             // No entry: the actor left the map at rest, and no other has started since (a start
@@ -340,10 +379,15 @@ impl Supervisor {
     /// only the agents that surface reaches (`autothread serve` those started over the API), and
     /// one of several processes sharing the store those of its servers. With leases, only an
     /// agent whose lease this process takes: its old owner's expired, or was given back.
+    /// An agent whose actor failed lately is left alone until its wait is over (see `adoption`).
     pub fn resume_where(&self, serves: impl Fn(&AgentState) -> bool) -> Result<usize, StoreError> {
         let mut resumed = 0;
-        for summary in self.deps.store.list_agents()? {
-            if self.is_running(&summary.id) {
+        let agents = self.deps.store.list_agents()?;
+        let ids: std::collections::HashSet<&str> = agents.iter().map(|a| a.id.as_str()).collect();
+        self.adoption.retain(|agent| ids.contains(agent));
+        let now = self.deps.clock.now();
+        for summary in &agents {
+            if self.is_running(&summary.id) || self.adoption.waits(&summary.id, now) {
                 continue;
             }
             if let Some(leases) = &self.leases {

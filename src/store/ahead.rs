@@ -37,6 +37,8 @@ pub(crate) enum TreeId {
     EpisodeChunks = 9,
     AgentBriefs = 10,
     Uploads = 11,
+    /// Written only in one transaction (a fenced commit), never ahead: older builds know no 12.
+    Decisions = 12,
 }
 
 impl TreeId {
@@ -53,6 +55,7 @@ impl TreeId {
             9 => TreeId::EpisodeChunks,
             10 => TreeId::AgentBriefs,
             11 => TreeId::Uploads,
+            12 => TreeId::Decisions,
             _ => return None,
         })
     }
@@ -201,6 +204,7 @@ impl Store {
             TreeId::EpisodeChunks => &self.episode_chunks,
             TreeId::AgentBriefs => &self.agent_briefs,
             TreeId::Uploads => &self.uploads,
+            TreeId::Decisions => &self.decisions,
         }
     }
 

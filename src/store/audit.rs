@@ -108,8 +108,18 @@ impl Store {
 
     /// Folds `agent`'s entries kept under keys of their own into a chunk, once there are at least
     /// `CHUNK_LEAST` of them. Returns how many entries were folded.
+    #[cfg(test)]
     pub(super) fn fold_audit(&self, agent: &str) -> Result<usize, StoreError> {
-        self.fold_records::<AuditEntry>(&FOLDING, &agent_prefix(agent))
+        self.fold_audit_fenced(agent, None)
+    }
+
+    /// `fold_audit`, landing only while the agent's lease carries `fence` (none: as `fold_audit`).
+    pub(super) fn fold_audit_fenced(
+        &self,
+        agent: &str,
+        fence: Option<super::Fence>,
+    ) -> Result<usize, StoreError> {
+        self.fold_records::<AuditEntry>(&FOLDING, agent, fence)
     }
 
     /// Page `page` (0 is the newest) of `agent`'s trail, `per_page` entries to a page.

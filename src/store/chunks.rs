@@ -86,11 +86,14 @@ impl Store {
     /// Folds the oldest records under `prefix` into a chunk, once there are at least
     /// `folding.least` of them beyond the `keep_newest` newest; the chunk and the removal of the
     /// records land together. Returns how many records were folded.
+    /// With a fence, the fold lands only while `agent`'s lease carries it (see `leases`).
     pub(super) fn fold_records<T: Serialize + DeserializeOwned>(
         &self,
         folding: &Folding,
-        prefix: &[u8],
+        agent: &str,
+        fence: Option<super::Fence>,
     ) -> Result<usize, StoreError> {
+        let prefix = &super::agent_prefix(agent);
         let _held = self.records_lock(prefix);
         let mut present = self
             .tree(folding.singles)
@@ -124,7 +127,7 @@ impl Store {
         for (key, _) in &taken {
             writes.remove(folding.singles, key.to_vec());
         }
-        self.write_together(&writes)?;
+        self.write_together_fenced(&writes, agent, fence)?;
         Ok(taken.len())
     }
 

@@ -256,6 +256,15 @@ impl Store {
         self.write_together_fenced(&writes, agent, fence)
     }
 
+    /// The guard of a write fenced by the agent's lease.
+    pub(super) fn lease_guard<'a>(&'a self, agent: &'a str, fence: Fence) -> kv::FenceGuard<'a> {
+        kv::FenceGuard {
+            tree: &self.leases,
+            key: agent.as_bytes(),
+            fence: fence.0,
+        }
+    }
+
     /// Lands `writes` together; with a fence, in one transaction that checks the agent's lease
     /// first (see `kv::fenced`), failing with `LeaseLost` and writing nothing when it moved.
     pub(super) fn write_together_fenced(
@@ -267,11 +276,7 @@ impl Store {
         match fence {
             None => self.write_together(writes),
             Some(fence) => {
-                let guard = kv::FenceGuard {
-                    tree: &self.leases,
-                    key: agent.as_bytes(),
-                    fence: fence.0,
-                };
+                let guard = self.lease_guard(agent, fence);
                 self.write_in_one_transaction(writes, Some(&guard))?
                     .map_err(|kv::FenceMoved| StoreError::LeaseLost {
                         agent: agent.to_owned(),

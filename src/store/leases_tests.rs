@@ -162,9 +162,113 @@ fn a_write_with_a_stale_token_is_refused_and_writes_nothing(backend: Backend) {
     assert!(store.journal_entry("x", 2).unwrap().is_some());
 }
 
+fn decision(by: &str) -> crate::store::DecisionRecord {
+    crate::store::DecisionRecord {
+        decision: crate::core::decision::Decision::Approve,
+        by: by.into(),
+        at: Utc::now(),
+    }
+}
+
+/// A process whose lease was taken over can neither record a decision, nor clear one, nor fold
+/// the agent's steps: each fails with `LeaseLost` and writes nothing. The new owner's token does
+/// all three, and its decisions still go to the first click.
+fn a_stale_owner_can_neither_decide_nor_clear_a_decision_nor_fold_steps(backend: Backend) {
+    let Some(db) = TestStore::on(backend) else {
+        return;
+    };
+    let store = db.open();
+    let (old, new) = (LeaseOwner::random(), LeaseOwner::random());
+    let Acquired::Held(stale) = store.acquire_lease("x", old, Utc::now(), TTL).unwrap() else {
+        panic!("a new agent's lease is free");
+    };
+    assert_eq!(
+        store
+            .record_decision_fenced("x", 1, &decision("alice"), Some(stale))
+            .unwrap(),
+        Ok(())
+    );
+    let Acquired::Held(fresh) = store.acquire_lease("x", new, later(60), TTL).unwrap() else {
+        panic!("an expired lease is taken over");
+    };
+    // The stale owner's decision on the open cycle is refused, and none is stored.
+    let refused = store.record_decision_fenced("x", 2, &decision("mallory"), Some(stale));
+    assert!(
+        matches!(&refused, Err(StoreError::LeaseLost { agent }) if agent == "x"),
+        "{refused:?}"
+    );
+    assert_eq!(store.decided_by("x", 2).unwrap(), None);
+    // The new owner's first click wins and a second gets the winner back, fenced as unfenced.
+    assert_eq!(
+        store
+            .record_decision_fenced("x", 2, &decision("bob"), Some(fresh))
+            .unwrap(),
+        Ok(())
+    );
+    let lost = store
+        .record_decision_fenced("x", 2, &decision("carol"), Some(fresh))
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(lost.by.names(), "bob");
+    // The stale owner cannot clear it either; the new owner can.
+    let cleared = store.clear_decision_fenced("x", 2, Some(stale));
+    assert!(
+        matches!(cleared, Err(StoreError::LeaseLost { .. })),
+        "{cleared:?}"
+    );
+    assert_eq!(store.decided_by("x", 2).unwrap().unwrap().names(), "bob");
+    store.clear_decision_fenced("x", 2, Some(fresh)).unwrap();
+    assert_eq!(store.decided_by("x", 2).unwrap(), None);
+    // Enough steps to fold (stored by the new owner, at a cycle that does not fold by itself).
+    let mut agent = AgentState::for_test("x");
+    agent.progress.cycle = 131;
+    let steps: Vec<Episode> = (1..=130).map(step).collect();
+    store
+        .commit_fenced(
+            &Commit {
+                state: Some(&agent),
+                episodes: steps.iter().collect(),
+                ..Default::default()
+            },
+            Some(fresh),
+        )
+        .unwrap();
+    let chunks = |store: &Store| store.episode_chunks.scan_prefix(b"x/").count();
+    let folded = store.fold_steps_fenced("x", Some(stale));
+    assert!(
+        matches!(folded, Err(StoreError::LeaseLost { .. })),
+        "{folded:?}"
+    );
+    assert_eq!(chunks(&store), 0);
+    assert_eq!(store.episodes.scan_prefix(b"x/").count(), 130);
+    assert_eq!(store.fold_steps_fenced("x", Some(fresh)).unwrap(), 66);
+    assert_eq!(chunks(&store), 1);
+    // A fenced commit closing a cycle takes its decision record with it, in the same write.
+    store
+        .record_decision_fenced("x", 131, &decision("bob"), Some(fresh))
+        .unwrap()
+        .unwrap();
+    let mut closing = step(131);
+    closing.decided_by = Some("bob".into());
+    agent.progress.cycle = 132;
+    store
+        .commit_fenced(
+            &Commit {
+                state: Some(&agent),
+                episodes: vec![&closing],
+                ..Default::default()
+            },
+            Some(fresh),
+        )
+        .unwrap();
+    assert!(!store.decisions.contains_key(b"x/0000000000000083").unwrap());
+    assert_eq!(store.decided_by("x", 131).unwrap().unwrap().names(), "bob");
+}
+
 on_both_backends!(
     a_lease_is_held_renewed_expired_and_taken_over_with_a_new_token,
     a_write_with_a_stale_token_is_refused_and_writes_nothing,
+    a_stale_owner_can_neither_decide_nor_clear_a_decision_nor_fold_steps,
 );
 
 /// Two processes (two stores on one database) race for forty expired leases from four threads:

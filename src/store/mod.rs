@@ -14,7 +14,8 @@
 //! it holds, so a record kept per cycle grew the bot's memory with its cycles. `record_executing`
 //! and `journal_executing` write a command's start, `record_decision` is the compare-and-swap on
 //! `decisions/<agent>/<cycle>` that makes the first click win, `clear_decision` removes it when a
-//! proposal is shown again, and `decided_by` reads who decided, from the record while the cycle is
+//! proposal is shown again (both fenced by the agent's lease in their `_fenced` forms, as the
+//! commits and the folds that follow them are), and `decided_by` reads who decided, from the record while the cycle is
 //! open and from the episode after.
 //!
 //! Durability is separate from writing: a commit is not flushed by itself. The caller flushes
@@ -240,6 +241,13 @@ pub struct DecisionRecord {
     /// click reached a quorum.
     pub by: crate::core::person::ActedBy,
     pub at: DateTime<Utc>,
+}
+
+/// Which of an agent's records a write added to, and so may be due to be folded.
+#[derive(Debug, Clone, Copy)]
+struct Folds {
+    audit: bool,
+    steps: bool,
 }
 
 /// Everything one step changes, written together (all or nothing, see `ahead`).
@@ -530,36 +538,51 @@ impl Store {
                 }
             }
         }
-        self.write_together_fenced(&writes, &state.id, fence)?;
-        drop(audit_held);
         // A closed cycle's decision lives on in its episode, so its record goes. sled's memory
         // grows with the keys a store holds (about 40 to 50 bytes a key: see the README's memory
-        // figures), so a record kept for every cycle made the bot's grow with its cycles. It goes
-        // after the write rather than in it: a crash in between leaves a record nothing reads as
-        // pending, since its cycle is closed, and a cycle decided by no one has none to remove
-        // (sled skips removing a missing key without writing).
-        for episode in &commit.episodes {
-            self.decisions.remove(cycle_key(&state.id, episode.cycle))?;
+        // figures), so a record kept for every cycle made the bot's grow with its cycles. Unfenced
+        // it goes after the write rather than in it: a crash in between leaves a record nothing
+        // reads as pending, since its cycle is closed, and a cycle decided by no one has none to
+        // remove (sled skips removing a missing key without writing). Fenced, the write is one
+        // transaction anyway, and a process whose lease was taken over must not remove the new
+        // owner's records: the removal is in it.
+        if fence.is_some() {
+            for episode in &commit.episodes {
+                writes.remove(TreeId::Decisions, cycle_key(&state.id, episode.cycle));
+            }
+        }
+        self.write_together_fenced(&writes, &state.id, fence)?;
+        drop(audit_held);
+        if fence.is_none() {
+            for episode in &commit.episodes {
+                self.decisions.remove(cycle_key(&state.id, episode.cycle))?;
+            }
         }
         self.fold_when_due(
             &state.id,
             state.progress.cycle,
-            !commit.audit.is_empty(),
-            !commit.episodes.is_empty(),
+            Folds {
+                audit: !commit.audit.is_empty(),
+                steps: !commit.episodes.is_empty(),
+            },
+            fence,
         );
         Ok(())
     }
 
     /// Every `FOLD_CHECK_EVERY` cycles, after a write that added audit entries or steps, folds
-    /// the agent's older ones into chunks. The write has landed whatever a fold does: a failure
-    /// is logged, and the records stay where they are until a later check folds them.
-    fn fold_when_due(&self, agent: &str, cycle: u64, audit: bool, steps: bool) {
+    /// the agent's older ones into chunks, fenced by the agent's lease like the write (a process
+    /// whose lease was taken over folds nothing). The write has landed whatever a fold does: a
+    /// failure is logged, and the records stay where they are until a later check folds them.
+    fn fold_when_due(&self, agent: &str, cycle: u64, due: Folds, fence: Option<Fence>) {
         if !cycle.is_multiple_of(chunks::FOLD_CHECK_EVERY) {
             return;
         }
         let folds = [
-            audit.then(|| ("audit entries", self.fold_audit(agent))),
-            steps.then(|| ("steps", self.fold_steps(agent))),
+            due.audit
+                .then(|| ("audit entries", self.fold_audit_fenced(agent, fence))),
+            due.steps
+                .then(|| ("steps", self.fold_steps_fenced(agent, fence))),
         ];
         for (records, folded) in folds.into_iter().flatten() {
             if let Err(error) = folded {
@@ -614,18 +637,44 @@ impl Store {
         cycle: u64,
         record: &DecisionRecord,
     ) -> Result<Result<(), DecisionRecord>, StoreError> {
+        self.record_decision_fenced(agent, cycle, record, None)
+    }
+
+    /// `record_decision`, landing only while the agent's lease carries `fence` (none: as
+    /// `record_decision`); a stale owner's decision fails with `LeaseLost` and writes nothing.
+    pub fn record_decision_fenced(
+        &self,
+        agent: &str,
+        cycle: u64,
+        record: &DecisionRecord,
+        fence: Option<Fence>,
+    ) -> Result<Result<(), DecisionRecord>, StoreError> {
         let key = cycle_key(agent, cycle);
-        match self
-            .decisions
-            .compare_and_swap(&key, None as Option<&[u8]>, Some(encode(record)?))?
-        {
-            Ok(()) => Ok(Ok(())),
-            Err(conflict) => {
-                let existing = conflict
-                    .current
-                    .ok_or_else(|| StoreError::Corrupt("decision vanished during CAS".into()))?;
-                Ok(Err(decode(&key, &existing)?))
-            }
+        let winner = |current: Option<kv::Bytes>| -> Result<DecisionRecord, StoreError> {
+            let existing = current
+                .ok_or_else(|| StoreError::Corrupt("decision vanished during CAS".into()))?;
+            decode(&key, &existing)
+        };
+        let Some(fence) = fence else {
+            return match self.decisions.compare_and_swap(
+                &key,
+                None as Option<&[u8]>,
+                Some(encode(record)?),
+            )? {
+                Ok(()) => Ok(Ok(())),
+                Err(conflict) => Ok(Err(winner(conflict.current)?)),
+            };
+        };
+        let mut batch = kv::Batch::default();
+        batch.expect(&self.decisions, key.clone(), None);
+        batch.put(&self.decisions, key.clone(), encode(record)?);
+        let guard = self.lease_guard(agent, fence);
+        match self.db.write_batch_checked(&batch, Some(&guard))? {
+            kv::Checked::Landed => Ok(Ok(())),
+            kv::Checked::Differs { current, .. } => Ok(Err(winner(current)?)),
+            kv::Checked::FenceMoved => Err(StoreError::LeaseLost {
+                agent: agent.to_owned(),
+            }),
         }
     }
 
@@ -652,8 +701,28 @@ impl Store {
 
     /// Forgets the decision for a cycle, so an interrupted command can be decided again.
     pub fn clear_decision(&self, agent: &str, cycle: u64) -> Result<(), StoreError> {
-        self.decisions.remove(cycle_key(agent, cycle))?;
-        Ok(())
+        self.clear_decision_fenced(agent, cycle, None)
+    }
+
+    /// `clear_decision`, landing only while the agent's lease carries `fence` (none: as
+    /// `clear_decision`).
+    pub fn clear_decision_fenced(
+        &self,
+        agent: &str,
+        cycle: u64,
+        fence: Option<Fence>,
+    ) -> Result<(), StoreError> {
+        match fence {
+            None => {
+                self.decisions.remove(cycle_key(agent, cycle))?;
+                Ok(())
+            }
+            Some(fence) => {
+                let mut writes = Writes::default();
+                writes.remove(TreeId::Decisions, cycle_key(agent, cycle));
+                self.write_together_fenced(&writes, agent, Some(fence))
+            }
+        }
     }
 
     /// The agent with its newest steps whole and the older ones as Progress lines, bounded

@@ -67,7 +67,15 @@ impl Store {
         self.write_together_fenced(&writes, agent, fence)?;
         drop(audit_held);
         // The approval's entry is often the only one a hand-approved cycle adds.
-        self.fold_when_due(agent, cycle, !audit.is_empty(), false);
+        self.fold_when_due(
+            agent,
+            cycle,
+            super::Folds {
+                audit: !audit.is_empty(),
+                steps: false,
+            },
+            fence,
+        );
         Ok(())
     }
 

@@ -63,7 +63,16 @@ impl Store {
     /// Folds `agent`'s oldest steps under keys of their own into a chunk, when it has enough of
     /// them beyond the newest. Returns how many steps were folded.
     pub(super) fn fold_steps(&self, agent: &str) -> Result<usize, StoreError> {
-        self.fold_records::<Episode>(&FOLDING, &agent_prefix(agent))
+        self.fold_steps_fenced(agent, None)
+    }
+
+    /// `fold_steps`, landing only while the agent's lease carries `fence` (none: as `fold_steps`).
+    pub(super) fn fold_steps_fenced(
+        &self,
+        agent: &str,
+        fence: Option<super::Fence>,
+    ) -> Result<usize, StoreError> {
+        self.fold_records::<Episode>(&FOLDING, agent, fence)
     }
 
     /// `agent`'s steps of cycles `first..=last`, oldest first, folded or not.

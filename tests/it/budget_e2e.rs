@@ -299,6 +299,34 @@ async fn cached_input_is_charged_at_the_cached_price() {
     fake.assert_clean();
 }
 
+/// Input a model bills as written to its prompt cache is charged at the write price, beside
+/// the cached input at the read price: `prompt_tokens_details.cache_write_tokens`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_writes_are_charged_at_the_write_price_beside_reads_at_the_read_price() {
+    let fake = fake().await;
+    // 1,000 prompt tokens: 600 read from the cache, 300 written to it, 100 neither; 20 out. At
+    // $10 in, $1 read, $12.50 written, $30 out per million: 100 × 10 + 600 × 1 + 300 × 12.5 +
+    // 20 × 30 = 5,950 µ$ (with writes at the input price it would be 5,200).
+    fake.set_usage_with_cache_writes(1_000, 20, 600, 300);
+    fake.push_content(agent_reply("finish", json!({"reason": "done"})));
+    let env = TestEnv::with_budget(
+        &fake.base_url,
+        "",
+        "guild_calls_per_minute = 0\n[budget.prices.\"test-model\"]\ninput_per_million = 10.0\ncached_input_per_million = 1.0\ncache_write_per_million = 12.5\noutput_per_million = 30.0\n",
+    );
+    let mut run = env.spawn(&[
+        "console", "--task", "Say done", "--name", "CacheGPT", "--role", "r",
+    ]);
+    run.wait_for("Input:", 1, WAIT).await;
+    run.type_lines(&["y"]).await;
+    let (ok, out, err) = run.finish(WAIT).await;
+    assert!(ok, "{out}{err}");
+    let id = created_agent_id(&out);
+    let (spent, reserved) = budget_line(&agent_budget(&env, &id).await, "the agent's budget");
+    assert_eq!((spent, reserved), (5_950, 0));
+    fake.assert_clean();
+}
+
 /// Alice starts an agent on a reading task.
 async fn start_reader(discord: &FakeDiscord, name: &str, budget: Option<f64>) -> u64 {
     let start = Start {

@@ -482,3 +482,123 @@ fn concurrent_agents_never_cross_a_cap() {
         assert!(state.spent <= limit);
     }
 }
+
+/// A person's daily budget when it counts every server: $1.
+const DAY_CAP: Micros = Micros(1_000_000);
+
+/// A person's day counted across servers, with no other limit in the way.
+fn across_servers() -> BudgetConfig {
+    BudgetConfig {
+        user_daily_usd: 1.0,
+        user_daily_scope: autothread::config::UserDailyScope::EveryServer,
+        guild_daily_usd: 0.0,
+        guild_monthly_usd: 0.0,
+        ..BudgetConfig::default()
+    }
+}
+
+/// One person's agents in three servers, one server on each of `stores` (three processes, or
+/// three handles in one), race two threads each to reserve and settle on the person's day: it
+/// is one account for the three servers, no reservation ever takes it past its cap, and the
+/// spend it ends with is exactly what was charged (no settlement lost to another's).
+fn race_for_one_day(stores: Vec<Store>) {
+    use rand::{Rng, SeedableRng};
+    let config = across_servers();
+    let budgets: Vec<Budgets> = stores
+        .iter()
+        .map(|store| Budgets::new(store, &config).unwrap())
+        .collect();
+    let charges_in = |budgets: &Budgets, server: usize| {
+        let spender = Spender {
+            user: Some("7".into()),
+            guild: Some(autothread::core::state::GuildId::from(100 + server as u64)),
+        };
+        budgets
+            .charges(&format!("agent{server}"), &spender, Micros(u64::MAX), at())
+            .unwrap()
+    };
+    let day_of = |charges: &[Charge]| {
+        charges
+            .iter()
+            .find(|charge| charge.account.starts_with("user/"))
+            .unwrap()
+            .account
+            .clone()
+    };
+    let day = day_of(&charges_in(&budgets[0], 0));
+    for (server, budgets) in budgets.iter().enumerate() {
+        assert_eq!(
+            day_of(&charges_in(budgets, server)),
+            day,
+            "one day for every server"
+        );
+    }
+    let (charged, refusals): (Vec<Micros>, Vec<u32>) = std::thread::scope(|scope| {
+        let racers: Vec<_> = (0..6)
+            .map(|racer| {
+                let (server, budgets) = (racer % 3, &budgets[racer % 3]);
+                let (charges, day) = (charges_in(budgets, server), day.as_str());
+                scope.spawn(move || {
+                    let ledger = budgets.ledger();
+                    let mut rng = rand::rngs::StdRng::seed_from_u64(40 + racer as u64);
+                    let (mut charged, mut refusals) = (Micros(0), 0);
+                    for _ in 0..120 {
+                        let amount = Micros(rng.random_range(5_000..=60_000));
+                        match ledger
+                            .reserve(&charges, amount, "a", "think", at())
+                            .unwrap()
+                        {
+                            Ok(reservation) if rng.random_bool(0.2) => {
+                                ledger.release(reservation.id).unwrap()
+                            }
+                            Ok(reservation) => {
+                                let cost = Micros(rng.random_range(0..=amount.0));
+                                assert_eq!(ledger.settle(reservation.id, cost).unwrap(), cost);
+                                charged += cost;
+                            }
+                            Err(_) => refusals += 1,
+                        }
+                        let now = ledger.account(day).unwrap();
+                        assert!(now.committed() <= DAY_CAP, "crossed: {now:?}");
+                    }
+                    (charged, refusals)
+                })
+            })
+            .collect();
+        racers.into_iter().map(|r| r.join().unwrap()).unzip()
+    });
+    // The race reached the cap, and the books hold exactly what was charged.
+    assert!(refusals.iter().sum::<u32>() > 0);
+    let total: Micros = charged.into_iter().sum();
+    for budgets in &budgets {
+        let account = budgets.ledger().account(&day).unwrap();
+        assert_eq!(account.reserved, Micros(0));
+        assert_eq!(account.spent, total);
+        assert!(account.spent <= DAY_CAP);
+    }
+}
+
+/// Three processes (three store handles on one PostgreSQL database, each with its own pool of
+/// connections) serving the person's three servers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persons_day_across_servers_raced_from_three_processes_on_postgres_is_never_crossed() {
+    let Some((url, _)) = crate::support::postgres::fresh_database().await else {
+        return;
+    };
+    let dirs = [(); 3].map(|()| tempfile::tempdir().unwrap());
+    let stores: Vec<Store> = dirs
+        .iter()
+        .map(|dir| Store::open_postgres(&url, dir.path()).unwrap())
+        .collect();
+    tokio::task::spawn_blocking(move || race_for_one_day(stores))
+        .await
+        .unwrap();
+}
+
+/// The same in one process on sled: three handles on one store.
+#[test]
+fn a_persons_day_across_servers_raced_from_three_handles_on_sled_is_never_crossed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    race_for_one_day(vec![store.clone(), store.clone(), store]);
+}

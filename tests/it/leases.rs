@@ -346,3 +346,60 @@ async fn an_upload_is_written_by_the_process_that_runs_the_agent_and_refused_by_
         1
     );
 }
+
+/// Makes the test's database refuse every write of `agent`'s records but its lease, as a disk
+/// or a constraint failing that agent alone would.
+async fn refuse_writes_of(url: &str, agent: &str) {
+    use sqlx::Connection as _;
+    let mut connection = sqlx::PgConnection::connect(url).await.unwrap();
+    let function = format!(
+        "CREATE FUNCTION refuse_{agent}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+         IF NEW.tree <> 'leases' AND position(convert_to('{agent}', 'UTF8') in NEW.key) = 1 THEN \
+         RAISE EXCEPTION 'the test refuses this write'; END IF; RETURN NEW; END $$"
+    );
+    let trigger = format!(
+        "CREATE TRIGGER refuse_{agent} BEFORE INSERT OR UPDATE ON kv \
+         FOR EACH ROW EXECUTE FUNCTION refuse_{agent}()"
+    );
+    for statement in [function, trigger] {
+        sqlx::query(&statement)
+            .execute(&mut connection)
+            .await
+            .unwrap();
+    }
+}
+
+/// An agent whose actor dies on a store error each time it runs is adopted again, but each time
+/// after twice the wait before (two lease periods first), not every period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_whose_actor_keeps_failing_is_adopted_again_after_a_doubling_wait() {
+    let Some((url, _)) = fresh_database().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (keeper, store) = process(&url, &dir, None);
+    thinking_agent(&store, "failing", GUILD_ON_0);
+    refuse_writes_of(&url, "failing").await;
+    let started = tokio::time::Instant::now();
+    keeper.keep_leases(Arc::new(|_: &AgentState| true));
+    // Periods of one second: adopted at about 1 s, failing at once; without the wait it would be
+    // adopted about every second. With it: again after 2 s (about 3 s), then after 4 s (about 7 s).
+    eventually(
+        "the failing agent is adopted again",
+        Duration::from_secs(6),
+        || keeper.actors_started() >= 2,
+    )
+    .await;
+    let again = started.elapsed();
+    assert!(
+        again >= Duration::from_secs(2),
+        "adopted again after {again:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(8) - started.elapsed().min(Duration::from_secs(8)))
+        .await;
+    let starts = keeper.actors_started();
+    assert!((2..=4).contains(&starts), "{starts} starts in 8 s");
+    // It was never stored as having moved on.
+    let stored = store.load_agent_record("failing").unwrap().unwrap();
+    assert_eq!(stored.progress.phase, Phase::Thinking);
+}

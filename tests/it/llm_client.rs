@@ -38,6 +38,7 @@ fn request(schema: bool) -> ChatRequest {
         ],
         max_tokens: 300,
         json_schema: schema.then(|| json!({"type": "object", "properties": {"command": {"type": "object"}}})),
+        cache_key: None,
     }
 }
 

@@ -51,6 +51,65 @@ async fn write_and_finish(
 /// `[budget.prices]` for the test model: a paid provider refuses an unpriced model.
 const PRICED: &str = "guild_calls_per_minute = 0\n\n[budget.prices.\"test-model\"]\ninput_per_million = 1.0\noutput_per_million = 2.0\n";
 
+/// The `prompt_cache_key` of every chat request the fake saw after the first `skip` of each kind
+/// (cycles, then summaries); `None` where a request had none.
+fn cache_keys(openai: &FakeOpenAi, skip: (usize, usize)) -> Vec<Option<String>> {
+    let key = |body: Value| {
+        body.get("prompt_cache_key")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let cycles = openai.requests(Kind::Cycle).into_iter().skip(skip.0);
+    let summaries = openai.requests(Kind::Summary).into_iter().skip(skip.1);
+    cycles.chain(summaries).map(key).collect()
+}
+
+/// Each agent's calls carry one prompt-cache key of its own, a digest that names neither the
+/// agent nor a person, where the endpoint is said to take it; a server that is not OpenAI's is
+/// sent none by default, since it might refuse a field it does not know.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_s_calls_carry_its_own_prompt_cache_key_only_where_the_endpoint_takes_it() {
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
+    let env = TestEnv::with_budget(&openai.base_url, "", PRICED);
+    let (ok, out, err) = write_and_finish(&env, &openai, &[], &[]).await;
+    assert!(ok && out.contains("written"), "{out}{err}");
+    let keys = cache_keys(&openai, (0, 0));
+    assert!(keys.len() >= 3, "every cycle: {keys:?}");
+    assert!(keys.iter().all(Option::is_none), "{keys:?}");
+    openai.assert_clean();
+
+    let openai = FakeOpenAi::start(Expect::test_model()).await;
+    let env = TestEnv::with_budget(&openai.base_url, "prompt_cache_key = \"always\"\n", PRICED);
+    let mut agents = Vec::new();
+    for _ in 0..2 {
+        let seen_before = (
+            openai.requests(Kind::Cycle).len(),
+            openai.requests(Kind::Summary).len(),
+        );
+        let (ok, out, err) = write_and_finish(&env, &openai, &[], &[]).await;
+        assert!(ok && out.contains("written"), "{out}{err}");
+        let keys: Vec<String> = cache_keys(&openai, seen_before)
+            .into_iter()
+            .map(|key| key.expect("every call of the agent carries a key"))
+            .collect();
+        assert!(keys.len() >= 3, "{keys:?}");
+        assert!(
+            keys.iter().all(|k| k == &keys[0]),
+            "one key an agent: {keys:?}"
+        );
+        let id = crate::support::created_agent_id(&out);
+        let key = keys[0].clone();
+        assert!(key.len() <= 64, "{key}");
+        assert!(
+            !key.contains(&id) && !key.contains("PlanGPT"),
+            "{key} names {id}"
+        );
+        agents.push(key);
+    }
+    assert_ne!(agents[0], agents[1], "each agent has its own key");
+    openai.assert_clean();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_azure_deployment_gets_its_api_version_and_its_api_key_header() {
     let openai = FakeOpenAi::start(Expect::test_model()).await;

@@ -86,6 +86,7 @@ async fn json_schema_output_from_a_real_server_parses_as_an_agent_reply() {
                 // the cap bounds how long a rambling sample holds the one-slot server.
                 max_tokens: 900,
                 json_schema: Some(registry.command_set().reply_schema()),
+                cache_key: None,
             })
             .await
             .unwrap();
@@ -324,6 +325,7 @@ async fn read_webpage_reads_a_local_page_in_chunks_with_the_real_model() {
                     // Short answers keep the test quick; the plumbing is judged, not the answer.
                     max_tokens: max_tokens.min(40),
                     json_schema: None,
+                    cache_key: None,
                 })
                 .await
                 .map_err(|e| autothread::tools::ToolModelError::Failed(e.to_string()))?;
@@ -415,6 +417,7 @@ async fn a_real_server_streams_a_reply_in_pieces_that_add_up_to_it() {
                 messages: vec![Message::user("Count from one to ten in words.")],
                 max_tokens: 60,
                 json_schema: None,
+                cache_key: None,
             },
             &|piece| pieces.lock().unwrap().push(piece.to_string()),
         )

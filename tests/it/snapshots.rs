@@ -170,6 +170,7 @@ fn the_cycle_prompt() {
         },
         extras: &extras,
         full_steps: 2,
+        step_lines: autothread::core::prompt::DEFAULT_STEP_LINES,
         counter: &counter,
         // A priced model's prompt: the compact schema states the format, so the prompt does not.
         format_in_prompt: false,

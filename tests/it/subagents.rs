@@ -64,6 +64,7 @@ async fn sub_agents_live_bounded_and_paid_by_their_parent() {
         PriceConfig {
             input_per_million: 1.0,
             cached_input_per_million: None,
+            cache_write_per_million: None,
             output_per_million: 2.0,
         },
     );
@@ -149,6 +150,7 @@ async fn sub_agents_live_bounded_and_paid_by_their_parent() {
         prompt_tokens: 40,
         completion_tokens: 7,
         cached_prompt_tokens: 0,
+        cache_write_tokens: 0,
     });
     assert_eq!(researcher.spent, Micros(2 * unit.0));
     let calls = model.requests.lock().unwrap().len() + model.summaries.load(Ordering::SeqCst);

@@ -5,7 +5,9 @@
 //! when text is rendered for people or the model.
 //!
 //! `Micros` is a newtype, so money cannot be mixed up with token counts. A `Price` has input,
-//! cached-input and output rates, and costs round up; `fit_reply` lowers a call's reply reserve to
+//! cached-input (read), cache-write (for models that bill writes higher) and output rates; a
+//! call is charged as its usage reports it (`cost_of`), reserved at its worst case (`cost`: no
+//! read, everything written), and costs round up; `fit_reply` lowers a call's reply reserve to
 //! what the budgets have left, down to a floor. `BudgetView` is what the core sees of the budgets
 //! (`message` for the prompt, `soft_cap_reached`), `SpendNote` the card's cost line, `BudgetKind`
 //! the four budgets a call is charged to.
@@ -77,6 +79,10 @@ pub struct Price {
     #[serde(default)]
     pub cached_input_per_million: u64,
     pub output_per_million: u64,
+    /// Input the provider wrote to its prompt cache, where the model bills that above the input
+    /// price (Anthropic's models and OpenAI's newest: 1.25×); `None`: writes cost the input price.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_per_million: Option<u64>,
 }
 
 /// The fewest reply tokens a call may be cut to so that it fits what the budget has left: enough
@@ -107,38 +113,69 @@ impl Price {
             input_per_million: usd_to_micros(input).0,
             cached_input_per_million: usd_to_micros(cached_input).0,
             output_per_million: usd_to_micros(output).0,
+            cache_write_per_million: None,
         }
     }
 
-    /// The cost of a call with no cached input (the worst case), rounded up to a whole
-    /// micro-dollar so a ledger never under-charges.
-    pub fn cost(&self, prompt_tokens: u64, completion_tokens: u64) -> Micros {
-        self.cost_with_cache(prompt_tokens, 0, completion_tokens)
+    /// This price with cache writes billed at `cache_write` dollars per million tokens.
+    pub fn with_cache_writes(self, cache_write: f64) -> Price {
+        Price {
+            cache_write_per_million: Some(usd_to_micros(cache_write).0),
+            ..self
+        }
     }
 
-    /// The cost of a call of which `cached_tokens` of the prompt came from the provider's cache.
+    /// What a token written to the cache costs: never less than the input price, since a write
+    /// is input the model read (a lower figure would be a typo that under-charges).
+    fn cache_write_price(&self) -> u64 {
+        self.cache_write_per_million
+            .unwrap_or(self.input_per_million)
+            .max(self.input_per_million)
+    }
+
+    /// The cost of a call in the worst case: no input served from the cache, and all of it
+    /// written to the cache where the model bills writes higher. Rounded up to a whole
+    /// micro-dollar so a ledger never under-charges.
+    pub fn cost(&self, prompt_tokens: u64, completion_tokens: u64) -> Micros {
+        self.cost_of(Usage {
+            prompt_tokens,
+            completion_tokens,
+            cached_prompt_tokens: 0,
+            cache_write_tokens: prompt_tokens,
+        })
+    }
+
+    /// The cost of a call of which `cached_tokens` of the prompt came from the provider's cache
+    /// and nothing was written to it.
     pub fn cost_with_cache(
         &self,
         prompt_tokens: u64,
         cached_tokens: u64,
         completion_tokens: u64,
     ) -> Micros {
-        let cached = cached_tokens.min(prompt_tokens);
-        // A cached price above the input price would be a typo; never charge more for a cache hit.
-        let cached_price = self.cached_input_per_million.min(self.input_per_million);
-        let numerator = (prompt_tokens - cached) as u128 * self.input_per_million as u128
-            + cached as u128 * cached_price as u128
-            + completion_tokens as u128 * self.output_per_million as u128;
-        let micros = numerator.div_ceil(1_000_000);
-        Micros(u64::try_from(micros).unwrap_or(u64::MAX))
+        self.cost_of(Usage {
+            prompt_tokens,
+            completion_tokens,
+            cached_prompt_tokens: cached_tokens,
+            cache_write_tokens: 0,
+        })
     }
 
+    /// The cost of a call as the provider reports it: cached input at the read price, input
+    /// written to the cache at the write price, the rest of the input at the input price.
     pub fn cost_of(&self, usage: Usage) -> Micros {
-        self.cost_with_cache(
-            usage.prompt_tokens,
-            usage.cached_prompt_tokens,
-            usage.completion_tokens,
-        )
+        let prompt = usage.prompt_tokens;
+        // Reports of more cached or written tokens than the prompt had are held to the prompt.
+        let cached = usage.cached_prompt_tokens.min(prompt);
+        let written = usage.cache_write_tokens.min(prompt - cached);
+        // A cached price above the input price would be a typo; never charge more for a cache hit.
+        let cached_price = self.cached_input_per_million.min(self.input_per_million);
+        let numerator = (prompt - cached - written) as u128 * self.input_per_million as u128
+            + cached as u128 * cached_price as u128
+            + written as u128 * self.cache_write_price() as u128
+            + usage.completion_tokens as u128 * self.output_per_million as u128;
+        let micros = numerator.div_ceil(1_000_000);
+        Micros(u64::try_from(micros).unwrap_or(u64::MAX))
     }
 
     /// The reply reserve a call may have when `available` is all its budgets have left: the
@@ -320,8 +357,9 @@ impl BudgetKind {
 
 impl SpendNote {
     /// The next step's cost from the last prompt's size: likely with the agent's average reply
-    /// length so far (half the reserve before the first reply) and its prompt-cache hit rate so
-    /// far; at most with the full reserve and no cache hit.
+    /// length so far (half the reserve before the first reply) and the shares of its prompts the
+    /// provider served from and wrote to its cache so far; at most with the full reserve, no
+    /// cache hit and, where writes are billed higher, the whole prompt written.
     pub fn estimate(
         view: &BudgetView,
         last_prompt_tokens: u64,
@@ -334,11 +372,12 @@ impl SpendNote {
             .unwrap_or(max_tokens / 2)
             .min(max_tokens);
         SpendNote {
-            next_step_likely: view.price.cost_with_cache(
-                last_prompt_tokens,
-                usage.likely_cached(last_prompt_tokens),
-                likely_reply,
-            ),
+            next_step_likely: view.price.cost_of(Usage {
+                prompt_tokens: last_prompt_tokens,
+                completion_tokens: likely_reply,
+                cached_prompt_tokens: usage.likely_cached(last_prompt_tokens),
+                cache_write_tokens: usage.likely_written(last_prompt_tokens),
+            }),
             next_step_worst: view.price.cost(last_prompt_tokens, max_tokens),
             remaining: view.remaining,
             agent_limit: view.agent_limit,
@@ -414,6 +453,7 @@ mod tests {
                 prompt_tokens: 2000,
                 completion_tokens: 0,
                 cached_prompt_tokens: 0,
+                cache_write_tokens: 0,
             }),
             Micros(300)
         );
@@ -512,6 +552,7 @@ mod tests {
             prompt_tokens: 10_000,
             completion_tokens: 0,
             cached_prompt_tokens: 6_000,
+            cache_write_tokens: 0,
         };
         assert_eq!(price.cost_of(usage), Micros(600 + 450));
         // A report of more cached tokens than the prompt had is held to the prompt.
@@ -534,11 +575,64 @@ mod tests {
             prompt_tokens: 20_000,
             completion_tokens: 400,
             cached_prompt_tokens: 12_000,
+            cache_write_tokens: 0,
         };
         let note = SpendNote::estimate(&v, 10_000, &seen, 1000);
         assert_eq!(note.next_step_likely, Micros(600 + 450 + 120));
         // The worst case assumes no hit.
         assert_eq!(note.next_step_worst, Micros(1500 + 600));
+    }
+
+    #[test]
+    fn cache_writes_are_charged_at_the_write_price_and_the_worst_case_writes_everything() {
+        // $1 a million in, reads $0.10, writes $1.25, $5 out (a model that bills writes).
+        let price = Price::from_usd_per_million_cached(1.0, 0.10, 5.0).with_cache_writes(1.25);
+        // 10,000 prompt tokens: 6,000 read, 3,000 written, 1,000 plain; 100 out:
+        // 6,000 × 0.10 + 3,000 × 1.25 + 1,000 × 1 + 100 × 5 = 600 + 3,750 + 1,000 + 500.
+        let usage = Usage {
+            prompt_tokens: 10_000,
+            completion_tokens: 100,
+            cached_prompt_tokens: 6_000,
+            cache_write_tokens: 3_000,
+        };
+        assert_eq!(price.cost_of(usage), Micros(600 + 3_750 + 1_000 + 500));
+        // Writes reported beyond what the cache did not serve are held to that.
+        let odd = Usage {
+            cache_write_tokens: 50_000,
+            ..usage
+        };
+        assert_eq!(price.cost_of(odd), Micros(600 + 5_000 + 500));
+        // The worst case (what a call reserves) is every prompt token written.
+        assert_eq!(price.cost(10_000, 100), Micros(12_500 + 500));
+        // A model without a write price bills writes as input, and its worst case is unchanged.
+        let plain = Price::from_usd_per_million_cached(1.0, 0.10, 5.0);
+        assert_eq!(plain.cost_of(usage), Micros(600 + 4_000 + 500));
+        assert_eq!(plain.cost(10_000, 100), Micros(10_000 + 500));
+        // A write price below the input price (a typo) never makes a write cheaper than input.
+        let typo = plain.with_cache_writes(0.5);
+        assert_eq!(typo.cost_of(usage), plain.cost_of(usage));
+
+        // An agent whose prompts were 60% read from and 30% written to the cache is estimated so.
+        let v = BudgetView {
+            price,
+            ..view(Micros(1_000_000), Micros(900_000))
+        };
+        let seen = UsageTotals {
+            calls: 2,
+            prompt_tokens: 20_000,
+            completion_tokens: 200,
+            cached_prompt_tokens: 12_000,
+            cache_write_tokens: 6_000,
+        };
+        let note = SpendNote::estimate(&v, 10_000, &seen, 1000);
+        assert_eq!(note.next_step_likely, Micros(600 + 3_750 + 1_000 + 500));
+        assert_eq!(note.next_step_worst, Micros(12_500 + 5_000));
+        // A price stored before cache writes were priced reads as billing them as input.
+        let stored: Price = serde_json::from_str(
+            r#"{"input_per_million": 1000000, "cached_input_per_million": 100000, "output_per_million": 5000000}"#,
+        )
+        .unwrap();
+        assert_eq!(stored, plain);
     }
 
     #[test]

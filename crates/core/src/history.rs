@@ -311,10 +311,10 @@ mod tests {
 /// full, the runaway brake looks back over, or a late summary can still reach.
 pub const WHOLE_STEPS_KEPT: usize = 32;
 
-/// How many older steps are kept as the one line the prompt would show for them. A prompt within
-/// its default budget shows about this many; anything older lives in the store (for the
-/// transcript and export) and in long-term memory (for recall), so a long-running agent's
-/// footprint stays flat instead of growing with every cycle.
+/// How many older steps are kept as the one line the prompt would show for them: as many as the
+/// widest `agent.step_lines` allows; anything older lives in the store (for the transcript and
+/// export) and in long-term memory (for recall), so a long-running agent's footprint stays flat
+/// instead of growing with every cycle.
 pub const STEP_LINES_KEPT: usize = 256;
 
 /// The steps older than the whole ones: their Progress lines, oldest first, and how many more

@@ -8,7 +8,11 @@
 //! without memories to learn which steps it shows (`shown_without_memories`), then builds it with
 //! the memories those steps leave room for. Stable parts come first and the time and budget last,
 //! for providers' prefix caches; a billed reply schema is counted against the window; history is
-//! fitted newest first. `system_prompt` lists in `resources` only the abilities the agent's
+//! fitted newest first. However large the window, the older steps get at most `step_lines` lines
+//! and a block more (`lines_shown`): those beyond leave the prompt `LINE_BLOCK` at a time, so a
+//! long-running agent's cycle costs about what an early one did and the prompt's start stays the
+//! same across a block of cycles for the prefix cache; the note in their place says they are in
+//! the workspace and long-term memory. `system_prompt` lists in `resources` only the abilities the agent's
 //! commands give it.
 
 use std::cell::OnceCell;
@@ -169,6 +173,9 @@ pub struct PromptInputs<'a> {
     pub limits: ContextLimits,
     pub extras: &'a PromptExtras,
     pub full_steps: usize,
+    /// The older steps (those not in full) that always get a line when the window has room;
+    /// up to `LINE_BLOCK - 1` more are shown so that lines leave in blocks (see `lines_shown`).
+    pub step_lines: usize,
     pub counter: &'a dyn TokenCounter,
     /// The reply format as instructions in the prompt: only when no schema states it.
     pub format_in_prompt: bool,
@@ -187,6 +194,27 @@ pub struct BuiltPrompt {
     pub steps_omitted: usize,
     /// The cycles of the steps the Progress section shows, in full or as a line.
     pub shown_cycles: Vec<u64>,
+}
+
+/// Older steps leave the prompt this many at a time, so that its start (system, task and the
+/// oldest lines) stays the same for this many cycles and a provider's prefix cache keeps serving
+/// it; dropping one line a cycle would change the prompt right after the task every cycle.
+pub const LINE_BLOCK: usize = 8;
+
+/// The older steps that get a line unless an operator says otherwise (`agent.step_lines`): with
+/// the newest two in full, a cycle of a long-running agent costs about what its twentieth did.
+pub const DEFAULT_STEP_LINES: usize = 20;
+
+/// How many of `older` steps (those not shown in full) get a line: all of them up to `cap`, then
+/// between `cap` and `cap + LINE_BLOCK - 1`, the oldest leaving `LINE_BLOCK` at a time. A
+/// long-running agent's prompt so stops growing with its age; the steps left out are in its
+/// workspace and long-term memory, and the note in their place says so.
+pub fn lines_shown(older: usize, cap: usize) -> usize {
+    if older <= cap {
+        older
+    } else {
+        cap + (older - cap) % LINE_BLOCK
+    }
 }
 
 const PROGRESS_HEADER: &str =
@@ -297,7 +325,7 @@ impl<'a> CyclePrompt<'a> {
 
     /// Fits the history into what the window leaves beside the fixed messages and `memory_tokens`:
     /// newest first, the newest steps in full, older ones as one-line summaries, until the send
-    /// limit would be crossed.
+    /// limit would be crossed or the older steps have the lines `lines_shown` allows.
     fn fit_steps(&self, memory_tokens: usize) -> FittedSteps<'_> {
         let inputs = self.inputs;
         let state = inputs.state;
@@ -311,6 +339,13 @@ impl<'a> CyclePrompt<'a> {
         };
         let mut full_mode = true;
         let mut out_of_room = false;
+        // Set once the first older step is reached: how many lines the older steps get.
+        let mut lines_allowed = None;
+        let step_count = state.step_count() as usize;
+        let mut allowed = |in_full: usize| {
+            *lines_allowed
+                .get_or_insert_with(|| lines_shown(step_count - in_full, inputs.step_lines))
+        };
         for (newest, episode) in state.progress.episodes.iter().rev().enumerate() {
             if full_mode && fitted.in_full < inputs.full_steps {
                 let (text, cost) = self.step_text(newest, true);
@@ -323,6 +358,10 @@ impl<'a> CyclePrompt<'a> {
                 }
             }
             full_mode = false;
+            if fitted.summarised >= allowed(fitted.in_full) {
+                out_of_room = true;
+                break;
+            }
             let (text, cost) = self.step_text(newest, false);
             if cost > available {
                 out_of_room = true;
@@ -335,7 +374,7 @@ impl<'a> CyclePrompt<'a> {
         }
         // The steps older than the whole ones are held as the very lines shown for them.
         for (newest, (cycle, line)) in state.progress.earlier.lines.iter().rev().enumerate() {
-            if out_of_room {
+            if out_of_room || fitted.summarised >= allowed(fitted.in_full) {
                 break;
             }
             let cost = *self.earlier_costs[newest].get_or_init(|| inputs.counter.count(line) + 1);
@@ -369,6 +408,17 @@ impl<'a> CyclePrompt<'a> {
             .map_or(0, |m| counter.count(&m.content) + MESSAGE_OVERHEAD);
         let fitted = self.fit_steps(memory_tokens);
         let omitted = self.inputs.state.step_count() as usize - fitted.in_full - fitted.summarised;
+        let kept_in = if self
+            .inputs
+            .commands
+            .specs
+            .iter()
+            .any(|s| s.name == "memory_add")
+        {
+            "your files and long-term memory"
+        } else {
+            "your files"
+        };
 
         // The stable parts first (system, task) and what changes every cycle last (time, budget),
         // so that a provider's prefix cache serves the start and the Progress section grows in place.
@@ -377,7 +427,7 @@ impl<'a> CyclePrompt<'a> {
             let mut body = PROGRESS_HEADER.to_string();
             if omitted > 0 {
                 body.push_str(&format!(
-                    "\n({omitted} earlier steps are not shown; what matters from them is in your files.)"
+                    "\n({omitted} earlier steps are not shown; what matters from them is in {kept_in}.)"
                 ));
             }
             for line in fitted.lines_newest_first.iter().rev() {

@@ -131,6 +131,7 @@ impl Harness {
             limits: self.limits,
             extras: &self.extras,
             full_steps: 4,
+            step_lines: crate::prompt::DEFAULT_STEP_LINES,
             smart_model_available: self.smart,
             budget: self.budget.as_ref(),
             memory: self.memory,
@@ -159,6 +160,7 @@ impl Harness {
                 prompt_tokens: 10,
                 completion_tokens: 5,
                 cached_prompt_tokens: 0,
+                cache_write_tokens: 0,
             }),
         })
     }
@@ -868,6 +870,7 @@ fn a_200_episode_history_fits_a_4k_context_newest_in_full() {
         limits: h.limits,
         extras: &h.extras,
         full_steps: 4,
+        step_lines: crate::history::STEP_LINES_KEPT,
         counter: &QuarterCounter,
         format_in_prompt: true,
         schema_tokens: 0,
@@ -916,8 +919,8 @@ fn a_200_episode_history_fits_a_4k_context_newest_in_full() {
 }
 
 /// The harness's cycle prompt on a 128k-token window within `budget` prompt tokens (0: the
-/// whole window), two steps in full.
-fn large_window_prompt(h: &Harness, budget: u32) -> crate::prompt::BuiltPrompt {
+/// whole window), two steps in full, `step_lines` older steps always given a line.
+fn large_window_prompt(h: &Harness, budget: u32, step_lines: usize) -> crate::prompt::BuiltPrompt {
     // What `LlmConfig::context_limits` gives a 128k-token model with a 1,500-token reply
     // reserve: the budget plus the reserve, within the window (0 is the whole window).
     let limits = crate::prompt::ContextLimits {
@@ -934,42 +937,97 @@ fn large_window_prompt(h: &Harness, budget: u32) -> crate::prompt::BuiltPrompt {
         limits,
         extras: &h.extras,
         full_steps: 2,
+        step_lines,
         counter: &QuarterCounter,
         format_in_prompt: true,
         schema_tokens: 0,
     })
 }
 
+/// The Progress section of a built prompt.
+fn progress_of(built: &crate::prompt::BuiltPrompt) -> String {
+    built
+        .messages
+        .iter()
+        .find(|m| m.content.starts_with("## Progress"))
+        .map(|m| m.content.clone())
+        .unwrap()
+}
+
+/// The prompt budget bounds the history where the cap on lines would show more; the cap bounds it
+/// on the whole window, so a long-running agent's prompt on a large window stays about the size
+/// of its twentieth cycle's.
 #[test]
 fn on_a_large_window_the_prompt_budget_bounds_the_history_kept() {
+    use crate::history::STEP_LINES_KEPT;
+    use crate::prompt::{lines_shown, DEFAULT_STEP_LINES};
     let mut h = Harness::started();
     h.state.progress.episodes = (1..=1000).map(|c| episode(c, 40)).collect();
-    let whole = large_window_prompt(&h, 0);
-    let bounded = large_window_prompt(&h, 4_000);
+    // With a cap wider than the budget's room, the budget decides, as before the cap.
+    let uncapped = large_window_prompt(&h, 0, 1000);
+    let bounded = large_window_prompt(&h, 4_000, 1000);
     assert!(bounded.prompt_tokens <= 4_000, "{}", bounded.prompt_tokens);
     assert!(
-        whole.prompt_tokens > 3 * bounded.prompt_tokens,
+        uncapped.prompt_tokens > 3 * bounded.prompt_tokens,
+        "{} vs {}",
+        uncapped.prompt_tokens,
+        bounded.prompt_tokens
+    );
+    assert!(progress_of(&uncapped).contains("- Step 1:"));
+    assert!(bounded.steps_summarised < STEP_LINES_KEPT);
+    // With the default cap, the whole window shows what the cap allows and no more: the newest
+    // two steps in full and a line for each of the newest older steps the cap allows.
+    let whole = large_window_prompt(&h, 0, DEFAULT_STEP_LINES);
+    let within_budget = large_window_prompt(&h, 4_000, DEFAULT_STEP_LINES);
+    assert_eq!(whole.messages, within_budget.messages);
+    assert_eq!(whole.steps_in_full, 2);
+    let lines = lines_shown(998, DEFAULT_STEP_LINES);
+    assert!((DEFAULT_STEP_LINES..DEFAULT_STEP_LINES + crate::prompt::LINE_BLOCK).contains(&lines));
+    assert_eq!(whole.steps_summarised, lines);
+    assert_eq!(whole.steps_omitted, 998 - lines);
+    assert!(
+        whole.prompt_tokens < bounded.prompt_tokens,
         "{} vs {}",
         whole.prompt_tokens,
         bounded.prompt_tokens
     );
     // The newest steps stay in full; older ones drop off first.
-    let progress = |b: &crate::prompt::BuiltPrompt| {
-        b.messages
-            .iter()
-            .find(|m| m.content.starts_with("## Progress"))
-            .map(|m| m.content.clone())
-            .unwrap()
-    };
-    assert!(progress(&bounded).contains("### Step 1000:"));
-    assert!(progress(&bounded).contains("### Step 999:"));
-    assert!(!progress(&bounded).contains("Step 1:"));
-    assert!(progress(&whole).contains("Step 1:"));
+    let progress = progress_of(&whole);
+    assert!(progress.contains("### Step 1000:"));
+    assert!(progress.contains("### Step 999:"));
+    let oldest_shown = 998 - lines as u64 + 1;
+    assert!(
+        progress.contains(&format!("- Step {oldest_shown}:")),
+        "{progress}"
+    );
+    assert!(!progress.contains(&format!("- Step {}:", oldest_shown - 1)));
+    assert!(!progress.contains("Step 1:"));
+    let note = format!(
+        "({} earlier steps are not shown; what matters from them is in your files",
+        998 - lines
+    );
+    assert!(progress.contains(&format!("{note}.)")), "{progress}");
+    // An agent with long-term memory is told the steps left out are there too.
+    h.commands
+        .specs
+        .push(CommandSpec::new("memory_add", "Remember", Risk::Write).arg(
+            "string",
+            ArgType::String,
+            "fact",
+        ));
+    let with_memory = progress_of(&large_window_prompt(&h, 0, DEFAULT_STEP_LINES));
+    assert!(
+        with_memory.contains(&format!("{note} and long-term memory.)")),
+        "{with_memory}"
+    );
 }
 
+/// Held steps are bounded in memory, and the prompt is the same as from the whole history: with
+/// the default cap on lines, and on the whole window with a cap as wide as what is held.
 #[test]
 fn a_long_running_agent_holds_a_bounded_history_and_prompts_as_if_it_held_all() {
     use crate::history::{STEP_LINES_KEPT, WHOLE_STEPS_KEPT};
+    use crate::prompt::{lines_shown, DEFAULT_STEP_LINES};
     let mut whole = Harness::started();
     whole.state.progress.episodes = (1..=1000).map(|c| episode(c, 40)).collect();
     let mut bounded = Harness::started();
@@ -984,29 +1042,76 @@ fn a_long_running_agent_holds_a_bounded_history_and_prompts_as_if_it_held_all() 
         1000 - WHOLE_STEPS_KEPT as u64 + 1
     );
     let build = large_window_prompt;
-    // Within a budget that shows fewer steps than are held, the prompt is the same.
-    let (from_all, from_bounded) = (build(&whole, 4_000), build(&bounded, 4_000));
-    assert_eq!(from_all.messages, from_bounded.messages);
-    assert_eq!(from_all.steps_omitted, from_bounded.steps_omitted);
-    // On the whole window it shows every step held and counts the rest as not shown.
-    let widest = build(&bounded, 0);
+    // Within a budget, or a cap, that shows fewer steps than are held, the prompt is the same.
+    for (budget, cap) in [(4_000, STEP_LINES_KEPT), (0, DEFAULT_STEP_LINES)] {
+        let (from_all, from_bounded) = (build(&whole, budget, cap), build(&bounded, budget, cap));
+        assert_eq!(from_all.messages, from_bounded.messages);
+        assert_eq!(from_all.steps_omitted, from_bounded.steps_omitted);
+    }
+    let capped = build(&bounded, 0, DEFAULT_STEP_LINES);
+    assert_eq!(
+        capped.steps_summarised,
+        lines_shown(998, DEFAULT_STEP_LINES)
+    );
+    // On the whole window, with a cap as wide as what is held, it shows every step held and
+    // counts the rest as not shown.
+    let widest = build(&bounded, 0, STEP_LINES_KEPT + WHOLE_STEPS_KEPT);
     let held = WHOLE_STEPS_KEPT + STEP_LINES_KEPT;
     assert_eq!(widest.steps_in_full + widest.steps_summarised, held);
     assert_eq!(widest.steps_omitted, 1000 - held);
-    let progress = widest
-        .messages
-        .iter()
-        .find(|m| m.content.starts_with("## Progress"))
-        .unwrap();
-    assert!(progress
-        .content
-        .contains(&format!("({} earlier steps are not shown", 1000 - held)));
-    assert!(progress
-        .content
-        .contains(&format!("- Step {}:", 1000 - held + 1)));
-    assert!(!progress
-        .content
-        .contains(&format!("- Step {}:", 1000 - held)));
+    let progress = progress_of(&widest);
+    assert!(progress.contains(&format!("({} earlier steps are not shown", 1000 - held)));
+    assert!(progress.contains(&format!("- Step {}:", 1000 - held + 1)));
+    assert!(!progress.contains(&format!("- Step {}:", 1000 - held)));
+}
+
+/// Over a long run on a large window, every cycle shows the newest two steps in full and a line
+/// for at least the capped number of older steps, never more than the cap and a block; the
+/// lines leave a block at a time, so the prompt's start up to its newest lines stays the same
+/// for a block of cycles (what a provider's prefix cache serves).
+#[test]
+fn older_steps_leave_the_prompt_in_blocks_and_the_newest_always_stay() {
+    use crate::prompt::LINE_BLOCK;
+    let cap = 5;
+    let mut h = Harness::started();
+    let mut previous: Option<String> = None;
+    let mut changes_of_first_line = 0;
+    let first_line = |progress: &str| {
+        progress
+            .lines()
+            .find(|l| l.starts_with("- Step "))
+            .map(str::to_string)
+    };
+    for cycle in 1..=60u64 {
+        h.state.record_episode(episode(cycle, 40));
+        let built = large_window_prompt(&h, 0, cap);
+        let older = cycle as usize - built.steps_in_full;
+        assert_eq!(built.steps_in_full, 2.min(cycle as usize), "cycle {cycle}");
+        assert!(built.steps_summarised >= cap.min(older), "cycle {cycle}");
+        assert!(built.steps_summarised < cap + LINE_BLOCK, "cycle {cycle}");
+        assert!(built.steps_summarised <= older, "cycle {cycle}");
+        let progress = progress_of(&built);
+        assert!(progress.contains(&format!("### Step {cycle}:")));
+        assert!(progress.contains(&format!("### Step {}:", cycle.max(2) - 1)));
+        // From the third cycle on there are older steps, and so a first line.
+        if let Some(earlier) = previous.as_ref().filter(|e| first_line(e).is_some()) {
+            if first_line(earlier) != first_line(&progress) {
+                changes_of_first_line += 1;
+            } else {
+                // Within a block, the earlier prompt's Progress up to its steps in full is the
+                // start of this one's: only lines are added after it.
+                let lines_end = earlier.find("\n### Step").unwrap();
+                assert!(
+                    progress.starts_with(&earlier[..lines_end]),
+                    "cycle {cycle}:\n{earlier}\n---\n{progress}"
+                );
+            }
+        }
+        previous = Some(progress);
+    }
+    // The first line moves once a block after the cap is reached, not every cycle.
+    let expected = (60 - 2 - cap) / LINE_BLOCK;
+    assert_eq!(changes_of_first_line, expected);
 }
 
 #[test]
@@ -1020,6 +1125,7 @@ fn huge_newest_step_falls_back_to_its_summary() {
         limits: h.limits,
         extras: &h.extras,
         full_steps: 4,
+        step_lines: crate::history::STEP_LINES_KEPT,
         counter: &QuarterCounter,
         format_in_prompt: true,
         schema_tokens: 0,
@@ -1050,6 +1156,7 @@ fn a_prompt_fitted_twice_is_the_prompt_made_afresh() {
             limits: h.limits,
             extras,
             full_steps: 4,
+            step_lines: crate::history::STEP_LINES_KEPT,
             counter: &QuarterCounter,
             format_in_prompt: true,
             schema_tokens: 0,
@@ -1094,6 +1201,7 @@ fn memory_and_budget_sections_appear_only_when_filled() {
         limits: h.limits,
         extras: &h.extras,
         full_steps: 4,
+        step_lines: crate::prompt::DEFAULT_STEP_LINES,
         counter: &QuarterCounter,
         format_in_prompt: true,
         schema_tokens: 0,
@@ -1173,6 +1281,49 @@ fn budget_line(call: &ModelCall) -> Option<&str> {
         .iter()
         .find(|m| m.content.starts_with("Your remaining API budget"))
         .map(|m| m.content.as_str())
+}
+
+/// A card's likely cost is priced at the shares of its prompts this agent's provider has
+/// reported reading from and writing to its cache; the worst case assumes neither helps.
+#[test]
+fn a_cards_estimate_uses_the_cache_reads_and_writes_this_agent_has_seen() {
+    let mut h = Harness::new(Some(profile()));
+    // $1 a million in, $0.10 read from the cache, $1.25 written to it, $2 out: per token 1,
+    // 0.1, 1.25 and 2 µ$.
+    let price = Price::from_usd_per_million_cached(1.0, 0.10, 2.0).with_cache_writes(1.25);
+    h.budget = Some(BudgetView {
+        price,
+        ..budget_view(500_000)
+    });
+    h.step(Event::Start);
+    let prompt = h.state.money.last_prompt_tokens;
+    let seq = h.state.progress.call_seq;
+    // The provider served 60% of the prompt from its cache and wrote 30% of it.
+    let fx = h.step(Event::ModelReplied {
+        seq,
+        purpose: CallPurpose::Think,
+        text: reply_json("read_file", json!({"filename": "a"})),
+        usage: Some(Usage {
+            prompt_tokens: 1_000,
+            completion_tokens: 10,
+            cached_prompt_tokens: 600,
+            cache_write_tokens: 300,
+        }),
+    });
+    let spend = proposal_of(&fx).spend.clone().expect("a spend note");
+    let (read, written) = (prompt * 6 / 10, prompt * 3 / 10);
+    let plain = prompt - read - written;
+    // Tenths of a µ$: plain × 10 + read × 1 + written × 12.5 + 10 replies × 20, rounded up.
+    let tenths = plain * 10 + read + written * 25 / 2 + 200;
+    assert_eq!(spend.next_step_likely, Micros(tenths.div_ceil(10)));
+    // The worst case: the whole prompt written (the dearest input) and the whole reserve.
+    assert_eq!(
+        spend.next_step_worst,
+        Micros((prompt * 5).div_ceil(4) + 2 * 1000)
+    );
+    // Without cache reports the same card would be dearer.
+    let no_cache = Micros(prompt + 20);
+    assert!(spend.next_step_likely < no_cache, "{spend:?}");
 }
 
 #[test]

@@ -9,8 +9,10 @@
 //! over a range or a prefix, `generate_id`, and `flush` as the durability point. Two additions:
 //! `Db::write_batch` lands puts and removes on several trees all or none (a sled transaction, a
 //! PostgreSQL transaction), `Db::write_batch_fenced` lands one only while a lease carries the
-//! writer's token (see `fenced`), and `Db::backend` tells the store when a set of writes can simply be
-//! one transaction (PostgreSQL) rather than written ahead (sled, see `ahead`).
+//! writer's token (see `fenced`), `Db::write_batch_checked` lands one only while the values it
+//! expects are there (a compare-and-swap over several keys, see `fenced`), and `Db::backend` tells
+//! the store when a set of writes can simply be one transaction (PostgreSQL) rather than written
+//! ahead (sled, see `ahead`).
 
 mod fenced;
 mod postgres;
@@ -18,7 +20,7 @@ mod postgres;
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
-pub use fenced::{FenceGuard, FenceMoved};
+pub use fenced::{Checked, FenceGuard, FenceMoved};
 pub use postgres::ConnectError;
 
 /// A stored key or value: sled's own buffer, which both backends hand out.
@@ -161,9 +163,10 @@ impl Db {
         if batch.writes.is_empty() {
             return Ok(());
         }
-        match &self.inner {
-            DbInner::Sled(_) => sled_batch(batch, None).map(drop),
-            DbInner::Postgres(pg) => pg.write_batch_guarded(batch, None).map(drop),
+        match self.write_batch_checked(batch, None)? {
+            Checked::Landed => Ok(()),
+            // Neither can happen without a guard or an expectation; said rather than assumed.
+            Checked::FenceMoved | Checked::Differs { .. } => Err(Error::Contended(1)),
         }
     }
 
@@ -189,10 +192,15 @@ impl std::ops::Deref for Db {
     }
 }
 
-/// Writes to land together (`Db::write_batch`): a value to put, or `None` to remove the key.
+/// A key of a tree with a value, or `None` for no value: what a batch writes, or expects to find.
+pub(super) type Entry = (Tree, Vec<u8>, Option<Vec<u8>>);
+
+/// Writes to land together (`Db::write_batch`): a value to put, or `None` to remove the key; and
+/// the values a checked batch expects to find first (`Db::write_batch_checked`).
 #[derive(Default)]
 pub struct Batch {
-    writes: Vec<(Tree, Vec<u8>, Option<Vec<u8>>)>,
+    writes: Vec<Entry>,
+    expects: Vec<Entry>,
 }
 
 impl Batch {
@@ -205,8 +213,13 @@ impl Batch {
         self.writes.push((tree.clone(), key.into(), None));
     }
 
+    /// Lands the batch only if `key` holds `value` (`None`: is absent) when it is written.
+    pub fn expect(&mut self, tree: &Tree, key: impl Into<Vec<u8>>, value: Option<Vec<u8>>) {
+        self.expects.push((tree.clone(), key.into(), value));
+    }
+
     pub fn is_empty(&self) -> bool {
-        self.writes.is_empty()
+        self.writes.is_empty() && self.expects.is_empty()
     }
 }
 
@@ -218,11 +231,9 @@ fn lease_carries(value: Option<&[u8]>, fence: u64) -> bool {
 }
 
 /// A sled transaction over the batch's trees, each named once; with a guard (the lease's tree,
-/// key and fencing token, see `fenced`), one that writes nothing unless the lease carries the token.
-fn sled_batch(
-    batch: &Batch,
-    guard: Option<(&sled::Tree, &[u8], u64)>,
-) -> Result<Result<(), FenceMoved>, Error> {
+/// key and fencing token, see `fenced`), one that writes nothing unless the lease carries the
+/// token, and with expectations, one that writes nothing unless each key holds what is expected.
+fn sled_batch(batch: &Batch, guard: Option<(&sled::Tree, &[u8], u64)>) -> Result<Checked, Error> {
     use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
     let mut trees: Vec<sled::Tree> = Vec::new();
     let mut at_tree = |tree: &sled::Tree| match trees.iter().position(|t| t.name() == tree.name()) {
@@ -233,20 +244,34 @@ fn sled_batch(
         }
     };
     let guard = guard.map(|(tree, key, fence)| (at_tree(tree), key, fence));
-    let mut writes = Vec::with_capacity(batch.writes.len());
-    for (tree, key, value) in &batch.writes {
-        let TreeInner::Sled(tree) = &tree.inner else {
-            return Err(Error::Sled(sled::Error::Unsupported(
-                "a batch mixes two databases".into(),
-            )));
-        };
-        writes.push((at_tree(tree), key, value));
-    }
+    let mut placed = |writes: &[Entry]| {
+        let mut out = Vec::with_capacity(writes.len());
+        for (tree, key, value) in writes {
+            let TreeInner::Sled(tree) = &tree.inner else {
+                return Err(Error::Sled(sled::Error::Unsupported(
+                    "a batch mixes two databases".into(),
+                )));
+            };
+            out.push((at_tree(tree), key.clone(), value.clone()));
+        }
+        Ok(out)
+    };
+    let expects = placed(&batch.expects)?;
+    let writes = placed(&batch.writes)?;
     let outcome = trees.as_slice().transaction(|trees| {
         if let Some((at, key, fence)) = guard {
             let lease = trees[at].get(key)?;
             if !lease_carries(lease.as_deref(), fence) {
-                return Err(ConflictableTransactionError::Abort(FenceMoved));
+                return Err(ConflictableTransactionError::Abort(Checked::FenceMoved));
+            }
+        }
+        for (index, (at, key, expected)) in expects.iter().enumerate() {
+            let current = trees[*at].get(key.as_slice())?;
+            if current.as_deref() != expected.as_deref() {
+                return Err(ConflictableTransactionError::Abort(Checked::Differs {
+                    at: index,
+                    current,
+                }));
             }
         }
         for (at, key, value) in &writes {
@@ -255,11 +280,11 @@ fn sled_batch(
                 None => trees[*at].remove(key.as_slice())?,
             };
         }
-        Ok::<(), ConflictableTransactionError<FenceMoved>>(())
+        Ok::<(), ConflictableTransactionError<Checked>>(())
     });
     match outcome {
-        Ok(()) => Ok(Ok(())),
-        Err(TransactionError::Abort(FenceMoved)) => Ok(Err(FenceMoved)),
+        Ok(()) => Ok(Checked::Landed),
+        Err(TransactionError::Abort(refused)) => Ok(refused),
         Err(TransactionError::Storage(inner)) => Err(Error::Sled(inner)),
     }
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::QueryBuilder;
 
-use super::{Batch, Bytes, CompareAndSwapError, Error, FenceMoved, TreeInner};
+use super::{Batch, Bytes, Checked, CompareAndSwapError, Error, TreeInner};
 
 /// The lease row a guarded batch checks (see `fenced`).
 pub(super) struct Guard {
@@ -64,6 +64,9 @@ pub(super) struct Pg {
     runtime: Option<tokio::runtime::Runtime>,
     handle: tokio::runtime::Handle,
 }
+
+/// A batch's entry with its tree named as PostgreSQL stores it.
+type NamedEntry = (Arc<str>, Vec<u8>, Option<Vec<u8>>);
 
 impl Drop for Pg {
     fn drop(&mut self) {
@@ -184,21 +187,31 @@ impl Pg {
 
     /// Lands the batch in one transaction; with a guard, only if the lease row it names carries
     /// its fencing token, read `FOR SHARE` so that a takeover (an update of that row) waits for
-    /// the batch or the batch sees the takeover (see `fenced`).
+    /// the batch or the batch sees the takeover (see `fenced`); with expectations, only if each
+    /// key holds what is expected, read `FOR UPDATE` in key order.
     pub(super) fn write_batch_guarded(
         &self,
         batch: &Batch,
         guard: Option<Guard>,
-    ) -> Result<Result<(), FenceMoved>, Error> {
-        let mut writes = Vec::with_capacity(batch.writes.len());
-        for (tree, key, value) in &batch.writes {
-            let TreeInner::Postgres(tree) = &tree.inner else {
-                return Err(Error::Sled(sled::Error::Unsupported(
-                    "a batch mixes two databases".into(),
-                )));
-            };
-            writes.push((tree.name.clone(), key.clone(), value.clone()));
-        }
+    ) -> Result<Checked, Error> {
+        let named = |entries: &[super::Entry]| {
+            entries
+                .iter()
+                .map(|(tree, key, value)| match &tree.inner {
+                    TreeInner::Postgres(tree) => {
+                        Ok((tree.name.clone(), key.clone(), value.clone()))
+                    }
+                    TreeInner::Sled(_) => Err(Error::Sled(sled::Error::Unsupported(
+                        "a batch mixes two databases".into(),
+                    ))),
+                })
+                .collect::<Result<Vec<_>, Error>>()
+        };
+        let writes = named(&batch.writes)?;
+        let mut expects: Vec<(usize, NamedEntry)> =
+            named(&batch.expects)?.into_iter().enumerate().collect();
+        // One order for every batch, so two that expect the same keys lock them alike.
+        expects.sort_by(|(_, a), (_, b)| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
         let pool = self.pool.clone();
         self.run(async move {
             let mut tx = pool.begin().await?;
@@ -212,7 +225,54 @@ impl Pg {
                 .await?;
                 if !super::lease_carries(lease.as_deref(), guard.fence) {
                     tx.rollback().await?;
-                    return Ok(Err(FenceMoved));
+                    return Ok(Checked::FenceMoved);
+                }
+            }
+            for (at, (tree, key, expected)) in expects {
+                // An absence the batch fills is claimed by inserting: of two writers, the second
+                // finds the key taken (a read would see it absent for both).
+                let fills = writes
+                    .iter()
+                    .rev()
+                    .find(|(t, k, _)| *t == tree && *k == key)
+                    .and_then(|(_, _, value)| value.clone());
+                let current: Option<Vec<u8>> = match (&expected, fills) {
+                    (None, Some(value)) => {
+                        let inserted = sqlx::query(
+                            "INSERT INTO kv (tree, key, value) VALUES ($1, $2, $3) \
+                             ON CONFLICT DO NOTHING",
+                        )
+                        .bind(&*tree)
+                        .bind(&key)
+                        .bind(value)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+                        if inserted == 1 {
+                            continue;
+                        }
+                        sqlx::query_scalar("SELECT value FROM kv WHERE tree = $1 AND key = $2")
+                            .bind(&*tree)
+                            .bind(&key)
+                            .fetch_optional(&mut *tx)
+                            .await?
+                    }
+                    _ => {
+                        sqlx::query_scalar(
+                            "SELECT value FROM kv WHERE tree = $1 AND key = $2 FOR UPDATE",
+                        )
+                        .bind(&*tree)
+                        .bind(&key)
+                        .fetch_optional(&mut *tx)
+                        .await?
+                    }
+                };
+                if current != expected {
+                    tx.rollback().await?;
+                    return Ok(Checked::Differs {
+                        at,
+                        current: current.map(Bytes::from),
+                    });
                 }
             }
             for (tree, key, value) in writes {
@@ -235,7 +295,7 @@ impl Pg {
                 };
             }
             tx.commit().await?;
-            Ok(Ok(()))
+            Ok(Checked::Landed)
         })
     }
 

@@ -100,8 +100,9 @@ struct Inner {
     cycle_arrivals: Vec<std::time::Instant>,
     errors: Vec<String>,
     expect: Expect,
-    /// Reported usage (prompt, completion, cached prompt); (100, 20, 0) unless a test sets it.
-    usage: Option<(u64, u64, u64)>,
+    /// Reported usage (prompt, completion, cached prompt, written to the cache); (100, 20, 0, 0)
+    /// unless a test sets it.
+    usage: Option<(u64, u64, u64, u64)>,
     /// Inputs of every embeddings request, and the error status the endpoint answers, if any.
     embedded: Vec<(String, Vec<String>)>,
     /// The `dimensions` each embeddings request asked for.
@@ -313,7 +314,24 @@ impl FakeOpenAi {
         completion_tokens: u64,
         cached_tokens: u64,
     ) {
-        self.inner.lock().unwrap().usage = Some((prompt_tokens, completion_tokens, cached_tokens));
+        self.set_usage_with_cache_writes(prompt_tokens, completion_tokens, cached_tokens, 0);
+    }
+
+    /// Like `set_usage_with_cache`, with `written_tokens` of the prompt reported as written to
+    /// the cache (`usage.prompt_tokens_details.cache_write_tokens`).
+    pub fn set_usage_with_cache_writes(
+        &self,
+        prompt_tokens: u64,
+        completion_tokens: u64,
+        cached_tokens: u64,
+        written_tokens: u64,
+    ) {
+        self.inner.lock().unwrap().usage = Some((
+            prompt_tokens,
+            completion_tokens,
+            cached_tokens,
+            written_tokens,
+        ));
     }
 
     pub fn push_profile(&self, text: impl Into<String>) {
@@ -437,14 +455,14 @@ async fn embeddings(State(inner): State<Arc<Mutex<Inner>>>, Json(body): Json<Val
                         "message": "This server does not support embeddings. Start it with `--embeddings`"}})
                     .to_string(),
                 ),
-                (0, 0, 0),
+                (0, 0, 0, 0),
             )
             .await
         }
         Some(status) => {
             return respond(
                 Reply::Status(status, "text/plain", "embeddings are down".into()),
-                (0, 0, 0),
+                (0, 0, 0, 0),
             )
             .await
         }
@@ -457,7 +475,7 @@ async fn embeddings(State(inner): State<Arc<Mutex<Inner>>>, Json(body): Json<Val
             let error = json!({"error": {"message": format!("dimensions {d} is out of range"), "type": "invalid_request_error"}});
             return respond(
                 Reply::Status(400, "application/json", error.to_string()),
-                (0, 0, 0),
+                (0, 0, 0, 0),
             )
             .await;
         }
@@ -474,7 +492,7 @@ async fn embeddings(State(inner): State<Arc<Mutex<Inner>>>, Json(body): Json<Val
     .into_response()
 }
 
-fn completion(content: &str, (prompt, completion, cached): (u64, u64, u64)) -> Value {
+fn completion(content: &str, (prompt, completion, cached, written): (u64, u64, u64, u64)) -> Value {
     json!({
         "id": "chatcmpl-fake",
         "object": "chat.completion",
@@ -482,7 +500,7 @@ fn completion(content: &str, (prompt, completion, cached): (u64, u64, u64)) -> V
         "model": "fake",
         "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
         "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0}}
+            "prompt_tokens_details": {"cached_tokens": cached, "cache_write_tokens": written, "audio_tokens": 0}}
     })
 }
 
@@ -636,7 +654,7 @@ async fn azure_completions(
     body: Json<Value>,
 ) -> Response {
     let Some(version) = query.get("api-version") else {
-        return respond(openai_error(404, "Resource not found"), (0, 0, 0)).await;
+        return respond(openai_error(404, "Resource not found"), (0, 0, 0, 0)).await;
     };
     let key = headers.get("api-key").and_then(|v| v.to_str().ok());
     if key != Some(AZURE_KEY) || headers.contains_key(header::AUTHORIZATION) {
@@ -650,7 +668,7 @@ async fn azure_completions(
                 401,
                 "Access denied due to invalid subscription key or wrong API endpoint.",
             ),
-            (0, 0, 0),
+            (0, 0, 0, 0),
         )
         .await;
     }
@@ -669,13 +687,13 @@ async fn completions(
 ) -> Response {
     if let Some(refusal) = reasoning_refusal(&body) {
         inner.lock().unwrap().errors.push(refusal.clone());
-        return respond(openai_error(400, &refusal), (0, 0, 0)).await;
+        return respond(openai_error(400, &refusal), (0, 0, 0, 0)).await;
     }
     let kind = match kind_of(&headers) {
         Ok(kind) => kind,
         Err(problem) => {
             inner.lock().unwrap().errors.push(problem.clone());
-            return respond(Reply::Status(418, "text/plain", problem), (0, 0, 0)).await;
+            return respond(Reply::Status(418, "text/plain", problem), (0, 0, 0, 0)).await;
         }
     };
     let refused = {
@@ -690,7 +708,7 @@ async fn completions(
         let body = json!({"error": {"message": message, "type": "internal_server_error"}});
         return respond(
             Reply::Status(500, "application/json", body.to_string()),
-            (0, 0, 0),
+            (0, 0, 0, 0),
         )
         .await;
     }
@@ -708,18 +726,18 @@ async fn completions(
         let body = json!({"error": {"code": 500, "message": "Context size has been exceeded.", "type": "server_error"}});
         return respond(
             Reply::Status(500, "application/json", body.to_string()),
-            (0, 0, 0),
+            (0, 0, 0, 0),
         )
         .await;
     }
     let _in_flight = InFlight(inner.clone());
-    let usage = inner.lock().unwrap().usage.unwrap_or((100, 20, 0));
+    let usage = inner.lock().unwrap().usage.unwrap_or((100, 20, 0, 0));
     let streams = body["stream"] == true;
     if body.get("stream_options").is_some() && !streams {
         // OpenAI refuses stream options on a request that does not stream.
         let problem = "stream_options given without stream: true".to_string();
         inner.lock().unwrap().errors.push(problem.clone());
-        return respond(openai_error(400, &problem), (0, 0, 0)).await;
+        return respond(openai_error(400, &problem), (0, 0, 0, 0)).await;
     }
     let with_usage = body.pointer("/stream_options/include_usage") == Some(&json!(true));
     let reply = {
@@ -821,7 +839,7 @@ fn generates(reply: &Reply) -> bool {
 /// Other replies (a status, a raw body) are answered as they are.
 fn respond_streaming(
     reply: Reply,
-    usage: (u64, u64, u64),
+    usage: (u64, u64, u64, u64),
     with_usage: bool,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Response> + Send>> {
     Box::pin(async move {
@@ -932,7 +950,7 @@ fn broken_stream(text: &str, pieces: usize) -> Response {
 
 fn respond(
     reply: Reply,
-    usage: (u64, u64, u64),
+    usage: (u64, u64, u64, u64),
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Response> + Send>> {
     Box::pin(async move {
         match reply {

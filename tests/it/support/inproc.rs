@@ -59,6 +59,7 @@ impl ChatModel for ScriptedModel {
                 prompt_tokens: 10,
                 completion_tokens: 5,
                 cached_prompt_tokens: 0,
+                cache_write_tokens: 0,
             }),
         })
     }
@@ -99,6 +100,7 @@ impl ChatModel for RuleModel {
                 prompt_tokens: 40,
                 completion_tokens: 7,
                 cached_prompt_tokens: 0,
+                cache_write_tokens: 0,
             }),
         })
     }

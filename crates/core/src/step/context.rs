@@ -29,6 +29,8 @@ pub struct StepCtx<'a> {
     pub limits: ContextLimits,
     pub extras: &'a PromptExtras,
     pub full_steps: usize,
+    /// The older steps that always get a line in the prompt (see `prompt::lines_shown`).
+    pub step_lines: usize,
     pub smart_model_available: bool,
     /// The agent's budget as the ledger stands; `None` where spend is not tracked (unit tests).
     pub budget: Option<&'a BudgetView>,

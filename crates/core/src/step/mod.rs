@@ -277,10 +277,7 @@ impl Stepper<'_, '_> {
         usage: Option<Usage>,
     ) {
         if let Some(usage) = usage {
-            self.state.money.usage.calls += 1;
-            self.state.money.usage.prompt_tokens += usage.prompt_tokens;
-            self.state.money.usage.completion_tokens += usage.completion_tokens;
-            self.state.money.usage.cached_prompt_tokens += usage.cached_prompt_tokens;
+            self.state.money.usage.add(&usage);
         }
         if let CallPurpose::Summary { cycle } = purpose {
             if let Some(episode) = self

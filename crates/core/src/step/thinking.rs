@@ -110,6 +110,7 @@ impl Stepper<'_, '_> {
             limits: ctx.limits,
             extras: &extras,
             full_steps: ctx.full_steps,
+            step_lines: ctx.step_lines,
             counter: ctx.counter,
             format_in_prompt: ctx.reply_format == ReplyFormat::Instructions,
             schema_tokens,
